@@ -1,0 +1,87 @@
+"""``kvdash calc``: one configuration, every figure, explained."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kvdash.commands.common import parse_lengths
+from kvdash.errors import InputError
+
+Opt = typer.Option
+
+
+def calc(
+    model: Annotated[Optional[str], Opt("--model", "-m", help="Preset name (kvdash models) or a config.json path.")] = None,
+    config: Annotated[Optional[Path], Opt(help="Hugging Face config.json of the model.")] = None,
+    safetensors_index: Annotated[Optional[Path], Opt(help="model.safetensors.index.json: weight bytes from metadata.total_size.")] = None,
+    layers: Annotated[Optional[int], Opt(help="Explicit architecture: number of layers.")] = None,
+    kv_heads: Annotated[Optional[int], Opt(help="Explicit architecture: KV heads per layer.")] = None,
+    head_dim: Annotated[Optional[int], Opt(help="Explicit architecture: head dimension.")] = None,
+    head_dim_v: Annotated[Optional[int], Opt(help="Explicit architecture: V head dimension when it differs.")] = None,
+    attention_heads: Annotated[Optional[int], Opt(help="Explicit architecture: query heads (default: KV heads).")] = None,
+    window: Annotated[int, Opt(help="Explicit architecture: sliding window on every layer (0 = none).")] = 0,
+    max_context: Annotated[int, Opt(help="Explicit architecture: context length in tokens.")] = 131072,
+    kv_dtype: Annotated[str, Opt(help="KV dtype: fp32, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8, fp8_ds_mla (auto = bf16).")] = "bf16",
+    kv_scales: Annotated[str, Opt(help="Scale storage: 'tensor' (none per token) or 'token_head' (fp32 per token per KV head, K and V).")] = "tensor",
+    budget: Annotated[Optional[str], Opt(help="KV budget per rank: 12GiB, 80GB, 512MiB or bytes. Default 12GiB unless --gpu is given.")] = None,
+    gpu: Annotated[Optional[str], Opt(help="GPU preset (kvdash gpus): derive the budget as an engine does.")] = None,
+    gpu_memory: Annotated[Optional[str], Opt(help="GPU total memory, instead of a preset.")] = None,
+    gpu_util: Annotated[str, Opt(help="Fraction of memory for the engine (vLLM gpu_memory_utilization).")] = "0.9",
+    util_policy: Annotated[str, Opt(help="'vllm': fraction of total memory; 'trtllm': fraction of memory free after weights.")] = "vllm",
+    weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model (split over tp x pp ranks). Default: the preset's estimate.")] = None,
+    reserve: Annotated[str, Opt(help="Runtime reserve per rank: activations, CUDA graphs, workspace.")] = "0",
+    block_size: Annotated[int, Opt(help="Tokens per KV block.")] = 16,
+    used: Annotated[int, Opt(help="Tokens each request holds now (the snapshot).")] = 825,
+    max_reserved: Annotated[int, Opt(help="Tokens a contiguous allocator reserves per request (Max policy).")] = 2048,
+    final: Annotated[Optional[int], Opt(help="Final length of the request, for the Pow2 and Oracle policies (default: --used).")] = None,
+    group: Annotated[Optional[str], Opt(help="A group of request lengths packed repeatedly, e.g. 200,825,1525.")] = None,
+    prefix: Annotated[int, Opt(help="Tokens of a prompt prefix every request shares.")] = 0,
+    tp: Annotated[int, Opt(help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, Opt(help="Pipeline-parallel degree.")] = 1,
+    max_model_len: Annotated[Optional[int], Opt(help="vLLM view: max_model_len (default: --max-reserved).")] = None,
+    max_batched_tokens: Annotated[int, Opt(help="vLLM view: max_num_batched_tokens.")] = 8192,
+    target: Annotated[Optional[int], Opt(help="Planning: requests that must fit; adds budget, min utilization, min TP and longest length.")] = None,
+    as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Compute every KV-cache figure for one configuration (default: the tutorial's)."""
+    from kvdash.core.calc import BudgetSpec, CalcInput, calculate
+    from kvdash.core.model import custom, resolve_model
+    from kvdash.units import parse_size
+
+    explicit = (layers, kv_heads, head_dim)
+    if any(v is not None for v in explicit):
+        if model or config:
+            raise InputError("--layers", layers, "give either --model/--config or --layers/--kv-heads/--head-dim")
+        for name, value in zip(("--layers", "--kv-heads", "--head-dim"), explicit):
+            if value is None:
+                raise InputError(name, None, "--layers, --kv-heads and --head-dim go together")
+            if value <= 0:
+                raise InputError(name, value, "expected a positive integer")
+        arch = custom(layers, kv_heads, head_dim, attention_heads, head_dim_v, window, max_context)  # type: ignore[arg-type]
+    else:
+        arch = resolve_model(model, config, safetensors_index)
+    spec = BudgetSpec(
+        bytes=parse_size(budget, "--budget") if budget is not None else None,
+        gpu=gpu,
+        gpu_memory=parse_size(gpu_memory, "--gpu-memory") if gpu_memory is not None else None,
+        util=gpu_util,
+        policy=util_policy,
+        weights=parse_size(weights, "--weights", allow_zero=True) if weights is not None else None,
+        reserve=parse_size(reserve, "--reserve", allow_zero=True),
+    )
+    result = calculate(CalcInput(
+        arch=arch, kv_dtype=kv_dtype, kv_scales=kv_scales, block_size=block_size, budget=spec,
+        tp=tp, pp=pp, used=used, max_reserved=max_reserved, final=final,
+        group=parse_lengths(group), prefix=prefix, max_model_len=max_model_len,
+        max_batched_tokens=max_batched_tokens, target=target,
+    ))
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    from kvdash.render.calc_view import render
+
+    render(result)

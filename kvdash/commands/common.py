@@ -1,0 +1,20 @@
+"""Option parsing shared by commands (no heavy imports)."""
+
+from __future__ import annotations
+
+from kvdash.errors import InputError
+
+
+def parse_lengths(text: str | None, field: str = "--group") -> tuple[int, ...] | None:
+    """``"200,825,1525"`` -> ``(200, 825, 1525)``."""
+    if text is None:
+        return None
+    parts = [p.strip().replace("_", "") for p in text.split(",") if p.strip()]
+    if not parts:
+        raise InputError(field, text, "expected comma-separated positive token counts, e.g. 200,825,1525")
+    out = []
+    for p in parts:
+        if not p.isdigit() or int(p) <= 0:
+            raise InputError(field, text, "expected comma-separated positive token counts, e.g. 200,825,1525")
+        out.append(int(p))
+    return tuple(out)

@@ -1,0 +1,723 @@
+"""One configuration in, every capacity figure out.
+
+:func:`rank_shapes` turns an architecture, KV dtype, block size and parallelism into the pool
+geometry of each pipeline stage (:class:`PoolShape`); :func:`calculate` evaluates the formulas of
+:mod:`kvdash.core.formulas` on it and returns one JSON-ready dictionary whose core keys match the
+tutorial's ``kv_capacity.py`` artifact.  The sweep evaluates the same formulas on polars columns
+built from the same :class:`PoolShape` fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from decimal import ROUND_CEILING, Decimal
+from typing import Any
+
+from kvdash import __version__
+from kvdash.core import formulas as f
+from kvdash.core.dtypes import SCALE_BYTES, check_scale_mode, fp8_ds_mla_token_bytes, get_dtype
+from kvdash.core.gpus import GPU, get_gpu
+from kvdash.core.model import Architecture, Layer
+from kvdash.errors import InputError
+from kvdash.units import GiB, parse_fraction, scale_floor
+
+DEFAULT_BUDGET = 12 * GiB  # the tutorial's declared KV budget
+TP_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
+
+
+# --- pool geometry ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PoolShape:
+    """The KV pool of one rank (one pipeline stage), the way paged engines lay it out.
+
+    Attention layers of one kind form KV-cache groups of ``group_size`` layers (vLLM v1: the
+    smallest kind's layer count; a kind's last group is padded).  One pool block holds
+    ``block_size`` tokens for every layer of one group, so it takes
+    ``block_size x layer_token_bytes x group_size`` bytes.
+    """
+
+    block_size: int
+    layer_token_bytes: int  # bytes of one token in one layer (the largest kind's, others padded)
+    group_size: int  # layers per KV-cache group
+    full_groups: int  # groups that keep every token (full attention, MLA)
+    window_groups: int  # groups of sliding-window layers
+    window: int  # the sliding window in tokens (0: none)
+    full_token_bytes: int  # sum over full/MLA layers of their bytes per token (unpadded)
+    window_token_bytes: int  # sum over sliding layers of their bytes per token (unpadded)
+    state_bytes: int  # fixed recurrent state per request on this rank
+    attention_layers: int
+    state_layers: int
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.full_token_bytes + self.window_token_bytes
+
+    @property
+    def block_bytes(self) -> int:
+        return f.block_bytes(self.block_size, self.layer_token_bytes, self.group_size)
+
+    @property
+    def groups(self) -> int:
+        return self.full_groups + self.window_groups
+
+    @property
+    def padded_layers(self) -> int:
+        return self.groups * self.group_size - self.attention_layers
+
+    def request_blocks(self, n: int) -> int:
+        return int(f.request_blocks(n, self.block_size, self.full_groups, self.window_groups, self.window))
+
+    def paged_bytes(self, n: int) -> int:
+        return int(f.paged_request_bytes(n, self.block_size, self.full_groups, self.window_groups,
+                                         self.window, self.block_bytes, self.state_bytes))
+
+    def contiguous_bytes(self, reserved: int) -> int:
+        return int(f.contiguous_request_bytes(reserved, self.full_token_bytes, self.window_token_bytes,
+                                              self.window, self.state_bytes))
+
+    def useful_bytes(self, n: int) -> int:
+        """Bytes of token state a request of ``n`` tokens really needs (no blocks, no padding)."""
+        return self.contiguous_bytes(n)
+
+
+def check_parallel(arch: Architecture, tp: int, pp: int) -> None:
+    """Reject tensor/pipeline degrees the engines would reject."""
+    for name, value in (("--tp", tp), ("--pp", pp)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(name, value, "expected a positive integer")
+    if arch.num_attention_heads % tp:
+        raise InputError("--tp", tp, f"must divide num_attention_heads={arch.num_attention_heads}")
+    kv = arch.kv_heads
+    if arch.first("full", "sliding") and kv:
+        if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
+            raise InputError("--tp", tp, f"must divide num_key_value_heads={kv} or be a multiple of it")
+    if pp > arch.num_layers:
+        raise InputError("--pp", pp, f"at most the number of layers ({arch.num_layers})")
+
+
+def layer_token_bytes(layer: Layer, dtype: str, scales: str, tp: int) -> int:
+    """Bytes one token takes in one layer on one tensor-parallel rank.
+
+    Full/sliding: ``max(1, kv_heads // tp) x (head_dim + head_dim_v) x bytes`` (heads are
+    replicated when ``tp > kv_heads``), plus ``2 x heads x 4`` with per-token-head scales.
+    MLA: ``(kv_lora_rank + qk_rope_head_dim) x bytes`` on every rank (the latent is not split).
+    """
+    kv = get_dtype(dtype)
+    if layer.kind == "mla":
+        if kv.name == "fp8_ds_mla":
+            return fp8_ds_mla_token_bytes(layer.kv_lora_rank, layer.qk_rope_head_dim)
+        return layer.latent_dim * kv.bytes_per_element + (SCALE_BYTES if scales == "token_head" else 0)
+    if kv.name == "fp8_ds_mla":
+        raise InputError("--kv-dtype", dtype, "fp8_ds_mla applies to MLA models only")
+    heads = f.imax(1, layer.kv_heads // tp)
+    payload = heads * (layer.head_dim + layer.head_dim_v) * kv.bytes_per_element
+    return payload + (2 * heads * SCALE_BYTES if scales == "token_head" else 0)
+
+
+def stage_layers(n_layers: int, pp: int) -> list[range]:
+    """Layer ranges per pipeline stage, as vLLM's ``get_pp_indices`` splits them: equal shares,
+    the remainder going one each to the stages before the last."""
+    sizes = [n_layers // pp] * pp
+    for i in range(2, n_layers % pp + 2):
+        sizes[-i] += 1
+    out, start = [], 0
+    for size in sizes:
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_size: int) -> PoolShape:
+    """The pool geometry of one stage holding ``layers``."""
+    kinds: dict[tuple[str, int], list[int]] = {}
+    state = 0
+    n_state = 0
+    for layer in layers:
+        if layer.kind == "state":
+            state += f.cdiv(layer.state_bytes, tp)
+            n_state += 1
+            continue
+        key = ("window" if layer.kind == "sliding" else "full", layer.window)
+        kinds.setdefault(key, []).append(layer_token_bytes(layer, dtype, scales, tp))
+    if not kinds:
+        raise InputError("model", "no attention layers", "kvdash needs at least one attention layer per stage")
+    windows = {w for (kind, w) in kinds if kind == "window"}
+    if len(windows) > 1:
+        raise InputError("model.sliding_window", sorted(windows),
+                         "one sliding-window size per model is supported")
+    group_size = min(len(v) for v in kinds.values())
+    full_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k == "full")
+    window_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k == "window")
+    return PoolShape(
+        block_size=block_size,
+        layer_token_bytes=max(max(v) for v in kinds.values()),
+        group_size=group_size,
+        full_groups=full_groups,
+        window_groups=window_groups,
+        window=windows.pop() if windows else 0,
+        full_token_bytes=sum(sum(v) for (k, _), v in kinds.items() if k == "full"),
+        window_token_bytes=sum(sum(v) for (k, _), v in kinds.items() if k == "window"),
+        state_bytes=state,
+        attention_layers=sum(len(v) for v in kinds.values()),
+        state_layers=n_state,
+    )
+
+
+def rank_shapes(arch: Architecture, dtype: str = "bf16", scales: str = "tensor", tp: int = 1,
+                pp: int = 1, block_size: int = 16) -> list[PoolShape]:
+    """One :class:`PoolShape` per pipeline stage (all tensor-parallel ranks of a stage match)."""
+    check_positive("--block-size", block_size)
+    check_scale_mode(scales)
+    get_dtype(dtype)
+    check_parallel(arch, tp, pp)
+    return [shape_of([arch.layers[i] for i in r], dtype, scales, tp, block_size)
+            for r in stage_layers(arch.num_layers, pp)]
+
+
+def check_positive(field: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(field, value, "expected a positive integer")
+    return value
+
+
+# --- the budget --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """Where the per-rank KV budget comes from.
+
+    * explicit: ``bytes`` per rank.
+    * ``policy="vllm"``: ``floor(total x util) - weights/rank - reserve`` (utilization of *total*
+      memory, as vLLM's ``gpu_memory_utilization``).
+    * ``policy="trtllm"``: ``floor((total - weights/rank - reserve) x util)`` (TensorRT-LLM's
+      ``free_gpu_memory_fraction`` of the memory *free* after loading).
+    """
+
+    bytes: int | None = None
+    gpu: str | None = None
+    gpu_memory: int | None = None
+    util: str = "0.9"
+    policy: str = "vllm"
+    weights: int | None = None
+    reserve: int = 0
+
+
+def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int) -> dict[str, Any]:
+    """Per-rank KV budget in bytes, with every term that produced it."""
+    if spec.bytes is not None and (spec.gpu or spec.gpu_memory):
+        raise InputError("--budget", spec.bytes, "give either --budget or --gpu/--gpu-memory, not both")
+    if spec.gpu is None and spec.gpu_memory is None:
+        value = DEFAULT_BUDGET if spec.bytes is None else spec.bytes
+        check_positive("--budget", value)
+        return {"per_rank_bytes": value, "source": "explicit" if spec.bytes is not None else "default",
+                "formula": "declared KV budget per rank"}
+    gpu: GPU | None = get_gpu(spec.gpu) if spec.gpu else None
+    total = spec.gpu_memory if spec.gpu_memory is not None else gpu.memory_bytes  # type: ignore[union-attr]
+    check_positive("--gpu-memory", total)
+    if spec.policy not in ("vllm", "trtllm"):
+        raise InputError("--util-policy", spec.policy, "expected 'vllm' or 'trtllm'")
+    util = parse_fraction(spec.util, "--gpu-util")
+    weights = arch.weight_bytes if spec.weights is None else spec.weights
+    weights_basis = arch.weight_basis if spec.weights is None else "given with --weights"
+    if weights < 0:
+        raise InputError("--weights", weights, "must not be negative")
+    if spec.reserve < 0:
+        raise InputError("--reserve", spec.reserve, "must not be negative")
+    ranks = tp * pp
+    weights_rank = f.cdiv(weights, ranks)
+    if spec.policy == "vllm":
+        requested = scale_floor(total, util)
+        budget = requested - weights_rank - spec.reserve
+        formula = "floor(total x util) - weights/rank - reserve"
+    else:
+        requested = total - weights_rank - spec.reserve
+        budget = scale_floor(max(requested, 0), util)
+        formula = "floor((total - weights/rank - reserve) x util)"
+    if budget <= 0:
+        raise InputError(
+            "--gpu-util", str(util),
+            f"no memory is left for the KV cache: {formula} = {budget} bytes; raise --gpu-util or --tp, "
+            "or lower --weights/--reserve",
+        )
+    return {
+        "per_rank_bytes": budget,
+        "source": spec.policy,
+        "formula": formula,
+        "gpu": gpu.name if gpu else "custom",
+        "gpu_memory_bytes": total,
+        "gpu_memory_basis": (f"{gpu.basis}: {gpu.detail}" if gpu and spec.gpu_memory is None
+                             else "given with --gpu-memory"),
+        "utilization": str(util),
+        "requested_bytes": requested,
+        "weights_bytes": weights,
+        "weights_basis": weights_basis,
+        "weights_per_rank_bytes": weights_rank,
+        "reserve_bytes": spec.reserve,
+    }
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CalcInput:
+    arch: Architecture
+    kv_dtype: str = "bf16"
+    kv_scales: str = "tensor"
+    block_size: int = 16
+    budget: BudgetSpec = BudgetSpec()
+    tp: int = 1
+    pp: int = 1
+    used: int = 825
+    max_reserved: int = 2048
+    final: int | None = None  # final length for Pow2/Oracle; default: used
+    group: tuple[int, ...] | None = None
+    prefix: int = 0  # tokens of a prompt prefix every request shares
+    max_model_len: int | None = None  # vLLM view; default: max_reserved
+    max_batched_tokens: int = 8192  # vLLM max_num_batched_tokens (chunked prefill)
+    target: int | None = None  # planning: requests that must fit
+
+    def validate(self) -> None:
+        check_positive("--used", self.used)
+        check_positive("--max-reserved", self.max_reserved)
+        if self.used > self.max_reserved:
+            raise InputError("--used", self.used,
+                             f"must not exceed --max-reserved={self.max_reserved} (the reservation)")
+        if self.max_reserved > self.arch.max_context:
+            raise InputError("--max-reserved", self.max_reserved,
+                             f"at most the model's context length ({self.arch.max_context})")
+        final = self.used if self.final is None else self.final
+        check_positive("--final", final)
+        if not self.used <= final <= self.max_reserved:
+            raise InputError("--final", final,
+                             f"must lie between --used={self.used} and --max-reserved={self.max_reserved}")
+        if self.group is not None:
+            if not self.group:
+                raise InputError("--group", "", "expected comma-separated positive lengths, e.g. 200,825,1525")
+            for length in self.group:
+                check_positive("--group", length)
+                if length > self.max_reserved:
+                    raise InputError("--group", length,
+                                     f"each length must not exceed --max-reserved={self.max_reserved}")
+        if isinstance(self.prefix, bool) or not isinstance(self.prefix, int) or self.prefix < 0:
+            raise InputError("--prefix", self.prefix, "expected a number of tokens >= 0")
+        if self.prefix > self.used:
+            raise InputError("--prefix", self.prefix, f"must not exceed --used={self.used}")
+        if self.max_model_len is not None:
+            check_positive("--max-model-len", self.max_model_len)
+        check_positive("--max-batched-tokens", self.max_batched_tokens)
+        if self.target is not None:
+            check_positive("--target", self.target)
+
+
+# --- evaluation -------------------------------------------------------------------------------
+
+def _ratio(a: int, b: int) -> float | None:
+    return a / b if b else None
+
+
+def _pct(part: int, whole: int) -> float:
+    return 100 * part / whole if whole else 0.0
+
+
+def paged_capacity(shapes: Sequence[PoolShape], budget: int, n: int) -> int:
+    """Requests of ``n`` tokens that fit, paged: the tightest stage decides."""
+    return min(int(f.capacity(budget, s.paged_bytes(n))) for s in shapes)
+
+
+def contiguous_capacity(shapes: Sequence[PoolShape], budget: int, reserved: int) -> int:
+    return min(int(f.capacity(budget, s.contiguous_bytes(reserved))) for s in shapes)
+
+
+def _core(inp: CalcInput, shapes: list[PoolShape], budget: int) -> dict[str, Any]:
+    """The tutorial artifact's keys, evaluated on the tightest stage."""
+    arch, B = inp.arch, inp.block_size
+    # the stage with the fewest pool blocks decides the pool (engines take the smallest rank)
+    s = min(shapes, key=lambda sh: (int(f.pool_blocks(budget, sh.block_bytes)), -sh.bytes_per_token))
+    bpt = max(sh.bytes_per_token for sh in shapes)
+    blocks = int(f.pool_blocks(budget, s.block_bytes))
+    slots = int(f.token_slots(budget, bpt))
+    per_layer_blocks = int(f.cdiv(inp.used, B))
+    paged_slots = per_layer_blocks * B
+    contiguous = contiguous_capacity(shapes, budget, inp.max_reserved)
+    paged = paged_capacity(shapes, budget, inp.used)
+    dtype = get_dtype(inp.kv_dtype)
+    return {
+        "architecture": {
+            "name": arch.name,
+            "layers": arch.num_layers,
+            "kv_heads": arch.kv_heads,
+            "head_dim": arch.head_dim,
+            "bytes_per_element": dtype.bytes_per_element,
+            "pattern": arch.pattern(),
+        },
+        "bytes_per_token": bpt,
+        "kv_token_slots": slots,
+        "whole_pool_blocks": blocks,
+        "block_backed_token_slots": blocks // s.groups * B,
+        "request": {
+            "used_tokens": inp.used,
+            "contiguous_slots": inp.max_reserved,
+            "paged_blocks": s.request_blocks(inp.used),
+            "paged_slots": paged_slots,
+            "paged_unused_slots": paged_slots - inp.used,
+            "paged_internal_waste_percent": _pct(paged_slots - inp.used, paged_slots),
+        },
+        "capacity": {
+            "contiguous_requests": contiguous,
+            "paged_requests": paged,
+            "request_capacity_ratio": _ratio(paged, contiguous),
+        },
+    }
+
+
+def _pool(shapes: list[PoolShape], budget: int) -> dict[str, Any]:
+    s = min(shapes, key=lambda sh: int(f.pool_blocks(budget, sh.block_bytes)))
+    blocks = int(f.pool_blocks(budget, s.block_bytes))
+    leftover = budget - blocks * s.block_bytes
+    return {
+        "budget_bytes": budget,
+        "block_size": s.block_size,
+        "block_bytes": s.block_bytes,
+        "layer_token_bytes": s.layer_token_bytes,
+        "group_size": s.group_size,
+        "full_groups": s.full_groups,
+        "window_groups": s.window_groups,
+        "padded_layers": s.padded_layers,
+        "window": s.window,
+        "state_bytes_per_request": s.state_bytes,
+        "leftover_bytes": leftover,
+        "leftover_tokens": leftover / s.bytes_per_token,
+        "stages": [asdict(sh) | {"bytes_per_token": sh.bytes_per_token, "block_bytes": sh.block_bytes,
+                                 "pool_blocks": int(f.pool_blocks(budget, sh.block_bytes))}
+                   for sh in shapes],
+    }
+
+
+def _policies(inp: CalcInput, shapes: list[PoolShape], budget: int) -> dict[str, Any]:
+    """Per-request memory split and snapshot capacity under each allocation policy."""
+    final = inp.used if inp.final is None else inp.final
+    s = max(shapes, key=lambda sh: sh.paged_bytes(inp.used))
+    useful = s.useful_bytes(inp.used)
+    out: dict[str, Any] = {}
+    reservations = {
+        "max": inp.max_reserved,
+        "pow2": int(f.imin(f.next_pow2(final), inp.max_reserved)),
+        "oracle": final,
+    }
+    for name, reserved in reservations.items():
+        allocated = s.contiguous_bytes(reserved)
+        out[f"contiguous_{name}"] = {
+            "reserved_tokens": reserved,
+            "allocated_bytes": allocated,
+            "useful_bytes": useful,
+            "reservation_waste_bytes": allocated - useful,
+            "tail_waste_bytes": 0,
+            "waste_percent": _pct(allocated - useful, allocated),
+            "requests": contiguous_capacity(shapes, budget, reserved),
+        }
+    allocated = s.paged_bytes(inp.used)
+    out["paged"] = {
+        "reserved_tokens": int(f.cdiv(inp.used, s.block_size)) * s.block_size,
+        "allocated_bytes": allocated,
+        "useful_bytes": useful,
+        "reservation_waste_bytes": 0,
+        "tail_waste_bytes": allocated - useful,
+        "waste_percent": _pct(allocated - useful, allocated),
+        "requests": paged_capacity(shapes, budget, inp.used),
+    }
+    for name in ("max", "pow2", "oracle"):
+        c = out[f"contiguous_{name}"]["requests"]
+        out[f"contiguous_{name}"]["paged_over_contiguous"] = _ratio(out["paged"]["requests"], c)
+    return out
+
+
+def _group(inp: CalcInput, shapes: list[PoolShape], budget: int) -> dict[str, Any]:
+    """The tutorial exercise: repeated groups of lengths packed until another whole group fails."""
+    assert inp.group is not None
+    B = inp.block_size
+    lengths = list(inp.group)
+    useful = sum(lengths)
+    allocated = sum(int(f.cdiv(n, B)) * B for n in lengths)
+    complete = min(int(f.capacity(budget, sum(s.paged_bytes(n) for n in lengths))) for s in shapes)
+    contiguous = min(int(f.capacity(budget, len(lengths) * s.contiguous_bytes(inp.max_reserved)))
+                     for s in shapes)
+    longest = max(lengths)
+    s = max(shapes, key=lambda sh: sh.paged_bytes(longest))
+    blocks = sum(s.request_blocks(n) for n in lengths)
+    return {
+        "lengths": lengths,
+        "useful_slots": useful,
+        "allocated_slots": allocated,
+        "tail_waste_slots": allocated - useful,
+        "blocks_per_group": blocks,
+        "complete_groups": complete,
+        "pool_blocks_used": complete * blocks,
+        "contiguous_complete_groups": contiguous,
+        "offload": {
+            "tokens": longest,
+            "useful_bytes": s.useful_bytes(longest),
+            "allocated_bytes": s.paged_bytes(longest),
+        },
+    }
+
+
+def _prefix(inp: CalcInput, shapes: list[PoolShape], budget: int) -> dict[str, Any]:
+    """Requests of ``used`` tokens sharing a ``prefix``-token prompt prefix.
+
+    Whole prefix blocks of full-attention groups are stored once; the partly filled block that
+    holds the end of the prefix is copied on write into every request.  Sliding-window groups
+    are counted per request (conservative).
+    """
+    B, P = inp.block_size, inp.prefix
+    s = max(shapes, key=lambda sh: sh.paged_bytes(inp.used))
+    shared = s.full_groups * (P // B)
+    own = s.request_blocks(inp.used) - shared
+    per_request_bytes = own * s.block_bytes + s.state_bytes
+    shared_bytes = shared * s.block_bytes
+    with_sharing = min(
+        int(f.capacity(budget - shared * sh.block_bytes,
+                       (sh.request_blocks(inp.used) - sh.full_groups * (P // B)) * sh.block_bytes + sh.state_bytes))
+        for sh in shapes
+    ) if budget > shared_bytes else 0
+    without = paged_capacity(shapes, budget, inp.used)
+    n = max(without, 1)
+    saved = (n - 1) * shared_bytes
+    return {
+        "prefix_tokens": P,
+        "shared_blocks": shared,
+        "copied_tail_tokens": P % B,
+        "own_blocks_per_request": own,
+        "shared_bytes": shared_bytes,
+        "own_bytes_per_request": per_request_bytes,
+        "requests_without_sharing": without,
+        "requests_with_sharing": with_sharing,
+        "saved_bytes_at_requests_without_sharing": saved,
+        "saved_percent_at_requests_without_sharing": _pct(saved, n * s.paged_bytes(inp.used)),
+    }
+
+
+def _vllm_view(inp: CalcInput, shapes: list[PoolShape], budget: int) -> dict[str, Any]:
+    """The two numbers vLLM logs at start-up, for this configuration."""
+    length = inp.max_model_len or inp.max_reserved
+    B = inp.block_size
+    num_blocks = min(int(f.pool_blocks(budget, s.block_bytes)) for s in shapes)
+    s = shapes[0]
+    per_request = max(
+        sh.full_groups * int(f.cdiv(length, B))
+        + sh.window_groups * (int(f.cdiv(f.imin(sh.window - 1 + inp.max_batched_tokens, length), B)) + 1)
+        for sh in shapes
+    )
+    tokens = num_blocks // s.groups * B
+    concurrency = num_blocks / per_request
+    notes = [
+        f"vLLM's concurrency assumes every request reaches max_model_len={length:,} tokens; "
+        f"kvdash's paged figure uses the {inp.used:,} tokens a request holds now.",
+        "vLLM reserves one block of the pool as its null block, so one block fewer is usable.",
+        "vLLM measures its budget by profiling (weights, activation peak, CUDA graphs), so a real log "
+        "can differ from a declared budget.",
+    ]
+    if s.window_groups:
+        notes.append(
+            f"For sliding layers vLLM budgets cdiv(min(W-1+max_num_batched_tokens, L), B)+1 blocks "
+            f"(W={s.window:,}, max_num_batched_tokens={inp.max_batched_tokens:,}); kvdash's snapshot "
+            "bound is cdiv(W-1, B)+1 during decode."
+        )
+    if s.groups > 1:
+        notes.append(
+            f"This model has {s.groups} KV-cache groups of {s.group_size} layers sharing one pool: the "
+            f"'KV cache size' line divides the {num_blocks:,} blocks by {s.groups}, so it is not the "
+            "number of tokens one request could hold."
+        )
+    return {
+        "max_model_len": length,
+        "max_num_batched_tokens": inp.max_batched_tokens,
+        "num_gpu_blocks": num_blocks,
+        "blocks_per_request_at_max_model_len": per_request,
+        "gpu_kv_cache_tokens": tokens,
+        "max_concurrency": concurrency,
+        "log_lines": [
+            f"GPU KV cache size: {tokens:,} tokens",
+            f"Maximum concurrency for {length:,} tokens per request: {concurrency:.2f}x",
+        ],
+        "differences": notes,
+    }
+
+
+def _min_util(needed: int, total: int, fixed: int, policy: str) -> str | None:
+    """Smallest utilization with two decimals that yields ``needed`` KV bytes."""
+    if policy == "vllm":
+        exact = Decimal(needed + fixed) / Decimal(total)
+    else:
+        free = total - fixed
+        if free <= 0:
+            return None
+        exact = Decimal(needed) / Decimal(free)
+    util = exact.quantize(Decimal("0.01"), rounding=ROUND_CEILING)
+    while util <= 1:
+        got = (scale_floor(total, util) - fixed) if policy == "vllm" else scale_floor(total - fixed, util)
+        if got >= needed:
+            return str(util)
+        util += Decimal("0.01")
+    return None
+
+
+def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info: dict[str, Any]) -> dict[str, Any]:
+    target = inp.target
+    assert target is not None
+    n = inp.used
+    needed = max(target * sh.paged_bytes(n) for sh in shapes)
+    plan: dict[str, Any] = {
+        "target_requests": target,
+        "at_tokens": n,
+        "budget_needed_per_rank_bytes": needed,
+        "fits_current_budget": needed <= budget,
+    }
+    if "gpu_memory_bytes" in budget_info:
+        total = budget_info["gpu_memory_bytes"]
+        fixed = budget_info["weights_per_rank_bytes"] + budget_info["reserve_bytes"]
+        plan["min_gpu_util"] = _min_util(needed, total, fixed, budget_info["source"])
+    # minimum TP degree
+    best = None
+    for tp in TP_CANDIDATES:
+        try:
+            tp_shapes = rank_shapes(inp.arch, inp.kv_dtype, inp.kv_scales, tp, inp.pp, inp.block_size)
+            tp_budget = resolve_budget(inp.budget, inp.arch, tp, inp.pp)["per_rank_bytes"]
+        except InputError:
+            continue
+        if paged_capacity(tp_shapes, tp_budget, n) >= target:
+            best = tp
+            break
+    plan["min_tp"] = best
+    # longest uniform length the target number of requests can all reach
+    lo, hi = 0, inp.arch.max_context
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if paged_capacity(shapes, budget, mid) >= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    plan["longest_uniform_tokens"] = lo
+    plan["longest_limited_by_context"] = lo == inp.arch.max_context
+    return plan
+
+
+def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
+    arch = inp.arch
+    attn = arch.first("full", "sliding")
+    out: dict[str, Any] = {
+        # the tutorial's two keys, on this model's layers and head_dim
+        "mha_64_kv_heads_bytes_per_token": (
+            int(f.kv_bytes_per_token(len(arch.attention_layers), 64, attn.head_dim, 2)) if attn else None
+        ),
+        "fp8_gqa_bytes_per_token": sum(
+            layer_token_bytes(layer, "fp8", "tensor", 1) for layer in arch.attention_layers
+        ),
+    }
+    variants: list[tuple[str, CalcInput]] = [("as configured", inp)]
+    dt = get_dtype(inp.kv_dtype)
+    if dt.bytes_per_element != 1:
+        variants.append(("kv dtype fp8 (idealized)", replace(inp, kv_dtype="fp8", kv_scales="tensor")))
+    if dt.bytes_per_element != 2 and dt.name != "fp8_ds_mla":
+        variants.append(("kv dtype bf16", replace(inp, kv_dtype="bf16", kv_scales="tensor")))
+    variants.append((f"block size {inp.block_size * 2}", replace(inp, block_size=inp.block_size * 2)))
+    if inp.block_size > 1:
+        variants.append((f"block size {inp.block_size // 2}", replace(inp, block_size=inp.block_size // 2)))
+    if attn and attn.kv_heads < arch.num_attention_heads:
+        mha = Architecture(**{**arch.__dict__, "layers": tuple(
+            replace(layer, kv_heads=arch.num_attention_heads) if layer.kind in ("full", "sliding") else layer
+            for layer in arch.layers), "name": f"{arch.name} as MHA"})
+        variants.append((f"MHA: {arch.num_attention_heads} KV heads", replace(inp, arch=mha)))
+    rows = []
+    for label, v in variants:
+        try:
+            shapes = rank_shapes(v.arch, v.kv_dtype, v.kv_scales, v.tp, v.pp, v.block_size)
+        except InputError:
+            continue
+        core = _core(v, shapes, budget)
+        rows.append({
+            "variant": label,
+            "kv_dtype": get_dtype(v.kv_dtype).name,
+            "block_size": v.block_size,
+            "kv_heads": v.arch.kv_heads,
+            "bytes_per_token": core["bytes_per_token"],
+            "kv_token_slots": core["kv_token_slots"],
+            "whole_pool_blocks": core["whole_pool_blocks"],
+            "paged_slots": core["request"]["paged_slots"],
+            "contiguous_requests": core["capacity"]["contiguous_requests"],
+            "paged_requests": core["capacity"]["paged_requests"],
+            "request_capacity_ratio": core["capacity"]["request_capacity_ratio"],
+        })
+    out["variants"] = rows
+    return out
+
+
+def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolShape]) -> list[str]:
+    arch, dt = inp.arch, get_dtype(inp.kv_dtype)
+    s = shapes[0]
+    lines = [
+        f"model: {arch.name} ({arch.source}); {arch.num_layers} layers: {arch.pattern()}; "
+        f"{arch.num_attention_heads} attention heads, {arch.kv_heads} KV heads, head_dim {arch.head_dim}; "
+        f"max context {arch.max_context:,} tokens",
+        f"KV dtype: {dt.name}, {dt.bytes_per_element} byte(s) per element; scales: "
+        + ("fp32 per token per KV head for K and V" if inp.kv_scales == "token_head" else
+           "per tensor (no per-token bytes)"),
+        f"block size: {inp.block_size} tokens per block",
+        f"parallelism: tensor parallel {inp.tp}, pipeline parallel {inp.pp}; the budget is per rank and "
+        "the tightest rank decides",
+        f"KV budget per rank: {budget_info['per_rank_bytes']:,} bytes ({budget_info['formula']}; "
+        f"source: {budget_info['source']})",
+        f"request: {inp.used:,} tokens held now; contiguous reservation (Max) {inp.max_reserved:,} tokens; "
+        f"final length {inp.final or inp.used:,} tokens (Pow2/Oracle)",
+        "capacities are instantaneous snapshots: every request at the same length, no growth "
+        "headroom, no prefix reuse unless --prefix is given",
+    ]
+    if dt.quantized and inp.kv_scales == "tensor" and dt.name != "fp8_ds_mla":
+        lines.append(f"{dt.name} figures are idealized: scale storage, kernel alignment and accuracy "
+                     "are not included and must be measured")
+    if s.groups > 1:
+        lines.append(f"hybrid layout: {s.groups} KV-cache groups of {s.group_size} layers share one pool "
+                     f"({s.padded_layers} padded layer slots), as vLLM v1 groups them")
+    if any(sh.state_bytes for sh in shapes):
+        lines.append("recurrent state layers hold a fixed state per request, outside the token blocks")
+    if "gpu_memory_bytes" in budget_info:
+        lines.append(f"GPU: {budget_info['gpu']}, {budget_info['gpu_memory_bytes']:,} bytes "
+                     f"({budget_info['gpu_memory_basis']}); weights {budget_info['weights_bytes']:,} bytes "
+                     f"({budget_info['weights_basis']}), {budget_info['weights_per_rank_bytes']:,} per rank; "
+                     f"reserve {budget_info['reserve_bytes']:,} bytes per rank")
+    return lines
+
+
+def calculate(inp: CalcInput) -> dict[str, Any]:
+    """Every figure for one configuration, as a JSON-ready dictionary."""
+    inp.validate()
+    shapes = rank_shapes(inp.arch, inp.kv_dtype, inp.kv_scales, inp.tp, inp.pp, inp.block_size)
+    budget_info = resolve_budget(inp.budget, inp.arch, inp.tp, inp.pp)
+    budget = budget_info["per_rank_bytes"]
+    out: dict[str, Any] = {"kvdash_version": __version__}
+    out["assumptions"] = assumptions(inp, budget_info, shapes)
+    out["inputs"] = {
+        "model": inp.arch.name,
+        "kv_dtype": get_dtype(inp.kv_dtype).name,
+        "kv_scales": inp.kv_scales,
+        "block_size": inp.block_size,
+        "tp": inp.tp,
+        "pp": inp.pp,
+        "used_tokens": inp.used,
+        "max_reserved_tokens": inp.max_reserved,
+        "final_tokens": inp.final or inp.used,
+    }
+    out["budget"] = budget_info
+    out.update(_core(inp, shapes, budget))
+    out["pool"] = _pool(shapes, budget)
+    out["policies"] = _policies(inp, shapes, budget)
+    out["sensitivity"] = _sensitivity(inp, budget)
+    if inp.group is not None:
+        out["group"] = _group(inp, shapes, budget)
+    if inp.prefix:
+        out["prefix"] = _prefix(inp, shapes, budget)
+    out["vllm_view"] = _vllm_view(inp, shapes, budget)
+    if inp.target is not None:
+        out["planning"] = _planning(inp, shapes, budget, budget_info)
+    return out

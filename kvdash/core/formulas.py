@@ -1,0 +1,149 @@
+"""The capacity formulas, one function each.
+
+Every function here uses only ``+ - * //`` and comparisons, so the *same* definition evaluates a
+single configuration (Python ``int``) and a whole grid (polars expressions, in
+:mod:`kvdash.sweep`).  Nothing here rounds through floats: bytes, slots and blocks stay exact.
+
+Symbols: ``B`` block size in tokens; ``n`` tokens held by a request; ``W`` sliding window in tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+N = TypeVar("N")  # int, or a polars expression
+
+
+def cdiv(n: Any, d: Any) -> Any:
+    """Ceiling division ``⌈n / d⌉`` for positive ``d``.
+
+    >>> cdiv(825, 16)
+    52
+    """
+    return -(-n // d)
+
+
+def imin(a: Any, b: Any) -> Any:
+    """``min(a, b)`` written as arithmetic so that it also works column-wise.
+
+    >>> imin(7, 3), imin(3, 7)
+    (3, 3)
+    """
+    return b + (a - b) * (a < b)
+
+
+def imax(a: Any, b: Any) -> Any:
+    """``max(a, b)`` written as arithmetic.
+
+    >>> imax(7, 3), imax(3, 7)
+    (7, 7)
+    """
+    return a + (b - a) * (b > a)
+
+
+def next_pow2(n: Any) -> Any:
+    """Smallest power of two ``>= n`` (Orca's Pow2 reservation).
+
+    >>> next_pow2(825), next_pow2(1024), next_pow2(1)
+    (1024, 1024, 1)
+    """
+    if isinstance(n, int):
+        return 1 << (n - 1).bit_length()
+    # polars: log2 of an integer below 2**31 is exact enough for ceil() to land on the power.
+    return (2 ** n.log(2).ceil()).cast(int)
+
+
+def kv_bytes_per_token(layers: Any, kv_heads: Any, head_dim: Any, bytes_per_element: Any) -> Any:
+    """Bytes of K and V one token stores in a standard MHA/GQA/MQA model.
+
+    ``2 × layers × kv_heads × head_dim × bytes_per_element`` -- the 2 is one K and one V vector.
+
+    >>> kv_bytes_per_token(80, 8, 128, 2)  # tutorial: 327,680 B = 0.3125 MiB
+    327680
+    """
+    return 2 * layers * kv_heads * head_dim * bytes_per_element
+
+
+def token_slots(budget: Any, bytes_per_token: Any) -> Any:
+    """Whole tokens of KV that fit in ``budget`` bytes, ignoring blocks.
+
+    >>> token_slots(12 * 2**30, 327680)  # tutorial: 39,321
+    39321
+    """
+    return budget // bytes_per_token
+
+
+def block_bytes(block_size: Any, layer_token_bytes: Any, group_size: Any) -> Any:
+    """Bytes of one pool block: ``B`` tokens for each of the ``group_size`` layers it serves."""
+    return block_size * layer_token_bytes * group_size
+
+
+def pool_blocks(budget: Any, bytes_per_block: Any) -> Any:
+    """Whole blocks the pool holds; the leftover ``budget mod bytes_per_block`` cannot form one.
+
+    >>> pool_blocks(12 * 2**30, 16 * 327680)  # tutorial: 2,457
+    2457
+    """
+    return budget // bytes_per_block
+
+
+def window_blocks(n: Any, window: Any, block_size: Any) -> Any:
+    """Blocks a sliding-window layer group needs for a request holding ``n`` tokens.
+
+    The next token attends to the last ``W`` positions; those span at most ``⌈(W-1)/B⌉ + 1``
+    blocks, because the window need not start on a block boundary, and never more than ``⌈n/B⌉``.
+
+    >>> window_blocks(100, 4096, 16), window_blocks(10000, 4096, 16)
+    (7, 257)
+    """
+    return imin(cdiv(n, block_size), cdiv(window - 1, block_size) + 1)
+
+
+def request_blocks(
+    n: Any, block_size: Any, full_groups: Any, window_groups: Any, window: Any
+) -> Any:
+    """Pool blocks one request of ``n`` tokens holds: every full group needs ``⌈n/B⌉``, every
+    window group at most the window's blocks.
+
+    >>> request_blocks(825, 16, 1, 0, 0)  # tutorial: 52
+    52
+    """
+    return full_groups * cdiv(n, block_size) + window_groups * window_blocks(n, window, block_size)
+
+
+def paged_request_bytes(
+    n: Any,
+    block_size: Any,
+    full_groups: Any,
+    window_groups: Any,
+    window: Any,
+    bytes_per_block: Any,
+    state_bytes: Any,
+) -> Any:
+    """Bytes one request holds under paging: its blocks plus any fixed-size recurrent state."""
+    blocks = request_blocks(n, block_size, full_groups, window_groups, window)
+    return blocks * bytes_per_block + state_bytes
+
+
+def contiguous_request_bytes(
+    reserved: Any, full_token_bytes: Any, window_token_bytes: Any, window: Any, state_bytes: Any
+) -> Any:
+    """Bytes one contiguous reservation of ``reserved`` tokens holds.
+
+    Full-attention layers reserve every position; a sliding layer never needs more than ``W``.
+    """
+    return (
+        full_token_bytes * reserved + window_token_bytes * imin(reserved, window) + state_bytes
+    )
+
+
+def capacity(budget: Any, request_bytes: Any) -> Any:
+    """Requests of ``request_bytes`` each that fit at once in ``budget``.
+
+    For a pool of ``P = budget // block`` blocks and requests of ``k`` blocks this equals
+    ``P // k``, because ``⌊⌊a/b⌋/c⌋ = ⌊a/(bc)⌋`` for positive integers.
+
+    >>> capacity(12 * 2**30, 52 * 16 * 327680), capacity(12 * 2**30, 2048 * 327680)  # 47, 19
+    (47, 19)
+    """
+    return budget // request_bytes

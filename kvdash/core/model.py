@@ -1,0 +1,330 @@
+"""Model architectures: layers and what each stores per token (or per request).
+
+An :class:`Architecture` is an ordered tuple of :class:`Layer` records.  It is read from a Hugging
+Face ``config.json`` (:func:`from_hf_config`) or from a built-in preset, which is itself a small
+``config.json`` shipped in ``kvdash/data/models/``, so both go through one parser.
+
+Layer kinds:
+
+* ``full``    -- MHA/GQA/MQA: K and V per KV head per token (``head_dim`` and ``head_dim_v``).
+* ``sliding`` -- as ``full`` but only the last ``window`` tokens are needed.
+* ``mla``     -- Multi-head Latent Attention: one latent of ``kv_lora_rank + qk_rope_head_dim``
+  per token, no K/V doubling, not split by tensor parallelism.
+* ``state``   -- a fixed-size recurrent state (Mamba, linear attention): bytes per request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kvdash.errors import InputError, unknown_name
+
+KINDS = ("full", "sliding", "mla", "state")
+SLIDING_NAMES = {"sliding_attention", "sliding", "local", "local_attention", "chunked_attention"}
+FULL_NAMES = {"full_attention", "full", "global", "global_attention", "attention"}
+STATE_NAMES = {"mamba", "linear_attention", "state", "recurrent", "ssm"}
+
+
+@dataclass(frozen=True)
+class Layer:
+    kind: str
+    kv_heads: int = 0
+    head_dim: int = 0
+    head_dim_v: int = 0
+    window: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    state_bytes: int = 0
+
+    @property
+    def latent_dim(self) -> int:
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    layers: tuple[Layer, ...]
+    num_attention_heads: int
+    max_context: int
+    hidden_size: int = 0
+    weight_bytes: int = 0
+    weight_basis: str = "not given"
+    source: str = ""
+    notes: str = ""
+    counts: dict[str, int] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "counts", dict(Counter(layer.kind for layer in self.layers)))
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def attention_layers(self) -> tuple[Layer, ...]:
+        return tuple(layer for layer in self.layers if layer.kind != "state")
+
+    def first(self, *kinds: str) -> Layer | None:
+        return next((layer for layer in self.layers if layer.kind in kinds), None)
+
+    @property
+    def kv_heads(self) -> int:
+        layer = self.first("full", "sliding")
+        return layer.kv_heads if layer else (1 if self.first("mla") else 0)
+
+    @property
+    def head_dim(self) -> int:
+        layer = self.first("full", "sliding")
+        if layer:
+            return layer.head_dim
+        mla = self.first("mla")
+        return mla.latent_dim if mla else 0
+
+    @property
+    def windows(self) -> tuple[int, ...]:
+        return tuple(sorted({layer.window for layer in self.layers if layer.kind == "sliding"}))
+
+    def pattern(self) -> str:
+        """Short description of the layer mix, e.g. ``'21 sliding(4096) + 21 full'``."""
+        parts = []
+        for kind in KINDS:
+            count = self.counts.get(kind, 0)
+            if not count:
+                continue
+            if kind == "sliding":
+                parts.append(f"{count} sliding({'/'.join(str(w) for w in self.windows)})")
+            else:
+                parts.append(f"{count} {kind}")
+        return " + ".join(parts)
+
+
+def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
+    value = cfg.get(key, default)
+    if value is None:
+        raise InputError(f"{where}.{key}", None, "a positive integer is required")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(f"{where}.{key}", value, "expected a positive integer")
+    return value
+
+
+def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Multimodal configs nest the language model under ``text_config``."""
+    inner = cfg.get("text_config")
+    if isinstance(inner, dict):
+        merged = dict(cfg)
+        merged.update(inner)
+        return merged
+    return cfg
+
+
+def _layer_kinds(cfg: dict[str, Any], n_layers: int, where: str) -> list[str]:
+    """The attention kind of every layer: ``full``, ``sliding`` or ``state``."""
+    window = cfg.get("sliding_window")
+    if cfg.get("use_sliding_window") is False:  # Qwen2/3 ship a window but disable it
+        window = None
+    types = cfg.get("layer_types") or cfg.get("layers_block_type")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != n_layers:
+            raise InputError(
+                f"{where}.layer_types", types, f"expected a list of {n_layers} layer kinds"
+            )
+        kinds = []
+        for i, name in enumerate(types):
+            key = str(name).lower()
+            if key in SLIDING_NAMES:
+                kinds.append("sliding")
+            elif key in FULL_NAMES:
+                kinds.append("full")
+            elif key in STATE_NAMES:
+                kinds.append("state")
+            else:
+                raise unknown_name(
+                    f"{where}.layer_types[{i}]", str(name), SLIDING_NAMES | FULL_NAMES | STATE_NAMES
+                )
+        if "sliding" in kinds and not window:
+            raise InputError(
+                f"{where}.sliding_window", window, "sliding layers need a positive window"
+            )
+        return kinds
+    if not window:
+        return ["full"] * n_layers
+    pattern = cfg.get("sliding_window_pattern")
+    if isinstance(pattern, int) and pattern > 0:  # Gemma 3: every pattern-th layer is global
+        return ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers)]
+    if cfg.get("model_type") in {"gemma2", "cohere2"}:  # alternating, layer 0 local
+        return ["sliding" if i % 2 == 0 else "full" for i in range(n_layers)]
+    return ["sliding"] * n_layers
+
+
+def from_hf_config(
+    cfg: dict[str, Any],
+    name: str,
+    source: str = "config.json",
+    weight_bytes: int = 0,
+    weight_basis: str = "not given",
+) -> Architecture:
+    """Build an :class:`Architecture` from a Hugging Face ``config.json`` dictionary.
+
+    ``head_dim`` is read when present (``hidden_size / num_attention_heads`` is wrong for Qwen3,
+    Gemma, gpt-oss and others); ``num_key_value_heads`` defaults to ``num_attention_heads``.
+    """
+    where = source
+    if not isinstance(cfg, dict):
+        raise InputError(where, type(cfg).__name__, "expected a JSON object")
+    cfg = _text_config(cfg)
+    n_layers = _int(cfg, "num_hidden_layers", where)
+    heads = _int(cfg, "num_attention_heads", where)
+    hidden = cfg.get("hidden_size") or 0
+    max_ctx = _int(cfg, "max_position_embeddings", where, default=cfg.get("max_seq_len") or 2048)
+    meta = cfg.get("_kvdash", {}) if isinstance(cfg.get("_kvdash"), dict) else {}
+    state_bytes = int(meta.get("state_bytes_per_layer", 0) or cfg.get("kvdash_state_bytes", 0) or 0)
+
+    if cfg.get("kv_lora_rank"):
+        rank = _int(cfg, "kv_lora_rank", where)
+        rope = _int(cfg, "qk_rope_head_dim", where)
+        layers = tuple(Layer("mla", kv_heads=1, kv_lora_rank=rank, qk_rope_head_dim=rope)
+                       for _ in range(n_layers))
+    else:
+        if cfg.get("head_dim"):
+            head_dim = _int(cfg, "head_dim", where)
+        else:
+            if not hidden:
+                raise InputError(f"{where}.head_dim", None,
+                                 "give head_dim, or hidden_size to derive it")
+            if hidden % heads:
+                raise InputError(f"{where}.hidden_size", hidden,
+                                 f"must be divisible by num_attention_heads={heads}, or give head_dim")
+            head_dim = hidden // heads
+        kv_heads = _int(cfg, "num_key_value_heads", where, default=heads)
+        head_dim_v = cfg.get("v_head_dim") or head_dim
+        if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, int) or head_dim_v <= 0:
+            raise InputError(f"{where}.v_head_dim", head_dim_v, "expected a positive integer")
+        window = cfg.get("sliding_window") or 0
+        if window and (not isinstance(window, int) or window <= 0):
+            raise InputError(f"{where}.sliding_window", window, "expected a positive integer or null")
+        kinds = _layer_kinds(cfg, n_layers, where)
+        if "state" in kinds and state_bytes <= 0:
+            raise InputError(
+                f"{where}._kvdash.state_bytes_per_layer", state_bytes,
+                "recurrent (mamba/linear) layers need their state size in bytes per request per layer",
+            )
+        built = []
+        for kind in kinds:
+            if kind == "state":
+                built.append(Layer("state", state_bytes=state_bytes))
+            else:
+                built.append(Layer(kind, kv_heads=kv_heads, head_dim=head_dim, head_dim_v=head_dim_v,
+                                   window=window if kind == "sliding" else 0))
+        layers = tuple(built)
+    if kv_heads_check := [layer.kv_heads for layer in layers if layer.kind in ("full", "sliding")]:
+        if kv_heads_check[0] > heads:
+            raise InputError(f"{where}.num_key_value_heads", kv_heads_check[0],
+                             f"must not exceed num_attention_heads={heads}")
+    return Architecture(
+        name=str(meta.get("name", name)),
+        layers=layers,
+        num_attention_heads=heads,
+        max_context=max_ctx,
+        hidden_size=int(hidden),
+        weight_bytes=int(meta.get("weight_bytes", weight_bytes) or 0),
+        weight_basis=str(meta.get("weight_basis", weight_basis)),
+        source=str(meta.get("source", source)),
+        notes=str(meta.get("notes", "")),
+    )
+
+
+def _read_json(path: Path, field: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise InputError(field, str(path), "the file does not exist") from exc
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise InputError(field, str(path), f"the file cannot be read ({type(exc).__name__})") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(field, str(path),
+                         f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from exc
+
+
+def load_config(path: str | Path, safetensors_index: str | Path | None = None) -> Architecture:
+    """Read a ``config.json`` (and optionally ``model.safetensors.index.json`` for weight bytes)."""
+    p = Path(path)
+    cfg = _read_json(p, "--config")
+    weight_bytes, basis = 0, "not given"
+    if safetensors_index is None and (p.parent / "model.safetensors.index.json").is_file():
+        safetensors_index = p.parent / "model.safetensors.index.json"
+    if safetensors_index is not None:
+        weight_bytes = read_weight_bytes(safetensors_index)
+        basis = "metadata.total_size of model.safetensors.index.json"
+    name = p.parent.name or p.stem
+    return from_hf_config(cfg, name=name, source=str(p), weight_bytes=weight_bytes, weight_basis=basis)
+
+
+def read_weight_bytes(path: str | Path) -> int:
+    """``metadata.total_size`` of a ``model.safetensors.index.json``: the weights in bytes."""
+    data = _read_json(Path(path), "--safetensors-index")
+    total = data.get("metadata", {}).get("total_size") if isinstance(data, dict) else None
+    if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+        raise InputError("--safetensors-index metadata.total_size", total, "expected a positive integer of bytes")
+    return total
+
+
+# --- built-in presets -------------------------------------------------------------------------
+
+def _preset_files() -> dict[str, Any]:
+    root = resources.files("kvdash") / "data" / "models"
+    return {entry.name[:-5]: entry for entry in root.iterdir() if entry.name.endswith(".json")}
+
+
+def preset_names() -> list[str]:
+    return sorted(_preset_files())
+
+
+def load_preset(name: str) -> Architecture:
+    files = _preset_files()
+    key = name.lower()
+    if key not in files:
+        raise unknown_name("--model", name, files)
+    cfg = json.loads(files[key].read_text(encoding="utf-8"))
+    return from_hf_config(cfg, name=key, source=f"preset {key}")
+
+
+def resolve_model(model: str | None = None, config: str | Path | None = None,
+                  safetensors_index: str | Path | None = None) -> Architecture:
+    """A preset name, or a ``config.json`` path; a path given as ``--model`` works too."""
+    if config is not None:
+        return load_config(config, safetensors_index)
+    if model is None:
+        model = "tutorial-gqa-80l"
+    if model.endswith(".json") or "/" in model:
+        return load_config(model, safetensors_index)
+    arch = load_preset(model)
+    if safetensors_index is not None:
+        arch = Architecture(**{**arch.__dict__, "weight_bytes": read_weight_bytes(safetensors_index),
+                               "weight_basis": "metadata.total_size of model.safetensors.index.json"})
+    return arch
+
+
+def custom(layers: int, kv_heads: int, head_dim: int, num_attention_heads: int | None = None,
+           head_dim_v: int | None = None, window: int = 0, max_context: int = 131072,
+           name: str = "custom") -> Architecture:
+    """A uniform architecture from explicit numbers (``--layers/--kv-heads/--head-dim``)."""
+    cfg: dict[str, Any] = {
+        "num_hidden_layers": layers,
+        "num_attention_heads": num_attention_heads or kv_heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "max_position_embeddings": max_context,
+    }
+    if head_dim_v:
+        cfg["v_head_dim"] = head_dim_v
+    if window:
+        cfg["sliding_window"] = window
+    return from_hf_config(cfg, name=name, source="command-line fields")

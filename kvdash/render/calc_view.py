@@ -1,0 +1,157 @@
+"""Rich tables for ``kvdash calc``: one section per concern, every figure with its unit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kvdash.units import human_bytes
+
+
+def b(n: int) -> str:
+    """Exact bytes and a binary-unit reading: ``327,680 B (320.00 KiB)``."""
+    return f"{n:,} B ({human_bytes(n)})" if n >= 1024 else f"{n:,} B"
+
+
+def ratio(x: float | None) -> str:
+    return "n/a (no contiguous request fits)" if x is None else f"{x:.4f}x"
+
+
+def _kv(title: str, rows: list[tuple[str, str, str]]) -> Table:
+    table = Table(title=title, title_justify="left", show_header=True, header_style="bold")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("how", style="dim")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def tables(r: dict[str, Any]) -> list[Table]:
+    out: list[Table] = []
+    a = Table(title="Assumptions", title_justify="left", show_header=False)
+    a.add_column("assumption")
+    for line in r["assumptions"]:
+        a.add_row(f"- {line}")
+    out.append(a)
+
+    pool, req, cap = r["pool"], r["request"], r["capacity"]
+    arch = r["architecture"]
+    out.append(_kv("Per-token bytes", [
+        ("KV bytes per token", b(r["bytes_per_token"]),
+         "2 x layers x kv_heads x head_dim x bytes (per rank)" if pool["group_size"] == arch["layers"]
+         else "sum over layers of their per-token bytes (per rank)"),
+        ("bytes per token per layer", b(pool["layer_token_bytes"]), "largest layer kind; others padded to it"),
+        ("recurrent state per request", b(pool["state_bytes_per_request"]), "fixed, independent of length"),
+    ]))
+    groups = pool["full_groups"] + pool["window_groups"]
+    out.append(_kv("Pool", [
+        ("KV budget per rank", b(pool["budget_bytes"]), r["budget"]["formula"]),
+        ("token slots (no blocks)", f"{r['kv_token_slots']:,} tokens", "floor(budget / bytes per token)"),
+        ("block size", f"{pool['block_size']} tokens", "declared"),
+        ("bytes per block", b(pool["block_bytes"]),
+         f"block size x layer bytes x {pool['group_size']} layers per group"),
+        ("KV-cache groups", f"{groups} ({pool['full_groups']} full, {pool['window_groups']} sliding)",
+         f"{pool['padded_layers']} padded layer slots"),
+        ("whole pool blocks", f"{r['whole_pool_blocks']:,} blocks", "floor(budget / bytes per block)"),
+        ("block-backed token slots", f"{r['block_backed_token_slots']:,} tokens", "blocks / groups x block size"),
+        ("leftover (cannot form a block)", b(pool["leftover_bytes"]),
+         f"{pool['leftover_tokens']:.1f} tokens of KV"),
+    ]))
+    out.append(_kv("One request", [
+        ("tokens held now", f"{req['used_tokens']:,} tokens", "--used"),
+        ("contiguous reservation", f"{req['contiguous_slots']:,} slots", "--max-reserved (Max policy)"),
+        ("paged blocks", f"{req['paged_blocks']:,} blocks", "ceil(used / block size) per full group"),
+        ("paged slots", f"{req['paged_slots']:,} slots", "blocks x block size"),
+        ("unused slots in the last block", f"{req['paged_unused_slots']:,} slots", "paged slots - used"),
+        ("internal (tail) waste", f"{req['paged_internal_waste_percent']:.4f} %", "unused / paged slots"),
+    ]))
+    pol = Table(title="Allocation policies: one request (MiB/GiB = 2^20/2^30 B) and requests that fit",
+                title_justify="left", header_style="bold")
+    for col in ("policy", "reserved tokens", "allocated", "useful", "reserv. waste", "tail waste",
+                "waste %", "requests", "paged/this"):
+        pol.add_column(col, justify="left" if col == "policy" else "right")
+    for name, p in r["policies"].items():
+        pol.add_row(name.replace("contiguous_", ""), f"{p['reserved_tokens']:,}", human_bytes(p["allocated_bytes"]),
+                    human_bytes(p["useful_bytes"]), human_bytes(p["reservation_waste_bytes"]),
+                    human_bytes(p["tail_waste_bytes"]),
+                    f"{p['waste_percent']:.2f}", f"{p['requests']:,}",
+                    f"{p['paged_over_contiguous']:.3f}x" if p.get("paged_over_contiguous") else "-")
+    out.append(pol)
+    out.append(_kv("Capacity (snapshot)", [
+        ("contiguous requests (Max)", f"{cap['contiguous_requests']:,}", "floor(budget / reservation bytes)"),
+        ("paged requests", f"{cap['paged_requests']:,}", "floor(pool blocks / blocks per request)"),
+        ("paged / contiguous", ratio(cap["request_capacity_ratio"]), "a capacity ratio, not a throughput ratio"),
+    ]))
+    if "group" in r:
+        g = r["group"]
+        out.append(_kv(f"Group {g['lengths']} packed repeatedly", [
+            ("useful slots per group", f"{g['useful_slots']:,} slots", "sum of lengths"),
+            ("allocated slots per group", f"{g['allocated_slots']:,} slots", "sum of ceil(len / B) x B"),
+            ("tail waste per group", f"{g['tail_waste_slots']:,} slots", "allocated - useful"),
+            ("blocks per group", f"{g['blocks_per_group']:,} blocks", ""),
+            ("complete groups (paged)", f"{g['complete_groups']:,}", "no partial group admitted"),
+            ("complete groups (contiguous Max)", f"{g['contiguous_complete_groups']:,}", ""),
+            (f"offload of the {g['offload']['tokens']:,}-token request: useful", b(g["offload"]["useful_bytes"]),
+             "tokens x bytes per token"),
+            ("offload: full allocated blocks", b(g["offload"]["allocated_bytes"]),
+             "wire size also depends on layout, metadata, scales"),
+        ]))
+    if "prefix" in r:
+        p = r["prefix"]
+        out.append(_kv(f"Prefix sharing ({p['prefix_tokens']:,}-token shared prefix)", [
+            ("shared blocks (stored once)", f"{p['shared_blocks']:,} blocks", "whole prefix blocks x full groups"),
+            ("copied-on-write tail", f"{p['copied_tail_tokens']:,} tokens", "prefix mod block size, per request"),
+            ("own blocks per request", f"{p['own_blocks_per_request']:,} blocks", ""),
+            ("requests without sharing", f"{p['requests_without_sharing']:,}", ""),
+            ("requests with sharing", f"{p['requests_with_sharing']:,}", "(pool - shared) / own blocks"),
+            ("memory saved at the unshared count", b(p["saved_bytes_at_requests_without_sharing"]),
+             f"{p['saved_percent_at_requests_without_sharing']:.2f} % of that memory"),
+        ]))
+    v = r["vllm_view"]
+    out.append(_kv("What vLLM would log for this configuration", [
+        ("num_gpu_blocks", f"{v['num_gpu_blocks']:,}", "same pool arithmetic"),
+        ("log line", v["log_lines"][0], "blocks / groups x block size"),
+        ("log line", v["log_lines"][1], f"blocks / {v['blocks_per_request_at_max_model_len']:,} blocks per request"),
+    ]))
+    why = Table(title="Why vLLM's numbers differ from kvdash's", title_justify="left", show_header=False)
+    why.add_column("note")
+    for note in v["differences"]:
+        why.add_row(f"- {note}")
+    out.append(why)
+    if "planning" in r:
+        p = r["planning"]
+        rows = [
+            ("budget per rank needed", b(p["budget_needed_per_rank_bytes"]),
+             f"{p['target_requests']:,} requests x {p['at_tokens']:,} tokens, paged"),
+            ("fits the current budget", "yes" if p["fits_current_budget"] else "no", ""),
+        ]
+        if "min_gpu_util" in p:
+            rows.append(("minimum --gpu-util", p["min_gpu_util"] or "does not fit on this GPU",
+                         "two decimals, rounded up"))
+        rows.append(("minimum tensor parallel", str(p["min_tp"]) if p["min_tp"] else "none up to 64",
+                     "same per-rank budget rule"))
+        rows.append(("longest uniform length", f"{p['longest_uniform_tokens']:,} tokens",
+                     "capped by the model's context" if p["longest_limited_by_context"] else
+                     f"for {p['target_requests']:,} requests at once"))
+        out.append(_kv("Planning", rows))
+    s = r["sensitivity"]
+    sens = Table(title="Sensitivity (same budget)", title_justify="left", header_style="bold")
+    for col in ("variant", "KV B/token", "token slots", "pool blocks", "contiguous", "paged", "ratio"):
+        sens.add_column(col, justify="left" if col == "variant" else "right")
+    for row in s["variants"]:
+        sens.add_row(row["variant"], f"{row['bytes_per_token']:,}", f"{row['kv_token_slots']:,}",
+                     f"{row['whole_pool_blocks']:,}", f"{row['contiguous_requests']:,}",
+                     f"{row['paged_requests']:,}", ratio(row["request_capacity_ratio"]))
+    out.append(sens)
+    return out
+
+
+def render(result: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    for table in tables(result):
+        console.print(table)
+    console.print(f"[dim]kvdash {result['kvdash_version']} - bytes are exact; "
+                  "KiB/MiB/GiB are powers of 2.[/dim]")
