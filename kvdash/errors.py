@@ -18,7 +18,8 @@ class InputError(ValueError):
         self.value = value
         self.allowed = allowed
         self.hint = hint
-        text = f"{field}: {value!r} is not allowed; {allowed}"
+        shown = "missing" if value is None else f"{value!r} is not allowed"
+        text = f"{field}: {shown}; {allowed}"
         if hint:
             text += f" ({hint})"
         super().__init__(text)

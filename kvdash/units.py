@@ -65,7 +65,8 @@ def parse_size(text: str | int, field: str = "size", allow_zero: bool = False) -
             raise InputError(field, text, "the size must come to a whole number of bytes")
         value = int(exact)
     if value < 0 or (value == 0 and not allow_zero):
-        raise InputError(field, text, "the size must be positive" if not allow_zero else "the size must not be negative")
+        allowed = "the size must not be negative" if allow_zero else "the size must be positive"
+        raise InputError(field, text, allowed)
     return value
 
 

@@ -56,7 +56,7 @@ def calc(
     if any(v is not None for v in explicit):
         if model or config:
             raise InputError("--layers", layers, "give either --model/--config or --layers/--kv-heads/--head-dim")
-        for name, value in zip(("--layers", "--kv-heads", "--head-dim"), explicit):
+        for name, value in zip(("--layers", "--kv-heads", "--head-dim"), explicit, strict=True):
             if value is None:
                 raise InputError(name, None, "--layers, --kv-heads and --head-dim go together")
             if value <= 0:

@@ -55,13 +55,13 @@ def get_dtype(name: str) -> KVDtype:
     """Look up a KV dtype by name (``auto`` means bf16)."""
     key = ALIASES.get(name.lower(), name.lower())
     if key not in DTYPES:
-        raise unknown_name("kv_dtype", name, list(DTYPES) + list(ALIASES))
+        raise unknown_name("--kv-dtype", name, list(DTYPES) + list(ALIASES))
     return DTYPES[key]
 
 
 def check_scale_mode(mode: str) -> str:
     if mode not in SCALE_MODES:
-        raise unknown_name("kv_scales", mode, SCALE_MODES)
+        raise unknown_name("--kv-scales", mode, SCALE_MODES)
     return mode
 
 

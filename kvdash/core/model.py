@@ -107,9 +107,9 @@ class Architecture:
 def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
     value = cfg.get(key, default)
     if value is None:
-        raise InputError(f"{where}.{key}", None, "a positive integer is required")
+        raise InputError(f"{where}: {key}", None, "this field is required (a positive integer)")
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InputError(f"{where}.{key}", value, "expected a positive integer")
+        raise InputError(f"{where}: {key}", value, "expected a positive integer")
     return value
 
 
@@ -132,7 +132,7 @@ def _layer_kinds(cfg: dict[str, Any], n_layers: int, where: str) -> list[str]:
     if types is not None:
         if not isinstance(types, list) or len(types) != n_layers:
             raise InputError(
-                f"{where}.layer_types", types, f"expected a list of {n_layers} layer kinds"
+                f"{where}: layer_types", types, f"expected a list of {n_layers} layer kinds"
             )
         kinds = []
         for i, name in enumerate(types):
@@ -145,11 +145,11 @@ def _layer_kinds(cfg: dict[str, Any], n_layers: int, where: str) -> list[str]:
                 kinds.append("state")
             else:
                 raise unknown_name(
-                    f"{where}.layer_types[{i}]", str(name), SLIDING_NAMES | FULL_NAMES | STATE_NAMES
+                    f"{where}: layer_types[{i}]", str(name), SLIDING_NAMES | FULL_NAMES | STATE_NAMES
                 )
         if "sliding" in kinds and not window:
             raise InputError(
-                f"{where}.sliding_window", window, "sliding layers need a positive window"
+                f"{where}: sliding_window", window, "sliding layers need a positive window"
             )
         return kinds
     if not window:
@@ -195,23 +195,23 @@ def from_hf_config(
             head_dim = _int(cfg, "head_dim", where)
         else:
             if not hidden:
-                raise InputError(f"{where}.head_dim", None,
+                raise InputError(f"{where}: head_dim", None,
                                  "give head_dim, or hidden_size to derive it")
             if hidden % heads:
-                raise InputError(f"{where}.hidden_size", hidden,
+                raise InputError(f"{where}: hidden_size", hidden,
                                  f"must be divisible by num_attention_heads={heads}, or give head_dim")
             head_dim = hidden // heads
         kv_heads = _int(cfg, "num_key_value_heads", where, default=heads)
         head_dim_v = cfg.get("v_head_dim") or head_dim
         if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, int) or head_dim_v <= 0:
-            raise InputError(f"{where}.v_head_dim", head_dim_v, "expected a positive integer")
+            raise InputError(f"{where}: v_head_dim", head_dim_v, "expected a positive integer")
         window = cfg.get("sliding_window") or 0
         if window and (not isinstance(window, int) or window <= 0):
-            raise InputError(f"{where}.sliding_window", window, "expected a positive integer or null")
+            raise InputError(f"{where}: sliding_window", window, "expected a positive integer or null")
         kinds = _layer_kinds(cfg, n_layers, where)
         if "state" in kinds and state_bytes <= 0:
             raise InputError(
-                f"{where}._kvdash.state_bytes_per_layer", state_bytes,
+                f"{where}: _kvdash.state_bytes_per_layer", state_bytes,
                 "recurrent (mamba/linear) layers need their state size in bytes per request per layer",
             )
         built = []
@@ -224,7 +224,7 @@ def from_hf_config(
         layers = tuple(built)
     if kv_heads_check := [layer.kv_heads for layer in layers if layer.kind in ("full", "sliding")]:
         if kv_heads_check[0] > heads:
-            raise InputError(f"{where}.num_key_value_heads", kv_heads_check[0],
+            raise InputError(f"{where}: num_key_value_heads", kv_heads_check[0],
                              f"must not exceed num_attention_heads={heads}")
     return Architecture(
         name=str(meta.get("name", name)),

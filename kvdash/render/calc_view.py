@@ -22,7 +22,7 @@ def ratio(x: float | None) -> str:
 def _kv(title: str, rows: list[tuple[str, str, str]]) -> Table:
     table = Table(title=title, title_justify="left", show_header=True, header_style="bold")
     table.add_column("figure")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", no_wrap=True)
     table.add_column("how", style="dim")
     for row in rows:
         table.add_row(*row)
@@ -111,13 +111,13 @@ def tables(r: dict[str, Any]) -> list[Table]:
              f"{p['saved_percent_at_requests_without_sharing']:.2f} % of that memory"),
         ]))
     v = r["vllm_view"]
-    out.append(_kv("What vLLM would log for this configuration", [
-        ("num_gpu_blocks", f"{v['num_gpu_blocks']:,}", "same pool arithmetic"),
-        ("log line", v["log_lines"][0], "blocks / groups x block size"),
-        ("log line", v["log_lines"][1], f"blocks / {v['blocks_per_request_at_max_model_len']:,} blocks per request"),
-    ]))
-    why = Table(title="Why vLLM's numbers differ from kvdash's", title_justify="left", show_header=False)
-    why.add_column("note")
+    why = Table(title="What vLLM would log for this configuration, and why it differs from kvdash",
+                title_justify="left", show_header=False)
+    why.add_column("line")
+    why.add_row(f"num_gpu_blocks = {v['num_gpu_blocks']:,}; {v['blocks_per_request_at_max_model_len']:,} blocks "
+                f"per request at max_model_len {v['max_model_len']:,}")
+    for line in v["log_lines"]:
+        why.add_row(f"[bold]{line}[/bold]")
     for note in v["differences"]:
         why.add_row(f"- {note}")
     out.append(why)

@@ -1,0 +1,96 @@
+"""The command line: output, JSON, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvdash.cli import main
+
+
+def run(args, capsys):
+    """Run ``kvdash ARGS`` in-process; return (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def test_calc_json_reproduces_tutorial(capsys):
+    """`kvdash calc --json` with no other option is the tutorial artifact."""
+    code, out, _ = run(["calc", "--json"], capsys)
+    r = json.loads(out)
+    assert 0 == code
+    assert (327680, 39321, 2457, 39312) == (r["bytes_per_token"], r["kv_token_slots"], r["whole_pool_blocks"],
+                                            r["block_backed_token_slots"])
+    assert (19, 47) == (r["capacity"]["contiguous_requests"], r["capacity"]["paged_requests"])
+
+
+def test_calc_json_group(capsys):
+    """--group adds the exercise figures with the documented keys."""
+    code, out, _ = run(["calc", "--json", "--group", "200,825,1525"], capsys)
+    g = json.loads(out)["group"]
+    assert {"lengths", "useful_slots", "allocated_slots", "tail_waste_slots", "complete_groups", "offload"} <= set(g)
+    assert {"tokens", "useful_bytes", "allocated_bytes"} == set(g["offload"])
+
+
+def test_calc_tables_name_units_and_assumptions(capsys):
+    """The default tables print every section with units."""
+    code, out, _ = run(["calc"], capsys)
+    assert 0 == code
+    for text in ("Assumptions", "327,680 B", "39,321 tokens", "2,457 blocks", "0.8413 %", "2.4737x",
+                 "GPU KV cache size: 39,312 tokens", "Sensitivity", "12.00 GiB"):
+        assert text in out
+
+
+@pytest.mark.parametrize("args,field", [
+    (["calc", "--block-size", "0"], "--block-size"),
+    (["calc", "--used", "4000"], "--used"),
+    (["calc", "--kv-dtype", "fp9"], "--kv-dtype"),
+    (["calc", "--model", "llama-3-8b"], "--model"),
+    (["calc", "--budget", "12 parsecs"], "--budget"),
+    (["calc", "--budget", "-5GiB"], "--budget"),
+    (["calc", "--group", "200,abc"], "--group"),
+    (["calc", "--tp", "3", "--model", "llama-3.1-8b"], "--tp"),
+    (["calc", "--gpu", "h100", "--model", "llama-3.1-8b"], "--gpu"),
+    (["calc", "--block-size", "sixteen"], "--block-size"),
+    (["calc", "--no-such-option"], "--no-such-option"),
+    (["calc", "--config", "/does/not/exist.json"], "--config"),
+])
+def test_bad_input_one_line_exit_2(args, field, capsys):
+    """Bad input: one line naming the field, exit code 2, no traceback."""
+    code, out, err = run(args, capsys)
+    assert 2 == code
+    assert 1 == len(err.strip().splitlines())
+    assert field in err and "Traceback" not in err
+
+
+def test_suggests_closest_preset(capsys):
+    _, _, err = run(["calc", "--model", "llama-3.1-7b"], capsys)
+    assert "did you mean 'llama-3.1-70b'" in err
+
+
+def test_malformed_config(tmp_path, capsys):
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    code, _, err = run(["calc", "--config", str(bad)], capsys)
+    assert 2 == code and "not valid JSON (line 1" in err
+
+
+def test_models_and_gpus_list(capsys):
+    code, out, _ = run(["models", "--json"], capsys)
+    rows = {r["preset"]: r for r in json.loads(out)}
+    assert 327_680 == rows["tutorial-gqa-80l"]["bf16_bytes_per_token"]
+    assert 70_272 == rows["deepseek-v3"]["bf16_bytes_per_token"]
+    code, out, _ = run(["gpus"], capsys)
+    assert 0 == code and "h100-80gb" in out
+
+
+def test_console_script_help():
+    """The installed entry point answers --help quickly and without error."""
+    proc = subprocess.run([sys.executable, "-m", "kvdash.cli", "--help"], capture_output=True, text=True, timeout=60)
+    assert 0 == proc.returncode
+    assert "calc" in proc.stdout

@@ -1,0 +1,25 @@
+"""The calculator core stays pure: it imports none of the UI, data-frame, template or driver libraries."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("textual", "polars", "jinja2", "pynvml", "matplotlib", "rich", "typer")
+
+
+def test_core_imports_no_heavy_library():
+    """Importing kvdash.core.calc loads none of textual, polars, jinja2, pynvml, matplotlib, rich, typer."""
+    code = ("import sys, kvdash.core.calc, kvdash.core.model; "
+            f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert "" == out
+
+
+def test_cli_help_imports_no_heavy_library():
+    """`kvdash --help` loads no polars, textual, jinja2, pynvml or matplotlib (start-up stays fast)."""
+    code = ("import sys\nfrom kvdash.cli import app\n"
+            "try:\n    app(['--help'], standalone_mode=False)\nexcept SystemExit:\n    pass\n"
+            f"print('LOADED=' + ','.join(m for m in {HEAVY[:4] + ('matplotlib',)!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "LOADED=\n" in out or out.rstrip().endswith("LOADED=")
