@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvdash.core import formulas as f
-from kvdash.core.calc import BudgetSpec, CalcInput, calculate, rank_shapes
+from kvdash.core.calc import BudgetSpec, CalcInput, calculate, paged_capacity, rank_shapes
 from kvdash.core.model import custom
 from tests.strategies import architectures, block_sizes, budgets, dtypes, head_dims, kv_heads, layers, requests
 
@@ -63,9 +63,9 @@ def test_capacity_monotone(arch, a, b, block, budget):
     """A longer request never fits more often; a larger budget never fits fewer."""
     shapes = rank_shapes(arch, block_size=block)
     lo, hi = sorted((a, b))
-    s = shapes[0]
-    assert f.capacity(budget, s.paged_bytes(hi)) <= f.capacity(budget, s.paged_bytes(lo))
-    assert f.capacity(budget, s.paged_bytes(lo)) <= f.capacity(budget * 2, s.paged_bytes(lo))
+    inp = CalcInput(arch=arch, block_size=block, used=1, max_reserved=1)
+    assert paged_capacity(inp, shapes, budget, hi) <= paged_capacity(inp, shapes, budget, lo)
+    assert paged_capacity(inp, shapes, budget, lo) <= paged_capacity(inp, shapes, budget * 2, lo)
 
 
 @given(st.integers(1, 1 << 20), st.integers(1, 1 << 16), st.sampled_from([1, 16, 32, 64]))

@@ -19,6 +19,7 @@ from kvdash.core import formulas as f
 from kvdash.core.dtypes import SCALE_BYTES, check_scale_mode, fp8_ds_mla_token_bytes, get_dtype
 from kvdash.core.gpus import GPU, get_gpu
 from kvdash.core.model import Architecture, Layer
+from kvdash.core.point import fdiv, point_metrics, shape_inputs, workload_inputs
 from kvdash.errors import InputError
 from kvdash.units import GiB, parse_fraction, scale_floor
 
@@ -65,21 +66,6 @@ class PoolShape:
     @property
     def padded_layers(self) -> int:
         return self.groups * self.group_size - self.attention_layers
-
-    def request_blocks(self, n: int) -> int:
-        return int(f.request_blocks(n, self.block_size, self.full_groups, self.window_groups, self.window))
-
-    def paged_bytes(self, n: int) -> int:
-        return int(f.paged_request_bytes(n, self.block_size, self.full_groups, self.window_groups,
-                                         self.window, self.block_bytes, self.state_bytes))
-
-    def contiguous_bytes(self, reserved: int) -> int:
-        return int(f.contiguous_request_bytes(reserved, self.full_token_bytes, self.window_token_bytes,
-                                              self.window, self.state_bytes))
-
-    def useful_bytes(self, n: int) -> int:
-        """Bytes of token state a request of ``n`` tokens really needs (no blocks, no padding)."""
-        return self.contiguous_bytes(n)
 
 
 def check_parallel(arch: Architecture, tp: int, pp: int) -> None:
@@ -313,69 +299,77 @@ class CalcInput:
 
 # --- evaluation -------------------------------------------------------------------------------
 
-def _ratio(a: int, b: int) -> float | None:
-    return a / b if b else None
-
-
 def _pct(part: int, whole: int) -> float:
     return 100 * part / whole if whole else 0.0
 
 
-def paged_capacity(shapes: Sequence[PoolShape], budget: int, n: int) -> int:
-    """Requests of ``n`` tokens that fit, paged: the tightest stage decides."""
-    return min(int(f.capacity(budget, s.paged_bytes(n))) for s in shapes)
+# Figures that are capacities: with several pipeline stages the tightest stage (the minimum) decides.
+CAPACITY_KEYS = (
+    "kv_token_slots", "whole_pool_blocks", "block_backed_token_slots", "complete_groups",
+    "contiguous_complete_groups", "paged_requests", "contiguous_requests", "pow2_requests",
+    "oracle_requests", "requests_with_prefix_sharing", "vllm_num_gpu_blocks", "vllm_kv_cache_tokens",
+    "vllm_max_concurrency",
+)
 
 
-def contiguous_capacity(shapes: Sequence[PoolShape], budget: int, reserved: int) -> int:
-    return min(int(f.capacity(budget, s.contiguous_bytes(reserved))) for s in shapes)
+def evaluate(inp: CalcInput, shapes: Sequence[PoolShape], budget: int, lengths: tuple[int, ...],
+             finals: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """:func:`~kvdash.core.point.point_metrics` on every stage, combined as the engines do:
+    capacities from the tightest stage, everything else from the stage that holds a request longest."""
+    common = {
+        "budget": budget, "max_reserved": inp.max_reserved, "prefix": inp.prefix,
+        "max_model_len": inp.max_model_len or inp.max_reserved, "max_batched_tokens": inp.max_batched_tokens,
+        **workload_inputs(lengths, finals),
+    }
+    stages = [point_metrics(shape_inputs(s) | common) for s in shapes]
+    out = dict(max(stages, key=lambda m: (m["paged_bytes"], m["bytes_per_token"])))
+    for key in CAPACITY_KEYS:
+        out[key] = min(m[key] for m in stages)
+    out["bytes_per_token"] = max(m["bytes_per_token"] for m in stages)
+    out["request_capacity_ratio"] = fdiv(out["paged_requests"], out["contiguous_requests"])
+    return out
 
 
-def _core(inp: CalcInput, shapes: list[PoolShape], budget: int) -> dict[str, Any]:
-    """The tutorial artifact's keys, evaluated on the tightest stage."""
-    arch, B = inp.arch, inp.block_size
-    # the stage with the fewest pool blocks decides the pool (engines take the smallest rank)
-    s = min(shapes, key=lambda sh: (int(f.pool_blocks(budget, sh.block_bytes)), -sh.bytes_per_token))
-    bpt = max(sh.bytes_per_token for sh in shapes)
-    blocks = int(f.pool_blocks(budget, s.block_bytes))
-    slots = int(f.token_slots(budget, bpt))
-    per_layer_blocks = int(f.cdiv(inp.used, B))
-    paged_slots = per_layer_blocks * B
-    contiguous = contiguous_capacity(shapes, budget, inp.max_reserved)
-    paged = paged_capacity(shapes, budget, inp.used)
-    dtype = get_dtype(inp.kv_dtype)
+def paged_capacity(inp: CalcInput, shapes: Sequence[PoolShape], budget: int, n: int) -> int:
+    """Requests of ``n`` tokens that fit, paged (the tightest stage decides)."""
+    return int(evaluate(inp, shapes, budget, (n,))["paged_requests"])
+
+
+def _core(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
+    """The tutorial artifact's keys."""
+    arch = inp.arch
+    paged_slots = m["allocated_slots"]
     return {
         "architecture": {
             "name": arch.name,
             "layers": arch.num_layers,
             "kv_heads": arch.kv_heads,
             "head_dim": arch.head_dim,
-            "bytes_per_element": dtype.bytes_per_element,
+            "bytes_per_element": get_dtype(inp.kv_dtype).bytes_per_element,
             "pattern": arch.pattern(),
         },
-        "bytes_per_token": bpt,
-        "kv_token_slots": slots,
-        "whole_pool_blocks": blocks,
-        "block_backed_token_slots": blocks // s.groups * B,
+        "bytes_per_token": m["bytes_per_token"],
+        "kv_token_slots": m["kv_token_slots"],
+        "whole_pool_blocks": m["whole_pool_blocks"],
+        "block_backed_token_slots": m["block_backed_token_slots"],
         "request": {
             "used_tokens": inp.used,
             "contiguous_slots": inp.max_reserved,
-            "paged_blocks": s.request_blocks(inp.used),
+            "paged_blocks": m["paged_blocks"],
             "paged_slots": paged_slots,
             "paged_unused_slots": paged_slots - inp.used,
             "paged_internal_waste_percent": _pct(paged_slots - inp.used, paged_slots),
         },
         "capacity": {
-            "contiguous_requests": contiguous,
-            "paged_requests": paged,
-            "request_capacity_ratio": _ratio(paged, contiguous),
+            "contiguous_requests": m["contiguous_requests"],
+            "paged_requests": m["paged_requests"],
+            "request_capacity_ratio": m["request_capacity_ratio"],
         },
     }
 
 
-def _pool(shapes: list[PoolShape], budget: int) -> dict[str, Any]:
+def _pool(shapes: list[PoolShape], budget: int, m: dict[str, Any]) -> dict[str, Any]:
     s = min(shapes, key=lambda sh: int(f.pool_blocks(budget, sh.block_bytes)))
-    blocks = int(f.pool_blocks(budget, s.block_bytes))
-    leftover = budget - blocks * s.block_bytes
     return {
         "budget_bytes": budget,
         "block_size": s.block_size,
@@ -387,130 +381,93 @@ def _pool(shapes: list[PoolShape], budget: int) -> dict[str, Any]:
         "padded_layers": s.padded_layers,
         "window": s.window,
         "state_bytes_per_request": s.state_bytes,
-        "leftover_bytes": leftover,
-        "leftover_tokens": leftover / s.bytes_per_token,
+        "leftover_bytes": m["leftover_bytes"],
+        "leftover_tokens": m["leftover_bytes"] / s.bytes_per_token,
         "stages": [asdict(sh) | {"bytes_per_token": sh.bytes_per_token, "block_bytes": sh.block_bytes,
                                  "pool_blocks": int(f.pool_blocks(budget, sh.block_bytes))}
                    for sh in shapes],
     }
 
 
-def _policies(inp: CalcInput, shapes: list[PoolShape], budget: int) -> dict[str, Any]:
+def _policies(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
     """Per-request memory split and snapshot capacity under each allocation policy."""
     final = inp.used if inp.final is None else inp.final
-    s = max(shapes, key=lambda sh: sh.paged_bytes(inp.used))
-    useful = s.useful_bytes(inp.used)
-    out: dict[str, Any] = {}
-    reservations = {
-        "max": inp.max_reserved,
-        "pow2": int(f.imin(f.next_pow2(final), inp.max_reserved)),
-        "oracle": final,
+    useful = m["useful_bytes"]
+    rows = {
+        "contiguous_max": (inp.max_reserved, m["contiguous_max_bytes"], m["contiguous_requests"]),
+        "contiguous_pow2": (int(f.imin(f.next_pow2(final), inp.max_reserved)), m["contiguous_pow2_bytes"],
+                            m["pow2_requests"]),
+        "contiguous_oracle": (final, m["contiguous_oracle_bytes"], m["oracle_requests"]),
     }
-    for name, reserved in reservations.items():
-        allocated = s.contiguous_bytes(reserved)
-        out[f"contiguous_{name}"] = {
+    out: dict[str, Any] = {}
+    for name, (reserved, allocated, requests) in rows.items():
+        out[name] = {
             "reserved_tokens": reserved,
             "allocated_bytes": allocated,
             "useful_bytes": useful,
             "reservation_waste_bytes": allocated - useful,
             "tail_waste_bytes": 0,
             "waste_percent": _pct(allocated - useful, allocated),
-            "requests": contiguous_capacity(shapes, budget, reserved),
+            "requests": requests,
+            "paged_over_contiguous": fdiv(m["paged_requests"], requests),
         }
-    allocated = s.paged_bytes(inp.used)
     out["paged"] = {
-        "reserved_tokens": int(f.cdiv(inp.used, s.block_size)) * s.block_size,
-        "allocated_bytes": allocated,
+        "reserved_tokens": m["allocated_slots"],
+        "allocated_bytes": m["paged_bytes"],
         "useful_bytes": useful,
         "reservation_waste_bytes": 0,
-        "tail_waste_bytes": allocated - useful,
-        "waste_percent": _pct(allocated - useful, allocated),
-        "requests": paged_capacity(shapes, budget, inp.used),
+        "tail_waste_bytes": m["paged_bytes"] - useful,
+        "waste_percent": _pct(m["paged_bytes"] - useful, m["paged_bytes"]),
+        "requests": m["paged_requests"],
     }
-    for name in ("max", "pow2", "oracle"):
-        c = out[f"contiguous_{name}"]["requests"]
-        out[f"contiguous_{name}"]["paged_over_contiguous"] = _ratio(out["paged"]["requests"], c)
     return out
 
 
-def _group(inp: CalcInput, shapes: list[PoolShape], budget: int) -> dict[str, Any]:
+def _group(g: dict[str, Any], lengths: tuple[int, ...]) -> dict[str, Any]:
     """The tutorial exercise: repeated groups of lengths packed until another whole group fails."""
-    assert inp.group is not None
-    B = inp.block_size
-    lengths = list(inp.group)
-    useful = sum(lengths)
-    allocated = sum(int(f.cdiv(n, B)) * B for n in lengths)
-    complete = min(int(f.capacity(budget, sum(s.paged_bytes(n) for n in lengths))) for s in shapes)
-    contiguous = min(int(f.capacity(budget, len(lengths) * s.contiguous_bytes(inp.max_reserved)))
-                     for s in shapes)
-    longest = max(lengths)
-    s = max(shapes, key=lambda sh: sh.paged_bytes(longest))
-    blocks = sum(s.request_blocks(n) for n in lengths)
     return {
-        "lengths": lengths,
-        "useful_slots": useful,
-        "allocated_slots": allocated,
-        "tail_waste_slots": allocated - useful,
-        "blocks_per_group": blocks,
-        "complete_groups": complete,
-        "pool_blocks_used": complete * blocks,
-        "contiguous_complete_groups": contiguous,
+        "lengths": list(lengths),
+        "useful_slots": g["useful_slots"],
+        "allocated_slots": g["allocated_slots"],
+        "tail_waste_slots": g["tail_waste_slots"],
+        "blocks_per_group": g["paged_blocks"],
+        "complete_groups": g["complete_groups"],
+        "pool_blocks_used": g["complete_groups"] * g["paged_blocks"],
+        "contiguous_complete_groups": g["contiguous_complete_groups"],
         "offload": {
-            "tokens": longest,
-            "useful_bytes": s.useful_bytes(longest),
-            "allocated_bytes": s.paged_bytes(longest),
+            "tokens": g["offload_tokens"],
+            "useful_bytes": g["offload_useful_bytes"],
+            "allocated_bytes": g["offload_allocated_bytes"],
         },
     }
 
 
-def _prefix(inp: CalcInput, shapes: list[PoolShape], budget: int) -> dict[str, Any]:
+def _prefix(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
     """Requests of ``used`` tokens sharing a ``prefix``-token prompt prefix.
 
     Whole prefix blocks of full-attention groups are stored once; the partly filled block that
     holds the end of the prefix is copied on write into every request.  Sliding-window groups
     are counted per request (conservative).
     """
-    B, P = inp.block_size, inp.prefix
-    s = max(shapes, key=lambda sh: sh.paged_bytes(inp.used))
-    shared = s.full_groups * (P // B)
-    own = s.request_blocks(inp.used) - shared
-    per_request_bytes = own * s.block_bytes + s.state_bytes
-    shared_bytes = shared * s.block_bytes
-    with_sharing = min(
-        int(f.capacity(budget - shared * sh.block_bytes,
-                       (sh.request_blocks(inp.used) - sh.full_groups * (P // B)) * sh.block_bytes + sh.state_bytes))
-        for sh in shapes
-    ) if budget > shared_bytes else 0
-    without = paged_capacity(shapes, budget, inp.used)
-    n = max(without, 1)
-    saved = (n - 1) * shared_bytes
+    shared = m["prefix_shared_blocks"]
     return {
-        "prefix_tokens": P,
+        "prefix_tokens": inp.prefix,
         "shared_blocks": shared,
-        "copied_tail_tokens": P % B,
-        "own_blocks_per_request": own,
-        "shared_bytes": shared_bytes,
-        "own_bytes_per_request": per_request_bytes,
-        "requests_without_sharing": without,
-        "requests_with_sharing": with_sharing,
-        "saved_bytes_at_requests_without_sharing": saved,
-        "saved_percent_at_requests_without_sharing": _pct(saved, n * s.paged_bytes(inp.used)),
+        "copied_tail_tokens": inp.prefix % inp.block_size,
+        "own_blocks_per_request": m["paged_blocks"] - shared,
+        "shared_bytes": shared * m["block_bytes"],
+        "requests_without_sharing": m["paged_requests"],
+        "requests_with_sharing": m["requests_with_prefix_sharing"],
+        "saved_bytes_at_requests_without_sharing": m["prefix_saved_bytes"],
+        "saved_percent_at_requests_without_sharing": m["prefix_saved_percent"] or 0.0,
     }
 
 
-def _vllm_view(inp: CalcInput, shapes: list[PoolShape], budget: int) -> dict[str, Any]:
+def _vllm_view(inp: CalcInput, shapes: list[PoolShape], m: dict[str, Any]) -> dict[str, Any]:
     """The two numbers vLLM logs at start-up, for this configuration."""
     length = inp.max_model_len or inp.max_reserved
-    B = inp.block_size
-    num_blocks = min(int(f.pool_blocks(budget, s.block_bytes)) for s in shapes)
+    tokens, concurrency, num_blocks = m["vllm_kv_cache_tokens"], m["vllm_max_concurrency"], m["vllm_num_gpu_blocks"]
     s = shapes[0]
-    per_request = max(
-        sh.full_groups * int(f.cdiv(length, B))
-        + sh.window_groups * (int(f.cdiv(f.imin(sh.window - 1 + inp.max_batched_tokens, length), B)) + 1)
-        for sh in shapes
-    )
-    tokens = num_blocks // s.groups * B
-    concurrency = num_blocks / per_request
     notes = [
         f"vLLM's concurrency assumes every request reaches max_model_len={length:,} tokens; "
         f"kvdash's paged figure uses the {inp.used:,} tokens a request holds now.",
@@ -534,7 +491,7 @@ def _vllm_view(inp: CalcInput, shapes: list[PoolShape], budget: int) -> dict[str
         "max_model_len": length,
         "max_num_batched_tokens": inp.max_batched_tokens,
         "num_gpu_blocks": num_blocks,
-        "blocks_per_request_at_max_model_len": per_request,
+        "blocks_per_request_at_max_model_len": m["vllm_blocks_per_request"],
         "gpu_kv_cache_tokens": tokens,
         "max_concurrency": concurrency,
         "log_lines": [
@@ -567,7 +524,9 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
     target = inp.target
     assert target is not None
     n = inp.used
-    needed = max(target * sh.paged_bytes(n) for sh in shapes)
+    needed = max(target * int(f.paged_request_bytes(n, sh.block_size, sh.full_groups, sh.window_groups,
+                                                      sh.window, sh.block_bytes, sh.state_bytes))
+                 for sh in shapes)
     plan: dict[str, Any] = {
         "target_requests": target,
         "at_tokens": n,
@@ -586,7 +545,7 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
             tp_budget = resolve_budget(inp.budget, inp.arch, tp, inp.pp)["per_rank_bytes"]
         except InputError:
             continue
-        if paged_capacity(tp_shapes, tp_budget, n) >= target:
+        if paged_capacity(inp, tp_shapes, tp_budget, n) >= target:
             best = tp
             break
     plan["min_tp"] = best
@@ -594,7 +553,7 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
     lo, hi = 0, inp.arch.max_context
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if paged_capacity(shapes, budget, mid) >= target:
+        if paged_capacity(inp, shapes, budget, mid) >= target:
             lo = mid
         else:
             hi = mid - 1
@@ -635,7 +594,7 @@ def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
             shapes = rank_shapes(v.arch, v.kv_dtype, v.kv_scales, v.tp, v.pp, v.block_size)
         except InputError:
             continue
-        core = _core(v, shapes, budget)
+        core = _core(v, evaluate(v, shapes, budget, (v.used,), (v.final or v.used,)))
         rows.append({
             "variant": label,
             "kv_dtype": get_dtype(v.kv_dtype).name,
@@ -709,15 +668,16 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
         "final_tokens": inp.final or inp.used,
     }
     out["budget"] = budget_info
-    out.update(_core(inp, shapes, budget))
-    out["pool"] = _pool(shapes, budget)
-    out["policies"] = _policies(inp, shapes, budget)
+    m = evaluate(inp, shapes, budget, (inp.used,), (inp.final or inp.used,))
+    out.update(_core(inp, m))
+    out["pool"] = _pool(shapes, budget, m)
+    out["policies"] = _policies(inp, m)
     out["sensitivity"] = _sensitivity(inp, budget)
     if inp.group is not None:
-        out["group"] = _group(inp, shapes, budget)
+        out["group"] = _group(evaluate(inp, shapes, budget, inp.group), inp.group)
     if inp.prefix:
-        out["prefix"] = _prefix(inp, shapes, budget)
-    out["vllm_view"] = _vllm_view(inp, shapes, budget)
+        out["prefix"] = _prefix(inp, m)
+    out["vllm_view"] = _vllm_view(inp, shapes, m)
     if inp.target is not None:
         out["planning"] = _planning(inp, shapes, budget, budget_info)
     return out

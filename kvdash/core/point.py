@@ -1,0 +1,165 @@
+"""Every per-point figure as one arithmetic function: the single definition behind ``kvdash calc``
+and ``kvdash sweep``.
+
+:func:`point_metrics` takes a mapping of inputs -- Python ``int`` values for one configuration, or
+polars column expressions for a whole grid -- and returns a dictionary of outputs built only from
+:mod:`kvdash.core.formulas`.  A workload is a group of up to :data:`MAX_LENGTHS` request lengths
+``l0..l7`` (0 = unused); a single snapshot request is a group of one.
+
+Inputs (all integers):
+
+=====================  ==================================================================
+``block_size``         tokens per block ``B``
+``layer_token_bytes``  bytes of one token in one layer (padded to the largest kind)
+``group_size``         layers per KV-cache group
+``full_groups``        groups keeping every token (full attention, MLA)
+``window_groups``      sliding-window groups
+``window``             sliding window in tokens (0: none)
+``full_token_bytes``   per-token bytes summed over full/MLA layers
+``window_token_bytes`` per-token bytes summed over sliding layers
+``state_bytes``        fixed recurrent state per request
+``budget``             KV budget of the rank in bytes
+``l0``..``l7``         tokens each request of the group holds now (0: no request)
+``f0``..``f7``         final length of each request, for Pow2 and Oracle (0: no request)
+``k``                  number of requests in the group
+``max_reserved``       tokens a contiguous Max allocator reserves per request
+``prefix``             tokens of a prompt prefix all requests share (0: none)
+``max_model_len``      vLLM's max_model_len for its start-up figures
+``max_batched_tokens`` vLLM's max_num_batched_tokens
+=====================  ==================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kvdash.core import formulas as f
+
+MAX_LENGTHS = 8
+INPUTS = (
+    "block_size", "layer_token_bytes", "group_size", "full_groups", "window_groups", "window",
+    "full_token_bytes", "window_token_bytes", "state_bytes", "budget", "k", "max_reserved", "prefix",
+    "max_model_len", "max_batched_tokens",
+    *(f"l{i}" for i in range(MAX_LENGTHS)), *(f"f{i}" for i in range(MAX_LENGTHS)),
+)
+
+
+def fdiv(a: Any, b: Any) -> Any:
+    """``a / b`` as a float; ``None`` for a zero integer divisor (columns give inf, mapped to null)."""
+    if isinstance(b, int):
+        return a / b if b else None
+    return a / b
+
+
+def _token_bytes(n: Any, x: Mapping[str, Any]) -> Any:
+    """Bytes of token state for ``n`` tokens held without any block rounding (no state)."""
+    return x["full_token_bytes"] * n + x["window_token_bytes"] * f.imin(n, x["window"])
+
+
+def point_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
+    """All capacity figures of one point (or one column of points)."""
+    B, budget, k = x["block_size"], x["budget"], x["k"]
+    fg, wg, window, state = x["full_groups"], x["window_groups"], x["window"], x["state_bytes"]
+    lengths = [x[f"l{i}"] for i in range(MAX_LENGTHS)]
+    finals = [x[f"f{i}"] for i in range(MAX_LENGTHS)]
+
+    bpt = x["full_token_bytes"] + x["window_token_bytes"]
+    bb = f.block_bytes(B, x["layer_token_bytes"], x["group_size"])
+    pool = f.pool_blocks(budget, bb)
+    slots = f.token_slots(budget, bpt)
+
+    def blocks(n: Any) -> Any:
+        return f.request_blocks(n, B, fg, wg, window)
+
+    group_blocks = sum(blocks(n) for n in lengths)
+    group_bytes = group_blocks * bb + k * state
+    useful_slots = sum(lengths)
+    allocated_slots = sum(f.cdiv(n, B) * B for n in lengths)
+    useful_bytes = sum(_token_bytes(n, x) for n in lengths) + k * state
+
+    complete = f.capacity(budget, group_bytes)
+    max_bytes = k * f.contiguous_request_bytes(x["max_reserved"], x["full_token_bytes"],
+                                               x["window_token_bytes"], window, state)
+    pow2_res = [f.imin(f.next_pow2(n) * (n > 0), x["max_reserved"]) for n in finals]
+    pow2_bytes = sum(_token_bytes(r, x) for r in pow2_res) + k * state
+    oracle_bytes = sum(_token_bytes(n, x) for n in finals) + k * state
+    contiguous_groups = f.capacity(budget, max_bytes)
+
+    longest = lengths[0]
+    for n in lengths[1:]:
+        longest = f.imax(longest, n)
+
+    prefix_blocks = fg * (x["prefix"] // B)
+    own_bytes = (group_blocks - k * prefix_blocks) * bb + k * state
+    shared_bytes = prefix_blocks * bb
+    groups_shared = f.capacity(f.imax(budget - shared_bytes, 0), own_bytes)
+
+    L = x["max_model_len"]
+    vllm_blocks = fg * f.cdiv(L, B) + wg * (f.cdiv(f.imin(window - 1 + x["max_batched_tokens"], L), B) + 1)
+
+    paged = complete * k
+    contiguous = contiguous_groups * k
+    return {
+        "bytes_per_token": bpt,
+        "block_bytes": bb,
+        "kv_token_slots": slots,
+        "whole_pool_blocks": pool,
+        "block_backed_token_slots": pool // (fg + wg) * B,
+        "leftover_bytes": budget - pool * bb,
+        "paged_blocks": group_blocks,
+        "useful_slots": useful_slots,
+        "allocated_slots": allocated_slots,
+        "tail_waste_slots": allocated_slots - useful_slots,
+        "paged_internal_waste_percent": fdiv(100 * (allocated_slots - useful_slots), allocated_slots),
+        "useful_bytes": useful_bytes,
+        "paged_bytes": group_bytes,
+        "contiguous_max_bytes": max_bytes,
+        "contiguous_pow2_bytes": pow2_bytes,
+        "contiguous_oracle_bytes": oracle_bytes,
+        "paged_waste_percent": fdiv(100 * (group_bytes - useful_bytes), group_bytes),
+        "reservation_waste_percent": fdiv(100 * (max_bytes - useful_bytes), max_bytes),
+        "complete_groups": complete,
+        "contiguous_complete_groups": contiguous_groups,
+        "paged_requests": paged,
+        "contiguous_requests": contiguous,
+        "pow2_requests": f.capacity(budget, pow2_bytes) * k,
+        "oracle_requests": f.capacity(budget, oracle_bytes) * k,
+        "request_capacity_ratio": fdiv(paged, contiguous),
+        "offload_tokens": longest,
+        "offload_useful_bytes": _token_bytes(longest, x) + state,
+        "offload_allocated_bytes": blocks(longest) * bb + state,
+        "prefix_shared_blocks": prefix_blocks,
+        "requests_with_prefix_sharing": groups_shared * k,
+        "prefix_saved_bytes": f.imax(paged - 1, 0) * shared_bytes,
+        "prefix_saved_percent": fdiv(100 * f.imax(paged - 1, 0) * shared_bytes, complete * group_bytes),
+        "vllm_num_gpu_blocks": pool,
+        "vllm_blocks_per_request": vllm_blocks,
+        "vllm_kv_cache_tokens": pool // (fg + wg) * B,
+        "vllm_max_concurrency": fdiv(pool, vllm_blocks),
+    }
+
+
+def shape_inputs(shape: Any) -> dict[str, int]:
+    """The :func:`point_metrics` inputs that come from a :class:`~kvdash.core.calc.PoolShape`."""
+    return {
+        "block_size": shape.block_size,
+        "layer_token_bytes": shape.layer_token_bytes,
+        "group_size": shape.group_size,
+        "full_groups": shape.full_groups,
+        "window_groups": shape.window_groups,
+        "window": shape.window,
+        "full_token_bytes": shape.full_token_bytes,
+        "window_token_bytes": shape.window_token_bytes,
+        "state_bytes": shape.state_bytes,
+    }
+
+
+def workload_inputs(lengths: tuple[int, ...], finals: tuple[int, ...] | None = None) -> dict[str, int]:
+    """``l0..l7``, ``f0..f7`` and ``k`` for a group of request lengths."""
+    finals = finals or lengths
+    out = {"k": len(lengths)}
+    for i in range(MAX_LENGTHS):
+        out[f"l{i}"] = lengths[i] if i < len(lengths) else 0
+        out[f"f{i}"] = finals[i] if i < len(finals) else 0
+    return out
