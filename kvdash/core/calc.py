@@ -9,6 +9,7 @@ built from the same :class:`PoolShape` fields.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from decimal import ROUND_CEILING, Decimal
@@ -120,13 +121,13 @@ def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_si
     kinds: dict[tuple[str, int], list[int]] = {}
     state = 0
     n_state = 0
-    for layer in layers:
+    for layer, count in Counter(layers).items():  # models repeat a few layer kinds many times
         if layer.kind == "state":
-            state += f.cdiv(layer.state_bytes, tp)
-            n_state += 1
+            state += f.cdiv(layer.state_bytes, tp) * count
+            n_state += count
             continue
         key = ("window" if layer.kind == "sliding" else "full", layer.window)
-        kinds.setdefault(key, []).append(layer_token_bytes(layer, dtype, scales, tp))
+        kinds.setdefault(key, []).extend([layer_token_bytes(layer, dtype, scales, tp)] * count)
     if not kinds:
         raise InputError("model", "no attention layers", "kvdash needs at least one attention layer per stage")
     windows = {w for (kind, w) in kinds if kind == "window"}
@@ -190,8 +191,11 @@ class BudgetSpec:
     reserve: int = 0
 
 
-def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int) -> dict[str, Any]:
-    """Per-rank KV budget in bytes, with every term that produced it."""
+def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, strict: bool = True) -> dict[str, Any]:
+    """Per-rank KV budget in bytes, with every term that produced it.
+
+    With ``strict=False`` a derived budget that leaves nothing for the KV cache is returned as 0
+    (``fits`` false) instead of raising, so a sweep can show that a point does not fit."""
     if spec.bytes is not None and (spec.gpu or spec.gpu_memory):
         raise InputError("--budget", spec.bytes, "give either --budget or --gpu/--gpu-memory, not both")
     if spec.gpu is None and spec.gpu_memory is None:
@@ -221,6 +225,9 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int) -> di
         requested = total - weights_rank - spec.reserve
         budget = scale_floor(max(requested, 0), util)
         formula = "floor((total - weights/rank - reserve) x util)"
+    if budget <= 0 and not strict:
+        return {"per_rank_bytes": 0, "fits": False, "source": spec.policy, "formula": formula,
+                "shortfall_bytes": -budget}
     if budget <= 0:
         raise InputError(
             "--gpu-util", str(util),

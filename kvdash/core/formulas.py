@@ -1,8 +1,8 @@
 """The capacity formulas, one function each.
 
-Every function here uses only ``+ - * //`` and comparisons, so the *same* definition evaluates a
-single configuration (Python ``int``) and a whole grid (polars expressions, in
-:mod:`kvdash.sweep`).  Nothing here rounds through floats: bytes, slots and blocks stay exact.
+Every function here uses only ``+ - * //`` (and ``min``/``max`` through :func:`imin`/:func:`imax`),
+so the *same* definition evaluates a single configuration (Python ``int``) and a whole grid (polars
+expressions, in :mod:`kvdash.sweep`).  Nothing here rounds through floats: bytes, slots and blocks stay exact.
 
 Symbols: ``B`` block size in tokens; ``n`` tokens held by a request; ``W`` sliding window in tokens.
 """
@@ -24,21 +24,26 @@ def cdiv(n: Any, d: Any) -> Any:
 
 
 def imin(a: Any, b: Any) -> Any:
-    """``min(a, b)`` written as arithmetic so that it also works column-wise.
+    """``min(a, b)`` for integers, and element-wise for columns (``clip``, so that nested minima do
+    not copy their arguments into the expression tree).
 
     >>> imin(7, 3), imin(3, 7)
     (3, 3)
     """
-    return b + (a - b) * (a < b)
+    if isinstance(a, int) and isinstance(b, int):
+        return a if a < b else b
+    return a.clip(upper_bound=b) if hasattr(a, "clip") else b.clip(upper_bound=a)
 
 
 def imax(a: Any, b: Any) -> Any:
-    """``max(a, b)`` written as arithmetic.
+    """``max(a, b)`` for integers, and element-wise for columns.
 
     >>> imax(7, 3), imax(3, 7)
     (7, 7)
     """
-    return a + (b - a) * (b > a)
+    if isinstance(a, int) and isinstance(b, int):
+        return a if a > b else b
+    return a.clip(lower_bound=b) if hasattr(a, "clip") else b.clip(lower_bound=a)
 
 
 def next_pow2(n: Any) -> Any:

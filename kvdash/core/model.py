@@ -314,7 +314,7 @@ def resolve_model(model: str | None = None, config: str | Path | None = None,
 
 def custom(layers: int, kv_heads: int, head_dim: int, num_attention_heads: int | None = None,
            head_dim_v: int | None = None, window: int = 0, max_context: int = 131072,
-           name: str = "custom") -> Architecture:
+           name: str = "custom", source: str = "command-line fields") -> Architecture:
     """A uniform architecture from explicit numbers (``--layers/--kv-heads/--head-dim``)."""
     cfg: dict[str, Any] = {
         "num_hidden_layers": layers,
@@ -327,4 +327,37 @@ def custom(layers: int, kv_heads: int, head_dim: int, num_attention_heads: int |
         cfg["v_head_dim"] = head_dim_v
     if window:
         cfg["sliding_window"] = window
-    return from_hf_config(cfg, name=name, source="command-line fields")
+    return from_hf_config(cfg, name=name, source=source)
+
+
+def model_from_spec(spec: dict[str, Any], base: Path | None = None, where: str = "model") -> Architecture:
+    """An architecture from a mapping: ``preset``, ``config`` (+ ``safetensors_index``), or explicit
+    ``layers``/``kv_heads``/``head_dim`` (+ ``head_dim_v``, ``attention_heads``, ``window``,
+    ``max_context``).  Relative paths are taken from ``base``; ``weights`` overrides weight bytes."""
+    base = base or Path(".")
+    explicit = [k for k in ("layers", "kv_heads", "head_dim") if spec.get(k) is not None]
+    sources = [k for k in ("preset", "config") if spec.get(k)] + (["layers/kv_heads/head_dim"] if explicit else [])
+    if len(sources) != 1:
+        raise InputError(where, sources or "nothing",
+                         "give exactly one of: preset, config, or layers + kv_heads + head_dim")
+    if explicit:
+        for key in ("layers", "kv_heads", "head_dim"):
+            value = spec.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InputError(f"{where}.{key}", value, "expected a positive integer (layers, kv_heads and "
+                                 "head_dim go together)")
+        arch = custom(spec["layers"], spec["kv_heads"], spec["head_dim"], spec.get("attention_heads"),
+                      spec.get("head_dim_v"), spec.get("window") or 0, spec.get("max_context") or 131072,
+                      name=str(spec.get("name", "custom")), source="explicit layers/kv_heads/head_dim")
+    elif spec.get("preset"):
+        arch = load_preset(str(spec["preset"]))
+    else:
+        index = spec.get("safetensors_index")
+        arch = load_config(base / str(spec["config"]), base / str(index) if index else None)
+    if spec.get("weights") is not None:
+        from kvdash.units import parse_size
+
+        arch = Architecture(**{**arch.__dict__, "weight_bytes": parse_size(spec["weights"], f"{where}.weights",
+                                                                         allow_zero=True),
+                               "weight_basis": "given in the grid file"})
+    return arch

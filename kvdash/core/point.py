@@ -57,17 +57,15 @@ def _token_bytes(n: Any, x: Mapping[str, Any]) -> Any:
     return x["full_token_bytes"] * n + x["window_token_bytes"] * f.imin(n, x["window"])
 
 
-def point_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
-    """All capacity figures of one point (or one column of points)."""
-    B, budget, k = x["block_size"], x["budget"], x["k"]
+def request_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
+    """Figures of one request group that do not depend on the budget."""
+    B, k = x["block_size"], x["k"]
     fg, wg, window, state = x["full_groups"], x["window_groups"], x["window"], x["state_bytes"]
-    lengths = [x[f"l{i}"] for i in range(MAX_LENGTHS)]
-    finals = [x[f"f{i}"] for i in range(MAX_LENGTHS)]
+    # a grid passes only as many lengths as its largest group; missing ones are absent, not 0
+    lengths = [x[f"l{i}"] for i in range(MAX_LENGTHS) if f"l{i}" in x]
+    finals = [x[f"f{i}"] for i in range(MAX_LENGTHS) if f"f{i}" in x]
 
-    bpt = x["full_token_bytes"] + x["window_token_bytes"]
     bb = f.block_bytes(B, x["layer_token_bytes"], x["group_size"])
-    pool = f.pool_blocks(budget, bb)
-    slots = f.token_slots(budget, bpt)
 
     def blocks(n: Any) -> Any:
         return f.request_blocks(n, B, fg, wg, window)
@@ -77,36 +75,18 @@ def point_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
     useful_slots = sum(lengths)
     allocated_slots = sum(f.cdiv(n, B) * B for n in lengths)
     useful_bytes = sum(_token_bytes(n, x) for n in lengths) + k * state
-
-    complete = f.capacity(budget, group_bytes)
     max_bytes = k * f.contiguous_request_bytes(x["max_reserved"], x["full_token_bytes"],
                                                x["window_token_bytes"], window, state)
     pow2_res = [f.imin(f.next_pow2(n) * (n > 0), x["max_reserved"]) for n in finals]
-    pow2_bytes = sum(_token_bytes(r, x) for r in pow2_res) + k * state
-    oracle_bytes = sum(_token_bytes(n, x) for n in finals) + k * state
-    contiguous_groups = f.capacity(budget, max_bytes)
-
     longest = lengths[0]
     for n in lengths[1:]:
         longest = f.imax(longest, n)
-
     prefix_blocks = fg * (x["prefix"] // B)
-    own_bytes = (group_blocks - k * prefix_blocks) * bb + k * state
-    shared_bytes = prefix_blocks * bb
-    groups_shared = f.capacity(f.imax(budget - shared_bytes, 0), own_bytes)
-
     L = x["max_model_len"]
-    vllm_blocks = fg * f.cdiv(L, B) + wg * (f.cdiv(f.imin(window - 1 + x["max_batched_tokens"], L), B) + 1)
-
-    paged = complete * k
-    contiguous = contiguous_groups * k
     return {
-        "bytes_per_token": bpt,
+        "bytes_per_token": x["full_token_bytes"] + x["window_token_bytes"],
         "block_bytes": bb,
-        "kv_token_slots": slots,
-        "whole_pool_blocks": pool,
-        "block_backed_token_slots": pool // (fg + wg) * B,
-        "leftover_bytes": budget - pool * bb,
+        "kv_groups": fg + wg,
         "paged_blocks": group_blocks,
         "useful_slots": useful_slots,
         "allocated_slots": allocated_slots,
@@ -115,29 +95,55 @@ def point_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
         "useful_bytes": useful_bytes,
         "paged_bytes": group_bytes,
         "contiguous_max_bytes": max_bytes,
-        "contiguous_pow2_bytes": pow2_bytes,
-        "contiguous_oracle_bytes": oracle_bytes,
+        "contiguous_pow2_bytes": sum(_token_bytes(r, x) for r in pow2_res) + k * state,
+        "contiguous_oracle_bytes": sum(_token_bytes(n, x) for n in finals) + k * state,
         "paged_waste_percent": fdiv(100 * (group_bytes - useful_bytes), group_bytes),
         "reservation_waste_percent": fdiv(100 * (max_bytes - useful_bytes), max_bytes),
-        "complete_groups": complete,
-        "contiguous_complete_groups": contiguous_groups,
-        "paged_requests": paged,
-        "contiguous_requests": contiguous,
-        "pow2_requests": f.capacity(budget, pow2_bytes) * k,
-        "oracle_requests": f.capacity(budget, oracle_bytes) * k,
-        "request_capacity_ratio": fdiv(paged, contiguous),
         "offload_tokens": longest,
         "offload_useful_bytes": _token_bytes(longest, x) + state,
         "offload_allocated_bytes": blocks(longest) * bb + state,
         "prefix_shared_blocks": prefix_blocks,
-        "requests_with_prefix_sharing": groups_shared * k,
-        "prefix_saved_bytes": f.imax(paged - 1, 0) * shared_bytes,
-        "prefix_saved_percent": fdiv(100 * f.imax(paged - 1, 0) * shared_bytes, complete * group_bytes),
-        "vllm_num_gpu_blocks": pool,
-        "vllm_blocks_per_request": vllm_blocks,
-        "vllm_kv_cache_tokens": pool // (fg + wg) * B,
-        "vllm_max_concurrency": fdiv(pool, vllm_blocks),
+        "prefix_shared_bytes": prefix_blocks * bb,
+        "prefix_own_bytes": (group_blocks - k * prefix_blocks) * bb + k * state,
+        "vllm_blocks_per_request": fg * f.cdiv(L, B)
+        + wg * (f.cdiv(f.imin(window - 1 + x["max_batched_tokens"], L), B) + 1),
     }
+
+
+def capacity_metrics(budget: Any, k: Any, block_size: Any, r: Mapping[str, Any]) -> dict[str, Any]:
+    """Figures that divide the budget, from the request figures ``r`` of :func:`request_metrics`."""
+    pool = f.pool_blocks(budget, r["block_bytes"])
+    complete = f.capacity(budget, r["paged_bytes"])
+    paged = complete * k
+    contiguous = f.capacity(budget, r["contiguous_max_bytes"]) * k
+    shared = r["prefix_shared_bytes"]
+    saved = f.imax(paged - 1, 0) * shared
+    tokens = pool // r["kv_groups"] * block_size
+    return {
+        "kv_token_slots": f.token_slots(budget, r["bytes_per_token"]),
+        "whole_pool_blocks": pool,
+        "block_backed_token_slots": tokens,
+        "leftover_bytes": budget - pool * r["block_bytes"],
+        "complete_groups": complete,
+        "contiguous_complete_groups": f.capacity(budget, r["contiguous_max_bytes"]),
+        "paged_requests": paged,
+        "contiguous_requests": contiguous,
+        "pow2_requests": f.capacity(budget, r["contiguous_pow2_bytes"]) * k,
+        "oracle_requests": f.capacity(budget, r["contiguous_oracle_bytes"]) * k,
+        "request_capacity_ratio": fdiv(paged, contiguous),
+        "requests_with_prefix_sharing": f.capacity(f.imax(budget - shared, 0), r["prefix_own_bytes"]) * k,
+        "prefix_saved_bytes": saved,
+        "prefix_saved_percent": fdiv(100 * saved, complete * r["paged_bytes"]),
+        "vllm_num_gpu_blocks": pool,
+        "vllm_kv_cache_tokens": tokens,
+        "vllm_max_concurrency": fdiv(pool, r["vllm_blocks_per_request"]),
+    }
+
+
+def point_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
+    """All capacity figures of one point (or one column of points)."""
+    r = request_metrics(x)
+    return r | capacity_metrics(x["budget"], x["k"], x["block_size"], r)
 
 
 def shape_inputs(shape: Any) -> dict[str, int]:
@@ -156,10 +162,10 @@ def shape_inputs(shape: Any) -> dict[str, int]:
 
 
 def workload_inputs(lengths: tuple[int, ...], finals: tuple[int, ...] | None = None) -> dict[str, int]:
-    """``l0..l7``, ``f0..f7`` and ``k`` for a group of request lengths."""
+    """``l0..``, ``f0..`` and ``k`` for a group of request lengths."""
     finals = finals or lengths
     out = {"k": len(lengths)}
-    for i in range(MAX_LENGTHS):
-        out[f"l{i}"] = lengths[i] if i < len(lengths) else 0
-        out[f"f{i}"] = finals[i] if i < len(finals) else 0
+    for i, (n, fin) in enumerate(zip(lengths, finals, strict=True)):
+        out[f"l{i}"] = n
+        out[f"f{i}"] = fin
     return out

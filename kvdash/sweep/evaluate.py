@@ -1,0 +1,340 @@
+"""Expand a grid into points and evaluate them all at once with polars.
+
+Expansion is a chain of cross joins of small code tables (written key order, ``zip`` groups as one
+table), then ``exclude`` filters.  Per-model figures that need Python (pool shapes, derived
+budgets) are computed once per distinct combination and joined in; every result column then comes
+from :func:`kvdash.core.point.point_metrics` evaluated on polars expressions -- the same function
+``kvdash calc`` evaluates on integers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from functools import reduce
+from typing import Any
+
+import polars as pl
+
+from kvdash.core.calc import BudgetSpec, PoolShape, check_positive, rank_shapes, resolve_budget
+from kvdash.core.model import Architecture, model_from_spec
+from kvdash.core.point import capacity_metrics, request_metrics, shape_inputs
+from kvdash.errors import InputError
+from kvdash.sweep.gridfile import DIMENSIONS, GridSpec, dotted
+
+DEFAULT_MAX_POINTS = 2_000_000
+
+DEFAULTS: dict[str, Any] = {
+    "kv_dtype": "bf16", "kv_scales": "tensor", "block_size": 16, "budget": None, "gpu": None,
+    "gpu_memory": None, "gpu_util": "0.9", "util_policy": "vllm", "weights": None, "reserve": 0, "tp": 1,
+    "pp": 1, "max_model_len": None, "max_batched_tokens": 8192,
+}
+
+# name, kind, description -- the documented columns of results.csv, in order
+RESULT_COLUMNS: list[tuple[str, str, str]] = [
+    ("id", "str", "stable point id: a hash of the point's parameters, not its position"),
+    ("model", "str", "model name from the grid's models:"),
+    ("workload", "str", "workload name"),
+    ("lengths", "str", "tokens each request of the workload holds now (comma-separated)"),
+    ("max_reserved", "int", "tokens a contiguous Max allocator reserves per request"),
+    ("prefix", "int", "tokens of a shared prompt prefix (0: none)"),
+    ("kv_dtype", "str", "KV element type"),
+    ("kv_scales", "str", "scale storage: tensor (none per token) or token_head"),
+    ("block_size", "int", "tokens per block"),
+    ("tp", "int", "tensor-parallel degree"),
+    ("pp", "int", "pipeline-parallel degree"),
+    ("gpu", "str", "GPU preset when the budget is derived (empty for an explicit budget)"),
+    ("gpu_util", "str", "utilization fraction when derived"),
+    ("util_policy", "str", "vllm (fraction of total) or trtllm (fraction of free after weights)"),
+    ("budget_bytes", "int", "KV budget per rank in bytes (0 when weights and reserve leave nothing)"),
+    ("fits", "bool", "false when the derived budget leaves no memory for the KV cache"),
+    ("max_model_len", "int", "vLLM max_model_len used for its start-up figures"),
+    ("max_batched_tokens", "int", "vLLM max_num_batched_tokens used for its sliding-window bound"),
+    ("bytes_per_token", "int", "KV bytes one token takes on the tightest rank"),
+    ("block_bytes", "int", "bytes of one pool block"),
+    ("kv_token_slots", "int", "floor(budget / bytes_per_token)"),
+    ("whole_pool_blocks", "int", "floor(budget / block_bytes)"),
+    ("block_backed_token_slots", "int", "pool blocks / KV-cache groups x block size"),
+    ("paged_blocks", "int", "pool blocks one workload group holds"),
+    ("useful_slots", "int", "sum of the workload's lengths"),
+    ("allocated_slots", "int", "sum of ceil(length / B) x B"),
+    ("tail_waste_slots", "int", "allocated - useful slots"),
+    ("paged_internal_waste_percent", "float", "100 x tail waste / allocated slots"),
+    ("useful_bytes", "int", "bytes of token state the group needs"),
+    ("paged_bytes", "int", "bytes the group holds when paged"),
+    ("contiguous_max_bytes", "int", "bytes the group holds under contiguous Max"),
+    ("paged_waste_percent", "float", "100 x (paged - useful) / paged bytes"),
+    ("reservation_waste_percent", "float", "100 x (Max - useful) / Max bytes"),
+    ("complete_groups", "int", "whole workload groups that fit, paged"),
+    ("contiguous_complete_groups", "int", "whole groups that fit under contiguous Max"),
+    ("paged_requests", "int", "requests that fit, paged (whole groups x group size)"),
+    ("contiguous_requests", "int", "requests that fit under contiguous Max"),
+    ("pow2_requests", "int", "requests that fit under contiguous Pow2 (next power of two of the final length)"),
+    ("oracle_requests", "int", "requests that fit under contiguous Oracle (exact final length)"),
+    ("request_capacity_ratio", "float", "paged / contiguous Max requests (empty when none fit contiguously)"),
+    ("offload_tokens", "int", "tokens of the longest request"),
+    ("offload_useful_bytes", "int", "its token-state bytes"),
+    ("offload_allocated_bytes", "int", "its full allocated-block bytes"),
+    ("requests_with_prefix_sharing", "int", "requests that fit when the prefix blocks are shared"),
+    ("prefix_saved_percent", "float", "memory saved by sharing at the unshared request count, percent"),
+    ("vllm_kv_cache_tokens", "int", "vLLM's 'GPU KV cache size' line"),
+    ("vllm_max_concurrency", "float", "vLLM's 'Maximum concurrency' at max_model_len"),
+    ("kv_128k_over_weights", "float", "KV bytes of one 131,072-token request / weight bytes (per rank)"),
+]
+FLOAT_DECIMALS = 6
+
+_HEX = {i: "0123456789abcdef"[i] for i in range(16)}
+_M61 = (1 << 61) - 1
+
+
+def _h(text: str, digits: int) -> int:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:digits], 16)
+
+
+@dataclass
+class Expanded:
+    frame: pl.DataFrame  # one row per point, result columns in RESULT_COLUMNS order
+    size_before_exclude: int
+
+
+def dominant_stage(shapes: list[PoolShape], where: str) -> PoolShape:
+    """With pipeline parallelism the sweep evaluates the stage that is largest in every respect."""
+    fields = ("layer_token_bytes", "group_size", "full_groups", "window_groups", "full_token_bytes",
+              "window_token_bytes", "state_bytes")
+    for s in shapes:
+        if all(getattr(s, k) >= getattr(o, k) for o in shapes for k in fields) and \
+                all(o.window in (s.window, 0) for o in shapes):
+            return s
+    raise InputError(where, "pp", "no pipeline stage dominates the others for this hybrid model; "
+                     "evaluate it with kvdash calc --pp instead")
+
+
+class _Keys:
+    """Mixed-radix keys over dimension codes, and dense lookup tables indexed by them.
+
+    A dimension with a single value has no code column: its code is always 0."""
+
+    def __init__(self, values: dict[str, list[Any]], columns: set[str]) -> None:
+        self.values = values
+        self.columns = columns
+
+    def code(self, d: str) -> pl.Expr:
+        return pl.col(f"_c_{d}") if f"_c_{d}" in self.columns else pl.lit(0, dtype=pl.UInt32)
+
+    def space(self, dims: tuple[str, ...]) -> int:
+        total = 1
+        for d in dims:
+            total *= len(self.values[d])
+        return total
+
+    def expr(self, dims: tuple[str, ...]) -> pl.Expr:
+        key = pl.lit(0, dtype=pl.UInt64)
+        for d in dims:
+            if len(self.values[d]) > 1:
+                key = key * len(self.values[d]) + self.code(d)
+        return key
+
+    def unique(self, codes: pl.DataFrame, key: str, dims: tuple[str, ...], complete: bool) -> pl.DataFrame:
+        """The distinct keys of column ``key``, with the code of every dimension decoded from them.
+
+        ``complete``: every combination is present (no exclusions), so the keys are 0..space-1."""
+        cols: dict[str, pl.Expr] = {}
+        rest = pl.col(key)
+        for d in reversed(dims):
+            n = len(self.values[d])
+            cols[f"_c_{d}"] = (rest % n).cast(pl.UInt32)
+            rest = rest // n
+        present = pl.Series(key, range(self.space(dims)), dtype=pl.UInt64) if complete else \
+            codes.get_column(key).unique().sort()
+        return pl.DataFrame({key: present}).with_columns(e.alias(n) for n, e in cols.items())
+
+    def decode(self, key: int, dims: tuple[str, ...]) -> dict[str, Any]:
+        out = {}
+        for d in reversed(dims):
+            key, c = divmod(key, len(self.values[d]))
+            out[d] = self.values[d][c]
+        return dict(reversed(list(out.items())))
+
+    def lookup(self, d: str, dtype: Any) -> pl.Expr:
+        """The value of dimension ``d`` at every point (text as a polars Enum: cheap to group and join)."""
+        vals = self.values[d]
+        if dtype == pl.Utf8:
+            dtype = pl.Enum(list(dict.fromkeys(str(v) for v in vals if v is not None)))
+            vals = [None if v is None else str(v) for v in vals]
+        if len(vals) == 1:
+            return pl.lit(vals[0], dtype=dtype)
+        return pl.lit(pl.Series(vals, dtype=dtype)).gather(self.code(d))
+
+
+def _dense(keys: pl.Series, column: pl.Series, size: int) -> pl.Series:
+    """A lookup table of ``size`` rows holding ``column[i]`` at row ``keys[i]`` (null elsewhere)."""
+    return pl.Series(column.name, [], dtype=column.dtype).extend_constant(None, size).scatter(keys, column)
+
+
+def _dim_hashes(dim: str, values: list[Any]) -> pl.Series:
+    """One 61-bit term per value of a dimension; a point's id is the sum of its terms mod 2^61 - 1."""
+    mult = _h(f"dimension:{dim}", 7) | 1
+    return pl.Series([_h(f"{dim}={v!r}", 8) * mult % _M61 for v in values], dtype=pl.UInt64)
+
+
+SHAPE_DIMS = ("model", "kv_dtype", "kv_scales", "tp", "pp", "block_size")
+REQUEST_DIMS = SHAPE_DIMS + ("workload", "max_model_len", "max_batched_tokens")
+BUDGET_DIMS = ("model", "budget", "gpu", "gpu_memory", "gpu_util", "util_policy", "weights", "reserve", "tp", "pp")
+DENSE_LIMIT = 4_000_000  # key spaces larger than this are joined instead of gathered
+LONG_CONTEXT = 131_072
+
+
+def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
+    """Every point of the grid with every result column (:data:`RESULT_COLUMNS`)."""
+    size = spec.size()
+    if size > max_points:
+        raise InputError(f"{spec.path}", f"{size:,} points",
+                         f"the limit is {max_points:,}; raise it with --max-points")
+    # value lists per dimension (constants for dimensions the grid does not set)
+    values: dict[str, list[Any]] = {}
+    for factor in spec.factors:
+        values.update(factor)
+    for dim in DIMENSIONS:
+        if dim not in values:
+            values[dim] = [DEFAULTS[dim]]
+    frames = [pl.DataFrame({f"_c_{d}": pl.Series(range(len(vals)), dtype=pl.UInt32) for d, vals in factor.items()})
+              for factor in spec.factors if len(next(iter(factor.values()))) > 1]
+    codes = reduce(lambda a, b: a.join(b, how="cross"), frames) if frames else pl.DataFrame({"_one": [0]})
+    keys = _Keys(values, set(codes.columns))
+    for rule in spec.excludes:
+        cond = pl.lit(True)
+        for dim, excluded in rule.items():
+            idx = [i for i, v in enumerate(values[dim]) if v in excluded]
+            cond = cond & keys.code(dim).is_in(idx)
+        codes = codes.filter(~cond)
+    codes = codes.with_columns(keys.expr(REQUEST_DIMS).alias("_req"), keys.expr(BUDGET_DIMS).alias("_budget"))
+
+    archs: dict[str, Architecture] = {}
+
+    def arch_of(name: str) -> Architecture:
+        if name not in archs:
+            entry = spec.models[name]
+            where = f"{spec.tree.at(entry.path)}: {dotted(entry.path)}"
+            try:
+                archs[name] = model_from_spec(entry.spec, spec.path.parent, where=where)
+            except InputError as exc:
+                if exc.field.startswith(where):
+                    raise
+                raise InputError(f"{where} ({exc.field})", exc.value, exc.allowed, exc.hint) from exc
+        return archs[name]
+
+    def point_label(p: dict[str, Any]) -> str:
+        return "grid point " + ", ".join(f"{k}={v}" for k, v in p.items() if v is not None)
+
+    # 1. pool shapes per (model, dtype, scales, tp, pp, block size): Python, once each
+    complete = not spec.excludes
+    req_ids = keys.unique(codes, "_req", REQUEST_DIMS, complete)
+    req_ids = req_ids.with_columns(
+        pl.Series("_shape", [0] * req_ids.height, dtype=pl.UInt64) if req_ids.height == 0 else
+        _Keys(values, set(req_ids.columns)).expr(SHAPE_DIMS).alias("_shape"))
+    by_base: dict[tuple[Any, ...], PoolShape] = {}
+    shape_rows: list[dict[str, Any]] = []
+    for key in req_ids.get_column("_shape").unique().sort().to_list():
+        p = keys.decode(key, SHAPE_DIMS)
+        arch = arch_of(p["model"])
+        base = (p["model"], p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"])
+        try:
+            if base not in by_base:  # the block size changes no layer arithmetic
+                by_base[base] = dominant_stage(rank_shapes(arch, p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"]),
+                                               point_label(p))
+            check_positive("block_size", p["block_size"])
+        except InputError as exc:
+            raise InputError(f"{spec.path}: {point_label(p)}: {exc.field}", exc.value, exc.allowed,
+                             exc.hint or "add an exclude: rule for it") from exc
+        stage = replace(by_base[base], block_size=p["block_size"])
+        weights_rank = -(-arch.weight_bytes // (p["tp"] * p["pp"])) if arch.weight_bytes else 0
+        kv128 = stage.full_token_bytes * LONG_CONTEXT + stage.window_token_bytes * min(
+            LONG_CONTEXT, stage.window or LONG_CONTEXT) + stage.state_bytes
+        shape_rows.append({"_shape": key, **shape_inputs(stage), "_max_context": arch.max_context,
+                           "_kv128k_over_weights": kv128 / weights_rank if weights_rank else None})
+    for w in (spec.workloads[name] for name in values["workload"]):
+        for model in sorted({base[0] for base in by_base}):
+            if w.max_reserved > arch_of(model).max_context:
+                raise InputError(f"{spec.path}: workloads.{w.name}.max_reserved", w.max_reserved,
+                                 f"at most the context length of {model} ({arch_of(model).max_context:,})")
+
+    # 2. request figures per (shape, workload, max_model_len, max_batched_tokens): polars on a small table
+    wl = [spec.workloads[name] for name in values["workload"]]
+    widest = max(len(w.lengths) for w in wl)
+    wtable: dict[str, Any] = {"_c_workload": pl.Series(range(len(wl)), dtype=pl.UInt32),
+                              "k": [len(w.lengths) for w in wl], "max_reserved": [w.max_reserved for w in wl],
+                              "prefix": [w.prefix for w in wl],
+                              "lengths": pl.Series([",".join(map(str, w.lengths)) for w in wl], dtype=pl.Enum(
+                                  list(dict.fromkeys(",".join(map(str, w.lengths)) for w in wl))))}
+    for i in range(widest):
+        wtable[f"l{i}"] = [w.lengths[i] if i < len(w.lengths) else 0 for w in wl]
+        wtable[f"f{i}"] = [w.finals[i] if i < len(w.finals) else 0 for w in wl]
+    rkeys = _Keys(values, set(req_ids.columns))
+    req = req_ids.join(pl.DataFrame(shape_rows, schema_overrides={"_shape": pl.UInt64,
+                                                                  "_kv128k_over_weights": pl.Float64}), on="_shape") \
+        .join(pl.DataFrame(wtable), on="_c_workload").with_columns(
+            rkeys.lookup("max_model_len", pl.Int64).fill_null(pl.col("max_reserved")).alias("max_model_len"),
+            rkeys.lookup("max_batched_tokens", pl.Int64).alias("max_batched_tokens"))
+    r_exprs = request_metrics({c: pl.col(c) for c in req.columns})
+    req = req.lazy().with_columns(e.alias(n) for n, e in r_exprs.items()).with_columns(
+        (pl.lit(0, dtype=pl.UInt64) + sum((pl.lit(_dim_hashes(d, values[d])).gather(rkeys.code(d))
+                                           for d in REQUEST_DIMS), pl.lit(0, dtype=pl.UInt64)) % _M61)
+        .alias("_hreq")).collect()
+
+    # 3. budgets per (model, budget, GPU, utilization, policy, weights, reserve, tp, pp): Python, once each
+    bud_ids = keys.unique(codes, "_budget", BUDGET_DIMS, complete)
+    bkeys = _Keys(values, set(bud_ids.columns))
+    bvals, bfits = [], []
+    for key in bud_ids.get_column("_budget").to_list():
+        p = keys.decode(key, BUDGET_DIMS)
+        bspec = BudgetSpec(bytes=p["budget"], gpu=p["gpu"], gpu_memory=p["gpu_memory"], util=p["gpu_util"],
+                           policy=p["util_policy"], weights=p["weights"], reserve=p["reserve"])
+        try:
+            info = resolve_budget(bspec, arch_of(p["model"]), p["tp"], p["pp"], strict=False)
+        except InputError as exc:
+            raise InputError(f"{spec.path}: {point_label(p)}: {exc.field}", exc.value, exc.allowed, exc.hint) from exc
+        bvals.append(info["per_rank_bytes"])
+        bfits.append(info.get("fits", True))
+    bud = bud_ids.with_columns(
+        pl.Series("budget_bytes", bvals, dtype=pl.Int64), pl.Series("fits", bfits, dtype=pl.Boolean),
+        (sum((pl.lit(_dim_hashes(d, values[d])).gather(bkeys.code(d)) for d in BUDGET_DIMS
+              if d not in REQUEST_DIMS), pl.lit(0, dtype=pl.UInt64)) % _M61).alias("_hbud"))
+
+    # 4. gather request and budget figures onto every point; the budget divisions; ids; parameters
+    carried = ["k", "block_size", "max_reserved", "prefix", "max_model_len", "max_batched_tokens", "lengths",
+               "_kv128k_over_weights",
+               "_hreq", *r_exprs]
+    lazy = codes.lazy()
+    if keys.space(REQUEST_DIMS) <= DENSE_LIMIT and keys.space(BUDGET_DIMS) <= DENSE_LIMIT:
+        n_req, n_bud = keys.space(REQUEST_DIMS), keys.space(BUDGET_DIMS)
+        ridx, bidx = req.get_column("_req"), bud.get_column("_budget")
+        lazy = lazy.with_columns(
+            *[pl.lit(_dense(ridx, req.get_column(c), n_req)).gather(pl.col("_req")).alias(c) for c in carried],
+            *[pl.lit(_dense(bidx, bud.get_column(c), n_bud)).gather(pl.col("_budget")).alias(c)
+              for c in ("budget_bytes", "fits", "_hbud")])
+    else:
+        lazy = lazy.join(req.lazy().select(["_req", *carried]), on="_req", how="left") \
+            .join(bud.lazy().select("_budget", "budget_bytes", "fits", "_hbud"), on="_budget", how="left")
+    c_exprs = capacity_metrics(pl.col("budget_bytes"), pl.col("k"), pl.col("block_size"),
+                               {n: pl.col(n) for n in r_exprs})
+    metrics: dict[str, pl.Expr] = {n: pl.col(n) for n in r_exprs} | c_exprs
+    metrics["kv_128k_over_weights"] = pl.col("_kv128k_over_weights")
+    # the id: the sum of one hash term per parameter, modulo 2^61 - 1, as 16 hex digits
+    acc = (pl.col("_hreq") + pl.col("_hbud")) % _M61
+    chunks = pl.Series([f"{i:04x}" for i in range(1 << 16)], dtype=pl.Utf8)
+    metrics["id"] = pl.concat_str([pl.lit(chunks).gather((acc // (1 << (16 * (3 - i)))) % (1 << 16))
+                                   for i in range(4)])
+    for name, dtype in (("model", pl.Utf8), ("workload", pl.Utf8), ("kv_dtype", pl.Utf8), ("kv_scales", pl.Utf8),
+                        ("tp", pl.Int64), ("pp", pl.Int64), ("gpu", pl.Utf8), ("util_policy", pl.Utf8)):
+        metrics[name] = keys.lookup(name, dtype)
+    derived = pl.lit(pl.Series([v is not None for v in values["gpu"]])).gather(keys.code("gpu")) | \
+        pl.lit(pl.Series([v is not None for v in values["gpu_memory"]])).gather(keys.code("gpu_memory"))
+    metrics["gpu_util"] = pl.when(derived).then(keys.lookup("gpu_util", pl.Utf8)).otherwise(None)
+    out = []
+    for name, kind, _ in RESULT_COLUMNS:
+        expr = metrics.get(name, pl.col(name))
+        if kind == "float":
+            expr = pl.when(expr.is_finite()).then(expr.cast(pl.Float64)).otherwise(None)
+        out.append(expr.alias(name))
+    frame = lazy.select(out).collect()
+    return Expanded(frame=frame, size_before_exclude=size)

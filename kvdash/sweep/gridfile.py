@@ -1,0 +1,376 @@
+"""The sweep grid file: YAML loaded safely, every value remembered with its line and column.
+
+Errors name the line and column, the key path, what is allowed, and the closest key for a typo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kvdash.errors import InputError, closest
+
+TOP_KEYS = ("title", "description", "models", "workloads", "defaults", "grid", "zip", "exclude", "claims",
+            "gates")
+DIMENSIONS = ("model", "workload", "kv_dtype", "kv_scales", "block_size", "budget", "gpu", "gpu_memory",
+              "gpu_util", "util_policy", "weights", "reserve", "tp", "pp", "max_model_len", "max_batched_tokens")
+INT_DIMS = ("block_size", "tp", "pp", "max_model_len", "max_batched_tokens")
+SIZE_DIMS = ("budget", "gpu_memory", "weights", "reserve")
+MODEL_KEYS = ("name", "preset", "config", "safetensors_index", "layers", "kv_heads", "head_dim", "head_dim_v",
+              "attention_heads", "window", "max_context", "weights")
+WORKLOAD_KEYS = ("used", "max_reserved", "final", "lengths", "prefix", "description")
+GATE_KEYS = ("name", "metric", "min", "max", "where")
+
+Path_ = tuple[Any, ...]
+
+
+class GridError(InputError):
+    """A grid-file error: ``file:line:col: key.path: problem``."""
+
+    def __init__(self, where: str, path: Path_, value: object, allowed: str, hint: str = "") -> None:
+        super().__init__(f"{where}: {dotted(path)}" if path else where, value, allowed, hint)
+
+
+def dotted(path: Path_) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+class _Tree:
+    """Python values built from YAML nodes, with the position of every node."""
+
+    def __init__(self, text: str, name: str) -> None:
+        self.name = name
+        self.marks: dict[Path_, tuple[int, int]] = {}
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark
+            where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+            raise InputError(where, "YAML", f"the file is not valid YAML: {exc.problem}") from exc
+        self.loader = yaml.SafeLoader("")
+        self.data = self._build(node, ()) if node is not None else {}
+
+    def _build(self, node: yaml.Node, path: Path_) -> Any:
+        self.marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if isinstance(node, yaml.MappingNode):
+            out: dict[str, Any] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise InputError(self.at(path), "mapping key", "keys must be plain names")
+                key = str(self._scalar(key_node, path))
+                if key in out:
+                    self.marks[path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                    raise GridError(self.at(path + (key,)), path + (key,), key, "each key may appear once")
+                out[key] = self._build(value_node, path + (key,))
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self._build(item, path + (i,)) for i, item in enumerate(node.value)]
+        return self._scalar(node, path)
+
+    def _scalar(self, node: yaml.Node, path: Path_) -> Any:
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            raise GridError(self.at(path), path, node.tag, "only plain YAML values (no tags or objects)") from exc
+
+    def at(self, path: Path_) -> str:
+        probe = path
+        while probe not in self.marks and probe:
+            probe = probe[:-1]
+        line, col = self.marks.get(probe, (1, 1))
+        return f"{self.name}:{line}:{col}"
+
+
+@dataclass
+class ModelEntry:
+    name: str
+    spec: dict[str, Any]
+    path: Path_
+
+
+@dataclass
+class Workload:
+    name: str
+    lengths: tuple[int, ...]
+    finals: tuple[int, ...]
+    max_reserved: int
+    prefix: int
+    description: str = ""
+
+
+@dataclass
+class Gate:
+    name: str
+    metric: str
+    min: float | None
+    max: float | None
+    where: dict[str, list[Any]]
+
+
+@dataclass
+class GridSpec:
+    path: Path
+    text: str
+    title: str
+    description: str
+    models: dict[str, ModelEntry]
+    workloads: dict[str, Workload]
+    factors: list[dict[str, list[Any]]]  # in expansion order: each a dimension (one key) or a zip group
+    excludes: list[dict[str, list[Any]]]
+    claims: list[str] | None
+    gates: list[Gate]
+    tree: _Tree = field(repr=False)
+
+    @property
+    def dimensions(self) -> list[str]:
+        return [d for factor in self.factors for d in factor]
+
+    def size(self) -> int:
+        total = 1
+        for factor in self.factors:
+            total *= len(next(iter(factor.values())))
+        return total
+
+
+class Checker:
+    def __init__(self, tree: _Tree) -> None:
+        self.tree = tree
+
+    def fail(self, path: Path_, value: object, allowed: str, hint: str = "") -> GridError:
+        return GridError(self.tree.at(path), path, value, allowed, hint)
+
+    def mapping(self, value: Any, path: Path_, keys: tuple[str, ...] | None = None) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(path, value, "expected a mapping of keys to values")
+        if keys is not None:
+            for key in value:
+                if key not in keys:
+                    raise self.fail(path + (key,), key, "unknown key; allowed: " + ", ".join(keys),
+                                    closest(key, keys))
+        return value
+
+    def seq(self, value: Any, path: Path_, allow_scalar: bool = False) -> list[Any]:
+        if isinstance(value, list):
+            if not value:
+                raise self.fail(path, value, "expected a non-empty list")
+            return value
+        if allow_scalar and not isinstance(value, dict):
+            return [value]
+        raise self.fail(path, value, "expected a list")
+
+    def positive_int(self, value: Any, path: Path_, allow_zero: bool = False) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0 and not allow_zero):
+            raise self.fail(path, value, "expected a non-negative integer" if allow_zero else "expected a positive integer")
+        return value
+
+    def dimension_value(self, dim: str, value: Any, path: Path_, spec_models: dict[str, ModelEntry],
+                        workloads: dict[str, Workload]) -> Any:
+        from kvdash.core.dtypes import SCALE_MODES, get_dtype
+        from kvdash.core.gpus import gpu_presets
+        from kvdash.units import parse_fraction, parse_size
+
+        try:
+            if value is None and dim in ("gpu", "gpu_memory", "weights", "max_model_len"):
+                return None
+            if dim == "model":
+                if str(value) not in spec_models:
+                    raise self.fail(path, value, "expected a name from models: " + ", ".join(spec_models),
+                                    closest(str(value), spec_models))
+                return str(value)
+            if dim == "workload":
+                if str(value) not in workloads:
+                    raise self.fail(path, value, "expected a name from workloads: " + ", ".join(workloads),
+                                    closest(str(value), workloads))
+                return str(value)
+            if dim == "kv_dtype":
+                return get_dtype(str(value)).name
+            if dim == "kv_scales":
+                if value not in SCALE_MODES:
+                    raise self.fail(path, value, "expected one of: " + ", ".join(SCALE_MODES))
+                return value
+            if dim == "util_policy":
+                if value not in ("vllm", "trtllm"):
+                    raise self.fail(path, value, "expected 'vllm' or 'trtllm'")
+                return value
+            if dim == "gpu":
+                presets = gpu_presets()
+                key = str(value).lower()
+                if key not in presets:
+                    raise self.fail(path, value, "expected a GPU preset: " + ", ".join(presets),
+                                    closest(key, presets))
+                return key
+            if dim == "gpu_util":
+                return str(parse_fraction(value, dotted(path)))
+            if dim in SIZE_DIMS:
+                return parse_size(value, dotted(path), allow_zero=dim in ("weights", "reserve"))
+            if dim in INT_DIMS:
+                return self.positive_int(value, path)
+        except GridError:
+            raise
+        except InputError as exc:
+            raise self.fail(path, value, exc.allowed, exc.hint) from exc
+        raise self.fail(path, dim, "unknown dimension")  # pragma: no cover - callers check the name
+
+
+DEFAULT_WORKLOAD = Workload("tutorial-825", (825,), (825,), 2048, 0, "825 tokens held, 2,048 reserved")
+
+
+def parse_grid(path: Path, text: str | None = None) -> GridSpec:
+    """Read and validate a grid file."""
+    name = str(path)
+    if text is None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise InputError("grid file", name, "the file does not exist") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError("grid file", name, f"the file cannot be read ({type(exc).__name__})") from exc
+    tree = _Tree(text, name)
+    c = Checker(tree)
+    top = c.mapping(tree.data, (), TOP_KEYS)
+
+    # models
+    models: dict[str, ModelEntry] = {}
+    for i, entry in enumerate(c.seq(top.get("models", ["tutorial-gqa-80l"]), ("models",))):
+        p: Path_ = ("models", i)
+        if isinstance(entry, str):
+            spec = {"preset": entry}
+            label = entry
+        else:
+            spec = dict(c.mapping(entry, p, MODEL_KEYS))
+            label = str(spec.get("name") or spec.get("preset") or spec.get("config") or f"model-{i}")
+            spec.pop("name", None)
+        if label in models:
+            raise c.fail(p, label, "model names must be unique; add name: to tell them apart")
+        models[label] = ModelEntry(label, spec, p)
+
+    # workloads
+    workloads: dict[str, Workload] = {}
+    for wname, wl in c.mapping(top.get("workloads", {}), ("workloads",)).items():
+        p = ("workloads", wname)
+        wl = c.mapping(wl, p, WORKLOAD_KEYS)
+        if "lengths" in wl and "used" in wl:
+            raise c.fail(p, wname, "give either used (one request) or lengths (a group), not both")
+        if "lengths" in wl:
+            lengths = tuple(c.positive_int(v, p + ("lengths", j)) for j, v in
+                            enumerate(c.seq(wl["lengths"], p + ("lengths",))))
+            if len(lengths) > 8:
+                raise c.fail(p + ("lengths",), len(lengths), "at most 8 lengths per group")
+            finals = lengths
+            if "final" in wl:
+                raise c.fail(p + ("final",), wl["final"], "final applies to a single request (used:)")
+        else:
+            used = c.positive_int(wl.get("used", 825), p + ("used",))
+            final = c.positive_int(wl.get("final", used), p + ("final",))
+            lengths, finals = (used,), (final,)
+        reserved = c.positive_int(wl.get("max_reserved", max(max(lengths), 2048)), p + ("max_reserved",))
+        prefix = c.positive_int(wl.get("prefix", 0), p + ("prefix",), allow_zero=True)
+        for j, (n, fin) in enumerate(zip(lengths, finals, strict=True)):
+            if n > reserved or fin > reserved:
+                raise c.fail(p + ("max_reserved",), reserved, f"must be at least every length ({max(n, fin)})")
+            if fin < n:
+                raise c.fail(p + ("final",), fin, f"must be at least used ({n})")
+        if prefix > min(lengths):
+            raise c.fail(p + ("prefix",), prefix, f"must not exceed the shortest length ({min(lengths)})")
+        workloads[str(wname)] = Workload(str(wname), lengths, finals, reserved, prefix,
+                                         str(wl.get("description", "")))
+    if not workloads:
+        workloads[DEFAULT_WORKLOAD.name] = DEFAULT_WORKLOAD
+
+    def values(dim: str, raw: Any, p: Path_) -> list[Any]:
+        if dim not in DIMENSIONS:
+            raise c.fail(p, dim, "unknown dimension; allowed: " + ", ".join(DIMENSIONS), closest(dim, DIMENSIONS))
+        items = c.seq(raw, p, allow_scalar=True)
+        out = [c.dimension_value(dim, v, p + ((j,) if isinstance(raw, list) else ()), models, workloads)
+               for j, v in enumerate(items)]
+        if len(set(map(repr, out))) != len(out):
+            raise c.fail(p, raw, "values of a dimension must be distinct")
+        return out
+
+    factors: list[dict[str, list[Any]]] = []
+    seen: dict[str, Path_] = {}
+
+    def add(dim: str, p: Path_) -> None:
+        if dim in seen:
+            raise c.fail(p, dim, f"dimension already set at {dotted(seen[dim])}")
+        seen[dim] = p
+
+    for dim, raw in c.mapping(top.get("defaults", {}), ("defaults",)).items():
+        add(dim, ("defaults", dim))
+        if isinstance(raw, list):
+            raise c.fail(("defaults", dim), raw, "a default is a single value; put lists under grid:")
+        factors.append({dim: values(dim, raw, ("defaults", dim))})
+    for dim, raw in c.mapping(top.get("grid", {}), ("grid",)).items():
+        add(dim, ("grid", dim))
+        factors.append({dim: values(dim, raw, ("grid", dim))})
+    zip_raw = top.get("zip", [])
+    for i, group in enumerate(c.seq(zip_raw, ("zip",)) if zip_raw else []):
+        p = ("zip", i)
+        group = c.mapping(group, p)
+        linked: dict[str, list[Any]] = {}
+        for dim, raw in group.items():
+            add(dim, p + (dim,))
+            if not isinstance(raw, list):
+                raise c.fail(p + (dim,), raw, "zip values must be lists of equal length")
+            linked[dim] = values(dim, raw, p + (dim,))
+        lengths_seen = {len(v) for v in linked.values()}
+        if len(lengths_seen) > 1:
+            raise c.fail(p, {k: len(v) for k, v in linked.items()}, "zip lists must have equal lengths")
+        factors.append(linked)
+    if "model" not in seen:
+        factors.insert(0, {"model": list(models)})
+    if "workload" not in seen:
+        factors.append({"workload": list(workloads)})
+
+    excludes: list[dict[str, list[Any]]] = []
+    exclude_raw = top.get("exclude", [])
+    for i, ex in enumerate(c.seq(exclude_raw, ("exclude",)) if exclude_raw else []):
+        p = ("exclude", i)
+        ex = c.mapping(ex, p)
+        rule: dict[str, list[Any]] = {}
+        for dim, raw in ex.items():
+            rule[dim] = values(dim, raw, p + (dim,))
+        excludes.append(rule)
+
+    claims_raw = top.get("claims")
+    claims: list[str] | None = None
+    if claims_raw is not None and claims_raw != "all":
+        from kvdash.sweep.claims import load_claims
+
+        known = {cl.id for cl in load_claims()}
+        claims = []
+        for i, cid in enumerate(c.seq(claims_raw, ("claims",))):
+            if cid not in known:
+                raise c.fail(("claims", i), cid, "unknown claim id (kvdash claims lists them)", closest(str(cid), known))
+            claims.append(cid)
+
+    gates: list[Gate] = []
+    gates_raw = top.get("gates", [])
+    for i, g in enumerate(c.seq(gates_raw, ("gates",)) if gates_raw else []):
+        p = ("gates", i)
+        g = c.mapping(g, p, GATE_KEYS)
+        from kvdash.sweep.evaluate import RESULT_COLUMNS
+
+        metric = g.get("metric")
+        numeric = [name for name, kind, _ in RESULT_COLUMNS if kind in ("int", "float")]
+        if metric not in numeric:
+            raise c.fail(p + ("metric",), metric, "expected a numeric result column", closest(str(metric), numeric))
+        lo, hi = g.get("min"), g.get("max")
+        for key, bound in (("min", lo), ("max", hi)):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int | float)):
+                raise c.fail(p + (key,), bound, "expected a number")
+        if lo is None and hi is None:
+            raise c.fail(p, g, "a gate needs min: or max:")
+        where = {dim: values(dim, raw, p + ("where", dim))
+                 for dim, raw in c.mapping(g.get("where", {}), p + ("where",)).items()}
+        gates.append(Gate(str(g.get("name", f"{metric} gate {i}")), metric, lo, hi, where))
+
+    return GridSpec(path=path, text=text, title=str(top.get("title", path.stem)),
+                    description=str(top.get("description", "")), models=models, workloads=workloads,
+                    factors=factors, excludes=excludes, claims=claims, gates=gates, tree=tree)

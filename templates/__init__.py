@@ -1,0 +1,1 @@
+"""Jinja2 templates of the sweep reports (installed as the kvdash.templates package)."""
