@@ -62,7 +62,7 @@ def sweep(
                 print(line, file=sys.stderr)
             raise typer.Exit(1)
         if not quiet:
-            print(f"gates: all {len(spec.gates)} passed")
+            print(f"gates: all {len(spec.gates)} passed" if spec.gates else "gates: none in this grid")
 
 
 class _null:

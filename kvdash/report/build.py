@@ -19,7 +19,6 @@ import polars as pl
 
 from kvdash import __version__
 from kvdash.core.calc import rank_shapes
-from kvdash.core.model import model_from_spec
 from kvdash.sweep.claims import Verdict, judge_all
 from kvdash.sweep.evaluate import DEFAULTS, RESULT_COLUMNS, Expanded
 from kvdash.sweep.gridfile import GridSpec
@@ -112,10 +111,24 @@ def _waste(df: pl.DataFrame, spec: GridSpec) -> list[list[str]]:
     return rows
 
 
+GROUP_COLS = ("id", "model", "workload", "kv_dtype", "block_size", "useful_slots", "allocated_slots",
+              "tail_waste_slots", "complete_groups", "contiguous_complete_groups", "offload_tokens",
+              "offload_useful_bytes", "offload_allocated_bytes")
+GROUP_HEADERS = ["id", "model", "workload", "KV dtype", "block", "useful slots/group", "allocated slots/group",
+                 "tail waste slots/group", "whole groups (paged)", "whole groups (contiguous Max)", "offloaded request",
+                 "offload: useful bytes", "offload: allocated-block bytes"]
+
+
+def _groups(df: pl.DataFrame) -> list[list[str]]:
+    """Workloads of several requests: the tutorial exercise's figures (at most HEADLINE_ALL rows)."""
+    multi = df.filter(pl.col("lengths").cast(pl.Utf8).str.contains(",")).select(GROUP_COLS)
+    return _rows(multi.head(HEADLINE_ALL), GROUP_COLS)
+
+
 def _models(spec: GridSpec) -> list[list[str]]:
     rows = []
     for name, entry in spec.models.items():
-        arch = model_from_spec(entry.spec, spec.path.parent, where=name)
+        arch = entry.arch
         shape = rank_shapes(arch)[0]
         rows.append([name, arch.source.replace(str(spec.path.parent) + "/", ""), f"{arch.num_layers}", arch.pattern(),
                      f"{arch.num_attention_heads}", f"{arch.kv_heads}", f"{arch.head_dim}", f"{arch.max_context:,}",
@@ -186,7 +199,8 @@ def _exit_criteria(df: pl.DataFrame, verdicts: list[Verdict]) -> list[list[str]]
     rows.append(["block-level paging is distinguished from prefix-cache matching and retention", "met",
                  "prefix figures assume the prefix blocks are already shared; matching, retention and eviction "
                  "are engine policies outside this arithmetic"])
-    has_fp8 = df.filter(pl.col("kv_dtype").cast(pl.Utf8).str.starts_with("fp8") | (pl.col("kv_dtype").cast(pl.Utf8) == "int8")).height > 0
+    dtype = pl.col("kv_dtype").cast(pl.Utf8)
+    has_fp8 = df.filter(dtype.str.starts_with("fp8") | (dtype == "int8")).height > 0
     rows.append(["FP8 capacity is marked idealized", "met" if has_fp8 else "not evaluable",
                  "every fp8/int8 point without per-token scales is labelled idealized" if has_fp8 else
                  "no fp8 point in this grid"])
@@ -246,6 +260,8 @@ def build_context(spec: GridSpec, expanded: Expanded) -> dict[str, Any]:
         "dimensions": _dimensions(spec, df),
         "headline_headers": [HEADERS[c] for c in HEADLINE_COLS],
         "headline": headline,
+        "groups": _groups(df),
+        "group_headers": GROUP_HEADERS,
         "sensitivity": _sensitivity(df, spec),
         "waste": _waste(df, spec),
         "verdicts": verdicts,

@@ -141,7 +141,7 @@ def judge(df: pl.DataFrame, claim: Claim) -> Verdict:
                        f"capacity arithmetic cannot settle a {claim.kind} claim; {claim.settle}")
     if "tp_times_pp" not in df.columns:
         df = _with_helpers(df)
-    applicable = _metric_frame(_applicable(_narrow(df, claim), claim), claim)
+    applicable = _metric_frame(_applicable(_narrow(df, claim), claim), claim).sort("id")  # joins reorder
     if applicable.height == 0:
         need = ", ".join(f"{k} in {{{', '.join(map(str, v))}}}" for k, v in claim.applies_to.items()) \
             or "matching points"

@@ -17,10 +17,10 @@ from typing import Any
 import polars as pl
 
 from kvdash.core.calc import BudgetSpec, PoolShape, check_positive, rank_shapes, resolve_budget
-from kvdash.core.model import Architecture, model_from_spec
+from kvdash.core.model import Architecture
 from kvdash.core.point import capacity_metrics, request_metrics, shape_inputs
 from kvdash.errors import InputError
-from kvdash.sweep.gridfile import DIMENSIONS, GridSpec, dotted
+from kvdash.sweep.gridfile import DIMENSIONS, GridSpec
 
 DEFAULT_MAX_POINTS = 2_000_000
 
@@ -105,8 +105,8 @@ def dominant_stage(shapes: list[PoolShape], where: str) -> PoolShape:
         if all(getattr(s, k) >= getattr(o, k) for o in shapes for k in fields) and \
                 all(o.window in (s.window, 0) for o in shapes):
             return s
-    raise InputError(where, "pp", "no pipeline stage dominates the others for this hybrid model; "
-                     "evaluate it with kvdash calc --pp instead")
+    raise InputError(where, len(shapes), "no pipeline stage dominates the others for this hybrid model, so a "
+                     "sweep cannot take one stage for all; evaluate it with kvdash calc --pp")
 
 
 class _Keys:
@@ -209,19 +209,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         codes = codes.filter(~cond)
     codes = codes.with_columns(keys.expr(REQUEST_DIMS).alias("_req"), keys.expr(BUDGET_DIMS).alias("_budget"))
 
-    archs: dict[str, Architecture] = {}
-
     def arch_of(name: str) -> Architecture:
-        if name not in archs:
-            entry = spec.models[name]
-            where = f"{spec.tree.at(entry.path)}: {dotted(entry.path)}"
-            try:
-                archs[name] = model_from_spec(entry.spec, spec.path.parent, where=where)
-            except InputError as exc:
-                if exc.field.startswith(where):
-                    raise
-                raise InputError(f"{where} ({exc.field})", exc.value, exc.allowed, exc.hint) from exc
-        return archs[name]
+        return spec.models[name].arch  # type: ignore[no-any-return]
 
     def point_label(p: dict[str, Any]) -> str:
         return "grid point " + ", ".join(f"{k}={v}" for k, v in p.items() if v is not None)
@@ -241,7 +230,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         try:
             if base not in by_base:  # the block size changes no layer arithmetic
                 by_base[base] = dominant_stage(rank_shapes(arch, p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"]),
-                                               point_label(p))
+                                               "pp")
             check_positive("block_size", p["block_size"])
         except InputError as exc:
             raise InputError(f"{spec.path}: {point_label(p)}: {exc.field}", exc.value, exc.allowed,

@@ -47,6 +47,7 @@ class _Tree:
     def __init__(self, text: str, name: str) -> None:
         self.name = name
         self.marks: dict[Path_, tuple[int, int]] = {}
+        self.key_marks: dict[Path_, tuple[int, int]] = {}
         try:
             node = yaml.compose(text, Loader=yaml.SafeLoader)
         except yaml.MarkedYAMLError as exc:
@@ -58,12 +59,16 @@ class _Tree:
 
     def _build(self, node: yaml.Node, path: Path_) -> Any:
         self.marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if not isinstance(node, yaml.ScalarNode) and node.tag not in (
+                "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"):
+            raise GridError(self.at(path), path, node.tag, "only plain YAML values (no tags or objects)")
         if isinstance(node, yaml.MappingNode):
             out: dict[str, Any] = {}
             for key_node, value_node in node.value:
                 if not isinstance(key_node, yaml.ScalarNode):
                     raise InputError(self.at(path), "mapping key", "keys must be plain names")
                 key = str(self._scalar(key_node, path))
+                self.key_marks[path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
                 if key in out:
                     self.marks[path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
                     raise GridError(self.at(path + (key,)), path + (key,), key, "each key may appear once")
@@ -79,7 +84,11 @@ class _Tree:
         except yaml.YAMLError as exc:
             raise GridError(self.at(path), path, node.tag, "only plain YAML values (no tags or objects)") from exc
 
-    def at(self, path: Path_) -> str:
+    def at(self, path: Path_, key: bool = False) -> str:
+        """``file:line:col`` of the value at ``path`` (or of its key)."""
+        if key and path in self.key_marks:
+            line, col = self.key_marks[path]
+            return f"{self.name}:{line}:{col}"
         probe = path
         while probe not in self.marks and probe:
             probe = probe[:-1]
@@ -92,6 +101,7 @@ class ModelEntry:
     name: str
     spec: dict[str, Any]
     path: Path_
+    arch: Any = None  # kvdash.core.model.Architecture, loaded when the grid is read
 
 
 @dataclass
@@ -142,8 +152,8 @@ class Checker:
     def __init__(self, tree: _Tree) -> None:
         self.tree = tree
 
-    def fail(self, path: Path_, value: object, allowed: str, hint: str = "") -> GridError:
-        return GridError(self.tree.at(path), path, value, allowed, hint)
+    def fail(self, path: Path_, value: object, allowed: str, hint: str = "", key: bool = False) -> GridError:
+        return GridError(self.tree.at(path, key), path, value, allowed, hint)
 
     def mapping(self, value: Any, path: Path_, keys: tuple[str, ...] | None = None) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -152,7 +162,7 @@ class Checker:
             for key in value:
                 if key not in keys:
                     raise self.fail(path + (key,), key, "unknown key; allowed: " + ", ".join(keys),
-                                    closest(key, keys))
+                                    closest(key, keys), key=True)
         return value
 
     def seq(self, value: Any, path: Path_, allow_scalar: bool = False) -> list[Any]:
@@ -166,7 +176,8 @@ class Checker:
 
     def positive_int(self, value: Any, path: Path_, allow_zero: bool = False) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0 and not allow_zero):
-            raise self.fail(path, value, "expected a non-negative integer" if allow_zero else "expected a positive integer")
+            raise self.fail(path, value,
+                        "expected a non-negative integer" if allow_zero else "expected a positive integer")
         return value
 
     def dimension_value(self, dim: str, value: Any, path: Path_, spec_models: dict[str, ModelEntry],
@@ -248,7 +259,18 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
             spec.pop("name", None)
         if label in models:
             raise c.fail(p, label, "model names must be unique; add name: to tell them apart")
-        models[label] = ModelEntry(label, spec, p)
+        from kvdash.core.model import model_from_spec
+
+        where = f"{tree.at(p)}: {dotted(p)}"
+        try:
+            arch = model_from_spec(spec, path.parent, where=where)
+        except GridError:
+            raise
+        except InputError as exc:
+            if exc.field.startswith(where):
+                raise
+            raise InputError(f"{where} ({exc.field})", exc.value, exc.allowed, exc.hint) from exc
+        models[label] = ModelEntry(label, spec, p, arch)
 
     # workloads
     workloads: dict[str, Workload] = {}
@@ -271,7 +293,7 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
             lengths, finals = (used,), (final,)
         reserved = c.positive_int(wl.get("max_reserved", max(max(lengths), 2048)), p + ("max_reserved",))
         prefix = c.positive_int(wl.get("prefix", 0), p + ("prefix",), allow_zero=True)
-        for j, (n, fin) in enumerate(zip(lengths, finals, strict=True)):
+        for n, fin in zip(lengths, finals, strict=True):
             if n > reserved or fin > reserved:
                 raise c.fail(p + ("max_reserved",), reserved, f"must be at least every length ({max(n, fin)})")
             if fin < n:
@@ -283,13 +305,14 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
     if not workloads:
         workloads[DEFAULT_WORKLOAD.name] = DEFAULT_WORKLOAD
 
-    def values(dim: str, raw: Any, p: Path_) -> list[Any]:
+    def values(dim: str, raw: Any, p: Path_, distinct: bool = True) -> list[Any]:
         if dim not in DIMENSIONS:
-            raise c.fail(p, dim, "unknown dimension; allowed: " + ", ".join(DIMENSIONS), closest(dim, DIMENSIONS))
+            raise c.fail(p, dim, "unknown dimension; allowed: " + ", ".join(DIMENSIONS), closest(dim, DIMENSIONS),
+                         key=True)
         items = c.seq(raw, p, allow_scalar=True)
         out = [c.dimension_value(dim, v, p + ((j,) if isinstance(raw, list) else ()), models, workloads)
                for j, v in enumerate(items)]
-        if len(set(map(repr, out))) != len(out):
+        if distinct and len(set(map(repr, out))) != len(out):
             raise c.fail(p, raw, "values of a dimension must be distinct")
         return out
 
@@ -318,10 +341,13 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
             add(dim, p + (dim,))
             if not isinstance(raw, list):
                 raise c.fail(p + (dim,), raw, "zip values must be lists of equal length")
-            linked[dim] = values(dim, raw, p + (dim,))
+            linked[dim] = values(dim, raw, p + (dim,), distinct=False)
         lengths_seen = {len(v) for v in linked.values()}
         if len(lengths_seen) > 1:
             raise c.fail(p, {k: len(v) for k, v in linked.items()}, "zip lists must have equal lengths")
+        tuples = list(zip(*linked.values(), strict=True))
+        if len(set(map(repr, tuples))) != len(tuples):
+            raise c.fail(p, list(linked), "each position of a zip group must be a distinct combination")
         factors.append(linked)
     if "model" not in seen:
         factors.insert(0, {"model": list(models)})
@@ -347,7 +373,8 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
         claims = []
         for i, cid in enumerate(c.seq(claims_raw, ("claims",))):
             if cid not in known:
-                raise c.fail(("claims", i), cid, "unknown claim id (kvdash claims lists them)", closest(str(cid), known))
+                raise c.fail(("claims", i), cid, "unknown claim id (kvdash claims lists them)",
+                             closest(str(cid), known))
             claims.append(cid)
 
     gates: list[Gate] = []

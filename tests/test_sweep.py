@@ -1,0 +1,321 @@
+"""kvdash sweep: grid files, expansion, the shared formula, reports, gates, diff."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvdash.cli import main
+from kvdash.core.calc import BudgetSpec, CalcInput, calculate
+from kvdash.core.model import load_preset
+from kvdash.errors import InputError
+from kvdash.report.build import write_report
+from kvdash.report.diff import GITHUB_LIMIT, diff_results
+from kvdash.sweep.evaluate import RESULT_COLUMNS, expand
+from kvdash.sweep.gridfile import parse_grid
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def grid(tmp_path: Path, text: str, name: str = "grid.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def run(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+BASIC = """
+title: basic
+models: [tutorial-gqa-80l, gpt-oss-20b]
+workloads:
+  snap: {used: 825, max_reserved: 2048}
+  group: {lengths: [200, 825, 1525], max_reserved: 2048}
+grid:
+  kv_dtype: [bf16, fp8]
+  block_size: [16, 32]
+"""
+
+
+class TestGridFile:
+    @pytest.mark.parametrize("text,where,words", [
+        ("grd:\n  kv_dtype: [bf16]\n", ":1:1", "did you mean 'grid'"),
+        ("grid:\n  kv_dtpye: [bf16]\n", ":2:3", "did you mean 'kv_dtype'"),
+        ("grid:\n  kv_dtype: [bf16, fp9]\n", ":2:20", "grid.kv_dtype[1]"),
+        ("grid:\n  block_size: [16, 0]\n", ":2:20", "positive integer"),
+        ("models: [llama-3.1-7b]\n", "models[0]", "did you mean"),
+        ("grid:\n  budget: [12 GiX]\n", ":2:12", "units are"),
+        ("grid: [1, 2\n", ":", "not valid YAML"),
+        ("grid: !!python/object/apply:os.system ['true']\n", ":1:7", "only plain YAML values"),
+        ("title: !!python/name:os.system\n", ":1:8", "only plain YAML values"),
+        ("zip:\n  - {kv_dtype: [bf16, fp8], block_size: [16]}\n", ":2:5", "equal lengths"),
+        ("grid:\n  kv_dtype: [bf16]\n  kv_dtype: [fp8]\n", ":3:3", "each key may appear once"),
+        ("workloads:\n  w: {used: 3000, max_reserved: 2048}\n", "workloads.w.max_reserved", "at least every length"),
+        ("claims: [universal-4-6x]\n", ":1:10", "did you mean 'universal-4-5x'"),
+        ("gates:\n  - {metric: paged_request, min: 1}\n", "gates[0].metric", "did you mean 'paged_requests'"),
+    ])
+    def test_errors_name_line_column_and_key(self, tmp_path, text, where, words):
+        """Every grid error names the file position, the key path and what is allowed."""
+        with pytest.raises(InputError) as exc:
+            parse_grid(grid(tmp_path, text))
+        message = str(exc.value)
+        assert where in message and words in message
+
+    def test_cli_error_is_one_line_exit_2(self, tmp_path, capsys):
+        code, _, err = run(["sweep", str(grid(tmp_path, "grid:\n  kv_dtpye: [bf16]\n"))], capsys)
+        assert 2 == code and 1 == len(err.strip().splitlines()) and "Traceback" not in err
+
+    def test_missing_file(self, tmp_path, capsys):
+        code, _, err = run(["sweep", str(tmp_path / "nope.yaml")], capsys)
+        assert 2 == code and "does not exist" in err
+
+    def test_invalid_tp_for_a_model_names_the_point(self, tmp_path):
+        text = "models: [llama-3.1-8b]\ngrid:\n  tp: [1, 3]\n"
+        with pytest.raises(InputError, match="tp=3.*add an exclude"):
+            expand(parse_grid(grid(tmp_path, text)))
+
+    def test_size_limit(self, tmp_path):
+        text = "grid:\n  block_size: [1, 2, 4, 8, 16, 32]\n  tp: [1, 2, 4, 8]\n"
+        with pytest.raises(InputError, match="raise it with --max-points"):
+            expand(parse_grid(grid(tmp_path, text)), max_points=10)
+
+
+class TestExpansion:
+    def test_cartesian_in_written_order(self, tmp_path):
+        """Models outermost, then grid keys as written, workloads last."""
+        df = expand(parse_grid(grid(tmp_path, BASIC))).frame
+        assert 16 == df.height
+        first = df.head(4).select("model", "kv_dtype", "block_size", "workload").rows()
+        assert [("tutorial-gqa-80l", "bf16", 16, "snap"), ("tutorial-gqa-80l", "bf16", 16, "group"),
+                ("tutorial-gqa-80l", "bf16", 32, "snap"), ("tutorial-gqa-80l", "bf16", 32, "group")] == first
+
+    def test_zip_and_exclude(self, tmp_path):
+        text = BASIC + "zip:\n  - {tp: [1, 2], budget: [12GiB, 24GiB]}\nexclude:\n  - {kv_dtype: fp8, block_size: 32}\n"
+        df = expand(parse_grid(grid(tmp_path, text))).frame
+        assert 32 - 8 == df.height
+        assert set(df.select("tp", "budget_bytes").unique().rows()) == {(1, 12 * 2**30), (2, 24 * 2**30)}
+        assert df.filter((pl.col("kv_dtype") == "fp8") & (pl.col("block_size") == 32)).height == 0
+
+    def test_ids_are_stable_and_unique(self, tmp_path):
+        """An id depends on the point's parameters, not its position: reordering the grid keeps it."""
+        a = expand(parse_grid(grid(tmp_path, BASIC, "a.yaml"))).frame
+        reordered = BASIC.replace("kv_dtype: [bf16, fp8]", "kv_dtype: [fp8, bf16]").replace(
+            "block_size: [16, 32]", "block_size: [32, 16]")
+        b = expand(parse_grid(grid(tmp_path, reordered, "b.yaml"))).frame
+        assert a.get_column("id").n_unique() == a.height
+        key = ["model", "workload", "kv_dtype", "block_size"]
+        text = [pl.col(k).cast(pl.Utf8) for k in key]
+        joined = a.select(*text, "id").join(b.select(*text, "id"), on=key)
+        assert joined.height == a.height and (joined["id"] == joined["id_right"]).all()
+
+    def test_columns_documented_in_order(self, tmp_path):
+        df = expand(parse_grid(grid(tmp_path, BASIC))).frame
+        assert [c for c, _, _ in RESULT_COLUMNS] == df.columns
+
+    def test_budget_that_leaves_nothing_is_kept(self, tmp_path):
+        """70B at TP 1 on an H100 does not fit: kept with capacity 0 and fits false."""
+        text = "models: [llama-3.1-70b]\ngrid:\n  gpu: [h100-80gb]\n  tp: [1, 4]\n"
+        df = expand(parse_grid(grid(tmp_path, text))).frame.sort("tp")
+        assert [False, True] == df.get_column("fits").to_list()
+        assert 0 == df.get_column("paged_requests")[0]
+
+
+def _calc_for(row: dict, spec) -> dict:
+    w = spec.workloads[row["workload"]]
+    inp = CalcInput(arch=load_preset(row["model"]), kv_dtype=row["kv_dtype"], kv_scales=row["kv_scales"],
+                    block_size=row["block_size"], tp=row["tp"], pp=row["pp"], used=w.lengths[0],
+                    max_reserved=w.max_reserved, prefix=w.prefix, budget=BudgetSpec(bytes=row["budget_bytes"]),
+                    group=w.lengths if len(w.lengths) > 1 else None, max_model_len=row["max_model_len"],
+                    max_batched_tokens=row["max_batched_tokens"])
+    return calculate(inp)
+
+
+SCALAR_GRID = """
+models: [tutorial-gqa-80l, llama-3.1-8b, qwen3-32b, gpt-oss-20b, mistral-7b-v0.1, deepseek-v3, gemma-2-9b]
+workloads:
+  a: {used: 100, max_reserved: 4096}
+  b: {used: 825, max_reserved: 2048, prefix: 512}
+  c: {used: 5000, max_reserved: 8192}
+  g: {lengths: [200, 825, 1525], max_reserved: 2048}
+grid:
+  kv_dtype: [bf16, fp8]
+  kv_scales: [tensor, token_head]
+  block_size: [1, 16, 64]
+  tp: [1, 2]
+  pp: [1, 2]
+  budget: [1GiB, 12GiB, 77777777777]
+  max_batched_tokens: [2048, 8192]
+exclude:
+  - {model: gemma-2-9b, pp: 2}   # its two stages hold 11 + 10 and 10 + 11 sliding/full layers
+"""
+
+
+@pytest.fixture(scope="module")
+def scalar_grid(tmp_path_factory):
+    path = tmp_path_factory.mktemp("g") / "grid.yaml"
+    path.write_text(SCALAR_GRID)
+    spec = parse_grid(path)
+    return spec, expand(spec).frame
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_grid_equals_scalar_calculator(scalar_grid, data):
+    """Any point of a grid has exactly the figures `kvdash calc` gives for the same configuration."""
+    spec, frame = scalar_grid
+    row = frame.row(data.draw(st.integers(0, frame.height - 1)), named=True)
+    r = _calc_for(row, spec)
+    assert r["bytes_per_token"] == row["bytes_per_token"]
+    assert r["kv_token_slots"] == row["kv_token_slots"]
+    assert r["whole_pool_blocks"] == row["whole_pool_blocks"]
+    assert r["vllm_view"]["gpu_kv_cache_tokens"] == row["vllm_kv_cache_tokens"]
+    assert r["vllm_view"]["max_concurrency"] == pytest.approx(row["vllm_max_concurrency"])
+    if "group" in r:
+        g = r["group"]
+        assert (g["useful_slots"], g["allocated_slots"], g["complete_groups"],
+                g["offload"]["allocated_bytes"]) == (row["useful_slots"], row["allocated_slots"],
+                                                     row["complete_groups"], row["offload_allocated_bytes"])
+    else:
+        assert r["capacity"]["paged_requests"] == row["paged_requests"]
+        assert r["capacity"]["contiguous_requests"] == row["contiguous_requests"]
+        assert r["request"]["paged_blocks"] == row["paged_blocks"]
+        assert r["policies"]["contiguous_pow2"]["requests"] == row["pow2_requests"]
+        assert r["policies"]["contiguous_oracle"]["requests"] == row["oracle_requests"]
+        if "prefix" in r:
+            assert r["prefix"]["requests_with_sharing"] == row["requests_with_prefix_sharing"]
+
+
+class TestReports:
+    def test_deterministic_bytes(self, tmp_path):
+        """Two runs over the same grid write byte-identical files."""
+        spec = parse_grid(grid(tmp_path, BASIC))
+        a = write_report(spec, expand(spec), tmp_path / "a")
+        b = write_report(spec, expand(spec), tmp_path / "b")
+        assert [f.name for f in a] == [f.name for f in b]
+        for fa, fb in zip(a, b, strict=True):
+            assert fa.read_bytes() == fb.read_bytes(), fa.name
+
+    def test_no_timestamps_and_footer(self, tmp_path):
+        spec = parse_grid(grid(tmp_path, BASIC))
+        write_report(spec, expand(spec), tmp_path / "r")
+        md = (tmp_path / "r" / "report.md").read_text()
+        assert "grid.yaml` sha256 `" in md and "kvdash 0." in md
+        svg = (tmp_path / "r" / "capacity.svg").read_text()
+        assert "<dc:date>" not in svg
+
+    def test_html_escapes_user_strings(self, tmp_path):
+        """A title or model name with markup is escaped in the HTML report."""
+        text = BASIC.replace("title: basic", 'title: "<script>alert(1)</script> & co"').replace(
+            "models: [tutorial-gqa-80l, gpt-oss-20b]",
+            'models:\n  - {name: "<b>evil</b>", layers: 4, kv_heads: 2, head_dim: 64}')
+        spec = parse_grid(grid(tmp_path, text))
+        write_report(spec, expand(spec), tmp_path / "r")
+        html = (tmp_path / "r" / "report.html").read_text()
+        assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; co" in html
+        assert "<b>evil</b>" not in html.replace("&lt;b&gt;evil&lt;/b&gt;", "")
+        md = (tmp_path / "r" / "report.md").read_text()
+        assert "<script>" not in md
+
+    def test_interrupted_run_keeps_previous_report(self, tmp_path, monkeypatch):
+        """A failure while writing leaves the previous folder as it was and no temporary files."""
+        spec = parse_grid(grid(tmp_path, BASIC))
+        out = tmp_path / "out"
+        write_report(spec, expand(spec), out)
+        before = {f.name: f.read_bytes() for f in out.iterdir()}
+        import kvdash.report.build as build
+
+        def boom(*_a, **_k):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(build, "render_html", boom)
+        with pytest.raises(KeyboardInterrupt):
+            write_report(spec, expand(spec), out)
+        assert before == {f.name: f.read_bytes() for f in out.iterdir()}
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
+
+    def test_large_grid_is_summarised(self, tmp_path):
+        text = BASIC.replace("block_size: [16, 32]", "block_size: [1, 2, 4, 8, 16, 32, 64, 128]")
+        spec = parse_grid(grid(tmp_path, text))
+        write_report(spec, expand(spec), tmp_path / "r")
+        md = (tmp_path / "r" / "report.md").read_text()
+        assert "Most requests (top 10" in md and "Fewest requests (bottom 10" in md
+        assert md.count("\n| ") < 400
+
+    def test_claims_scoped(self, tmp_path):
+        """On the tutorial grid the universal 4-5x is contradicted and throughput is not computable."""
+        spec = parse_grid(grid(tmp_path, BASIC))
+        write_report(spec, expand(spec), tmp_path / "r")
+        md = (tmp_path / "r" / "report.md").read_text()
+        line = next(ln for ln in md.splitlines() if ln.startswith("| `universal-4-5x`"))
+        assert "**contradicted**" in line
+        line = next(ln for ln in md.splitlines() if ln.startswith("| `throughput-2-4x`"))
+        assert "**not computable**" in line and "not a throughput ratio" in line
+
+
+class TestCommands:
+    def test_dry_run(self, tmp_path, capsys):
+        code, out, _ = run(["sweep", str(grid(tmp_path, BASIC)), "--dry-run"], capsys)
+        assert 0 == code and "16 points before exclusions" in out and "id=" in out
+        assert not (tmp_path / "reports").exists()
+
+    def test_sweep_writes_and_is_quiet_when_piped(self, tmp_path, capsys):
+        code, out, err = run(["sweep", str(grid(tmp_path, BASIC)), "--out", str(tmp_path / "r"), "--parquet"],
+                             capsys)
+        assert 0 == code and "" == err
+        assert {"results.csv", "results.parquet", "report.md", "report.html", "capacity.svg", "ratio.svg",
+                "waste.svg"} == {f.name for f in (tmp_path / "r").iterdir()}
+
+    def test_check_fails_on_gate(self, tmp_path, capsys):
+        text = BASIC + "gates:\n  - {name: big, metric: paged_requests, min: 100, where: {model: tutorial-gqa-80l}}\n"
+        code, _, err = run(["sweep", str(grid(tmp_path, text)), "--out", str(tmp_path / "r"), "--check"], capsys)
+        assert 1 == code and "gate 'big' failed at" in err and "paged_requests = 47, needs >= 100" in err
+
+    def test_check_passes(self, tmp_path, capsys):
+        text = BASIC + "gates:\n  - {metric: paged_requests, min: 1}\n"
+        code, out, _ = run(["sweep", str(grid(tmp_path, text)), "--out", str(tmp_path / "r"), "--check"], capsys)
+        assert 0 == code and "gates: all 1 passed" in out
+
+    def test_claims_command(self, capsys):
+        code, out, _ = run(["claims", "--json"], capsys)
+        ids = {c["id"] for c in json.loads(out)}
+        assert {"universal-4-5x", "throughput-2-4x", "waste-60-80-2023", "prefix-sharing-40-60",
+                "fp8-doubles-concurrency", "128k-70b-exceeds-weights", "paper-table1-opt13b"} <= ids
+
+    def test_diff(self, tmp_path, capsys):
+        base = grid(tmp_path, BASIC, "base.yaml")
+        head = grid(tmp_path, BASIC.replace("block_size: [16, 32]", "block_size: [16, 64]").replace(
+            "825, max_reserved: 2048}", "825, max_reserved: 4096}"), "head.yaml")
+        for g, out in ((base, "b"), (head, "h")):
+            spec = parse_grid(g)
+            write_report(spec, expand(spec), tmp_path / out)
+        text = diff_results(tmp_path / "b", tmp_path / "h")
+        assert "8 added, 8 removed, 4 changed" in text and "<details>" in text
+        assert len(text) < GITHUB_LIMIT
+        code, out, _ = run(["diff", str(tmp_path / "b" / "results.csv"), str(tmp_path / "h")], capsys)
+        assert 0 == code and out == text
+
+    def test_diff_bad_input(self, tmp_path, capsys):
+        code, _, err = run(["diff", str(tmp_path), str(tmp_path)], capsys)
+        assert 2 == code and "BASE" in err
+
+    def test_diff_stays_under_github_limit(self, tmp_path):
+        """Thousands of changed points still fit one comment (details truncated)."""
+        spec = parse_grid(REPO / "sweeps" / "planning.yaml")
+        base = expand(spec).frame
+        rnd = random.Random(1)
+        head = base.with_columns(pl.Series("paged_requests", [v + rnd.randint(1, 3) for v in base["paged_requests"]]))
+        base.write_csv(tmp_path / "a.csv")
+        head.write_csv(tmp_path / "b.csv")
+        text = diff_results(tmp_path / "a.csv", tmp_path / "b.csv")
+        assert len(text) < GITHUB_LIMIT and f"{base.height:,} changed" in text
