@@ -23,7 +23,8 @@ PROBE = """
 window.addEventListener('load', () => {
   const figs = [...document.querySelectorAll('figure.chart svg')];
   const out = {charts: figs.length,
-               drawn: figs.filter(s => s.getBoundingClientRect().width > 200 && s.querySelectorAll('path, rect, use').length > 5).length,
+               drawn: figs.filter(s => s.getBoundingClientRect().width > 200
+                                      && s.querySelectorAll('path, rect, use').length > 5).length,
                title: document.title, tables: document.querySelectorAll('table').length, errors: window.__errors || []};
   document.body.setAttribute('data-probe', JSON.stringify(out));
 });
