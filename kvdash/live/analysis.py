@@ -1,0 +1,236 @@
+"""The analytical KV pool beside live readings: pure functions, no UI.
+
+For the chosen model, dtype, block size and TP degree, each rank's budget comes from its own GPU
+(vLLM's rule: ``floor(total x utilization) - weights/rank - reserve``), from an explicit size, or
+from a running engine's own pool; the pool is the smallest rank's, as the engines do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kvdash.core import formulas as f
+from kvdash.core.calc import BudgetSpec, CalcInput, evaluate, rank_shapes, resolve_budget
+from kvdash.core.model import Architecture, load_preset
+from kvdash.errors import InputError
+from kvdash.sources.base import Snapshot
+from kvdash.sources.engine import EngineReading
+
+BUDGET_MODES = ("vllm", "explicit", "engine")
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    model: str = "llama-3.1-70b"
+    arch: Architecture | None = None  # from --config; else the preset named by model
+    kv_dtype: str = "bf16"
+    block_size: int = 16
+    tp: int = 8
+    gpu_util: str = "0.9"
+    weights: int | None = None
+    reserve: int = 0
+    budget_mode: str = "vllm"
+    budget: int | None = None
+    lengths: tuple[int, ...] = (2048,)
+    max_reserved: int = 8192
+
+    def architecture(self) -> Architecture:
+        return self.arch or load_preset(self.model)
+
+    def validate(self) -> None:
+        if self.budget_mode not in BUDGET_MODES:
+            raise InputError("--budget-mode", self.budget_mode, "expected one of: " + ", ".join(BUDGET_MODES))
+        if self.budget_mode == "explicit" and not self.budget:
+            raise InputError("--budget", self.budget, "an explicit budget needs --budget SIZE")
+        for n in self.lengths:
+            if n <= 0 or n > self.max_reserved:
+                raise InputError("--length", n, f"expected 1 to --max-reserved={self.max_reserved}")
+        arch = self.architecture()
+        rank_shapes(arch, self.kv_dtype, "tensor", self.tp, 1, self.block_size)
+        if self.max_reserved > arch.max_context:
+            raise InputError("--max-reserved", self.max_reserved, f"at most {arch.max_context} for {arch.name}")
+
+
+@dataclass(frozen=True)
+class RankPool:
+    gpu: int
+    total_bytes: int | None
+    budget_bytes: int
+    pool_blocks: int
+    note: str = ""
+
+
+def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = None) -> dict[str, Any]:
+    """The KV panel's figures for one snapshot."""
+    arch = cfg.architecture()
+    shapes = rank_shapes(arch, cfg.kv_dtype, "tensor", cfg.tp, 1, cfg.block_size)
+    shape = shapes[0]
+    usable = [g for g in snapshot.gpus if not g.lost and g.total_bytes]
+    ranks_gpus = usable[: cfg.tp]
+    weights = arch.weight_bytes if cfg.weights is None else cfg.weights
+    ranks: list[RankPool] = []
+    notes: list[str] = []
+    if len(ranks_gpus) < cfg.tp and cfg.budget_mode == "vllm":
+        notes.append(f"TP {cfg.tp} needs {cfg.tp} GPUs with memory readings; {len(ranks_gpus)} are readable")
+    for g in ranks_gpus if cfg.budget_mode == "vllm" else []:
+        info = resolve_budget(BudgetSpec(gpu_memory=g.total_bytes, util=cfg.gpu_util, weights=weights,
+                                         reserve=cfg.reserve), arch, cfg.tp, 1, strict=False)
+        b = int(info["per_rank_bytes"])
+        ranks.append(RankPool(g.index, g.total_bytes, b, int(f.pool_blocks(b, shape.block_bytes)),
+                              "" if info.get("fits", True) else "weights and reserve leave no KV memory"))
+    if cfg.budget_mode == "explicit":
+        b = int(cfg.budget or 0)
+        ranks = [RankPool(-1, None, b, int(f.pool_blocks(b, shape.block_bytes)), "explicit budget")]
+    if cfg.budget_mode == "engine":
+        if engine is None or engine.error or engine.total_tokens is None:
+            notes.append("no engine pool to take the budget from (give --engine URL)")
+        else:
+            blocks = engine.total_tokens // cfg.block_size * shape.groups
+            ranks = [RankPool(-1, None, blocks * shape.block_bytes, blocks, f"from the engine ({engine.kind})")]
+    if not ranks:
+        return {"ok": False, "notes": notes or ["no GPU memory readings"], "model": arch.name}
+    tight = min(ranks, key=lambda r: r.pool_blocks)
+    budget = tight.budget_bytes
+    inp = CalcInput(arch=arch, kv_dtype=cfg.kv_dtype, block_size=cfg.block_size, tp=cfg.tp,
+                    used=cfg.lengths[0], max_reserved=cfg.max_reserved, budget=BudgetSpec(bytes=max(budget, 1)))
+    m = evaluate(inp, shapes, max(budget, 0), cfg.lengths)
+    paged, contiguous = int(m["paged_requests"]), int(m["contiguous_requests"])
+    per_group = int(m["paged_blocks"])
+    used_blocks = int(m["complete_groups"]) * per_group
+    headroom_blocks = tight.pool_blocks - used_blocks
+    out: dict[str, Any] = {
+        "ok": True,
+        "model": arch.name,
+        "kv_dtype": cfg.kv_dtype,
+        "block_size": cfg.block_size,
+        "tp": cfg.tp,
+        "budget_mode": cfg.budget_mode,
+        "lengths": list(cfg.lengths),
+        "max_reserved": cfg.max_reserved,
+        "bytes_per_token": shape.bytes_per_token,
+        "block_bytes": shape.block_bytes,
+        "groups": shape.groups,
+        "ranks": [r.__dict__ for r in ranks],
+        "tight_gpu": tight.gpu,
+        "budget_bytes": budget,
+        "pool_blocks": tight.pool_blocks,
+        "token_slots": tight.pool_blocks // shape.groups * cfg.block_size,
+        "paged_requests": paged,
+        "contiguous_requests": contiguous,
+        "ratio": (paged / contiguous) if contiguous else None,
+        "blocks_per_group": per_group,
+        "headroom_blocks": headroom_blocks,
+        "headroom_tokens_per_request": (headroom_blocks // max(paged, 1)) * cfg.block_size // shape.groups
+        if paged else 0,
+        "weights_per_rank_bytes": f.cdiv(weights, cfg.tp) if weights else 0,
+        "reserve_bytes": cfg.reserve,
+        "notes": notes,
+    }
+    if engine is not None:
+        out["engine"] = compare_engine(engine, out)
+    return out
+
+
+def compare_engine(engine: EngineReading, kv: dict[str, Any]) -> dict[str, Any]:
+    """The engine's own pool beside kvdash's, with the difference explained."""
+    row: dict[str, Any] = {"reading": engine.to_json()}
+    if engine.error:
+        row["status"] = f"engine: {engine.error}"
+        return row
+    row["status"] = f"{engine.kind} at {engine.url}"
+    if engine.total_tokens is None:
+        row["explain"] = "the engine does not report its pool size (vLLM: vllm:cache_config_info)"
+        return row
+    ours = int(kv["token_slots"])
+    diff = engine.total_tokens - ours
+    row["engine_tokens"] = engine.total_tokens
+    row["kvdash_tokens"] = ours
+    row["difference_tokens"] = diff
+    why = []
+    if engine.block_size and engine.block_size != kv["block_size"]:
+        why.append(f"the engine uses block size {engine.block_size}, kvdash {kv['block_size']}")
+    if diff < 0:
+        why.append("the engine's pool is smaller: its profiled activation peak and CUDA graphs "
+                   "(pass them as --reserve), or other processes on the GPU, take memory kvdash's budget left in")
+    elif diff > 0:
+        why.append("the engine's pool is larger: a lower --gpu-util, a larger --reserve or larger weights in "
+                   "kvdash than the engine really has")
+    if kv["groups"] > 1:
+        why.append(f"this model has {kv['groups']} KV-cache groups: the engine's token figure divides its blocks "
+                   "by the group count")
+    if not why:
+        why.append("the same pool")
+    row["explain"] = "; ".join(why)
+    if engine.kv_usage is not None and kv["block_size"]:
+        row["used_blocks"] = int(engine.kv_usage * (engine.num_gpu_blocks or kv["pool_blocks"]))
+    return row
+
+
+# --- the block map --------------------------------------------------------------------------------
+
+TOKENS, TAIL, RESERVED, FREE, PADDING = "T", "t", "r", ".", " "
+
+
+def block_map(pool_blocks: int, block_size: int, lengths: tuple[int, ...], max_reserved: int, cells: int,
+              contiguous: bool, tokens_per_cell: int | None = None) -> list[str]:
+    """The pool drawn as at most ``cells`` cells.
+
+    Requests of the workload are packed over the whole pool as the capacity figures count them
+    (whole groups): under paging each takes ``ceil(n / B)`` blocks, its last block part tokens (T)
+    part tail (t); under contiguous reservation each takes ``max_reserved`` token slots, ``n`` of
+    them tokens, the rest reserved but empty (r); ``.`` is free.  ``tokens_per_cell=None`` shows the
+    whole pool in ``cells`` cells; otherwise the map is a window onto the start of the pool at that
+    scale.  A cell shows what most of its slots hold.
+    """
+    if pool_blocks <= 0 or cells <= 0:
+        return []
+    slots = pool_blocks * block_size
+    if tokens_per_cell is None:
+        per_cell = slots / cells
+        view = slots
+    else:
+        per_cell = float(tokens_per_cell)
+        view = min(slots, cells * tokens_per_cell)
+        cells = -(-view // tokens_per_cell)
+    group: list[tuple[str, int]] = []
+    for n in lengths:
+        if contiguous:
+            group += [(TOKENS, n), (RESERVED, max_reserved - n)]
+        else:
+            full = -(-n // block_size) * block_size
+            group += [(TOKENS, n), (TAIL, full - n)]
+    need = sum(k for _, k in group)
+    runs: list[tuple[str, int]] = []
+    used = 0
+    while used + need <= slots and used < view:
+        runs += group
+        used += need
+    runs.append((FREE, slots - used))
+    out: list[str] = []
+    counts: dict[str, float] = {}
+    boundary = per_cell
+    position = 0.0
+    for kind, length in runs:
+        remaining = float(length)
+        while remaining > 0 and len(out) < cells:
+            take = min(remaining, boundary - position)
+            counts[kind] = counts.get(kind, 0.0) + take
+            position += take
+            remaining -= take
+            if position >= boundary - 1e-9:
+                if TAIL in counts and per_cell <= block_size:  # a partly filled block
+                    out.append(TAIL)
+                else:
+                    out.append(max(counts, key=lambda k: (counts[k], k == TAIL)))
+                counts = {}
+                boundary += per_cell
+        if len(out) >= cells:
+            break
+    if counts and len(out) < cells:
+        out.append(max(counts, key=lambda k: counts[k]))
+    return out
+
+
+def with_length(cfg: LiveConfig, length: int) -> LiveConfig:
+    return replace(cfg, lengths=(length,), max_reserved=max(cfg.max_reserved, length))

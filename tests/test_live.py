@@ -1,0 +1,403 @@
+"""kvdash live: the NVML layer (stubbed, faults included), demo, replay, engine metrics, analysis, the app."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from kvdash.cli import main
+from kvdash.live.analysis import FREE, RESERVED, TAIL, TOKENS, LiveConfig, analyze, block_map
+from kvdash.sources.base import GPUReading, Snapshot, SourceUnavailable
+from kvdash.sources.demo import DemoSource
+from kvdash.sources.engine import fetch, parse_prometheus, reading_from_samples
+from kvdash.sources.nvml import NO_PERMISSION, NVMLSource
+from kvdash.sources.replay import ReplaySource
+
+DATA = Path(__file__).parent / "data"
+GiB = 2**30
+
+
+def run(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+# --- a stub of the NVML binding, one behaviour per function ----------------------------------------
+
+def fake_nvml(**faults):
+    """A pynvml look-alike with two GPUs; ``faults`` maps a function name to an exception class name
+    raised for GPU 1 (or for every call with ``all_``)."""
+    m = types.SimpleNamespace()
+
+    class NVMLError(Exception):
+        def __init__(self, value=0):
+            super().__init__(value)
+            self.value = value
+
+    m.NVMLError = NVMLError
+    for name in ("GpuIsLost", "NotSupported", "NoPermission", "FunctionNotFound", "NotFound", "InvalidArgument",
+                 "Unknown", "ArgumentVersionMismatch", "LibraryNotFound", "DriverNotLoaded"):
+        setattr(m, f"NVMLError_{name}", type(f"NVMLError_{name}", (NVMLError,), {}))
+    m.nvmlMemory_v2 = 0x2000028
+    m.NVML_TEMPERATURE_GPU = 0
+
+    def maybe(fn_name, handle=None):
+        fault = faults.get(fn_name)
+        if fault and (handle in (None, 1) or faults.get("all_")):
+            raise getattr(m, f"NVMLError_{fault}")()
+
+    def init():
+        maybe("init")
+
+    m.nvmlInit = init
+    m.nvmlShutdown = lambda: None
+    m.nvmlErrorString = lambda v: "stub error"
+    m.nvmlSystemGetDriverVersion = lambda: b"580.159.03"
+    m.nvmlDeviceGetCount = lambda: 2
+    m.nvmlDeviceGetHandleByIndex = lambda i: i
+    m.nvmlDeviceGetName = lambda h: b"NVIDIA H200"
+    m.nvmlDeviceGetUUID = lambda h: f"GPU-{h}"
+
+    def memory(h, version=None):
+        if version is not None:
+            maybe("memory_v2", h)
+            return types.SimpleNamespace(total=143771 * 2**20, used=100 * GiB, free=40 * GiB, reserved=GiB // 2)
+        maybe("memory_v1", h)
+        if faults.get("unified") and h == 1:
+            return types.SimpleNamespace(total=0, used=0, free=0)
+        return types.SimpleNamespace(total=143771 * 2**20, used=100 * GiB, free=40 * GiB)
+
+    m.nvmlDeviceGetMemoryInfo = memory
+
+    def util(h):
+        maybe("util", h)
+        return types.SimpleNamespace(gpu=77, memory=40)
+
+    m.nvmlDeviceGetUtilizationRates = util
+    m.nvmlDeviceGetTemperature = lambda h, s: 41
+    m.nvmlDeviceGetPowerUsage = lambda h: 350_000
+    m.nvmlDeviceGetEnforcedPowerLimit = lambda h: 700_000
+
+    def procs(h):
+        maybe("procs", h)
+        return [types.SimpleNamespace(pid=1, usedGpuMemory=99 * GiB)]
+
+    m.nvmlDeviceGetComputeRunningProcesses = procs
+    m.nvmlDeviceGetGraphicsRunningProcesses = lambda h: []
+    return m
+
+
+class TestNVMLLayer:
+    def test_full_reading(self):
+        """Every field read, with units converted (mW -> W) and the v2 reserved memory."""
+        snap = NVMLSource(fake_nvml()).read()
+        g = snap.gpus[0]
+        assert (2, "580.159.03") == (len(snap.gpus), snap.driver)
+        assert (143771 * 2**20, 100 * GiB, GiB // 2, "v2") == (g.total_bytes, g.used_bytes, g.reserved_bytes,
+                                                              g.memory_api)
+        assert (77, 41, 350.0, 700.0) == (g.utilization_percent, g.temperature_c, g.power_w, g.power_limit_w)
+        assert 99 * GiB == g.processes[0].used_bytes
+
+    def test_no_v2_falls_back_to_v1(self):
+        snap = NVMLSource(fake_nvml(memory_v2="FunctionNotFound", all_=True)).read()
+        assert ["v1", "v1"] == [g.memory_api for g in snap.gpus]
+        assert all(g.reserved_bytes is None and g.total_bytes for g in snap.gpus)
+
+    def test_not_supported_field_is_na(self):
+        g = NVMLSource(fake_nvml(util="NotSupported")).read().gpus[1]
+        assert g.utilization_percent is None and g.total_bytes
+
+    def test_lost_gpu_is_a_marked_row(self):
+        """GpuIsLost on one GPU: a LOST row, the other GPU still read."""
+        snap = NVMLSource(fake_nvml(util="GpuIsLost")).read()
+        assert [False, True] == [g.lost for g in snap.gpus]
+        assert snap.gpus[0].total_bytes
+
+    def test_process_list_denied(self):
+        g = NVMLSource(fake_nvml(procs="NoPermission")).read().gpus[1]
+        assert () == g.processes and NO_PERMISSION == g.processes_note
+
+    def test_unified_memory(self):
+        g = NVMLSource(fake_nvml(memory_v2="NotSupported", unified=True, all_=True)).read().gpus[1]
+        assert g.unified_memory and g.total_bytes is None
+
+    def test_no_driver(self):
+        with pytest.raises(SourceUnavailable, match="NVML could not start"):
+            NVMLSource(fake_nvml(init="DriverNotLoaded"))
+
+    def test_cli_without_nvml_one_line_exit_1(self, capsys, monkeypatch):
+        """No NVIDIA driver or library: one line saying so and how to run --demo; exit 1."""
+        import kvdash.sources.nvml as nvml_mod
+
+        monkeypatch.setattr(nvml_mod, "_load", lambda: fake_nvml(init="LibraryNotFound"))
+        code, out, err = run(["live", "--once"], capsys)
+        assert 1 == code and 1 == len(err.strip().splitlines())
+        assert "kvdash live --demo" in err and "Traceback" not in err
+
+
+class TestDemoAndReplay:
+    def test_demo_deterministic(self):
+        a = [DemoSource(seed=3).read().dumps() for _ in range(1)]
+        s1, s2 = DemoSource(seed=3), DemoSource(seed=3)
+        seq1 = [s1.read().dumps() for _ in range(20)]
+        seq2 = [s2.read().dumps() for _ in range(20)]
+        assert seq1 == seq2 and a[0] == seq1[0]
+        assert seq1 != [DemoSource(seed=4).read().dumps() for _ in range(20)]
+
+    def test_demo_memory_moves(self):
+        s = DemoSource(seed=1)
+        used = {s.read().gpus[0].used_bytes for _ in range(30)}
+        assert len(used) > 5
+
+    def test_record_and_replay(self, tmp_path, capsys):
+        out = tmp_path / "rec.jsonl"
+        code, text, _ = run(["record", "--demo", "--count", "3", "--interval", "0.1", "--out", str(out)], capsys)
+        assert 0 == code and "3 snapshots" in text
+        replay = ReplaySource(out)
+        snaps = [replay.read() for _ in range(4)]
+        assert [s.time for s in snaps[:3]] == sorted(s.time for s in snaps[:3])
+        assert "end" in snaps[3].source and 8 == len(snaps[0].gpus)
+
+    def test_replay_bad_file(self, tmp_path, capsys):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text('{"time": 1}\nnot json\n')
+        with pytest.raises(SourceUnavailable, match=":2: not a kvdash snapshot"):
+            ReplaySource(bad)
+        code, _, err = run(["live", "--replay", str(bad), "--once"], capsys)
+        assert 2 == code and "--replay" in err and 1 == len(err.strip().splitlines())
+
+
+# --- engine metrics --------------------------------------------------------------------------
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+
+def serve(body: bytes, delay: float = 0.0, status: int = 200):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            time.sleep(delay)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    server = _Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def stop(server) -> None:
+    server.shutdown()
+    server.server_close()
+
+
+class TestEngineMetrics:
+    @pytest.mark.parametrize("name,kind,usage,running,waiting,total", [
+        ("vllm_v1.prom", "vllm", 0.4213, 12, 3, 90513 * 16),
+        ("vllm_old.prom", "vllm", 0.25, 7, 0, 4096 * 16),
+        ("sglang.prom", "sglang", 0.35, 21, 4, 1_200_000),
+    ])
+    def test_parse_recorded(self, name, kind, usage, running, waiting, total):
+        """Recorded /metrics pages of vLLM (current and older names) and SGLang."""
+        server = serve((DATA / name).read_bytes())
+        try:
+            r = fetch(f"127.0.0.1:{server.server_address[1]}", timeout=5)
+        finally:
+            stop(server)
+        assert "" == r.error
+        assert (kind, running, waiting, total) == (r.kind, r.running, r.waiting, r.total_tokens)
+        assert usage == pytest.approx(r.kv_usage)
+
+    def test_vllm_prefix_hit_rate_and_preemptions(self):
+        r = reading_from_samples("x", parse_prometheus((DATA / "vllm_v1.prom").read_text()))
+        assert 0.625 == pytest.approx(r.prefix_hit_rate) and 5 == r.preemptions and 16 == r.block_size
+
+    def test_down(self):
+        server = serve(b"")
+        port = server.server_address[1]
+        stop(server)
+        r = fetch(f"http://127.0.0.1:{port}/metrics", timeout=1)
+        assert r.error.startswith("unreachable")
+
+    def test_slow(self):
+        server = serve(b"vllm:num_requests_running 1\n", delay=1.5)
+        try:
+            r = fetch(f"127.0.0.1:{server.server_address[1]}", timeout=0.3)
+        finally:
+            stop(server)
+        assert "timed out" in r.error
+
+    @pytest.mark.parametrize("body,words", [(b"<html>nope</html>", "not Prometheus"),
+                                             (b"\xff\xfe garbage", "not Prometheus"),
+                                             (b"foo 1\n", "no vLLM or SGLang")])
+    def test_garbage(self, body, words):
+        server = serve(body)
+        try:
+            r = fetch(f"127.0.0.1:{server.server_address[1]}", timeout=5)
+        finally:
+            stop(server)
+        assert words in r.error
+
+    def test_http_error(self):
+        server = serve(b"", status=503)
+        try:
+            r = fetch(f"127.0.0.1:{server.server_address[1]}", timeout=5)
+        finally:
+            stop(server)
+        assert "HTTP 503" in r.error
+
+
+# --- analysis ---------------------------------------------------------------------------------
+
+def two_gpus(a_total: int, b_total: int) -> Snapshot:
+    return Snapshot(time=0, source="test", gpus=(GPUReading(0, "A", total_bytes=a_total, used_bytes=0),
+                                                 GPUReading(1, "B", total_bytes=b_total, used_bytes=0)))
+
+
+class TestAnalysis:
+    def test_pool_is_smallest_rank(self):
+        """TP 2 over GPUs of 80 GiB and 40 GiB: the 40 GiB rank decides.
+        Llama-3.1-8B at TP 2: 4 heads x 256 x 2 B x 32 layers = 65,536 B/token; block = 1 MiB.
+        Budget = floor(40 GiB x 0.9) - 16.06e9 / 2 = 30,624,705,664 B -> 29,205 blocks."""
+        cfg = LiveConfig(model="llama-3.1-8b", tp=2, lengths=(1024,), max_reserved=4096)
+        kv = analyze(two_gpus(80 * GiB, 40 * GiB), cfg)
+        assert 1 == kv["tight_gpu"] and 2**20 == kv["block_bytes"]
+        assert (40 * GiB * 9 // 10 - 8_030_000_000) // 2**20 == kv["pool_blocks"] == 29_205
+        assert 29_205 // 64 == kv["paged_requests"]
+
+    def test_explicit_budget(self):
+        cfg = LiveConfig(model="tutorial-gqa-80l", tp=1, budget_mode="explicit", budget=12 * GiB, lengths=(825,),
+                         max_reserved=2048)
+        kv = analyze(two_gpus(80 * GiB, 80 * GiB), cfg)
+        assert (2457, 47, 19) == (kv["pool_blocks"], kv["paged_requests"], kv["contiguous_requests"])
+
+    def test_engine_budget_and_comparison(self):
+        """The engine's own pool as the budget; then compared with kvdash's vLLM-rule pool."""
+        text = (DATA / "vllm_v1.prom").read_text()
+        eng = reading_from_samples("x", parse_prometheus(text))
+        cfg = LiveConfig(model="llama-3.1-70b", tp=8, budget_mode="engine", lengths=(2048,), max_reserved=8192)
+        kv = analyze(two_gpus(80 * GiB, 80 * GiB), cfg, eng)
+        assert 90_513 == kv["pool_blocks"]
+        kv2 = analyze(Snapshot(0, "t", tuple(GPUReading(i, "H", total_bytes=85_520_809_984, used_bytes=0)
+                                             for i in range(8))), LiveConfig(model="llama-3.1-70b"), eng)
+        assert kv2["engine"]["engine_tokens"] == 90_513 * 16 and "difference_tokens" in kv2["engine"]
+
+    def test_lost_gpu_skipped(self):
+        snap = Snapshot(0, "t", (GPUReading(0, "x", lost=True), GPUReading(1, "B", total_bytes=80 * GiB, used_bytes=0)))
+        kv = analyze(snap, LiveConfig(model="llama-3.1-8b", tp=1, lengths=(1024,), max_reserved=4096))
+        assert 1 == kv["tight_gpu"]
+
+
+class TestBlockMap:
+    def test_paged_by_block(self):
+        """20-token requests in 8 blocks of 16, one block per cell: four fit, each a full block and a tail."""
+        assert [TOKENS, TAIL] * 4 == block_map(8, 16, (20,), 64, 8, False, 16)
+        assert [TOKENS, TAIL, TOKENS, TAIL, FREE] == block_map(5, 16, (20,), 64, 8, False, 16)
+
+    def test_contiguous_by_block(self):
+        """Reserving 64 slots for 20 tokens: each request 1 cell of tokens (+4 into the next) then reserved."""
+        assert [TOKENS, RESERVED, RESERVED, RESERVED, TOKENS, RESERVED, RESERVED, RESERVED] == \
+            block_map(8, 16, (20,), 64, 8, True, 16)
+
+    def test_whole_pool_scale(self):
+        cells = block_map(1000, 16, (825,), 2048, 50, False)
+        assert 50 == len(cells) and cells[0] == TOKENS and cells[-1] == FREE
+
+
+# --- the app -----------------------------------------------------------------------------------
+
+def make_app(tmp_path=None, **kw):
+    from kvdash.tui.app import LiveApp
+
+    return LiveApp(DemoSource(seed=7), LiveConfig(), interval=3600, autopoll=False,
+                   snapshot_dir=tmp_path or Path("."), **kw)
+
+
+async def test_app_keys(tmp_path):
+    """Keys change model, dtype, block size, length, zoom and pause; s writes JSON and Markdown."""
+    app = make_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        assert app.kv["ok"] and app.kv["model"] == "Llama-3.1-70B"
+        await pilot.press("d")
+        assert app.config.kv_dtype == "fp8"
+        await pilot.press("b")
+        assert app.config.block_size == 32
+        await pilot.press("l")
+        assert app.config.lengths == (4096,)
+        await pilot.press("z", "p")
+        assert app.view == 1 and app.paused
+        await pilot.press("m")
+        assert app.config.model != "llama-3.1-70b"
+        await pilot.press("s")
+        await pilot.pause()
+        written = sorted(p.suffix for p in tmp_path.iterdir())
+        assert [".json", ".md"] == written
+        data = json.loads(next(tmp_path.glob("*.json")).read_text())
+        assert data["kv_pool"]["kv_dtype"] == "fp8" and len(data["snapshot"]["gpus"]) == 8
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert app.screen.__class__.__name__ == "HelpScreen"
+        await pilot.press("escape", "q")
+
+
+async def test_app_polls_without_overlap():
+    """A fast interval: polls run one after another and the app stays responsive to keys."""
+    from kvdash.tui.app import LiveApp
+
+    app = LiveApp(DemoSource(seed=1), LiveConfig(), interval=0.1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.8)
+        before = app.polls
+        await pilot.press("d")
+        assert app.config.kv_dtype == "fp8"
+        await pilot.pause(0.5)
+        assert before >= 3 and app.polls > before
+
+
+async def test_app_small_terminal():
+    app = make_app()
+    async with app.run_test(size=(60, 20)) as pilot:
+        await pilot.pause()
+        assert app.has_class("narrow")
+
+
+def test_snapshot_wide(snap_compare):
+    """The dashboard at 200 x 50, demo seed 7, first poll."""
+    assert snap_compare(make_app(), terminal_size=(200, 50))
+
+
+def test_snapshot_80x24(snap_compare):
+    """The dashboard at 80 x 24 stays readable (panels stack)."""
+    assert snap_compare(make_app(), terminal_size=(80, 24))
+
+
+def test_once_and_json(capsys):
+    code, out, _ = run(["live", "--demo", "--once"], capsys)
+    assert 0 == code and "Llama-3.1-70B" in out and "paged / contiguous" in out
+    code, out, _ = run(["live", "--demo", "--json", "--length", "200,825,1525", "--max-reserved", "2048"], capsys)
+    data = json.loads(out)
+    assert 8 == len(data["snapshot"]["gpus"]) and data["kv_pool"]["lengths"] == [200, 825, 1525]
+    assert data["kv_pool"]["engine"]["engine_tokens"] > 0
+
+
+@pytest.mark.parametrize("args,field", [(["--interval", "0.01"], "--interval"), (["--model", "nope"], "--model"),
+                                        (["--tp", "3"], "--tp"), (["--budget-mode", "magic"], "--budget-mode")])
+def test_live_bad_input(args, field, capsys):
+    code, _, err = run(["live", "--demo", "--once", *args], capsys)
+    assert 2 == code and field in err and 1 == len(err.strip().splitlines())
