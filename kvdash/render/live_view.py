@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from kvdash.live.analysis import FREE, RESERVED, TAIL, TOKENS
@@ -47,7 +46,7 @@ def stacked_bar(segments: Sequence[tuple[str, int, str]], total: int, width: int
     for i, (_, size, style) in enumerate(segments):
         cells = round(max(size, 0) / total * width) if i < len(segments) - 1 else width - used
         cells = max(0, min(cells, width - used))
-        out += Text("█" * cells, style=style)
+        out.append("█" * cells, style=style)
         used += cells
     return out
 
@@ -60,12 +59,20 @@ def legend(segments: Sequence[tuple[str, int, str]]) -> Text:
 
 
 def block_map_text(cells: Sequence[str], width: int) -> Text:
+    """Cells as rows of ``width`` characters, one styled run per stretch of equal cells."""
     out = Text()
-    for i, kind in enumerate(cells):
-        char, style = CELL_STYLE.get(kind, (" ", ""))
-        out += Text(char, style=style)
-        if (i + 1) % width == 0 and i + 1 < len(cells):
-            out += Text("\n")
+    for start in range(0, len(cells), width):
+        row = cells[start:start + width]
+        i = 0
+        while i < len(row):
+            j = i
+            while j < len(row) and row[j] == row[i]:
+                j += 1
+            char, style = CELL_STYLE.get(row[i], (" ", ""))
+            out.append(char * (j - i), style=style)
+            i = j
+        if start + width < len(cells):
+            out.append("\n")
     return out
 
 
@@ -77,51 +84,62 @@ def gpu_status(g: GPUReading) -> str:
     return ""
 
 
+def _fit(text: str, width: int, right: bool = False) -> str:
+    text = text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    return text.rjust(width) if right else text.ljust(width)
+
+
 def gpu_table(snapshot: Snapshot, history: dict[int, Sequence[float]] | None = None, bar_width: int = 16,
-              spark_width: int = 16, compact: bool = False) -> Table:
-    """One row per GPU; ``compact`` (a narrow terminal) keeps GPU, memory, bar and utilization."""
-    table = Table(expand=True, header_style="bold", pad_edge=False)
-    columns = (("GPU", "right"), ("name", "left"), ("used/total GiB", "right"), ("", "left"), ("util", "right"),
-               ("temp", "right"), ("W", "right"), ("memory history", "left"), ("procs", "right"))
-    keep = (0, 2, 3, 4, 8) if compact else tuple(range(len(columns)))
-    for i in keep:
-        table.add_column(columns[i][0], justify=columns[i][1], no_wrap=True)  # type: ignore[arg-type]
+              spark_width: int = 16, compact: bool = False) -> Text:
+    """One line per GPU (plain styled text: cheap to redraw every poll); ``compact`` for narrow
+    terminals keeps GPU, memory, bar, utilization and process count."""
+    cols = [("GPU", 3, True), ("name", 10, False), ("used/total GiB", 14, True), ("", bar_width, False),
+            ("util", 4, True), ("temp", 4, True), ("W", 4, True), ("memory history", spark_width, False),
+            ("procs", 5, True)]
+    keep = (0, 2, 3, 4, 8) if compact else tuple(range(len(cols)))
+    out = Text(" ".join(_fit(cols[i][0], cols[i][1], cols[i][2]) for i in keep) + "\n", style="bold")
     for g in snapshot.gpus:
-        status = gpu_status(g)
         if g.lost:
-            lost = [str(g.index), Text(g.name, style="bold red"), Text("LOST", style="bold red"), *[""] * 6]
-            table.add_row(*[lost[i] for i in keep])
+            out.append(_fit(str(g.index), 3, True) + " ")
+            out.append(f"LOST {g.name}", style="bold red")
+            out.append("\n")
             continue
         mem = "unified memory" if g.unified_memory else f"{gib(g.used_bytes)}/{gib(g.total_bytes)}"
         spark = sparkline(history.get(g.index, []), spark_width, top=g.total_bytes) if history else ""
-        cells = (
-            str(g.index), g.name.replace("NVIDIA ", "").replace(" (demo)", "*"), mem,
-            bar(g.used_fraction, bar_width),
-            "n/a" if g.utilization_percent is None else f"{g.utilization_percent}%",
-            "n/a" if g.temperature_c is None else f"{g.temperature_c}C",
-            "n/a" if g.power_w is None else f"{g.power_w:.0f}",
-            Text(spark, style="cyan"),
-            str(len(g.processes)) if g.processes else (g.processes_note or status or "0"),
-        )
-        table.add_row(*[cells[i] for i in keep])
-    return table
+        cells: list[Text | str] = [
+            _fit(str(g.index), 3, True), _fit(g.name.replace("NVIDIA ", "").replace(" (demo)", "*"), 10),
+            _fit(mem, 14, True), bar(g.used_fraction, bar_width),
+            _fit("n/a" if g.utilization_percent is None else f"{g.utilization_percent}%", 4, True),
+            _fit("n/a" if g.temperature_c is None else f"{g.temperature_c}C", 4, True),
+            _fit("n/a" if g.power_w is None else f"{g.power_w:.0f}", 4, True),
+            Text(_fit(spark, spark_width), style="cyan"),
+            _fit(str(len(g.processes)) if g.processes else (g.processes_note[:5] or "0"), 5, True),
+        ]
+        for n, i in enumerate(keep):
+            if n:
+                out.append(" ")
+            cell = cells[i]
+            out.append(cell) if isinstance(cell, Text) else out.append(cell)
+        out.append("\n")
+    return out
 
 
-def process_table(snapshot: Snapshot, limit: int = 12) -> Table:
-    table = Table(expand=True, header_style="bold", pad_edge=False)
-    for col, justify in (("GPU", "right"), ("pid", "right"), ("memory GiB", "right"), ("process", "left")):
-        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+def process_table(snapshot: Snapshot, limit: int = 12) -> Text:
+    out = Text(f"{'GPU':>3} {'pid':>7} {'GiB':>7}  process\n", style="bold")
     rows = 0
     for g in snapshot.gpus:
         if g.processes_note and not g.processes and g.processes_note != "none":
-            table.add_row(str(g.index), "", "", Text(g.processes_note, style="yellow"))
+            out.append(f"{g.index:>3} ")
+            out.append(g.processes_note, style="yellow")
+            out.append("\n")
             rows += 1
-        for p in g.processes:
+        for proc in g.processes:
             if rows >= limit:
-                break
-            table.add_row(str(g.index), str(p.pid), gib(p.used_bytes), p.name)
+                out.append("  …\n", style="dim")
+                return out
+            out.append(f"{g.index:>3} {proc.pid:>7} {gib(proc.used_bytes):>7}  {proc.name}\n")
             rows += 1
-    return table
+    return out
 
 
 def memory_segments(g: GPUReading, kv: dict[str, Any]) -> list[tuple[str, int, str]]:
@@ -136,48 +154,52 @@ def memory_segments(g: GPUReading, kv: dict[str, Any]) -> list[tuple[str, int, s
             ("KV pool", pool, "green"), ("free", free, "grey35")]
 
 
-def kv_table(kv: dict[str, Any]) -> Table:
-    table = Table(expand=True, show_header=False, pad_edge=False)
-    table.add_column("figure", ratio=2, overflow="fold")
-    table.add_column("value", justify="right", ratio=3, overflow="fold")
+def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
+    """The KV panel: one "figure .... value" line each (plain styled text)."""
+    out = Text()
     if not kv.get("ok"):
         for note in kv.get("notes", []):
-            table.add_row(Text(note, style="yellow"), "")
-        return table
+            out.append(note + "\n", style="yellow")
+        return out
     lengths = ", ".join(f"{n:,}" for n in kv["lengths"])
-    rows = [
+    rows: list[tuple[str, str]] = [
         ("model", f"{kv['model']} | {kv['kv_dtype']} | block {kv['block_size']} | TP {kv['tp']}"),
         ("budget per rank", f"{kv['budget_bytes']:,} B ({gib(kv['budget_bytes'])} GiB, {kv['budget_mode']})"),
         ("KV bytes per token per rank", f"{kv['bytes_per_token']:,} B"),
         ("pool blocks (smallest rank)", f"{kv['pool_blocks']:,} x {kv['block_bytes']:,} B"),
         ("token slots", f"{kv['token_slots']:,}"),
-        (f"requests of {lengths} tokens: paged", f"{kv['paged_requests']:,}"),
+        (f"requests of {lengths} tokens, paged", f"{kv['paged_requests']:,}"),
         (f"contiguous (reserve {kv['max_reserved']:,})", f"{kv['contiguous_requests']:,}"),
         ("paged / contiguous", "n/a" if kv["ratio"] is None else f"{kv['ratio']:.2f}x (capacity, not throughput)"),
         ("headroom at capacity", f"{kv['headroom_blocks']:,} blocks, "
                                  f"+{kv['headroom_tokens_per_request']:,} tokens per request"),
     ]
-    for label, value in rows:
-        table.add_row(label, value)
     eng = kv.get("engine")
+    explain = ""
     if eng:
-        table.add_row(Text("engine", style="bold"), eng["status"])
+        rows.append(("engine", eng["status"]))
         r = eng["reading"]
         if not r.get("error"):
+            def na(v: Any) -> str:
+                return "n/a" if v is None else str(v)
+
             usage = "n/a" if r["kv_usage"] is None else f"{100 * r['kv_usage']:.1f}%"
-            table.add_row("engine KV usage | running | waiting",
-                          f"{usage} | {r['running'] if r['running'] is not None else 'n/a'} | "
-                          f"{r['waiting'] if r['waiting'] is not None else 'n/a'}")
-            table.add_row("preemptions | prefix hit rate",
-                          f"{r['preemptions'] if r['preemptions'] is not None else 'n/a'} | "
-                          + ("n/a" if r["prefix_hit_rate"] is None else f"{100 * r['prefix_hit_rate']:.1f}%"))
+            hit = "n/a" if r["prefix_hit_rate"] is None else f"{100 * r['prefix_hit_rate']:.1f}%"
+            rows.append(("engine KV usage | running | waiting", f"{usage} | {na(r['running'])} | {na(r['waiting'])}"))
+            rows.append(("preemptions | prefix hit rate", f"{na(r['preemptions'])} | {hit}"))
             if "engine_tokens" in eng:
-                table.add_row("engine pool vs kvdash", f"{eng['engine_tokens']:,} vs {eng['kvdash_tokens']:,} tokens "
-                                                       f"({eng['difference_tokens']:+,})")
-                table.add_row(Text(eng["explain"], style="dim"), "")
+                rows.append(("engine pool vs kvdash", f"{eng['engine_tokens']:,} vs {eng['kvdash_tokens']:,} tokens "
+                                                      f"({eng['difference_tokens']:+,})"))
+                explain = eng["explain"]
+    label_w = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        out.append(label.ljust(label_w) + "  ", style="bold" if label == "engine" else "")
+        out.append(value + "\n")
+    if explain:
+        out.append(explain + "\n", style="dim")
     for note in kv.get("notes", []):
-        table.add_row(Text(note, style="yellow"), "")
-    return table
+        out.append(note + "\n", style="yellow")
+    return out
 
 
 def once_view(snapshot: Snapshot, kv: dict[str, Any]) -> list[RenderableType]:

@@ -131,6 +131,7 @@ class LiveApp(App[None]):
         self.message = ""
         self.polls = 0
         self.snapshots_written = 0
+        self._drawn: dict[str, Any] = {}  # what each panel shows now, to skip redrawing unchanged panels
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -209,26 +210,44 @@ class LiveApp(App[None]):
         self.refresh_view()
 
     # --- drawing -------------------------------------------------------------------------------
+    def _update(self, widget_id: str, key: Any, render: Callable[[], Any], shape: Any = None) -> None:
+        """Redraw a panel only when what it shows has changed, and lay the screen out again only when
+        its shape (``shape``: what decides its height) has changed."""
+        if self._drawn.get(widget_id) == key:
+            return
+        self._drawn[widget_id] = key
+        layout = shape is None or self._drawn.get(f"{widget_id}:shape") != shape
+        self._drawn[f"{widget_id}:shape"] = shape
+        self.query_one(f"#{widget_id}", Static).update(render(), layout=layout)
+
     def refresh_view(self) -> None:
         snap = self.snapshot
         if snap is None or not self.is_mounted:
             return
         width = max(20, self.query_one("#right").size.width - 2)
         compact = self.query_one("#left").size.width < 90
-        self.query_one("#gpus", Static).update(gpu_table(snap, self.history, bar_width=10, spark_width=16,
-                                                         compact=compact))
-        self.query_one("#procs", Static).update(process_table(snap, limit=10))
-        self.query_one("#kv", Static).update(kv_table(self.kv))
+        spark = {i: tuple(h)[-16:] for i, h in self.history.items()}
+        sizes = (self.size.width, self.size.height)
+        self._update("gpus", (snap.gpus, spark, compact), lambda: gpu_table(
+            snap, self.history, bar_width=10, spark_width=16, compact=compact),
+            shape=(len(snap.gpus), compact, sizes))
+        procs = tuple((g.index, g.processes, g.processes_note) for g in snap.gpus)
+        self._update("procs", procs, lambda: process_table(snap, limit=10),
+                     shape=(sum(max(1, len(g.processes)) for g in snap.gpus), sizes))
         kv = self.kv
+        engine = kv.get("engine", {})
+        self._update("kv", repr(kv), lambda: kv_table(kv),
+                     shape=(kv.get("ok"), tuple(kv.get("notes", ())), engine.get("status"), engine.get("explain"),
+                            kv.get("model"), tuple(kv.get("lengths", ())), sizes))
+        g = next((x for x in snap.gpus if x.index == kv.get("tight_gpu")), None) if kv.get("ok") else None
+        if g and g.total_bytes:
+            seg = memory_segments(g, kv)
+            self._update("stack", (tuple(seg), width), lambda: Group(
+                Text(f"GPU {g.index} memory, engine layout (analytical):", style="bold"),
+                stacked_bar(seg, g.total_bytes or 0, width), legend(seg)))
+        else:
+            self._update("stack", None, lambda: "")
         if kv.get("ok"):
-            g = next((x for x in snap.gpus if x.index == kv.get("tight_gpu")), None)
-            if g and g.total_bytes:
-                seg = memory_segments(g, kv)
-                self.query_one("#stack", Static).update(Group(
-                    Text(f"GPU {g.index} memory, engine layout (analytical):", style="bold"),
-                    stacked_bar(seg, g.total_bytes, width), legend(seg)))
-            else:
-                self.query_one("#stack", Static).update("")
             rows = 3 if self.size.height < 30 else 5
             cells = width * rows
             pool, bs = int(kv["pool_blocks"]), int(kv["block_size"])
@@ -243,6 +262,11 @@ class LiveApp(App[None]):
             else:
                 per_cell = None
                 scope = f"whole pool, {pool * bs / cells:,.0f} token slots per cell"
+            key = (pool, bs, lengths, kv["max_reserved"], cells, width, per_cell, kv["paged_requests"],
+                   kv["contiguous_requests"])
+            if self._drawn.get("map") == key:
+                return self._status(snap)
+            self._drawn["map"] = key
             paged = block_map(pool, bs, lengths, kv["max_reserved"], cells, False, per_cell)
             contiguous = block_map(pool, bs, lengths, kv["max_reserved"], cells, True, per_cell)
             self.query_one("#map", Static).update(Group(
@@ -254,8 +278,10 @@ class LiveApp(App[None]):
                 Text.from_markup("[green]█[/] tokens  [yellow]█[/] block tail  [red]▒[/] reserved, empty  · free"),
             ))
         else:
-            self.query_one("#stack", Static).update("")
-            self.query_one("#map", Static).update("")
+            self._update("map", None, lambda: "")
+        self._status(snap)
+
+    def _status(self, snap: Snapshot) -> None:
         state = "paused" if self.paused else f"every {self.interval:g} s"
         err = f"  {snap.error}" if snap.error else ""
         self.query_one("#status", Static).update(
