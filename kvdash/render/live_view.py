@@ -51,10 +51,13 @@ def stacked_bar(segments: Sequence[tuple[str, int, str]], total: int, width: int
     return out
 
 
-def legend(segments: Sequence[tuple[str, int, str]]) -> Text:
+def legend(segments: Sequence[tuple[str, int, str]], total: int | None = None) -> Text:
     out = Text()
     for label, size, style in segments:
-        out += Text("■ ", style=style) + Text(f"{label} {gib(size)} GiB  ")
+        out.append("■ ", style=style)
+        out.append(f"{label} {gib(size)} GiB  ")
+    if total is not None and sum(max(0, s) for _, s, _ in segments[:-1]) > total:
+        out.append("\nthe engine parts do not fit beside what the GPU already holds", style="yellow")
     return out
 
 
@@ -137,18 +140,24 @@ def process_table(snapshot: Snapshot, limit: int = 12) -> Text:
             if rows >= limit:
                 out.append("  …\n", style="dim")
                 return out
-            out.append(f"{g.index:>3} {proc.pid:>7} {gib(proc.used_bytes):>7}  {proc.name}\n")
+            out.append(f"{g.index:>3} {proc.pid:>7} {gib(proc.used_bytes):>7}  {_fit(proc.name, 60).rstrip()}\n")
             rows += 1
     return out
 
 
 def memory_segments(g: GPUReading, kv: dict[str, Any]) -> list[tuple[str, int, str]]:
-    """other processes | weights | reserve | KV pool | free, for one GPU (analytical engine parts)."""
+    """other processes | weights | reserve | KV pool | free, for one GPU (analytical engine parts).
+
+    With a running engine (an engine reading without error) its largest process is the engine and
+    the rest is "other processes"; without one, everything the GPU holds now is other processes and
+    the engine parts show what the configuration would add."""
     total = g.total_bytes or 0
     weights, reserve = int(kv.get("weights_per_rank_bytes", 0)), int(kv.get("reserve_bytes", 0))
     pool = int(kv.get("pool_blocks", 0)) * int(kv.get("block_bytes", 0))
-    engine = max((p.used_bytes or 0 for p in g.processes), default=0)
-    others = max(0, (g.used_bytes or 0) - engine) if engine else 0
+    eng = kv.get("engine") or {}
+    running = bool(eng) and not eng.get("reading", {}).get("error")
+    engine = max((p.used_bytes or 0 for p in g.processes), default=0) if running else 0
+    others = max(0, (g.used_bytes or 0) - engine)
     free = max(0, total - others - weights - reserve - pool)
     return [("other processes", others, "magenta"), ("weights", weights, "blue"), ("reserve", reserve, "yellow"),
             ("KV pool", pool, "green"), ("free", free, "grey35")]
@@ -211,7 +220,7 @@ def once_view(snapshot: Snapshot, kv: dict[str, Any]) -> list[RenderableType]:
         if g.total_bytes:
             seg = memory_segments(g, kv)
             out.append(Group(Text(f"GPU {g.index} memory (analytical engine layout):"),
-                             stacked_bar(seg, g.total_bytes, 60), legend(seg)))
+                             stacked_bar(seg, g.total_bytes, 60), legend(seg, g.total_bytes)))
     if snapshot.error:
         out.append(Text(snapshot.error, style="yellow"))
     return out

@@ -244,7 +244,7 @@ class LiveApp(App[None]):
             seg = memory_segments(g, kv)
             self._update("stack", (tuple(seg), width), lambda: Group(
                 Text(f"GPU {g.index} memory, engine layout (analytical):", style="bold"),
-                stacked_bar(seg, g.total_bytes or 0, width), legend(seg)))
+                stacked_bar(seg, g.total_bytes or 0, width), legend(seg, g.total_bytes)))
         else:
             self._update("stack", None, lambda: "")
         if kv.get("ok"):
