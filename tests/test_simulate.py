@@ -171,3 +171,51 @@ class TestCommand:
         trace.write_text(body)
         code, _, err = run(["simulate", "--trace", str(trace)], capsys)
         assert 2 == code and "--trace" in err
+
+
+class TestGridSimulate:
+    GRID = """
+models: [opt-13b, tutorial-gqa-80l]
+workloads:
+  w: {used: 499, max_reserved: 2048}
+grid:
+  budget: [12GiB]
+simulate: {workload: alpaca, requests: 200, rate: 0.5, policies: [max, paged]}
+"""
+
+    def test_columns_and_report(self, tmp_path):
+        from kvdash.report.build import write_report
+        from kvdash.sweep.evaluate import expand
+        from kvdash.sweep.gridfile import parse_grid
+
+        path = tmp_path / "g.yaml"
+        path.write_text(self.GRID)
+        spec = parse_grid(path)
+        exp = expand(spec)
+        cols = exp.frame.columns
+        assert "sim_max_token_states" in cols and "sim_paged_preemptions" in cols
+        row = exp.frame.row(0, named=True)
+        direct = simulate(spec.simulate.workload, "max", row["kv_token_slots"], 16, 2048)
+        assert pytest.approx(direct.shares_percent["token_states"], abs=1e-5) == row["sim_max_token_states"]
+        write_report(spec, exp, tmp_path / "r")
+        md = (tmp_path / "r" / "report.md").read_text()
+        assert "## Memory over time (simulated)" in md and "(20.4)" in md
+        assert (tmp_path / "r" / "simulation.svg").is_file()
+
+    @pytest.mark.parametrize("text,words", [
+        ("simulate: {policies: [pagd]}\n", "did you mean .paged."),
+        ("simulate: {rate: -1}\n", "positive number"),
+        ("simulate: {workload: chat}\n", "expected one of"),
+        ("grid:\n  block_size: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,"
+         " 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51,"
+         " 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78,"
+         " 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100, 101]\n"
+         "  tp: [1, 2, 4, 8, 16]\nsimulate: {}\n", "at most 500 points"),
+    ])
+    def test_errors(self, tmp_path, text, words):
+        from kvdash.sweep.gridfile import parse_grid
+
+        path = tmp_path / "g.yaml"
+        path.write_text(text)
+        with pytest.raises(InputError, match=words):
+            parse_grid(path)

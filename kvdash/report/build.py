@@ -22,6 +22,7 @@ from kvdash.core.calc import rank_shapes
 from kvdash.sweep.claims import Verdict, judge_all
 from kvdash.sweep.evaluate import DEFAULTS, RESULT_COLUMNS, Expanded
 from kvdash.sweep.gridfile import GridSpec
+from kvdash.sweep.simulation import simulation_columns
 from kvdash.units import GiB
 
 HEADLINE_ALL = 40  # grids up to this many points are listed whole
@@ -29,6 +30,10 @@ HEADLINE_EACH = 10  # else the top and bottom this many by paged requests
 HEADLINE_COLS = ("id", "model", "workload", "kv_dtype", "block_size", "tp", "budget_bytes", "bytes_per_token",
                  "whole_pool_blocks", "contiguous_requests", "paged_requests", "request_capacity_ratio")
 CHARTS = ("capacity.svg", "ratio.svg", "waste.svg")
+
+
+def charts_for(spec: GridSpec) -> tuple[str, ...]:
+    return CHARTS + (("simulation.svg",) if spec.simulate else ())
 
 
 def gib(n: int | None) -> str:
@@ -232,6 +237,40 @@ def _assumption_lines(df: pl.DataFrame) -> list[str]:
     return lines
 
 
+PAPER_FIG2 = {"max": (20.4, 13.3, 57.3, 8.9), "pow2": (26.8, 17.9, 13.6, 41.6), "oracle": (38.2, 25.2, 0.0, 36.6),
+              "paged": (96.3, None, None, None)}
+
+
+def _simulation(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
+    """Medians over the grid of the simulated shares, per policy, beside the paper's Figure 2."""
+    if spec.simulate is None:
+        return None
+    from kvdash.sweep.simulation import SHARE_COLUMNS, column
+
+    sim = spec.simulate
+    rows = []
+    for pol in sim.policies:
+        med = df.select([pl.col(column(pol, short)).median().alias(short) for _, short in SHARE_COLUMNS]
+                        + [pl.col(column(pol, "avg_batch")).median().alias("batch"),
+                           pl.col(column(pol, "preemptions")).median().alias("pre")]).row(0, named=True)
+        paper = PAPER_FIG2.get(pol, (None,) * 4)
+        cells = []
+        for i, (_, short) in enumerate(SHARE_COLUMNS):
+            v = med[short]
+            text = "-" if v is None else f"{v:.1f}"
+            if i < 4 and paper[i] is not None:
+                text += f" ({paper[i]:.1f})"
+            cells.append(text)
+        rows.append([pol, *cells, "-" if med["batch"] is None else f"{med['batch']:.1f}",
+                     "-" if med["pre"] is None else f"{med['pre']:,.0f}"])
+    w = sim.workload
+    arrival = f"closed loop of {w.concurrency}" if w.arrival == "closed" else f"Poisson {w.rate:g} requests per step"
+    setup = (f"{w.requests:,} {w.name} requests ({w.note}), {arrival}, shared prefix {w.prefix:,} tokens, "
+             f"maximum length {sim.max_len:,}, contiguous allocator {sim.allocator}, seed {sim.seed}; each point's "
+             "pool is its kv_token_slots")
+    return {"rows": rows, "setup": setup}
+
+
 def build_context(spec: GridSpec, expanded: Expanded) -> dict[str, Any]:
     df = expanded.frame
     verdicts = judge_all(df, spec.claims)
@@ -266,8 +305,9 @@ def build_context(spec: GridSpec, expanded: Expanded) -> dict[str, Any]:
         "waste": _waste(df, spec),
         "verdicts": verdicts,
         "exit_criteria": _exit_criteria(df, verdicts),
-        "charts": CHARTS,
-        "columns": RESULT_COLUMNS,
+        "charts": charts_for(spec),
+        "columns": RESULT_COLUMNS + (simulation_columns(spec) if spec.simulate else []),
+        "simulation": _simulation(spec, df),
     }
 
 
@@ -292,6 +332,39 @@ def _save(fig: Any, path: Path) -> None:
 
 def _label(r: dict[str, Any]) -> str:
     return f"{r['model']} {r['kv_dtype']} B{r['block_size']} tp{r['tp']} {r['workload']}"
+
+
+def write_simulation_chart(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
+    """The paper's Figure 2 layout: one stacked bar per policy (median over the grid), the paper's beside."""
+    from kvdash.sweep.simulation import SHARE_COLUMNS, column
+
+    assert spec.simulate is not None
+    plt = _plt()
+    colors = ("#2f855a", "#d69e2e", "#c05621", "#9b2c2c", "#cbd5e0")
+    labels, bars = [], []
+    for pol in spec.simulate.policies:
+        med = df.select([pl.col(column(pol, short)).median() for _, short in SHARE_COLUMNS]).row(0)
+        labels.append(f"{pol} (simulated)")
+        bars.append([0.0 if v is None else float(v) for v in med])
+        if pol in PAPER_FIG2:
+            paper = PAPER_FIG2[pol]
+            rest = 100 - sum(v or 0 for v in paper)
+            labels.append(f"{pol} (paper Fig. 2)")
+            bars.append([paper[0], paper[1] or 0.0, paper[2] or 0.0, paper[3] or 0.0, max(rest, 0.0)])
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(labels) + 1.4))
+    left = [0.0] * len(labels)
+    names = ("token states", "reservation", "internal frag.", "external frag. (& other)", "free")
+    for k in range(5):
+        vals = [b[k] for b in bars]
+        ax.barh(range(len(labels)), vals, left=left, color=colors[k], label=names[k])
+        left = [a + b for a, b in zip(left, vals, strict=True)]
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of the KV pool over time, %")
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, frameon=False, fontsize=8)
+    _save(fig, out / "simulation.svg")
+    plt.close(fig)
 
 
 def write_charts(df: pl.DataFrame, out: Path) -> None:
@@ -410,11 +483,13 @@ def write_report(spec: GridSpec, expanded: Expanded, out: Path, parquet: bool = 
                 expanded.frame.write_parquet(tmp / "results.parquet", statistics=False)
             step("charts")
             write_charts(expanded.frame, tmp)
+            if spec.simulate is not None:
+                write_simulation_chart(spec, expanded.frame, tmp)
             ctx = build_context(spec, expanded)
             csv.result()
         step("report.md")
         (tmp / "report.md").write_text(render_markdown(ctx), encoding="utf-8")
-        svgs = {name: _strip_xml_header((tmp / name).read_text(encoding="utf-8")) for name in CHARTS}
+        svgs = {name: _strip_xml_header((tmp / name).read_text(encoding="utf-8")) for name in charts_for(spec)}
         step("report.html")
         (tmp / "report.html").write_text(render_html(ctx, svgs), encoding="utf-8")
         os.chmod(tmp, 0o755)

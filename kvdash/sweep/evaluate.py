@@ -326,4 +326,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
             expr = pl.when(expr.is_finite()).then(expr.cast(pl.Float64)).otherwise(None)
         out.append(expr.alias(name))
     frame = lazy.select(out).collect()
+    if spec.simulate is not None:
+        from kvdash.sweep.simulation import add_simulation
+
+        frame = add_simulation(spec, frame)
     return Expanded(frame=frame, size_before_exclude=size)

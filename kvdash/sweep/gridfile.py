@@ -14,7 +14,10 @@ import yaml
 from kvdash.errors import InputError, closest
 
 TOP_KEYS = ("title", "description", "models", "workloads", "defaults", "grid", "zip", "exclude", "claims",
-            "gates")
+            "gates", "simulate")
+SIMULATE_KEYS = ("workload", "prompt", "output", "requests", "rate", "concurrency", "prefix", "policies", "allocator",
+                 "max_len", "seed")
+SIMULATE_MAX_POINTS = 500
 DIMENSIONS = ("model", "workload", "kv_dtype", "kv_scales", "block_size", "budget", "gpu", "gpu_memory",
               "gpu_util", "util_policy", "weights", "reserve", "tp", "pp", "max_model_len", "max_batched_tokens")
 INT_DIMS = ("block_size", "tp", "pp", "max_model_len", "max_batched_tokens")
@@ -124,6 +127,17 @@ class Gate:
 
 
 @dataclass
+class SimSpec:
+    """A ``simulate:`` section: the same simulated workload run on the pool of every grid point."""
+
+    workload: Any  # kvdash.simulate.engine.Workload
+    policies: tuple[str, ...]
+    allocator: str
+    max_len: int
+    seed: int
+
+
+@dataclass
 class GridSpec:
     path: Path
     text: str
@@ -136,6 +150,7 @@ class GridSpec:
     claims: list[str] | None
     gates: list[Gate]
     tree: _Tree = field(repr=False)
+    simulate: SimSpec | None = None
 
     @property
     def dimensions(self) -> list[str]:
@@ -398,6 +413,56 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
                  for dim, raw in c.mapping(g.get("where", {}), p + ("where",)).items()}
         gates.append(Gate(str(g.get("name", f"{metric} gate {i}")), metric, lo, hi, where))
 
-    return GridSpec(path=path, text=text, title=str(top.get("title", path.stem)),
+    sim = None
+    if "simulate" in top:
+        sim = _simulate_section(c, top["simulate"])
+        size = 1
+        for factor in factors:
+            size *= len(next(iter(factor.values())))
+        if size > SIMULATE_MAX_POINTS:
+            raise c.fail(("simulate",), f"{size:,} points",
+                         f"a grid with simulate: may have at most {SIMULATE_MAX_POINTS} points")
+    return GridSpec(path=path, text=text, simulate=sim, title=str(top.get("title", path.stem)),
                     description=str(top.get("description", "")), models=models, workloads=workloads,
                     factors=factors, excludes=excludes, claims=claims, gates=gates, tree=tree)
+
+
+def _simulate_section(c: Checker, raw: Any) -> SimSpec:
+    from dataclasses import replace
+
+    from kvdash.commands.simulate import parse_lengths_spec
+    from kvdash.simulate.engine import ALLOCATORS, POLICIES, PRESETS
+
+    p: Path_ = ("simulate",)
+    sim = c.mapping(raw, p, SIMULATE_KEYS)
+    name = str(sim.get("workload", "sharegpt"))
+    if name not in PRESETS:
+        raise c.fail(p + ("workload",), name, "expected one of: " + ", ".join(PRESETS), closest(name, PRESETS))
+    w = PRESETS[name]
+    for key in ("prompt", "output"):
+        if key in sim:
+            try:
+                w = replace(w, **{key: parse_lengths_spec(str(sim[key]), key)}, note="custom lengths")
+            except InputError as exc:
+                raise c.fail(p + (key,), sim[key], exc.allowed) from exc
+    requests = c.positive_int(sim.get("requests", 1000), p + ("requests",))
+    rate = sim.get("rate", 0.5)
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0:
+        raise c.fail(p + ("rate",), rate, "expected a positive number of requests per step")
+    concurrency = sim.get("concurrency")
+    if concurrency is not None:
+        c.positive_int(concurrency, p + ("concurrency",))
+    prefix = c.positive_int(sim.get("prefix", 0), p + ("prefix",), allow_zero=True)
+    policies = tuple(str(x) for x in c.seq(sim.get("policies", ["max", "pow2", "oracle", "paged"]),
+                                           p + ("policies",), allow_scalar=True))
+    for i, pol in enumerate(policies):
+        if pol not in POLICIES:
+            raise c.fail(p + ("policies", i), pol, "expected one of: " + ", ".join(POLICIES), closest(pol, POLICIES))
+    allocator = str(sim.get("allocator", "first-fit"))
+    if allocator not in ALLOCATORS:
+        raise c.fail(p + ("allocator",), allocator, "expected one of: " + ", ".join(ALLOCATORS))
+    w = replace(w, requests=requests, rate=float(rate), prefix=prefix,
+                arrival="closed" if concurrency else "poisson", concurrency=int(concurrency or 0))
+    return SimSpec(workload=w, policies=policies, allocator=allocator,
+                   max_len=c.positive_int(sim.get("max_len", 2048), p + ("max_len",)),
+                   seed=int(sim.get("seed", 0)))
