@@ -141,7 +141,7 @@ def judge(df: pl.DataFrame, claim: Claim) -> Verdict:
                        f"capacity arithmetic cannot settle a {claim.kind} claim; {claim.settle}")
     if "tp_times_pp" not in df.columns:
         df = _with_helpers(df)
-    applicable = _metric_frame(_applicable(_narrow(df, claim), claim), claim).sort("id")  # joins reorder
+    applicable = _metric_frame(_applicable(_narrow(df, claim), claim), claim)
     if applicable.height == 0:
         need = ", ".join(f"{k} in {{{', '.join(map(str, v))}}}" for k, v in claim.applies_to.items()) \
             or "matching points"
@@ -172,7 +172,8 @@ def judge(df: pl.DataFrame, claim: Claim) -> Verdict:
             failing = _shared(applicable.with_columns(~pl.col("in_range")))
             where = f"everywhere except where {failing}" if failing else \
                 "no single parameter separates the points in range from the rest"
-    examples = applicable.filter(pl.col("in_range")).get_column("id").head(5).to_list()
+    # the five smallest ids: independent of row order, which joins do not keep
+    examples = sorted(applicable.filter(pl.col("in_range")).get_column("id").bottom_k(5).to_list())
     return Verdict(claim, verdict, computed, n, h, where, examples, claim.scope)
 
 
