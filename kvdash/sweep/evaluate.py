@@ -265,7 +265,10 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
             rkeys.lookup("max_model_len", pl.Int64).fill_null(pl.col("max_reserved")).alias("max_model_len"),
             rkeys.lookup("max_batched_tokens", pl.Int64).alias("max_batched_tokens"))
     r_exprs = request_metrics({c: pl.col(c) for c in req.columns})
-    req = req.lazy().with_columns(e.alias(n) for n, e in r_exprs.items()).with_columns(
+    finite = {name for name, kind, _ in RESULT_COLUMNS if kind == "float"}
+    req = req.lazy().with_columns(
+        (pl.when(e.is_finite()).then(e.cast(pl.Float64)).otherwise(None) if n in finite else e).alias(n)
+        for n, e in r_exprs.items()).with_columns(
         (pl.lit(0, dtype=pl.UInt64) + sum((pl.lit(_dim_hashes(d, values[d])).gather(rkeys.code(d))
                                            for d in REQUEST_DIMS), pl.lit(0, dtype=pl.UInt64)) % _M61)
         .alias("_hreq")).collect()
@@ -322,7 +325,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     out = []
     for name, kind, _ in RESULT_COLUMNS:
         expr = metrics.get(name, pl.col(name))
-        if kind == "float":
+        if kind == "float" and name in c_exprs:  # request-level floats were made finite on the small table
             expr = pl.when(expr.is_finite()).then(expr.cast(pl.Float64)).otherwise(None)
         out.append(expr.alias(name))
     frame = lazy.select(out).collect()
