@@ -159,7 +159,7 @@ class TestCommand:
     @pytest.mark.parametrize("args,field", [
         (["--rate", "-1"], "--rate"), (["--max-len", "5000"], "--max-len"), (["--policies", "best"], "--policies"),
         (["--prompt", "normal:5"], "--prompt"), (["--model", "gemma-2-9b"], "--model"),
-        (["--requests", "0"], "--requests"),
+        (["--requests", "0"], "--requests"), (["--prompt", "fixed:4096"], "--prompt"),
     ])
     def test_bad_parameters(self, args, field, capsys):
         code, _, err = run(["simulate", *args], capsys)

@@ -101,6 +101,13 @@ def simulate(
         w = replace(w, prompt=parse_lengths_spec(prompt, "--prompt"), note="custom lengths")
     if output:
         w = replace(w, output=parse_lengths_spec(output, "--output"), note="custom lengths")
+    lowest = {"fixed": lambda d: d.a, "uniform": lambda d: d.a, "lognormal": lambda d: 1,
+              "trace": lambda d: min(d.values)}
+    for field_name, dist in (("--prompt", w.prompt), ("--output", w.output)):
+        if lowest[dist.kind](dist) >= max_len:
+            raise InputError(field_name if trace is None else "--trace", f"{dist.kind}:{dist.a:g}" if
+                             trace is None else str(trace), f"lengths must stay below --max-len={max_len:,} "
+                             f"(the model allows {arch.max_context:,})")
     w = replace(w, requests=requests, rate=rate, prefix=prefix,
                 arrival="closed" if concurrency else "poisson", concurrency=concurrency or 0)
     chosen = [p.strip() for p in policies.split(",") if p.strip()]
