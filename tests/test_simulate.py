@@ -219,3 +219,49 @@ simulate: {workload: alpaca, requests: 200, rate: 0.5, policies: [max, paged]}
         path.write_text(text)
         with pytest.raises(InputError, match=words):
             parse_grid(path)
+
+
+class TestVisualSimulation:
+    """The step-by-step simulation behind `kvdash live --demo --simulate`."""
+
+    @pytest.mark.parametrize("policy", ["paged", "max", "pow2", "oracle"])
+    def test_positions_are_consistent(self, policy):
+        """No block or slot is held twice; every request holds at least its tokens; the map has one cell a block."""
+        from kvdash.simulate.visual import VisualSimulation
+
+        sim = VisualSimulation(policy, cells=200, seed=3)
+        for _ in range(2500):
+            sim.step()
+            if sim.paged:
+                held = [b for s in sim.running.values() for b in s["blocks"]]
+                assert len(held) == len(set(held)) and len(held) + len(sim.free_ids) == 200
+                assert all(len(s["blocks"]) * 16 >= s["len"] for s in sim.running.values())
+            else:
+                spans = sorted((s["start"], s["start"] + s["res"]) for s in sim.running.values())
+                assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+                assert all(s["res"] >= s["len"] for s in sim.running.values())
+        cells = sim.cells()
+        assert 200 == len(cells) and sim.finished > 0
+
+    def test_overload_preempts(self):
+        from kvdash.simulate.visual import VisualSimulation
+
+        sim = VisualSimulation("paged", cells=100, workload=replace(PRESETS["sharegpt"], requests=10_000, rate=0.2))
+        for _ in range(2000):
+            sim.step()
+        assert sim.preemptions > 0 and "preemptions" in sim.status()
+
+
+async def test_live_app_draws_simulation():
+    from kvdash.live.analysis import LiveConfig
+    from kvdash.simulate.visual import VisualSimulation
+    from kvdash.sources.demo import DemoSource
+    from kvdash.tui.app import LiveApp
+
+    app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=3600, autopoll=False,
+                  simulation=VisualSimulation("paged", seed=1), sim_steps_per_poll=500)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        assert app.simulation.step_no == 500
+        assert "simulated paged" in app.simulation.status()
+        assert app._drawn["map"][0] == tuple(app.simulation.cells())  # the map shows the simulation's cells

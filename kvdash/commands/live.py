@@ -66,6 +66,8 @@ def live(
     seed: Annotated[int, Opt(help="Seed of the demo.")] = 7,
     gpus: Annotated[int, Opt(help="Number of demo GPUs.")] = 8,
     snapshot_dir: Annotated[Path, Opt(help="Where the s key writes snapshots.")] = Path("."),
+    simulate: Annotated[Optional[str], Opt(help="Draw the block map from a running simulation: paged, max, pow2 or "
+                                                "oracle (blocks fill, tails, preemption, fragmentation).")] = None,
 ) -> None:
     """Live GPU memory beside the analytical KV pool (a Textual dashboard; --once/--json for scripts)."""
     from kvdash.core.model import load_config
@@ -107,10 +109,18 @@ def live(
         if not snap.gpus:
             raise typer.Exit(1)
         return
+    sim = None
+    if simulate is not None:
+        if simulate not in ("paged", "max", "pow2", "oracle"):
+            raise InputError("--simulate", simulate, "expected paged, max, pow2 or oracle")
+        from kvdash.simulate.visual import VisualSimulation
+
+        sim = VisualSimulation(simulate, block_size=block_size, seed=seed)
     from kvdash.tui.app import LiveApp
 
     try:
-        LiveApp(source, cfg, interval=interval, engine=engine_fetch, snapshot_dir=snapshot_dir).run()
+        LiveApp(source, cfg, interval=interval, engine=engine_fetch, snapshot_dir=snapshot_dir,
+                simulation=sim).run()
     finally:
         source.close()
 

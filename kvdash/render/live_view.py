@@ -14,7 +14,8 @@ from kvdash.sources.base import GPUReading, Snapshot
 
 GiB = 2**30
 SPARKS = "▁▂▃▄▅▆▇█"
-CELL_STYLE = {TOKENS: ("█", "green"), TAIL: ("█", "yellow"), RESERVED: ("▒", "red"), FREE: ("·", "grey50")}
+CELL_STYLE = {TOKENS: ("█", "green"), TAIL: ("█", "yellow"), RESERVED: ("▒", "red"), FREE: ("·", "grey50"),
+              "x": ("x", "magenta")}
 
 
 def gib(n: int | None) -> str:

@@ -114,8 +114,10 @@ class LiveApp(App[None]):
 
     def __init__(self, source: Source, config: LiveConfig, interval: float = 1.0,
                  engine: Callable[[], EngineReading] | None = None, snapshot_dir: Path | None = None,
-                 autopoll: bool = True) -> None:
+                 autopoll: bool = True, simulation: Any = None, sim_steps_per_poll: int = 25) -> None:
         super().__init__()
+        self.simulation = simulation  # a kvdash.simulate.visual.VisualSimulation, drawn instead of the static map
+        self.sim_steps_per_poll = sim_steps_per_poll
         self.source = source
         self.config = config
         self.interval = interval
@@ -166,6 +168,9 @@ class LiveApp(App[None]):
 
     # --- polling -------------------------------------------------------------------------------
     def read_once(self) -> tuple[Snapshot, EngineReading | None]:
+        if self.simulation is not None and not self.paused:
+            for _ in range(self.sim_steps_per_poll):
+                self.simulation.step()
         snap = self.source.read()
         engine = self.engine_fetch() if self.engine_fetch else from_snapshot(snap.extra)
         return snap, engine
@@ -247,7 +252,16 @@ class LiveApp(App[None]):
                 stacked_bar(seg, g.total_bytes or 0, width), legend(seg, g.total_bytes)))
         else:
             self._update("stack", None, lambda: "")
-        if kv.get("ok"):
+        if self.simulation is not None:
+            sim = self.simulation
+            cells = sim.cells()
+            self._update("map", (tuple(cells), width), lambda: Group(
+                Text(f"Block map, {sim.status()} (one cell per block of {sim.B} slots):", style="bold"),
+                block_map_text(cells, width),
+                Text.from_markup("[green]█[/] tokens  [yellow]█[/] block tail / never-used reservation  "
+                                 "[red]▒[/] reserved for coming tokens  [magenta]x[/] free but no hole fits  · free"),
+            ), shape=(len(cells), width))
+        elif kv.get("ok"):
             rows = 3 if self.size.height < 30 else 5
             cells = width * rows
             pool, bs = int(kv["pool_blocks"]), int(kv["block_size"])
