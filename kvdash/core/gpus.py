@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 
 from kvdash.errors import unknown_name
+
+DATA = Path(__file__).resolve().parent.parent / "data"  # shipped inside the package
 
 
 @dataclass(frozen=True)
@@ -19,7 +21,7 @@ class GPU:
 
 
 def gpu_presets() -> dict[str, GPU]:
-    raw = json.loads((resources.files("kvdash") / "data" / "gpus.json").read_text(encoding="utf-8"))
+    raw = json.loads((DATA / "gpus.json").read_text(encoding="utf-8"))
     return {k: GPU(key=k, **v) for k, v in raw.items() if not k.startswith("_")}
 
 

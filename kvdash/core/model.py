@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -278,9 +277,11 @@ def read_weight_bytes(path: str | Path) -> int:
 
 # --- built-in presets -------------------------------------------------------------------------
 
-def _preset_files() -> dict[str, Any]:
-    root = resources.files("kvdash") / "data" / "models"
-    return {entry.name[:-5]: entry for entry in root.iterdir() if entry.name.endswith(".json")}
+DATA = Path(__file__).resolve().parent.parent / "data"  # shipped inside the package
+
+
+def _preset_files() -> dict[str, Path]:
+    return {entry.name[:-5]: entry for entry in (DATA / "models").iterdir() if entry.name.endswith(".json")}
 
 
 def preset_names() -> list[str]:
