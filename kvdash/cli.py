@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> None:
         fail(" ".join(message.split()) + " (see kvdash --help)", getattr(exc, "exit_code", 2) or 2)
     except KeyboardInterrupt:
         fail("interrupted", 130)
+    except OSError as exc:  # a folder that cannot be written, a full disk: one line, not a traceback
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        fail(f"{where}{exc.strerror or exc}")
     except BrokenPipeError:
         sys.stderr.close()
         raise SystemExit(0) from None

@@ -305,6 +305,12 @@ class TestCommands:
         code, out, _ = run(["diff", str(tmp_path / "b" / "results.csv"), str(tmp_path / "h")], capsys)
         assert 0 == code and out == text
 
+    def test_unwritable_output_one_line(self, tmp_path, capsys):
+        blocker = tmp_path / "file"
+        blocker.write_text("x")
+        code, _, err = run(["sweep", str(grid(tmp_path, BASIC)), "--out", str(blocker / "sub")], capsys)
+        assert 2 == code and 1 == len(err.strip().splitlines()) and "Traceback" not in err
+
     def test_diff_bad_input(self, tmp_path, capsys):
         code, _, err = run(["diff", str(tmp_path), str(tmp_path)], capsys)
         assert 2 == code and "BASE" in err
