@@ -157,6 +157,12 @@ class TestPlanning:
         assert 64 * 52 * 16 * 327_680 == p["budget_needed_per_rank_bytes"]
         assert p["fits_current_budget"] is False
 
+    def test_budget_for_a_mix(self):
+        """100 requests of the mix [200, 825, 1525] = 34 whole groups of 161 blocks x 5 MiB."""
+        p = calc(load_preset("tutorial-gqa-80l"), target=100, group=(200, 825, 1525))["planning"]
+        assert 34 * 161 * 16 * 327_680 == p["budget_needed_per_rank_bytes"]
+        assert [200, 825, 1525] == p["at_tokens"]
+
     def test_longest_length(self):
         """47 requests share 2,457 blocks: 2,457 // 47 = 52 blocks each -> 832 tokens."""
         p = calc(load_preset("tutorial-gqa-80l"), target=47)["planning"]

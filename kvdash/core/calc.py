@@ -528,18 +528,22 @@ def _min_util(needed: int, total: int, fixed: int, policy: str) -> str | None:
 
 
 def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info: dict[str, Any]) -> dict[str, Any]:
+    """Budget, utilization and TP degree for ``target`` requests at ``used`` tokens, or, with a group,
+    for ``target`` requests of the mix (whole groups: ``ceil(target / k)`` of them)."""
     target = inp.target
     assert target is not None
-    n = inp.used
-    needed = max(target * int(f.paged_request_bytes(n, sh.block_size, sh.full_groups, sh.window_groups,
-                                                      sh.window, sh.block_bytes, sh.state_bytes))
-                 for sh in shapes)
+    lengths = inp.group or (inp.used,)
+    groups = -(-target // len(lengths))
+    needed = max(groups * int(evaluate(inp, [sh], 1, lengths)["paged_bytes"]) for sh in shapes)
     plan: dict[str, Any] = {
         "target_requests": target,
-        "at_tokens": n,
+        "at_tokens": inp.used if inp.group is None else list(lengths),
         "budget_needed_per_rank_bytes": needed,
         "fits_current_budget": needed <= budget,
     }
+
+    def fits(sh: Sequence[PoolShape], b: int) -> bool:
+        return int(evaluate(inp, sh, b, lengths)["paged_requests"]) >= target
     if "gpu_memory_bytes" in budget_info:
         total = budget_info["gpu_memory_bytes"]
         fixed = budget_info["weights_per_rank_bytes"] + budget_info["reserve_bytes"]
@@ -552,7 +556,7 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
             tp_budget = resolve_budget(inp.budget, inp.arch, tp, inp.pp)["per_rank_bytes"]
         except InputError:
             continue
-        if paged_capacity(inp, tp_shapes, tp_budget, n) >= target:
+        if fits(tp_shapes, tp_budget):
             best = tp
             break
     plan["min_tp"] = best

@@ -125,7 +125,9 @@ def tables(r: dict[str, Any]) -> list[Table]:
         p = r["planning"]
         rows = [
             ("budget per rank needed", b(p["budget_needed_per_rank_bytes"]),
-             f"{p['target_requests']:,} requests x {p['at_tokens']:,} tokens, paged"),
+             f"{p['target_requests']:,} requests x "
+             + (f"{p['at_tokens']:,} tokens" if isinstance(p["at_tokens"], int) else f"mix {p['at_tokens']}")
+             + ", paged"),
             ("fits the current budget", "yes" if p["fits_current_budget"] else "no", ""),
         ]
         if "min_gpu_util" in p:
