@@ -104,7 +104,7 @@ def live(
             from kvdash.render.live_view import once_view
 
             console = Console()
-            for part in once_view(snap, kv):
+            for part in once_view(snap, kv, console.width):
                 console.print(part)
         if not snap.gpus:
             raise typer.Exit(1)

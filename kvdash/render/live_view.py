@@ -98,9 +98,9 @@ def gpu_table(snapshot: Snapshot, history: dict[int, Sequence[float]] | None = N
     """One line per GPU (plain styled text: cheap to redraw every poll); ``compact`` for narrow
     terminals keeps GPU, memory, bar, utilization and process count."""
     cols = [("GPU", 3, True), ("name", 10, False), ("used/total GiB", 14, True), ("", bar_width, False),
-            ("util", 4, True), ("temp", 4, True), ("W", 4, True), ("memory history", spark_width, False),
-            ("procs", 5, True)]
-    keep = (0, 2, 3, 4, 8) if compact else tuple(range(len(cols)))
+            ("free", 6, True), ("rsv", 5, True), ("util", 4, True), ("temp", 4, True), ("W", 4, True),
+            ("memory history", spark_width, False), ("procs", 5, True)]
+    keep = (0, 2, 3, 6, 10) if compact else tuple(range(len(cols)))
     out = Text(" ".join(_fit(cols[i][0], cols[i][1], cols[i][2]) for i in keep) + "\n", style="bold")
     for g in snapshot.gpus:
         if g.lost:
@@ -113,6 +113,7 @@ def gpu_table(snapshot: Snapshot, history: dict[int, Sequence[float]] | None = N
         cells: list[Text | str] = [
             _fit(str(g.index), 3, True), _fit(g.name.replace("NVIDIA ", "").replace(" (demo)", "*"), 10),
             _fit(mem, 14, True), bar(g.used_fraction, bar_width),
+            _fit(gib(g.free_bytes), 6, True), _fit("n/a" if g.reserved_bytes is None else gib(g.reserved_bytes), 5, True),
             _fit("n/a" if g.utilization_percent is None else f"{g.utilization_percent}%", 4, True),
             _fit("n/a" if g.temperature_c is None else f"{g.temperature_c}C", 4, True),
             _fit("n/a" if g.power_w is None else f"{g.power_w:.0f}", 4, True),
@@ -212,10 +213,11 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
     return out
 
 
-def once_view(snapshot: Snapshot, kv: dict[str, Any]) -> list[RenderableType]:
-    """What ``kvdash live --once`` prints."""
+def once_view(snapshot: Snapshot, kv: dict[str, Any], width: int = 120) -> list[RenderableType]:
+    """What ``kvdash live --once`` prints (compact GPU columns below 110 columns)."""
     head = Text(f"{snapshot.source}  driver {snapshot.driver or 'n/a'}", style="bold")
-    out: list[RenderableType] = [head, gpu_table(snapshot, bar_width=12), process_table(snapshot), kv_table(kv)]
+    out: list[RenderableType] = [head, gpu_table(snapshot, bar_width=12, compact=width < 110),
+                                 process_table(snapshot), kv_table(kv)]
     if kv.get("ok") and snapshot.gpus:
         g = next((x for x in snapshot.gpus if x.index == kv.get("tight_gpu")), snapshot.gpus[0])
         if g.total_bytes:
