@@ -113,7 +113,8 @@ def gpu_table(snapshot: Snapshot, history: dict[int, Sequence[float]] | None = N
         cells: list[Text | str] = [
             _fit(str(g.index), 3, True), _fit(g.name.replace("NVIDIA ", "").replace(" (demo)", "*"), 10),
             _fit(mem, 14, True), bar(g.used_fraction, bar_width),
-            _fit(gib(g.free_bytes), 6, True), _fit("n/a" if g.reserved_bytes is None else gib(g.reserved_bytes), 5, True),
+            _fit(gib(g.free_bytes), 6, True),
+            _fit("n/a" if g.reserved_bytes is None else gib(g.reserved_bytes), 5, True),
             _fit("n/a" if g.utilization_percent is None else f"{g.utilization_percent}%", 4, True),
             _fit("n/a" if g.temperature_c is None else f"{g.temperature_c}C", 4, True),
             _fit("n/a" if g.power_w is None else f"{g.power_w:.0f}", 4, True),
