@@ -130,6 +130,18 @@ def _groups(df: pl.DataFrame) -> list[list[str]]:
     return _rows(multi.head(HEADLINE_ALL), GROUP_COLS)
 
 
+def _mermaid(df: pl.DataFrame, limit: int = 12) -> dict[str, Any]:
+    """Data for a GitHub-rendered ``xychart-beta``: paged (bars) and contiguous (line) requests of up to
+    ``limit`` points (the most paged requests first), labelled by the first 6 characters of their ids."""
+    top = df.select("id", "paged_requests", "contiguous_requests").top_k(
+        limit, by=["paged_requests", "id"], reverse=[False, True]).sort(["paged_requests", "id"],
+                                                                         descending=[True, False])
+    return {"labels": ", ".join(f'"{i[:6]}"' for i in top.get_column("id").to_list()),
+            "paged": ", ".join(str(v) for v in top.get_column("paged_requests").to_list()),
+            "contiguous": ", ".join(str(v) for v in top.get_column("contiguous_requests").to_list()),
+            "n": top.height}
+
+
 def _models(spec: GridSpec) -> list[list[str]]:
     rows = []
     for name, entry in spec.models.items():
@@ -300,6 +312,7 @@ def build_context(spec: GridSpec, expanded: Expanded) -> dict[str, Any]:
         "headline_headers": [HEADERS[c] for c in HEADLINE_COLS],
         "headline": headline,
         "groups": _groups(df),
+        "mermaid": _mermaid(df),
         "group_headers": GROUP_HEADERS,
         "sensitivity": _sensitivity(df, spec),
         "waste": _waste(df, spec),
