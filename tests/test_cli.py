@@ -59,6 +59,9 @@ def test_calc_tables_name_units_and_assumptions(capsys):
     (["calc", "--block-size", "sixteen"], "--block-size"),
     (["calc", "--no-such-option"], "--no-such-option"),
     (["calc", "--config", "/does/not/exist.json"], "--config"),
+    (["calc", "--layers", "80", "--kv-heads", "8"], "--head-dim"),
+    (["calc", "--layers", "80", "--kv-heads", "8", "--head-dim", "128", "--attention-heads", "4"], "--kv-heads"),
+    (["calc", "--layers", "80", "--kv-heads", "8", "--head-dim", "0"], "--head-dim"),
 ])
 def test_bad_input_one_line_exit_2(args, field, capsys):
     """Bad input: one line naming the field, exit code 2, no traceback."""

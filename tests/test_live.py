@@ -356,18 +356,40 @@ async def test_app_keys(tmp_path):
         await pilot.press("escape", "q")
 
 
+class SlowSource(DemoSource):
+    """A demo source whose reads take longer than the poll interval, recording overlapping reads."""
+
+    def __init__(self) -> None:
+        super().__init__(seed=1)
+        self.active = 0
+        self.max_active = 0
+        self.reads = 0
+        self.lock = threading.Lock()
+
+    def read(self):
+        with self.lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        time.sleep(0.15)  # slower than the 0.1 s interval
+        snap = super().read()
+        with self.lock:
+            self.active -= 1
+            self.reads += 1
+        return snap
+
+
 async def test_app_polls_without_overlap():
-    """A fast interval: polls run one after another and the app stays responsive to keys."""
+    """Reads slower than the interval never overlap, and keys are still handled meanwhile."""
     from kvdash.tui.app import LiveApp
 
-    app = LiveApp(DemoSource(seed=1), LiveConfig(), interval=0.1)
+    source = SlowSource()
+    app = LiveApp(source, LiveConfig(), interval=0.1)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause(0.8)
-        before = app.polls
+        await pilot.pause(1.2)
         await pilot.press("d")
         assert app.config.kv_dtype == "fp8"
         await pilot.pause(0.5)
-        assert before >= 3 and app.polls > before
+    assert source.reads >= 4 and 1 == source.max_active
 
 
 async def test_app_small_terminal():

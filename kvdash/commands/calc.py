@@ -12,6 +12,10 @@ from kvdash.commands.common import parse_lengths
 from kvdash.errors import InputError
 
 Opt = typer.Option
+# config.json field -> the calc option that sets it
+CONFIG_OPTIONS = {"num_hidden_layers": "--layers", "num_key_value_heads": "--kv-heads", "head_dim": "--head-dim",
+                  "v_head_dim": "--head-dim-v", "num_attention_heads": "--attention-heads",
+                  "sliding_window": "--window", "max_position_embeddings": "--max-context"}
 
 
 def calc(
@@ -49,19 +53,21 @@ def calc(
 ) -> None:
     """Compute every KV-cache figure for one configuration (default: the tutorial's)."""
     from kvdash.core.calc import BudgetSpec, CalcInput, calculate
-    from kvdash.core.model import custom, resolve_model
+    from kvdash.core.model import model_from_spec, resolve_model
     from kvdash.units import parse_size
 
-    explicit = (layers, kv_heads, head_dim)
-    if any(v is not None for v in explicit):
+    if any(v is not None for v in (layers, kv_heads, head_dim)):
         if model or config:
             raise InputError("--layers", layers, "give either --model/--config or --layers/--kv-heads/--head-dim")
-        for name, value in zip(("--layers", "--kv-heads", "--head-dim"), explicit, strict=True):
-            if value is None:
-                raise InputError(name, None, "--layers, --kv-heads and --head-dim go together")
-            if value <= 0:
-                raise InputError(name, value, "expected a positive integer")
-        arch = custom(layers, kv_heads, head_dim, attention_heads, head_dim_v, window, max_context)  # type: ignore[arg-type]
+        # the same builder a grid file's explicit model uses; its field names become option names
+        try:
+            arch = model_from_spec({"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim,
+                                    "head_dim_v": head_dim_v, "attention_heads": attention_heads, "window": window,
+                                    "max_context": max_context, "name": "custom"}, where="")
+        except InputError as exc:
+            key = exc.field.rsplit(".", 1)[-1].rsplit(": ", 1)[-1]
+            option = CONFIG_OPTIONS.get(key, "--" + key.replace("_", "-"))
+            raise InputError(option, exc.value, exc.allowed, exc.hint) from exc
     else:
         arch = resolve_model(model, config, safetensors_index)
     spec = BudgetSpec(

@@ -13,13 +13,6 @@ from kvdash.errors import InputError
 
 Opt = typer.Option
 
-# PagedAttention paper, Figure 2 (FACTS.md §3): token states / reservation / internal / external & other
-PAPER_FIG2 = {
-    "max": (20.4, 13.3, 57.3, 8.9),
-    "pow2": (26.8, 17.9, 13.6, 41.6),
-    "oracle": (38.2, 25.2, 0.0, 36.6),
-    "paged": (96.3, None, None, None),
-}
 PAPER_SETUP = ("paper: Orca reimplementations with a buddy allocator and vLLM, OPT-13B on one A100-40GB, real "
                "ShareGPT/Alpaca requests, memory profiled during the paper's §6.2 runs")
 
@@ -69,7 +62,7 @@ def simulate(
     """Simulate KV pool occupancy over time under contiguous and paged allocation."""
     from kvdash.core.calc import BudgetSpec, rank_shapes, resolve_budget
     from kvdash.core.model import load_config, load_preset
-    from kvdash.simulate.engine import POLICIES, PRESETS, Lengths, read_trace
+    from kvdash.simulate.engine import PAPER_FIG2, POLICIES, PRESETS, Lengths, read_trace
     from kvdash.simulate.engine import simulate as run
     from kvdash.units import parse_size
 

@@ -349,7 +349,7 @@ def model_from_spec(spec: dict[str, Any], base: Path | None = None, where: str =
                                  "head_dim go together)")
         arch = custom(spec["layers"], spec["kv_heads"], spec["head_dim"], spec.get("attention_heads"),
                       spec.get("head_dim_v"), spec.get("window") or 0, spec.get("max_context") or 131072,
-                      name=str(spec.get("name", "custom")), source="explicit layers/kv_heads/head_dim")
+                      name=str(spec.get("name", "custom")), source="explicit layers, KV heads and head_dim")
     elif spec.get("preset"):
         arch = load_preset(str(spec["preset"]))
     else:

@@ -7,7 +7,7 @@ from a running engine's own pool; the pool is the smallest rank's, as the engine
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from kvdash.core import formulas as f
@@ -230,7 +230,3 @@ def block_map(pool_blocks: int, block_size: int, lengths: tuple[int, ...], max_r
     if counts and len(out) < cells:
         out.append(max(counts, key=lambda k: counts[k]))
     return out
-
-
-def with_length(cfg: LiveConfig, length: int) -> LiveConfig:
-    return replace(cfg, lengths=(length,), max_reserved=max(cfg.max_reserved, length))

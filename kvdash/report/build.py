@@ -19,6 +19,7 @@ import polars as pl
 
 from kvdash import __version__
 from kvdash.core.calc import rank_shapes
+from kvdash.simulate.engine import PAPER_FIG2
 from kvdash.sweep.claims import Verdict, judge_all
 from kvdash.sweep.evaluate import DEFAULTS, RESULT_COLUMNS, Expanded
 from kvdash.sweep.gridfile import GridSpec
@@ -249,8 +250,6 @@ def _assumption_lines(df: pl.DataFrame) -> list[str]:
     return lines
 
 
-PAPER_FIG2 = {"max": (20.4, 13.3, 57.3, 8.9), "pow2": (26.8, 17.9, 13.6, 41.6), "oracle": (38.2, 25.2, 0.0, 36.6),
-              "paged": (96.3, None, None, None)}
 
 
 def _simulation(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
