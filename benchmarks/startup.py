@@ -3,7 +3,8 @@
 Run: python benchmarks/startup.py [ROUNDS]   (default 21 rounds)
 
 Each round runs every command once, in turn, so machine noise hits all of them alike.  nvitop is
-the reference (``pip install nvitop``); it is skipped when not installed.
+the reference (``pip install nvitop``); it is skipped when not installed.  Measure a plain
+``pip install .``: an editable install adds its import hook's cost to every kvdash command.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def main() -> None:
         "kvdash --help": kvdash + ["--help"],
         "kvdash calc": kvdash + ["calc"],
         "kvdash calc --json": kvdash + ["calc", "--json"],
+        "kvdash models": kvdash + ["models"],
     }
     nvitop = command_for("nvitop")
     if nvitop:

@@ -46,6 +46,26 @@ def test_calc_tables_name_units_and_assumptions(capsys):
         assert text in out
 
 
+def test_calc_explains_per_token_bytes_for_the_architecture(capsys, monkeypatch):
+    """MLA stores one latent per layer: its explanation must not claim a K/V pair (2 x ...)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    _, mla, _ = run(["calc", "--model", "deepseek-v3"], capsys)
+    _, gqa, _ = run(["calc", "--kv-dtype", "fp8", "--kv-scales", "token_head"], capsys)
+    assert "one latent, no K/V pair" in mla and "2 x layers" not in mla
+    assert "2 x layers x kv_heads x head_dim x bytes, + an fp32 K and V scale per KV head" in gqa
+
+
+@pytest.mark.parametrize("args", [["calc", "--group", "200,825,1525", "--target", "100", "--prefix", "500"],
+                                  ["models"], ["gpus"]])
+def test_tables_fit_80_columns_and_cut_no_value(args, capsys, monkeypatch):
+    """Piped output is 80 columns wide (as rich's); no value is shortened with an ellipsis."""
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(args, capsys)
+    assert 0 == code
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "\u2026" not in out and "\x1b[" not in out
+
+
 @pytest.mark.parametrize("args,field", [
     (["calc", "--block-size", "0"], "--block-size"),
     (["calc", "--used", "4000"], "--used"),

@@ -23,3 +23,27 @@ def test_cli_help_imports_no_heavy_library():
             f"print('LOADED=' + ','.join(m for m in {HEAVY[:4] + ('matplotlib',)!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "LOADED=\n" in out or out.rstrip().endswith("LOADED=")
+
+
+def test_quick_commands_import_no_rich():
+    """`kvdash calc`, `models` and `gpus` draw their own tables: rich's import and layout cost ~60 ms."""
+    code = ("import sys, io, contextlib\nfrom kvdash.cli import main\n"
+            "for args in (['calc'], ['calc', '--group', '200,825,1525', '--target', '50'], ['models'], ['gpus']):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            "        main(args)\n"
+            "print('LOADED=' + ','.join(m for m in ('rich', 'polars', 'textual', 'jinja2', 'pynvml')"
+            " if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.rstrip().endswith("LOADED=")
+
+
+def test_command_modules_keep_annotations_evaluated():
+    """typer `eval`s string annotations of every command on each run (~25 ms): command modules must not
+    use ``from __future__ import annotations``."""
+    from pathlib import Path
+
+    import kvdash.commands
+
+    folder = Path(kvdash.commands.__file__).parent
+    offenders = [p.name for p in folder.glob("*.py") if "from __future__ import annotations" in p.read_text()]
+    assert [] == offenders

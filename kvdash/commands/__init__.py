@@ -1,7 +1,5 @@
 """One module per command; :func:`register_more` adds the commands beyond ``calc`` and ``models``."""
 
-from __future__ import annotations
-
 from typing import Any
 
 

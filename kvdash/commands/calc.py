@@ -1,7 +1,5 @@
 """``kvdash calc``: one configuration, every figure, explained."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 from typing import Annotated, Optional

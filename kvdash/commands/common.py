@@ -1,7 +1,5 @@
 """Option parsing shared by commands (no heavy imports)."""
 
-from __future__ import annotations
-
 from kvdash.errors import InputError
 
 

@@ -1,7 +1,5 @@
 """``kvdash live`` and ``kvdash record``."""
 
-from __future__ import annotations
-
 import json
 import sys
 import time

@@ -1,7 +1,5 @@
 """``kvdash models`` and ``kvdash gpus``: the built-in presets with their key figures."""
 
-from __future__ import annotations
-
 import json
 from typing import Annotated
 
@@ -27,19 +25,17 @@ def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from kvdash.render.table import Table, print_tables
 
     table = Table(title="Model presets (KV bytes per token at bf16, all layers)")
-    for col, just in (("preset", "left"), ("layers", "right"), ("heads", "right"), ("KV heads", "right"),
-                      ("head_dim", "right"), ("pattern", "left"), ("max ctx", "right"),
-                      ("KV B/token", "right"), ("weights (est.)", "right")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for col in ("preset", "layers by kind", "KV heads x head_dim", "max context", "KV B/token", "weights (est.)"):
+        text = col in ("preset", "layers by kind")
+        table.add_column(col, "left" if text else "right", wrap=text)
     for r in rows:
-        table.add_row(r["preset"], str(r["layers"]), str(r["attention_heads"]), str(r["kv_heads"]),
-                      str(r["head_dim"]), r["pattern"], f"{r['max_context']:,}", f"{r['bf16_bytes_per_token']:,}",
+        table.add_row(r["preset"], r["pattern"], f"{r['kv_heads']} x {r['head_dim']}", f"{r['max_context']:,}",
+                      f"{r['bf16_bytes_per_token']:,}",
                       f"{r['weight_bytes'] / 1e9:,.1f} GB" if r["weight_bytes"] else "-")
-    Console().print(table)
+    print_tables([table], "GB = 10^9 bytes; weights are estimates unless read from a safetensors index.")
 
 
 def gpus(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
@@ -50,12 +46,12 @@ def gpus(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = 
     if as_json:
         print(json.dumps({k: g.__dict__ for k, g in presets.items()}, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from kvdash.render.table import Table, print_tables
 
     table = Table(title="GPU presets (GiB = 2^30 bytes)")
     for col in ("preset", "name", "bytes", "GiB", "basis"):
-        table.add_column(col, justify="right" if col in ("bytes", "GiB") else "left")
+        number = col in ("bytes", "GiB")
+        table.add_column(col, "right" if number else "left", wrap=not number)
     for k, g in presets.items():
         table.add_row(k, g.name, f"{g.memory_bytes:,}", f"{g.memory_bytes / 2**30:.2f}", f"{g.basis}: {g.detail}")
-    Console().print(table)
+    print_tables([table])

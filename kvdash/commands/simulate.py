@@ -1,7 +1,5 @@
 """``kvdash simulate``: KV pool occupancy over time under each allocation policy."""
 
-from __future__ import annotations
-
 import json
 from dataclasses import replace
 from pathlib import Path

@@ -1,7 +1,5 @@
 """``kvdash sweep``, ``kvdash diff`` and ``kvdash claims``."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import Annotated, Optional

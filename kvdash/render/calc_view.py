@@ -1,12 +1,14 @@
-"""Rich tables for ``kvdash calc``: one section per concern, every figure with its unit."""
+"""The tables of ``kvdash calc``: one section per concern, every figure with its unit.
+
+Drawn by :mod:`kvdash.render.table` (no rich import) so that ``kvdash calc`` starts as fast as
+``nvitop --help``; values are never truncated, explanations wrap.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import IO, Any
 
-from rich.console import Console
-from rich.table import Table
-
+from kvdash.render.table import Styled, Table, print_tables
 from kvdash.units import human_bytes
 
 
@@ -20,29 +22,41 @@ def ratio(x: float | None) -> str:
 
 
 def _kv(title: str, rows: list[tuple[str, str, str]]) -> Table:
-    table = Table(title=title, title_justify="left", show_header=True, header_style="bold")
+    table = Table(title=title)
     table.add_column("figure")
-    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("value", justify="right", wrap=False)
     table.add_column("how", style="dim")
     for row in rows:
         table.add_row(*row)
     return table
 
 
+def _per_token_how(r: dict[str, Any]) -> str:
+    """How the per-token figure was formed, for the architecture at hand."""
+    arch, pool = r["architecture"], r["pool"]
+    kinds = {part.split()[1].split("(")[0] for part in arch["pattern"].split(" + ")}
+    if kinds == {"mla"}:
+        how = "layers x latent (kv_lora_rank + qk_rope_head_dim) x bytes: one latent, no K/V pair"
+    elif kinds == {"full"} and pool["group_size"] == arch["layers"]:
+        how = "2 x layers x kv_heads x head_dim x bytes"
+    else:
+        how = "sum over attention layers of each one's bytes per token"
+    if r["inputs"]["kv_scales"] == "token_head":
+        how += ", + an fp32 K and V scale per KV head"
+    return how + " (per rank)"
+
+
 def tables(r: dict[str, Any]) -> list[Table]:
     out: list[Table] = []
-    a = Table(title="Assumptions", title_justify="left", show_header=False)
+    a = Table(title="Assumptions", show_header=False)
     a.add_column("assumption")
     for line in r["assumptions"]:
         a.add_row(f"- {line}")
     out.append(a)
 
     pool, req, cap = r["pool"], r["request"], r["capacity"]
-    arch = r["architecture"]
     out.append(_kv("Per-token bytes", [
-        ("KV bytes per token", b(r["bytes_per_token"]),
-         "2 x layers x kv_heads x head_dim x bytes (per rank)" if pool["group_size"] == arch["layers"]
-         else "sum over layers of their per-token bytes (per rank)"),
+        ("KV bytes per token", b(r["bytes_per_token"]), _per_token_how(r)),
         ("bytes per token per layer", b(pool["layer_token_bytes"]), "largest layer kind; others padded to it"),
         ("recurrent state per request", b(pool["state_bytes_per_request"]), "fixed, independent of length"),
     ]))
@@ -68,17 +82,20 @@ def tables(r: dict[str, Any]) -> list[Table]:
         ("unused slots in the last block", f"{req['paged_unused_slots']:,} slots", "paged slots - used"),
         ("internal (tail) waste", f"{req['paged_internal_waste_percent']:.4f} %", "unused / paged slots"),
     ]))
-    pol = Table(title="Allocation policies: one request (MiB/GiB = 2^20/2^30 B) and requests that fit",
-                title_justify="left", header_style="bold")
-    for col in ("policy", "reserved tokens", "allocated", "useful", "reserv. waste", "tail waste",
-                "waste %", "requests", "paged/this"):
-        pol.add_column(col, justify="left" if col == "policy" else "right")
-    for name, p in r["policies"].items():
-        pol.add_row(name.replace("contiguous_", ""), f"{p['reserved_tokens']:,}", human_bytes(p["allocated_bytes"]),
-                    human_bytes(p["useful_bytes"]), human_bytes(p["reservation_waste_bytes"]),
-                    human_bytes(p["tail_waste_bytes"]),
-                    f"{p['waste_percent']:.2f}", f"{p['requests']:,}",
-                    f"{p['paged_over_contiguous']:.3f}x" if p.get("paged_over_contiguous") else "-")
+    # one column per policy, so the table fits 80 columns without cutting a value short
+    policies = r["policies"]
+    pol = Table(title="Allocation policies: one request, and how many fit (MiB/GiB = 2^20/2^30 B)")
+    pol.add_column("per request")
+    for name in policies:
+        pol.add_column(name.replace("contiguous_", ""), justify="right", wrap=False)
+    for label, key, fmt in (("reserved tokens", "reserved_tokens", "{:,}"), ("allocated", "allocated_bytes", None),
+                            ("useful", "useful_bytes", None), ("reservation waste", "reservation_waste_bytes", None),
+                            ("tail waste", "tail_waste_bytes", None), ("waste %", "waste_percent", "{:.2f}"),
+                            ("requests that fit", "requests", "{:,}")):
+        pol.add_row(label, *(human_bytes(p[key]) if fmt is None else fmt.format(p[key]) for p in policies.values()))
+    pol.add_row("paged fits this many times more", *(f"{p['paged_over_contiguous']:.3f}x"
+                                                      if p.get("paged_over_contiguous") else "-"
+                                                      for p in policies.values()))
     out.append(pol)
     out.append(_kv("Capacity (snapshot)", [
         ("contiguous requests (Max)", f"{cap['contiguous_requests']:,}", "floor(budget / reservation bytes)"),
@@ -112,12 +129,12 @@ def tables(r: dict[str, Any]) -> list[Table]:
         ]))
     v = r["vllm_view"]
     why = Table(title="What vLLM would log for this configuration, and why it differs from kvdash",
-                title_justify="left", show_header=False)
+                show_header=False)
     why.add_column("line")
     why.add_row(f"num_gpu_blocks = {v['num_gpu_blocks']:,}; {v['blocks_per_request_at_max_model_len']:,} blocks "
                 f"per request at max_model_len {v['max_model_len']:,}")
     for line in v["log_lines"]:
-        why.add_row(f"[bold]{line}[/bold]")
+        why.add_row(Styled(line, "bold"))
     for note in v["differences"]:
         why.add_row(f"- {note}")
     out.append(why)
@@ -140,9 +157,9 @@ def tables(r: dict[str, Any]) -> list[Table]:
                      f"for {p['target_requests']:,} requests at once"))
         out.append(_kv("Planning", rows))
     s = r["sensitivity"]
-    sens = Table(title="Sensitivity (same budget)", title_justify="left", header_style="bold")
+    sens = Table(title="Sensitivity (same budget)")
     for col in ("variant", "KV B/token", "token slots", "pool blocks", "contiguous", "paged", "ratio"):
-        sens.add_column(col, justify="left" if col == "variant" else "right")
+        sens.add_column(col, "left" if col == "variant" else "right", wrap=col == "variant")
     for row in s["variants"]:
         sens.add_row(row["variant"], f"{row['bytes_per_token']:,}", f"{row['kv_token_slots']:,}",
                      f"{row['whole_pool_blocks']:,}", f"{row['contiguous_requests']:,}",
@@ -151,9 +168,8 @@ def tables(r: dict[str, Any]) -> list[Table]:
     return out
 
 
-def render(result: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console()
-    for table in tables(result):
-        console.print(table)
-    console.print(f"[dim]kvdash {result['kvdash_version']} - bytes are exact; "
-                  "KiB/MiB/GiB are powers of 2.[/dim]")
+def render(result: dict[str, Any], file: IO[str] | None = None, width: int | None = None,
+           color: bool | None = None) -> None:
+    """Print every section of ``result`` (from :func:`kvdash.core.calc.calculate`)."""
+    print_tables(tables(result), f"kvdash {result['kvdash_version']} - bytes are exact; "
+                 "KiB/MiB/GiB are powers of 2.", file=file, width=width, color=color)
