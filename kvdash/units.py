@@ -86,6 +86,15 @@ def scale_floor(total: int, fraction: Decimal) -> int:
     return int((Decimal(total) * fraction).to_integral_value(rounding=ROUND_FLOOR))
 
 
+def gib_text(n: int | None, decimals: int = 2, missing: str = "n/a") -> str:
+    """``n`` bytes as a number of GiB (2^30 B) with thousands separators; ``missing`` for None.
+
+    >>> gib_text(12 * 2**30), gib_text(150_754_820_096, 1), gib_text(None)
+    ('12.00', '140.4', 'n/a')
+    """
+    return missing if n is None else f"{n / GiB:,.{decimals}f}"
+
+
 def human_bytes(n: int) -> str:
     """Bytes in the largest binary unit that keeps the number >= 1, e.g. ``12.00 GiB``.
 

@@ -83,6 +83,19 @@ def test_next_pow2(n):
     assert p & (p - 1) == 0 and n <= p < 2 * n
 
 
+@given(st.lists(st.integers(1, (1 << 31) - 1), min_size=1, max_size=50), st.integers(1, 1 << 20))
+def test_pow2_reservation_same_on_int_polars_and_numpy(finals, max_reserved):
+    """One Pow2 formula serves calc (int), sweep (polars) and the simulator (numpy): all agree."""
+    import numpy as np
+    import polars as pl
+
+    want = [f.pow2_reservation(n, max_reserved) for n in finals]
+    assert want == [min(f.next_pow2(n), max_reserved) for n in finals]
+    got_np = f.pow2_reservation(np.array(finals, dtype=np.int64), max_reserved)
+    got_pl = pl.DataFrame({"n": finals}).select(f.pow2_reservation(pl.col("n"), max_reserved).alias("r"))["r"].to_list()
+    assert want == got_np.tolist() == got_pl
+
+
 @given(st.integers(-(1 << 40), 1 << 40), st.integers(-(1 << 40), 1 << 40))
 def test_imin_imax(a, b):
     assert (min(a, b), max(a, b)) == (f.imin(a, b), f.imax(a, b))

@@ -47,11 +47,12 @@ def gpus(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = 
         print(json.dumps({k: g.__dict__ for k, g in presets.items()}, indent=2))
         return
     from kvdash.render.table import Table, print_tables
+    from kvdash.units import gib_text
 
     table = Table(title="GPU presets (GiB = 2^30 bytes)")
     for col in ("preset", "name", "bytes", "GiB", "basis"):
         number = col in ("bytes", "GiB")
         table.add_column(col, "right" if number else "left", wrap=not number)
     for k, g in presets.items():
-        table.add_row(k, g.name, f"{g.memory_bytes:,}", f"{g.memory_bytes / 2**30:.2f}", f"{g.basis}: {g.detail}")
+        table.add_row(k, g.name, f"{g.memory_bytes:,}", gib_text(g.memory_bytes), f"{g.basis}: {g.detail}")
     print_tables([table])

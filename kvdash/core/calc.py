@@ -19,7 +19,7 @@ from kvdash import __version__
 from kvdash.core import formulas as f
 from kvdash.core.dtypes import SCALE_BYTES, check_scale_mode, fp8_ds_mla_token_bytes, get_dtype
 from kvdash.core.gpus import GPU, get_gpu
-from kvdash.core.model import Architecture, Layer
+from kvdash.core.model import KINDS, Architecture, Layer
 from kvdash.core.point import fdiv, point_metrics, shape_inputs, workload_inputs
 from kvdash.errors import InputError
 from kvdash.units import GiB, parse_fraction, scale_floor
@@ -354,6 +354,7 @@ def _core(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
             "head_dim": arch.head_dim,
             "bytes_per_element": get_dtype(inp.kv_dtype).bytes_per_element,
             "pattern": arch.pattern(),
+            "layer_kinds": {kind: arch.counts[kind] for kind in KINDS if kind in arch.counts},
         },
         "bytes_per_token": m["bytes_per_token"],
         "kv_token_slots": m["kv_token_slots"],
@@ -402,7 +403,7 @@ def _policies(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
     useful = m["useful_bytes"]
     rows = {
         "contiguous_max": (inp.max_reserved, m["contiguous_max_bytes"], m["contiguous_requests"]),
-        "contiguous_pow2": (int(f.imin(f.next_pow2(final), inp.max_reserved)), m["contiguous_pow2_bytes"],
+        "contiguous_pow2": (int(f.pow2_reservation(final, inp.max_reserved)), m["contiguous_pow2_bytes"],
                             m["pow2_requests"]),
         "contiguous_oracle": (final, m["contiguous_oracle_bytes"], m["oracle_requests"]),
     }

@@ -1,8 +1,11 @@
 """The capacity formulas, one function each.
 
 Every function here uses only ``+ - * //`` (and ``min``/``max`` through :func:`imin`/:func:`imax`),
-so the *same* definition evaluates a single configuration (Python ``int``) and a whole grid (polars
-expressions, in :mod:`kvdash.sweep`).  Nothing here rounds through floats: bytes, slots and blocks stay exact.
+so the *same* definition evaluates a single configuration (Python ``int``), a whole grid (polars
+expressions, in :mod:`kvdash.sweep`) and the simulator's arrays of requests (numpy, in
+:mod:`kvdash.simulate`; reached through the array's own namespace, so nothing here imports numpy).
+Bytes, slots and blocks stay exact integers; only :func:`next_pow2` on columns and arrays passes
+through a float ``log2``, which is exact for lengths below 2^31.
 
 Symbols: ``B`` block size in tokens; ``n`` tokens held by a request; ``W`` sliding window in tokens.
 """
@@ -32,6 +35,8 @@ def imin(a: Any, b: Any) -> Any:
     """
     if isinstance(a, int) and isinstance(b, int):
         return a if a < b else b
+    if hasattr(a, "__array_namespace__") or hasattr(b, "__array_namespace__"):
+        return _xp(a, b).minimum(a, b)
     return a.clip(upper_bound=b) if hasattr(a, "clip") else b.clip(upper_bound=a)
 
 
@@ -43,6 +48,8 @@ def imax(a: Any, b: Any) -> Any:
     """
     if isinstance(a, int) and isinstance(b, int):
         return a if a > b else b
+    if hasattr(a, "__array_namespace__") or hasattr(b, "__array_namespace__"):
+        return _xp(a, b).maximum(a, b)
     return a.clip(lower_bound=b) if hasattr(a, "clip") else b.clip(lower_bound=a)
 
 
@@ -54,8 +61,26 @@ def next_pow2(n: Any) -> Any:
     """
     if isinstance(n, int):
         return 1 << (n - 1).bit_length()
-    # polars: log2 of an integer below 2**31 is exact enough for ceil() to land on the power.
+    # log2 of an integer below 2**31 is exact enough for ceil() to land on the power.
+    if hasattr(n, "__array_namespace__"):
+        xp = n.__array_namespace__()
+        return xp.astype(2 ** xp.ceil(xp.log2(n)), xp.int64)
     return (2 ** n.log(2).ceil()).cast(int)
+
+
+def pow2_reservation(final: Any, max_reserved: Any) -> Any:
+    """Tokens the Pow2 policy reserves: the next power of two of the final length, capped at the
+    maximum reservation.
+
+    >>> pow2_reservation(825, 2048), pow2_reservation(1525, 2048), pow2_reservation(3000, 2048)
+    (1024, 2048, 2048)
+    """
+    return imin(next_pow2(final), max_reserved)
+
+
+def _xp(a: Any, b: Any) -> Any:
+    """The array namespace (numpy) of whichever argument is an array."""
+    return (a if hasattr(a, "__array_namespace__") else b).__array_namespace__()
 
 
 def kv_bytes_per_token(layers: Any, kv_heads: Any, head_dim: Any, bytes_per_element: Any) -> Any:

@@ -77,7 +77,7 @@ def request_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
     useful_bytes = sum(_token_bytes(n, x) for n in lengths) + k * state
     max_bytes = k * f.contiguous_request_bytes(x["max_reserved"], x["full_token_bytes"],
                                                x["window_token_bytes"], window, state)
-    pow2_res = [f.imin(f.next_pow2(n) * (n > 0), x["max_reserved"]) for n in finals]
+    pow2_res = [f.pow2_reservation(n, x["max_reserved"]) * (n > 0) for n in finals]
     longest = lengths[0]
     for n in lengths[1:]:
         longest = f.imax(longest, n)

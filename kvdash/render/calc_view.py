@@ -34,7 +34,7 @@ def _kv(title: str, rows: list[tuple[str, str, str]]) -> Table:
 def _per_token_how(r: dict[str, Any]) -> str:
     """How the per-token figure was formed, for the architecture at hand."""
     arch, pool = r["architecture"], r["pool"]
-    kinds = {part.split()[1].split("(")[0] for part in arch["pattern"].split(" + ")}
+    kinds = set(arch["layer_kinds"])
     if kinds == {"mla"}:
         how = "layers x latent (kv_lora_rank + qk_rope_head_dim) x bytes: one latent, no K/V pair"
     elif kinds == {"full"} and pool["group_size"] == arch["layers"]:

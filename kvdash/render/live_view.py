@@ -11,15 +11,16 @@ from rich.text import Text
 
 from kvdash.live.analysis import FREE, RESERVED, TAIL, TOKENS
 from kvdash.sources.base import GPUReading, Snapshot
+from kvdash.units import gib_text
 
-GiB = 2**30
 SPARKS = "▁▂▃▄▅▆▇█"
 CELL_STYLE = {TOKENS: ("█", "green"), TAIL: ("█", "yellow"), RESERVED: ("▒", "red"), FREE: ("·", "grey50"),
               "x": ("x", "magenta")}
 
 
 def gib(n: int | None) -> str:
-    return "n/a" if n is None else f"{n / GiB:,.1f}"
+    """GiB with one decimal: the dashboard's columns are narrow."""
+    return gib_text(n, 1)
 
 
 def bar(fraction: float | None, width: int, style: str = "cyan") -> Text:

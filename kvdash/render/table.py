@@ -119,9 +119,10 @@ def _longest_word(text: str) -> int:
 def column_widths(table: Table, width: int) -> list[int]:
     """Content width of each column so the table fits ``width`` terminal columns when it can.
 
-    Each column wants its widest line.  When that is too wide, the wrapping columns give way, the
-    widest first (the largest common cap that fits), but never below their longest word; only if
-    that still does not fit are words cut.  Columns that do not wrap (values) never shrink.
+    Each column wants its widest line.  When the table is too wide, the widest columns give way first
+    (the largest common cap that fits): a text column down to its longest word, a value column down
+    to its widest value (only its header wraps).  If that still does not fit, words of text and
+    headers are cut; values never are, and a table too wide even so runs past ``width``.
     """
     cols = table.columns
     texts = [[c.header] if table.show_header else [] for c in cols]
@@ -129,7 +130,6 @@ def column_widths(table: Table, width: int) -> list[int]:
         for i, cell in enumerate(row):
             texts[i].append(cell.text)
     natural = [max((cell_width(line) for t in ts for line in t.split("\n")), default=0) for ts in texts]
-    # a header may always wrap at its spaces, even over a value column
     skip = 1 if table.show_header else 0
     # narrowest a column may go: its values' longest word (wrapping) or whole width (not wrapping) ...
     value_floor = [max([_longest_word(t) if cols[i].wrap else cell_width(t) for t in ts[skip:]], default=0)
@@ -181,9 +181,9 @@ def render_table(table: Table, width: int = 80, color: bool = False) -> list[str
         return left + mid.join(fill * (w + 2) for w in widths) + right
 
     def body(cells: list[Styled], bar: str, styles: list[str]) -> list[str]:
+        # values always fit their column and stay exactly as given; text and headers wrap
         wrapped = [wrap(c.text, w) if col.wrap or cell_width(c.text) > w else [c.text]
                    for c, w, col in zip(cells, widths, cols, strict=True)]
-        # a value column wider than its cell (narrow terminal) runs long rather than hiding digits
         height = max(len(w) for w in wrapped)
         out = []
         for k in range(height):
@@ -198,7 +198,7 @@ def render_table(table: Table, width: int = 80, color: bool = False) -> list[str
 
     lines: list[str] = []
     if table.title:
-        lines += [_paint(t, "italic", color) for t in wrap(table.title, max(width, 20))]
+        lines += [_paint(t, "italic", color) for t in wrap(table.title, width)]
     if table.show_header:
         lines.append(rule("┏", "┳", "┓", "━"))
         header = [Styled(c.header) for c in cols]

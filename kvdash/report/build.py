@@ -24,7 +24,7 @@ from kvdash.sweep.claims import Verdict, judge_all
 from kvdash.sweep.evaluate import DEFAULTS, RESULT_COLUMNS, Expanded
 from kvdash.sweep.gridfile import GridSpec
 from kvdash.sweep.simulation import simulation_columns
-from kvdash.units import GiB
+from kvdash.units import GiB, gib_text
 
 HEADLINE_ALL = 40  # grids up to this many points are listed whole
 HEADLINE_EACH = 10  # else the top and bottom this many by paged requests
@@ -38,7 +38,7 @@ def charts_for(spec: GridSpec) -> tuple[str, ...]:
 
 
 def gib(n: int | None) -> str:
-    return "-" if n is None else f"{n / GiB:,.2f} GiB"
+    return "-" if n is None else f"{gib_text(n)} GiB"
 
 
 def num(x: Any, decimals: int = 2) -> str:

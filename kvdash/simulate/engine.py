@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from kvdash.core import formulas as f
 from kvdash.errors import InputError
 
 POLICIES = ("max", "pow2", "oracle", "paged", "paged-prefix")
@@ -215,10 +216,6 @@ class Result:
         return out
 
 
-def next_pow2(n: np.ndarray) -> np.ndarray:
-    return np.left_shift(1, np.ceil(np.log2(np.maximum(n, 1))).astype(np.int64))
-
-
 def draw_requests(workload: Workload, seed: int, max_len: int, with_prefix: bool
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Prompt lengths, final lengths and arrival steps of every request, from the seed alone."""
@@ -254,7 +251,7 @@ def simulate(workload: Workload, policy: str, capacity_slots: int, block_size: i
         prefix_blocks = (workload.prefix // block_size) if policy == "paged-prefix" else 0
         return _paged(workload, policy, capacity_slots, block_size, prefix_blocks, prompt, final, arrivals,
                       trace_every, progress, on_step)
-    reserve = {"max": np.full(len(final), max_len), "pow2": np.minimum(next_pow2(final), max_len),
+    reserve = {"max": np.full(len(final), max_len), "pow2": f.pow2_reservation(final, max_len),
                "oracle": final}[policy]
     if int(reserve.max()) > capacity_slots:
         raise InputError("--budget", capacity_slots, f"the pool cannot hold one {policy} reservation "
@@ -435,9 +432,9 @@ def _contiguous(workload: Workload, policy: str, allocator: str, capacity: int, 
         if not heap:  # idle: jump to the next arrival without counting the empty steps
             t = int(arrival[next_arrival]) if next_arrival < n else t + 1
             continue
-        f = heap[0][0]
+        finish = heap[0][0]
         a = int(arrival[next_arrival]) if workload.arrival == "poisson" and next_arrival < n else None
-        e = f if a is None else min(f, a - 1)
+        e = finish if a is None else min(finish, a - 1)
         e = max(e, t)
         k = e - t + 1
         tok = count * ((t + 1 + e + 1) * k // 2) + offset * k  # sum over s in [t, e] of count*(s+1) + offset

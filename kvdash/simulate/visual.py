@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import replace
 
+from kvdash.core import formulas as f
 from kvdash.live.analysis import FREE, RESERVED, TAIL, TOKENS
-from kvdash.simulate.engine import PRESETS, Buddy, FirstFit, Workload, draw_requests, next_pow2
+from kvdash.simulate.engine import PRESETS, Buddy, FirstFit, Workload, draw_requests
 
 EXTERNAL = "x"  # free, but the queue's head does not fit in any hole
 
@@ -41,7 +42,7 @@ class VisualSimulation:
 
     def _reserve(self, i: int) -> int:
         fin = int(self.final[i])
-        return {"max": self.max_len, "pow2": min(int(next_pow2(fin)), self.max_len), "oracle": fin}[self.policy]
+        return {"max": self.max_len, "pow2": f.pow2_reservation(fin, self.max_len), "oracle": fin}[self.policy]
 
     def _preempt_newest(self) -> None:
         victim = next(reversed(self.running))

@@ -40,6 +40,7 @@ from kvdash.render.live_view import (
 )
 from kvdash.sources.base import Snapshot, Source
 from kvdash.sources.engine import EngineReading, from_snapshot
+from kvdash.units import gib_text
 
 BLOCK_SIZES = (8, 16, 32, 64, 128)
 KV_DTYPES = ("bf16", "fp8", "fp16", "int8", "fp32")
@@ -379,8 +380,7 @@ def write_snapshot(stem: Path, snap: Snapshot, kv: dict[str, Any]) -> list[Path]
              "|---:|---|---:|---:|---:|"]
     for g in snap.gpus:
         lines.append(f"| {g.index} | {g.name} | "
-                     f"{'n/a' if g.used_bytes is None else f'{g.used_bytes / 2**30:.2f}'} | "
-                     f"{'n/a' if g.total_bytes is None else f'{g.total_bytes / 2**30:.2f}'} | "
+                     f"{gib_text(g.used_bytes)} | {gib_text(g.total_bytes)} | "
                      f"{'n/a' if g.utilization_percent is None else g.utilization_percent} |")
     if kv.get("ok"):
         lines += ["", f"## KV pool: {kv['model']}, {kv['kv_dtype']}, block {kv['block_size']}, TP {kv['tp']}", "",
