@@ -342,6 +342,19 @@ def _save(fig: Any, path: Path) -> None:
                 bbox_inches="tight")
 
 
+def _finish_share_chart(fig: Any, ax: Any, labels: list[str], xlabel: str, legend_columns: int, path: Path) -> None:
+    """Axes, legend and file of a horizontal 0-100 % share chart (first label on top)."""
+    import matplotlib.pyplot as plt
+
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel(xlabel)
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=legend_columns, frameon=False, fontsize=8)
+    _save(fig, path)
+    plt.close(fig)
+
+
 def _label(r: dict[str, Any]) -> str:
     return f"{r['model']} {r['kv_dtype']} B{r['block_size']} tp{r['tp']} {r['workload']}"
 
@@ -370,13 +383,7 @@ def write_simulation_chart(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
         vals = [b[k] for b in bars]
         ax.barh(range(len(labels)), vals, left=left, color=colors[k], label=names[k])
         left = [a + b for a, b in zip(left, vals, strict=True)]
-    ax.set_yticks(range(len(labels)), labels)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("share of the KV pool over time, %")
-    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=3, frameon=False, fontsize=8)
-    _save(fig, out / "simulation.svg")
-    plt.close(fig)
+    _finish_share_chart(fig, ax, labels, "share of the KV pool over time, %", 3, out / "simulation.svg")
 
 
 def write_charts(df: pl.DataFrame, out: Path) -> None:
@@ -441,13 +448,8 @@ def write_charts(df: pl.DataFrame, out: Path) -> None:
     ax.barh(ys, useful, color="#2f855a", label="token state")
     ax.barh(ys, waste, left=useful, color=["#c05621" if k == "contiguous Max" else "#d69e2e" for k in kinds],
             label="reservation (contiguous) / tail (paged) waste")
-    ax.set_yticks(ys, labels)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("share of the memory a workload group holds, % (median over the grid)")
-    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False, fontsize=8)
-    _save(fig, out / "waste.svg")
-    plt.close(fig)
+    _finish_share_chart(fig, ax, labels, "share of the memory a workload group holds, % (median over the grid)", 2,
+                        out / "waste.svg")
 
 
 # --- writing -----------------------------------------------------------------------------------
