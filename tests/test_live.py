@@ -169,10 +169,11 @@ class TestDemoAndReplay:
     def test_replay_bad_file(self, tmp_path, capsys):
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"time": 1}\nnot json\n')
-        with pytest.raises(SourceUnavailable, match=":2: not a kvdash snapshot"):
+        with pytest.raises(SourceUnavailable, match="line 2: not a kvdash snapshot"):
             ReplaySource(bad)
         code, _, err = run(["live", "--replay", str(bad), "--once"], capsys)
-        assert 2 == code and "--replay" in err and 1 == len(err.strip().splitlines())
+        assert 2 == code and 1 == len(err.strip().splitlines())
+        assert err.startswith(f"kvdash: error: --replay: '{bad}' is not allowed; line 2: not a kvdash snapshot")
 
 
 # --- engine metrics --------------------------------------------------------------------------

@@ -247,15 +247,16 @@ def simulate(workload: Workload, policy: str, capacity_slots: int, block_size: i
     prompt, final, arrivals = draw_requests(workload, seed, max_len, policy == "paged-prefix")
     if policy.startswith("paged"):
         if int(-(-final.max() // block_size)) > capacity_slots // block_size:
-            raise InputError("--budget", capacity_slots, "the pool cannot hold even one longest request")
+            raise InputError("--budget", f"{capacity_slots:,} token slots",
+                             f"the pool cannot hold even the longest request ({int(final.max()):,} tokens)")
         prefix_blocks = (workload.prefix // block_size) if policy == "paged-prefix" else 0
         return _paged(workload, policy, capacity_slots, block_size, prefix_blocks, prompt, final, arrivals,
                       trace_every, progress, on_step)
     reserve = {"max": np.full(len(final), max_len), "pow2": f.pow2_reservation(final, max_len),
                "oracle": final}[policy]
     if int(reserve.max()) > capacity_slots:
-        raise InputError("--budget", capacity_slots, f"the pool cannot hold one {policy} reservation "
-                                                     f"of {int(reserve.max()):,} slots")
+        raise InputError("--budget", f"{capacity_slots:,} token slots",
+                         f"the pool cannot hold one {policy} reservation of {int(reserve.max()):,} slots")
     return _contiguous(workload, policy, allocator, capacity_slots, prompt, final, arrivals, reserve,
                        trace_every, progress, on_step)
 

@@ -15,7 +15,7 @@ class ReplaySource:
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as exc:
-            raise SourceUnavailable(f"--replay: {self.path}: cannot be read ({type(exc).__name__})") from exc
+            raise SourceUnavailable(f"the file cannot be read ({type(exc).__name__})") from exc
         self.snapshots: list[Snapshot] = []
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -23,10 +23,10 @@ class ReplaySource:
             try:
                 self.snapshots.append(Snapshot.from_json(json.loads(line)))
             except (ValueError, KeyError, TypeError) as exc:
-                raise SourceUnavailable(f"--replay: {self.path}:{number}: not a kvdash snapshot "
+                raise SourceUnavailable(f"line {number}: not a kvdash snapshot "
                                         f"({type(exc).__name__}: {exc})") from exc
         if not self.snapshots:
-            raise SourceUnavailable(f"--replay: {self.path}: holds no snapshot")
+            raise SourceUnavailable("the file holds no snapshot (record one with kvdash record)")
         self.position = 0
 
     def read(self) -> Snapshot:
