@@ -216,7 +216,7 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, stric
     if spec.reserve < 0:
         raise InputError("--reserve", spec.reserve, "must not be negative")
     ranks = tp * pp
-    weights_rank = f.cdiv(weights, ranks)
+    weights_rank = f.weights_per_rank(weights, ranks)
     if spec.policy == "vllm":
         requested = scale_floor(total, util)
         budget = requested - weights_rank - spec.reserve
@@ -534,7 +534,7 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
     target = inp.target
     assert target is not None
     lengths = inp.group or (inp.used,)
-    groups = -(-target // len(lengths))
+    groups = f.cdiv(target, len(lengths))
     needed = max(groups * int(evaluate(inp, [sh], 1, lengths)["paged_bytes"]) for sh in shapes)
     plan: dict[str, Any] = {
         "target_requests": target,

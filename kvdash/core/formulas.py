@@ -103,6 +103,15 @@ def token_slots(budget: Any, bytes_per_token: Any) -> Any:
     return budget // bytes_per_token
 
 
+def weights_per_rank(weight_bytes: Any, ranks: Any) -> Any:
+    """Weight bytes one rank holds when ``tp x pp`` ranks split the model evenly (rounded up).
+
+    >>> weights_per_rank(141_200_000_000, 4)  # Llama-3.1-70B estimate on TP 4
+    35300000000
+    """
+    return cdiv(weight_bytes, ranks)
+
+
 def block_bytes(block_size: Any, layer_token_bytes: Any, group_size: Any) -> Any:
     """Bytes of one pool block: ``B`` tokens for each of the ``group_size`` layers it serves."""
     return block_size * layer_token_bytes * group_size

@@ -123,7 +123,7 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "headroom_blocks": headroom_blocks,
         "headroom_tokens_per_request": (headroom_blocks // max(paged, 1)) * cfg.block_size // shape.groups
         if paged else 0,
-        "weights_per_rank_bytes": f.cdiv(weights, cfg.tp) if weights else 0,
+        "weights_per_rank_bytes": f.weights_per_rank(weights, cfg.tp),
         "reserve_bytes": cfg.reserve,
         "notes": notes,
     }
@@ -192,13 +192,13 @@ def block_map(pool_blocks: int, block_size: int, lengths: tuple[int, ...], max_r
     else:
         per_cell = float(tokens_per_cell)
         view = min(slots, cells * tokens_per_cell)
-        cells = -(-view // tokens_per_cell)
+        cells = f.cdiv(view, tokens_per_cell)
     group: list[tuple[str, int]] = []
     for n in lengths:
         if contiguous:
             group += [(TOKENS, n), (RESERVED, max_reserved - n)]
         else:
-            full = -(-n // block_size) * block_size
+            full = f.cdiv(n, block_size) * block_size
             group += [(TOKENS, n), (TAIL, full - n)]
     need = sum(k for _, k in group)
     runs: list[tuple[str, int]] = []

@@ -246,7 +246,7 @@ def simulate(workload: Workload, policy: str, capacity_slots: int, block_size: i
         raise InputError("--allocator", allocator, "expected one of: " + ", ".join(ALLOCATORS))
     prompt, final, arrivals = draw_requests(workload, seed, max_len, policy == "paged-prefix")
     if policy.startswith("paged"):
-        if int(-(-final.max() // block_size)) > capacity_slots // block_size:
+        if int(f.cdiv(final.max(), block_size)) > capacity_slots // block_size:
             raise InputError("--budget", f"{capacity_slots:,} token slots",
                              f"the pool cannot hold even the longest request ({int(final.max()):,} tokens)")
         prefix_blocks = (workload.prefix // block_size) if policy == "paged-prefix" else 0
@@ -305,7 +305,7 @@ def _paged(workload: Workload, policy: str, capacity: int, B: int, prefix_blocks
         admitted: list[int] = []
         while waiting:
             i = waiting[0]
-            own = -(-int(prompt[i]) // B) - prefix_blocks
+            own = f.cdiv(int(prompt[i]), B) - prefix_blocks
             extra = prefix_blocks if shared_refs == 0 else 0  # the shared prefix, stored once
             if own + extra > free_blocks:
                 break
@@ -321,12 +321,12 @@ def _paged(workload: Workload, policy: str, capacity: int, B: int, prefix_blocks
             r_id = np.concatenate((r_id, ids))
             r_len = np.concatenate((r_len, prompt[ids]))
             r_fin = np.concatenate((r_fin, final[ids]))
-            r_blocks = np.concatenate((r_blocks, -(-prompt[ids] // B) - prefix_blocks))
+            r_blocks = np.concatenate((r_blocks, f.cdiv(prompt[ids], B) - prefix_blocks))
         count = len(r_id)
         if count:
             r_len += 1  # one decode step
             tokens_generated += count
-            grow = np.nonzero(-(-r_len // B) - prefix_blocks > r_blocks)[0]
+            grow = np.nonzero(f.cdiv(r_len, B) - prefix_blocks > r_blocks)[0]
             if len(grow) <= free_blocks:
                 r_blocks[grow] += 1
                 free_blocks -= len(grow)

@@ -61,7 +61,7 @@ class VisualSimulation:
             i = self.waiting[0]
             n = int(self.prompt[i])
             if self.paged:
-                need = -(-n // self.B)
+                need = f.cdiv(n, self.B)
                 if need > len(self.free_ids):
                     self.blocked = True
                     break
@@ -109,7 +109,7 @@ class VisualSimulation:
             else:
                 start, res = int(state["start"]), int(state["res"])
                 fin = min(int(self.final[i]), res)
-                for c in range(start // B, -(-(start + res) // B)):
+                for c in range(start // B, f.cdiv(start + res, B)):
                     slot = c * B
                     if slot < start + length:
                         out[c] = TOKENS

@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from kvdash.core import formulas as f
 from kvdash.core.calc import BudgetSpec, PoolShape, check_positive, rank_shapes, resolve_budget
 from kvdash.core.model import Architecture
 from kvdash.core.point import capacity_metrics, request_metrics, shape_inputs
@@ -236,9 +237,9 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
             raise InputError(f"{spec.path}: {point_label(p)}: {exc.field}", exc.value, exc.allowed,
                              exc.hint or "add an exclude: rule for it") from exc
         stage = replace(by_base[base], block_size=p["block_size"])
-        weights_rank = -(-arch.weight_bytes // (p["tp"] * p["pp"])) if arch.weight_bytes else 0
-        kv128 = stage.full_token_bytes * LONG_CONTEXT + stage.window_token_bytes * min(
-            LONG_CONTEXT, stage.window or LONG_CONTEXT) + stage.state_bytes
+        weights_rank = f.weights_per_rank(arch.weight_bytes, p["tp"] * p["pp"])
+        kv128 = f.contiguous_request_bytes(LONG_CONTEXT, stage.full_token_bytes, stage.window_token_bytes,
+                                           stage.window, stage.state_bytes)
         shape_rows.append({"_shape": key, **shape_inputs(stage), "_max_context": arch.max_context,
                            "_kv128k_over_weights": kv128 / weights_rank if weights_rank else None})
     for w in (spec.workloads[name] for name in values["workload"]):
