@@ -100,7 +100,7 @@ def test_tutorial_exercise(label, arch, dtype, block, allocated, tail, groups, u
 
 
 class TestPagedAttentionPaper:
-    """Kwon et al., SOSP 2023, Table 1 and §3 (FACTS.md §3; the paper's "GB" is GiB)."""
+    """Kwon et al., SOSP 2023, Table 1 and §3 (the paper's "GB" is GiB)."""
 
     def test_opt13b_token_bytes(self):
         """§3: one OPT-13B token is 2 x 5120 x 40 x 2 = 819,200 bytes ("800 KB")."""
@@ -121,7 +121,7 @@ class TestPagedAttentionPaper:
 
 
 class TestVllmFp8Doc:
-    """vLLM "Quantized KV Cache" doc (FACTS.md §4): Qwen3-4B on an L4, 11.47 GiB of KV cache:
+    """vLLM "Quantized KV Cache" doc (docs.vllm.ai, features/quantization/quantized_kvcache): Qwen3-4B on an L4, 11.47 GiB of KV cache:
     83,488 tokens (auto) vs 166,992 (fp8); max concurrency at 32k 2.55x vs 5.10x."""
 
     # 12,312,000,000 B = 11.466 GiB lies in both intervals the two logs imply:

@@ -71,7 +71,7 @@ def fp8_ds_mla_token_bytes(kv_lora_rank: int, qk_rope_head_dim: int) -> int:
     The latent is stored as fp8 with one fp32 scale per 128 elements, and the rope part stays bf16:
     ``kv_lora_rank + 4 x (kv_lora_rank / 128) + 2 x qk_rope_head_dim``.
 
-    >>> fp8_ds_mla_token_bytes(512, 64)  # DeepSeek-V3 (FACTS §1: 656 B/token)
+    >>> fp8_ds_mla_token_bytes(512, 64)  # DeepSeek-V3 (vllm/v1/kv_cache_interface.py, fp8_ds_mla: 656 B/token)
     656
     """
     if kv_lora_rank % 128:

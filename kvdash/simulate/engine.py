@@ -38,7 +38,7 @@ POLICIES = ("max", "pow2", "oracle", "paged", "paged-prefix")
 ALLOCATORS = ("first-fit", "buddy")
 SHARES = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")
 
-# PagedAttention paper, Figure 2 (FACTS.md §3): token states / reservation / internal / external & other, %
+# PagedAttention paper (Kwon et al., SOSP 2023), Figure 2: token states / reservation / internal / external & other, %
 PAPER_FIG2: dict[str, tuple[float | None, ...]] = {
     "max": (20.4, 13.3, 57.3, 8.9),
     "pow2": (26.8, 17.9, 13.6, 41.6),
