@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from kvdash.core.point import group_size_problem
 from kvdash.errors import InputError, closest
 
 TOP_KEYS = ("title", "description", "models", "workloads", "defaults", "grid", "zip", "exclude", "claims",
@@ -297,8 +298,9 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
         if "lengths" in wl:
             lengths = tuple(c.positive_int(v, p + ("lengths", j)) for j, v in
                             enumerate(c.seq(wl["lengths"], p + ("lengths",))))
-            if len(lengths) > 8:
-                raise c.fail(p + ("lengths",), len(lengths), "at most 8 lengths per group")
+            problem = group_size_problem(len(lengths))
+            if problem:
+                raise c.fail(p + ("lengths",), len(lengths), problem)
             finals = lengths
             if "final" in wl:
                 raise c.fail(p + ("final",), wl["final"], "final applies to a single request (used:)")
