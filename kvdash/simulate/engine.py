@@ -507,7 +507,7 @@ class _PagedFast:
         every, on_step, progress = self.trace_every, self.on_step, self.progress
         tok_sum = alloc_sum = steps = running_sum = peak = finished = 0
         next_arrival = 0
-        again = False  # the queue's head may fit at the next step (a preemption step, or blocks freed)
+        again = False  # the queue's head may fit at the next step (blocks were freed)
         t = -1
         inf = 1 << 62
         place = self.place
@@ -515,7 +515,7 @@ class _PagedFast:
             # the next step at which anything can change
             c = len(running)
             if again and waiting:
-                e = t + 1
+                e = t + 1  # admission was skipped, or blocks were freed
             elif closed:
                 e = t + 1 if next_arrival < n and c + len(waiting) < conc else inf
             elif next_arrival < n and not waiting:
@@ -556,15 +556,21 @@ class _PagedFast:
                     waiting.append(next_arrival)
                     next_arrival += 1
             needers = phases[e % B]
-            again = False
+            preempted = False
             if needers:
                 if len(needers) <= self.free:  # rules.serve_running without a preemption
                     self.used += len(needers)
                     self.free -= len(needers)
                 else:
-                    again = bool(serve_running(running, sorted(needers), self))
-            if waiting and not again:
+                    preempted = bool(serve_running(running, sorted(needers), self))
+            if waiting and not preempted:
                 admit_fcfs(waiting, place)
+            # After a preemption the queue's head (the oldest victim) cannot fit before blocks are freed:
+            # the last victim was taken because no block was free, and then one of its blocks was given
+            # away, so fewer than its own blocks are free.  Unless the pool emptied, the next chance to
+            # admit is after a finish.
+            again = preempted and not running
+            freed = False
             c = len(running)
             if c:
                 tokens = self.sum_off + c * e - (c - 1) * shared
@@ -588,8 +594,14 @@ class _PagedFast:
                 self._drop(key, -(-final[i] // B) - pb)
                 self.finish[i] = e
                 finished += 1
-                again = True
-            if progress is not None and again and e % 64 == 0:
+                freed = True
+            if freed and waiting and not again:
+                # the head may fit at the next step: free blocks less what the running requests take then
+                # (if they need more than is free, the pool runs out and that step is an event anyway)
+                held = bool(running)
+                need = paged_blocks_to_admit(self.length[waiting[0]], B, pb, held) + (self.wm if held else 0)
+                again = need <= self.free - len(phases[(e + 1) % B])
+            if progress is not None and freed and e % 64 == 0:
                 progress(finished)
             t = e
         sums = {"token_states": tok_sum, "reservation": 0, "internal_fragmentation": alloc_sum - tok_sum,
@@ -725,11 +737,12 @@ class _RefPool:
 
 
 def simulate_reference(workload: Workload, policy: str, capacity_slots: int, block_size: int, max_len: int,
-                       allocator: str = "first-fit", seed: int = 0, watermark: float = 0.0) -> Result:
+                       allocator: str = "first-fit", seed: int = 0, watermark: float = 0.0,
+                       requests: Requests | None = None) -> Result:
     """The same simulation, one step at a time in plain Python with a length per request: slow, and
     obviously the rules of :mod:`kvdash.simulate.rules`; :func:`simulate` must agree with it exactly
     (tests) and is benchmarked against it (``benchmarks/simulate_speed.py``)."""
-    reqs = draw_requests(workload, seed, max_len)
+    reqs = requests if requests is not None else draw_requests(workload, seed, max_len)
     reserve = check_pool(policy, reqs, capacity_slots, block_size, max_len, allocator, workload.prefix)
     B = block_size
     prompt, final = reqs.prompt.tolist(), reqs.final.tolist()
