@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-import pytest
-
-from kvdash.cli import main
-from kvdash.errors import InputError
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvdash.cli import main
+from kvdash.errors import InputError
 from kvdash.simulate.capacity import capacity_sweep, parse_rates
 from kvdash.simulate.engine import (
     ALLOCATORS,

@@ -220,8 +220,8 @@ def simulate(
     console.print("[bold]Beside the paper[/bold]")
     for note in notes:
         diffs = note.get("minus_paper")
-        head = "" if not diffs else " (" + ", ".join(f"{k.replace('_', ' ')} {v:+.1f}" for k, v in diffs.items()) \
-            + " points against the paper)"
+        shown = ", ".join(f"{k.replace('_', ' ')} {round(v, 1) + 0.0:+.1f}" for k, v in (diffs or {}).items())
+        head = f" ({shown} points against the paper)" if shown else ""
         console.print(f"  {note['policy']}{head}: " + "; ".join(note["notes"]))
     console.print(stats)
     console.print("[dim]Scheduling: vLLM v1 rules (vllm/v1/core/sched/scheduler.py, vLLM 0.33.0) for paged "

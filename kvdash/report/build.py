@@ -278,7 +278,8 @@ def _simulation(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
                 text += f" ({paper[i]:.1f})"
             cells.append(text)
         ext_free = None if med["external"] is None else med["external"] + med["free"]
-        cells.append(("-" if ext_free is None else f"{ext_free:.1f}") + ("" if paper[3] is None else f" ({paper[3]:.1f})"))
+        cells.append(("-" if ext_free is None else f"{ext_free:.1f}")
+                     + ("" if paper[3] is None else f" ({paper[3]:.1f})"))
         rows.append([pol, *cells, "-" if med["batch"] is None else f"{med['batch']:.2f}",
                      "-" if med["pre"] is None else f"{med['pre']:,.0f}",
                      "-" if med["lat"] is None else f"{med['lat']:,.2f}"])

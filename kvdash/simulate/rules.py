@@ -36,7 +36,9 @@ from typing import Protocol
 class Pool(Protocol):
     """What :func:`serve_running` needs of a paged pool."""
 
-    free: int
+    @property
+    def free(self) -> int:
+        """Free blocks."""
 
     def take(self, key: int) -> None:
         """Give running request ``key`` one more block."""

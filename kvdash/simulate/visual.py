@@ -99,7 +99,7 @@ class VisualSimulation:
             if self.paged:
                 self.free_ids.extend(state["blocks"])  # type: ignore[arg-type]
             else:
-                self.alloc.free(int(state["start"]), int(state["res"]))  # type: ignore[arg-type]
+                self.alloc.free(int(state["start"]), int(state["res"]))  # type: ignore[arg-type, unused-ignore]
             self.finished += 1
         self.step_no += 1
 
@@ -108,12 +108,12 @@ class VisualSimulation:
         B = self.B
         out = [EXTERNAL if self.blocked and not self.paged else FREE] * self.blocks
         for i, state in self.running.items():
-            length = int(state["len"])
+            length = self.length[i]
             if self.paged:
                 for k, b in enumerate(state["blocks"]):  # type: ignore[arg-type]
                     out[b] = TOKENS if (k + 1) * B <= length else TAIL
             else:
-                start, res = int(state["start"]), int(state["res"])
+                start, res = int(state["start"]), int(state["res"])  # type: ignore[arg-type]
                 fin = min(int(self.final[i]), res)
                 for c in range(start // B, f.cdiv(start + res, B)):
                     slot = c * B

@@ -6,7 +6,6 @@ Errors name the line and column, the key path, what is allowed, and the closest 
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
