@@ -17,6 +17,7 @@ from kvdash.simulate.engine import (
     ALLOCATORS,
     POLICIES,
     PRESETS,
+    SHARES,
     Buddy,
     FirstFit,
     Lengths,
@@ -330,6 +331,11 @@ class TestCommand:
         assert 0 == code and ["max", "paged"] == [r["policy"] for r in data["results"]]
         steps = data["results"][1]["trace"]["step"]
         assert data["paper_figure_2"]["max"][0] == 20.4 and steps and all(s % 50 == 0 for s in steps)
+        for r in data["results"]:  # the per-step trace holds all five shares, which sum to 100 % each step
+            tr = r["trace"]
+            assert set(tr) == {"step", "running", "token_states", "reservation", "internal_fragmentation",
+                               "external_fragmentation", "free"}
+            assert all(abs(sum(tr[k][j] for k in SHARES) - 100) < 1e-9 for j in range(len(tr["step"])))
 
     def test_tables(self, capsys):
         code, out, _ = run(["simulate", "--requests", "200", "--workload", "alpaca"], capsys)
@@ -360,6 +366,8 @@ class TestCommand:
         (["--requests", "1000000000"], "--requests"),  # was accepted: above the documented 1,000,000
         (["--requests", "2000000", "--max-requests", "100000000"], "--max-requests"),  # the flag has a ceiling too
         (["--prompt", "lognormal:1e9,1"], "--prompt"),  # was silently clipped
+        (["--prompt", "fixed:inf"], "--prompt"), (["--prompt", "uniform:1,1e30"], "--prompt"),
+        (["--prompt", "lognormal:161,1e300"], "--prompt"), (["--output", "lognormal:nan,1"], "--output"),
         (["--prompt", "fixed:2000", "--output", "fixed:100"], "--prompt"),  # prompt + output above --max-len
         (["--policies", ","], "--policies"),  # was exit 0 with empty tables
         (["--trace-every", "-1"], "--trace-every"),  # was accepted
@@ -399,7 +407,8 @@ class TestCommand:
         assert [0.01, 0.055, 0.1] == pytest.approx(cap["rates"]) and set(cap["normalized_latency"]) == {"max", "paged"}
         assert "not GPU throughput" in cap["label"] and "paged/max" in cap["ratios"]
 
-    @pytest.mark.parametrize("body", ["", "prompt,output\n", "1,x\n", "5,-3\n"])
+    @pytest.mark.parametrize("body", ["", "prompt,output\n", "1,x\n", "5,-3\n", "99999999999999999999999,5\n",
+                                      "\u00b2,5\n", "3000,5\n"])
     def test_bad_trace(self, tmp_path, body, capsys):
         trace = tmp_path / "t.csv"
         trace.write_text(body)

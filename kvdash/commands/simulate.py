@@ -1,6 +1,7 @@
 """``kvdash simulate``: KV pool occupancy over time under each allocation policy."""
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
@@ -24,14 +25,16 @@ def parse_lengths_spec(text: str, field: str):  # type: ignore[no-untyped-def]
         values = [float(x) for x in args.split(",")] if args else []
     except ValueError as exc:
         raise InputError(field, text, "expected fixed:N, uniform:A,B or lognormal:MEAN,SIGMA") from exc
+    if not all(math.isfinite(v) for v in values):
+        raise InputError(field, text, "expected finite numbers: fixed:N, uniform:A,B or lognormal:MEAN,SIGMA")
     if kind == "fixed" and len(values) == 1 and values[0] >= 1:
         return Lengths("fixed", values[0])
     if kind == "uniform" and len(values) == 2 and 1 <= values[0] <= values[1]:
         return Lengths("uniform", values[0], values[1])
-    if kind == "lognormal" and len(values) == 2 and values[0] >= 1 and values[1] > 0:
+    if kind == "lognormal" and len(values) == 2 and values[0] >= 1 and 0 < values[1] <= 10:
         return Lengths("lognormal", values[0], values[1])
     raise InputError(field, text, "expected fixed:N (N >= 1), uniform:A,B (1 <= A <= B) or lognormal:MEAN,SIGMA "
-                                  "(MEAN >= 1, SIGMA > 0)")
+                                  "(MEAN >= 1, 0 < SIGMA <= 10)")
 
 
 MAX_REQUESTS = 1_000_000  # --requests above this needs --max-requests
@@ -73,8 +76,6 @@ def simulate(
     as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
 ) -> None:
     """Simulate KV pool occupancy over time under contiguous and paged allocation."""
-    import math
-
     from kvdash.core.calc import BudgetSpec, rank_shapes, resolve_budget
     from kvdash.core.model import load_config, load_preset
     from kvdash.simulate.engine import PAPER_FIG2, POLICIES, PRESETS, Lengths, draw_requests, read_trace

@@ -49,6 +49,7 @@ from kvdash.simulate.rules import admit_fcfs, paged_blocks_to_admit, serve_runni
 POLICIES = ("max", "pow2", "oracle", "paged", "paged-prefix")
 ALLOCATORS = ("first-fit", "buddy")
 SHARES = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")
+LENGTH_CAP = 2**40  # lengths drawn are cut here before any check (no int64 overflow)
 MAX_REDRAWN = 0.05  # a lognormal whose draws exceed the maximum length more often than this is refused
 
 # PagedAttention paper (Kwon et al., SOSP 2023), Figure 2: token states / reservation / internal / external & other, %
@@ -76,15 +77,18 @@ class Lengths:
     values: tuple[int, ...] = ()
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` lengths, each from 1 to ``LENGTH_CAP`` (far above any maximum length, so a length too
+        long is refused or clipped later, never overflows)."""
+        cap = LENGTH_CAP
         if self.kind == "fixed":
-            out = np.full(n, int(self.a))
+            out = np.full(n, int(min(self.a, cap)))
         elif self.kind == "uniform":
-            out = rng.integers(int(self.a), int(self.b) + 1, size=n)
+            out = rng.integers(int(min(self.a, cap)), int(min(self.b, cap)) + 1, size=n)
         elif self.kind == "lognormal":
             mu = math.log(self.a) - self.b**2 / 2  # so that the mean is a
-            out = np.minimum(np.rint(rng.lognormal(mu, self.b, size=n)), 2.0**62).astype(np.int64)
+            out = np.minimum(np.rint(rng.lognormal(mu, self.b, size=n)), cap).astype(np.int64)
         elif self.kind == "trace":
-            out = np.resize(np.asarray(self.values, dtype=np.int64), n)
+            out = np.resize(np.asarray([min(v, cap) for v in self.values], dtype=np.int64), n)
         else:  # pragma: no cover - validated on construction
             raise ValueError(self.kind)
         return np.maximum(out, 1).astype(np.int64)
