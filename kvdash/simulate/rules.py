@@ -18,6 +18,10 @@ Paged policies follow vLLM's v1 scheduler, ``Scheduler.schedule()`` in
    watermark (``watermark_blocks``, applied to waiting and preempted requests once any request is
    scheduled in the step); a head that does not fit blocks the queue.
 
+In this model rule 2's "only in a step without preemption" changes an outcome only when the pool
+emptied: otherwise the queue's head after a preemption is the oldest victim, and fewer blocks are free
+than it held (the last victim was taken because none was free, and one of its blocks was given away).
+
 Contiguous policies (Orca's Max, Pow2, Oracle) reserve every slot at admission, so rule 1 never
 preempts; rule 2 admits the head while the allocator can place its reservation.
 
