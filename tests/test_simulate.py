@@ -381,6 +381,14 @@ class TestCommand:
                              else ["simulate", *args], capsys)
         assert 2 == code and field in err and 1 == len(err.strip().splitlines()) and "Traceback" not in err
 
+    def test_issue_13_same_requests_with_prefix(self, capsys):
+        """The issue's case: paged (20,000 token-steps) and paged-prefix (was 100) now run the same requests:
+        100 requests x 200 output tokens each = 20,000 for both."""
+        code, out, _ = run(["simulate", "--prompt", "fixed:100", "--output", "fixed:200", "--prefix", "512",
+                            "--requests", "100", "--concurrency", "8", "--policies", "paged,paged-prefix", "--json"],
+                           capsys)
+        assert 0 == code and [20_000, 20_000] == [r["token_steps"] for r in json.loads(out)["results"]]
+
     def test_requests_bound_raised_by_flag(self, capsys):
         """--requests above 1,000,000 needs --max-requests (checked before anything is drawn)."""
         code, _, err = run(["simulate", "--requests", "1000001", "--policies", "max"], capsys)

@@ -162,8 +162,16 @@ def simulate(
     if sweep is not None:
         from kvdash.simulate.capacity import capacity_sweep
 
-        cap = capacity_sweep(w, chosen, capacity, block_size, max_len, sweep, latency_bound, allocator, seed,
-                             watermark)
+        if err.is_terminal and not as_json:
+            from rich.progress import Progress
+
+            with Progress(console=err, transient=True) as bar:
+                task = bar.add_task(f"sweeping {len(sweep)} rates", total=len(sweep) * len(chosen))
+                cap = capacity_sweep(w, chosen, capacity, block_size, max_len, sweep, latency_bound, allocator, seed,
+                                     watermark, progress=lambda: bar.advance(task))
+        else:
+            cap = capacity_sweep(w, chosen, capacity, block_size, max_len, sweep, latency_bound, allocator, seed,
+                                 watermark)
     from kvdash.simulate.explain import PAPER_OTHERS, SHARE_MEANING, comparison
 
     notes = [comparison(r.policy, allocator, w.synthetic, r.shares_percent, PAPER_FIG2.get(r.policy)) for r in results]

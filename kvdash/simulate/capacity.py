@@ -56,7 +56,7 @@ class Capacity:
 
 def capacity_sweep(workload: Workload, policies: list[str], capacity_slots: int, block_size: int, max_len: int,
                    rates: list[float], bound: float, allocator: str = "first-fit", seed: int = 0,
-                   watermark: float = 0.0) -> Capacity:
+                   watermark: float = 0.0, progress: Any = None) -> Capacity:
     """Run every policy at every rate on the same requests (only the arrival steps change)."""
     latency: dict[str, list[float]] = {}
     best: dict[str, float | None] = {}
@@ -67,6 +67,8 @@ def capacity_sweep(workload: Workload, policies: list[str], capacity_slots: int,
             reqs = draw_requests(w, seed, max_len)
             curve.append(simulate(w, pol, capacity_slots, block_size, max_len, allocator, seed, watermark=watermark,
                                   requests=reqs).normalized_latency)
+            if progress is not None:
+                progress()
         latency[pol] = curve
         top = None
         for rate, lat in zip(rates, curve, strict=True):
