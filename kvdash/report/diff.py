@@ -36,7 +36,7 @@ from typing import Any
 import polars as pl
 
 from kvdash.errors import InputError
-from kvdash.report.markdown import md, md_code
+from kvdash.report.markdown import md
 from kvdash.units import GiB
 
 GITHUB_LIMIT = 65_536  # characters GitHub accepts in one comment
@@ -53,7 +53,7 @@ DERIVED_FIRST = ("budget_bytes", "max_model_len", "max_batched_tokens", "util_po
 WORKLOAD_COLUMNS = ("lengths", "max_reserved", "prefix")  # a workload's definition, one value per name
 NAMES = {"model": "model", "workload": "workload", "gpu": "GPU", "tp": "TP", "pp": "PP", "kv_dtype": "KV dtype",
          "kv_scales": "KV scales", "block_size": "block", "gpu_util": "GPU util", "util_policy": "util policy",
-         "budget_bytes": "KV budget/rank", "max_model_len": "max_model_len", "max_batched_tokens": "max batched"}
+         "budget_bytes": "KV budget/rank (GiB)", "max_model_len": "max_model_len", "max_batched_tokens": "max batched"}
 HEADLINE = ("paged_requests", "paged_requests_per_gpu", "contiguous_requests", "request_capacity_ratio",
             "kv_token_slots", "budget_bytes")
 HEADLINE_NAMES = {"paged_requests": "paged requests", "paged_requests_per_gpu": "paged requests/GPU",
@@ -159,8 +159,10 @@ def _fmt(col: str, v: str | None) -> str:
 def _delta(col: str, old: str | None, new: str | None) -> str:
     a, b = _num(old), _num(new)
     if a is None or b is None:
-        return f"{_fmt(col, old)} -> {_fmt(col, new)}"
+        return _fmt(col, old) if old == new else f"{_fmt(col, old)} -> {_fmt(col, new)}"
     d = b - a
+    if d == 0:
+        return _fmt(col, new)
     if col == "budget_bytes":
         dd = f"{d / GiB:+,.2f}"
     elif col == "request_capacity_ratio":
@@ -249,9 +251,9 @@ def _header(base: _Side, head: _Side, swept: list[str]) -> list[tuple[str, str, 
     for col in DIMENSIONS:
         if col not in b.columns or col not in h.columns:
             continue
-        if col == "budget_bytes" and col not in swept:
-            continue  # a derived budget changes with everything; the metric columns show it
         old, new = _distinct(b, col), _distinct(h, col)
+        if col in DERIVED_FIRST and col not in swept and (len(old) > 1 or len(new) > 1):
+            continue  # follows from other dimensions (max_model_len from the workload, a budget from the GPU)
         if old != new:
             how = "swept" if col in swept else "every point"
             rows.append((NAMES.get(col, col), how, _values(old), _values(new)))
@@ -340,7 +342,10 @@ def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_gri
     key, swept = choose_key(base.frame, head.frame)
     _duplicates(base.frame, key, "BASE", base_path)
     _duplicates(head.frame, key, "HEAD", head_path)
-    label = [c for c in DIMENSIONS if c in swept or c == "gpu"]
+    has_gpu = any(df.get_column("gpu").drop_nulls().len() for df in (base.frame, head.frame)
+                  if "gpu" in df.columns)
+    # the GPU always (it decides the budget); without one, the explicit budget stands in for it
+    label = [c for c in DIMENSIONS if c in swept or c == ("gpu" if has_gpu else "budget_bytes")]
     label = [c for c in label if c in base.frame.columns and c in head.frame.columns] or ["model"]
 
     bf = base.frame.with_row_index("__row")
@@ -433,7 +438,7 @@ def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_gri
             out.add("No gate flips.", "")
 
     # changed points: headline metrics before -> after, the largest relative move of paged requests first
-    metrics = [m for m in HEADLINE if m in common]
+    metrics = [m for m in HEADLINE if m in common and m not in label]
     if changed.height:
         rel = (pl.col("paged_requests__h").cast(pl.Float64, strict=False)
                - pl.col("paged_requests").cast(pl.Float64, strict=False)).abs() \

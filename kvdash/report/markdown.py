@@ -6,13 +6,15 @@ the job summary) and in the live snapshot file.  :func:`md` makes such a string 
 GitHub:
 
 * one line: newlines and other line or control characters become a space, so a string can neither
-  end a table row nor start a heading, list or fold;
+  end a table row nor start a heading, list or fold; leading and trailing spaces are dropped (four
+  leading spaces would start a code block);
 * ``|`` is escaped (``\\|``), so it cannot add a table column; ``\\`` is escaped first so a trailing
   backslash cannot swallow the next ``|``;
 * ``<``, ``>`` and ``&`` become entities: no HTML tag, no ``</details>`` that closes a fold early,
   no ``<https://...>`` autolink, no ``<img>``;
-* ``[`` and ``]`` are escaped: ``[x](url)``, ``![x](url)`` and ``[x]: url`` are plain text, so no
-  remote image loads and no link hides its target; ``://`` and ``www.`` get a zero-width space so a
+* a ``]`` before ``(``, ``[`` or ``:`` is escaped: ``[x](url)``, ``![x](url)``, ``[x][ref]`` and
+  ``[x]: url`` are plain text (a bare ``[x]`` links nowhere without a definition), so no remote
+  image loads and no link hides its target; ``://`` and ``www.`` get a zero-width space so a
   bare address is not turned into a link either;
 * ``@`` is followed by a zero-width space (written ``&#8203;``), which GitHub's mention filter does
   not cross (the same trick Renovate uses in the release notes it posts), so nobody is pinged;
@@ -32,7 +34,7 @@ from kvdash.errors import one_line, shorten
 
 __all__ = ["md", "md_code", "shorten"]
 
-_BACKSLASH_ESCAPED = "\\`*~[]|"
+_BACKSLASH_ESCAPED = "\\`*~|"
 _UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 _ZWSP = "&#8203;"
 
@@ -42,20 +44,22 @@ def md(text: object, limit: int | None = None) -> str:
     to ``limit`` characters of the original first.
 
     >>> md("@alice ![x](http://e.x/a.png) a|b </details>")
-    '@&#8203;alice !\\\\[x\\\\](http:/&#8203;/e.x/a.png) a\\\\|b &lt;/details&gt;'
+    '@&#8203;alice ![x\\\\](http:/&#8203;/e.x/a.png) a\\\\|b &lt;/details&gt;'
     """
-    s = one_line(text)
+    s = one_line(text).strip()  # leading spaces could start a code block
     if limit is not None:
         s = shorten(s, limit)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = "".join("\\" + ch if ch in _BACKSLASH_ESCAPED else ch for ch in s)
     s = _UNDERSCORE.sub(r"\\_", s)
+    s = re.sub(r"\](?=[(\[:])", r"\\]", s)  # "](" "][" "]:" -- inline, reference and definition links
     s = s.replace("@", "@" + _ZWSP).replace("://", ":/" + _ZWSP + "/")
     s = re.sub(r"(?i)\bwww\.", lambda m: m.group(0)[:3] + _ZWSP + ".", s)
-    # a leading "# ", "+ ", "- ", "1. " or a line of "-" / "=" would make a heading or a list where the
-    # string starts a line; "0.9" or "-5" would not, and are left alone
-    s = re.sub(r"^(\s*)([#+=-])(?=\s|$|[-=\s]*$)", r"\1\\\2", s)
-    return re.sub(r"^(\s*\d+)([.)])(?=\s|$)", r"\1\\\2", s)
+    # a leading "# ", "+ ", "- ", "1. " or a line of "---" / "===" would make a heading, a list or a rule
+    # where the string starts a line; "0.9", "-5" or a lone "-" in a table cell would not
+    s = re.sub(r"^(\s*)([#+=-])(?=\s)|^(\s*)([-=])(?=[-=]+\s*$)", lambda m: (m.group(1) or m.group(3) or "") + "\\"
+               + (m.group(2) or m.group(4)), s)
+    return re.sub(r"^(\s*\d+)([.)])(?=\s)", r"\1\\\2", s)
 
 
 def md_code(text: object, limit: int | None = None) -> str:
@@ -72,7 +76,7 @@ def md_code(text: object, limit: int | None = None) -> str:
     s = one_line(text)
     if limit is not None:
         s = shorten(s, limit)
-    s = s.replace("\\", "\\\\").replace("|", "\\|") if "|" in s else s
+    s = s.replace("|", "\\|")  # the table parser drops the backslash before "|" whatever precedes it
     longest = max((len(m) for m in re.findall(r"`+", s)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if s.startswith("`") or s.endswith("`") else ""
