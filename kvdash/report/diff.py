@@ -256,7 +256,10 @@ def _header(base: _Side, head: _Side, swept: list[str]) -> list[tuple[str, str, 
             continue  # follows from other dimensions (max_model_len from the workload, a budget from the GPU)
         if old != new:
             how = "swept" if col in swept else "every point"
-            rows.append((NAMES.get(col, col), how, _values(old), _values(new)))
+            if col == "budget_bytes":  # exact bytes, and GiB to read them
+                old, new = [_bytes_text(v) for v in old], [_bytes_text(v) for v in new]
+            rows.append(("budget (KV bytes/rank)" if col == "budget_bytes" else NAMES.get(col, col), how,
+                         _values(old), _values(new)))
     # workload definitions, by name
     wcols = [c for c in WORKLOAD_COLUMNS if c in b.columns and c in h.columns]
     if wcols:
@@ -272,7 +275,9 @@ def _header(base: _Side, head: _Side, swept: list[str]) -> list[tuple[str, str, 
         shown = {r[0] for r in rows}
         for dim in GRID_ONLY:
             (vo, ho), (vn, hn) = gb[dim], gh[dim]
-            if vo != vn and dim not in shown:
+            if dim == "budget" and "budget (KV bytes/rank)" in shown:
+                continue  # an explicit budget is in results.csv, listed above
+            if vo != vn:
                 how = hn if hn == ho else f"{ho} -> {hn}"
                 rows.append((dim, how, _values(_grid_value(v) for v in vo), _values(_grid_value(v) for v in vn)))
         names_b, names_h = [g.name for g in base.grid.gates], [g.name for g in head.grid.gates]
@@ -302,11 +307,19 @@ def _name(path: Path) -> str:
     return path.parent.name if path.name == "results.csv" else path.stem
 
 
+def _bytes_text(v: Any) -> str:
+    """``12884901888`` -> ``12,884,901,888 B (12.00 GiB)``; other text unchanged."""
+    x = _num(str(v)) if v not in (None, "") else None
+    if x is None or not x.is_integer():
+        return "" if v is None else str(v)
+    return f"{int(x):,} B ({x / GiB:,.2f} GiB)"
+
+
 def _grid_value(v: Any) -> str:
     if v is None:
         return ""
     if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,} B" if v >= 1024 else str(v)
+        return _bytes_text(v)  # the size dimensions (budget, gpu_memory, weights, reserve) are bytes
     return str(v)
 
 
