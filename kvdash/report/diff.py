@@ -35,7 +35,7 @@ from typing import Any
 
 import polars as pl
 
-from kvdash.errors import InputError
+from kvdash.errors import InputError, shorten
 from kvdash.report.markdown import md
 from kvdash.units import GiB
 
@@ -85,7 +85,7 @@ def _load(path: Path, field: str) -> pl.DataFrame:
     missing = [c for c in ("id", "model", "workload", "paged_requests") if c not in df.columns]
     if missing:
         raise InputError(field, str(csv), "a kvdash results.csv has the columns id, model, workload, paged_requests "
-                         f"(missing: {', '.join(md(m, 40) for m in missing)})")
+                         f"(missing: {', '.join(missing)})")
     return df
 
 
@@ -120,7 +120,7 @@ def _duplicates(df: pl.DataFrame, key: list[str], field: str, path: Path) -> Non
         return
     cols = key or ["model"]
     dup = df.filter(pl.struct(cols).is_duplicated())
-    first = ", ".join(f"{NAMES.get(c, c)}={md(dup[c][0], 30)}" for c in cols)
+    first = ", ".join(f"{NAMES.get(c, c)}={shorten(dup[c][0], 30)}" for c in cols)
     raise InputError(field, str(path), f"{dup.height:,} rows share their dimension values (e.g. {first}); "
                      "a kvdash results.csv has one row per point")
 
@@ -288,9 +288,9 @@ def _header(base: _Side, head: _Side, swept: list[str]) -> list[tuple[str, str, 
             if g.name not in names_h:
                 rows.append((f"gate {md(g.name, CELL_CHARS)}", "removed", f"{md(g.metric)} {_bounds(g)}", "-"))
         for g in head.grid.gates:
-            old = next((o for o in base.grid.gates if o.name == g.name), None)
-            if old is not None and (old.metric, old.min, old.max, old.where) != (g.metric, g.min, g.max, g.where):
-                rows.append((f"gate {md(g.name, CELL_CHARS)}", "changed", f"{md(old.metric)} {_bounds(old)}",
+            prev = next((o for o in base.grid.gates if o.name == g.name), None)
+            if prev is not None and (prev.metric, prev.min, prev.max, prev.where) != (g.metric, g.min, g.max, g.where):
+                rows.append((f"gate {md(g.name, CELL_CHARS)}", "changed", f"{md(prev.metric)} {_bounds(prev)}",
                              f"{md(g.metric)} {_bounds(g)}"))
     return rows
 

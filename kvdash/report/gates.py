@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from kvdash.errors import InputError
+from kvdash.errors import InputError, shorten
 from kvdash.report.markdown import md
 from kvdash.sweep.gridfile import Gate
 
@@ -34,7 +34,7 @@ def selected(frame: pl.DataFrame, gate: Gate) -> pl.Expr:
     for dim, allowed in gate.where.items():
         col = _column(dim)
         if col not in frame.columns:
-            raise InputError(f"gate {md(gate.name, 60)!r} where.{dim}", allowed,
+            raise InputError(f"gate {shorten(gate.name, 60)!r} where.{dim}", allowed,
                              "results.csv has no such column; a gate can select by " +
                              ", ".join(c for c in ("model", "workload", "kv_dtype", "kv_scales", "block_size",
                                                    "budget", "gpu", "gpu_util", "util_policy", "tp", "pp",
