@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from kvdash.action.pr import GITHUB_LIMIT, MARKER, main, post_comment
+from tests.test_markdown import assert_tables_keep_columns
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "data" / "pr_comment.golden.md"
@@ -88,6 +89,7 @@ def test_prepare_matches_golden(repo: Path, tmp_path: Path, capsys) -> None:
         GOLDEN.write_text(normal)
     assert GOLDEN.read_text() == normal
     assert body.startswith(MARKER) and len(body) < GITHUB_LIMIT
+    assert_tables_keep_columns(body)
     assert summary.read_text() == body.replace(MARKER + "\n", "")
     assert "gates-failed=true\n" in outputs.read_text()
     assert "changed-grids=sweeps/demo.yaml sweeps/new.yaml\n" in outputs.read_text()
@@ -107,6 +109,14 @@ def test_no_changed_grid(repo: Path, tmp_path: Path) -> None:
                       "--github-output", str(tmp_path / "o.txt")])
     assert "No grid file changed against the base commit" in (out / "comment.md").read_text()
     assert "gates-failed=false" in (tmp_path / "o.txt").read_text()
+
+
+@pytest.mark.parametrize("base", ["", "no-such-ref"])
+def test_bad_base_one_line(repo: Path, tmp_path: Path, base: str, capsys) -> None:
+    """An empty base (a push event) or one that cannot be found: one line on stderr, exit 2."""
+    assert 2 == main(["prepare", "--repo", str(repo), "--base", base, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert 1 == len(err.strip().splitlines()) and err.startswith("kvdash: error:")
 
 
 class FakeGitHub(BaseHTTPRequestHandler):

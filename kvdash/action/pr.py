@@ -236,7 +236,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "prepare":
         repo = args.repo.resolve()
-        results, base_sha = prepare(repo, args.base, args.grids.split(), args.reports)
+        if not args.base.strip():
+            print("kvdash: error: --base: empty; run on pull_request events or give the action a base: input",
+                  file=sys.stderr)
+            return 2
+        try:
+            results, base_sha = prepare(repo, args.base, args.grids.split(), args.reports)
+        except subprocess.CalledProcessError as exc:
+            print(f"kvdash: error: {shorten(' '.join(exc.cmd), 120)} failed: {_last_line(exc.stderr or '')}",
+                  file=sys.stderr)
+            return 2
         body = comment_body(results, base_sha)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "comment.md").write_text(body, encoding="utf-8")
