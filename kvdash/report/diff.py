@@ -69,6 +69,21 @@ class _Side:
     grid: Any = None  # a GridSpec when given
 
 
+def _read(csv: Path) -> pl.DataFrame:
+    """The documented columns with their documented types (other columns as text); a file that does
+    not parse that way (an ``id`` of integers is fine: ids are text) is read again as text only."""
+    from kvdash.sweep.evaluate import RESULT_COLUMNS
+
+    types = {"str": pl.Utf8, "int": pl.Int64, "float": pl.Float64, "bool": pl.Boolean}
+    header = pl.read_csv(csv, n_rows=0, infer_schema=False).columns
+    known = {name: types[kind] for name, kind, _ in RESULT_COLUMNS if name in header}
+    schema = {c: known.get(c, pl.Utf8) for c in header}
+    try:
+        return pl.read_csv(csv, schema=schema, n_rows=MAX_ROWS + 1)
+    except Exception:  # noqa: BLE001 - a value of another type somewhere: compare as text
+        return pl.read_csv(csv, infer_schema=False, n_rows=MAX_ROWS + 1)
+
+
 def _load(path: Path, field: str) -> pl.DataFrame:
     csv = path / "results.csv" if path.is_dir() else path
     if not csv.is_file():  # also refuses FIFOs and devices, which would block or never end
@@ -77,7 +92,7 @@ def _load(path: Path, field: str) -> pl.DataFrame:
     if size > MAX_CSV_BYTES:
         raise InputError(field, str(csv), f"{size:,} bytes; a results.csv of at most {MAX_CSV_BYTES:,} bytes")
     try:
-        df = pl.read_csv(csv, infer_schema=False, n_rows=MAX_ROWS + 1)
+        df = _read(csv)
     except Exception as exc:  # polars raises several error types for malformed files
         raise InputError(field, str(csv), f"not a readable CSV ({type(exc).__name__})") from exc
     if df.height > MAX_ROWS:
@@ -90,11 +105,19 @@ def _load(path: Path, field: str) -> pl.DataFrame:
 
 
 def _distinct(df: pl.DataFrame, col: str) -> list[str]:
-    return [v if v is not None else "" for v in df.get_column(col).unique(maintain_order=True).to_list()]
+    return ["" if v is None else str(v) for v in df.get_column(col).unique(maintain_order=True).to_list()]
 
 
-def _unique(df: pl.DataFrame, key: Sequence[str]) -> bool:
-    return df.height <= 1 or (bool(key) and df.select(pl.struct(list(key)).n_unique()).item() == df.height)
+def _unique(df: pl.DataFrame, key: Sequence[str], exact: bool = False) -> bool:
+    """No two rows of ``df`` share their ``key`` values.  Fast path: distinct row hashes prove it; a
+    collision (or real duplicates) is settled exactly when ``exact``, else taken as "not unique"."""
+    if df.height <= 1:
+        return True
+    if not key:
+        return False
+    if df.select(pl.struct(list(key)).hash(7).n_unique()).item() == df.height:
+        return True
+    return exact and df.select(pl.struct(list(key)).n_unique()).item() == df.height
 
 
 def choose_key(base: pl.DataFrame, head: pl.DataFrame) -> tuple[list[str], list[str]]:
@@ -116,7 +139,7 @@ def choose_key(base: pl.DataFrame, head: pl.DataFrame) -> tuple[list[str], list[
 
 
 def _duplicates(df: pl.DataFrame, key: list[str], field: str, path: Path) -> None:
-    if _unique(df, key):
+    if _unique(df, key, exact=True):
         return
     cols = key or ["model"]
     dup = df.filter(pl.struct(cols).is_duplicated())
@@ -125,12 +148,17 @@ def _duplicates(df: pl.DataFrame, key: list[str], field: str, path: Path) -> Non
                      "a kvdash results.csv has one row per point")
 
 
-def _differs(c: str) -> pl.Expr:
+def _differs(c: str, base: pl.DataType, head: pl.DataType) -> pl.Expr:
     """Values of column ``c`` differ between BASE and HEAD: as numbers where both sides are numbers (so
-    ``0.5`` equals ``0.500000``), else as text."""
+    ``0.5`` equals ``0.500000`` and ``16`` equals ``16.0``), else as text."""
     a, b = pl.col(c), pl.col(f"{c}__h")
+    if base.is_numeric() and head.is_numeric():
+        return a.cast(pl.Float64).ne_missing(b.cast(pl.Float64))
+    if base == head:
+        return a.ne_missing(b)
     an, bn = a.cast(pl.Float64, strict=False), b.cast(pl.Float64, strict=False)
-    return pl.when(an.is_not_null() & bn.is_not_null()).then(an != bn).otherwise(a.ne_missing(b))
+    return pl.when(an.is_not_null() & bn.is_not_null()).then(an != bn) \
+        .otherwise(a.cast(pl.Utf8).ne_missing(b.cast(pl.Utf8)))
 
 
 def _num(v: str | None) -> float | None:
@@ -363,6 +391,8 @@ def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_gri
 
     bf = base.frame.with_row_index("__row")
     hf = head.frame.with_row_index("__row")
+    mixed = [c for c in key if bf.schema[c] != hf.schema[c]]  # one side read as text: match as text
+    bf, hf = bf.with_columns(pl.col(mixed).cast(pl.Utf8)), hf.with_columns(pl.col(mixed).cast(pl.Utf8))
     if not key:
         bf, hf = bf.with_columns(pl.lit(0).alias("__k")), hf.with_columns(pl.lit(0).alias("__k"))
     on = key or ["__k"]
@@ -372,11 +402,13 @@ def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_gri
                                                   suffix="__h", coalesce=True, nulls_equal=True)
     in_b, in_h = pl.col("__row").is_not_null(), pl.col("__row__h").is_not_null()
     matched = joined.filter(in_b & in_h)
-    differs = pl.any_horizontal([_differs(c) for c in common]) if common else pl.lit(False)
+    differs = pl.any_horizontal([_differs(c, base.frame.schema[c], head.frame.schema[c]) for c in common]) \
+        if common else pl.lit(False)
     matched = matched.with_columns(differs.alias("__changed"))
     changed = matched.filter(pl.col("__changed"))
-    added = hf.join(bf.select(on), on=on, how="anti", nulls_equal=True)
-    removed = bf.join(hf.select(on), on=on, how="anti", nulls_equal=True)
+    # in file order (a join's row order is not deterministic)
+    added = hf.select(pl.all().gather(joined.filter(~in_b).get_column("__row__h").sort()))
+    removed = bf.select(pl.all().gather(joined.filter(~in_h).get_column("__row").sort()))
 
     out = _Out(max_chars)
     name = title if title is not None else _name(head_path)
@@ -466,7 +498,7 @@ def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_gri
                   reserve=3_000)
         # dimensions are in the header or the row label already
         others = [c for c in common if c not in metrics and c not in (*DIMENSIONS, *WORKLOAD_COLUMNS)]
-        detail = [[*lab(r, "__h"), md(c, 40), _raw(r[c]), _raw(r[f"{c}__h"])]
+        detail = [[*lab(r, "__h"), md(c, 40), _fmt(c, r[c]), _fmt(c, r[f"{c}__h"])]
                   for r in ordered.head(limit).iter_rows(named=True) for c in others if r[c] != r[f"{c}__h"]]
         if detail:
             out.table([*label_names, "column", "BASE", "HEAD"], detail, len(detail), 10 * limit, reserve=2_000,
