@@ -43,7 +43,7 @@ class InputError(ValueError):
         self.allowed = allowed
         self.hint = hint
         shown = "missing" if value is None else f"{shorten(repr(value))} is not allowed"
-        text = f"{field}: {shown}; {allowed}"
+        text = f"{shorten(field, 2 * SHOWN_CHARS)}: {shown}; {allowed}"
         if hint:
             text += f" ({hint})"
         super().__init__(text)

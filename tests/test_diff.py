@@ -10,6 +10,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from kvdash.cli import main
 from kvdash.errors import InputError
@@ -17,6 +19,7 @@ from kvdash.report.build import write_report
 from kvdash.report.diff import GITHUB_LIMIT, diff_results
 from kvdash.sweep.evaluate import expand
 from kvdash.sweep.gridfile import parse_grid
+from tests.test_markdown import assert_tables_keep_columns
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -150,3 +153,33 @@ def test_error_lines_shorten_values():
     """An error line repeats at most 80 characters of a bad value and says how long it was."""
     text = str(InputError("--gpu", "x" * 10_000, "expected a GPU preset"))
     assert len(text) < 200 and "(10,002 chars)" in text  # repr adds two quotes
+
+
+HOSTILE_TEXT = st.sampled_from(["a", "b", "@x", "a|b", "</details>", "![i](http://e.x/i.png)", "x\ny", "", "7"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(HOSTILE_TEXT, HOSTILE_TEXT, st.sampled_from(["16", "32", "x", ""]),
+                          st.one_of(st.integers(-5, 10**6).map(str), HOSTILE_TEXT)), min_size=0, max_size=12),
+       st.lists(st.tuples(HOSTILE_TEXT, HOSTILE_TEXT, st.sampled_from(["16", "32", "x", ""]),
+                          st.one_of(st.integers(-5, 10**6).map(str), HOSTILE_TEXT)), min_size=0, max_size=12),
+       st.integers(2_000, 6_000))
+def test_any_results_pair_gives_bounded_markdown_or_one_error(tmp_path_factory, base, head, max_chars):
+    """Property: for any two small results files (hostile names, duplicates, non-numbers, empty), diff
+    returns text under max_chars whose tables keep their columns, or an InputError (exit 2)."""
+    d = tmp_path_factory.mktemp("prop")
+    for name, rows in (("b.csv", base), ("h.csv", head)):
+        pl.DataFrame({"id": [str(i) for i in range(len(rows))], "model": [r[0] for r in rows],
+                      "workload": [r[1] for r in rows], "block_size": [r[2] for r in rows],
+                      "paged_requests": [r[3] for r in rows]},
+                     schema={c: pl.Utf8 for c in ("id", "model", "workload", "block_size", "paged_requests")}) \
+            .write_csv(d / name)
+    try:
+        out = diff_results(d / "b.csv", d / "h.csv", max_chars=max_chars)
+    except InputError as exc:
+        assert "\n" not in str(exc)
+        event("refused")
+        return
+    event("diff written")
+    assert len(out) < max_chars
+    assert_tables_keep_columns(out)
