@@ -111,6 +111,18 @@ def test_no_changed_grid(repo: Path, tmp_path: Path) -> None:
     assert "gates-failed=false" in (tmp_path / "o.txt").read_text()
 
 
+def test_all_grids(repo: Path, tmp_path: Path) -> None:
+    """--all-grids also sweeps and diffs a grid whose file did not change: same.yaml, 0 changed points
+    (kvdash and its inputs are the same on both sides)."""
+    out = tmp_path / "out"
+    assert 0 == main(["prepare", "--repo", str(repo), "--base", "main", "--out", str(out), "--all-grids",
+                      "--github-output", str(tmp_path / "o.txt")])
+    assert "changed-grids=sweeps/demo.yaml sweeps/new.yaml sweeps/same.yaml\n" in (tmp_path / "o.txt").read_text()
+    body = (out / "comment.md").read_text()
+    same = body[body.index("### sweeps/same.yaml"):]
+    assert "**0 changed, 0 added, 0 removed**, 2 unchanged" in same
+
+
 @pytest.mark.parametrize("base", ["", "no-such-ref"])
 def test_bad_base_one_line(repo: Path, tmp_path: Path, base: str, capsys) -> None:
     """An empty base (a push event) or one that cannot be found: one line on stderr, exit 2."""

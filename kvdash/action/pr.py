@@ -67,16 +67,21 @@ def resolve_base(repo: Path, base: str) -> str:
         return sha
 
 
-def changed_grids(repo: Path, base_sha: str, patterns: list[str]) -> list[tuple[str, str]]:
+def changed_grids(repo: Path, base_sha: str, patterns: list[str], every: bool = False) -> list[tuple[str, str]]:
     """(path, status) of every grid file matching ``patterns`` that differs between the base commit and
-    HEAD (renames count as removed plus added)."""
+    HEAD (renames count as removed plus added); with ``every``, also the grids whose file did not change
+    (a config.json they read, or kvdash itself, may have)."""
     out = git(repo, "diff", "--name-status", "--no-renames", base_sha, "HEAD")
-    found = []
+    found = {}
     for line in out.splitlines():
         status, _, path = line.partition("\t")
         if any(fnmatch.fnmatch(path, p) for p in patterns):
-            found.append((path, {"A": "added", "D": "removed"}.get(status[:1], "changed")))
-    return sorted(found)
+            found[path] = {"A": "added", "D": "removed"}.get(status[:1], "changed")
+    if every:
+        for path in git(repo, "ls-tree", "-r", "--name-only", "HEAD").splitlines():
+            if path not in found and any(fnmatch.fnmatch(path, p) for p in patterns):
+                found[path] = "changed"  # present on both sides, file unchanged
+    return sorted(found.items())
 
 
 def _kvdash(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -89,7 +94,7 @@ def _last_line(text: str) -> str:
 
 
 def prepare(repo: Path, base: str, patterns: list[str], reports: str = "reports",
-            work: Path | None = None) -> tuple[list[GridResult], str]:
+            work: Path | None = None, every: bool = False) -> tuple[list[GridResult], str]:
     """Regenerate, check and diff every changed grid; return the results and the base commit."""
     base_sha = resolve_base(repo, base)
     results = []
@@ -97,7 +102,7 @@ def prepare(repo: Path, base: str, patterns: list[str], reports: str = "reports"
     worktree = work / "base"
     git(repo, "worktree", "add", "--detach", "--force", str(worktree), base_sha)
     try:
-        for path, status in changed_grids(repo, base_sha, patterns):
+        for path, status in changed_grids(repo, base_sha, patterns, every):
             r = GridResult(path, status)
             results.append(r)
             stem = Path(path).stem
@@ -224,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", required=True, help="base commit or ref")
     p.add_argument("--grids", default="sweeps/*.yaml", help="glob(s) of grid files, separated by spaces")
     p.add_argument("--reports", default="reports", help="folder of the reports (one sub-folder per grid)")
+    p.add_argument("--all-grids", action="store_true",
+                   help="every grid matching --grids, not only those whose file changed")
     p.add_argument("--out", required=True, type=Path, help="folder for comment.md and result.json")
     p.add_argument("--repo", default=".", type=Path, help="the git checkout (default: here)")
     p.add_argument("--summary", type=Path, help="append the body here (GITHUB_STEP_SUMMARY)")
@@ -241,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         try:
-            results, base_sha = prepare(repo, args.base, args.grids.split(), args.reports)
+            results, base_sha = prepare(repo, args.base, args.grids.split(), args.reports, every=args.all_grids)
         except subprocess.CalledProcessError as exc:
             print(f"kvdash: error: {shorten(' '.join(exc.cmd), 120)} failed: {_last_line(exc.stderr or '')}",
                   file=sys.stderr)
