@@ -422,12 +422,11 @@ def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_gri
     if header:
         out.add("**What changed in the grid**", "")
         out.table(["setting", "how", "BASE", "HEAD"], (list(r) for r in header), len(header), 50, reserve=6_000)
-    elif matched.height == changed.height == 0 and not added.height and not removed.height:
-        pass
-    else:
-        out.add("No dimension or default of results.csv changed" +
-                ("." if head.grid else " (pass the grid files with --grid to compare gates and the settings "
-                 "results.csv does not hold)."), "")
+    elif base.frame.height or head.frame.height:
+        out.add("No dimension or default of results.csv changed.", "")
+    if head.grid is None:
+        out.add("*Gates and the settings results.csv does not hold (reserve, weights, GPU memory) are not "
+                "compared: pass the grid files with --grid and --base-grid.*", "")
 
     def lab(row: dict[str, Any], suffix: str = "") -> list[str]:
         cells = []
