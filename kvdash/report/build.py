@@ -510,8 +510,10 @@ def _env(autoescape: bool) -> Any:
         autoescape=autoescape, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters["md"] = lambda s: str(s).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;") \
-        .replace(">", "&gt;").replace("\n", " ")
+    from kvdash.report.markdown import md, md_code
+
+    env.filters["md"] = md  # every user string in report.md passes one of these two
+    env.filters["md_code"] = md_code
     return env
 
 
