@@ -228,7 +228,7 @@ class KvdashCollector(Collector):
         weights = GaugeMetricFamily("kvdash_gpu_weights_bytes", "Analytical weight shard on each rank's GPU.",
                                     labels=["hostname", "gpu", "uuid"])
         pool = GaugeMetricFamily("kvdash_gpu_kv_pool_bytes",
-                                 "Analytical KV pool on each rank's GPU (the tightest rank's pool, as engines size it).",
+                                 "Analytical KV pool on each rank's GPU (the tightest rank's, as engines size it).",
                                  labels=["hostname", "gpu", "uuid"])
         rank_gpus = [r["gpu"] for r in kv["ranks"] if r["gpu"] >= 0] or \
             [g.index for g in snap.gpus if not g.lost and g.total_bytes][: self.state.config.tp]

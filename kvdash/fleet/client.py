@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -99,7 +98,7 @@ class PrometheusClient:
                     raise PrometheusError(f"Prometheus at {where}: an answer larger than 64 MiB")
                 chunks.append(chunk)
                 left()
-        except (TimeoutError, socket.timeout) as exc:
+        except TimeoutError as exc:
             raise PrometheusError(f"Prometheus at {where} gave no answer within {self.deadline_s:g} s") from exc
         except (OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__

@@ -41,7 +41,8 @@ class FleetSource:
         fleet = build_fleet(results, config or self.config)
         fleet["prometheus"] = self.client.url
         fleet["poll_seconds"] = round(time.monotonic() - started, 4)
-        return Snapshot(time=now, source=self.name, gpus=(), extra={"fleet": fleet})
+        # the raw series ride along so the dashboard can re-analyse when the model or length changes
+        return Snapshot(time=now, source=self.name, gpus=(), extra={"fleet": fleet, "results": results})
 
     def close(self) -> None:
         return None

@@ -1,0 +1,142 @@
+"""The fleet view in the live dashboard: :class:`LiveApp` with a :class:`~kvdash.sources.prometheus.FleetSource`.
+
+Polling, pausing, the model/dtype/block/length keys and the help screen are :class:`LiveApp`'s; this
+class only lays out the fleet: totals on top, then a tree with one line per host (enter or space
+expands it into its GPUs, engines and down targets), and a panel message when Prometheus cannot
+be read.  At 80x24 the tree shows 16 host lines; arrow keys, page up/down and home/end move.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widgets import Footer, Header, Static, Tree
+
+from kvdash.errors import InputError
+from kvdash.fleet.build import build_fleet
+from kvdash.render.fleet_view import down_line, engine_line, gpu_line, host_line, totals_text
+from kvdash.sources.base import Snapshot
+from kvdash.tui.app import LiveApp
+
+
+class FleetApp(LiveApp):
+    TITLE = "kvdash live (fleet)"
+    CSS = """
+    Screen { layout: vertical; }
+    #totals { height: auto; padding: 0 1; }
+    #problem { height: auto; padding: 0 1; color: $error; }
+    #fleet { height: 1fr; }
+    """
+
+    fleet: dict[str, Any] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="totals")
+        yield Static(id="problem")
+        tree: Tree[str] = Tree("fleet", id="fleet")
+        tree.show_root = False
+        tree.guide_depth = 2
+        yield tree
+        yield Static(id="status")
+        yield Footer()
+
+    def _resized(self, width: int) -> None:
+        return None
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#fleet", Tree).focus()
+
+    def recompute(self) -> None:
+        snap = self.snapshot
+        if snap is None:
+            return
+        results = snap.extra.get("results")
+        if results is not None:
+            try:
+                self.fleet = build_fleet(results, self.config)
+            except InputError as exc:
+                self.message = str(exc)
+        else:
+            self.fleet = None
+        self.refresh_view()
+
+    def refresh_view(self) -> None:
+        snap = self.snapshot
+        if snap is None or not self.is_mounted:
+            return
+        problem = self.query_one("#problem", Static)
+        problem.update(Text(f"Prometheus: {snap.error}\nshowing the last good reading; polling goes on")
+                       if snap.error else "")
+        fleet = self.fleet
+        if fleet is not None:
+            self.query_one("#totals", Static).update(totals_text(fleet))
+            self._fill_tree(fleet)
+        self._status(snap)
+
+    def apply(self, snap: Snapshot, engine: Any) -> None:
+        self.polls += 1
+        if snap.error and self.snapshot is not None:
+            # keep the last good fleet on screen; the problem panel says what went wrong
+            self.snapshot = Snapshot(time=snap.time, source=snap.source, gpus=(), error=snap.error,
+                                     extra=self.snapshot.extra)
+            self.refresh_view()
+            return
+        self.snapshot = snap
+        self.recompute()
+
+    def read_once(self) -> tuple[Snapshot, None]:
+        return self.source.read(), None
+
+    def _fill_tree(self, fleet: dict[str, Any]) -> None:
+        tree = self.query_one("#fleet", Tree)
+        hosts = fleet["hosts"]
+        shape = [(h["host"], len(h["gpus"]), len(h["engines"]), len(h["down_targets"])) for h in hosts]
+        nodes = list(tree.root.children)
+        if [n.data for n in nodes] == [s[0] for s in shape] and \
+                all(len(n.children) == g + e + d for n, (_, g, e, d) in zip(nodes, shape, strict=True)):
+            for node, h in zip(nodes, hosts, strict=True):
+                node.set_label(host_line(h))
+                for child, text in zip(node.children, self._children(h), strict=True):
+                    child.set_label(text)
+            return
+        expanded = {n.data for n in nodes if n.is_expanded}
+        cursor = tree.cursor_line
+        tree.clear()
+        for h in hosts:
+            node = tree.root.add(host_line(h), data=h["host"], expand=h["host"] in expanded,
+                                 allow_expand=bool(h["gpus"] or h["engines"] or h["down_targets"]))
+            for text in self._children(h):
+                node.add_leaf(text)
+        if cursor >= 0:
+            tree.move_cursor_to_line(min(cursor, max(0, len(hosts) - 1)))
+
+    @staticmethod
+    def _children(h: dict[str, Any]) -> list[Text]:
+        return [gpu_line(g) for g in h["gpus"]] + [engine_line(e) for e in h["engines"]] + \
+            [down_line(t) for t in h["down_targets"]]
+
+    def _status(self, snap: Snapshot) -> None:
+        state = "paused" if self.paused else f"every {self.interval:g} s"
+        took = f"poll {self.fleet['poll_seconds']:.2f} s | " if self.fleet and \
+            "poll_seconds" in self.fleet else ""
+        self.query_one("#status", Static).update(
+            Text(f" {snap.source} | {state} | {took}length {', '.join(map(str, self.config.lengths))} | "
+                 f"enter: expand | {self.message}", style="dim"))
+
+    def action_zoom(self) -> None:
+        return None
+
+    def action_snapshot(self) -> None:
+        import json
+
+        if self.fleet is None:
+            return
+        self.snapshots_written += 1
+        path = self.snapshot_dir / f"kvdash-fleet-{int(self.snapshot.time if self.snapshot else 0)}-" \
+                                   f"{self.snapshots_written}.json"
+        path.write_text(json.dumps(self.fleet, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        self.note(f"wrote {path.name}")
