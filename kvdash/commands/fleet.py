@@ -2,6 +2,7 @@
 
 import json
 import sys
+import textwrap
 
 import typer
 
@@ -24,13 +25,14 @@ def run_fleet(url: str, cfg, once: bool, as_json: bool, interval: float) -> None
         if as_json:
             print(json.dumps(fleet, indent=2, sort_keys=True))
             return
-        from rich.console import Console
+        from kvdash.render.fleet_view import once_tables
+        from kvdash.render.table import print_tables, terminal_width
 
-        from kvdash.render.fleet_view import once_view
-
-        console = Console()
-        for part in once_view(fleet):
-            console.print(part)
+        tables, footer = once_tables(fleet)
+        print_tables(tables)
+        width = terminal_width()
+        for paragraph in footer.splitlines():
+            print(textwrap.fill(paragraph, width=width, break_on_hyphens=False))
         return
     from kvdash.tui.fleet import FleetApp
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
+from kvdash.render.table import Table
 from kvdash.units import gib_text
 
 STATUS_STYLE = {"up": "green", "degraded": "yellow", "down": "bold red"}
@@ -92,27 +91,31 @@ def totals_text(fleet: dict[str, Any]) -> Text:
     return out
 
 
-def once_view(fleet: dict[str, Any]) -> list[RenderableType]:
-    """``kvdash live --prometheus URL --once``: hosts, engines, totals."""
-    hosts = Table(title=f"Fleet from {fleet.get('prometheus', 'Prometheus')}", title_justify="left",
-                  show_edge=False, pad_edge=False)
-    for col, just in (("host", "left"), ("status", "left"), ("GPUs", "right"), ("used GiB", "right"),
-                      ("total GiB", "right"), ("engines", "right"), ("KV usage", "right"), ("down targets", "left")):
-        hosts.add_column(col, justify=just)  # type: ignore[arg-type]
+def once_tables(fleet: dict[str, Any]) -> tuple[list[Table], str]:
+    """``kvdash live --prometheus URL --once``: a hosts table, an engines table and the totals
+    (kvdash's own box tables: a value is never cut short)."""
+    hosts = Table(title=f"Fleet from {fleet.get('prometheus', 'Prometheus')}")
+    for col, just in (("host", "left"), ("status", "left"), ("GPUs", "right"), ("used/total GiB", "right"),
+                      ("engines", "right"), ("KV use", "right"), ("down targets (up == 0)", "left")):
+        hosts.add_column(col, just, wrap=col in ("host", "down targets (up == 0)"))  # type: ignore[arg-type]
     for h in fleet["hosts"]:
-        hosts.add_row(h["host"], Text(h["status"], style=STATUS_STYLE.get(h["status"], "")), str(len(h["gpus"])),
-                      gib_text(h["used_bytes"], 1), gib_text(h["total_bytes"], 1), str(len(h["engines"])),
+        mem = f"{gib_text(h['used_bytes'], 0)}/{gib_text(h['total_bytes'], 0)}" if h["gpus"] else "n/a"
+        hosts.add_row(h["host"], h["status"], str(len(h["gpus"])), mem, str(len(h["engines"])),
                       _pct(host_usage(h)), ", ".join(f"{t['job']} {t['instance']}" for t in h["down_targets"]))
-    engines = Table(title="Engines: their own pool beside kvdash's (tokens)", title_justify="left",
-                    show_edge=False, pad_edge=False)
-    for col in ("host", "engine", "usage", "run", "wait", "engine pool", "kvdash pool", "difference"):
-        engines.add_column(col, justify="left" if col in ("host", "engine") else "right")
+    c = fleet["config"]
+    engines = Table(title=f"Engines: their own KV pool beside kvdash's for {c['model']}, {c['kv_dtype']}, "
+                          f"block {c['block_size']}, TP {c['tp']}, in tokens (diff = engine - kvdash)")
+    for col in ("host", "engine", "KV use", "run/wait", "engine", "kvdash", "diff"):
+        engines.add_column(col, "left" if col in ("host", "engine") else "right", wrap=col in ("host", "engine"))
     for e in fleet["engines"]:
-        engines.add_row(e["host"], f"{e['kind']} {e['instance']}{' #' + e['engine'] if e['engine'] else ''}",
-                        _pct(e["usage"]), _n(e["running"]), _n(e["waiting"]), _n(e["pool_tokens"]),
+        port = e["instance"].rsplit(":", 1)[-1] if ":" in e["instance"] else e["instance"]
+        engines.add_row(e["host"], f"{e['kind']} :{port}{' #' + e['engine'] if e['engine'] else ''}",
+                        _pct(e["usage"]), f"{_n(e['running'])}/{_n(e['waiting'])}", _n(e["pool_tokens"]),
                         _n(e.get("kvdash_tokens")), _signed(e.get("difference_tokens")))
     notes = sorted({n for e in fleet["engines"] for n in e["kvdash_notes"]})
-    parts: list[RenderableType] = [hosts, Text(""), engines, Text(""), totals_text(fleet)]
+    footer = totals_text(fleet).plain
     if notes:
-        parts.append(Text("kvdash pool n/a: " + "; ".join(notes), style="yellow"))
-    return [Group(*parts)]
+        footer += "\nkvdash pool n/a: " + "; ".join(notes)
+    footer += ("\nkvdash's pool: each engine's host GPUs, the first --tp of them as ranks; free KV: each engine's "
+               "pool minus its used tokens (the engine's figures); fit now: free // (ceil(length / block) x block).")
+    return [hosts, engines], footer
