@@ -55,7 +55,10 @@ class MetricsServer:
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.wfile.write(body)
+                except OSError:  # the scraper gave up (its timeout); nothing to answer
+                    pass
 
             def log_message(self, *args: Any) -> None:
                 return None
@@ -181,3 +184,49 @@ def sglang_page(model: str, max_tokens: int, used: int, running: int, queued: in
         "# TYPE sglang:num_running_reqs gauge", f"sglang:num_running_reqs{{{lab}}} {running}.0",
         "# TYPE sglang:num_queue_reqs gauge", f"sglang:num_queue_reqs{{{lab}}} {queued}.0",
     ]) + "\n"
+
+
+# --- a synthetic fleet: N hosts x G GPUs, one vLLM engine per host ----------------------------------
+
+def fleet_host(i: int) -> str:
+    return f"gpu-node-{i + 1:03d}"
+
+
+def fleet_page(hosts: int, gpus: int, down: int = 0) -> str:
+    """One exposition page for a whole fleet (served with ``honor_labels``, so the ``instance`` and
+    ``job`` labels in the page are kept): DCGM series and a vLLM engine for every host; the last
+    ``down`` hosts publish nothing (their targets would be down)."""
+    lines = []
+    for h in range(hosts - down):
+        name = fleet_host(h)
+        used = [(120_000 + (h * 7 + g * 13) % 9_000, 0, 615) for g in range(gpus)]
+        used = [(u, H200_MIB - 615 - u, r) for u, _, r in used]
+        lines.append(dcgm_page(name, used, instance=f"{name}:9400"))
+        lines.append(vllm_page("meta-llama/Llama-3.1-70B-Instruct", blocks=172_725, block_size=16,
+                               usage=round((h % 20) / 20, 2), running=h % 50, waiting=h % 7,
+                               instance=f"{name}:8000"))
+    return "".join(lines)
+
+
+H200_MIB = 143_771
+
+
+def fleet_results(hosts: int, gpus: int, down: int = 0) -> dict[str, list[Any]]:
+    """The same fleet as already-parsed query results (``{query name: [Series]}``), for tests
+    that need no server: parsed with prometheus-client's own text parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from kvdash.fleet.client import Series
+
+    dcgm, engines, up = [], [], []
+    for family in text_string_to_metric_families(fleet_page(hosts, gpus, down)):
+        for s in family.samples:
+            labels = {"__name__": s.name, **s.labels}
+            (dcgm if s.name.startswith("DCGM") else engines).append(Series(labels, float(s.value)))
+    for h in range(hosts):
+        for job, port in (("dcgm", 9400), ("vllm", 8000)):
+            up.append(Series({"__name__": "up", "job": job, "instance": f"{fleet_host(h)}:{port}"},
+                             0.0 if h >= hosts - down else 1.0))
+    for s in dcgm + engines:
+        s.labels.setdefault("job", "dcgm" if s.labels["__name__"].startswith("DCGM") else "vllm")
+    return {"dcgm_memory": dcgm, "kvdash_memory": [], "engines": engines, "targets": up}

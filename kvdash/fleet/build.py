@@ -51,28 +51,32 @@ def _int(x: float | None) -> int | None:
     return None if x is None else int(round(x))
 
 
-def _gpu_key(labels: dict[str, str]) -> str:
-    return labels.get("UUID") or labels.get("uuid") or labels.get("gpu", "")
-
-
 def _gpus(series: list[Series], fields: dict[str, str], scale: int, hostname_label: str,
           aliases: dict[str, str]) -> dict[str, dict[str, dict[str, Any]]]:
     """{host: {gpu key: {index, uuid, name, used, free, reserved, total (bytes)}}}."""
     hosts: dict[str, dict[str, dict[str, Any]]] = {}
+    seen: dict[str, str] = {}  # instance -> host
     for s in series:
-        field = fields.get(s.labels.get("__name__", ""))
+        labels = s.labels
+        field = fields.get(labels.get("__name__", ""))
         if field is None:
             continue
-        inst = s.labels.get("instance", "")
-        host = s.labels.get(hostname_label) or instance_host(inst)
-        if inst:
+        inst = labels.get("instance", "")
+        host = labels.get(hostname_label) or seen.get(inst) or instance_host(inst)
+        if inst not in seen:
+            seen[inst] = host
             aliases.setdefault(instance_host(inst), host)
-        aliases.setdefault(host, host)
-        gpu = hosts.setdefault(host, {}).setdefault(_gpu_key(s.labels), {
-            "index": int(s.labels["gpu"]) if s.labels.get("gpu", "").isdigit() else -1,
-            "uuid": s.labels.get("UUID") or s.labels.get("uuid", ""),
-            "name": s.labels.get("modelName") or s.labels.get("name", ""),
-        })
+            aliases.setdefault(host, host)
+        per_host = hosts.get(host)
+        if per_host is None:
+            per_host = hosts[host] = {}
+        key = labels.get("UUID") or labels.get("uuid") or labels.get("gpu", "")
+        gpu = per_host.get(key)
+        if gpu is None:
+            index = labels.get("gpu", "")
+            gpu = per_host[key] = {"index": int(index) if index.isdigit() else -1,
+                                   "uuid": labels.get("UUID") or labels.get("uuid", ""),
+                                   "name": labels.get("modelName") or labels.get("name", "")}
         gpu[field] = int(round(s.value)) * scale
     return hosts
 
@@ -131,6 +135,16 @@ def _reading(url: str, e: dict[str, Any]) -> EngineReading:
                          used_tokens=used)
 
 
+def _compare(cache: dict[Any, dict[str, Any]], reading: EngineReading, kv: dict[str, Any]) -> dict[str, Any]:
+    """compare_engine() on the figures it explains (pool size and block size), once per distinct engine pool."""
+    key = (id(kv), reading.kind, reading.total_tokens, reading.block_size, reading.num_gpu_blocks)
+    if key not in cache:
+        cache[key] = compare_engine(EngineReading(url="", kind=reading.kind, total_tokens=reading.total_tokens,
+                                                  block_size=reading.block_size,
+                                                  num_gpu_blocks=reading.num_gpu_blocks), kv)
+    return cache[key]
+
+
 class _Analyses:
     """analyze() per distinct set of rank GPU totals (a fleet of identical hosts analyses once)."""
 
@@ -140,11 +154,11 @@ class _Analyses:
 
     def get(self, gpus: tuple[GPUReading, ...], engine: EngineReading | None, lengths: tuple[int, ...]) \
             -> dict[str, Any]:
-        cfg = replace(self.cfg, lengths=lengths)
-        ranks = tuple(g.total_bytes for g in gpus if g.total_bytes)[: cfg.tp]
-        by_engine = cfg.budget_mode == "engine"
+        ranks = tuple(g.total_bytes for g in gpus if g.total_bytes)[: self.cfg.tp]
+        by_engine = self.cfg.budget_mode == "engine"
         key = (ranks, lengths, (engine.total_tokens if engine else None) if by_engine else None)
         if key not in self.cache:
+            cfg = replace(self.cfg, lengths=lengths)
             snap = Snapshot(time=0.0, source="prometheus", gpus=gpus)
             try:
                 kv = analyze(snap, cfg, engine if by_engine else None)
@@ -185,6 +199,7 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
     analyses = _Analyses(cfg)
     lengths = cfg.lengths
     engines_out = []
+    compared: dict[Any, dict[str, Any]] = {}
     for (inst, label), e in sorted(_engines(results.get("engines", [])).items()):
         name = e["hostname"] or aliases.get(instance_host(inst), instance_host(inst))
         h = host(name)
@@ -202,7 +217,7 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
             "kvdash_ok": bool(kv.get("ok")), "kvdash_notes": list(kv.get("notes", [])),
         }
         if kv.get("ok"):
-            cmp = compare_engine(reading, kv)
+            cmp = _compare(compared, reading, kv)
             row.update({"kvdash_tokens": kv["token_slots"], "kvdash_pool_blocks": kv["pool_blocks"],
                         "kvdash_budget_bytes": kv["budget_bytes"], "kvdash_paged_requests": kv["paged_requests"],
                         "kvdash_contiguous_requests": kv["contiguous_requests"],

@@ -59,7 +59,7 @@ class PrometheusClient:
             out = []
             for item in result:
                 try:
-                    out.append(Series(dict(item["metric"]), float(item["value"][1])))
+                    out.append(Series(item["metric"], float(item["value"][1])))
                 except (KeyError, IndexError, TypeError, ValueError) as exc:
                     raise PrometheusError(f"a sample of {expr!r} is malformed") from exc
             return out

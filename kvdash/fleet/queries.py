@@ -36,11 +36,17 @@ def _names(names: tuple[str, ...]) -> str:
     return '{__name__=~"' + "|".join(names) + '"}'
 
 
+def _keep(labels: str, names: tuple[str, ...]) -> str:
+    """The series of ``names`` with only ``labels`` (and their name): ``max by`` over one series each
+    changes no value and halves the answer (DCGM adds pci_bus_id, device, job, ...)."""
+    return f"max by (__name__, {labels}) ({_names(names)})"
+
+
 FLEET: dict[str, str] = {
     # GPU memory of every host that runs NVIDIA's DCGM exporter, MiB
-    "dcgm_memory": _names(DCGM_MEMORY_SERIES),
+    "dcgm_memory": _keep("Hostname, gpu, UUID, modelName, instance", DCGM_MEMORY_SERIES),
     # GPU memory of every host that runs kvdash exporter, bytes
-    "kvdash_memory": _names(KVDASH_MEMORY_SERIES),
+    "kvdash_memory": _keep("hostname, gpu, uuid, name, instance", KVDASH_MEMORY_SERIES),
     # the engines' own figures (vLLM and SGLang)
     "engines": _names(VLLM_SERIES + SGLANG_SERIES),
     # every target Prometheus scrapes: 1 when the last scrape worked, 0 when it failed

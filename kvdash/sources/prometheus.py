@@ -38,11 +38,13 @@ class FleetSource:
             results = self.fetch()
         except PrometheusError as exc:
             return Snapshot(time=now, source=self.name, gpus=(), error=str(exc), extra={"fleet": None})
-        fleet = build_fleet(results, config or self.config)
+        cfg = config or self.config
+        fleet = build_fleet(results, cfg)
         fleet["prometheus"] = self.client.url
         fleet["poll_seconds"] = round(time.monotonic() - started, 4)
         # the raw series ride along so the dashboard can re-analyse when the model or length changes
-        return Snapshot(time=now, source=self.name, gpus=(), extra={"fleet": fleet, "results": results})
+        return Snapshot(time=now, source=self.name, gpus=(), extra={"fleet": fleet, "results": results,
+                                                                        "config": cfg})
 
     def close(self) -> None:
         return None

@@ -18,6 +18,7 @@ from kvdash.errors import InputError
 from kvdash.fleet.build import build_fleet
 from kvdash.render.fleet_view import down_line, engine_line, gpu_line, host_line, totals_text
 from kvdash.sources.base import Snapshot
+from kvdash.sources.prometheus import FleetSource
 from kvdash.tui.app import LiveApp
 
 
@@ -55,7 +56,9 @@ class FleetApp(LiveApp):
         if snap is None:
             return
         results = snap.extra.get("results")
-        if results is not None:
+        if snap.extra.get("config") == self.config:  # built by the poll for this configuration
+            self.fleet = snap.extra["fleet"]
+        elif results is not None:  # the model, dtype, block size or length changed since
             try:
                 self.fleet = build_fleet(results, self.config)
             except InputError as exc:
@@ -89,9 +92,12 @@ class FleetApp(LiveApp):
         self.recompute()
 
     def read_once(self) -> tuple[Snapshot, None]:
-        return self.source.read(), None
+        read = self.source.read
+        return read(self.config) if isinstance(self.source, FleetSource) else read(), None
 
     def _fill_tree(self, fleet: dict[str, Any]) -> None:
+        """Relabel the tree in place when the fleet's shape is unchanged (only open hosts' children: a
+        closed host's lines are drawn when it opens); rebuild it, keeping open hosts open, otherwise."""
         tree = self.query_one("#fleet", Tree)
         hosts = fleet["hosts"]
         shape = [(h["host"], len(h["gpus"]), len(h["engines"]), len(h["down_targets"])) for h in hosts]
@@ -99,9 +105,10 @@ class FleetApp(LiveApp):
         if [n.data for n in nodes] == [s[0] for s in shape] and \
                 all(len(n.children) == g + e + d for n, (_, g, e, d) in zip(nodes, shape, strict=True)):
             for node, h in zip(nodes, hosts, strict=True):
-                node.set_label(host_line(h))
-                for child, text in zip(node.children, self._children(h), strict=True):
-                    child.set_label(text)
+                self._relabel(node, host_line(h))
+                if node.is_expanded:
+                    for child, text in zip(node.children, self._children(h), strict=True):
+                        self._relabel(child, text)
             return
         expanded = {n.data for n in nodes if n.is_expanded}
         cursor = tree.cursor_line
@@ -113,6 +120,19 @@ class FleetApp(LiveApp):
                 node.add_leaf(text)
         if cursor >= 0:
             tree.move_cursor_to_line(min(cursor, max(0, len(hosts) - 1)))
+
+    @staticmethod
+    def _relabel(node: Any, text: Text) -> None:
+        if node.label.plain != text.plain:
+            node.set_label(text)
+
+    def on_tree_node_expanded(self, event: Tree.NodeExpanded[str]) -> None:
+        if self.fleet is None:
+            return
+        h = next((x for x in self.fleet["hosts"] if x["host"] == event.node.data), None)
+        if h is not None and len(event.node.children) == len(self._children(h)):
+            for child, text in zip(event.node.children, self._children(h), strict=True):
+                self._relabel(child, text)
 
     @staticmethod
     def _children(h: dict[str, Any]) -> list[Text]:
