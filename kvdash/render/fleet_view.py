@@ -54,7 +54,7 @@ def host_line(h: dict[str, Any]) -> Text:
 def gpu_line(g: dict[str, Any]) -> Text:
     used, total = g["used_bytes"], g["total_bytes"]
     frac = used / total if used is not None and total else None
-    out = Text(f"GPU {g['gpu']:>2} {g['name'][:22]:<22} {gib_text(used, 1):>6}/{gib_text(total, 1):>6} GiB ")
+    out = Text(f"GPU {g['gpu']:>2} {g['name'][:22]:<22} {gib_text(used, 1):>6}/{gib_text(total, 1)} GiB ")
     out.append(f"{_pct(frac):>6}", style="red" if frac and frac > 0.95 else "")
     if g["reserved_bytes"] is not None:
         out.append(f" res {gib_text(g['reserved_bytes'], 1)}", style="dim")
@@ -79,15 +79,18 @@ def down_line(t: dict[str, Any]) -> Text:
 
 
 def totals_text(fleet: dict[str, Any]) -> Text:
+    """Three lines of fleet totals, each under 80 columns for a fleet of thousands of GPUs."""
     t = fleet["totals"]
     c = fleet["config"]
+    down = f" ({t['hosts_down']} down, {t['targets_down']} targets)" if t["targets_down"] else ""
     out = Text()
-    out.append(f"{t['hosts']} hosts ({t['hosts_down']} down, {t['targets_down']} targets down)  {t['gpus']} GPUs  "
-               f"{gib_text(t['gpu_used_bytes'], 0)}/{gib_text(t['gpu_total_bytes'], 0)} GiB used  "
-               f"{t['engines']} engines  run {t['running']:,} wait {t['waiting']:,}\n")
-    out.append(f"free KV {t['free_kv_tokens']:,} tokens = {gib_text(t['free_kv_bytes'], 1)} GiB "
-               f"({c['model']}, {c['kv_dtype']}, {t['kv_bytes_per_token']:,} B/token over TP {c['tp']})  ")
-    out.append("fit now: " + ", ".join(f"{r['free_now']:,} x {r['length']:,} tok" for r in t["requests_fit"]))
+    out.append(f"{t['hosts']} hosts{down}  {t['gpus']} GPUs  "
+               f"{gib_text(t['gpu_used_bytes'], 0)}/{gib_text(t['gpu_total_bytes'], 0)} GiB used\n",
+               style="bold")
+    out.append(f"{t['engines']} engines  run {t['running']:,} wait {t['waiting']:,}  "
+               f"free KV {t['free_kv_tokens']:,} tok = {gib_text(t['free_kv_bytes'], 1)} GiB\n")
+    out.append("fit now: " + ", ".join(f"{r['free_now']:,} x {r['length']:,} tok" for r in t["requests_fit"]) +
+               f"  ({c['model']} {c['kv_dtype']} TP {c['tp']}: {t['kv_bytes_per_token']:,} B/token)", style="dim")
     return out
 
 

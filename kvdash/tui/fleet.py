@@ -19,7 +19,26 @@ from kvdash.fleet.build import build_fleet
 from kvdash.render.fleet_view import down_line, engine_line, gpu_line, host_line, totals_text
 from kvdash.sources.base import Snapshot
 from kvdash.sources.prometheus import FleetSource
-from kvdash.tui.app import LiveApp
+from kvdash.tui.app import HelpScreen, LiveApp
+
+FLEET_HELP = """[b]kvdash live --prometheus[/b]: hosts, GPUs and engines from Prometheus
+
+[b]up[/b] / [b]down[/b], [b]pgup[/b] / [b]pgdn[/b], [b]home[/b] / [b]end[/b]  move
+[b]enter[/b] / [b]space[/b]  open or close a host (its GPUs, engines, down targets)
+[b]z[/b]      open every host / close them all
+[b]m[/b] / [b]M[/b]  next / previous model (kvdash's pool for every engine)
+[b]d[/b]      next KV dtype           [b]b[/b]  next block size
+[b]l[/b] / [b]L[/b]  longer / shorter request length (requests that fit)
+[b]p[/b]      pause / resume polling  [b]s[/b]  write the fleet as JSON
+[b]?[/b]      this help               [b]q[/b]  quit
+
+Engine lines: KV usage, running (r) and waiting (w) requests, the engine's own
+pool in tokens, kvdash's analytical pool for the host's GPUs, and the difference."""
+
+
+class FleetHelp(HelpScreen):
+    def compose(self) -> ComposeResult:
+        yield Static(FLEET_HELP, id="help")
 
 
 class FleetApp(LiveApp):
@@ -27,7 +46,8 @@ class FleetApp(LiveApp):
     CSS = """
     Screen { layout: vertical; }
     #totals { height: auto; padding: 0 1; }
-    #problem { height: auto; padding: 0 1; color: $error; }
+    #problem { height: auto; padding: 0 1; color: $error; display: none; }
+    #problem.shown { display: block; }
     #fleet { height: 1fr; }
     """
 
@@ -72,7 +92,8 @@ class FleetApp(LiveApp):
         if snap is None or not self.is_mounted:
             return
         problem = self.query_one("#problem", Static)
-        problem.update(Text(f"Prometheus: {snap.error}\nshowing the last good reading; polling goes on")
+        problem.set_class(bool(snap.error), "shown")
+        problem.update(Text(f"{snap.error}\nshowing the last good reading; polling goes on")
                        if snap.error else "")
         fleet = self.fleet
         if fleet is not None:
@@ -118,8 +139,8 @@ class FleetApp(LiveApp):
                                  allow_expand=bool(h["gpus"] or h["engines"] or h["down_targets"]))
             for text in self._children(h):
                 node.add_leaf(text)
-        if cursor >= 0:
-            tree.move_cursor_to_line(min(cursor, max(0, len(hosts) - 1)))
+        if hosts:
+            tree.move_cursor_to_line(min(max(cursor, 0), len(hosts) - 1))
 
     @staticmethod
     def _relabel(node: Any, text: Text) -> None:
@@ -148,7 +169,23 @@ class FleetApp(LiveApp):
                  f"enter: expand | {self.message}", style="dim"))
 
     def action_zoom(self) -> None:
-        return None
+        """z: open every host, or close them all when any is open."""
+        tree = self.query_one("#fleet", Tree)
+        hosts = list(tree.root.children)
+        close = any(n.is_expanded for n in hosts)
+        for node in hosts:
+            if close:
+                node.collapse()
+            else:
+                node.expand()
+        if not close and self.fleet is not None:
+            for node, h in zip(hosts, self.fleet["hosts"], strict=False):
+                for child, text in zip(node.children, self._children(h), strict=False):
+                    self._relabel(child, text)
+        self.note("all hosts closed" if close else "all hosts open")
+
+    def action_help(self) -> None:
+        self.push_screen(FleetHelp())
 
     def action_snapshot(self) -> None:
         import json
