@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
@@ -127,7 +128,7 @@ class ExporterState:
     def start(self) -> None:
         self.refresh_gpus()  # the first scrape already has figures
         loops: list[tuple[str, Callable[[], None]]] = [("gpus", self.refresh_gpus)]
-        loops += [(f"engine {s.url}", (lambda s=s: self.refresh_engine(s))) for s in self.engines if s.url != "demo"]
+        loops += [(f"engine {s.url}", partial(self.refresh_engine, s)) for s in self.engines if s.url != "demo"]
         for name, step in loops:
             t = threading.Thread(target=self._loop, args=(step,), name=f"kvdash-exporter {name}", daemon=True)
             t.start()

@@ -181,10 +181,10 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
         return hosts.setdefault(name, {"host": name, "source": "", "gpus": [], "engines": [], "targets_up": 0,
                                        "down_targets": []})
 
-    for name, (kind, gpus) in gpu_hosts.items():
+    for name, (kind, per_gpu) in gpu_hosts.items():
         h = host(name)
         h["source"] = kind
-        readings = sorted((_gpu_reading(g) for g in gpus.values()), key=lambda r: (r.index, r.uuid))
+        readings = sorted((_gpu_reading(g) for g in per_gpu.values()), key=lambda r: (r.index, r.uuid))
         h["_readings"] = tuple(readings)
         h["gpus"] = [{"gpu": r.index, "uuid": r.uuid, "name": r.name, "total_bytes": r.total_bytes,
                       "used_bytes": r.used_bytes, "free_bytes": r.free_bytes, "reserved_bytes": r.reserved_bytes}
