@@ -1,6 +1,6 @@
 """The fleet view at scale: 1,000 GPUs across 125 hosts, read from a real Prometheus server.
 
-Run: python benchmarks/fleet_scale.py [--hosts 125] [--gpus 8] [--seconds 30] [--interval 1.0]
+Run: python benchmarks/fleet_scale.py [--hosts 125] [--gpus 8] [--seconds 30] [--interval 1.0] [--screenshot F.svg]
 
 A loopback HTTP server publishes DCGM-exporter pages (8 GPUs each) and one vLLM engine page per
 host; Prometheus scrapes the 250 targets every 5 s.  Then, at ``--interval``:
@@ -21,6 +21,7 @@ import asyncio
 import json
 import multiprocessing
 import multiprocessing.queues
+import os
 import resource
 import statistics
 import sys
@@ -90,7 +91,7 @@ def source_polls(url: str, polls: int, interval: float) -> dict:
             "fleet": fleet and {k: fleet["totals"][k] for k in ("hosts", "gpus", "engines")}}
 
 
-async def app_cost(url: str, seconds: float, interval: float) -> dict:
+async def app_cost(url: str, seconds: float, interval: float, screenshot: str | None = None) -> dict:
     from kvdash.tui.fleet import FleetApp
 
     app = FleetApp(FleetSource(url, LiveConfig(), deadline_s=2.0), LiveConfig(), interval=interval)
@@ -100,6 +101,10 @@ async def app_cost(url: str, seconds: float, interval: float) -> dict:
         await asyncio.sleep(seconds)
         cpu, wall = cpu_seconds() - cpu0, time.monotonic() - t0
         polls = app.polls - polls0
+        if screenshot:
+            await pilot.press("down", "enter")
+            await pilot.pause(0.5)
+            app.save_screenshot(screenshot)
     return {"seconds": round(wall, 1), "polls": polls, "cpu_percent_of_core": round(100 * cpu / wall, 2)}
 
 
@@ -109,6 +114,7 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--screenshot", help="write an SVG of the dashboard (second host open) at the end")
     args = ap.parse_args()
     # the pages are served from another process, so this process' CPU is kvdash's alone
     ctx = multiprocessing.get_context("spawn")
@@ -118,7 +124,7 @@ def main() -> None:
     here = f"127.0.0.1:{ports.get(timeout=60)}"
     names = [fleet_host(h) for h in range(args.hosts)]
     cfg = config({"dcgm": [target(here, f"{n}:9400", f"/{n}/dcgm") for n in names],
-                  "vllm": [target(here, f"{n}:8000", f"/{n}/vllm") for n in names]}, interval="5s")
+                  "vllm": [target(here, f"{n}:8000", f"/{n}/vllm") for n in names]}, interval="5s", timeout="4s")
     with tempfile.TemporaryDirectory() as tmp:
         prom = Prometheus(cfg, Path(tmp))
         try:
@@ -126,12 +132,13 @@ def main() -> None:
             prom.wait_for(lambda p: len(p.query("DCGM_FI_DEV_FB_USED")["data"]["result"]) == want
                           and len(p.query("vllm:cache_config_info")["data"]["result"]) == args.hosts, timeout=120)
             src = source_polls(prom.url, int(args.seconds / args.interval), args.interval)
-            app = asyncio.run(app_cost(prom.url, args.seconds, args.interval))
+            app = asyncio.run(app_cost(prom.url, args.seconds, args.interval, args.screenshot))
         finally:
             prom.close()
             child.terminate()
     print(json.dumps({"hosts": args.hosts, "gpus_per_host": args.gpus, "interval_s": args.interval,
-                      "source": src, "dashboard_80x24": app}, indent=2))
+                      "source": src, "dashboard_80x24": app, "cpus": os.cpu_count(),
+                      "load_average_1m": round(os.getloadavg()[0], 2)}, indent=2))
 
 
 if __name__ == "__main__":

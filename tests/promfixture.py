@@ -135,9 +135,9 @@ def target(address: str, instance: str, path: str, **labels: str) -> dict[str, A
     return {"targets": [address], "labels": {"instance": instance, "__metrics_path__": path, **labels}}
 
 
-def config(jobs: dict[str, list[dict[str, Any]]], interval: str = "1s", honor_labels: bool = False) \
-        -> dict[str, Any]:
-    return {"global": {"scrape_interval": interval, "scrape_timeout": "900ms", "evaluation_interval": "10s"},
+def config(jobs: dict[str, list[dict[str, Any]]], interval: str = "1s", honor_labels: bool = False,
+           timeout: str = "900ms") -> dict[str, Any]:
+    return {"global": {"scrape_interval": interval, "scrape_timeout": timeout, "evaluation_interval": "10s"},
             "scrape_configs": [{"job_name": job, "honor_labels": honor_labels, "static_configs": targets}
                                for job, targets in jobs.items()]}
 

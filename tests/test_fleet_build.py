@@ -142,3 +142,17 @@ def test_prometheus_with_a_single_host_source_is_one_line(capsys):
         main(["live", "--prometheus", "localhost:9090", "--demo", "--once"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1 and "--prometheus" in err
+
+
+def test_missing_prometheus_binary_is_a_clear_failure(monkeypatch, tmp_path):
+    """Without the binary the fixture raises (and the session fixture turns it into pytest.fail), naming
+    the Debian package to install."""
+    import shutil
+
+    import pytest
+
+    from tests.promfixture import Prometheus, PrometheusMissing
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(PrometheusMissing, match="apt-get install prometheus"):
+        Prometheus({}, tmp_path)

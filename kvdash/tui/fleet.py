@@ -49,6 +49,7 @@ class FleetApp(LiveApp):
     #problem { height: auto; padding: 0 1; color: $error; display: none; }
     #problem.shown { display: block; }
     #fleet { height: 1fr; }
+    #status { height: 1; }
     """
 
     fleet: dict[str, Any] | None = None
@@ -165,8 +166,8 @@ class FleetApp(LiveApp):
         took = f"poll {self.fleet['poll_seconds']:.2f} s | " if self.fleet and \
             "poll_seconds" in self.fleet else ""
         self.query_one("#status", Static).update(
-            Text(f" {snap.source} | {state} | {took}length {', '.join(map(str, self.config.lengths))} | "
-                 f"enter: expand | {self.message}", style="dim"))
+            Text(f" {snap.source} | {state} | {took}enter: open | length {', '.join(map(str, self.config.lengths))} | "
+                 f"{self.message}", style="dim", no_wrap=True, overflow="ellipsis"))
 
     def action_zoom(self) -> None:
         """z: open every host, or close them all when any is open."""
