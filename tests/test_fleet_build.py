@@ -156,3 +156,16 @@ def test_missing_prometheus_binary_is_a_clear_failure(monkeypatch, tmp_path):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(PrometheusMissing, match="apt-get install prometheus"):
         Prometheus({}, tmp_path)
+
+
+def test_an_empty_prometheus_is_one_line_exit_1(monkeypatch, capsys):
+    import pytest
+
+    from kvdash.cli import main
+    from kvdash.sources.prometheus import FleetSource
+
+    monkeypatch.setattr(FleetSource, "fetch", lambda self: {})
+    with pytest.raises(SystemExit) as exc:
+        main(["live", "--prometheus", "localhost:9090", "--once", "--json"])
+    out = capsys.readouterr()
+    assert exc.value.code == 1 and out.out == "" and out.err.count("\n") == 1 and "no DCGM" in out.err

@@ -123,3 +123,9 @@ async def test_z_opens_every_host_and_closes_them():
         assert tree.root.children[2].children[0].label.plain.startswith("GPU  0")
         await pilot.press("z")
         assert not any(n.is_expanded for n in tree.root.children)
+
+
+def test_snapshot_fleet_80x24(snap_compare):
+    """The fleet screen at 80x24 with 16 hosts x 8 GPUs, one down, the third host open (pinned inputs)."""
+    app = FleetApp(StaticFleet(16, 8, down=1), LiveConfig(), autopoll=False)
+    assert snap_compare(app, terminal_size=(80, 24), press=["down", "down", "enter"])

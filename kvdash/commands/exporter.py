@@ -17,7 +17,7 @@ DEFAULT_PORT = 9847  # not DCGM exporter's 9400, node exporter's 9100 nor vLLM's
 
 def exporter(
     host: Annotated[str, Opt(help="Address to listen on (loopback by default; 0.0.0.0 for every interface).")] = "127.0.0.1",
-    port: Annotated[int, Opt(help=f"Port to listen on (0: any free port, printed at start). Default {DEFAULT_PORT}.")] = DEFAULT_PORT,
+    port: Annotated[int, Opt(help="Port to listen on (0: any free port, printed at start); 9847 avoids DCGM 9400, node 9100, vLLM 8000.")] = DEFAULT_PORT,
     demo: Annotated[bool, Opt("--demo", help="Simulated GPUs and engine (8 x H200, TP 8), no GPU needed.")] = False,
     engine: Annotated[Optional[list[str]], Opt(help="A vLLM or SGLang /metrics endpoint; repeat for several.")] = None,
     model: Annotated[str, Opt("--model", "-m", help="Model preset (kvdash models).")] = "llama-3.1-70b",

@@ -22,6 +22,10 @@ def run_fleet(url: str, cfg, once: bool, as_json: bool, interval: float) -> None
             print(f"kvdash: {snap.error}", file=sys.stderr)
             raise typer.Exit(1)
         fleet = snap.extra["fleet"]
+        if not fleet["hosts"]:
+            print(f"kvdash: Prometheus at {source.client.url} has no DCGM, kvdash, vLLM or SGLang series and no "
+                  "scrape targets (see the README, section Fleet, for a scrape configuration)", file=sys.stderr)
+            raise typer.Exit(1)
         if as_json:
             print(json.dumps(fleet, indent=2, sort_keys=True))
             return
