@@ -142,6 +142,7 @@ def test_hosts_from_dcgm_and_exporter_and_the_down_one(fleet):
     c = _host(fleet, "node-c")
     assert c["down_targets"] == [{"job": "dcgm", "instance": "node-c:9400"}, {"job": "vllm", "instance": "node-c:8000"}]
     assert c["gpus"] == [] and c["engines"] == []
+    assert [len(h["engines"]) for h in fleet["hosts"]] == [1, 1, 2, 0]
     assert fleet["totals"]["hosts_down"] == 1 and fleet["totals"]["targets_down"] == 2
 
 
@@ -189,21 +190,34 @@ def test_engines_figure_by_figure(fleet):
     assert sg["pool_tokens"] == 1_400_000 and sg["used_tokens"] == 350_000 and sg["free_tokens"] == 1_050_000
     assert (sg["running"], sg["waiting"]) == (21, 4)
     assert sg["difference_tokens"] == 1_400_000 - 1_448_208 == -48_208
-    assert len(fleet["engines"]) == 3
+    assert len(fleet["engines"]) == 4
+
+
+def test_engine_seen_through_the_kvdash_exporter(fleet):
+    """demo-host's engines are not scraped directly, so the exporter's kvdash_engine_* series stand in:
+    the demo engine's 172,725 blocks x 16 = 2,763,600 tokens, beside kvdash's 2,881,568 for 8 x H200."""
+    d = next(e for e in fleet["engines"] if e["host"] == "demo-host")
+    assert (d["kind"], d["engine"]) == ("exporter", "demo")
+    assert (d["pool_tokens"], d["num_gpu_blocks"], d["block_size"]) == (2_763_600, 172_725, 16)
+    assert d["kvdash_tokens"] == 2_881_568 and d["difference_tokens"] == -117_968
+    assert 0 <= d["usage"] <= 1 and d["used_tokens"] == round(d["usage"] * 2_763_600)
+    assert d["free_tokens"] == 2_763_600 - d["used_tokens"]
 
 
 def test_fleet_totals(fleet):
-    """Free KV = sum of (pool - used) = 2,072,700 + 724,104 + 1,050,000 = 3,846,804 tokens, x 40,960 B x 8 ranks;
-    requests of 2,048 tokens that fit now: 1,012 + 353 + 512 (free // 2,048: each request 128 blocks of 16)."""
+    """Free KV = sum of (pool - used) = 2,072,700 + 724,104 + 1,050,000 = 3,846,804 tokens (plus the demo
+    engine's), x 40,960 B x 8 ranks; requests of 2,048 tokens that fit now: 1,012 + 353 + 512 (free // 2,048:
+    each request 128 blocks of 16), plus the demo engine's."""
     t = fleet["totals"]
-    assert t["free_kv_tokens"] == 3_846_804
+    demo = next(e for e in fleet["engines"] if e["host"] == "demo-host")  # its usage moves with the demo
+    assert t["free_kv_tokens"] == 3_846_804 + demo["free_tokens"]
     assert t["kv_bytes_per_token"] == 327_680
-    assert t["free_kv_bytes"] == 3_846_804 * 327_680
-    assert t["requests_fit"] == [{"length": 2048, "free_now": 1_012 + 353 + 512,
-                                  "engine_pools": 2_763_600 // 2048 + 1_448_208 // 2048 + 1_400_000 // 2048}]
-    assert (t["running"], t["waiting"]) == (12 + 30 + 21, 3 + 0 + 4)
-    assert t["gpus"] == 24 and t["engines"] == 3
-    assert t["engine_pool_tokens"] == 2_763_600 + 1_448_208 + 1_400_000
+    assert t["free_kv_bytes"] == (3_846_804 + demo["free_tokens"]) * 327_680
+    assert t["requests_fit"] == [{"length": 2048, "free_now": 1_012 + 353 + 512 + demo["free_tokens"] // 2048,
+                                  "engine_pools": 2 * (2_763_600 // 2048) + 1_448_208 // 2048 + 1_400_000 // 2048}]
+    assert (t["running"], t["waiting"]) == (12 + 30 + 21 + demo["running"], 3 + 0 + 4 + demo["waiting"])
+    assert t["gpus"] == 24 and t["engines"] == 4
+    assert t["engine_pool_tokens"] == 2 * 2_763_600 + 1_448_208 + 1_400_000
     assert t["gpu_total_bytes"] == 8 * 150_754_820_096 + 8 * 150_754_820_096 + 8 * 85_520_809_984
 
 

@@ -169,3 +169,19 @@ def test_an_empty_prometheus_is_one_line_exit_1(monkeypatch, capsys):
         main(["live", "--prometheus", "localhost:9090", "--once", "--json"])
     out = capsys.readouterr()
     assert exc.value.code == 1 and out.out == "" and out.err.count("\n") == 1 and "no DCGM" in out.err
+
+
+def test_exporter_engines_only_where_prometheus_does_not_scrape_the_engines():
+    """node-a's engine is scraped directly and also read by its exporter: counted once (the direct one);
+    node-b's only view is its exporter's."""
+    def exp(instance: str, engine: str) -> list[Series]:
+        lab = {"instance": instance, "engine": engine}
+        return [s("kvdash_engine_kv_pool_tokens", 16_000, **lab), s("kvdash_engine_kv_pool_blocks", 1_000, **lab),
+                s("kvdash_engine_kv_usage_ratio", 0.25, **lab), s("kvdash_engine_requests_running", 2, **lab)]
+
+    fleet = build_fleet({"dcgm_memory": dcgm("node-a", "node-a:9400", 8) + dcgm("node-b", "node-b:9400", 8),
+                         "engines": vllm("node-a:8000") + exp("node-a:9847", "localhost:8000")
+                         + exp("node-b:9847", "localhost:8000")}, LiveConfig())
+    assert [(e["host"], e["kind"]) for e in fleet["engines"]] == [("node-a", "vllm"), ("node-b", "exporter")]
+    b = fleet["engines"][1]
+    assert (b["pool_tokens"], b["block_size"], b["used_tokens"], b["running"]) == (16_000, 16, 4_000, 2)

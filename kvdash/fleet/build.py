@@ -14,6 +14,8 @@ Matching rules, stated once:
   without DCGM.
 - An engine is one ``(instance, engine label)`` pair of vLLM series, or one ``instance`` of SGLang
   series; its host is the alias of its ``instance``'s host part (or its own ``hostname`` label).
+  ``kvdash exporter``'s ``kvdash_engine_*`` series (one engine per ``engine`` label) stand in for a
+  host's engines only when Prometheus scrapes none of that host's engines itself.
 - The analytical pool of an engine uses the first ``--tp`` GPUs of its host (``kvdash live``'s
   rule for the ranks).  A target whose ``up`` is 0 is listed under its host as down.
 """
@@ -34,6 +36,19 @@ MiB = 2**20
 DCGM_FIELD = {"DCGM_FI_DEV_FB_USED": "used", "DCGM_FI_DEV_FB_FREE": "free", "DCGM_FI_DEV_FB_RESERVED": "reserved"}
 KVDASH_FIELD = {"kvdash_gpu_memory_used_bytes": "used", "kvdash_gpu_memory_free_bytes": "free",
                 "kvdash_gpu_memory_reserved_bytes": "reserved", "kvdash_gpu_memory_total_bytes": "total"}
+
+
+ASSUMPTIONS = [
+    "DCGM framebuffer figures are MiB (2^20 B); a GPU's total is used + free + reserved",
+    "a host is named by its Hostname/hostname label, else by the host part of instance; an engine joins the "
+    "host whose GPU series come from the same address",
+    "kvdash's pool for an engine: the first --tp GPUs of its host are the ranks, each with "
+    "floor(total x --gpu-util) - weights per rank - --reserve (vLLM 0.33's rule), the pool the smallest rank's",
+    "free KV = each engine's pool minus its used tokens (the engine's own figures); in bytes at kvdash's bytes "
+    "per token of the model on one rank x --tp",
+    "requests that fit now = free // (ceil(length / B) x B) per engine, B its block size (SGLang: 1)",
+    "a target whose last scrape failed (up == 0) is listed as down under its host",
+]
 
 
 def instance_host(instance: str) -> str:
@@ -94,10 +109,11 @@ def _engines(series: list[Series]) -> dict[tuple[str, str], dict[str, Any]]:
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for s in series:
         name = s.labels.get("__name__", "")
-        kind = "vllm" if name.startswith("vllm:") else "sglang" if name.startswith("sglang:") else ""
+        kind = "vllm" if name.startswith("vllm:") else "sglang" if name.startswith("sglang:") else \
+            "exporter" if name.startswith("kvdash_engine_") else ""
         if not kind:
             continue
-        key = (s.labels.get("instance", ""), s.labels.get("engine", "") if kind == "vllm" else "")
+        key = (s.labels.get("instance", ""), s.labels.get("engine", "") if kind != "sglang" else "")
         e = out.setdefault(key, {"kind": kind, "job": s.labels.get("job", ""), "model_name": "", "hostname": ""})
         if s.labels.get("model_name"):
             e["model_name"] = s.labels["model_name"]
@@ -125,6 +141,15 @@ def _reading(url: str, e: dict[str, Any]) -> EngineReading:
                              total_tokens=total, used_tokens=None if usage is None or total is None
                              else int(round(usage * total)), cache_dtype=info.get("cache_dtype", ""),
                              gpu_memory_utilization=info.get("gpu_memory_utilization", ""))
+    if e["kind"] == "exporter":  # an engine as kvdash exporter read it
+        total = _int(v.get("kvdash_engine_kv_pool_tokens"))
+        blocks = _int(v.get("kvdash_engine_kv_pool_blocks"))
+        usage = v.get("kvdash_engine_kv_usage_ratio")
+        return EngineReading(url=url, kind="exporter", kv_usage=usage, num_gpu_blocks=blocks,
+                             block_size=total // blocks if total is not None and blocks else None,
+                             running=_int(v.get("kvdash_engine_requests_running")),
+                             waiting=_int(v.get("kvdash_engine_requests_waiting")), total_tokens=total,
+                             used_tokens=None if usage is None or total is None else int(round(usage * total)))
     total = _int(v.get("sglang:max_total_num_tokens"))
     usage = v.get("sglang:token_usage")
     used = _int(v.get("sglang:num_used_tokens"))
@@ -200,8 +225,13 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
     lengths = cfg.lengths
     engines_out = []
     compared: dict[Any, dict[str, Any]] = {}
-    for (inst, label), e in sorted(_engines(results.get("engines", [])).items()):
+    found = _engines(results.get("engines", []))
+    scraped = {e["hostname"] or aliases.get(instance_host(inst), instance_host(inst))
+               for (inst, _), e in found.items() if e["kind"] != "exporter"}
+    for (inst, label), e in sorted(found.items(), key=lambda item: (item[1]["kind"] == "exporter", item[0])):
         name = e["hostname"] or aliases.get(instance_host(inst), instance_host(inst))
+        if e["kind"] == "exporter" and name in scraped:
+            continue  # Prometheus scrapes this host's engines itself: count each engine once
         h = host(name)
         reading = _reading(inst, e)
         gpus: tuple[GPUReading, ...] = h.get("_readings", ())
@@ -224,10 +254,12 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
                         "difference_tokens": cmp.get("difference_tokens"), "explain": cmp.get("explain", "")})
         h["engines"].append(row)
         engines_out.append(row)
+    engines_out.sort(key=lambda e: (e["host"], e["instance"], e["engine"]))
     out_hosts = []
     for name in sorted(hosts):
         h = hosts[name]
         h.pop("_readings", None)
+        h["engines"].sort(key=lambda e: (e["instance"], e["engine"]))
         h["down_targets"].sort(key=lambda t: (t["job"], t["instance"]))
         h["status"] = "down" if h["down_targets"] and not h["targets_up"] and not h["gpus"] else \
             "degraded" if h["down_targets"] else "up"
@@ -236,6 +268,7 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
         h["used_bytes"] = sum(g["used_bytes"] or 0 for g in gs)
         out_hosts.append(h)
     return {
+        "assumptions": ASSUMPTIONS,
         "config": {"model": cfg.architecture().name, "kv_dtype": cfg.kv_dtype, "block_size": cfg.block_size,
                    "tp": cfg.tp, "lengths": list(lengths), "max_reserved": cfg.max_reserved,
                    "budget_mode": cfg.budget_mode, "gpu_util": cfg.gpu_util},

@@ -18,6 +18,9 @@ Series read (units as the exporters publish them):
   ``gpu_memory_utilization``), joined on ``instance`` and ``engine``.
 - SGLang's ``/metrics`` (``--enable-metrics``): ``sglang:max_total_num_tokens``, ``sglang:token_usage``,
   ``sglang:num_used_tokens``, ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``.
+- ``kvdash exporter``'s view of its engines (``--engine``): ``kvdash_engine_kv_pool_tokens``, ``_kv_pool_blocks``,
+  ``_kv_usage_ratio``, ``_requests_running``, ``_requests_waiting`` (used for a host only when
+  Prometheus does not scrape that host's engines itself, so no engine is counted twice).
 - Prometheus' own ``up`` (1 scraped, 0 down) for every target.
 """
 
@@ -28,6 +31,8 @@ KVDASH_MEMORY_SERIES = ("kvdash_gpu_memory_used_bytes", "kvdash_gpu_memory_free_
                         "kvdash_gpu_memory_reserved_bytes", "kvdash_gpu_memory_total_bytes")
 VLLM_SERIES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cache_config_info",
                "vllm:num_requests_running", "vllm:num_requests_waiting")
+KVDASH_ENGINE_SERIES = ("kvdash_engine_kv_pool_tokens", "kvdash_engine_kv_pool_blocks", "kvdash_engine_kv_usage_ratio",
+                        "kvdash_engine_requests_running", "kvdash_engine_requests_waiting")
 SGLANG_SERIES = ("sglang:max_total_num_tokens", "sglang:token_usage", "sglang:num_used_tokens",
                  "sglang:num_running_reqs", "sglang:num_queue_reqs")
 
@@ -48,7 +53,7 @@ FLEET: dict[str, str] = {
     # GPU memory of every host that runs kvdash exporter, bytes
     "kvdash_memory": _keep("hostname, gpu, uuid, name, instance", KVDASH_MEMORY_SERIES),
     # the engines' own figures (vLLM and SGLang)
-    "engines": _names(VLLM_SERIES + SGLANG_SERIES),
+    "engines": _names(VLLM_SERIES + SGLANG_SERIES + KVDASH_ENGINE_SERIES),
     # every target Prometheus scrapes: 1 when the last scrape worked, 0 when it failed
     "targets": "up",
 }

@@ -119,6 +119,5 @@ def once_tables(fleet: dict[str, Any]) -> tuple[list[Table], str]:
     footer = totals_text(fleet).plain
     if notes:
         footer += "\nkvdash pool n/a: " + "; ".join(notes)
-    footer += ("\nkvdash's pool: each engine's host GPUs, the first --tp of them as ranks; free KV: each engine's "
-               "pool minus its used tokens (the engine's figures); fit now: free // (ceil(length / block) x block).")
+    footer += "\nAssumptions: " + "; ".join(fleet.get("assumptions", [])) + "."
     return [hosts, engines], footer

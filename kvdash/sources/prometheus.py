@@ -41,6 +41,7 @@ class FleetSource:
         cfg = config or self.config
         fleet = build_fleet(results, cfg)
         fleet["prometheus"] = self.client.url
+        fleet["time"] = now
         fleet["poll_seconds"] = round(time.monotonic() - started, 4)
         # the raw series ride along so the dashboard can re-analyse when the model or length changes
         return Snapshot(time=now, source=self.name, gpus=(), extra={"fleet": fleet, "results": results,
