@@ -99,8 +99,12 @@ class Prometheus:
         try:
             with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
                 return dict(json.loads(resp.read()))
-        except urllib.error.HTTPError as exc:  # 400/422 carry the error document
-            return dict(json.loads(exc.read()))
+        except urllib.error.HTTPError as exc:  # 400/422 carry the error document; 503 while starting may not
+            body = exc.read()
+            try:
+                return dict(json.loads(body))
+            except ValueError:
+                return {"status": "error", "error": f"HTTP {exc.code}: {body[:200]!r}"}
 
     def wait_for(self, ready: Callable[[Prometheus], bool], timeout: float = 60.0) -> None:
         """Bounded polling: ``ready(self)`` true within ``timeout`` seconds, else a failure with the log."""
@@ -111,7 +115,7 @@ class Prometheus:
             try:
                 if ready(self):
                     return
-            except OSError:
+            except (OSError, KeyError):  # not listening yet, or an error answer while it starts
                 pass
             time.sleep(0.25)
         raise TimeoutError(f"prometheus not ready within {timeout:g} s: {self.log_tail()}")
