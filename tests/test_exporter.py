@@ -127,7 +127,7 @@ def _scrape(port: int) -> tuple[float, dict]:
 
 
 def test_slow_engine_never_delays_a_scrape_and_readings_are_not_per_scrape():
-    """The engine hangs 3 s per read (timeout 2 s); scrapes still answer within 0.5 s with the last good
+    """The engine hangs 3 s per read (timeout 2 s); scrapes still answer within 1 s with the last good
     reading and its growing age; five scrapes take no new GPU reading (interval 60 s)."""
     engine = SlowEngine()
     state = ExporterState(DemoSource(seed=7), LiveConfig(tp=8), [engine.url], interval=0.3, engine_timeout=2.0,
@@ -144,7 +144,7 @@ def test_slow_engine_never_delays_a_scrape_and_readings_are_not_per_scrape():
         engine.slow.set()
         time.sleep(1.2)  # the engine thread is now stuck in a slow read
         took, fams = _scrape(server.server_port)
-        assert took < 0.5
+        assert took < 1.0  # a scrape that waited on the engine would take its 2 s timeout
         assert value(fams, "kvdash_engine_kv_pool_tokens", engine=engine.url) == 16_000  # 1,000 blocks x 16
         assert value(fams, "kvdash_engine_requests_running", engine=engine.url) == 3
         assert value(fams, "kvdash_engine_reading_age_seconds", engine=engine.url) >= 1.0

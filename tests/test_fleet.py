@@ -307,4 +307,4 @@ def test_deadline_covers_a_trickling_server():
     took = time.monotonic() - started
     stop.set()
     srv.close()
-    assert 0.9 <= took < 1.6
+    assert 0.9 <= took < 2.5  # the body never ends: without the total deadline this would not return

@@ -3,6 +3,7 @@
 import signal
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -65,6 +66,7 @@ def exporter(
         lengths=parse_lengths(length, "--length") or (2048,), max_reserved=max_reserved,
     )
     cfg.validate()
+    cfg = replace(cfg, arch=cfg.architecture())  # read the preset once, not on every scrape
     source = _source(demo, seed, gpus)
     state = ExporterState(source, cfg, list(engine or []), interval=interval, engine_timeout=engine_timeout,
                           hostname=hostname or ("demo-host" if demo else None), demo=demo)

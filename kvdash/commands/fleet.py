@@ -10,8 +10,11 @@ from kvdash.errors import InputError
 
 
 def run_fleet(url: str, cfg, once: bool, as_json: bool, interval: float) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
     from kvdash.sources.prometheus import FleetSource
 
+    cfg = replace(cfg, arch=cfg.architecture())  # read the preset once, not on every poll
     try:
         source = FleetSource(url, cfg, deadline_s=max(0.5, min(2.0, interval)))
     except ValueError as exc:
