@@ -109,7 +109,7 @@ async def test_unreachable_from_the_start_is_a_panel_message():
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         problem = app.query_one("#problem")
-        assert problem.display and "unreachable" in str(problem.render())
+        assert problem.display and "unreachable" in str(problem.render()) and "no reading yet" in str(problem.render())
         assert "unreachable" in app.export_screenshot()
 
 

@@ -94,8 +94,8 @@ class FleetApp(LiveApp):
             return
         problem = self.query_one("#problem", Static)
         problem.set_class(bool(snap.error), "shown")
-        problem.update(Text(f"{snap.error}\nshowing the last good reading; polling goes on")
-                       if snap.error else "")
+        kept = "showing the last good reading; " if self.fleet is not None else "no reading yet; "
+        problem.update(Text(f"{snap.error}\n{kept}polling goes on") if snap.error else "")
         fleet = self.fleet
         if fleet is not None:
             self.query_one("#totals", Static).update(totals_text(fleet))
@@ -166,8 +166,9 @@ class FleetApp(LiveApp):
         took = f"poll {self.fleet['poll_seconds']:.2f} s | " if self.fleet and \
             "poll_seconds" in self.fleet else ""
         self.query_one("#status", Static).update(
-            Text(f" {snap.source} | {state} | {took}enter: open | length {', '.join(map(str, self.config.lengths))} | "
-                 f"{self.message}", style="dim", no_wrap=True, overflow="ellipsis"))
+            Text(f" {self.message + ' | ' if self.message else ''}{state} | {took}length "
+                 f"{', '.join(map(str, self.config.lengths))} | enter: open a host | {snap.source}", style="dim",
+                 no_wrap=True, overflow="ellipsis"))
 
     def action_zoom(self) -> None:
         """z: open every host, or close them all when any is open."""
