@@ -13,8 +13,7 @@ import http.client
 import json
 import time
 import urllib.parse
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_BYTES = 64 * 2**20
 
@@ -23,8 +22,9 @@ class PrometheusError(Exception):
     """One line saying why a query got no answer."""
 
 
-@dataclass(frozen=True)
-class Series:
+class Series(NamedTuple):
+    """One sample of an instant vector (a tuple: thousands are made on every poll)."""
+
     labels: dict[str, str]
     value: float
 
@@ -90,7 +90,7 @@ class PrometheusClient:
             while True:
                 if conn.sock is not None:
                     conn.sock.settimeout(left())
-                chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
+                chunk = resp.read1(1 << 20)
                 if not chunk:
                     break
                 size += len(chunk)
