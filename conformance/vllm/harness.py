@@ -294,6 +294,14 @@ def plan_case(mc_base: ModelConfig, tp: int, kv: str, block: int, prefix: bool, 
     cc.block_size = block
     cc.user_specified_block_size = True
     cc.mamba_ssm_cache_dtype = "auto"
+    # The reset above undoes vllm/platforms/cpu.py's float32 SSM cache; it also undid the model's own
+    # config hook that a CUDA engine keeps (vllm/model_executor/models/config.py, MODELS_CONFIG_MAP:
+    # e.g. Nemotron-H and Qwen3.5 read their mamba/ssm cache dtype from config.json): run it again.
+    from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+
+    hook = MODELS_CONFIG_MAP.get(mc.architecture)
+    if hook is not None:
+        hook.verify_and_update_config(vc)
     cc.enable_prefix_caching = prefix
     vc.scheduler_config.enable_chunked_prefill = True
     vc.scheduler_config.disable_hybrid_kv_cache_manager = False
