@@ -17,7 +17,8 @@ from kvdash.core.model import load_preset
 from kvdash.errors import InputError
 from kvdash.report.build import write_report
 from kvdash.report.diff import GITHUB_LIMIT, diff_results
-from kvdash.sweep.evaluate import RESULT_COLUMNS, expand
+from kvdash.sweep.columns import RESULT_COLUMNS
+from kvdash.sweep.evaluate import expand
 from kvdash.sweep.gridfile import parse_grid
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,7 +21,8 @@ from kvdash import __version__
 from kvdash.core.calc import rank_shapes
 from kvdash.simulate.engine import PAPER_FIG2
 from kvdash.sweep.claims import Verdict, judge_all
-from kvdash.sweep.evaluate import DEFAULTS, RESULT_COLUMNS, Expanded
+from kvdash.sweep.columns import RESULT_COLUMNS
+from kvdash.sweep.evaluate import DEFAULTS, Expanded
 from kvdash.sweep.gridfile import GridSpec
 from kvdash.sweep.simulation import simulation_columns
 from kvdash.units import GiB, gib_text

@@ -397,7 +397,7 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
     for i, g in enumerate(c.seq(gates_raw, ("gates",)) if gates_raw else []):
         p = ("gates", i)
         g = c.mapping(g, p, GATE_KEYS)
-        from kvdash.sweep.evaluate import RESULT_COLUMNS
+        from kvdash.sweep.columns import RESULT_COLUMNS
 
         metric = g.get("metric")
         numeric = [name for name, kind, _ in RESULT_COLUMNS if kind in ("int", "float")]
@@ -430,8 +430,8 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
 def _simulate_section(c: Checker, raw: Any) -> SimSpec:
     from dataclasses import replace
 
-    from kvdash.commands.simulate import parse_lengths_spec
     from kvdash.simulate.engine import ALLOCATORS, POLICIES, PRESETS
+    from kvdash.simulate.lengths import parse_lengths_spec
 
     p: Path_ = ("simulate",)
     sim = c.mapping(raw, p, SIMULATE_KEYS)
