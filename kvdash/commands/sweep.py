@@ -16,7 +16,8 @@ def sweep(
     out: Annotated[Optional[Path], Opt(help="Output folder (default: reports/<grid name>/).")] = None,
     dry_run: Annotated[bool, Opt("--dry-run", help="Print the point count and the first points; write nothing.")] = False,
     check: Annotated[bool, Opt("--check", help="Exit 1 when a gate of the grid fails, listing each failing point.")] = False,
-    parquet: Annotated[bool, Opt("--parquet", help="Also write results.parquet.")] = False,
+    csv: Annotated[bool, Opt("--csv", help="Write results.csv (the default up to 100,000 points).")] = False,
+    parquet: Annotated[bool, Opt("--parquet", help="Write results.parquet (the default above 100,000 points).")] = False,
     max_points: Annotated[int, Opt(help="Refuse grids larger than this.")] = 2_000_000,
     quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress and no summary.")] = False,
 ) -> None:
@@ -37,7 +38,9 @@ def sweep(
     with err.status("evaluating the grid", spinner="dots") if show else _null():
         expanded = expand(spec, max_points)
     target = out or Path("reports") / grid.stem
-    from kvdash.report.build import write_report
+    from kvdash.report.build import results_formats, write_report
+
+    formats = results_formats(expanded.frame.height, csv=csv, parquet=parquet)
 
     if show:
         from rich.progress import Progress
@@ -48,9 +51,9 @@ def sweep(
             def step(msg: str) -> None:
                 progress.update(task, advance=1, description=f"writing {msg}")
 
-            files = write_report(spec, expanded, target, parquet=parquet, progress=step)
+            files = write_report(spec, expanded, target, formats, progress=step)
     else:
-        files = write_report(spec, expanded, target, parquet=parquet)
+        files = write_report(spec, expanded, target, formats)
     if not quiet:
         print(f"{expanded.frame.height:,} points -> {target}/ ({', '.join(f.name for f in files)})")
     if check:
@@ -86,28 +89,10 @@ def _dry_run(spec, max_points: int) -> None:  # type: ignore[no-untyped-def]
 
 
 def _gates(spec, frame) -> list[str]:  # type: ignore[no-untyped-def]
-    import polars as pl
+    from kvdash.report.build import Labels
+    from kvdash.sweep.gates import failure_lines
 
-    failures = []
-    for gate in spec.gates:
-        sub = frame
-        for dim, allowed in gate.where.items():
-            col = "budget_bytes" if dim == "budget" else dim
-            sub = sub.filter(pl.col(col).is_in(allowed))
-        value = pl.col(gate.metric)
-        bad = pl.lit(False)
-        if gate.min is not None:
-            bad = bad | (value < gate.min) | value.is_null()
-        if gate.max is not None:
-            bad = bad | (value > gate.max) | value.is_null()
-        for row in sub.filter(bad).select("id", "model", "workload", "kv_dtype", "block_size", "tp",
-                                          gate.metric).iter_rows(named=True):
-            bounds = " and ".join(b for b in (f">= {gate.min}" if gate.min is not None else "",
-                                              f"<= {gate.max}" if gate.max is not None else "") if b)
-            failures.append(f"gate '{gate.name}' failed at {row['id']} ({row['model']}, {row['workload']}, "
-                            f"{row['kv_dtype']}, block {row['block_size']}, tp {row['tp']}): "
-                            f"{gate.metric} = {row[gate.metric]}, needs {bounds}")
-    return failures
+    return failure_lines(spec, frame, Labels(spec, frame))
 
 
 def diff(
