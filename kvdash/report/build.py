@@ -25,7 +25,7 @@ import polars as pl
 from kvdash import __version__
 from kvdash.core.calc import rank_shapes
 from kvdash.report import svg
-from kvdash.sweep.claims import Verdict, judge_all
+from kvdash.sweep.claims import Frame, Verdict, judge_all
 from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
 from kvdash.sweep.evaluate import DEFAULTS, Expanded
 from kvdash.sweep.gates import bounds_text, evaluate_gates, passing_expr, scope_expr, slack_expr
@@ -165,7 +165,29 @@ def _objective_value(metric: str, v: Any) -> str:
 
 def _order(spec: GridSpec) -> tuple[list[str], list[bool]]:
     o = spec.objective
-    return [o.metric, "id"], [o.maximize, False]
+    return [o.metric, "_row"], [o.maximize, False]  # ties: the earlier point in the grid's order
+
+
+def _workloads(df: pl.DataFrame) -> list[str]:
+    """The workloads present, in the grid's order."""
+    col = df.get_column("workload")
+    if isinstance(col.dtype, pl.Enum):
+        present = set(col.to_physical().unique().to_list())
+        return [c for i, c in enumerate(col.dtype.categories.to_list()) if i in present]
+    return list(dict.fromkeys(col.cast(pl.Utf8).to_list()))
+
+
+def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int) -> pl.DataFrame:
+    """The ``k`` best points of every workload by the objective (ties: the earlier point), in one pass; rows
+    in the grid's workload order, best first.  ``frame`` needs ``_row``."""
+    by, desc = _order(spec)
+    metric = by[0]
+    picked = frame.lazy().filter(pl.col(metric).is_not_null()).group_by("workload").agg(
+        pl.col("_row").top_k_by(by, k=k, reverse=[not desc[0], True])).explode("_row").collect()
+    rows = frame.filter(pl.col("_row").is_in(picked.get_column("_row").implode()))
+    order = {w: i for i, w in enumerate(_workloads(frame))}
+    return rows.with_columns(pl.col("workload").cast(pl.Utf8).replace_strict(order, return_dtype=pl.UInt32)
+                             .alias("_w")).sort(["_w", *by], descending=[False, *desc]).drop("_w")
 
 
 def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
@@ -173,7 +195,7 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
     o = spec.objective
     cols = list(dict.fromkeys(["id", "workload", "paged_requests", "gpus", *labels.data_columns, o.metric]))
     gate_cols = [g.metric for g in spec.gates]
-    frame = df.select(list(dict.fromkeys(cols + gate_cols)))
+    frame = df.select(list(dict.fromkeys(cols + gate_cols))).with_row_index("_row")
     if spec.gates:
         frame = frame.with_columns(passing_expr(spec).alias("_pass"))
         passing = frame.filter(pl.col("_pass"))
@@ -187,12 +209,12 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
         head = f"No gates in this grid: all {frame.height:,} configurations are candidates."
     by, desc = _order(spec)
     lines = []
-    for w in dict.fromkeys(frame.get_column("workload").cast(pl.Utf8).to_list()):
-        sub = passing.filter(pl.col("workload").cast(pl.Utf8) == w)
-        if sub.height == 0:
+    tops = _best_per_workload(spec, passing, 8)
+    for w in _workloads(frame):
+        top = tops.filter(pl.col("workload").cast(pl.Utf8) == w).to_dicts()
+        if not top:
             lines.append(f"**{w}**: no configuration passes every gate.")
             continue
-        top = sub.sort(by, descending=desc, nulls_last=True).head(2).to_dicts()
         best = top[0]
         skip = ("workload",)
         text = (f"**{w}**: best is {labels(best, skip=skip)} with {_objective_value(o.metric, best[o.metric])} "
@@ -208,16 +230,17 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
             m, g = min(margins, key=lambda t: t[0])
             text += f", {num(m if not float(m).is_integer() else int(m))} inside the gate '{g.name}' ({g.metric} " \
                     f"{bounds_text(g)})"
-        if len(top) > 1:
-            second = top[1]
-            a, b = best[o.metric], second[o.metric]
-            if a is not None and b is not None and a == b:
-                text += f"; tied with {labels.differing(second, best)}"
-            elif a is not None and b is not None:
-                rel = f" ({(b - a) / a:+.1%})" if a else ""
-                text += (f"; runner-up {labels.differing(second, best)} with {_objective_value(o.metric, b)}"
-                         f"{rel}")
-        else:
+        ties = [r for r in top[1:] if r[o.metric] == best[o.metric]]
+        if ties:
+            text += "; " + ", ".join(labels.differing(r, best) for r in ties[:3]) + \
+                    (f" and {len(ties) - 3} more" if len(ties) > 3 else "") + " tie"
+        second = next((r for r in top[1:] if r[o.metric] != best[o.metric]), None)
+        a = best[o.metric]
+        if second is not None:
+            b = second[o.metric]
+            rel = f" ({(b - a) / a:+.1%})" if a else ""
+            text += f"; runner-up {labels.differing(second, best)} with {_objective_value(o.metric, b)}{rel}"
+        elif len(top) == 1:
             text += "; no runner-up passes"
         lines.append(text + ".")
     return {"question": spec.question, "head": head, "lines": lines,
@@ -281,11 +304,11 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
         metrics.append("requests_with_prefix_sharing")
     o = spec.objective.metric
     cols = list(dict.fromkeys(["id", *labels.data_columns, *metrics, o, "workload", "fits"]))
-    narrow = df.select(cols)
+    narrow = df.select(cols).with_row_index("_row")
     gated = False
     if spec.gates:
         narrow = df.select(*cols, *(g.metric for g in spec.gates if g.metric not in cols)) \
-            .with_columns(passing_expr(spec).alias("_pass")).select(*cols, "_pass")
+            .with_columns(passing_expr(spec).alias("_pass")).select(*cols, "_pass").with_row_index("_row")
         gated = not narrow.get_column("_pass").all()  # a column of "pass" only says nothing
     by, desc = _order(spec)
     reverse = [not d for d in desc]
@@ -296,11 +319,8 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
         shown = [ordered.sort(["_w", *by], descending=[False, *desc], nulls_last=True)]
     else:
         fitting = narrow.filter(pl.col("fits"))
-        names = list(dict.fromkeys(narrow.get_column("workload").cast(pl.Utf8).to_list()))
-        each = max(2, HEADLINE_EACH // len(names))  # the best of every workload: 2k and 128k do not compare
-        best = [narrow.filter(pl.col("workload").cast(pl.Utf8) == w).top_k(each, by=by, reverse=reverse)
-                .sort(by, descending=desc, nulls_last=True) for w in names]
-        shown = [pl.concat(best),
+        each = max(2, HEADLINE_EACH // len(_workloads(narrow)))  # per workload: 2k and 128k do not compare
+        shown = [_best_per_workload(spec, narrow, each),
                  fitting.bottom_k(HEADLINE_WORST, by=by, reverse=reverse).sort(by, descending=desc, nulls_last=True)]
     every = pl.concat(shown)
     varying, constant = [], []
@@ -329,27 +349,23 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
 def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
     """For every swept dimension: median paged requests (and the ratio's range) per value, per workload --
     a median over workloads of 2k and 128k tokens would mean nothing."""
-    workloads = list(dict.fromkeys(df.get_column("workload").cast(pl.Utf8).to_list()))
+    workloads = _workloads(df)
+    dims = [c for c in labels.swept if c != "workload"]  # the GPU and the TP degree apart: fewer rows
+    narrow = df.lazy().select(*dims, "workload", "paged_requests", "request_capacity_ratio")
+    queries = [narrow.group_by(col, "workload").agg(
+        pl.col("paged_requests").median().alias("med"),
+        (pl.col("request_capacity_ratio").median() if col == "model" else pl.lit(None, pl.Float64)).alias("ratio"))
+        for col in dims]
     tables = []
-    for col in labels.swept:  # the GPU and the TP degree apart: fewer rows than every "N x GPU"
-        if col == "workload":
+    for col, stats in zip(dims, pl.collect_all(queries), strict=True):  # in parallel
+        values = df.get_column(col).unique(maintain_order=True)
+        if values.len() < 2:
             continue
-        key = [col]
-        stats = df.group_by([*key, "workload"], maintain_order=True).agg(
-            pl.len().alias("n"), pl.col("paged_requests").median().alias("med"),
-            pl.col("request_capacity_ratio").median().alias("ratio"))
-        values = stats.select(key).unique(maintain_order=True)
-        if values.height < 2:
-            continue
-        cells: dict[tuple[Any, ...], dict[str, str]] = {}
+        cells: dict[Any, dict[str, str]] = {}
         for r in stats.iter_rows(named=True):
-            k = tuple(r[c] for c in key)
-            ratio = "" if r["ratio"] is None or col != "model" else f" ({r['ratio']:.2f}x)"
-            cells.setdefault(k, {})[str(r["workload"])] = f"{r['med']:,.0f}{ratio}"
-        rows = []
-        for r in values.iter_rows(named=True):
-            k = tuple(r[c] for c in key)
-            rows.append([cell(col, r[col]), *[cells[k].get(w, "-") for w in workloads]])
+            ratio = "" if r["ratio"] is None else f" ({r['ratio']:.2f}x)"
+            cells.setdefault(r[col], {})[str(r["workload"])] = f"{r['med']:,.0f}{ratio}"
+        rows = [[cell(col, v), *[cells[v].get(w, "-") for w in workloads]] for v in values.to_list()]
         tables.append({"dimension": "GPU" if col == "gpu" else HEADERS[col], "rows": rows})
     return {"workloads": workloads, "tables": tables}
 
@@ -383,11 +399,12 @@ GROUP_HEADERS = ["useful slots/group", "allocated slots/group", "tail waste slot
 
 def _groups(df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
     """Workloads of several requests: the tutorial exercise's figures (at most HEADLINE_ALL rows)."""
-    multi = df.filter(pl.col("lengths").cast(pl.Utf8).str.contains(","))
     cols = list(dict.fromkeys([*labels.data_columns, *GROUP_COLS]))
-    rows = [labels.cells(r) + [cell(c, r[c]) for c in GROUP_COLS]
-            for r in multi.head(HEADLINE_ALL).select(cols).iter_rows(named=True)]
-    return {"headers": [HEADERS[c] for c in labels.columns] + GROUP_HEADERS, "rows": rows, "total": multi.height}
+    several = Frame(df).helper("_several_lengths")
+    total = df.select(several.sum()).item()
+    multi = df.lazy().filter(several).select(cols).head(HEADLINE_ALL).collect()
+    rows = [labels.cells(r) + [cell(c, r[c]) for c in GROUP_COLS] for r in multi.iter_rows(named=True)]
+    return {"headers": [HEADERS[c] for c in labels.columns] + GROUP_HEADERS, "rows": rows, "total": total}
 
 
 def _chart_points(spec: GridSpec, df: pl.DataFrame, labels: Labels, limit: int) -> tuple[pl.DataFrame, str]:
@@ -395,7 +412,7 @@ def _chart_points(spec: GridSpec, df: pl.DataFrame, labels: Labels, limit: int) 
     and a note saying how many were left out."""
     by, desc = _order(spec)
     cols = list(dict.fromkeys(["id", *labels.data_columns, "paged_requests", "contiguous_requests", by[0]]))
-    narrow = df.select(cols)
+    narrow = df.select(cols).with_row_index("_row")
     if narrow.height <= limit:
         return narrow.sort(by, descending=desc, nulls_last=True), ""
     reverse = [not d for d in desc]
@@ -493,8 +510,9 @@ NO_TUTORIAL_POINT = "the grid has no point of the tutorial's configuration"
 
 def _exit_criteria(df: pl.DataFrame, verdicts: list[Verdict]) -> list[list[str]]:
     """The tutorial's measurable exit criteria, evaluated where this grid allows."""
-    tut = df.filter((pl.col("bytes_per_token") == 327_680) & (pl.col("kv_dtype") == "bf16")
-                    & (pl.col("budget_bytes") == 12 * GiB) & (pl.col("block_size") == 16) & (pl.col("tp") == 1))
+    tut = df.lazy().filter((pl.col("bytes_per_token") == 327_680) & (pl.col("kv_dtype") == "bf16")
+                           & (pl.col("budget_bytes") == 12 * GiB) & (pl.col("block_size") == 16)
+                           & (pl.col("tp") == 1)).head(4096).collect()  # one row is read of each
     snap = tut.filter(pl.col("lengths").cast(pl.Utf8) == "825")
     rows = [["architecture, KV heads, dtype, budget, block size and lengths are explicit", "met",
              "the Assumptions section lists every input of every point"]]
@@ -526,8 +544,7 @@ def _exit_criteria(df: pl.DataFrame, verdicts: list[Verdict]) -> list[list[str]]
     rows.append(["block-level paging is distinguished from prefix-cache matching and retention", "met",
                  "prefix figures assume the prefix blocks are already shared; matching, retention and eviction "
                  "are engine policies outside this arithmetic"])
-    dtype = pl.col("kv_dtype").cast(pl.Utf8)
-    has_fp8 = df.filter(dtype.str.starts_with("fp8") | (dtype == "int8")).height > 0
+    has_fp8 = df.select(Frame(df).is_in("kv_dtype", ["fp8", "fp8_e4m3", "fp8_e5m2", "int8"]).any()).item()
     rows.append(["FP8 capacity is marked idealized", "met" if has_fp8 else "not evaluable",
                  "every fp8/int8 point without per-token scales is labelled idealized" if has_fp8 else
                  "no fp8 point in this grid"])
@@ -551,11 +568,12 @@ def _assumption_lines(df: pl.DataFrame) -> list[str]:
         "layers hold at most ceil((W-1)/B)+1 blocks.",
         f"Requests per node assume {GPUS_PER_NODE}-GPU nodes filled with whole replicas of tp x pp GPUs.",
     ]
-    if df.filter(pl.col("kv_dtype").cast(pl.Utf8).is_in(["fp8", "fp8_e4m3", "fp8_e5m2", "int8"])
-                 & (pl.col("kv_scales").cast(pl.Utf8) == "tensor")).height:
+    frame = Frame(df)
+    if df.select((frame.is_in("kv_dtype", ["fp8", "fp8_e4m3", "fp8_e5m2", "int8"])
+                  & frame.is_in("kv_scales", ["tensor"])).any()).item():
         lines.append("FP8/int8 points are idealized: 1 byte per element, no per-token scales, alignment or "
                      "accuracy cost.")
-    if df.filter(~pl.col("fits")).height:
+    if not df.get_column("fits").all():
         lines.append("Points whose weights and reserve leave no KV memory are kept with capacity 0 (fits = no).")
     return lines
 
@@ -623,7 +641,7 @@ def _claims(verdicts: list[Verdict], reserve: str) -> dict[str, Any]:
 def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.csv") -> dict[str, Any]:
     df = expanded.frame
     labels = Labels(spec, df)
-    verdicts = judge_all(df, spec.claims, dims=labels.columns,
+    verdicts = judge_all(df, spec.claims, dims=labels.swept,
                          models={name: e.arch for name, e in spec.models.items()})
     exit_rows = _exit_criteria(df, verdicts)
     evaluable = [r for r in exit_rows if r[1] != "not evaluable"]
@@ -719,9 +737,9 @@ def write_charts(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
         title=note[0].upper() + note[1:] if note else "", log=log))
 
     # 2. capacity ratio per model, beside the "universal 4-5x" band (distinct ratios to 3 decimals)
-    ratios = df.select(pl.col("model").cast(pl.Utf8), pl.col("request_capacity_ratio").round(3).alias("r")) \
-        .drop_nulls().unique().sort(["model", "r"])
-    models = df.get_column("model").cast(pl.Utf8).unique(maintain_order=True).to_list()
+    ratios = df.lazy().select("model", pl.col("request_capacity_ratio").round(3).alias("r")).drop_nulls() \
+        .unique().collect().with_columns(pl.col("model").cast(pl.Utf8)).sort(["model", "r"])
+    models = [str(m) for m in df.get_column("model").unique(maintain_order=True).to_list()]
     grouped = {m: [] for m in models} | {m: list(v) for m, v in ratios.group_by("model").agg("r").iter_rows()}
     _write(out / "ratio.svg", svg.strip_chart(
         models, [grouped[m] for m in models], "paged / contiguous (Max) requests: a capacity ratio, not throughput",
@@ -746,14 +764,33 @@ def write_charts(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
 
 # --- writing -----------------------------------------------------------------------------------
 
+def _bytecode_cache() -> Any:
+    """Compiled templates kept under the user's cache folder (compiling both takes ~0.1 s, a sixth of a small
+    sweep); jinja2 checks each entry against the template's source.  None when the folder is not writable."""
+    import jinja2
+
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvdash" / f"templates-{__version__}"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        probe = base / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(str(base))
+
+
 def _env(autoescape: bool) -> Any:
     import jinja2
 
+    def source(name: str) -> tuple[str, str, Callable[[], bool]]:
+        text = (resources.files("kvdash.templates") / name).read_text(encoding="utf-8")
+        return text, name, lambda: True
+
     env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(
-            lambda name: (resources.files("kvdash.templates") / name).read_text(encoding="utf-8")),
+        loader=jinja2.FunctionLoader(source),
         autoescape=autoescape, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,
+        undefined=jinja2.StrictUndefined, bytecode_cache=_bytecode_cache(),
     )
     env.filters["md"] = lambda s: str(s).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;") \
         .replace(">", "&gt;").replace("\n", " ")
@@ -810,7 +847,8 @@ def write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[s
             if "csv" in formats:
                 jobs.append(pool.submit(write_csv, expanded.frame, tmp / "results.csv"))
             if "parquet" in formats:
-                jobs.append(pool.submit(expanded.frame.write_parquet, tmp / "results.parquet", statistics=False))
+                jobs.append(pool.submit(expanded.frame.write_parquet, tmp / "results.parquet", statistics=False,
+                                            compression="lz4"))  # 2x zstd's size, a third faster
             step("charts")
             write_charts(spec, expanded.frame, tmp)
             if spec.simulate is not None:

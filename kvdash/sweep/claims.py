@@ -76,7 +76,6 @@ class Verdict:
     points: int  # applicable points
     holding: int  # points within the claimed range (tolerance included)
     where: str  # for "holds only where": the swept-dimension values the agreeing points share
-    examples: list[str]  # ids of agreeing points (at most 5)
     note: str
     below: int = 0  # points below the claimed range (beyond the tolerance)
     above: int = 0  # points above it
@@ -93,7 +92,7 @@ class Verdict:
         return ", ".join(parts)
 
 
-def model_properties(models: dict[str, Any]) -> pl.DataFrame:
+def model_properties(models: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per model name: ``params_b`` (billions of parameters) and ``attention`` (mha, gqa, mqa, mla, plus
     ``+sliding`` for a windowed mix), so a claim can apply by what a model is, not what it is called.
 
@@ -101,7 +100,7 @@ def model_properties(models: dict[str, Any]) -> pl.DataFrame:
     each (bf16); a preset with only a checkpoint size (e.g. MXFP4) has no parameter class."""
     import re
 
-    rows = []
+    out = {}
     for name, arch in models.items():
         basis = getattr(arch, "weight_basis", "")
         m = re.search(r"([0-9.]+)B published parameters", basis)
@@ -115,62 +114,98 @@ def model_properties(models: dict[str, Any]) -> pl.DataFrame:
             kind = "mha"
         else:
             kind = "gqa"
-        rows.append({"model": name, "params_b": params, "attention": kind + ("+sliding" if arch.windows else "")})
-    return pl.DataFrame(rows, schema={"model": pl.Utf8, "params_b": pl.Float64, "attention": pl.Utf8})
-
-
-def _with_helpers(df: pl.DataFrame, props: pl.DataFrame | None = None) -> pl.DataFrame:
-    out = df.with_columns(
-        (pl.col("tp") * pl.col("pp")).alias("tp_times_pp"),
-        (pl.col("prefix") > 0).alias("prefix_positive"),
-        pl.col("lengths").cast(pl.Utf8).str.contains(",").alias("_several_lengths"),
-    )
-    if props is not None and props.height:
-        # gathered through a small table: a join would copy every column of a wide frame
-        names = out.get_column("model").cast(pl.Utf8)
-        index = {n: i for i, n in enumerate(props.get_column("model").to_list())}
-        idx = names.replace_strict(index, default=None, return_dtype=pl.UInt32)
-        out = out.with_columns(props.get_column("params_b").gather(idx).alias("params_b"),
-                               props.get_column("attention").gather(idx).alias("attention"))
+        out[name] = {"params_b": params, "attention": kind + ("+sliding" if arch.windows else "")}
     return out
 
 
-def _narrow(df: pl.DataFrame, claim: Claim, dims: list[str]) -> pl.DataFrame:
-    """Only the columns a claim needs (filtering a wide frame copies every column)."""
-    assert claim.metric is not None
-    cols = ["id", *PARAMS, *dims, *claim.applies_to, "_several_lengths", "lengths", claim.metric]
-    return df.select(list(dict.fromkeys(c for c in cols if c in df.columns)))
+class Frame:
+    """A results frame with the helper columns claims select on, as expressions (never materialised on
+    the wide frame: a million points x fifty columns is costly to copy).  Text columns are polars Enums;
+    conditions on them compare category codes."""
+
+    def __init__(self, df: pl.DataFrame, props: dict[str, dict[str, Any]] | None = None) -> None:
+        self.df = df
+        self.schema = df.schema
+        self.props = props or {}
+        self._helpers: dict[str, pl.Expr] = {}
+
+    HELPERS = ("tp_times_pp", "prefix_positive", "_several_lengths", "params_b", "attention")
+
+    def helper(self, name: str) -> pl.Expr:
+        """A helper column as an expression, built on first use."""
+        if name not in self._helpers:
+            if name == "tp_times_pp":
+                expr = pl.col("tp") * pl.col("pp")
+            elif name == "prefix_positive":
+                expr = pl.col("prefix") > 0
+            elif name == "_several_lengths":
+                expr = self.per_category("lengths", lambda text: "," in str(text), pl.Boolean)
+            else:
+                dtype = pl.Float64 if name == "params_b" else pl.Utf8
+                expr = self.per_category("model", lambda m: self.props.get(str(m), {}).get(name), dtype)
+            self._helpers[name] = expr
+        return self._helpers[name]
+
+    def categories(self, col: str) -> list[str] | None:
+        dtype = self.schema.get(col)
+        return dtype.categories.to_list() if isinstance(dtype, pl.Enum) else None
+
+    def per_category(self, col: str, fn: Any, dtype: Any) -> pl.Expr:
+        """``fn(value)`` at every point, computed once per distinct value of a text column."""
+        cats = self.categories(col)
+        if cats is None:
+            values = [str(v) for v in self.df.get_column(col).unique().to_list()]
+            return pl.col(col).cast(pl.Utf8).replace_strict(values, [fn(v) for v in values], return_dtype=dtype)
+        return pl.lit(pl.Series([fn(c) for c in cats], dtype=dtype)).gather(pl.col(col).to_physical())
+
+    def column(self, col: str) -> pl.Expr | None:
+        if col in self.HELPERS and (col != "params_b" and col != "attention" or self.props):
+            return self.helper(col)
+        return pl.col(col) if col in self.schema else None
+
+    def is_in(self, col: str, allowed: list[Any]) -> pl.Expr:
+        cats = self.categories(col)
+        if cats is not None:
+            wanted = {str(a) for a in allowed}
+            return pl.col(col).to_physical().is_in([i for i, c in enumerate(cats) if c in wanted])
+        expr = self.column(col)
+        assert expr is not None
+        return expr.is_in(allowed)
 
 
-def _applicable(df: pl.DataFrame, claim: Claim) -> pl.DataFrame:
+def _applies(frame: Frame, claim: Claim) -> pl.Expr | None:
+    """The condition ``applies_to`` sets (None when a column it names is not in the results)."""
+    cond = pl.lit(True)
     for col, allowed in claim.applies_to.items():
-        if col not in df.columns:
-            return df.head(0)
+        expr = frame.column(col)
+        if expr is None:
+            return None
         if col == "params_b":  # a parameter class: [low, high] billions
-            df = df.filter(pl.col(col).is_between(allowed[0], allowed[1]))
-            continue
-        column = pl.col(col).cast(pl.Utf8) if isinstance(df.schema[col], pl.Enum) else pl.col(col)
-        df = df.filter(column.is_in(allowed))
-    return df
+            cond = cond & expr.is_between(allowed[0], allowed[1]).fill_null(False)
+        else:
+            cond = cond & frame.is_in(col, allowed)
+    return cond
 
 
-def _metric_frame(df: pl.DataFrame, claim: Claim) -> pl.DataFrame:
-    """Rows with a ``value`` column: the metric, or for a pair claim the ratio first / second."""
-    assert claim.metric is not None
-    if not claim.pair:
-        return df.with_columns(pl.col(claim.metric).cast(pl.Float64).alias("value")).filter(
-            pl.col("value").is_not_null())
+def _pair_frame(frame: Frame, claim: Claim, cond: pl.Expr, dims: list[str], swept: bool) -> pl.DataFrame:
+    """Rows with a ``value`` column: the ratio of the metric at the pair's first value over its second, for
+    points alike in every other parameter (every other swept dimension, when ``dims`` are the swept ones)."""
+    assert claim.metric is not None and claim.pair is not None
+    df = frame.df
     dim, (first, second) = claim.pair["dimension"], claim.pair["over"]
-    keys = [c for c in PARAMS if c in df.columns and c != dim and df.get_column(c).n_unique() > 1]
-    if not keys:
-        keys = ["prefix"]
+    if swept:
+        keys = [c for c in dims if c != dim] or ["prefix"]
+    else:
+        keys = [c for c in PARAMS if c in df.columns and c != dim and df.get_column(c).n_unique() > 1] or ["prefix"]
     partner = pl.struct(keys).hash(seed=0).alias("_partner")  # one join key instead of many columns
-    text = pl.col(dim).cast(pl.Utf8)
-    a = df.filter(text == first).with_columns(partner)
-    b = df.filter(text == second).select(partner, pl.col(claim.metric).alias("_base")).unique("_partner")
-    joined = a.join(b, on="_partner", how="inner")
-    return joined.with_columns((pl.col(claim.metric) / pl.col("_base")).alias("value")).filter(
-        pl.col("value").is_finite())
+    keep = list(dict.fromkeys(d for d in dims if d in df.columns))
+    base = df.lazy().filter(cond)
+    a = base.filter(frame.is_in(dim, [first])).select(*keep, claim.metric, partner)
+    b = base.filter(frame.is_in(dim, [second])).select(partner, pl.col(claim.metric).alias("_base")) \
+        .unique("_partner")
+    return a.join(b, on="_partner", how="inner").select(
+        *keep, (pl.col(claim.metric) / pl.col("_base")).alias("value")).filter(pl.col("value").is_finite()) \
+        .collect()
 
 
 def shown_value(v: Any) -> str:
@@ -179,22 +214,21 @@ def shown_value(v: Any) -> str:
     return str(v)
 
 
-def shared_where(frame: pl.DataFrame, flag: str, dims: list[str]) -> str:
-    """What the rows with ``flag`` true share in the swept dimensions ``dims``, AND-joined, e.g.
-    ``kv_dtype = fp8 AND block_size in {16, 32}`` (empty when no dimension separates them)."""
-    cols = [c for c in dims if c in frame.columns]
-    if not cols:
-        return ""
-    everything = frame.select(pl.col(c).unique().implode() for c in cols).row(0, named=True)
-    held = frame.filter(pl.col(flag)).select(pl.col(c).unique().implode() for c in cols).row(0, named=True)
+def _sort_key(v: Any) -> tuple[bool, Any]:
+    return (v is None, v if isinstance(v, int | float) else str(v))
+
+
+def shared_text(everything: dict[str, list[Any]], held: dict[str, list[Any]]) -> str:
+    """What the ``held`` points are confined to, per dimension, AND-joined, e.g. ``kv_dtype = fp8 AND
+    block_size in {16, 32}`` (empty when no dimension separates them).  ``everything``/``held``: the distinct
+    values of each dimension over all points and over the held ones."""
     parts = []
-    for col in cols:
-        all_vals, held_vals = set(everything[col]), set(held[col])
+    for col, values in everything.items():
+        all_vals, held_vals = set(values), set(held[col])
         if len(all_vals) > 1 and 0 < len(held_vals) < len(all_vals):
             negate = len(held_vals) > len(all_vals) / 2 + 1  # "not in" the few others is shorter
             vals = (all_vals - held_vals) if negate else held_vals
-            shown = [shown_value(v) for v in sorted(vals, key=lambda v: (v is None, v if isinstance(
-                v, int | float) else str(v)))]
+            shown = [shown_value(v) for v in sorted(vals, key=_sort_key)]
             if len(shown) == 1:
                 parts.append(f"{col} {'≠' if negate else '='} {shown[0]}")
             else:
@@ -202,11 +236,24 @@ def shared_where(frame: pl.DataFrame, flag: str, dims: list[str]) -> str:
     return " AND ".join(parts)
 
 
-def _where_text(frame: pl.DataFrame, dims: list[str]) -> str:
+def shared_where(frame: pl.DataFrame, flag: str, dims: list[str]) -> str:
+    """:func:`shared_text` of the rows of ``frame`` where column ``flag`` is true."""
+    cols = [c for c in dims if c in frame.columns]
+    if not cols:
+        return ""
+    row = frame.select(*[pl.col(c).unique().implode().alias(f"a_{c}") for c in cols],
+                       *[pl.col(c).filter(pl.col(flag)).unique().implode().alias(f"h_{c}") for c in cols]).row(
+        0, named=True)
+    return shared_text({c: row[f"a_{c}"] for c in cols}, {c: row[f"h_{c}"] for c in cols})
+
+
+def _where_text(everything: dict[str, list[Any]], held: dict[str, list[Any]], failing: dict[str, list[Any]]) -> str:
     """The shorter of what the agreeing points share and what the disagreeing points share."""
-    held = shared_where(frame, "in_range", dims)
-    failing = shared_where(frame.with_columns(~pl.col("in_range")), "in_range", dims)
-    options = ([held] if held else []) + ([f"everywhere except where {failing}"] if failing else [])
+    options = []
+    if text := shared_text(everything, held):
+        options.append(text)
+    if text := shared_text(everything, failing):
+        options.append(f"everywhere except where {text}")
     return min(options, key=len) if options else "no single swept dimension separates the agreeing points"
 
 
@@ -216,49 +263,77 @@ def _applies_text(key: str, allowed: list[Any]) -> str:
     return f"{key} in {{{', '.join(map(shown_value, allowed))}}}"
 
 
-def _range(values: pl.Series) -> str:
-    vmin, vmax = values.min(), values.max()
-    return fmt(vmin) if vmin == vmax else f"{fmt(vmin)} to {fmt(vmax)}"  # type: ignore[arg-type]
+def _range_text(vmin: Any, vmax: Any) -> str:
+    return fmt(vmin) if vmin == vmax else f"{fmt(vmin)} to {fmt(vmax)}"
 
 
-def _in_range(claim: Claim) -> tuple[pl.Expr, pl.Expr]:
+def _bounds(claim: Claim, value: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     """(below, above) conditions on ``value`` with the claim's tolerance."""
     assert claim.claimed is not None
     lo, hi = claim.claimed
-    below = pl.col("value") < lo - claim.tolerance if lo is not None else pl.lit(False)
-    above = pl.col("value") > hi + claim.tolerance if hi is not None else pl.lit(False)
+    below = value < lo - claim.tolerance if lo is not None else pl.lit(False)
+    above = value > hi + claim.tolerance if hi is not None else pl.lit(False)
     return below, above
 
 
-def judge(df: pl.DataFrame, claim: Claim, dims: list[str] | None = None) -> Verdict:
+def _tally(lazy: pl.LazyFrame, mask: pl.Expr, value: pl.Expr, claim: Claim, dims: list[str]) -> dict[str, Any]:
+    """Counts and the value's range over the applicable points and, when only some agree, the distinct values
+    of each dimension over all / agreeing / disagreeing points (one small group-by per dimension)."""
+    below, above = _bounds(claim, pl.col("_v"))
+    rows = lazy.select(*dims, value.alias("_v"), mask.alias("_m")).filter(pl.col("_m")) \
+        .select(*dims, "_v", below.alias("_below"), above.alias("_above")).collect()
+    ok = ~pl.col("_below") & ~pl.col("_above")
+    out: dict[str, Any] = rows.select(
+        pl.len().alias("n"), ok.sum().alias("h"), pl.col("_below").sum().alias("nb"),
+        pl.col("_above").sum().alias("na"), pl.col("_v").min().alias("vmin"),
+        pl.col("_v").max().alias("vmax")).row(0, named=True)
+    if 0 < out["h"] < out["n"]:
+        narrow = rows.lazy().with_columns(ok.alias("_ok"))
+        per_dim = pl.collect_all([narrow.group_by(d).agg(pl.col("_ok").any().alias("h"), (~pl.col("_ok")).any()
+                                                        .alias("f")) for d in dims])
+        for d, g in zip(dims, per_dim, strict=True):
+            out[f"a_{d}"] = g.get_column(d).to_list()
+            out[f"h_{d}"] = g.filter(pl.col("h")).get_column(d).to_list()
+            out[f"f_{d}"] = g.filter(pl.col("f")).get_column(d).to_list()
+    return out
+
+
+def judge(df: pl.DataFrame | Frame, claim: Claim, dims: list[str] | None = None) -> Verdict:
     if not claim.computable:
-        return Verdict(claim, "not computable", "-", 0, 0, "", [],
+        return Verdict(claim, "not computable", "-", 0, 0, "",
                        f"capacity arithmetic cannot settle a {claim.kind} claim; {claim.settle}")
-    if "tp_times_pp" not in df.columns:
-        df = _with_helpers(df)
-    dims = list(dims or SEPARATORS)
-    applicable = _metric_frame(_applicable(_narrow(df, claim, dims), claim), claim)
-    if applicable.height == 0:
-        need = ", ".join(_applies_text(k, v) for k, v in claim.applies_to.items()) or "matching points"
-        if claim.pair:
-            need = f"points with {claim.pair['dimension']} = {' and '.join(claim.pair['over'])}"
-        return Verdict(claim, "not applicable", "-", 0, 0, "", [], f"this grid has no {need}")
+    frame = df if isinstance(df, Frame) else Frame(df)
+    swept = dims is not None
+    dims = [d for d in (dims if dims is not None else SEPARATORS) if d in frame.schema]
+    assert claim.metric is not None
+    need = ", ".join(_applies_text(k, v) for k, v in claim.applies_to.items()) or "matching points"
+    cond = _applies(frame, claim)
+    if claim.pair:
+        need = f"points with {claim.pair['dimension']} = {' and '.join(claim.pair['over'])}"
+    if cond is None:
+        return Verdict(claim, "not applicable", "-", 0, 0, "", f"this grid has no {need}")
+    if claim.pair:
+        lazy, mask, value = _pair_frame(frame, claim, cond, dims, swept).lazy(), pl.lit(True), pl.col("value")
+    else:
+        value = pl.col(claim.metric).cast(pl.Float64)
+        lazy, mask = frame.df.lazy(), cond & value.is_not_null()
     if claim.over_lengths:
-        several = applicable.filter(pl.col("_several_lengths"))
-        if several.height == 0:
-            return Verdict(claim, "not applicable", _range(applicable.get_column("value")), 0, 0, "", [],
+        several = lazy.select((mask & frame.helper("_several_lengths")).sum().alias("several"),
+                              mask.sum().alias("all")).collect().row(0)
+        if several[0] == 0:
+            if several[1] == 0:
+                return Verdict(claim, "not applicable", "-", 0, 0, "", f"this grid has no {need}")
+            return Verdict(claim, "not applicable", "-", 0, 0, "",
                            "an average over many lengths; one length's tail is its remainder mod the block "
                            "size (0 when block-aligned)")
-        applicable = several
+        mask = mask & frame.helper("_several_lengths")
+    t = _tally(lazy, mask, value, claim, dims)
+    n, h = int(t["n"]), int(t["h"])
+    if n == 0:
+        return Verdict(claim, "not applicable", "-", 0, 0, "", f"this grid has no {need}")
+    computed = _range_text(t["vmin"], t["vmax"])
     if claim.circular:
-        return Verdict(claim, "circular", _range(applicable.get_column("value")), applicable.height, 0, "", [],
-                       claim.circular)
-    below, above = _in_range(claim)
-    applicable = applicable.with_columns(below.alias("_below"), above.alias("_above")) \
-        .with_columns((~pl.col("_below") & ~pl.col("_above")).alias("in_range"))
-    n = applicable.height
-    counts = applicable.select(pl.col("in_range").sum(), pl.col("_below").sum(), pl.col("_above").sum()).row(0)
-    h, nb, na = (int(x) for x in counts)
+        return Verdict(claim, "circular", computed, n, 0, "", claim.circular)
     where = ""
     if h == n:
         verdict = "holds"
@@ -266,39 +341,42 @@ def judge(df: pl.DataFrame, claim: Claim, dims: list[str] | None = None) -> Verd
         verdict = "contradicted"
     else:
         verdict = "holds only where"
-        where = _where_text(applicable, dims)
-    # the five smallest ids: independent of row order, which joins do not keep
-    examples = sorted(applicable.filter(pl.col("in_range")).get_column("id").bottom_k(5).to_list())
-    return Verdict(claim, verdict, _range(applicable.get_column("value")), n, h, where, examples, claim.scope,
-                   below=nb, above=na)
+        where = _where_text(*({d: t[f"{p}_{d}"] for d in dims} for p in ("a", "h", "f")))
+    return Verdict(claim, verdict, computed, n, h, where, claim.scope, below=int(t["nb"]), above=int(t["na"]))
 
 
-def judge_joint(df: pl.DataFrame, members: list[Claim], dims: list[str]) -> Verdict:
+def judge_joint(frame: Frame, members: list[Claim], dims: list[str]) -> Verdict:
     """Claims from one source about one setting, judged on the same configuration: a point agrees when
     every member's metric is within its range there."""
-    frames = []
-    for claim in members:
-        a = _metric_frame(_applicable(_narrow(df, claim, dims), claim), claim)
-        below, above = _in_range(claim)
-        frames.append(a.select("id", *[c for c in dims if c in a.columns],
-                               (~below & ~above).alias(f"_ok_{claim.id}"), pl.col("value").alias(f"_v_{claim.id}")))
-    joined = frames[0]
-    for other in frames[1:]:
-        joined = joined.join(other.drop([c for c in other.columns if c in joined.columns and c != "id"]), on="id")
+    dims = [d for d in dims if d in frame.schema]
     text = " and ".join(f"`{c.id}`" for c in members)
     joint = Claim(id=members[0].joint, claim=f"Both at once, on one configuration: {text}.",
                   source=members[0].source, conditions=members[0].conditions, kind=members[0].kind,
                   metric=" + ".join(c.metric or "" for c in members))
-    if joined.height == 0:
-        return Verdict(joint, "not applicable", "-", 0, 0, "", [], "this grid has no configuration both apply to")
-    ok = pl.all_horizontal(f"_ok_{c.id}" for c in members)
-    joined = joined.with_columns(ok.alias("in_range"))
-    n, h = joined.height, int(joined.get_column("in_range").sum())
-    computed = "; ".join(_range(joined.get_column(f"_v_{c.id}")) for c in members)
-    where = _where_text(joined, dims) if 0 < h < n else ""
+    conds = [_applies(frame, c) for c in members]
+    if any(c is None for c in conds) or any(c.pair for c in members):
+        return Verdict(joint, "not applicable", "-", 0, 0, "", "this grid has no configuration both apply to")
+    mask, ok = pl.lit(True), pl.lit(True)
+    for claim, cond in zip(members, conds, strict=True):
+        value = pl.col(claim.metric or "").cast(pl.Float64)
+        below, above = _bounds(claim, value)
+        mask = mask & cond & value.is_not_null()  # type: ignore[operator]
+        ok = ok & ~below & ~above
+    # judge "all members within" as one claim of a 0/1 value: within [1, 1]
+    proxy = Claim(id=joint.id, claim="", source="", conditions="", kind="capacity", metric="_joint",
+                  claimed=(1, 1))
+    t = _tally(frame.df.lazy(), mask, ok.cast(pl.Float64), proxy, dims)
+    n, h = int(t["n"]), int(t["h"])
+    if n == 0:
+        return Verdict(joint, "not applicable", "-", 0, 0, "", "this grid has no configuration both apply to")
+    ranges = frame.df.lazy().filter(mask).select(
+        *[pl.col(c.metric or "").min().alias(f"lo{i}") for i, c in enumerate(members)],
+        *[pl.col(c.metric or "").max().alias(f"hi{i}") for i, c in enumerate(members)]).collect().row(0)
+    k = len(members)
+    computed = "; ".join(_range_text(ranges[i], ranges[k + i]) for i in range(k))
+    where = _where_text(*({d: t[f"{p}_{d}"] for d in dims} for p in ("a", "h", "f"))) if 0 < h < n else ""
     verdict = "holds" if h == n else ("contradicted" if h == 0 else "holds only where")
-    note = "no configuration meets both" if h == 0 else ""
-    return Verdict(joint, verdict, computed, n, h, where, [], note)
+    return Verdict(joint, verdict, computed, n, h, where, "no configuration meets both" if h == 0 else "")
 
 
 SEPARATORS = ("model", "workload", "kv_dtype", "block_size", "tp", "pp", "gpu", "gpu_util", "budget_bytes")
@@ -312,15 +390,15 @@ def judge_all(df: pl.DataFrame, ids: list[str] | None = None, dims: list[str] | 
     if ids is not None:
         claims = [c for c in claims if c.id in ids]
     dims = list(dims if dims is not None else SEPARATORS)
-    df = _with_helpers(df, model_properties(models) if models else None)
+    frame = Frame(df, model_properties(models) if models else None)
     out = []
     joints: dict[str, list[Claim]] = {}
     for c in claims:
-        out.append(judge(df, c, dims))
+        out.append(judge(frame, c, dims))
         if c.joint:
             joints.setdefault(c.joint, []).append(c)
     for members in joints.values():
         if len(members) > 1:
             at = max(i for i, v in enumerate(out) if v.claim in members)
-            out.insert(at + 1, judge_joint(df, members, dims))
+            out.insert(at + 1, judge_joint(frame, members, dims))
     return out
