@@ -16,10 +16,12 @@ LABEL = ("model", "workload", "kv_dtype", "block_size", "tp")
 
 def _load(path: Path, field: str) -> pl.DataFrame:
     csv = path / "results.csv" if path.is_dir() else path
+    if path.is_dir() and not csv.is_file() and (path / "results.parquet").is_file():
+        csv = path / "results.parquet"  # grids past 100,000 points write Parquet
     if not csv.is_file():
         raise InputError(field, str(path), "expected a results.csv or a report folder holding one")
     try:
-        df = pl.read_csv(csv, infer_schema_length=None)
+        df = pl.read_parquet(csv) if csv.suffix == ".parquet" else pl.read_csv(csv, infer_schema_length=None)
     except Exception as exc:  # polars raises several error types for malformed files
         raise InputError(field, str(csv), f"not a readable CSV ({type(exc).__name__})") from exc
     if "id" not in df.columns:
