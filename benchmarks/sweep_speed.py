@@ -44,12 +44,12 @@ def find_shared(given: str | None) -> Path | None:
 CPU: dict[str, list[float]] = {}
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None, cpu: str = "") -> float:
+def timed(cmd: list[str], env: dict[str, str] | None = None, cpu: str = "", cwd: Path | None = None) -> float:
     """Wall seconds of one run; with ``cpu``, its CPU seconds (user + system, all threads) are kept under that
     name too: on a shared machine CPU time is steadier than wall time."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env, cwd=cwd)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if cpu:
@@ -58,7 +58,8 @@ def timed(cmd: list[str], env: dict[str, str] | None = None, cpu: str = "") -> f
 
 
 def kvdash_cmd(source: Path | None) -> tuple[list[str], dict[str, str] | None]:
-    """The command running kvdash's CLI: this checkout, or the source tree ``source`` (via PYTHONPATH)."""
+    """The command running kvdash's CLI: this checkout, or the source tree ``source`` (via PYTHONPATH; run it
+    with the tree as working directory, since ``python -m`` puts the working directory first on sys.path)."""
     if source is None:
         return [sys.executable, "-m", "kvdash.cli"], None
     env = dict(os.environ, PYTHONPATH=str(source))
@@ -97,11 +98,16 @@ def main() -> None:
         big, before = [], []
         if not args.skip_big:
             bcmd, benv = kvdash_cmd(Path(args.before).resolve()) if args.before else (cmd, None)
+            if args.before:  # the older tree really runs: its own module file
+                where = subprocess.run([sys.executable, "-c", "import kvdash; print(kvdash.__file__)"], env=benv,
+                                       cwd=Path(args.before).resolve(), capture_output=True, text=True).stdout
+                if not where.startswith(str(Path(args.before).resolve())):
+                    raise SystemExit(f"--before: kvdash imports from {where.strip()}, not the given tree")
             for _ in range(args.big_rounds):
                 big.append(timed([*cmd, "sweep", str(BIG), "--out", str(tmp / "big"), "-q"], cpu="big"))
                 if args.before:
                     before.append(timed([*bcmd, "sweep", str(BIG), "--out", str(tmp / "before"), "-q"], benv,
-                                        cpu="before"))
+                                        cpu="before", cwd=Path(args.before).resolve()))
         # 3. evaluation in memory against the floor and the loop
         from kvdash.sweep.columns import RESULT_COLUMNS
         from kvdash.sweep.evaluate import expand

@@ -274,6 +274,19 @@ class TestOutputs:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         assert out.strip() == "[]"
 
+    def test_markup_in_names_is_escaped_everywhere(self, tmp_path):
+        """A model named with markup: escaped in the HTML and the SVGs, stripped from mermaid labels."""
+        path = tmp_path / "g.yaml"
+        path.write_text('models:\n  - {name: "<img src=x onerror=alert(1)>", layers: 4, kv_heads: 2, head_dim: 64}\n'
+                        "  - tutorial-gqa-80l\n")
+        spec = parse_grid(path)
+        write_report(spec, expand(spec), tmp_path / "r")
+        for name in ("report.html", "capacity.svg", "ratio.svg"):
+            assert "<img" not in (tmp_path / "r" / name).read_text(), name
+        md = (tmp_path / "r" / "report.md").read_text()
+        mermaid = md[md.index("```mermaid"):md.index("```", md.index("```mermaid") + 3)]
+        assert "<img" not in mermaid and '"img src=x onerror=alert(1)"' in mermaid
+
     def test_svg_escapes_labels(self):
         from kvdash.report.svg import bar_chart
 

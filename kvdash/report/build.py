@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -248,12 +249,29 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
                          + (" among points passing every gate" if spec.gates else "")}
 
 
+_STATS: list[tuple[pl.DataFrame, pl.DataFrame]] = []  # the last frame's per-workload figures
+
+
+def workload_stats(df: pl.DataFrame) -> pl.DataFrame:
+    """Per workload, in one pass: the ratio's range and median, the waste ranges and medians, the tail range
+    (the mechanism sentence, the waste table and the waste chart all read it)."""
+    if _STATS and _STATS[0][0] is df:
+        return _STATS[0][1]
+    ratio, res, pag, tail = (pl.col(c) for c in ("request_capacity_ratio", "reservation_waste_percent",
+                                                 "paged_waste_percent", "tail_waste_slots"))
+    stats = df.group_by("workload", maintain_order=True).agg(
+        ratio.min().alias("lo"), ratio.max().alias("hi"), ratio.median().alias("med"),
+        res.min().alias("rlo"), res.max().alias("rhi"), res.median().alias("res"),
+        pag.min().alias("plo"), pag.max().alias("phi"), pag.median().alias("pag"),
+        tail.min().alias("tlo"), tail.max().alias("thi"))
+    _STATS[:] = [(df, stats)]
+    return stats
+
+
 def _mechanism(spec: GridSpec, df: pl.DataFrame) -> str:
     """Why paging multiplies capacity here: contiguous Max stores each request's reservation, paging only the
     blocks it fills, so paged / contiguous is about reservation / tokens held; computed per workload."""
-    stats = df.group_by("workload", maintain_order=True).agg(
-        pl.col("request_capacity_ratio").min().alias("lo"), pl.col("request_capacity_ratio").max().alias("hi"),
-        pl.col("request_capacity_ratio").median().alias("med"))
+    stats = workload_stats(df)
     parts = []
     for r in stats.iter_rows(named=True):
         w = spec.workloads[r["workload"]]
@@ -371,10 +389,7 @@ def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, 
 
 
 def _waste(df: pl.DataFrame, spec: GridSpec) -> list[list[str]]:
-    stats = df.group_by("workload", maintain_order=True).agg(
-        pl.col("reservation_waste_percent").min().alias("rlo"), pl.col("reservation_waste_percent").max().alias("rhi"),
-        pl.col("paged_waste_percent").min().alias("plo"), pl.col("paged_waste_percent").max().alias("phi"),
-        pl.col("tail_waste_slots").min().alias("tlo"), pl.col("tail_waste_slots").max().alias("thi"))
+    stats = workload_stats(df)
 
     def rng(lo: float | None, hi: float | None) -> str:
         if lo is None or hi is None:
@@ -433,7 +448,10 @@ def _mermaid(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]
     order = ", ".join(HEADERS[c] for c in labels.columns if c not in constant)
     if constant and rows:
         order += " (every point: " + ", ".join(labels.part(c, rows[0]) for c in constant) + ")"
-    return {"labels": ", ".join('"' + labels(r, short=True, skip=constant).replace('"', "'") + '"' for r in rows),
+    def quoted(text: str) -> str:  # a mermaid string: no quotes, no markup
+        return '"' + re.sub(r'[<>"\\`]', "", text) + '"'
+
+    return {"labels": ", ".join(quoted(labels(r, short=True, skip=constant)) for r in rows),
             "paged": ", ".join(str(r["paged_requests"]) for r in rows),
             "contiguous": ", ".join(str(r["contiguous_requests"]) for r in rows),
             "n": len(rows), "note": note, "order": order}
@@ -746,8 +764,7 @@ def write_charts(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
         (4, 5), 'claimed "universal 4-5x"'))
 
     # 3. where the memory of one workload group goes: contiguous Max vs paged (median over points)
-    medians = df.group_by("workload", maintain_order=True).agg(
-        pl.col("reservation_waste_percent").median().alias("res"), pl.col("paged_waste_percent").median().alias("pag"))
+    medians = workload_stats(df)
     names, useful, reserve_w, tail_w = [], [], [], []
     for row in medians.iter_rows(named=True):
         for kind, value in (("contiguous Max", row["res"]), ("paged", row["pag"])):

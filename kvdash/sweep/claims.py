@@ -277,24 +277,42 @@ def _bounds(claim: Claim, value: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
 
 
 def _tally(lazy: pl.LazyFrame, mask: pl.Expr, value: pl.Expr, claim: Claim, dims: list[str]) -> dict[str, Any]:
-    """Counts and the value's range over the applicable points and, when only some agree, the distinct values
-    of each dimension over all / agreeing / disagreeing points (one small group-by per dimension)."""
+    """Counts and the value's range over the applicable points and, per dimension, its distinct values over
+    all / agreeing / disagreeing points: one pass, each dimension's value and the verdict packed in one integer
+    (code x 2 + agrees) so a unique of integers replaces a group-by."""
+    schema = lazy.collect_schema()
     below, above = _bounds(claim, pl.col("_v"))
-    rows = lazy.select(*dims, value.alias("_v"), mask.alias("_m")).filter(pl.col("_m")) \
-        .select(*dims, "_v", below.alias("_below"), above.alias("_above")).collect()
-    ok = ~pl.col("_below") & ~pl.col("_above")
-    out: dict[str, Any] = rows.select(
-        pl.len().alias("n"), ok.sum().alias("h"), pl.col("_below").sum().alias("nb"),
-        pl.col("_above").sum().alias("na"), pl.col("_v").min().alias("vmin"),
-        pl.col("_v").max().alias("vmax")).row(0, named=True)
-    if 0 < out["h"] < out["n"]:
-        narrow = rows.lazy().with_columns(ok.alias("_ok"))
-        per_dim = pl.collect_all([narrow.group_by(d).agg(pl.col("_ok").any().alias("h"), (~pl.col("_ok")).any()
-                                                        .alias("f")) for d in dims])
-        for d, g in zip(dims, per_dim, strict=True):
-            out[f"a_{d}"] = g.get_column(d).to_list()
-            out[f"h_{d}"] = g.filter(pl.col("h")).get_column(d).to_list()
-            out[f"f_{d}"] = g.filter(pl.col("f")).get_column(d).to_list()
+    ok = (~below & ~above).alias("_ok")
+    packed = []
+    for d in dims:
+        if isinstance(schema[d], pl.Enum) or schema[d].is_integer():
+            key = pl.col(d).to_physical().cast(pl.Int64) if isinstance(schema[d], pl.Enum) else pl.col(d)
+            key = key.cast(pl.Int64).fill_null(-1)  # -1: none (e.g. no GPU)
+            packed.append((key * 2 + pl.col("_ok").cast(pl.Int64)).unique().implode().alias(f"p_{d}"))
+        else:  # other types: (value, agrees) pairs
+            packed.append(pl.struct(pl.col(d).alias("v"), pl.col("_ok").alias("ok")).unique().implode()
+                          .alias(f"s_{d}"))
+    row = lazy.filter(mask).select(*dims, value.alias("_v")).with_columns(
+        ok, below.alias("_below"), above.alias("_above")).select(
+        pl.len().alias("n"), pl.col("_ok").sum().alias("h"), pl.col("_below").sum().alias("nb"),
+        pl.col("_above").sum().alias("na"), pl.col("_v").min().alias("vmin"), pl.col("_v").max().alias("vmax"),
+        *packed).collect().row(0, named=True)
+    out = {k: row[k] for k in ("n", "h", "nb", "na", "vmin", "vmax")}
+    for d in dims:
+        cats = schema[d].categories.to_list() if isinstance(schema[d], pl.Enum) else None
+
+        def value_of(code: int, cats: list[str] | None = cats) -> Any:
+            if code == -1:
+                return None
+            return cats[code] if cats is not None else code
+
+        if f"p_{d}" in row:
+            pairs = [(value_of(x // 2), x % 2) for x in row[f"p_{d}"]]
+        else:
+            pairs = [(x["v"], int(x["ok"])) for x in row[f"s_{d}"]]
+        out[f"a_{d}"] = list({v for v, _ in pairs})
+        out[f"h_{d}"] = [v for v, agrees in pairs if agrees]
+        out[f"f_{d}"] = [v for v, agrees in pairs if not agrees]
     return out
 
 
