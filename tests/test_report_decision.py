@@ -123,7 +123,7 @@ class TestLabels:
         mermaid = md[md.index("```mermaid"):md.index("```", md.index("```mermaid") + 3)]
         assert '"llama-3.1-70b 4xh200 fp8 16"' in mermaid
         assert not re.search(r'"[0-9a-f]{6}"', mermaid)  # no id prefixes
-        assert "x axis: model, GPUs, KV dtype, block; 4 points with the most and 4 with the least " \
+        assert "x axis: model, GPUs, KV dtype, block; the 4 best and the 4 worst that fit by " \
                "paged_requests_per_gpu; 8 of 16 points left out." in md
 
     def test_labels_have_no_duplicates_in_planning(self):

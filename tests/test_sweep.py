@@ -250,9 +250,9 @@ class TestReports:
         spec = parse_grid(grid(tmp_path, text))
         write_report(spec, expand(spec), tmp_path / "r")
         md = (tmp_path / "r" / "report.md").read_text()
-        # 64 points > HEADLINE_ALL: the best 3 of each of the 2 workloads (HEADLINE_EACH // 2), the worst 3 folded
+        # 64 points > HEADLINE_ALL: the best 3 of each of the 2 workloads (HEADLINE_EACH // 2), the worst 2 folded
         assert "The 3 best of each workload by the objective (all 64 points in results.csv)" in md
-        assert "<details><summary>The 3 worst that fit" in md
+        assert "<details><summary>The 2 worst that fit" in md
         assert md.count("\n| ") < 100
 
     def test_claims_scoped(self, tmp_path):

@@ -37,7 +37,7 @@ HEADLINE_ALL = 16  # grids up to this many points are listed whole
 HEADLINE_EACH = 6  # else the top and bottom this many by the objective
 PARQUET_ABOVE = 100_000  # points: larger grids write results.parquet unless CSV is asked for
 MERMAID_POINTS = 8
-HEADLINE_WORST = 3
+HEADLINE_WORST = 2
 CHART_POINTS = 24
 CHARTS = ("capacity.svg", "ratio.svg", "waste.svg")
 
@@ -281,8 +281,7 @@ def _mechanism(spec: GridSpec, df: pl.DataFrame) -> str:
             f"{r['lo']:.2f}x to {r['hi']:.2f}x, median {r['med']:.2f}x")
         parts.append(f"{w.name} {w.max_reserved:,} / {held:,.0f} = {w.max_reserved / held:.2f} (computed {computed})")
     return ("Paged / contiguous capacity is about reservation / tokens held, because contiguous Max stores every "
-            "request's whole reservation and paging only the blocks it fills: " + "; ".join(parts)
-            + " (block tails, window layers and whole groups move it).")
+            "request's whole reservation and paging only the blocks it fills: " + "; ".join(parts) + ".")
 
 
 def _gates(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> list[list[str]]:
@@ -423,20 +422,24 @@ def _groups(df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
 
 
 def _chart_points(spec: GridSpec, df: pl.DataFrame, labels: Labels, limit: int) -> tuple[pl.DataFrame, str]:
-    """Up to ``limit`` points for a chart, by the objective (the top half and bottom half when there are more),
-    and a note saying how many were left out."""
+    """Up to ``limit`` points for a chart, by the objective: the best half and the worst half of those that fit
+    (a point without KV memory says nothing on a chart), and a note saying how many were left out."""
     by, desc = _order(spec)
-    cols = list(dict.fromkeys(["id", *labels.data_columns, "paged_requests", "contiguous_requests", by[0]]))
+    cols = list(dict.fromkeys(["id", *labels.data_columns, "paged_requests", "contiguous_requests", by[0], "fits"]))
     narrow = df.select(cols).with_row_index("_row")
     if narrow.height <= limit:
         return narrow.sort(by, descending=desc, nulls_last=True), ""
     reverse = [not d for d in desc]
     half = limit // 2
-    picked = pl.concat([narrow.top_k(half, by=by, reverse=reverse).sort(by, descending=desc, nulls_last=True),
-                        narrow.bottom_k(half, by=by, reverse=reverse).sort(by, descending=desc, nulls_last=True)])
-    return picked, (f"{half} points with the {'most' if desc[0] else 'least'} and {half} with the "
-                    f"{'least' if desc[0] else 'most'} {by[0]}; {narrow.height - limit:,} of {narrow.height:,} "
-                    "points left out")
+    fitting = narrow.filter(pl.col("fits"))
+    top = narrow.top_k(half, by=by, reverse=reverse)
+    bottom = fitting.filter(~pl.col("_row").is_in(top.get_column("_row").implode())).bottom_k(half, by=by,
+                                                                                               reverse=reverse)
+    picked = pl.concat([top, bottom]).sort(by, descending=desc, nulls_last=True)
+    unfit = narrow.height - fitting.height
+    return picked, (f"the {top.height} best and the {bottom.height} worst that fit by {by[0]}; "
+                    f"{narrow.height - picked.height:,} of {narrow.height:,} points left out"
+                    + (f" ({unfit:,} leave no KV memory)" if unfit else ""))
 
 
 def _mermaid(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
@@ -573,11 +576,13 @@ def _exit_criteria(df: pl.DataFrame, verdicts: list[Verdict]) -> list[list[str]]
 
 
 def _assumption_lines(df: pl.DataFrame) -> list[str]:
+    policies = sorted(str(p) for p in df.get_column("util_policy").unique().to_list() if p is not None) or ["vllm"]
     lines = [
         "Bytes, slots and blocks are exact integers; GiB = 2^30 bytes, GB = 10^9 bytes.",
-        "Budgets are per rank: floor(GPU total x utilization) - weights/rank - reserve (vLLM) or "
-        "floor((total - weights/rank - reserve) x utilization) (TensorRT-LLM) when derived; the tightest rank "
-        "decides.",
+        "Budgets are per rank; when derived from a GPU: " + " or ".join(
+            {"vllm": "floor(GPU total x utilization) - weights/rank - reserve (vLLM)",
+             "trtllm": "floor((total - weights/rank - reserve) x utilization) (TensorRT-LLM)"}[p]
+            for p in policies) + "; the tightest rank decides.",
         "Capacities are snapshots: every request of a workload at its stated length, whole groups only, no growth "
         "headroom, no preemption. A capacity ratio is not a throughput ratio.",
         "Contiguous Max reserves max_reserved tokens per request; Pow2 the next power of two of the final length "
