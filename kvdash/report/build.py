@@ -220,7 +220,7 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
         skip = ("workload",)
         text = (f"**{w}**: best is {labels(best, skip=skip)} with {_objective_value(o.metric, best[o.metric])} "
                 f"{o.metric}")
-        if o.metric != "paged_requests":
+        if o.metric != "paged_requests" and (o.metric != "paged_requests_per_gpu" or best["gpus"] > 1):
             text += f" ({best['paged_requests']:,} requests on {best['gpus']} GPU{'s' if best['gpus'] > 1 else ''})"
         margins = []
         for g in spec.gates:
@@ -295,8 +295,9 @@ def _gates(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> list[list[str]]:
             fixed += ("gpu",)
         skip = tuple(c for c in fixed if c != "gpu" or "tp" in fixed)
         if r.best is not None and r.worst is not None:
-            best = f"{labels(r.best, skip=skip)}: {num(r.best[g.metric])}"
-            worst = f"{labels(r.worst, skip=skip)}: {num(r.worst[g.metric])}"
+            named = any(c not in skip for c in labels.columns)  # the scope may name the point already
+            best, worst = (f"{labels(row, skip=skip)}: {num(row[g.metric])}" if named else num(row[g.metric])
+                           for row in (r.best, r.worst))
         margin = "-" if r.margin is None else num(int(r.margin) if float(r.margin).is_integer() else r.margin)
         rows.append([g.name, f"{g.metric} {bounds_text(g)}", where, f"{r.passing:,} / {r.failing:,}", best, worst,
                      margin])
