@@ -53,7 +53,8 @@ def fmt(x: float | None) -> str:
 
 
 def load_claims() -> list[Claim]:
-    raw = yaml.safe_load((resources.files("kvdash") / "data" / "claims.yaml").read_text(encoding="utf-8"))
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
+    raw = yaml.load((resources.files("kvdash") / "data" / "claims.yaml").read_text(encoding="utf-8"), Loader=loader)
     out = []
     for item in raw:
         claimed = tuple(item["claimed"]) if "claimed" in item else None

@@ -53,7 +53,7 @@ class _Tree:
         self.marks: dict[Path_, tuple[int, int]] = {}
         self.key_marks: dict[Path_, tuple[int, int]] = {}
         try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml if present
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark
             where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
