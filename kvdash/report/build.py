@@ -26,7 +26,7 @@ import polars as pl
 from kvdash import __version__
 from kvdash.core.calc import rank_shapes
 from kvdash.report import svg
-from kvdash.sweep.claims import Frame, Verdict, judge_all
+from kvdash.sweep.claims import Frame, Verdict, judge_all, shared_where
 from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
 from kvdash.sweep.evaluate import DEFAULTS, Expanded
 from kvdash.sweep.gates import bounds_text, evaluate_gates, passing_expr, scope_expr, slack_expr
@@ -152,10 +152,6 @@ class Labels:
         return [self.part(c, row) if c == "gpu" else cell(c, row[c]) for c in self.columns]
 
 
-def _rows(df: pl.DataFrame, cols: tuple[str, ...]) -> list[list[str]]:
-    return [[cell(c, r[c]) for c in cols] for r in df.select(cols).iter_rows(named=True)]
-
-
 # --- the decision ------------------------------------------------------------------------------
 
 def _objective_value(metric: str, v: Any) -> str:
@@ -200,8 +196,6 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
     if spec.gates:
         frame = frame.with_columns(passing_expr(spec).alias("_pass"))
         passing = frame.filter(pl.col("_pass"))
-        from kvdash.sweep.claims import shared_where
-
         share = shared_where(frame, "_pass", labels.columns) if 0 < passing.height < frame.height else ""
         head = (f"{passing.height:,} of {frame.height:,} configurations pass every gate"
                 + (f" (those with {share})" if share else "") + ".")
@@ -365,8 +359,8 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
 
 
 def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
-    """For every swept dimension: median paged requests (and the ratio's range) per value, per workload --
-    a median over workloads of 2k and 128k tokens would mean nothing."""
+    """For every swept dimension: median paged requests per value, per workload (a median over workloads of 2k
+    and 128k tokens would mean nothing); for models also the median paged / contiguous ratio."""
     workloads = _workloads(df)
     dims = [c for c in labels.swept if c != "workload"]  # the GPU and the TP degree apart: fewer rows
     narrow = df.lazy().select(*dims, "workload", "paged_requests", "request_capacity_ratio")
