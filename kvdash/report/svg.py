@@ -15,7 +15,6 @@ FONT = 11  # px
 CHAR_W = 6.3  # average glyph width at FONT px (sans-serif), for the left margin
 ROW = 22  # px per label row
 WIDTH = 760  # px, whole chart
-PLOT_W = 0  # computed per chart
 Series = tuple[str, str, Sequence[float]]  # legend name, colour, one value per label
 
 
