@@ -29,3 +29,10 @@ def test_committed_report_is_byte_identical(grid, tmp_path, monkeypatch):
     assert sorted(f.name for f in fresh) == sorted(f.name for f in committed.iterdir())
     for f in fresh:
         assert f.read_bytes() == (committed / f.name).read_bytes(), f"{committed.name}/{f.name} is stale"
+
+
+@pytest.mark.parametrize("grid", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_committed_markdown_is_concise(grid):
+    """Each shipped report.md stays within 12,000 characters (results.csv / .parquet keeps every figure)."""
+    text = (REPO / "reports" / grid.stem / "report.md").read_text(encoding="utf-8")
+    assert len(text) <= 12_000, f"{grid.stem}/report.md has {len(text):,} characters"

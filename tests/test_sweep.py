@@ -17,7 +17,8 @@ from kvdash.core.model import load_preset
 from kvdash.errors import InputError
 from kvdash.report.build import write_report
 from kvdash.report.diff import GITHUB_LIMIT, diff_results
-from kvdash.sweep.evaluate import RESULT_COLUMNS, expand
+from kvdash.sweep.columns import RESULT_COLUMNS
+from kvdash.sweep.evaluate import expand
 from kvdash.sweep.gridfile import parse_grid
 
 REPO = Path(__file__).resolve().parents[1]
@@ -249,8 +250,10 @@ class TestReports:
         spec = parse_grid(grid(tmp_path, text))
         write_report(spec, expand(spec), tmp_path / "r")
         md = (tmp_path / "r" / "report.md").read_text()
-        assert "Most requests (top 10" in md and "Fewest requests (bottom 10" in md
-        assert md.count("\n| ") < 400
+        # 64 points > HEADLINE_ALL: the best 3 of each of the 2 workloads (HEADLINE_EACH // 2), the worst 2 folded
+        assert "The 3 best of each workload by the objective (all 64 points in results.csv)" in md
+        assert "<details><summary>The 2 worst that fit" in md
+        assert md.count("\n| ") < 100
 
     def test_claims_scoped(self, tmp_path):
         """On the tutorial grid the universal 4-5x is contradicted and throughput is not computable."""
@@ -258,9 +261,9 @@ class TestReports:
         write_report(spec, expand(spec), tmp_path / "r")
         md = (tmp_path / "r" / "report.md").read_text()
         line = next(ln for ln in md.splitlines() if ln.startswith("| `universal-4-5x`"))
-        assert "**contradicted**" in line
-        line = next(ln for ln in md.splitlines() if ln.startswith("| `throughput-2-4x`"))
-        assert "**not computable**" in line and "not a throughput ratio" in line
+        assert "**contradicted" in line and "below everywhere" in line  # ratios 2.5x and less, under 4 - 0.25
+        line = next(ln for ln in md.splitlines() if ln.startswith("Not computable from capacity arithmetic"))
+        assert "`throughput-2-4x`" in line and "| `throughput-2-4x`" not in md
 
 
 class TestCommands:
@@ -270,8 +273,8 @@ class TestCommands:
         assert not (tmp_path / "reports").exists()
 
     def test_sweep_writes_and_is_quiet_when_piped(self, tmp_path, capsys):
-        code, out, err = run(["sweep", str(grid(tmp_path, BASIC)), "--out", str(tmp_path / "r"), "--parquet"],
-                             capsys)
+        code, out, err = run(["sweep", str(grid(tmp_path, BASIC)), "--out", str(tmp_path / "r"), "--csv",
+                              "--parquet"], capsys)
         assert 0 == code and "" == err
         assert {"results.csv", "results.parquet", "report.md", "report.html", "capacity.svg", "ratio.svg",
                 "waste.svg"} == {f.name for f in (tmp_path / "r").iterdir()}
@@ -279,7 +282,8 @@ class TestCommands:
     def test_check_fails_on_gate(self, tmp_path, capsys):
         text = BASIC + "gates:\n  - {name: big, metric: paged_requests, min: 100, where: {model: tutorial-gqa-80l}}\n"
         code, _, err = run(["sweep", str(grid(tmp_path, text)), "--out", str(tmp_path / "r"), "--check"], capsys)
-        assert 1 == code and "gate 'big' failed at" in err and "paged_requests = 47, needs >= 100" in err
+        assert 1 == code and "gate 'big' failed at" in err and "paged_requests = 47, needs ≥ 100" in err
+        assert "(tutorial-gqa-80l, bf16, block 16, snap)" in err  # named by the swept dimensions
 
     def test_check_passes(self, tmp_path, capsys):
         text = BASIC + "gates:\n  - {metric: paged_requests, min: 1}\n"

@@ -9,32 +9,12 @@ from typing import Annotated, Optional
 import typer
 
 from kvdash.errors import InputError
+from kvdash.simulate.lengths import parse_lengths_spec
 
 Opt = typer.Option
 
 PAPER_SETUP = ("paper: Orca reimplementations with a buddy allocator and vLLM, OPT-13B on one A100-40GB, real "
                "ShareGPT/Alpaca requests, memory profiled during the paper's §6.2 runs")
-
-
-def parse_lengths_spec(text: str, field: str):  # type: ignore[no-untyped-def]
-    """``fixed:200``, ``uniform:10,100`` or ``lognormal:161,1.0`` (mean, sigma of the log)."""
-    from kvdash.simulate.engine import Lengths
-
-    kind, _, args = text.partition(":")
-    try:
-        values = [float(x) for x in args.split(",")] if args else []
-    except ValueError as exc:
-        raise InputError(field, text, "expected fixed:N, uniform:A,B or lognormal:MEAN,SIGMA") from exc
-    if not all(math.isfinite(v) for v in values):
-        raise InputError(field, text, "expected finite numbers: fixed:N, uniform:A,B or lognormal:MEAN,SIGMA")
-    if kind == "fixed" and len(values) == 1 and values[0] >= 1:
-        return Lengths("fixed", values[0])
-    if kind == "uniform" and len(values) == 2 and 1 <= values[0] <= values[1]:
-        return Lengths("uniform", values[0], values[1])
-    if kind == "lognormal" and len(values) == 2 and values[0] >= 1 and 0 < values[1] <= 10:
-        return Lengths("lognormal", values[0], values[1])
-    raise InputError(field, text, "expected fixed:N (N >= 1), uniform:A,B (1 <= A <= B) or lognormal:MEAN,SIGMA "
-                                  "(MEAN >= 1, 0 < SIGMA <= 10)")
 
 
 MAX_REQUESTS = 1_000_000  # --requests above this needs --max-requests

@@ -16,7 +16,8 @@ def sweep(
     out: Annotated[Optional[Path], Opt(help="Output folder (default: reports/<grid name>/).")] = None,
     dry_run: Annotated[bool, Opt("--dry-run", help="Print the point count and the first points; write nothing.")] = False,
     check: Annotated[bool, Opt("--check", help="Exit 1 when a gate of the grid fails, listing each failing point.")] = False,
-    parquet: Annotated[bool, Opt("--parquet", help="Also write results.parquet.")] = False,
+    csv: Annotated[bool, Opt("--csv", help="Write results.csv (the default up to 100,000 points).")] = False,
+    parquet: Annotated[bool, Opt("--parquet", help="Write results.parquet (the default above 100,000 points).")] = False,
     max_points: Annotated[int, Opt(help="Refuse grids larger than this.")] = 2_000_000,
     quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress and no summary.")] = False,
 ) -> None:
@@ -30,14 +31,17 @@ def sweep(
     if dry_run:
         _dry_run(spec, max_points)
         return
-    from rich.console import Console
+    show = sys.stderr.isatty() and not quiet  # rich (0.15 s to import) only for a person watching
+    if show:
+        from rich.console import Console
 
-    err = Console(stderr=True)
-    show = err.is_terminal and not quiet
+        err = Console(stderr=True)
     with err.status("evaluating the grid", spinner="dots") if show else _null():
         expanded = expand(spec, max_points)
     target = out or Path("reports") / grid.stem
-    from kvdash.report.build import write_report
+    from kvdash.report.build import results_formats, write_report
+
+    formats = results_formats(expanded.frame.height, csv=csv, parquet=parquet)
 
     if show:
         from rich.progress import Progress
@@ -48,9 +52,9 @@ def sweep(
             def step(msg: str) -> None:
                 progress.update(task, advance=1, description=f"writing {msg}")
 
-            files = write_report(spec, expanded, target, parquet=parquet, progress=step)
+            files = write_report(spec, expanded, target, formats, progress=step)
     else:
-        files = write_report(spec, expanded, target, parquet=parquet)
+        files = write_report(spec, expanded, target, formats)
     if not quiet:
         print(f"{expanded.frame.height:,} points -> {target}/ ({', '.join(f.name for f in files)})")
     if check:
@@ -86,9 +90,10 @@ def _dry_run(spec, max_points: int) -> None:  # type: ignore[no-untyped-def]
 
 
 def _gates(spec, frame) -> list[str]:  # type: ignore[no-untyped-def]
-    from kvdash.report.gates import check_lines
+    from kvdash.report.build import Labels
+    from kvdash.sweep.gates import failure_lines
 
-    return check_lines(spec.gates, frame)
+    return failure_lines(spec, frame, Labels(spec, frame))
 
 
 def diff(

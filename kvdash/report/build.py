@@ -1,14 +1,20 @@
 """Reports from sweep results: the context every template shares, charts, and atomic writes.
 
-Everything here is deterministic: no clocks, stable ordering, fixed decimals, SVGs without dates and
-with a fixed hash salt.  Two runs over the same grid write byte-identical files.
+A report answers the grid's question first (which configurations pass every gate, the best per workload
+by the grid's objective, its margin and the runner-up), then the gates, the headline, why (the
+mechanism), the claims, and the assumptions.  Points are named by the grid's swept dimensions.
+
+Everything here is deterministic: no clocks, stable ordering, fixed decimals, SVGs written as text.
+Two runs over the same grid write byte-identical files.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
+import statistics
 import tempfile
 from collections.abc import Callable
 from importlib import resources
@@ -19,18 +25,33 @@ import polars as pl
 
 from kvdash import __version__
 from kvdash.core.calc import rank_shapes
-from kvdash.simulate.engine import PAPER_FIG2
-from kvdash.sweep.claims import Verdict, judge_all
-from kvdash.sweep.evaluate import DEFAULTS, RESULT_COLUMNS, Expanded
+from kvdash.report import svg
+from kvdash.sweep.claims import Frame, Verdict, judge_all, shared_where
+from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
+from kvdash.sweep.evaluate import DEFAULTS, Expanded
+from kvdash.sweep.gates import bounds_text, evaluate_gates, passing_expr, scope_expr, slack_expr
 from kvdash.sweep.gridfile import GridSpec
-from kvdash.sweep.simulation import simulation_columns
 from kvdash.units import GiB, gib_text
 
-HEADLINE_ALL = 40  # grids up to this many points are listed whole
-HEADLINE_EACH = 10  # else the top and bottom this many by paged requests
-HEADLINE_COLS = ("id", "model", "workload", "kv_dtype", "block_size", "tp", "budget_bytes", "bytes_per_token",
-                 "whole_pool_blocks", "contiguous_requests", "paged_requests", "request_capacity_ratio")
+HEADLINE_ALL = 16  # grids up to this many points are listed whole
+HEADLINE_EACH = 6  # else the top and bottom this many by the objective
+PARQUET_ABOVE = 100_000  # points: larger grids write results.parquet unless CSV is asked for
+MERMAID_POINTS = 8
+HEADLINE_WORST = 2
+CHART_POINTS = 24
 CHARTS = ("capacity.svg", "ratio.svg", "waste.svg")
+
+# label order, and how each swept column is written in a point's label
+LABEL_ORDER = ("model", "gpu", "tp", "pp", "kv_dtype", "kv_scales", "block_size", "budget_bytes", "gpu_util",
+               "util_policy", "max_model_len", "max_batched_tokens", "workload")
+HEADERS = {
+    "model": "model", "gpu": "GPUs", "tp": "TP", "pp": "PP", "kv_dtype": "KV dtype", "kv_scales": "KV scales",
+    "block_size": "block", "budget_bytes": "KV budget/rank", "gpu_util": "util", "util_policy": "util policy",
+    "max_model_len": "max_model_len", "max_batched_tokens": "batched tokens", "workload": "workload",
+    "contiguous_requests": "contiguous (Max)", "paged_requests": "paged", "paged_requests_per_gpu": "paged/GPU",
+    "paged_requests_per_node": f"paged/{GPUS_PER_NODE}-GPU node", "request_capacity_ratio": "paged / contig.",
+    "requests_with_prefix_sharing": "paged, prefix shared", "bytes_per_token": "KV B/token",
+}
 
 
 def charts_for(spec: GridSpec) -> tuple[str, ...]:
@@ -59,50 +80,311 @@ def cell(col: str, value: Any) -> str:
         return gib(value)
     if col == "request_capacity_ratio":
         return "-" if value is None else f"{value:.3f}x"
+    if col == "paged_requests_per_gpu":
+        return "-" if value is None else f"{value:,.1f}"
     if col.endswith("_percent"):
         return "-" if value is None else f"{value:.2f} %"
     return num(value)
 
 
-HEADERS = {
-    "id": "id", "model": "model", "workload": "workload", "kv_dtype": "KV dtype", "block_size": "block",
-    "tp": "TP", "budget_bytes": "KV budget/rank", "bytes_per_token": "KV B/token", "whole_pool_blocks": "pool blocks",
-    "contiguous_requests": "contiguous (Max)", "paged_requests": "paged", "request_capacity_ratio": "paged / contig.",
-}
+# --- naming points by the swept dimensions -----------------------------------------------------
+
+class Labels:
+    """Names points by the dimensions the grid sweeps (the GPU always, when the grid has one), e.g.
+    ``llama-3.1-70b, 8 x h100-80gb, fp8, block 16, chat``."""
+
+    def __init__(self, spec: GridSpec, df: pl.DataFrame) -> None:
+        swept: set[str] = set()
+        for factor in spec.factors:
+            for dim, vals in factor.items():
+                if len({repr(v) for v in vals}) > 1:
+                    swept.add("budget_bytes" if dim in ("budget", "gpu_memory", "weights", "reserve") else dim)
+        self.has_gpu = df.height > 0 and df.get_column("gpu").null_count() < df.height
+        if self.has_gpu:
+            swept.add("gpu")
+        self.swept = [c for c in LABEL_ORDER if c in swept]
+        if self.has_gpu and "tp" in swept:
+            swept.discard("tp")  # "8 x h100-80gb" says it
+        self.columns = [c for c in LABEL_ORDER if c in swept]
+        self.spec = spec
+
+    @property
+    def data_columns(self) -> list[str]:
+        """Result columns a label reads."""
+        extra = ["tp", "pp"] if self.has_gpu else []
+        return list(dict.fromkeys([*self.columns, *extra]))
+
+    @property
+    def names(self) -> str:
+        """The label's parts in order, for a legend: ``model, GPUs, KV dtype, block, workload``."""
+        return ", ".join(HEADERS[c] for c in self.columns)
+
+    def part(self, col: str, row: dict[str, Any], short: bool = False) -> str:
+        v = row[col]
+        if col == "gpu":
+            if v is None:
+                return "explicit budget"
+            gpus = row["tp"] * row["pp"]
+            text = f"{gpus}x{v}" if short else f"{gpus} x {v}"
+            return text + (f" (TP {row['tp']}, PP {row['pp']})" if row["pp"] > 1 and not short else "")
+        if v is None:
+            return "-"
+        if short:
+            return gib(v).replace(" ", "") if col == "budget_bytes" else str(v)
+        if col == "budget_bytes":
+            return f"{gib(v)}/rank"
+        if col == "max_model_len":
+            return f"max_model_len {v:,}"
+        if col == "max_batched_tokens":
+            return f"{v:,} batched"
+        return {"block_size": "block {}", "tp": "TP {}", "pp": "PP {}", "gpu_util": "util {}",
+                "util_policy": "{} policy", "kv_scales": "{} scales"}.get(col, "{}").format(v)
+
+    def __call__(self, row: dict[str, Any], short: bool = False, skip: tuple[str, ...] = ()) -> str:
+        parts = [self.part(c, row, short) for c in self.columns if c not in skip]
+        return (" " if short else ", ").join(parts) or str(row.get("id", "the point"))
+
+    def differing(self, row: dict[str, Any], base: dict[str, Any]) -> str:
+        """Only the parts of ``row``'s label that differ from ``base``'s."""
+        parts = [self.part(c, row) for c in self.columns if self.part(c, row) != self.part(c, base)]
+        return ", ".join(parts) or self(row)
+
+    def cells(self, row: dict[str, Any]) -> list[str]:
+        return [self.part(c, row) if c == "gpu" else cell(c, row[c]) for c in self.columns]
 
 
-def _rows(df: pl.DataFrame, cols: tuple[str, ...]) -> list[list[str]]:
-    return [[cell(c, r[c]) for c in cols] for r in df.select(cols).iter_rows(named=True)]
+# --- the decision ------------------------------------------------------------------------------
+
+def _objective_value(metric: str, v: Any) -> str:
+    if v is None:
+        return "-"
+    return cell(metric, v) if metric in HEADERS or metric.endswith("_percent") else num(v)
 
 
-def _sensitivity(df: pl.DataFrame, spec: GridSpec) -> list[dict[str, Any]]:
-    """For every dimension with several values: how capacity moves with it."""
-    out = []
-    dims = [d for d in spec.dimensions if d in df.columns or d in ("budget", "gpu_memory")]
-    for dim in dims:
-        col = "budget_bytes" if dim in ("budget", "gpu_memory") else dim
-        if col not in df.columns:
+def _order(spec: GridSpec) -> tuple[list[str], list[bool]]:
+    o = spec.objective
+    return [o.metric, "_row"], [o.maximize, False]  # ties: the earlier point in the grid's order
+
+
+def _workloads(df: pl.DataFrame) -> list[str]:
+    """The workloads present, in the grid's order."""
+    col = df.get_column("workload")
+    if isinstance(col.dtype, pl.Enum):
+        present = set(col.to_physical().unique().to_list())
+        return [c for i, c in enumerate(col.dtype.categories.to_list()) if i in present]
+    return list(dict.fromkeys(col.cast(pl.Utf8).to_list()))
+
+
+def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int) -> pl.DataFrame:
+    """The ``k`` best points of every workload by the objective (ties: the earlier point), in one pass; rows
+    in the grid's workload order, best first.  ``frame`` needs ``_row``."""
+    by, desc = _order(spec)
+    metric = by[0]
+    picked = frame.lazy().filter(pl.col(metric).is_not_null()).group_by("workload").agg(
+        pl.col("_row").top_k_by(by, k=k, reverse=[not desc[0], True])).explode("_row").collect()
+    rows = frame.filter(pl.col("_row").is_in(picked.get_column("_row").implode()))
+    order = {w: i for i, w in enumerate(_workloads(frame))}
+    return rows.with_columns(pl.col("workload").cast(pl.Utf8).replace_strict(order, return_dtype=pl.UInt32)
+                             .alias("_w")).sort(["_w", *by], descending=[False, *desc]).drop("_w")
+
+
+def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
+    """One or two computed sentences: what passes, the best per workload, its margin, the runner-up."""
+    o = spec.objective
+    cols = list(dict.fromkeys(["id", "workload", "paged_requests", "gpus", *labels.data_columns, o.metric]))
+    gate_cols = [g.metric for g in spec.gates]
+    frame = df.select(list(dict.fromkeys(cols + gate_cols))).with_row_index("_row")
+    if spec.gates:
+        frame = frame.with_columns(passing_expr(spec).alias("_pass"))
+        passing = frame.filter(pl.col("_pass"))
+        share = shared_where(frame, "_pass", labels.columns) if 0 < passing.height < frame.height else ""
+        head = (f"{passing.height:,} of {frame.height:,} configurations pass every gate"
+                + (f" (those with {share})" if share else "") + ".")
+    else:
+        passing = frame
+        head = f"No gates in this grid: all {frame.height:,} configurations are candidates."
+    by, desc = _order(spec)
+    lines = []
+    tops = _best_per_workload(spec, passing, 8)
+    for w in _workloads(frame):
+        top = tops.filter(pl.col("workload").cast(pl.Utf8) == w).to_dicts()
+        if not top:
+            lines.append(f"**{w}**: no configuration passes every gate.")
             continue
-        stats = df.group_by(col, maintain_order=True).agg(
-            pl.len().alias("n"), pl.col("paged_requests").median().alias("med"),
-            pl.col("paged_requests").min().alias("lo"), pl.col("paged_requests").max().alias("hi"),
-            pl.col("request_capacity_ratio").min().alias("rlo"), pl.col("request_capacity_ratio").max().alias("rhi"))
-        if stats.height < 2:
+        best = top[0]
+        skip = ("workload",)
+        text = (f"**{w}**: best is {labels(best, skip=skip)} with {_objective_value(o.metric, best[o.metric])} "
+                f"{o.metric}")
+        if o.metric != "paged_requests" and (o.metric != "paged_requests_per_gpu" or best["gpus"] > 1):
+            text += f" ({best['paged_requests']:,} requests on {best['gpus']} GPU{'s' if best['gpus'] > 1 else ''})"
+        margins = []
+        for g in spec.gates:
+            one = pl.DataFrame([best]).select(scope_expr(g).alias("s"), slack_expr(g).alias("m")).row(0)
+            if one[0] and one[1] is not None:
+                margins.append((one[1], g))
+        if margins:
+            m, g = min(margins, key=lambda t: t[0])
+            text += f", {num(m if not float(m).is_integer() else int(m))} inside the gate '{g.name}' ({g.metric} " \
+                    f"{bounds_text(g)})"
+        ties = [r for r in top[1:] if r[o.metric] == best[o.metric]]
+        if ties:
+            text += "; " + ", ".join(labels.differing(r, best) for r in ties[:3]) + \
+                    (f" and {len(ties) - 3} more" if len(ties) > 3 else "") + " tie"
+        second = next((r for r in top[1:] if r[o.metric] != best[o.metric]), None)
+        a = best[o.metric]
+        if second is not None:
+            b = second[o.metric]
+            rel = f" ({(b - a) / a:+.1%})" if a else ""
+            text += f"; runner-up {labels.differing(second, best)} with {_objective_value(o.metric, b)}{rel}"
+        elif len(top) == 1:
+            text += "; no runner-up passes"
+        lines.append(text + ".")
+    return {"question": spec.question, "head": head, "lines": lines,
+            "objective": f"{o.text()}{'' if o.given else ' (the default objective)'}"
+                         + (" among points passing every gate" if spec.gates else "")}
+
+
+_STATS: list[tuple[pl.DataFrame, pl.DataFrame]] = []  # the last frame's per-workload figures
+
+
+def workload_stats(df: pl.DataFrame) -> pl.DataFrame:
+    """Per workload, in one pass: the ratio's range and median, the waste ranges and medians, the tail range
+    (the mechanism sentence, the waste table and the waste chart all read it)."""
+    if _STATS and _STATS[0][0] is df:
+        return _STATS[0][1]
+    ratio, res, pag, tail = (pl.col(c) for c in ("request_capacity_ratio", "reservation_waste_percent",
+                                                 "paged_waste_percent", "tail_waste_slots"))
+    stats = df.group_by("workload", maintain_order=True).agg(
+        ratio.min().alias("lo"), ratio.max().alias("hi"), ratio.median().alias("med"),
+        res.min().alias("rlo"), res.max().alias("rhi"), res.median().alias("res"),
+        pag.min().alias("plo"), pag.max().alias("phi"), pag.median().alias("pag"),
+        tail.min().alias("tlo"), tail.max().alias("thi"))
+    _STATS[:] = [(df, stats)]
+    return stats
+
+
+def _mechanism(spec: GridSpec, df: pl.DataFrame) -> str:
+    """Why paging multiplies capacity here: contiguous Max stores each request's reservation, paging only the
+    blocks it fills, so paged / contiguous is about reservation / tokens held; computed per workload."""
+    stats = workload_stats(df)
+    parts = []
+    for r in stats.iter_rows(named=True):
+        w = spec.workloads[r["workload"]]
+        held = statistics.fmean(w.lengths)
+        computed = "no contiguous fit" if r["lo"] is None else (
+            f"{r['lo']:.2f}x" if round(r["lo"], 2) == round(r["hi"], 2) else
+            f"{r['lo']:.2f}x to {r['hi']:.2f}x, median {r['med']:.2f}x")
+        parts.append(f"{w.name} {w.max_reserved:,} / {held:,.0f} = {w.max_reserved / held:.2f} (computed {computed})")
+    return ("Paged / contiguous capacity is about reservation / tokens held, because contiguous Max stores every "
+            "request's whole reservation and paging only the blocks it fills: " + "; ".join(parts) + ".")
+
+
+def _gates(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> list[list[str]]:
+    rows = []
+    for r in evaluate_gates(spec, df, labels.data_columns):
+        g = r.gate
+        where = " AND ".join(f"{d} = {', '.join(map(str, v))}" for d, v in g.where.items()) or "every point"
+        best = worst = "-"
+        fixed = tuple(c for c in g.where if len(g.where[c]) == 1)
+        if "gpu" in fixed and "tp" in fixed:  # "8 x h200" is said by the gate's scope
+            fixed += ("gpu",)
+        skip = tuple(c for c in fixed if c != "gpu" or "tp" in fixed)
+        if r.best is not None and r.worst is not None:
+            named = any(c not in skip for c in labels.columns)  # the scope may name the point already
+            best, worst = (f"{labels(row, skip=skip)}: {num(row[g.metric])}" if named else num(row[g.metric])
+                           for row in (r.best, r.worst))
+        margin = "-" if r.margin is None else num(int(r.margin) if float(r.margin).is_integer() else r.margin)
+        rows.append([g.name, f"{g.metric} {bounds_text(g)}", where, f"{r.passing:,} / {r.failing:,}", best, worst,
+                     margin])
+    return rows
+
+
+# --- tables --------------------------------------------------------------------------------------
+
+def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
+    """The points by the objective: every point of a small grid (per workload), else the best and the worst
+    that fit.  Label columns with one value everywhere are stated once above the table."""
+    gpus = df.get_column("gpus")
+    metrics = ["contiguous_requests", "paged_requests"]
+    if gpus.max() and gpus.max() > 1:  # type: ignore[operator]
+        metrics.append("paged_requests_per_gpu")
+    if labels.has_gpu and (gpus != GPUS_PER_NODE).any():
+        metrics.append("paged_requests_per_node")
+    metrics.append("request_capacity_ratio")
+    if "budget_bytes" not in labels.columns:
+        metrics.insert(0, "budget_bytes")
+    if df.height and df.get_column("prefix").max():
+        metrics.append("requests_with_prefix_sharing")
+    o = spec.objective.metric
+    cols = list(dict.fromkeys(["id", *labels.data_columns, *metrics, o, "workload", "fits"]))
+    narrow = df.select(cols).with_row_index("_row")
+    gated = False
+    if spec.gates:
+        narrow = df.select(*cols, *(g.metric for g in spec.gates if g.metric not in cols)) \
+            .with_columns(passing_expr(spec).alias("_pass")).select(*cols, "_pass").with_row_index("_row")
+        gated = not narrow.get_column("_pass").all()  # a column of "pass" only says nothing
+    by, desc = _order(spec)
+    reverse = [not d for d in desc]
+    small = narrow.height <= HEADLINE_ALL
+    if small:
+        ordered = narrow.with_columns(pl.col("workload").to_physical().alias("_w")) if isinstance(
+            narrow.schema["workload"], pl.Enum) else narrow.with_columns(pl.lit(0).alias("_w"))
+        shown = [ordered.sort(["_w", *by], descending=[False, *desc], nulls_last=True)]
+    else:
+        fitting = narrow.filter(pl.col("fits"))
+        each = max(2, HEADLINE_EACH // len(_workloads(narrow)))  # per workload: 2k and 128k do not compare
+        shown = [_best_per_workload(spec, narrow, each),
+                 fitting.bottom_k(HEADLINE_WORST, by=by, reverse=reverse).sort(by, descending=desc, nulls_last=True)]
+    every = pl.concat(shown)
+    varying, constant = [], []
+    for c in labels.columns:
+        texts = {labels.part(c, r) for r in every.iter_rows(named=True)}
+        (varying if len(texts) > 1 else constant).append(c)
+    first = every.row(0, named=True) if every.height else {}
+    headers = [HEADERS[c] for c in varying] + [HEADERS[c] for c in metrics] + (["gates"] if gated else [])
+
+    def rows(frame: pl.DataFrame) -> list[list[str]]:
+        out = []
+        for r in frame.iter_rows(named=True):
+            out.append([labels.part(c, r) if c == "gpu" else cell(c, r[c]) for c in varying]
+                       + [cell(c, r[c]) for c in metrics] + (["pass" if r["_pass"] else "FAIL"] if gated else []))
+        return out
+
+    unfit = 0 if small else narrow.height - narrow.get_column("fits").sum()
+    return {"headers": headers, "all": rows(shown[0]) if small else [], "top": [] if small else rows(shown[0]),
+            "each": 0 if small else each,
+            "bottom": [] if small else rows(shown[1]),
+            "every": ", ".join(f"{HEADERS[c]} {labels.part(c, first)}" for c in constant),
+            "unfit": f"{unfit:,} points leave no memory for the KV cache (fits = no) and are not among the worst"
+                     if unfit else ""}
+
+
+def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
+    """For every swept dimension: median paged requests per value, per workload (a median over workloads of 2k
+    and 128k tokens would mean nothing); for models also the median paged / contiguous ratio."""
+    workloads = _workloads(df)
+    dims = [c for c in labels.swept if c != "workload"]  # the GPU and the TP degree apart: fewer rows
+    narrow = df.lazy().select(*dims, "workload", "paged_requests", "request_capacity_ratio")
+    queries = [narrow.group_by(col, "workload").agg(
+        pl.col("paged_requests").median().alias("med"),
+        (pl.col("request_capacity_ratio").median() if col == "model" else pl.lit(None, pl.Float64)).alias("ratio"))
+        for col in dims]
+    tables = []
+    for col, stats in zip(dims, pl.collect_all(queries), strict=True):  # in parallel
+        values = df.get_column(col).unique(maintain_order=True)
+        if values.len() < 2:
             continue
-        rows = []
+        cells: dict[Any, dict[str, str]] = {}
         for r in stats.iter_rows(named=True):
-            rows.append([cell(col, r[col]), num(r["n"]), num(int(r["med"])),
-                         f"{r['lo']:,} to {r['hi']:,}",
-                         f"{r['rlo']:.3f}x to {r['rhi']:.3f}x" if r["rlo"] is not None else "-"])
-        out.append({"dimension": dim, "rows": rows})
-    return out
+            ratio = "" if r["ratio"] is None else f" ({r['ratio']:.2f}x)"
+            cells.setdefault(r[col], {})[str(r["workload"])] = f"{r['med']:,.0f}{ratio}"
+        rows = [[cell(col, v), *[cells[v].get(w, "-") for w in workloads]] for v in values.to_list()]
+        tables.append({"dimension": "GPU" if col == "gpu" else HEADERS[col], "rows": rows})
+    return {"workloads": workloads, "tables": tables}
 
 
 def _waste(df: pl.DataFrame, spec: GridSpec) -> list[list[str]]:
-    stats = df.group_by("workload", maintain_order=True).agg(
-        pl.col("reservation_waste_percent").min().alias("rlo"), pl.col("reservation_waste_percent").max().alias("rhi"),
-        pl.col("paged_waste_percent").min().alias("plo"), pl.col("paged_waste_percent").max().alias("phi"),
-        pl.col("tail_waste_slots").min().alias("tlo"), pl.col("tail_waste_slots").max().alias("thi"))
+    stats = workload_stats(df)
 
     def rng(lo: float | None, hi: float | None) -> str:
         if lo is None or hi is None:
@@ -118,30 +400,71 @@ def _waste(df: pl.DataFrame, spec: GridSpec) -> list[list[str]]:
     return rows
 
 
-GROUP_COLS = ("id", "model", "workload", "kv_dtype", "block_size", "useful_slots", "allocated_slots",
-              "tail_waste_slots", "complete_groups", "contiguous_complete_groups", "offload_tokens",
-              "offload_useful_bytes", "offload_allocated_bytes")
-GROUP_HEADERS = ["id", "model", "workload", "KV dtype", "block", "useful slots/group", "allocated slots/group",
-                 "tail waste slots/group", "whole groups (paged)", "whole groups (contiguous Max)", "offloaded request",
-                 "offload: useful bytes", "offload: allocated-block bytes"]
+GROUP_COLS = ("useful_slots", "allocated_slots", "tail_waste_slots", "complete_groups", "contiguous_complete_groups",
+              "offload_tokens", "offload_useful_bytes", "offload_allocated_bytes")
+GROUP_HEADERS = ["useful slots/group", "allocated slots/group", "tail waste slots/group", "whole groups (paged)",
+                 "whole groups (contiguous Max)", "offloaded request", "offload: useful bytes",
+                 "offload: allocated-block bytes"]
 
 
-def _groups(df: pl.DataFrame) -> list[list[str]]:
+def _groups(df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
     """Workloads of several requests: the tutorial exercise's figures (at most HEADLINE_ALL rows)."""
-    multi = df.filter(pl.col("lengths").cast(pl.Utf8).str.contains(",")).select(GROUP_COLS)
-    return _rows(multi.head(HEADLINE_ALL), GROUP_COLS)
+    cols = list(dict.fromkeys([*labels.data_columns, *GROUP_COLS]))
+    several = Frame(df).helper("_several_lengths")
+    total = df.select(several.sum()).item()
+    multi = df.lazy().filter(several).select(cols).head(HEADLINE_ALL).collect()
+    rows = [labels.cells(r) + [cell(c, r[c]) for c in GROUP_COLS] for r in multi.iter_rows(named=True)]
+    return {"headers": [HEADERS[c] for c in labels.columns] + GROUP_HEADERS, "rows": rows, "total": total}
 
 
-def _mermaid(df: pl.DataFrame, limit: int = 12) -> dict[str, Any]:
-    """Data for a GitHub-rendered ``xychart-beta``: paged (bars) and contiguous (line) requests of up to
-    ``limit`` points (the most paged requests first), labelled by the first 6 characters of their ids."""
-    top = df.select("id", "paged_requests", "contiguous_requests").top_k(
-        limit, by=["paged_requests", "id"], reverse=[False, True]).sort(["paged_requests", "id"],
-                                                                         descending=[True, False])
-    return {"labels": ", ".join(f'"{i[:6]}"' for i in top.get_column("id").to_list()),
-            "paged": ", ".join(str(v) for v in top.get_column("paged_requests").to_list()),
-            "contiguous": ", ".join(str(v) for v in top.get_column("contiguous_requests").to_list()),
-            "n": top.height}
+def _chart_points(spec: GridSpec, df: pl.DataFrame, labels: Labels, limit: int) -> tuple[pl.DataFrame, str]:
+    """Up to ``limit`` points for a chart, by the objective: the best half and the worst half of those that fit
+    (a point without KV memory says nothing on a chart), and a note saying how many were left out."""
+    by, desc = _order(spec)
+    cols = list(dict.fromkeys(["id", *labels.data_columns, "paged_requests", "contiguous_requests", by[0], "fits"]))
+    narrow = df.select(cols).with_row_index("_row")
+    if narrow.height <= limit:
+        return narrow.sort(by, descending=desc, nulls_last=True), ""
+    reverse = [not d for d in desc]
+    half = limit // 2
+    fitting = narrow.filter(pl.col("fits"))
+    top = narrow.top_k(half, by=by, reverse=reverse)
+    bottom = fitting.filter(~pl.col("_row").is_in(top.get_column("_row").implode())).bottom_k(half, by=by,
+                                                                                               reverse=reverse)
+    picked = pl.concat([top, bottom]).sort(by, descending=desc, nulls_last=True)
+    unfit = narrow.height - fitting.height
+    return picked, (f"the {top.height} best and the {bottom.height} worst that fit by {by[0]}; "
+                    f"{narrow.height - picked.height:,} of {narrow.height:,} points left out"
+                    + (f" ({unfit:,} leave no KV memory)" if unfit else ""))
+
+
+def _mermaid(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
+    """Data for a GitHub-rendered ``xychart-beta``: paged (bars) and contiguous (line) requests, x labels from
+    the swept dimensions' values (their order named under the chart)."""
+    picked, note = _chart_points(spec, df, labels, MERMAID_POINTS)
+    rows = list(picked.iter_rows(named=True))
+    constant = tuple(c for c in labels.columns if len({labels.part(c, r) for r in rows}) == 1 and len(rows) > 1)
+    order = ", ".join(HEADERS[c] for c in labels.columns if c not in constant)
+    if constant and rows:
+        order += " (every point: " + ", ".join(labels.part(c, rows[0]) for c in constant) + ")"
+    def quoted(text: str) -> str:  # a mermaid string on one line: no quotes, no markup, no fence
+        return '"' + re.sub(r'[<>"\\`]', "", re.sub(r"[\x00-\x1f\x7f]", " ", text)) + '"'
+
+    return {"labels": ", ".join(quoted(labels(r, short=True, skip=constant)) for r in rows),
+            "paged": ", ".join(str(r["paged_requests"]) for r in rows),
+            "contiguous": ", ".join(str(r["contiguous_requests"]) for r in rows),
+            "n": len(rows), "note": note, "order": order}
+
+
+def _models_short(spec: GridSpec) -> list[list[str]]:
+    """The Markdown report's model table: what decides the KV bytes (the HTML report has the sources)."""
+    rows = []
+    for name, entry in spec.models.items():
+        arch = entry.arch
+        rows.append([name, arch.pattern(), f"{arch.kv_heads} x {arch.head_dim}",
+                     f"{rank_shapes(arch)[0].bytes_per_token:,}",
+                     f"{arch.weight_bytes / 1e9:,.1f} GB" if arch.weight_bytes else "not given"])
+    return rows
 
 
 def _models(spec: GridSpec) -> list[list[str]]:
@@ -156,8 +479,23 @@ def _models(spec: GridSpec) -> list[list[str]]:
     return rows
 
 
-def _dimensions(spec: GridSpec, df: pl.DataFrame) -> list[list[str]]:
-    rows = []
+def _dimension_values(dim: str, vals: list[Any]) -> str:
+    shown = []
+    for v in vals:
+        if v is None:
+            shown.append({"budget": "12 GiB without a GPU", "max_model_len": "= max_reserved",
+                          "weights": "the preset's estimate", "gpu": "none (explicit budget)",
+                          "gpu_memory": "the GPU preset's"}.get(dim, "none"))
+        elif dim in ("budget", "gpu_memory", "weights", "reserve"):
+            shown.append(f"{v:,} B ({gib(v)})")
+        else:
+            shown.append(str(v))
+    return ", ".join(shown)
+
+
+def _dimensions(spec: GridSpec) -> dict[str, Any]:
+    """The dimensions the grid sets (a table) and the defaults it leaves (one line)."""
+    rows, defaults = [], []
     set_dims = {}
     for factor in spec.factors:
         linked = len(factor) > 1
@@ -167,33 +505,38 @@ def _dimensions(spec: GridSpec, df: pl.DataFrame) -> list[list[str]]:
                 "util_policy", "weights", "reserve", "tp", "pp", "max_model_len", "max_batched_tokens"):
         if dim in set_dims:
             vals, how = set_dims[dim]
+            shown = f"{len(vals)} (the table above)" if dim == "model" and len(vals) > 4 else \
+                _dimension_values(dim, vals)
+            rows.append([dim, shown, how])
         else:
-            vals, how = [DEFAULTS.get(dim)], "default"
-        shown = []
-        for v in vals:
-            if v is None:
-                shown.append({"budget": "12 GiB unless a GPU is given", "max_model_len": "the workload's max_reserved",
-                              "weights": "the preset's estimate", "gpu": "none (explicit budget)",
-                              "gpu_memory": "the GPU preset's"}.get(dim, "none"))
-            elif dim in ("budget", "gpu_memory", "weights", "reserve"):
-                shown.append(f"{v:,} B ({gib(v)})")
-            else:
-                shown.append(str(v))
-        rows.append([dim, ", ".join(shown), how])
-    return rows
+            defaults.append(f"{dim} {_dimension_values(dim, [DEFAULTS.get(dim)])}")
+    return {"rows": rows, "defaults": "; ".join(defaults)}
+
+
+def reserve_text(spec: GridSpec) -> str:
+    """The runtime reserve a capacity figure assumes, e.g. ``runtime reserve 0 B per rank (kvdash's default)``."""
+    for factor in spec.factors:
+        if "reserve" in factor:
+            vals = ", ".join(gib(v) for v in factor["reserve"])
+            return f"runtime reserve {vals} per rank (from the grid)"
+    return "runtime reserve 0 B per rank (the default; vLLM's CUDA graphs and activations need some)"
+
+
+NO_TUTORIAL_POINT = "the grid has no point of the tutorial's configuration"
 
 
 def _exit_criteria(df: pl.DataFrame, verdicts: list[Verdict]) -> list[list[str]]:
     """The tutorial's measurable exit criteria, evaluated where this grid allows."""
-    tut = df.filter((pl.col("bytes_per_token") == 327_680) & (pl.col("kv_dtype") == "bf16")
-                    & (pl.col("budget_bytes") == 12 * GiB) & (pl.col("block_size") == 16) & (pl.col("tp") == 1))
+    tut = df.lazy().filter((pl.col("bytes_per_token") == 327_680) & (pl.col("kv_dtype") == "bf16")
+                           & (pl.col("budget_bytes") == 12 * GiB) & (pl.col("block_size") == 16)
+                           & (pl.col("tp") == 1)).head(4096).collect()  # one row is read of each
     snap = tut.filter(pl.col("lengths").cast(pl.Utf8) == "825")
     rows = [["architecture, KV heads, dtype, budget, block size and lengths are explicit", "met",
              "the Assumptions section lists every input of every point"]]
 
     def check(label: str, frame: pl.DataFrame, cond: Callable[[dict[str, Any]], bool], shown: str) -> None:
         if frame.height == 0:
-            rows.append([label, "not evaluable", "the grid has no point of the tutorial's configuration"])
+            rows.append([label, "not evaluable", NO_TUTORIAL_POINT])
             return
         r = frame.row(0, named=True)
         rows.append([label, "met" if cond(r) else "NOT met", shown.format(**r)])
@@ -218,8 +561,7 @@ def _exit_criteria(df: pl.DataFrame, verdicts: list[Verdict]) -> list[list[str]]
     rows.append(["block-level paging is distinguished from prefix-cache matching and retention", "met",
                  "prefix figures assume the prefix blocks are already shared; matching, retention and eviction "
                  "are engine policies outside this arithmetic"])
-    dtype = pl.col("kv_dtype").cast(pl.Utf8)
-    has_fp8 = df.filter(dtype.str.starts_with("fp8") | (dtype == "int8")).height > 0
+    has_fp8 = df.select(Frame(df).is_in("kv_dtype", ["fp8", "fp8_e4m3", "fp8_e5m2", "int8"]).any()).item()
     rows.append(["FP8 capacity is marked idealized", "met" if has_fp8 else "not evaluable",
                  "every fp8/int8 point without per-token scales is labelled idealized" if has_fp8 else
                  "no fp8 point in this grid"])
@@ -230,27 +572,29 @@ def _exit_criteria(df: pl.DataFrame, verdicts: list[Verdict]) -> list[list[str]]
 
 
 def _assumption_lines(df: pl.DataFrame) -> list[str]:
+    policies = sorted(str(p) for p in df.get_column("util_policy").unique().to_list() if p is not None) or ["vllm"]
     lines = [
         "Bytes, slots and blocks are exact integers; GiB = 2^30 bytes, GB = 10^9 bytes.",
-        "Budgets are per rank. A derived budget is floor(GPU total x utilization) - weights/rank - reserve (vLLM) "
-        "or floor((total - weights/rank - reserve) x utilization) (TensorRT-LLM); the tightest rank decides.",
-        "Capacities are instantaneous snapshots: every request of a workload at its stated length, whole groups "
-        "only, no growth headroom, no preemption.",
+        "Budgets are per rank; when derived from a GPU: " + " or ".join(
+            {"vllm": "floor(GPU total x utilization) - weights/rank - reserve (vLLM)",
+             "trtllm": "floor((total - weights/rank - reserve) x utilization) (TensorRT-LLM)"}[p]
+            for p in policies) + "; the tightest rank decides.",
+        "Capacities are snapshots: every request of a workload at its stated length, whole groups only, no growth "
+        "headroom, no preemption. A capacity ratio is not a throughput ratio.",
         "Contiguous Max reserves max_reserved tokens per request; Pow2 the next power of two of the final length "
         "(capped at max_reserved); Oracle the exact final length.",
-        "Paged pools follow vLLM v1: one block holds block_size tokens for every layer of a KV-cache group; "
-        "sliding layers hold at most ceil((W-1)/B)+1 blocks.",
-        "A capacity ratio is not a throughput ratio.",
+        "Paged pools follow vLLM v1: a block holds block_size tokens for every layer of a KV-cache group; sliding "
+        "layers hold at most ceil((W-1)/B)+1 blocks.",
+        f"Requests per node assume {GPUS_PER_NODE}-GPU nodes filled with whole replicas of tp x pp GPUs.",
     ]
-    if df.filter(pl.col("kv_dtype").cast(pl.Utf8).is_in(["fp8", "fp8_e4m3", "fp8_e5m2", "int8"])
-                 & (pl.col("kv_scales").cast(pl.Utf8) == "tensor")).height:
+    frame = Frame(df)
+    if df.select((frame.is_in("kv_dtype", ["fp8", "fp8_e4m3", "fp8_e5m2", "int8"])
+                  & frame.is_in("kv_scales", ["tensor"])).any()).item():
         lines.append("FP8/int8 points are idealized: 1 byte per element, no per-token scales, alignment or "
                      "accuracy cost.")
-    if df.filter(~pl.col("fits")).height:
+    if not df.get_column("fits").all():
         lines.append("Points whose weights and reserve leave no KV memory are kept with capacity 0 (fits = no).")
     return lines
-
-
 
 
 def _simulation(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
@@ -259,6 +603,7 @@ def _simulation(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
     if spec.simulate is None:
         return None
     from kvdash.simulate.capacity import LABEL
+    from kvdash.simulate.engine import PAPER_FIG2
     from kvdash.simulate.explain import PAPER_OTHERS, SHARE_MEANING, gap_notes
     from kvdash.sweep.simulation import SHARE_COLUMNS, column
 
@@ -306,19 +651,44 @@ def _simulation(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
     return {"rows": rows, "setup": setup, "meaning": meaning, "notes": notes, "capacity": capacity}
 
 
-def build_context(spec: GridSpec, expanded: Expanded) -> dict[str, Any]:
+def _claims(verdicts: list[Verdict], reserve: str) -> dict[str, Any]:
+    """Judged claims as rows; claims this grid cannot judge collapsed into one line each."""
+    rows, not_applicable, not_computable = [], [], []
+    for v in verdicts:
+        if v.verdict == "not applicable":
+            not_applicable.append(f"`{v.claim.id}`" if v.note.startswith("this grid has no") else
+                                  f"`{v.claim.id}` ({v.note})")
+            continue
+        if v.verdict == "not computable":
+            not_computable.append(f"`{v.claim.id}`")
+            continue
+        verdict = v.verdict + (f" ({v.holding:,}/{v.points:,})" if v.points and v.verdict != "circular"
+                               else "")
+        why = []
+        if v.where:
+            why.append(v.where if v.where.startswith(("everywhere", "no single")) else f"holds where {v.where}")
+        if v.direction and v.verdict != "holds":
+            why.append(v.direction)
+        if v.note:
+            why.append(v.note)
+        if v.claim.kind == "capacity" and v.claim.metric and "requests" in v.claim.metric:
+            why.append(reserve.split(" (")[0].replace("runtime reserve", "reserve").replace(" per rank", "/rank"))
+        rows.append({"id": v.claim.id, "claim": v.claim.claim, "claimed": v.claim.claimed_text(),
+                     "computed": v.computed, "verdict": verdict, "css": v.verdict.replace(" ", "-"),
+                     "why": "; ".join(why), "source": v.claim.source, "conditions": v.claim.conditions,
+                     "kind": v.claim.kind, "metric": v.claim.metric or ""})
+    return {"rows": rows, "not_applicable": not_applicable, "not_computable": not_computable, "reserve": reserve}
+
+
+def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.csv") -> dict[str, Any]:
     df = expanded.frame
-    verdicts = judge_all(df, spec.claims)
+    labels = Labels(spec, df)
+    verdicts = judge_all(df, spec.claims, dims=labels.swept,
+                         models={name: e.arch for name, e in spec.models.items()})
+    exit_rows = _exit_criteria(df, verdicts)
+    evaluable = [r for r in exit_rows if r[1] != "not evaluable"]
+    tutorial_config = not any(r[2] == NO_TUTORIAL_POINT for r in exit_rows)
     n = df.height
-    if n <= HEADLINE_ALL:
-        headline = {"all": _rows(df, HEADLINE_COLS), "top": [], "bottom": []}
-    else:
-        narrow = df.select(HEADLINE_COLS)
-        top = narrow.top_k(HEADLINE_EACH, by=["paged_requests", "id"], reverse=[False, True]) \
-            .sort(["paged_requests", "id"], descending=[True, False])
-        bottom = narrow.bottom_k(HEADLINE_EACH, by=["paged_requests", "id"], reverse=[False, True]) \
-            .sort(["paged_requests", "id"], descending=[True, False])
-        headline = {"all": [], "top": _rows(top, HEADLINE_COLS), "bottom": _rows(bottom, HEADLINE_COLS)}
     return {
         "title": spec.title,
         "description": spec.description,
@@ -327,69 +697,55 @@ def build_context(spec: GridSpec, expanded: Expanded) -> dict[str, Any]:
         "grid_sha256": hashlib.sha256(spec.text.encode()).hexdigest(),
         "points": n,
         "points_before_exclude": expanded.size_before_exclude,
+        "results": results,
+        "results_note": (f"Parquet: the grid has more than {PARQUET_ABOVE:,} points (--csv writes CSV)"
+                         if results.endswith(".parquet") else ""),
+        "decision": _decision(spec, df, labels),
+        "gates": _gates(spec, df, labels),
+        "mechanism": _mechanism(spec, df),
+        "label_names": labels.names,
         "assumptions": _assumption_lines(df),
         "models": _models(spec),
-        "workloads": [[w.name, ", ".join(f"{x:,}" for x in w.lengths), ", ".join(f"{x:,}" for x in w.finals),
+        "models_short": _models_short(spec),
+        "workloads": [[w.name, ", ".join(f"{x:,}" for x in w.lengths)
+                       + ("" if w.finals == w.lengths else f" (final {', '.join(f'{x:,}' for x in w.finals)})"),
                        f"{w.max_reserved:,}", f"{w.prefix:,}", w.description] for w in spec.workloads.values()],
-        "dimensions": _dimensions(spec, df),
-        "headline_headers": [HEADERS[c] for c in HEADLINE_COLS],
-        "headline": headline,
-        "groups": _groups(df),
-        "mermaid": _mermaid(df),
-        "group_headers": GROUP_HEADERS,
-        "sensitivity": _sensitivity(df, spec),
+        "dimensions": _dimensions(spec),
+        "headline": _headline(spec, df, labels),
+        "groups": _groups(df, labels),
+        "mermaid": _mermaid(spec, df, labels),
+        "sensitivity": _sensitivity(spec, df, labels),
         "waste": _waste(df, spec),
-        "verdicts": verdicts,
-        "exit_criteria": _exit_criteria(df, verdicts),
+        "claims": _claims(verdicts, reserve_text(spec) if labels.has_gpu else
+                          "explicit KV budget per rank (no runtime reserve applies)"),
+        "exit_criteria": exit_rows if tutorial_config else [],
+        "exit_summary": "" if tutorial_config else
+        (f"not evaluable here (no point of the tutorial's configuration); the {len(evaluable)} that do not need "
+         "one are in report.html"),
         "charts": charts_for(spec),
-        "columns": RESULT_COLUMNS + (simulation_columns(spec) if spec.simulate else []),
+        "columns": RESULT_COLUMNS + (_simulation_columns(spec) if spec.simulate else []),
         "simulation": _simulation(spec, df),
     }
 
 
+def _simulation_columns(spec: GridSpec) -> list[tuple[str, str, str]]:
+    from kvdash.sweep.simulation import simulation_columns
+
+    return simulation_columns(spec)
+
+
 # --- charts ------------------------------------------------------------------------------------
 
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("svg")
-    import matplotlib.pyplot as plt
-
-    plt.rcdefaults()
-    plt.rcParams.update({"svg.hashsalt": "kvdash", "svg.fonttype": "none", "font.family": "DejaVu Sans",
-                         "font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
-    return plt
-
-
-def _save(fig: Any, path: Path) -> None:
-    fig.savefig(path, format="svg", metadata={"Date": None, "Creator": f"kvdash {__version__}"},
-                bbox_inches="tight")
-
-
-def _finish_share_chart(fig: Any, ax: Any, labels: list[str], xlabel: str, legend_columns: int, path: Path) -> None:
-    """Axes, legend and file of a horizontal 0-100 % share chart (first label on top)."""
-    import matplotlib.pyplot as plt
-
-    ax.set_yticks(range(len(labels)), labels)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 100)
-    ax.set_xlabel(xlabel)
-    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=legend_columns, frameon=False, fontsize=8)
-    _save(fig, path)
-    plt.close(fig)
-
-
-def _label(r: dict[str, Any]) -> str:
-    return f"{r['model']} {r['kv_dtype']} B{r['block_size']} tp{r['tp']} {r['workload']}"
-
-
 def write_simulation_chart(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
-    """The paper's Figure 2 layout: one stacked bar per policy (median over the grid), the paper's beside."""
+    """The paper's Figure 2 layout: one stacked bar per policy (median over the grid), the paper's beside.
+
+    Kept separate from the capacity charts: a later rates/latency chart of the simulator goes beside it."""
+    from kvdash.simulate.engine import PAPER_FIG2
     from kvdash.sweep.simulation import SHARE_COLUMNS, column
 
     assert spec.simulate is not None
-    plt = _plt()
     colors = ("#2f855a", "#d69e2e", "#c05621", "#9b2c2c", "#cbd5e0")
+    names = ("token states", "reservation", "internal frag.", "external frag. (& other)", "free")
     labels, bars = [], []
     for pol in spec.simulate.policies:
         med = df.select([pl.col(column(pol, short)).median() for _, short in SHARE_COLUMNS]).row(0)
@@ -400,14 +756,8 @@ def write_simulation_chart(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
             rest = 100 - sum(v or 0 for v in paper)
             labels.append(f"{pol} (paper Fig. 2)")
             bars.append([paper[0], paper[1] or 0.0, paper[2] or 0.0, paper[3] or 0.0, max(rest, 0.0)])
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(labels) + 1.4))
-    left = [0.0] * len(labels)
-    names = ("token states", "reservation", "internal frag.", "external frag. (& other)", "free")
-    for k in range(5):
-        vals = [b[k] for b in bars]
-        ax.barh(range(len(labels)), vals, left=left, color=colors[k], label=names[k])
-        left = [a + b for a, b in zip(left, vals, strict=True)]
-    _finish_share_chart(fig, ax, labels, "share of the KV pool over time, %", 3, out / "simulation.svg")
+    parts = [(names[k], colors[k], [b[k] for b in bars]) for k in range(5)]
+    _write(out / "simulation.svg", svg.stacked_chart(labels, parts, "share of the KV pool over time, %"))
 
 
 def write_capacity_chart(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
@@ -417,104 +767,108 @@ def write_capacity_chart(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
 
     sim = spec.simulate
     assert sim is not None and sim.rates
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    for pol in sim.policies:
+    colours = ("#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b83280", "#718096")
+    series = []
+    for i, pol in enumerate(sim.policies):
         ys = [df.select(pl.col(column(pol, f"latency_r{k}")).median()).item() for k in range(len(sim.rates))]
-        ax.plot(sim.rates, [float("nan") if y is None else y for y in ys], marker="o", markersize=3, label=pol)
-    ax.axhline(sim.latency_bound, color="#718096", linestyle="--", linewidth=1,
-               label=f"bound {sim.latency_bound:g}")
-    ax.set_yscale("log")
-    ax.set_xlabel("request rate, requests per step (simulated)")
-    ax.set_ylabel("normalized latency, steps per output token")
-    ax.set_title("scheduling capacity under the simulator's assumptions (not GPU throughput)", fontsize=9)
-    ax.legend(frameon=False, fontsize=8)
-    _save(fig, out / "simulation-capacity.svg")
-    plt.close(fig)
+        series.append((pol, colours[i % len(colours)], ys))
+    _write(out / "simulation-capacity.svg", svg.line_chart(
+        sim.rates, series, "request rate, requests per step (simulated)",
+        "steps per output token", (sim.latency_bound, f"bound {sim.latency_bound:g}"),
+        "scheduling capacity under the simulator's assumptions (not GPU throughput)"))
 
 
-def write_charts(df: pl.DataFrame, out: Path) -> None:
-    plt = _plt()
-    # 1. paged vs contiguous requests for the headline points
-    narrow = df.select("id", "model", "kv_dtype", "block_size", "tp", "workload", "paged_requests",
-                       "contiguous_requests")
-    if narrow.height > 24:
-        order = {"by": ["paged_requests", "id"], "descending": [True, False]}
-        narrow = pl.concat([narrow.top_k(12, by=["paged_requests", "id"], reverse=[False, True]).sort(**order),
-                            narrow.bottom_k(12, by=["paged_requests", "id"], reverse=[False, True]).sort(**order)])
-    ordered = narrow
-    rows = list(ordered.iter_rows(named=True))
-    fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.2))
-    ys = list(range(len(rows)))
-    ax.barh([y + 0.2 for y in ys], [r["paged_requests"] for r in rows], height=0.4, label="paged", color="#2b6cb0")
-    ax.barh([y - 0.2 for y in ys], [r["contiguous_requests"] for r in rows], height=0.4, label="contiguous (Max)",
-            color="#c05621")
-    ax.set_yticks(ys, [_label(r) for r in rows])
-    ax.invert_yaxis()
+def _write(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+
+
+def write_charts(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
+    labels = Labels(spec, df)
+    # 1. paged vs contiguous requests, points named by the swept dimensions
+    picked, note = _chart_points(spec, df, labels, CHART_POINTS)
+    rows = list(picked.iter_rows(named=True))
     values = [v for r in rows for v in (r["paged_requests"], r["contiguous_requests"]) if v and v > 0]
-    if values and max(values) / min(values) > 100:
-        ax.set_xscale("log")
-    ax.set_xlabel("requests that fit at once (snapshot)" + (", log scale" if ax.get_xscale() == "log" else ""))
-    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, frameon=False)
-    _save(fig, out / "capacity.svg")
-    plt.close(fig)
+    log = bool(values) and max(values) / min(values) > 100
+    _write(out / "capacity.svg", svg.bar_chart(
+        [labels(r) for r in rows],
+        [("paged", "#2b6cb0", [r["paged_requests"] for r in rows]),
+         ("contiguous (Max)", "#c05621", [r["contiguous_requests"] for r in rows])],
+        "requests that fit at once (snapshot)" + (", log scale" if log else ""),
+        title=note[0].upper() + note[1:] if note else "", log=log))
 
-    # 2. capacity ratio per model, beside the "universal 4-5x" band
-    # distinct ratios per model only (to 3 decimals): a large grid repeats them many times
-    ratios = df.select("model", pl.col("request_capacity_ratio").round(3).alias("r")).drop_nulls() \
-        .unique().sort(["model", "r"])
-    models = df.get_column("model").unique(maintain_order=True).to_list()
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(models) + 1.2))
-    ax.axvspan(4, 5, color="#e2e8f0", label='claimed "universal 4-5x"')
-    for i, m in enumerate(models):
-        vals = ratios.filter(pl.col("model") == m).get_column("r").to_list()
-        ax.scatter(vals, [i] * len(vals), s=14, color="#2b6cb0", zorder=3)
-    ax.set_yticks(range(len(models)), models)
-    ax.invert_yaxis()
-    ax.set_xlabel("paged / contiguous (Max) requests: a capacity ratio, not throughput")
-    ax.set_xlim(left=0)
-    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
-    _save(fig, out / "ratio.svg")
-    plt.close(fig)
+    # 2. capacity ratio per model, beside the "universal 4-5x" band (distinct ratios to 3 decimals)
+    ratios = df.lazy().select("model", pl.col("request_capacity_ratio").round(3).alias("r")).drop_nulls() \
+        .unique().collect().with_columns(pl.col("model").cast(pl.Utf8)).sort(["model", "r"])
+    models = [str(m) for m in df.get_column("model").unique(maintain_order=True).to_list()]
+    grouped = {m: [] for m in models} | {m: list(v) for m, v in ratios.group_by("model").agg("r").iter_rows()}
+    _write(out / "ratio.svg", svg.strip_chart(
+        models, [grouped[m] for m in models], "paged / contiguous (Max) requests: a capacity ratio, not throughput",
+        (4, 5), 'claimed "universal 4-5x"'))
 
     # 3. where the memory of one workload group goes: contiguous Max vs paged (median over points)
-    medians = df.group_by("workload", maintain_order=True).agg(
-        pl.col("reservation_waste_percent").median().alias("res"), pl.col("paged_waste_percent").median().alias("pag"))
-    names = medians.get_column("workload").to_list()
-    fig, ax = plt.subplots(figsize=(8, 0.7 * len(names) + 1.2))
-    labels, useful, waste, kinds = [], [], [], []
+    medians = workload_stats(df)
+    names, useful, reserve_w, tail_w = [], [], [], []
     for row in medians.iter_rows(named=True):
-        name = row["workload"]
         for kind, value in (("contiguous Max", row["res"]), ("paged", row["pag"])):
             w = float(value) if value is not None else 0.0
-            labels.append(f"{name}: {kind}")
+            names.append(f"{row['workload']}: {kind}")
             useful.append(100 - w)
-            waste.append(w)
-            kinds.append(kind)
-    ys = list(range(len(labels)))
-    ax.barh(ys, useful, color="#2f855a", label="token state")
-    ax.barh(ys, waste, left=useful, color=["#c05621" if k == "contiguous Max" else "#d69e2e" for k in kinds],
-            label="reservation (contiguous) / tail (paged) waste")
-    _finish_share_chart(fig, ax, labels, "share of the memory a workload group holds, % (median over the grid)", 2,
-                        out / "waste.svg")
+            reserve_w.append(w if kind == "contiguous Max" else 0.0)
+            tail_w.append(w if kind == "paged" else 0.0)
+    _write(out / "waste.svg", svg.stacked_chart(
+        names, [("token state", "#2f855a", useful), ("reservation waste (contiguous)", "#c05621", reserve_w),
+                ("tail and window-block waste (paged)", "#d69e2e", tail_w)],
+        "share of the memory a workload group holds, % (median over the grid)"))
 
 
 # --- writing -----------------------------------------------------------------------------------
 
+def _bytecode_cache() -> Any:
+    """Compiled templates kept under the user's cache folder (compiling both takes ~0.1 s, a sixth of a small
+    sweep); jinja2 checks each entry against the template's source.  None when the folder is not writable."""
+    import jinja2
+
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvdash" / f"templates-{__version__}"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        probe = base / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(str(base))
+
+
 def _env(autoescape: bool) -> Any:
     import jinja2
 
-    env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(
-            lambda name: (resources.files("kvdash.templates") / name).read_text(encoding="utf-8")),
-        autoescape=autoescape, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    from kvdash.report.markdown import md, md_code
+    def source(name: str) -> tuple[str, str, Callable[[], bool]]:
+        text = (resources.files("kvdash.templates") / name).read_text(encoding="utf-8")
+        return text, name, lambda: True
 
-    env.filters["md"] = md  # every user string in report.md passes one of these two
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(source),
+        autoescape=autoescape, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined, bytecode_cache=_bytecode_cache(),
+    )
+    from kvdash.report.markdown import md, md_code, md_marked
+
+    env.filters["md"] = md  # every user string in report.md passes one of these three
     env.filters["md_code"] = md_code
+    env.filters["md_marked"] = md_marked  # kvdash's sentences with their own **bold** / `code` marks
+    env.filters["bold"] = lambda s: _inline(s, "**", "strong")
+    env.filters["unquote"] = lambda s: _inline(s, "`", "code")
     return env
+
+
+def _inline(text: str, mark: str, tag: str) -> Any:
+    """HTML for Markdown-style ``**bold**`` or ```code``` spans: the text escaped first, then the pairs of
+    marks turned into tags."""
+    import markupsafe
+
+    pieces = str(markupsafe.escape(str(text))).split(mark)
+    out = "".join(p if i % 2 == 0 else f"<{tag}>{p}</{tag}>" for i, p in enumerate(pieces))
+    return markupsafe.Markup(out)
 
 
 def render_markdown(ctx: dict[str, Any]) -> str:
@@ -529,29 +883,43 @@ def write_csv(df: pl.DataFrame, path: Path) -> None:
     df.write_csv(path, float_precision=6, null_value="")
 
 
-def write_report(spec: GridSpec, expanded: Expanded, out: Path, parquet: bool = False,
+def results_formats(points: int, csv: bool = False, parquet: bool = False) -> tuple[str, ...]:
+    """Which results files to write: those asked for, else CSV up to PARQUET_ABOVE points and Parquet above."""
+    asked = tuple(f for f, on in (("csv", csv), ("parquet", parquet)) if on)
+    return asked or (("parquet",) if points > PARQUET_ABOVE else ("csv",))
+
+
+def write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[str, ...] | None = None,
                  progress: Callable[[str], None] | None = None) -> list[Path]:
-    """Write every output into a fresh folder beside ``out``, then swap it into place."""
+    """Write every output into a fresh folder beside ``out``, then swap it into place.
+
+    ``formats``: ``csv`` and/or ``parquet`` (default: :func:`results_formats`)."""
     step = progress or (lambda _msg: None)
+    formats = formats or results_formats(expanded.frame.height)
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         from concurrent.futures import ThreadPoolExecutor
 
-        step("results.csv")
-        with ThreadPoolExecutor(max_workers=1) as pool:  # polars writes while matplotlib draws
-            csv = pool.submit(write_csv, expanded.frame, tmp / "results.csv")
-            if parquet:
-                expanded.frame.write_parquet(tmp / "results.parquet", statistics=False)
+        main = "results.csv" if "csv" in formats else "results.parquet"
+        step(main)
+        with ThreadPoolExecutor(max_workers=1) as pool:  # polars writes (releasing the GIL) while reports build
+            jobs = []
+            if "csv" in formats:
+                jobs.append(pool.submit(write_csv, expanded.frame, tmp / "results.csv"))
+            if "parquet" in formats:
+                jobs.append(pool.submit(expanded.frame.write_parquet, tmp / "results.parquet", statistics=False,
+                                            compression="lz4"))  # 2x zstd's size, a third faster
             step("charts")
-            write_charts(expanded.frame, tmp)
+            write_charts(spec, expanded.frame, tmp)
             if spec.simulate is not None:
                 write_simulation_chart(spec, expanded.frame, tmp)
                 if spec.simulate.rates:
                     write_capacity_chart(spec, expanded.frame, tmp)
-            ctx = build_context(spec, expanded)
-            csv.result()
+            ctx = build_context(spec, expanded, main)
+            for job in jobs:
+                job.result()
         step("report.md")
         (tmp / "report.md").write_text(render_markdown(ctx), encoding="utf-8")
         svgs = {name: _strip_xml_header((tmp / name).read_text(encoding="utf-8")) for name in charts_for(spec)}

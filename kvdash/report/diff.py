@@ -72,7 +72,7 @@ class _Side:
 def _read(csv: Path) -> pl.DataFrame:
     """The documented columns with their documented types (other columns as text); a file that does
     not parse that way (an ``id`` of integers is fine: ids are text) is read again as text only."""
-    from kvdash.sweep.evaluate import RESULT_COLUMNS
+    from kvdash.sweep.columns import RESULT_COLUMNS
 
     types = {"str": pl.Utf8, "int": pl.Int64, "float": pl.Float64, "bool": pl.Boolean}
     header = pl.read_csv(csv, n_rows=0, infer_schema=False).columns
@@ -86,13 +86,15 @@ def _read(csv: Path) -> pl.DataFrame:
 
 def _load(path: Path, field: str) -> pl.DataFrame:
     csv = path / "results.csv" if path.is_dir() else path
+    if path.is_dir() and not csv.is_file() and (path / "results.parquet").is_file():
+        csv = path / "results.parquet"  # grids past 100,000 points write Parquet
     if not csv.is_file():  # also refuses FIFOs and devices, which would block or never end
         raise InputError(field, str(path), "expected a results.csv or a report folder holding one")
     size = csv.stat().st_size
     if size > MAX_CSV_BYTES:
         raise InputError(field, str(csv), f"{size:,} bytes; a results.csv of at most {MAX_CSV_BYTES:,} bytes")
     try:
-        df = _read(csv)
+        df = pl.read_parquet(csv, n_rows=MAX_ROWS + 1) if csv.suffix == ".parquet" else _read(csv)
     except Exception as exc:  # polars raises several error types for malformed files
         raise InputError(field, str(csv), f"not a readable CSV ({type(exc).__name__})") from exc
     if df.height > MAX_ROWS:
@@ -352,7 +354,7 @@ def _grid_value(v: Any) -> str:
 
 
 def _bounds(g: Any) -> str:
-    from kvdash.report.gates import bounds_text
+    from kvdash.sweep.gates import bounds_text
 
     return bounds_text(g)
 
@@ -364,7 +366,7 @@ def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_gri
     ``base_grid`` / ``head_grid``: the grid files, for gates and the settings results.csv does not
     hold; with only one of them, its gates serve both sides.  ``max_chars``: the text stays below it.
     """
-    from kvdash.report import gates as G
+    from kvdash.sweep import gates as G
     from kvdash.sweep.gridfile import parse_grid
 
     if max_chars < 2_000:

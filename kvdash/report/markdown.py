@@ -32,7 +32,7 @@ import re
 
 from kvdash.errors import one_line, shorten
 
-__all__ = ["md", "md_code", "shorten"]
+__all__ = ["md", "md_code", "md_marked", "shorten"]
 
 _BACKSLASH_ESCAPED = "\\`*~|"
 _UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
@@ -82,3 +82,27 @@ def md_code(text: object, limit: int | None = None) -> str:
     pad = " " if s.startswith("`") or s.endswith("`") else ""
     return f"{fence}{pad}{s}{pad}{fence}" if s else "` `"
 
+
+
+def md_marked(text: object) -> str:
+    """A sentence kvdash wrote, with its own ``**bold**`` and ```code``` marks kept and every other
+    character made inert as :func:`md` does (the user strings inside it included).
+
+    >>> md_marked("**chat**: best is `a|b` for @team")
+    '**chat**: best is `a\\\\|b` for @&#8203;team'
+    """
+    out = []
+    for i, part in enumerate(one_line(text).split("**")):
+        pieces = []
+        for j, piece in enumerate(part.split("`")):
+            if j % 2:
+                pieces.append(md_code(piece))
+            elif piece.strip():
+                lead = " " if piece[0].isspace() else ""
+                trail = " " if piece[-1].isspace() else ""
+                pieces.append(lead + md(piece) + trail)
+            else:
+                pieces.append(" " if piece else "")
+        joined = "".join(pieces)
+        out.append(f"**{joined.strip()}**" if i % 2 and joined.strip() else joined)
+    return "".join(out).strip()

@@ -21,6 +21,7 @@ from kvdash.core.calc import BudgetSpec, PoolShape, check_positive, rank_shapes,
 from kvdash.core.model import Architecture
 from kvdash.core.point import capacity_metrics, request_metrics, shape_inputs
 from kvdash.errors import InputError
+from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
 from kvdash.sweep.gridfile import DIMENSIONS, GridSpec
 
 DEFAULT_MAX_POINTS = 2_000_000
@@ -31,58 +32,6 @@ DEFAULTS: dict[str, Any] = {
     "pp": 1, "max_model_len": None, "max_batched_tokens": 8192,
 }
 
-# name, kind, description -- the documented columns of results.csv, in order
-RESULT_COLUMNS: list[tuple[str, str, str]] = [
-    ("id", "str", "stable point id: a hash of the point's parameters, not its position"),
-    ("model", "str", "model name from the grid's models:"),
-    ("workload", "str", "workload name"),
-    ("lengths", "str", "tokens each request of the workload holds now (comma-separated)"),
-    ("max_reserved", "int", "tokens a contiguous Max allocator reserves per request"),
-    ("prefix", "int", "tokens of a shared prompt prefix (0: none)"),
-    ("kv_dtype", "str", "KV element type"),
-    ("kv_scales", "str", "scale storage: tensor (none per token) or token_head"),
-    ("block_size", "int", "tokens per block"),
-    ("tp", "int", "tensor-parallel degree"),
-    ("pp", "int", "pipeline-parallel degree"),
-    ("gpu", "str", "GPU preset when the budget is derived (empty for an explicit budget)"),
-    ("gpu_util", "str", "utilization fraction when derived"),
-    ("util_policy", "str", "vllm (fraction of total) or trtllm (fraction of free after weights)"),
-    ("budget_bytes", "int", "KV budget per rank in bytes (0 when weights and reserve leave nothing)"),
-    ("fits", "bool", "false when the derived budget leaves no memory for the KV cache"),
-    ("max_model_len", "int", "vLLM max_model_len used for its start-up figures"),
-    ("max_batched_tokens", "int", "vLLM max_num_batched_tokens used for its sliding-window bound"),
-    ("bytes_per_token", "int", "KV bytes one token takes on the tightest rank"),
-    ("block_bytes", "int", "bytes of one pool block"),
-    ("kv_token_slots", "int", "floor(budget / bytes_per_token)"),
-    ("whole_pool_blocks", "int", "floor(budget / block_bytes)"),
-    ("block_backed_token_slots", "int", "pool blocks / KV-cache groups x block size"),
-    ("paged_blocks", "int", "pool blocks one workload group holds"),
-    ("useful_slots", "int", "sum of the workload's lengths"),
-    ("allocated_slots", "int", "sum of ceil(length / B) x B"),
-    ("tail_waste_slots", "int", "allocated - useful slots"),
-    ("paged_internal_waste_percent", "float", "100 x tail waste / allocated slots"),
-    ("useful_bytes", "int", "bytes of token state the group needs"),
-    ("paged_bytes", "int", "bytes the group holds when paged"),
-    ("contiguous_max_bytes", "int", "bytes the group holds under contiguous Max"),
-    ("paged_waste_percent", "float", "100 x (paged - useful) / paged bytes"),
-    ("reservation_waste_percent", "float", "100 x (Max - useful) / Max bytes"),
-    ("complete_groups", "int", "whole workload groups that fit, paged"),
-    ("contiguous_complete_groups", "int", "whole groups that fit under contiguous Max"),
-    ("paged_requests", "int", "requests that fit, paged (whole groups x group size)"),
-    ("contiguous_requests", "int", "requests that fit under contiguous Max"),
-    ("pow2_requests", "int", "requests that fit under contiguous Pow2 (next power of two of the final length)"),
-    ("oracle_requests", "int", "requests that fit under contiguous Oracle (exact final length)"),
-    ("request_capacity_ratio", "float", "paged / contiguous Max requests (empty when none fit contiguously)"),
-    ("offload_tokens", "int", "tokens of the longest request"),
-    ("offload_useful_bytes", "int", "its token-state bytes"),
-    ("offload_allocated_bytes", "int", "its full allocated-block bytes"),
-    ("requests_with_prefix_sharing", "int", "requests that fit when the prefix blocks are shared"),
-    ("prefix_saved_percent", "float", "memory saved by sharing at the unshared request count, percent"),
-    ("vllm_kv_cache_tokens", "int", "vLLM's 'GPU KV cache size' line"),
-    ("vllm_max_concurrency", "float", "vLLM's 'Maximum concurrency' at max_model_len"),
-    ("kv_128k_over_weights", "float", "KV bytes of one 131,072-token request / weight bytes (per rank)"),
-]
-FLOAT_DECIMALS = 6
 
 _HEX = {i: "0123456789abcdef"[i] for i in range(16)}
 _M61 = (1 << 61) - 1
@@ -312,6 +261,12 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
                                {n: pl.col(n) for n in r_exprs})
     metrics: dict[str, pl.Expr] = {n: pl.col(n) for n in r_exprs} | c_exprs
     metrics["kv_128k_over_weights"] = pl.col("_kv128k_over_weights")
+    gpus = keys.lookup("tp", pl.Int64) * keys.lookup("pp", pl.Int64)
+    metrics["gpus"] = gpus
+    metrics["paged_requests_per_gpu"] = c_exprs["paged_requests"] / gpus
+    nodes = (gpus + GPUS_PER_NODE - 1) // GPUS_PER_NODE
+    metrics["paged_requests_per_node"] = pl.when(gpus <= GPUS_PER_NODE) \
+        .then(c_exprs["paged_requests"] * (GPUS_PER_NODE // gpus)).otherwise(c_exprs["paged_requests"] // nodes)
     # the id: the sum of one hash term per parameter, modulo 2^61 - 1, as 16 hex digits
     acc = (pl.col("_hreq") + pl.col("_hbud")) % _M61
     chunks = pl.Series([f"{i:04x}" for i in range(1 << 16)], dtype=pl.Utf8)

@@ -14,9 +14,10 @@ import yaml
 
 from kvdash.core.point import group_size_problem
 from kvdash.errors import InputError, closest
+from kvdash.sweep.columns import RESULT_COLUMNS
 
-TOP_KEYS = ("title", "description", "models", "workloads", "defaults", "grid", "zip", "exclude", "claims",
-            "gates", "simulate")
+TOP_KEYS = ("title", "description", "question", "objective", "models", "workloads", "defaults", "grid", "zip",
+            "exclude", "claims", "gates", "simulate")
 SIMULATE_KEYS = ("workload", "prompt", "output", "requests", "rate", "concurrency", "prefix", "policies", "allocator",
                  "max_len", "seed", "rates", "latency_bound", "watermark", "clip")
 SIMULATE_MAX_POINTS = 500
@@ -54,7 +55,7 @@ class _Tree:
         self.marks: dict[Path_, tuple[int, int]] = {}
         self.key_marks: dict[Path_, tuple[int, int]] = {}
         try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml if present
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark
             where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
@@ -129,6 +130,18 @@ class Gate:
 
 
 @dataclass
+class Objective:
+    """What "best" means in the decision section: a numeric result column to maximize or minimize."""
+
+    metric: str = "paged_requests_per_gpu"
+    maximize: bool = True
+    given: bool = False  # false: the default
+
+    def text(self) -> str:
+        return f"{'most' if self.maximize else 'least'} {self.metric}"
+
+
+@dataclass
 class SimSpec:
     """A ``simulate:`` section: the same simulated workload run on the pool of every grid point."""
 
@@ -156,6 +169,8 @@ class GridSpec:
     gates: list[Gate]
     tree: _Tree = field(repr=False)
     simulate: SimSpec | None = None
+    question: str = ""
+    objective: Objective = field(default_factory=Objective)
 
     @property
     def dimensions(self) -> list[str]:
@@ -403,8 +418,6 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
     for i, g in enumerate(c.seq(gates_raw, ("gates",)) if gates_raw else []):
         p = ("gates", i)
         g = c.mapping(g, p, GATE_KEYS)
-        from kvdash.sweep.evaluate import RESULT_COLUMNS
-
         metric = g.get("metric")
         numeric = [name for name, kind, _ in RESULT_COLUMNS if kind in ("int", "float")]
         if metric not in numeric:
@@ -415,9 +428,26 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
                 raise c.fail(p + (key,), bound, "expected a number")
         if lo is None and hi is None:
             raise c.fail(p, g, "a gate needs min: or max:")
-        where = {dim: values(dim, raw, p + ("where", dim))
-                 for dim, raw in c.mapping(g.get("where", {}), p + ("where",)).items()}
+        where_raw = c.mapping(g.get("where", {}), p + ("where",))
+        columns = {name for name, _, _ in RESULT_COLUMNS} | {"budget"}
+        for dim in where_raw:
+            if dim in DIMENSIONS and dim not in columns:
+                raise c.fail(p + ("where", dim), dim, "a gate selects points by a result column; allowed: "
+                             + ", ".join(d for d in DIMENSIONS if d in columns), key=True)
+        where = {dim: values(dim, raw, p + ("where", dim)) for dim, raw in where_raw.items()}
         gates.append(Gate(str(g.get("name", f"{metric} gate {i}")), metric, lo, hi, where))
+
+    objective = Objective()
+    if "objective" in top:
+        raw = c.mapping(top["objective"], ("objective",), ("maximize", "minimize"))
+        if len(raw) != 1:
+            raise c.fail(("objective",), raw, "expected one of maximize: METRIC or minimize: METRIC")
+        (direction, metric), = raw.items()
+        numeric = [name for name, kind, _ in RESULT_COLUMNS if kind in ("int", "float")]
+        if metric not in numeric:
+            raise c.fail(("objective", direction), metric, "expected a numeric result column",
+                         closest(str(metric), numeric))
+        objective = Objective(str(metric), direction == "maximize", True)
 
     sim = None
     if "simulate" in top:
@@ -429,6 +459,7 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
             raise c.fail(("simulate",), f"{size:,} points",
                          f"a grid with simulate: may have at most {SIMULATE_MAX_POINTS} points")
     return GridSpec(path=path, text=text, simulate=sim, title=str(top.get("title", path.stem)),
+                    question=str(top.get("question", "")), objective=objective,
                     description=str(top.get("description", "")), models=models, workloads=workloads,
                     factors=factors, excludes=excludes, claims=claims, gates=gates, tree=tree)
 
@@ -436,8 +467,8 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
 def _simulate_section(c: Checker, raw: Any) -> SimSpec:
     from dataclasses import replace
 
-    from kvdash.commands.simulate import parse_lengths_spec
     from kvdash.simulate.engine import ALLOCATORS, POLICIES, PRESETS
+    from kvdash.simulate.lengths import parse_lengths_spec
 
     p: Path_ = ("simulate",)
     sim = c.mapping(raw, p, SIMULATE_KEYS)
