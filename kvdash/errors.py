@@ -18,11 +18,45 @@ class InputError(ValueError):
         self.value = value
         self.allowed = allowed
         self.hint = hint
-        shown = "missing" if value is None else f"{value!r} is not allowed"
+        shown = "missing" if value is None else f"{shorten(value)} is not allowed"
         text = f"{field}: {shown}; {allowed}"
         if hint:
             text += f" ({hint})"
         super().__init__(text)
+
+
+SHOWN_CHARS = 80
+
+
+def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters, with an ellipsis and the full length.
+
+    Error lines echo what the user gave; a 10 KB value must not make a 10 KB line, and an integer
+    past Python's 4,300-digit ``str()`` limit must not raise while being shown.  ``repr`` keeps a
+    newline as ``\\n``, so the line stays one line.
+
+    >>> shorten("x" * 200)[-19:]
+    'x… (202 characters)'
+    >>> len(shorten("x" * 200)) <= 80 + len("… (202 characters)")
+    True
+    >>> shorten(10**5000)
+    'an integer of 5,001 digits'
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        digits = len(str(value)) if value.bit_length() < 4000 else _digits(abs(value))
+        return f"an integer of {digits:,} digits"
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def _digits(n: int) -> int:
+    """Decimal digits of a positive integer too large for ``str()``."""
+    import math
+
+    guess = int(n.bit_length() * math.log10(2))
+    return guess + 1 if n >= 10**guess else guess
 
 
 def closest(name: str, choices: Iterable[str]) -> str:

@@ -24,9 +24,10 @@ def sweep(
     from kvdash.sweep.evaluate import expand
     from kvdash.sweep.gridfile import parse_grid
 
+    from kvdash.core.limits import MAX_POINTS_CEILING, check_int
+
+    check_int("--max-points", max_points, 1, MAX_POINTS_CEILING)
     spec = parse_grid(grid)
-    if max_points <= 0:
-        raise InputError("--max-points", max_points, "expected a positive integer")
     if dry_run:
         _dry_run(spec, max_points)
         return

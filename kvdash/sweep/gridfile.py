@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from kvdash import safeio, safeyaml
 from kvdash.errors import InputError, closest
 
 TOP_KEYS = ("title", "description", "models", "workloads", "defaults", "grid", "zip", "exclude", "claims",
@@ -51,13 +52,8 @@ class _Tree:
         self.name = name
         self.marks: dict[Path_, tuple[int, int]] = {}
         self.key_marks: dict[Path_, tuple[int, int]] = {}
-        try:
-            node = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark
-            where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
-            raise InputError(where, "YAML", f"the file is not valid YAML: {exc.problem}") from exc
-        self.loader = yaml.SafeLoader("")
+        node = safeyaml.compose(text, name)  # bounded: depth, aliases, duplicate keys, huge integers
+        self.loader = safeyaml.BoundedLoader("", name)
         self.data = self._build(node, ()) if node is not None else {}
 
     def _build(self, node: yaml.Node, path: Path_) -> Any:
@@ -84,7 +80,9 @@ class _Tree:
     def _scalar(self, node: yaml.Node, path: Path_) -> Any:
         try:
             return self.loader.construct_object(node, deep=True)
-        except yaml.YAMLError as exc:
+        except InputError:
+            raise
+        except (yaml.YAMLError, ValueError, OverflowError) as exc:
             raise GridError(self.at(path), path, node.tag, "only plain YAML values (no tags or objects)") from exc
 
     def at(self, path: Path_, key: bool = False) -> str:
@@ -190,9 +188,14 @@ class Checker:
         raise self.fail(path, value, "expected a list")
 
     def positive_int(self, value: Any, path: Path_, allow_zero: bool = False) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0 and not allow_zero):
-            raise self.fail(path, value,
-                        "expected a non-negative integer" if allow_zero else "expected a positive integer")
+        """An integer of at least 1 (0 with ``allow_zero``) and at most the documented bound of its key."""
+        from kvdash.core.limits import MAX_REQUESTS, allowed_text, range_of
+
+        key = next((str(part) for part in reversed(path) if isinstance(part, str)), "")
+        high = (range_of(key) or (1, MAX_REQUESTS))[1]
+        low = 0 if allow_zero else 1
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self.fail(path, value, allowed_text(low, high))
         return value
 
     def dimension_value(self, dim: str, value: Any, path: Path_, spec_models: dict[str, ModelEntry],
@@ -251,19 +254,19 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
     """Read and validate a grid file."""
     name = str(path)
     if text is None:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError as exc:
-            raise InputError("grid file", name, "the file does not exist") from exc
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError("grid file", name, f"the file cannot be read ({type(exc).__name__})") from exc
+        text = safeio.read_text(path, "grid file")  # a regular file of at most 16 MiB, UTF-8, no NUL
     tree = _Tree(text, name)
     c = Checker(tree)
     top = c.mapping(tree.data, (), TOP_KEYS)
 
     # models
     models: dict[str, ModelEntry] = {}
-    for i, entry in enumerate(c.seq(top.get("models", ["tutorial-gqa-80l"]), ("models",))):
+    model_list = c.seq(top.get("models", ["tutorial-gqa-80l"]), ("models",))
+    from kvdash.core.limits import MAX_MODELS
+
+    if len(model_list) > MAX_MODELS:  # refused before any model is read
+        raise c.fail(("models",), f"{len(model_list):,} models", f"a grid may list at most {MAX_MODELS:,} models")
+    for i, entry in enumerate(model_list):
         p: Path_ = ("models", i)
         if isinstance(entry, str):
             spec = {"preset": entry}
@@ -465,4 +468,4 @@ def _simulate_section(c: Checker, raw: Any) -> SimSpec:
                 arrival="closed" if concurrency else "poisson", concurrency=int(concurrency or 0))
     return SimSpec(workload=w, policies=policies, allocator=allocator,
                    max_len=c.positive_int(sim.get("max_len", 2048), p + ("max_len",)),
-                   seed=int(sim.get("seed", 0)))
+                   seed=c.positive_int(sim.get("seed", 0), p + ("seed",), allow_zero=True))
