@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> None:
         if hint and isinstance(hint, str) and hint not in message:
             message = f"{hint}: {message}"
         fail(" ".join(message.split()) + " (see kvdash --help)", getattr(exc, "exit_code", 2) or 2)
-    except KeyboardInterrupt:
-        fail("interrupted", 130)
+    except KeyboardInterrupt as exc:  # a command may say what the interruption left (sweep: the old report)
+        fail(str(exc.args[0]) if exc.args else "interrupted", 130)
     except OSError as exc:  # a folder that cannot be written, a full disk: one line, not a traceback
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         fail(f"{where}{exc.strerror or exc}")

@@ -274,7 +274,7 @@ class TestCommands:
                              capsys)
         assert 0 == code and "" == err
         assert {"results.csv", "results.parquet", "report.md", "report.html", "capacity.svg", "ratio.svg",
-                "waste.svg"} == {f.name for f in (tmp_path / "r").iterdir()}
+                "waste.svg", "kvdash-manifest.json"} == {f.name for f in (tmp_path / "r").iterdir()}
 
     def test_check_fails_on_gate(self, tmp_path, capsys):
         text = BASIC + "gates:\n  - {name: big, metric: paged_requests, min: 100, where: {model: tutorial-gqa-80l}}\n"

@@ -17,11 +17,11 @@ from typing import Any
 
 from kvdash import __version__
 from kvdash.core import formulas as f
+from kvdash.core import limits
 from kvdash.core.dtypes import SCALE_BYTES, check_scale_mode, fp8_ds_mla_token_bytes, get_dtype
 from kvdash.core.gpus import GPU, get_gpu
 from kvdash.core.model import KINDS, Architecture, Layer
 from kvdash.core.point import fdiv, point_metrics, shape_inputs, workload_inputs
-from kvdash.core import limits
 from kvdash.errors import InputError
 from kvdash.units import GiB, parse_fraction, scale_floor
 
