@@ -13,7 +13,7 @@ Caps (bytes; documented in the README's "Safety" section):
 
 * ``CONFIG_CAP`` = 16 MiB for YAML and JSON documents (grid files, ``config.json``, safetensors indexes;
   the largest published ``model.safetensors.index.json`` files are a few MiB);
-* ``STREAM_CAP`` = 1 GiB by default for traces and replays, read line by line (``--max-file-size``
+* ``STREAM_CAP`` = 256 MiB by default for traces and replays, read line by line (``--max-file-size``
   raises it), with ``LINE_CAP`` = 1 MiB per line;
 * ``TABLE_CAP`` = 4 GiB for a ``results.csv`` given to ``kvdash diff``.
 
@@ -31,7 +31,7 @@ from kvdash.errors import InputError
 
 MiB = 2**20
 CONFIG_CAP = 16 * MiB
-STREAM_CAP = 2**30
+STREAM_CAP = 256 * MiB
 LINE_CAP = MiB
 TABLE_CAP = 4 * 2**30
 

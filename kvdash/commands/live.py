@@ -16,7 +16,8 @@ MIN_INTERVAL = 0.1
 NO_GPU = "no GPU readings: {why}. To see the dashboard without a GPU, run: kvdash live --demo"
 
 
-def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int):  # type: ignore[no-untyped-def]
+def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int,  # type: ignore[no-untyped-def]
+            max_bytes: int | None = None):
     from kvdash.sources.base import SourceUnavailable
 
     if demo and replay:
@@ -31,7 +32,7 @@ def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int):  # type: 
         if replay:
             from kvdash.sources.replay import ReplaySource
 
-            return ReplaySource(replay)
+            return ReplaySource(replay, *([max_bytes] if max_bytes else []))
         from kvdash.sources.nvml import NVMLSource
 
         return NVMLSource()
@@ -66,6 +67,7 @@ def live(
     snapshot_dir: Annotated[Path, Opt(help="Where the s key writes snapshots.")] = Path("."),
     simulate: Annotated[Optional[str], Opt(help="Draw the block map from a running simulation: paged, max, pow2 or "
                                                 "oracle (blocks fill, tails, preemption, fragmentation).")] = None,
+    max_file_size: Annotated[str, Opt(help="Largest --replay file read (streamed line by line).")] = "256MiB",
 ) -> None:
     """Live GPU memory beside the analytical KV pool (a Textual dashboard; --once/--json for scripts)."""
     from kvdash.core.model import load_config
@@ -84,7 +86,7 @@ def live(
         lengths=parse_lengths(length, "--length") or (2048,), max_reserved=max_reserved,
     )
     cfg.validate()
-    source = _source(demo, replay, seed, gpus)
+    source = _source(demo, replay, seed, gpus, parse_size(max_file_size, "--max-file-size"))
     timeout = max(0.5, min(2.0, interval))
     engine_fetch = (lambda: fetch(engine, timeout=timeout)) if engine else None
     if once or as_json:

@@ -55,6 +55,7 @@ def simulate(
                                        "the largest power of two of the pool).")] = "first-fit",
     seed: Annotated[int, Opt(help="Seed of the workload.")] = 0,
     trace_every: Annotated[int, Opt(help="Keep a per-step trace every N steps in --json (0: none).")] = 0,
+    max_file_size: Annotated[str, Opt(help="Largest --trace file read (streamed line by line).")] = "256MiB",
     as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
 ) -> None:
     """Simulate KV pool occupancy over time under contiguous and paged allocation."""
@@ -85,7 +86,7 @@ def simulate(
         raise InputError("--workload", workload, "expected one of: " + ", ".join(PRESETS))
     w = PRESETS[workload]
     if trace is not None:
-        prompts, outputs = read_trace(str(trace))
+        prompts, outputs = read_trace(str(trace), requests, parse_size(max_file_size, "--max-file-size"))
         w = replace(w, name=f"trace {trace.name}", prompt=Lengths("trace", values=prompts),
                     output=Lengths("trace", values=outputs), synthetic=False, note=f"lengths from {trace.name}")
     if prompt:

@@ -18,6 +18,9 @@ def _load(path: Path, field: str) -> pl.DataFrame:
     csv = path / "results.csv" if path.is_dir() else path
     if not csv.is_file():
         raise InputError(field, str(path), "expected a results.csv or a report folder holding one")
+    from kvdash import safeio
+
+    safeio.check_regular(csv, field, safeio.TABLE_CAP)  # a regular file of at most 4 GiB, never a FIFO
     try:
         df = pl.read_csv(csv, infer_schema_length=None)
     except Exception as exc:  # polars raises several error types for malformed files

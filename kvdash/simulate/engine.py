@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from kvdash import safeio
 from kvdash.core import formulas as f
 from kvdash.errors import InputError
 
@@ -96,15 +97,15 @@ PRESETS = {
 }
 
 
-def read_trace(path: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """A CSV of ``prompt,output`` lengths (a header line is allowed)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError("--trace", path, f"cannot be read ({type(exc).__name__})") from exc
+def read_trace(path: str, limit: int | None = None,
+               max_bytes: int = safeio.STREAM_CAP) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A CSV of ``prompt,output`` lengths (a header line is allowed), streamed by :mod:`kvdash.safeio`
+    (a regular file, at most ``max_bytes``); reading stops after ``limit`` requests (the simulation
+    takes the values in order, so later lines would not be used)."""
     prompts, outputs = [], []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in safeio.iter_lines(path, "--trace", max_bytes, "--max-file-size"):
+        if limit is not None and len(prompts) >= limit:
+            break
         parts = [p.strip() for p in line.split(",")]
         if not line.strip():
             continue

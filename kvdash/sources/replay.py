@@ -5,19 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kvdash import safeio
 from kvdash.sources.base import Snapshot, SourceUnavailable
 
 
 class ReplaySource:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, max_bytes: int = safeio.STREAM_CAP) -> None:
         self.path = Path(path)
         self.name = f"replay {self.path.name}"
-        try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SourceUnavailable(f"the file cannot be read ({type(exc).__name__})") from exc
+        lines = safeio.iter_lines(self.path, "--replay", max_bytes, "--max-file-size")  # streamed, bounded
         self.snapshots: list[Snapshot] = []
-        for number, line in enumerate(lines, 1):
+        for number, line in lines:
             if not line.strip():
                 continue
             try:
