@@ -9,6 +9,10 @@ from kvdash import safeio
 from kvdash.sources.base import Snapshot, SourceUnavailable
 
 
+def _not_json(word: str) -> None:
+    raise ValueError(f"{word} is not a JSON number")  # json.loads accepts NaN and Infinity; JSON does not
+
+
 class ReplaySource:
     def __init__(self, path: str | Path, max_bytes: int = safeio.STREAM_CAP) -> None:
         self.path = Path(path)
@@ -19,8 +23,8 @@ class ReplaySource:
             if not line.strip():
                 continue
             try:
-                self.snapshots.append(Snapshot.from_json(json.loads(line)))
-            except (ValueError, KeyError, TypeError) as exc:
+                self.snapshots.append(Snapshot.from_json(json.loads(line, parse_constant=_not_json)))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise SourceUnavailable(f"line {number}: not a kvdash snapshot "
                                         f"({type(exc).__name__}: {exc})") from exc
         if not self.snapshots:
