@@ -12,7 +12,7 @@ import sys
 import typer
 
 from kvdash import __version__
-from kvdash.errors import InputError
+from kvdash.errors import InputError, Interrupted
 
 app = typer.Typer(
     name="kvdash",
@@ -78,8 +78,10 @@ def main(argv: list[str] | None = None) -> None:
         if hint and isinstance(hint, str) and hint not in message:
             message = f"{hint}: {message}"
         fail(" ".join(message.split()) + " (see kvdash --help)", getattr(exc, "exit_code", 2) or 2)
-    except KeyboardInterrupt as exc:  # a command may say what the interruption left (sweep: the old report)
-        fail(str(exc.args[0]) if exc.args else "interrupted", 130)
+    except Interrupted as exc:  # a command says what the interruption left (sweep: the old report)
+        fail(str(exc), 130)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
     except OSError as exc:  # a folder that cannot be written, a full disk: one line, not a traceback
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         fail(f"{where}{exc.strerror or exc}")

@@ -25,6 +25,12 @@ class InputError(ValueError):
         super().__init__(text)
 
 
+class Interrupted(Exception):
+    """Ctrl-C, with what it left behind; the CLI prints the message as one line and exits 130.
+
+    (A bare KeyboardInterrupt would be turned into a silent exit 130 by typer.)"""
+
+
 SHOWN_CHARS = 80
 
 

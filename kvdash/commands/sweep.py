@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvdash.errors import InputError
+from kvdash.errors import InputError, Interrupted
 
 Opt = typer.Option
 
@@ -38,7 +38,7 @@ def sweep(
     try:
         frame = _run(spec, target, max_points, parquet, quiet, force)
     except KeyboardInterrupt:  # Ctrl-C is held back while the report is swapped in, so nothing changed
-        raise KeyboardInterrupt("interrupted; the previous report is unchanged") from None
+        raise Interrupted("interrupted; the previous report is unchanged") from None
     if check:
         failures = _gates(spec, frame)
         if failures:

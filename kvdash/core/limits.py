@@ -3,9 +3,10 @@
 The ranges are far beyond any published model or server, and small enough that no product kvdash
 forms overflows a signed 64-bit column (the sweep's polars frame) or takes noticeable time:
 
-* bytes per token per rank is at most ``layers x kv_heads x (head_dim + head_dim_v) x 4 bytes``
-  = 2^10 x 2^9 x 2^13 x 2^2 = 2^34;
-* times a length of at most 2^26 tokens, that is 2^60 bytes, the budget bound;
+* bytes per token per rank is at most ``layers x kv_heads x (head_dim + head_dim_v + 2 fp32 scales) x 4``
+  bytes, just over 2^10 x 2^8 x 2^13 x 2^2 = 2^33;
+* times a length of at most 2^26 tokens, and a group of 8 lengths, that stays below 2^63 (signed 64 bits;
+  ``tests/test_safety.py`` checks the product);
 * a budget of at most 2^60 bytes (1 EiB) is more memory than any machine holds.
 
 The largest published models stay well inside: Llama 3.1 405B has 126 layers, 8 KV heads of 128;
@@ -17,7 +18,7 @@ from __future__ import annotations
 from kvdash.errors import InputError
 
 MAX_LAYERS = 1024
-MAX_KV_HEADS = 512
+MAX_KV_HEADS = 256
 MAX_ATTENTION_HEADS = 4096
 MAX_HEAD_DIM = 4096  # also head_dim_v, kv_lora_rank, qk_rope_head_dim
 MAX_HIDDEN = 2**20  # hidden_size of config.json

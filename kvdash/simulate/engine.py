@@ -109,7 +109,7 @@ def read_trace(path: str, limit: int | None = None,
         parts = [p.strip() for p in line.split(",")]
         if not line.strip():
             continue
-        if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        if len(parts) < 2 or not all(p.isascii() and p.isdigit() and len(p) <= 18 for p in parts[:2]):
             if number == 1 and not any(p.isdigit() for p in parts):
                 continue  # header
             raise InputError("--trace", f"{path}:{number}", "each line must be 'prompt,output' positive integers")
