@@ -12,7 +12,7 @@ import sys
 import typer
 
 from kvdash import __version__
-from kvdash.errors import InputError, Interrupted
+from kvdash.errors import InputError, Interrupted, shorten_words
 
 app = typer.Typer(
     name="kvdash",
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
             hint = "/".join(getattr(param, "opts", []) or [getattr(param, "name", "")])
         if hint and isinstance(hint, str) and hint not in message:
             message = f"{hint}: {message}"
-        fail(" ".join(message.split()) + " (see kvdash --help)", getattr(exc, "exit_code", 2) or 2)
+        fail(shorten_words(" ".join(message.split())) + " (see kvdash --help)", getattr(exc, "exit_code", 2) or 2)
     except Interrupted as exc:  # a command says what the interruption left (sweep: the old report)
         fail(str(exc), 130)
     except KeyboardInterrupt:

@@ -22,6 +22,8 @@ class InputError(ValueError):
         text = f"{field}: {shown}; {allowed}"
         if hint:
             text += f" ({hint})"
+        # one line whatever the user typed: a key path or a hint may hold a newline or a 10 KB name
+        text = shorten_words(text.replace("\r", "\\r").replace("\n", "\\n"), FIELD_CHARS)
         super().__init__(text)
 
 
@@ -32,6 +34,7 @@ class Interrupted(Exception):
 
 
 SHOWN_CHARS = 80
+FIELD_CHARS = 240  # the longest unbroken run (a path, a key) an error line keeps whole
 
 
 def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
@@ -55,6 +58,18 @@ def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def shorten_words(text: str, limit: int = SHOWN_CHARS) -> str:
+    """Every run of more than ``limit`` non-blank characters in a message shortened as by :func:`shorten`
+    (for messages kvdash does not build itself, such as click's usage errors).
+
+    >>> shorten_words("bad value " + "9" * 100 + " here")[-24:]
+    '9… (100 characters) here'
+    """
+    import re
+
+    return re.sub(r"\S{%d,}" % (limit + 1), lambda m: f"{m.group()[:limit]}… ({len(m.group()):,} characters)", text)
 
 
 def _digits(n: int) -> int:

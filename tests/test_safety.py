@@ -319,6 +319,10 @@ GRID_CASES = {
     "layers 10^9 in a grid model": ("models:\n  - {layers: 1000000000, kv_heads: 8, head_dim: 128}\n",
                                     ["layers", "from 1 to 1,024"]),
     "invalid UTF-8": ("title: \udcff\n", ["not UTF-8"]),
+    "newline in a key": ('grid:\n  "a\\nb": [1]\n', ["grid.a\\nb", "unknown dimension"]),
+    "empty exclude rule": ("exclude:\n  - {}\n", ["exclude[0]", "at least one dimension"]),
+    "empty zip group": ("zip:\n  - {}\n", ["zip[0]", "at least one dimension"]),
+    "exclude removes every point": ("exclude:\n  - {block_size: [16]}\n", ["the exclude rules remove every point"]),
     "10,001 models": ("models:\n" + "".join(f"  - m{i}\n" for i in range(10_001)), ["at most 10,000 models"]),
 }
 
@@ -380,6 +384,7 @@ CALC_CASES = {
     "--tp 2^63": (["--tp", str(2**63)], ["--tp", "1 to 1,024"]),
     "--used 2^40": (["--used", str(2**40), "--max-reserved", str(2**41)], ["from 1 to 67,108,864"]),
     "--target 2^40": (["--target", str(2**40)], ["--target", "4,294,967,296"]),
+    "5,000-digit --group": (["--group", "9" * 5000], ["--group", "(5,002 characters)"]),
 }
 
 
@@ -444,3 +449,13 @@ def test_error_lines_shorten_long_values(capsys):
     code, _, err = run(["calc", "--kv-dtype", "x" * 10_000], capsys)
     line = one_line_error(code, err, "(10,002 characters)")
     assert len(line) < 600
+
+
+def test_planning_with_a_shared_prefix_never_divides_by_zero(capsys):
+    """Found by the fuzzer: --target with --prefix probed lengths shorter than the prefix (0 bytes each,
+    ZeroDivisionError).  The search now starts at the prefix.  At 60 tokens (52 shared) only 614 requests
+    fit paged (kvdash calc --used 60 --prefix 52), fewer than 1,048, so no length past the prefix reaches
+    the target: longest_uniform_tokens is 0."""
+    code, out, err = run(["calc", "--json", "--target", "1048", "--window", "44653", "--prefix", "52"], capsys)
+    assert 0 == code, err
+    assert 0 == json.loads(out)["planning"]["longest_uniform_tokens"]

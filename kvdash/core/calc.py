@@ -560,13 +560,14 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
             break
     plan["min_tp"] = best
     # longest uniform length the target number of requests can all reach
-    lo, hi = 0, inp.arch.max_context
+    lo, hi = inp.prefix, inp.arch.max_context  # a request is at least the shared prefix (shorter ones hold 0 bytes)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if paged_capacity(inp, shapes, budget, mid) >= target:
             lo = mid
         else:
             hi = mid - 1
+    lo = lo if lo > inp.prefix else 0  # 0: not even one token past the prefix fits
     plan["longest_uniform_tokens"] = lo
     plan["longest_limited_by_context"] = lo == inp.arch.max_context
     return plan

@@ -354,6 +354,8 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
     for i, group in enumerate(c.seq(zip_raw, ("zip",)) if zip_raw else []):
         p = ("zip", i)
         group = c.mapping(group, p)
+        if not group:
+            raise c.fail(p, group, "a zip group links at least one dimension")
         linked: dict[str, list[Any]] = {}
         for dim, raw in group.items():
             add(dim, p + (dim,))
@@ -377,6 +379,8 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
     for i, ex in enumerate(c.seq(exclude_raw, ("exclude",)) if exclude_raw else []):
         p = ("exclude", i)
         ex = c.mapping(ex, p)
+        if not ex:
+            raise c.fail(p, ex, "an exclude rule names at least one dimension (an empty rule would remove every point)")
         rule: dict[str, list[Any]] = {}
         for dim, raw in ex.items():
             rule[dim] = values(dim, raw, p + (dim,))
@@ -390,7 +394,7 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
         known = {cl.id for cl in load_claims()}
         claims = []
         for i, cid in enumerate(c.seq(claims_raw, ("claims",))):
-            if cid not in known:
+            if not isinstance(cid, str) or cid not in known:
                 raise c.fail(("claims", i), cid, "unknown claim id (kvdash claims lists them)",
                              closest(str(cid), known))
             claims.append(cid)
