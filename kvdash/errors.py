@@ -69,7 +69,10 @@ def shorten_words(text: str, limit: int = SHOWN_CHARS) -> str:
     """
     import re
 
-    return re.sub(r"\S{%d,}" % (limit + 1), lambda m: f"{m.group()[:limit]}… ({len(m.group()):,} characters)", text)
+    def cut(m: re.Match[str]) -> str:
+        return f"{m.group()[:limit]}… ({len(m.group()):,} characters)"
+
+    return re.sub(r"\S{" + str(limit + 1) + ",}", cut, text)
 
 
 def _digits(n: int) -> int:
