@@ -459,3 +459,26 @@ def test_planning_with_a_shared_prefix_never_divides_by_zero(capsys):
     code, out, err = run(["calc", "--json", "--target", "1048", "--window", "44653", "--prefix", "52"], capsys)
     assert 0 == code, err
     assert 0 == json.loads(out)["planning"]["longest_uniform_tokens"]
+
+
+SIMULATE_CASES = {
+    "--requests 10^11 (numpy tried 745 GiB)": (["--requests", str(10**11)], ["--requests", "1 to 1,000,000"]),
+    "--rate nan": (["--rate", "nan"], ["--rate", "above 0"]),
+    "--rate inf": (["--rate", "inf"], ["--rate", "at most 1,000,000"]),
+    "--concurrency 10^11": (["--concurrency", str(10**11)], ["--concurrency", "1 to 1,000,000"]),
+    "--seed 10^22": (["--seed", str(10**22)], ["--seed", "0 to 4,294,967,296"]),
+    "--trace-every -5": (["--trace-every", "-5"], ["--trace-every"]),
+}
+
+
+@pytest.mark.parametrize("args,words", SIMULATE_CASES.values(), ids=SIMULATE_CASES.keys())
+def test_simulate_out_of_range_is_one_line(args, words, capsys):
+    code, _, err = run(["simulate", *args], capsys)
+    one_line_error(code, err, *words)
+
+
+def test_grid_simulate_rate_nan_is_refused(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("simulate:\n  rate: .nan\n")
+    code, _, err = run(["sweep", grid, "--dry-run"], capsys)
+    one_line_error(code, err, "simulate.rate", "above 0")

@@ -76,10 +76,13 @@ def simulate(
             raise InputError(name, value, f"expected at least {low}")
     if max_len > arch.max_context:
         raise InputError("--max-len", max_len, f"at most the model's context length ({arch.max_context:,})")
-    if rate <= 0:
-        raise InputError("--rate", rate, "expected a positive number of requests per step")
-    if concurrency is not None and concurrency < 1:
-        raise InputError("--concurrency", concurrency, "expected a positive integer")
+    from kvdash.core import limits
+
+    limits.check_rate("--rate", rate)
+    for option, number in (("--requests", requests), ("--seed", seed), ("--trace-every", trace_every)):
+        limits.check_int(option, number)
+    if concurrency is not None:
+        limits.check_int("--concurrency", concurrency)
     if prefix < 0 or prefix >= max_len:
         raise InputError("--prefix", prefix, f"expected 0 to {max_len - 1} tokens")
     if workload not in PRESETS:

@@ -26,7 +26,9 @@ MAX_TOKENS = 2**26  # every length: used, final, max_reserved, max_context, wind
 MAX_BLOCK_SIZE = 2**16
 MAX_PARALLEL = 1024  # tp and pp
 MAX_BYTES = 2**60  # budget, GPU memory, weights, reserve, state bytes
-MAX_REQUESTS = 2**32  # --target, simulate --requests
+MAX_REQUESTS = 2**32  # --target
+MAX_SIM_REQUESTS = 1_000_000  # simulated requests (simulate --requests, a grid's simulate: requests)
+MAX_RATE = 1_000_000.0  # Poisson arrivals per simulated step
 MAX_MODELS = 10_000  # models in one grid file
 MAX_POINTS = 2_000_000  # points of one grid (--max-points raises it, up to MAX_POINTS_CEILING)
 MAX_POINTS_CEILING = 50_000_000
@@ -49,10 +51,22 @@ for _names, _range in (
     (("tp", "--tp", "pp", "--pp"), (1, MAX_PARALLEL)),
     (("budget", "--budget", "gpu_memory", "--gpu-memory", "state_bytes_per_layer"), (1, MAX_BYTES)),
     (("weights", "--weights", "reserve", "--reserve"), (0, MAX_BYTES)),
-    (("target", "--target", "requests", "--requests", "concurrency", "--concurrency"), (1, MAX_REQUESTS)),
+    (("target", "--target"), (1, MAX_REQUESTS)),
+    (("requests", "--requests", "concurrency", "--concurrency"), (1, MAX_SIM_REQUESTS)),
+    (("seed", "--seed", "--trace-every"), (0, 2**32)),
 ):
     for _name in _names:
         RANGES[_name] = _range
+
+
+def check_rate(field: str, value: object) -> float:
+    """A finite number of arrivals per step in (0, MAX_RATE] (NaN and Inf are refused)."""
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not 0 < value <= MAX_RATE:
+        raise InputError(field, value, f"expected a number of requests per step above 0 and at most {MAX_RATE:,.0f}")
+    return float(value)
 
 
 def range_of(field: str) -> tuple[int, int] | None:

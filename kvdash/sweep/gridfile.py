@@ -454,8 +454,12 @@ def _simulate_section(c: Checker, raw: Any) -> SimSpec:
                 raise c.fail(p + (key,), sim[key], exc.allowed) from exc
     requests = c.positive_int(sim.get("requests", 1000), p + ("requests",))
     rate = sim.get("rate", 0.5)
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0:
-        raise c.fail(p + ("rate",), rate, "expected a positive number of requests per step")
+    from kvdash.core.limits import check_rate
+
+    try:
+        check_rate("rate", rate)
+    except InputError as exc:
+        raise c.fail(p + ("rate",), rate, exc.allowed) from exc
     concurrency = sim.get("concurrency")
     if concurrency is not None:
         c.positive_int(concurrency, p + ("concurrency",))
