@@ -482,3 +482,11 @@ def test_grid_simulate_rate_nan_is_refused(tmp_path, capsys):
     grid.write_text("simulate:\n  rate: .nan\n")
     code, _, err = run(["sweep", grid, "--dry-run"], capsys)
     one_line_error(code, err, "simulate.rate", "above 0")
+
+
+def test_record_refuses_a_fifo(tmp_path, capsys):
+    """`kvdash record --out PIPE` would block opening a FIFO for writing; it is refused at once."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    code, _, err = run(["record", "--demo", "--out", pipe, "--count", "1", "--interval", "0.1"], capsys)
+    one_line_error(code, err, "--out", "regular file")

@@ -137,6 +137,11 @@ def record(
         raise InputError("--interval", interval, f"at least {MIN_INTERVAL} seconds")
     if count < 1:
         raise InputError("--count", count, "expected a positive integer")
+    import os
+    import stat
+
+    if out.exists() and not stat.S_ISREG(os.stat(out).st_mode):  # a FIFO would block the open; a folder fails
+        raise InputError("--out", str(out), "expected a regular file (appended) or a new file")
     source = _source(demo, None, seed, 8)
     try:
         with out.open("a", encoding="utf-8") as fh:
