@@ -12,7 +12,7 @@ import sys
 import typer
 
 from kvdash import __version__
-from kvdash.errors import InputError, Interrupted, shorten_words
+from kvdash.errors import InputError, Interrupted, one_line, shorten_words
 
 app = typer.Typer(
     name="kvdash",
@@ -57,7 +57,7 @@ _register()
 
 def fail(message: str, code: int = 2) -> None:
     """Print one line to stderr and leave with ``code``."""
-    print(f"kvdash: error: {message}", file=sys.stderr)
+    print(f"kvdash: error: {one_line(message)}", file=sys.stderr)
     raise SystemExit(code)
 
 

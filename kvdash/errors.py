@@ -7,6 +7,7 @@ given and what is allowed.  The CLI prints ``str(error)`` as a single line and e
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 
@@ -23,7 +24,7 @@ class InputError(ValueError):
         if hint:
             text += f" ({hint})"
         # one line whatever the user typed: a key path or a hint may hold a newline or a 10 KB name
-        text = shorten_words(text.replace("\r", "\\r").replace("\n", "\\n"), FIELD_CHARS)
+        text = one_line(text)
         super().__init__(text)
 
 
@@ -35,6 +36,8 @@ class Interrupted(Exception):
 
 SHOWN_CHARS = 80
 FIELD_CHARS = 240  # the longest unbroken run (a path, a key) an error line keeps whole
+# characters that end a line for a terminal or for str.splitlines(): shown escaped (\n, \x1e, \u2028)
+_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
 
 
 def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
@@ -58,6 +61,15 @@ def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def one_line(text: str) -> str:
+    r"""``text`` with line-ending and control characters escaped and long runs shortened: one line.
+
+    >>> one_line("a\nb\x1ec")
+    'a\\nb\\x1ec'
+    """
+    return shorten_words(_CONTROL.sub(lambda m: repr(m.group())[1:-1], text), FIELD_CHARS)
 
 
 def shorten_words(text: str, limit: int = SHOWN_CHARS) -> str:

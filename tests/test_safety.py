@@ -320,6 +320,7 @@ GRID_CASES = {
                                     ["layers", "from 1 to 1,024"]),
     "invalid UTF-8": ("title: \udcff\n", ["not UTF-8"]),
     "newline in a key": ('grid:\n  "a\\nb": [1]\n', ["grid.a\\nb", "unknown dimension"]),
+    "record separator in a key (a line break for splitlines)": ('workloads:\n  "\\x1e": []\n', ["workloads.\\x1e"]),
     "empty exclude rule": ("exclude:\n  - {}\n", ["exclude[0]", "at least one dimension"]),
     "empty zip group": ("zip:\n  - {}\n", ["zip[0]", "at least one dimension"]),
     "exclude removes every point": ("exclude:\n  - {block_size: [16]}\n", ["the exclude rules remove every point"]),
