@@ -143,6 +143,15 @@ class TestOutFolder:
             pytest.fail("renameat2(RENAME_EXCHANGE) is unavailable here; the fallback is two renames")
         assert ["old"] == os.listdir(a) and ["new"] == os.listdir(b)
 
+    def test_fallback_without_exchange_replaces_the_report(self, tmp_path, capsys, monkeypatch):
+        """Where renameat2 is missing (or the file system refuses it) two renames replace the report."""
+        out = tmp_path / "r"
+        assert 0 == run(["sweep", EXERCISE, "--out", out, "-q"], capsys)[0]
+        (out / "report.md").write_text("old")
+        monkeypatch.setattr(outdir, "exchange", lambda a, b: False)
+        assert 0 == run(["sweep", EXERCISE, "--out", out, "-q"], capsys)[0]
+        assert "old" != (out / "report.md").read_text() and ["r"] == os.listdir(tmp_path)
+
     def test_leftovers_of_dead_runs_are_removed_live_ones_kept(self, tmp_path):
         out = tmp_path / "r"
         dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
