@@ -500,3 +500,14 @@ def test_record_refuses_a_fifo(tmp_path, capsys):
     os.mkfifo(pipe)
     code, _, err = run(["record", "--demo", "--out", pipe, "--count", "1", "--interval", "0.1"], capsys)
     one_line_error(code, err, "--out", "regular file")
+
+
+def test_metrics_sum_that_overflows_is_missing():
+    """Found by the 9,200-case fuzz run: two samples of 1e308 summed with math.fsum raised OverflowError.
+    A sum that is not finite is shown as missing, like a NaN sample."""
+    from kvdash.sources.engine import parse_prometheus, reading_from_samples
+
+    samples = parse_prometheus("vllm:kv_cache_usage_perc 1e308\nvllm:kv_cache_usage_perc 1e308\n"
+                               "vllm:num_requests_running NaN\n")
+    reading = reading_from_samples("http://x/metrics", samples)
+    assert (None, None, "") == (reading.kv_usage, reading.running, reading.error)
