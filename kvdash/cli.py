@@ -12,7 +12,7 @@ import sys
 import typer
 
 from kvdash import __version__
-from kvdash.errors import InputError
+from kvdash.errors import InputError, Interrupted, one_line, shorten_words
 
 app = typer.Typer(
     name="kvdash",
@@ -56,9 +56,7 @@ _register()
 
 
 def fail(message: str, code: int = 2) -> None:
-    """Print one line to stderr and leave with ``code`` (line breaks in the message become spaces)."""
-    from kvdash.errors import one_line
-
+    """Print one line to stderr and leave with ``code`` (line breaks in the message shown escaped)."""
     print(f"kvdash: error: {one_line(message)}", file=sys.stderr)
     raise SystemExit(code)
 
@@ -79,7 +77,9 @@ def main(argv: list[str] | None = None) -> None:
             hint = "/".join(getattr(param, "opts", []) or [getattr(param, "name", "")])
         if hint and isinstance(hint, str) and hint not in message:
             message = f"{hint}: {message}"
-        fail(" ".join(message.split()) + " (see kvdash --help)", getattr(exc, "exit_code", 2) or 2)
+        fail(shorten_words(" ".join(message.split())) + " (see kvdash --help)", getattr(exc, "exit_code", 2) or 2)
+    except Interrupted as exc:  # a command says what the interruption left (sweep: the old report)
+        fail(str(exc), 130)
     except KeyboardInterrupt:
         fail("interrupted", 130)
     except OSError as exc:  # a folder that cannot be written, a full disk: one line, not a traceback

@@ -10,29 +10,6 @@ import difflib
 import re
 from collections.abc import Iterable
 
-# line breaks, C0/C1 control characters (tab included) and bidirectional overrides: a run becomes one space
-_LINES = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]+")
-SHOWN_CHARS = 80  # the most characters of a bad value an error line repeats
-
-
-def one_line(text: object) -> str:
-    """``text`` as one line: every run of line breaks and control characters becomes one space."""
-    return _LINES.sub(" ", str(text))
-
-
-def shorten(text: object, limit: int = SHOWN_CHARS) -> str:
-    """``text`` on one line and at most ``limit`` characters: a long value keeps its start and says how
-    long it was.
-
-    >>> shorten("x" * 1000, 20)
-    'xxx... (1,000 chars)'
-    """
-    s = one_line(text)
-    if len(s) <= limit:
-        return s
-    tail = f"... ({len(s):,} chars)"
-    return s[:max(limit - len(tail), 1)] + tail
-
 
 class InputError(ValueError):
     """Bad user input: the field, the value, what is allowed, and optionally a suggestion."""
@@ -42,11 +19,104 @@ class InputError(ValueError):
         self.value = value
         self.allowed = allowed
         self.hint = hint
-        shown = "missing" if value is None else f"{shorten(repr(value))} is not allowed"
-        text = f"{shorten(field, 2 * SHOWN_CHARS)}: {shown}; {allowed}"
+        shown = "missing" if value is None else f"{shorten(value)} is not allowed"
+        text = f"{field}: {shown}; {allowed}"
         if hint:
             text += f" ({hint})"
+        # one line whatever the user typed: a key path or a hint may hold a newline or a 10 KB name
+        text = one_line(text)
         super().__init__(text)
+
+
+class Interrupted(Exception):
+    """Ctrl-C, with what it left behind; the CLI prints the message as one line and exits 130.
+
+    (A bare KeyboardInterrupt would be turned into a silent exit 130 by typer.)"""
+
+
+SHOWN_CHARS = 80
+FIELD_CHARS = 240  # the longest unbroken run (a path, a key) an error line keeps whole
+# characters that end a line for a terminal or for str.splitlines(): shown escaped (\n, \x1e, \u2028)
+_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def shorten(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters, with an ellipsis and the full length.
+
+    Error lines echo what the user gave; a 10 KB value must not make a 10 KB line, and an integer
+    past Python's 4,300-digit ``str()`` limit must not raise while being shown.  ``repr`` keeps a
+    newline as ``\\n``, so the line stays one line.
+
+    >>> shorten("x" * 200)[-19:]
+    'x… (202 characters)'
+    >>> len(shorten("x" * 200)) <= 80 + len("… (202 characters)")
+    True
+    >>> shorten(10**5000)
+    'an integer of 5,001 digits'
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        digits = len(str(value)) if value.bit_length() < 4000 else _digits(abs(value))
+        return f"an integer of {digits:,} digits"
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def one_line(text: str) -> str:
+    r"""``text`` with line-ending and control characters escaped and long runs shortened: one line.
+
+    >>> one_line("a\nb\x1ec")
+    'a\\nb\\x1ec'
+    """
+    return shorten_words(_CONTROL.sub(lambda m: repr(m.group())[1:-1], text), FIELD_CHARS)
+
+
+def shorten_words(text: str, limit: int = SHOWN_CHARS) -> str:
+    """Every run of more than ``limit`` non-blank characters in a message shortened as by :func:`shorten`
+    (for messages kvdash does not build itself, such as click's usage errors).
+
+    >>> shorten_words("bad value " + "9" * 100 + " here")[-24:]
+    '9… (100 characters) here'
+    """
+    import re
+
+    def cut(m: re.Match[str]) -> str:
+        return f"{m.group()[:limit]}… ({len(m.group()):,} characters)"
+
+    return re.sub(r"\S{" + str(limit + 1) + ",}", cut, text)
+
+
+# line breaks, C0/C1 control characters (tab included) and bidirectional overrides: a run becomes one space
+_LINES = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]+")
+
+
+def flat(text: object) -> str:
+    """``text`` as one line of prose (Markdown, diffs): every run of line breaks and control characters
+    becomes one space (error lines use :func:`one_line`, which shows them escaped instead)."""
+    return _LINES.sub(" ", str(text))
+
+
+def clip(text: object, limit: int = SHOWN_CHARS) -> str:
+    """``text`` flattened to one line and at most ``limit`` characters: a long value keeps its start and
+    says how long it was (the text itself, unlike :func:`shorten`'s ``repr``).
+
+    >>> clip("x" * 1000, 20)
+    'xxx... (1,000 chars)'
+    """
+    s = flat(text)
+    if len(s) <= limit:
+        return s
+    tail = f"... ({len(s):,} chars)"
+    return s[:max(limit - len(tail), 1)] + tail
+
+
+def _digits(n: int) -> int:
+    """Decimal digits of a positive integer too large for ``str()``."""
+    import math
+
+    guess = int(n.bit_length() * math.log10(2))
+    return guess + 1 if n >= 10**guess else guess
 
 
 def closest(name: str, choices: Iterable[str]) -> str:

@@ -27,6 +27,9 @@ UNITS: dict[str, int] = {
     "tb": 10**12,
 }
 
+MAX_SIZE = 2**60  # no machine holds an exbibyte: kvdash.core.limits.MAX_BYTES
+MAX_SIZE_TEXT = 64  # characters of a size written as text
+
 _SIZE = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -44,6 +47,9 @@ def parse_size(text: str | int, field: str = "size", allow_zero: bool = False) -
         raise InputError(field, text, "expected a size such as 12GiB, 80GB, 512MiB or plain bytes")
     if isinstance(text, int):
         value = text
+    elif isinstance(text, str) and len(text) > MAX_SIZE_TEXT:  # before any parsing: 5,000 digits is one line
+        raise InputError(field, text, f"expected a size of at most 2^60 bytes, written in at most {MAX_SIZE_TEXT} "
+                         "characters")
     else:
         match = _SIZE.match(str(text))
         if not match:
@@ -67,6 +73,8 @@ def parse_size(text: str | int, field: str = "size", allow_zero: bool = False) -
     if value < 0 or (value == 0 and not allow_zero):
         allowed = "the size must not be negative" if allow_zero else "the size must be positive"
         raise InputError(field, text, allowed)
+    if value > MAX_SIZE:
+        raise InputError(field, text, f"at most 2^60 bytes ({MAX_SIZE:,}, 1 EiB)")
     return value
 
 

@@ -152,7 +152,7 @@ def test_fifo_refused_at_once(tmp_path, capsys):
 def test_error_lines_shorten_values():
     """An error line repeats at most 80 characters of a bad value and says how long it was."""
     text = str(InputError("--gpu", "x" * 10_000, "expected a GPU preset"))
-    assert len(text) < 200 and "(10,002 chars)" in text  # repr adds two quotes
+    assert len(text) < 200 and "(10,002 characters)" in text  # repr adds two quotes
 
 
 HOSTILE_TEXT = st.sampled_from(["a", "b", "@x", "a|b", "</details>", "![i](http://e.x/i.png)", "x\ny", "", "7"])

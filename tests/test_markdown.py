@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from kvdash.cli import main
-from kvdash.errors import one_line
+from kvdash.errors import flat as one_line
 from kvdash.report.markdown import md, md_code
 
 PAYLOADS = [
@@ -34,7 +34,12 @@ PAYLOADS = [
 
 
 def parser() -> MarkdownIt:
-    return MarkdownIt("gfm-like")
+    """GitHub-flavoured Markdown as GitHub renders it: its autolink extension links ``www.`` and
+    ``http(s)://`` addresses and e-mail addresses, never a bare domain such as ``0.FI`` (linkify-it's
+    "fuzzy" links, switched off here)."""
+    md = MarkdownIt("gfm-like")
+    md.linkify.set({"fuzzy_link": False})
+    return md
 
 
 def flat(tokens):

@@ -459,13 +459,13 @@ simulate: {workload: alpaca, requests: 200, rate: 0.5, policies: [max, paged], r
 
     @pytest.mark.parametrize("text,words", [
         ("simulate: {policies: [pagd]}\n", "did you mean .paged."),
-        ("simulate: {rate: -1}\n", "positive number"),
+        ("simulate: {rate: -1}\n", "requests per step above 0"),
         ("simulate: {workload: chat}\n", "expected one of"),
-        ("simulate: {rate: .nan}\n", "positive number"),
+        ("simulate: {rate: .nan}\n", "above 0"),
         ("simulate: {rates: 0.5}\n", "A:B:N"),
         ("simulate: {rates: '1:2:3', latency_bound: 1}\n", "more than 1"),
         ("simulate: {seed: -1}\n", "2\\^63"),
-        ("simulate: {requests: 100000000}\n", "at most 1,000,000"),
+        ("simulate: {requests: 100000000}\n", "from 1 to 1,000,000"),
         ("simulate: {watermark: 2}\n", "fraction"),
         ("grid:\n  block_size: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,"
          " 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51,"

@@ -54,7 +54,7 @@ class TestGridFile:
         ("grd:\n  kv_dtype: [bf16]\n", ":1:1", "did you mean 'grid'"),
         ("grid:\n  kv_dtpye: [bf16]\n", ":2:3", "did you mean 'kv_dtype'"),
         ("grid:\n  kv_dtype: [bf16, fp9]\n", ":2:20", "grid.kv_dtype[1]"),
-        ("grid:\n  block_size: [16, 0]\n", ":2:20", "positive integer"),
+        ("grid:\n  block_size: [16, 0]\n", ":2:20", "an integer from 1 to 65,536"),  # limits.MAX_BLOCK_SIZE
         ("models: [llama-3.1-7b]\n", "models[0]", "did you mean"),
         ("grid:\n  budget: [12 GiX]\n", ":2:12", "units are"),
         ("grid: [1, 2\n", ":", "not valid YAML"),
@@ -277,7 +277,7 @@ class TestCommands:
                               "--parquet"], capsys)
         assert 0 == code and "" == err
         assert {"results.csv", "results.parquet", "report.md", "report.html", "capacity.svg", "ratio.svg",
-                "waste.svg"} == {f.name for f in (tmp_path / "r").iterdir()}
+                "waste.svg", "kvdash-manifest.json"} == {f.name for f in (tmp_path / "r").iterdir()}
 
     def test_check_fails_on_gate(self, tmp_path, capsys):
         text = BASIC + "gates:\n  - {name: big, metric: paged_requests, min: 100, where: {model: tutorial-gqa-80l}}\n"

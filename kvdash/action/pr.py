@@ -27,7 +27,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvdash.errors import shorten
+from kvdash.errors import clip as shorten
 from kvdash.report.markdown import md, md_code
 
 MARKER = "<!-- kvdash-sweep-diff: one sticky comment, updated by the kvdash action -->"

@@ -12,7 +12,7 @@ def parse_lengths(text: str | None, field: str = "--group") -> tuple[int, ...] |
         raise InputError(field, text, "expected comma-separated positive token counts, e.g. 200,825,1525")
     out = []
     for p in parts:
-        if not p.isdigit() or int(p) <= 0:
+        if not (p.isascii() and p.isdigit()) or len(p) > 18 or int(p) <= 0:  # 18 digits: no 4,300-digit int()
             raise InputError(field, text, "expected comma-separated positive token counts, e.g. 200,825,1525")
         out.append(int(p))
     return tuple(out)

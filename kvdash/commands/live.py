@@ -16,7 +16,8 @@ MIN_INTERVAL = 0.1
 NO_GPU = "no GPU readings: {why}. To see the dashboard without a GPU, run: kvdash live --demo"
 
 
-def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int):  # type: ignore[no-untyped-def]
+def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int,  # type: ignore[no-untyped-def]
+            max_bytes: int | None = None):
     from kvdash.sources.base import SourceUnavailable
 
     if demo and replay:
@@ -31,7 +32,7 @@ def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int):  # type: 
         if replay:
             from kvdash.sources.replay import ReplaySource
 
-            return ReplaySource(replay)
+            return ReplaySource(replay, *([max_bytes] if max_bytes else []))
         from kvdash.sources.nvml import NVMLSource
 
         return NVMLSource()
@@ -68,6 +69,8 @@ def live(
                                                 "oracle (blocks fill, tails, preemption, fragmentation).")] = None,
     prometheus: Annotated[Optional[str], Opt(help="Fleet view: hosts, GPUs and engines from a Prometheus server "
                                                   "(http://HOST:9090).")] = None,
+
+    max_file_size: Annotated[str, Opt(help="Largest --replay file read (streamed line by line).")] = "256MiB",
 ) -> None:
     """Live GPU memory beside the analytical KV pool (a Textual dashboard; --once/--json for scripts)."""
     from kvdash.core.model import load_config
@@ -93,6 +96,8 @@ def live(
 
         return run_fleet(prometheus, cfg, once, as_json, interval)
     source = _source(demo, replay, seed, gpus)
+
+    source = _source(demo, replay, seed, gpus, parse_size(max_file_size, "--max-file-size"))
     timeout = max(0.5, min(2.0, interval))
     engine_fetch = (lambda: fetch(engine, timeout=timeout)) if engine else None
     if once or as_json:
@@ -143,6 +148,11 @@ def record(
         raise InputError("--interval", interval, f"at least {MIN_INTERVAL} seconds")
     if count < 1:
         raise InputError("--count", count, "expected a positive integer")
+    import os
+    import stat
+
+    if out.exists() and not stat.S_ISREG(os.stat(out).st_mode):  # a FIFO would block the open; a folder fails
+        raise InputError("--out", str(out), "expected a regular file (appended) or a new file")
     source = _source(demo, None, seed, 8)
     try:
         with out.open("a", encoding="utf-8") as fh:

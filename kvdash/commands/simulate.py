@@ -53,6 +53,7 @@ def simulate(
                                          "(vLLM's KVCacheManager watermark; 0 by default).")] = 0.0,
     seed: Annotated[int, Opt(help="Seed of the workload.")] = 0,
     trace_every: Annotated[int, Opt(help="Keep a per-step trace every N steps in --json (0: none).")] = 0,
+    max_file_size: Annotated[str, Opt(help="Largest --trace file read (streamed line by line).")] = "256MiB",
     as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
 ) -> None:
     """Simulate KV pool occupancy over time under contiguous and paged allocation."""
@@ -108,11 +109,20 @@ def simulate(
         raise InputError("--max-len", max_len, f"at most the model's context length ({arch.max_context:,})")
     if block_size > capacity:
         raise InputError("--block-size", block_size, f"the pool holds only {capacity:,} token slots")
+    from kvdash.core import limits
+
+    limits.check_rate("--rate", rate)
+    for option, number in (("--requests", requests), ("--seed", seed), ("--trace-every", trace_every)):
+        limits.check_int(option, number)
+    if concurrency is not None:
+        limits.check_int("--concurrency", concurrency)
+    if prefix < 0 or prefix >= max_len:
+        raise InputError("--prefix", prefix, f"expected 0 to {max_len - 1} tokens")
     if workload not in PRESETS:
         raise InputError("--workload", workload, "expected one of: " + ", ".join(PRESETS))
     w = PRESETS[workload]
     if trace is not None:
-        prompts, outputs = read_trace(str(trace))
+        prompts, outputs = read_trace(str(trace), requests, parse_size(max_file_size, "--max-file-size"))
         w = replace(w, name=f"trace {trace.name}", prompt=Lengths("trace", values=prompts),
                     output=Lengths("trace", values=outputs), synthetic=False, note=f"lengths from {trace.name}")
     if prompt:

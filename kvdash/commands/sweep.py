@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvdash.errors import InputError
+from kvdash.errors import InputError, Interrupted
 
 Opt = typer.Option
 
@@ -20,17 +20,40 @@ def sweep(
     parquet: Annotated[bool, Opt("--parquet", help="Write results.parquet (the default above 100,000 points).")] = False,
     max_points: Annotated[int, Opt(help="Refuse grids larger than this.")] = 2_000_000,
     quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress and no summary.")] = False,
+    force: Annotated[bool, Opt("--force", help="Write into an --out folder kvdash did not write: replace only the "
+                                               "report's files, leave every other file alone.")] = False,
 ) -> None:
     """Run a grid of configurations and write results.csv, report.md, report.html and SVG charts."""
-    from kvdash.sweep.evaluate import expand
+    from kvdash.core.limits import MAX_POINTS_CEILING, check_int
     from kvdash.sweep.gridfile import parse_grid
 
+    check_int("--max-points", max_points, 1, MAX_POINTS_CEILING)
     spec = parse_grid(grid)
-    if max_points <= 0:
-        raise InputError("--max-points", max_points, "expected a positive integer")
     if dry_run:
         _dry_run(spec, max_points)
         return
+    target = out or Path("reports") / grid.stem
+    from kvdash.report.outdir import plan
+
+    plan(target, force)  # refuse a folder kvdash may not replace before any work
+    try:
+        frame = _run(spec, target, max_points, csv, parquet, quiet, force)
+    except KeyboardInterrupt:  # Ctrl-C is held back while the report is swapped in, so nothing changed
+        raise Interrupted("interrupted; the previous report is unchanged") from None
+    if check:
+        failures = _gates(spec, frame)
+        if failures:
+            for line in failures:
+                print(line, file=sys.stderr)
+            raise typer.Exit(1)
+        if not quiet:
+            print(f"gates: all {len(spec.gates)} passed" if spec.gates else "gates: none in this grid")
+
+
+def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: bool,  # type: ignore[no-untyped-def]
+         force: bool):
+    from kvdash.sweep.evaluate import expand
+
     show = sys.stderr.isatty() and not quiet  # rich (0.15 s to import) only for a person watching
     if show:
         from rich.console import Console
@@ -38,7 +61,6 @@ def sweep(
         err = Console(stderr=True)
     with err.status("evaluating the grid", spinner="dots") if show else _null():
         expanded = expand(spec, max_points)
-    target = out or Path("reports") / grid.stem
     from kvdash.report.build import results_formats, write_report
 
     formats = results_formats(expanded.frame.height, csv=csv, parquet=parquet)
@@ -52,19 +74,12 @@ def sweep(
             def step(msg: str) -> None:
                 progress.update(task, advance=1, description=f"writing {msg}")
 
-            files = write_report(spec, expanded, target, formats, progress=step)
+            files = write_report(spec, expanded, target, formats, progress=step, force=force)
     else:
-        files = write_report(spec, expanded, target, formats)
+        files = write_report(spec, expanded, target, formats, force=force)
     if not quiet:
         print(f"{expanded.frame.height:,} points -> {target}/ ({', '.join(f.name for f in files)})")
-    if check:
-        failures = _gates(spec, expanded.frame)
-        if failures:
-            for line in failures:
-                print(line, file=sys.stderr)
-            raise typer.Exit(1)
-        if not quiet:
-            print(f"gates: all {len(spec.gates)} passed" if spec.gates else "gates: none in this grid")
+    return expanded.frame
 
 
 class _null:

@@ -17,6 +17,7 @@ from typing import Any
 
 from kvdash import __version__
 from kvdash.core import formulas as f
+from kvdash.core import limits
 from kvdash.core.dtypes import SCALE_BYTES, check_scale_mode, fp8_ds_mla_token_bytes, get_dtype
 from kvdash.core.gpus import GPU, get_gpu
 from kvdash.core.model import KINDS, Architecture, Layer
@@ -72,8 +73,7 @@ class PoolShape:
 def check_parallel(arch: Architecture, tp: int, pp: int) -> None:
     """Reject tensor/pipeline degrees the engines would reject."""
     for name, value in (("--tp", tp), ("--pp", pp)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(name, value, "expected a positive integer")
+        limits.check_int(name, value)
     if arch.num_attention_heads % tp:
         raise InputError("--tp", tp, f"must divide num_attention_heads={arch.num_attention_heads}")
     kv = arch.kv_heads
@@ -164,9 +164,8 @@ def rank_shapes(arch: Architecture, dtype: str = "bf16", scales: str = "tensor",
 
 
 def check_positive(field: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InputError(field, value, "expected a positive integer")
-    return value
+    """A positive integer within the field's documented range (:mod:`kvdash.core.limits`)."""
+    return limits.check_int(field, value, low=1)
 
 
 # --- the budget --------------------------------------------------------------------------------
@@ -196,14 +195,14 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, stric
 
     With ``strict=False`` a derived budget that leaves nothing for the KV cache is returned as 0
     (``fits`` false) instead of raising, so a sweep can show that a point does not fit."""
-    if spec.bytes is not None and (spec.gpu or spec.gpu_memory):
+    if spec.bytes is not None and (spec.gpu is not None or spec.gpu_memory is not None):
         raise InputError("--budget", spec.bytes, "give either --budget or --gpu/--gpu-memory, not both")
     if spec.gpu is None and spec.gpu_memory is None:
         value = DEFAULT_BUDGET if spec.bytes is None else spec.bytes
         check_positive("--budget", value)
         return {"per_rank_bytes": value, "source": "explicit" if spec.bytes is not None else "default",
                 "formula": "declared KV budget per rank"}
-    gpu: GPU | None = get_gpu(spec.gpu) if spec.gpu else None
+    gpu: GPU | None = get_gpu(spec.gpu) if spec.gpu is not None else None  # '' is an unknown name
     total = spec.gpu_memory if spec.gpu_memory is not None else gpu.memory_bytes  # type: ignore[union-attr]
     check_positive("--gpu-memory", total)
     if spec.policy not in ("vllm", "trtllm"):
@@ -296,8 +295,7 @@ class CalcInput:
                 if length > self.max_reserved:
                     raise InputError("--group", length,
                                      f"each length must not exceed --max-reserved={self.max_reserved}")
-        if isinstance(self.prefix, bool) or not isinstance(self.prefix, int) or self.prefix < 0:
-            raise InputError("--prefix", self.prefix, "expected a number of tokens >= 0")
+        limits.check_int("--prefix", self.prefix)
         if self.prefix > self.used:
             raise InputError("--prefix", self.prefix, f"must not exceed --used={self.used}")
         if self.max_model_len is not None:
@@ -565,13 +563,14 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
             break
     plan["min_tp"] = best
     # longest uniform length the target number of requests can all reach
-    lo, hi = 0, inp.arch.max_context
+    lo, hi = inp.prefix, inp.arch.max_context  # a request is at least the shared prefix (shorter ones hold 0 bytes)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if paged_capacity(inp, shapes, budget, mid) >= target:
             lo = mid
         else:
             hi = mid - 1
+    lo = lo if lo > inp.prefix else 0  # 0: not even one token past the prefix fits
     plan["longest_uniform_tokens"] = lo
     plan["longest_limited_by_context"] = lo == inp.arch.max_context
     return plan

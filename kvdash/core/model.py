@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvdash.core import limits
 from kvdash.errors import InputError, unknown_name
 
 KINDS = ("full", "sliding", "mla", "state")
@@ -107,9 +108,7 @@ def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) 
     value = cfg.get(key, default)
     if value is None:
         raise InputError(f"{where}: {key}", None, "this field is required (a positive integer)")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InputError(f"{where}: {key}", value, "expected a positive integer")
-    return value
+    return limits.check_int(f"{where}: {key}", value, low=1, name=key)  # a documented range per key
 
 
 def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -180,9 +179,13 @@ def from_hf_config(
     n_layers = _int(cfg, "num_hidden_layers", where)
     heads = _int(cfg, "num_attention_heads", where)
     hidden = cfg.get("hidden_size") or 0
+    if hidden:
+        hidden = limits.check_int(f"{where}: hidden_size", hidden, name="hidden_size")
     max_ctx = _int(cfg, "max_position_embeddings", where, default=cfg.get("max_seq_len") or 2048)
     meta = cfg.get("_kvdash", {}) if isinstance(cfg.get("_kvdash"), dict) else {}
-    state_bytes = int(meta.get("state_bytes_per_layer", 0) or cfg.get("kvdash_state_bytes", 0) or 0)
+    state_bytes = meta.get("state_bytes_per_layer", 0) or cfg.get("kvdash_state_bytes", 0) or 0
+    if state_bytes:
+        limits.check_int(f"{where}: _kvdash.state_bytes_per_layer", state_bytes, name="state_bytes_per_layer")
 
     if cfg.get("kv_lora_rank"):
         rank = _int(cfg, "kv_lora_rank", where)
@@ -202,11 +205,10 @@ def from_hf_config(
             head_dim = hidden // heads
         kv_heads = _int(cfg, "num_key_value_heads", where, default=heads)
         head_dim_v = cfg.get("v_head_dim") or head_dim
-        if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, int) or head_dim_v <= 0:
-            raise InputError(f"{where}: v_head_dim", head_dim_v, "expected a positive integer")
+        limits.check_int(f"{where}: v_head_dim", head_dim_v, name="v_head_dim")
         window = cfg.get("sliding_window") or 0
-        if window and (not isinstance(window, int) or window <= 0):
-            raise InputError(f"{where}: sliding_window", window, "expected a positive integer or null")
+        if window:
+            limits.check_int(f"{where}: sliding_window", window, name="sliding_window")
         kinds = _layer_kinds(cfg, n_layers, where)
         if "state" in kinds and state_bytes <= 0:
             raise InputError(
@@ -239,17 +241,18 @@ def from_hf_config(
 
 
 def _read_json(path: Path, field: str) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise InputError(field, str(path), "the file does not exist") from exc
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise InputError(field, str(path), f"the file cannot be read ({type(exc).__name__})") from exc
+    """A JSON document of at most 16 MiB from a regular file (kvdash.safeio), as one-line errors."""
+    from kvdash import safeio
+
+    text = safeio.read_text(path, field)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(field, str(path),
                          f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from exc
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit integer; nesting deeper than Python's stack
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else "a number too long to read"
+        raise InputError(field, str(path), f"not valid JSON ({reason})") from exc
 
 
 def load_config(path: str | Path, safetensors_index: str | Path | None = None) -> Architecture:
@@ -343,10 +346,10 @@ def model_from_spec(spec: dict[str, Any], base: Path | None = None, where: str =
                          "give exactly one of: preset, config, or layers + kv_heads + head_dim")
     if explicit:
         for key in ("layers", "kv_heads", "head_dim"):
-            value = spec.get(key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InputError(f"{where}.{key}", value, "expected a positive integer (layers, kv_heads and "
-                                 "head_dim go together)")
+            limits.check_int(f"{where}.{key}", spec.get(key), name=key)
+        for key in ("head_dim_v", "attention_heads", "window", "max_context"):
+            if spec.get(key):
+                limits.check_int(f"{where}.{key}", spec.get(key), name=key)
         arch = custom(spec["layers"], spec["kv_heads"], spec["head_dim"], spec.get("attention_heads"),
                       spec.get("head_dim_v"), spec.get("window") or 0, spec.get("max_context") or 131072,
                       name=str(spec.get("name", "custom")), source="explicit layers, KV heads and head_dim")

@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import statistics
-import tempfile
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -890,15 +889,18 @@ def results_formats(points: int, csv: bool = False, parquet: bool = False) -> tu
 
 
 def write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[str, ...] | None = None,
-                 progress: Callable[[str], None] | None = None) -> list[Path]:
-    """Write every output into a fresh folder beside ``out``, then swap it into place.
+                 progress: Callable[[str], None] | None = None, force: bool = False) -> list[Path]:
+    """Write every output into a fresh folder beside ``out``, then swap it into place
+    (:mod:`kvdash.report.outdir`: what may be replaced, the manifest, the one-step exchange).
 
     ``formats``: ``csv`` and/or ``parquet`` (default: :func:`results_formats`)."""
+    from kvdash.report import outdir
+
     step = progress or (lambda _msg: None)
     formats = formats or results_formats(expanded.frame.height)
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    target = outdir.plan(out, force)
+    outdir.clean_leftovers(target.out)
+    tmp = outdir.work_folder(target.out)
     try:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -925,18 +927,10 @@ def write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[s
         svgs = {name: _strip_xml_header((tmp / name).read_text(encoding="utf-8")) for name in charts_for(spec)}
         step("report.html")
         (tmp / "report.html").write_text(render_html(ctx, svgs), encoding="utf-8")
-        os.chmod(tmp, 0o755)
-        old = None
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        return outdir.commit(tmp, outdir.plan(target.out, force))  # planned again: the folder may have changed
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return sorted(out.iterdir())
 
 
 def _strip_xml_header(svg: str) -> str:

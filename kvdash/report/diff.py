@@ -35,12 +35,12 @@ from typing import Any
 
 import polars as pl
 
-from kvdash.errors import InputError, shorten
+from kvdash.errors import InputError
+from kvdash.errors import clip as shorten
 from kvdash.report.markdown import md
 from kvdash.units import GiB
 
 GITHUB_LIMIT = 65_536  # characters GitHub accepts in one comment
-MAX_CSV_BYTES = 4 * 2**30  # a 1M-point results.csv is about 0.3 GB
 MAX_ROWS = 2_000_000  # kvdash sweep's default --max-points
 CELL_CHARS = 60  # the most characters of a user string one table cell repeats
 
@@ -90,9 +90,9 @@ def _load(path: Path, field: str) -> pl.DataFrame:
         csv = path / "results.parquet"  # grids past 100,000 points write Parquet
     if not csv.is_file():  # also refuses FIFOs and devices, which would block or never end
         raise InputError(field, str(path), "expected a results.csv or a report folder holding one")
-    size = csv.stat().st_size
-    if size > MAX_CSV_BYTES:
-        raise InputError(field, str(csv), f"{size:,} bytes; a results.csv of at most {MAX_CSV_BYTES:,} bytes")
+    from kvdash import safeio
+
+    safeio.check_regular(csv, field, safeio.TABLE_CAP)  # a regular file of at most 4 GiB, never a FIFO
     try:
         df = pl.read_parquet(csv, n_rows=MAX_ROWS + 1) if csv.suffix == ".parquet" else _read(csv)
     except Exception as exc:  # polars raises several error types for malformed files

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import re
 
-from kvdash.errors import one_line, shorten
+from kvdash.errors import clip as shorten
+from kvdash.errors import flat as one_line
 
 __all__ = ["md", "md_code", "md_marked", "shorten"]
 

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from kvdash import safeio
 from kvdash.core import formulas as f
 from kvdash.errors import InputError
 from kvdash.simulate.rules import admit_fcfs, paged_blocks_to_admit, serve_running
@@ -117,19 +118,19 @@ PRESETS = {
 }
 
 
-def read_trace(path: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """A CSV of ``prompt,output`` lengths (a header line is allowed)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError("--trace", path, f"cannot be read ({type(exc).__name__})") from exc
+def read_trace(path: str, limit: int | None = None,
+               max_bytes: int = safeio.STREAM_CAP) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A CSV of ``prompt,output`` lengths (a header line is allowed), streamed by :mod:`kvdash.safeio`
+    (a regular file, at most ``max_bytes``); reading stops after ``limit`` requests (the simulation
+    takes the values in order, so later lines would not be used)."""
     prompts, outputs = [], []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in safeio.iter_lines(path, "--trace", max_bytes, "--max-file-size"):
+        if limit is not None and len(prompts) >= limit:
+            break
         parts = [p.strip() for p in line.split(",")]
         if not line.strip():
             continue
-        if len(parts) < 2 or not all(p.isascii() and p.isdigit() for p in parts[:2]):
+        if len(parts) < 2 or not all(p.isascii() and p.isdigit() and len(p) <= 18 for p in parts[:2]):
             if number == 1 and not any(p.isdigit() for p in parts):
                 continue  # header
             raise InputError("--trace", f"{path}:{number}", "each line must be 'prompt,output' positive integers")

@@ -4,6 +4,7 @@ exception."""
 
 from __future__ import annotations
 
+import math
 import re
 import urllib.error
 import urllib.request
@@ -71,33 +72,45 @@ def parse_prometheus(text: str) -> list[Sample]:
     return out
 
 
+def _finite(x: float) -> float | None:
+    """NaN and +-Inf are legal Prometheus values; kvdash shows them as missing."""
+    return x if math.isfinite(x) else None
+
+
 def _sum(samples: list[Sample], *names: str) -> float | None:
     for name in names:
         found = [s.value for s in samples if s.name == name]
         if found:
-            return sum(found)
+            return _finite(sum(found)) if all(map(math.isfinite, found)) else None  # 1e308 + 1e308 = inf: missing
     return None
 
 
 def _mean(samples: list[Sample], *names: str) -> float | None:
-    for name in names:
-        found = [s.value for s in samples if s.name == name]
-        if found:
-            return sum(found) / len(found)
-    return None
+    total = _sum(samples, *names)
+    if total is None:
+        return None
+    name = next(n for n in names if any(s.name == n for s in samples))
+    return total / sum(1 for s in samples if s.name == name)
 
 
 def _int(x: float | None) -> int | None:
     return None if x is None else int(round(x))
 
 
+def _label_int(info: dict[str, str], key: str) -> int | None:
+    """A whole number from a label such as num_gpu_blocks="2048" (or "2048.0"); None otherwise."""
+    text = info.get(key, "")
+    if not re.fullmatch(r"[0-9]{1,18}(\.0*)?", text):
+        return None
+    return int(text.split(".", 1)[0])
+
+
 def reading_from_samples(url: str, samples: list[Sample]) -> EngineReading:
     names = {s.name for s in samples}
     if any(n.startswith("vllm:") for n in names):
         info = next((s.labels for s in samples if s.name == "vllm:cache_config_info"), {})
-        blocks = _int(float(info["num_gpu_blocks"])) if info.get("num_gpu_blocks", "").replace(".", "").isdigit() \
-            else None
-        block_size = int(info["block_size"]) if info.get("block_size", "").isdigit() else None
+        blocks = _label_int(info, "num_gpu_blocks")
+        block_size = _label_int(info, "block_size")
         hits = _sum(samples, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
         queries = _sum(samples, "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
         hit_rate = hits / queries if hits is not None and queries else _mean(samples, "vllm:gpu_prefix_cache_hit_rate")
@@ -141,7 +154,7 @@ def fetch(url: str, timeout: float = 2.0) -> EngineReading:
             body = resp.read(MAX_BYTES + 1)
     except urllib.error.HTTPError as exc:
         return EngineReading(url=url, error=f"HTTP {exc.code} from the engine")
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: a malformed URL such as http://[::1
         reason = getattr(exc, "reason", exc)
         text = "timed out" if "timed out" in str(reason) else f"unreachable ({reason})"
         return EngineReading(url=url, error=text)

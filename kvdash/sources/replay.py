@@ -5,24 +5,26 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kvdash import safeio
 from kvdash.sources.base import Snapshot, SourceUnavailable
 
 
+def _not_json(word: str) -> None:
+    raise ValueError(f"{word} is not a JSON number")  # json.loads accepts NaN and Infinity; JSON does not
+
+
 class ReplaySource:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, max_bytes: int = safeio.STREAM_CAP) -> None:
         self.path = Path(path)
         self.name = f"replay {self.path.name}"
-        try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SourceUnavailable(f"the file cannot be read ({type(exc).__name__})") from exc
+        lines = safeio.iter_lines(self.path, "--replay", max_bytes, "--max-file-size")  # streamed, bounded
         self.snapshots: list[Snapshot] = []
-        for number, line in enumerate(lines, 1):
+        for number, line in lines:
             if not line.strip():
                 continue
             try:
-                self.snapshots.append(Snapshot.from_json(json.loads(line)))
-            except (ValueError, KeyError, TypeError) as exc:
+                self.snapshots.append(Snapshot.from_json(json.loads(line, parse_constant=_not_json)))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise SourceUnavailable(f"line {number}: not a kvdash snapshot "
                                         f"({type(exc).__name__}: {exc})") from exc
         if not self.snapshots:

@@ -157,6 +157,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
             idx = [i for i, v in enumerate(values[dim]) if v in excluded]
             cond = cond & keys.code(dim).is_in(idx)
         codes = codes.filter(~cond)
+    if spec.excludes and codes.height == 0:
+        raise InputError(f"{spec.path}: exclude", f"{size:,} points", "the exclude rules remove every point")
     codes = codes.with_columns(keys.expr(REQUEST_DIMS).alias("_req"), keys.expr(BUDGET_DIMS).alias("_budget"))
 
     def arch_of(name: str) -> Architecture:

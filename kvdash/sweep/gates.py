@@ -16,7 +16,8 @@ from typing import Any
 
 import polars as pl
 
-from kvdash.errors import InputError, shorten
+from kvdash.errors import InputError
+from kvdash.errors import clip as shorten
 from kvdash.report.markdown import md
 from kvdash.sweep.gridfile import Gate, GridSpec
 

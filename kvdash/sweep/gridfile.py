@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from kvdash import safeio, safeyaml
 from kvdash.core.point import group_size_problem
 from kvdash.errors import InputError, closest
 from kvdash.sweep.columns import RESULT_COLUMNS
@@ -54,13 +55,8 @@ class _Tree:
         self.name = name
         self.marks: dict[Path_, tuple[int, int]] = {}
         self.key_marks: dict[Path_, tuple[int, int]] = {}
-        try:
-            node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml if present
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark
-            where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
-            raise InputError(where, "YAML", f"the file is not valid YAML: {exc.problem}") from exc
-        self.loader = yaml.SafeLoader("")
+        node = safeyaml.compose(text, name)  # bounded: depth, aliases, duplicate keys, huge integers
+        self.loader = safeyaml.BoundedLoader("", name)
         self.data = self._build(node, ()) if node is not None else {}
 
     def _build(self, node: yaml.Node, path: Path_) -> Any:
@@ -87,7 +83,9 @@ class _Tree:
     def _scalar(self, node: yaml.Node, path: Path_) -> Any:
         try:
             return self.loader.construct_object(node, deep=True)
-        except yaml.YAMLError as exc:
+        except InputError:
+            raise
+        except (yaml.YAMLError, ValueError, OverflowError) as exc:
             raise GridError(self.at(path), path, node.tag, "only plain YAML values (no tags or objects)") from exc
 
     def at(self, path: Path_, key: bool = False) -> str:
@@ -210,9 +208,14 @@ class Checker:
         raise self.fail(path, value, "expected a list")
 
     def positive_int(self, value: Any, path: Path_, allow_zero: bool = False) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (value == 0 and not allow_zero):
-            raise self.fail(path, value,
-                        "expected a non-negative integer" if allow_zero else "expected a positive integer")
+        """An integer of at least 1 (0 with ``allow_zero``) and at most the documented bound of its key."""
+        from kvdash.core.limits import MAX_REQUESTS, allowed_text, range_of
+
+        key = next((str(part) for part in reversed(path) if isinstance(part, str)), "")
+        high = (range_of(key) or (1, MAX_REQUESTS))[1]
+        low = 0 if allow_zero else 1
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self.fail(path, value, allowed_text(low, high))
         return value
 
     def dimension_value(self, dim: str, value: Any, path: Path_, spec_models: dict[str, ModelEntry],
@@ -271,19 +274,19 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
     """Read and validate a grid file."""
     name = str(path)
     if text is None:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError as exc:
-            raise InputError("grid file", name, "the file does not exist") from exc
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError("grid file", name, f"the file cannot be read ({type(exc).__name__})") from exc
+        text = safeio.read_text(path, "grid file")  # a regular file of at most 16 MiB, UTF-8, no NUL
     tree = _Tree(text, name)
     c = Checker(tree)
     top = c.mapping(tree.data, (), TOP_KEYS)
 
     # models
     models: dict[str, ModelEntry] = {}
-    for i, entry in enumerate(c.seq(top.get("models", ["tutorial-gqa-80l"]), ("models",))):
+    model_list = c.seq(top.get("models", ["tutorial-gqa-80l"]), ("models",))
+    from kvdash.core.limits import MAX_MODELS
+
+    if len(model_list) > MAX_MODELS:  # refused before any model is read
+        raise c.fail(("models",), f"{len(model_list):,} models", f"a grid may list at most {MAX_MODELS:,} models")
+    for i, entry in enumerate(model_list):
         p: Path_ = ("models", i)
         if isinstance(entry, str):
             spec = {"preset": entry}
@@ -372,6 +375,8 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
     for i, group in enumerate(c.seq(zip_raw, ("zip",)) if zip_raw else []):
         p = ("zip", i)
         group = c.mapping(group, p)
+        if not group:
+            raise c.fail(p, group, "a zip group links at least one dimension")
         linked: dict[str, list[Any]] = {}
         for dim, raw in group.items():
             add(dim, p + (dim,))
@@ -395,6 +400,8 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
     for i, ex in enumerate(c.seq(exclude_raw, ("exclude",)) if exclude_raw else []):
         p = ("exclude", i)
         ex = c.mapping(ex, p)
+        if not ex:
+            raise c.fail(p, ex, "an exclude rule names at least one dimension (an empty rule would remove every point)")
         rule: dict[str, list[Any]] = {}
         for dim, raw in ex.items():
             rule[dim] = values(dim, raw, p + (dim,))
@@ -408,7 +415,7 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
         known = {cl.id for cl in load_claims()}
         claims = []
         for i, cid in enumerate(c.seq(claims_raw, ("claims",))):
-            if cid not in known:
+            if not isinstance(cid, str) or cid not in known:
                 raise c.fail(("claims", i), cid, "unknown claim id (kvdash claims lists them)",
                              closest(str(cid), known))
             claims.append(cid)
@@ -486,8 +493,12 @@ def _simulate_section(c: Checker, raw: Any) -> SimSpec:
     if requests > 1_000_000:
         raise c.fail(p + ("requests",), requests, "expected at most 1,000,000 per grid point")
     rate = sim.get("rate", 0.5)
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
-        raise c.fail(p + ("rate",), rate, "expected a positive number of requests per step")
+    from kvdash.core.limits import check_rate
+
+    try:
+        check_rate("rate", rate)
+    except InputError as exc:
+        raise c.fail(p + ("rate",), rate, exc.allowed) from exc
     concurrency = sim.get("concurrency")
     if concurrency is not None:
         c.positive_int(concurrency, p + ("concurrency",))
