@@ -33,6 +33,8 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "qwen3": ("Qwen3", "full"),
     "qwen3_moe": ("Qwen3-MoE", "full"),
     "qwen3_next": ("Qwen3-Next", "full + linear (gated delta net)"),
+    "qwen3_5": ("Qwen3.5 (multimodal config, text_config)", "full + linear (gated delta net)"),
+    "qwen3_5_text": ("Qwen3.5 text model", "full + linear (gated delta net)"),
     "deepseek_v2": ("DeepSeek-V2, V2-Lite", "mla"),
     "deepseek_v3": ("DeepSeek-V3, Kimi-K2", "mla"),
     "kimi_k2": ("Kimi-K2", "mla"),
@@ -60,7 +62,7 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "minicpm": ("MiniCPM", "full"),
     "opt": ("OPT", "full"),
 }
-HYBRID_TYPES = ("jamba", "qwen3_next", "nemotron_h", "bamba", "granitemoehybrid", "falcon_h1")
+HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "nemotron_h", "bamba", "granitemoehybrid", "falcon_h1")
 # model types transformers does not define (remote code): read as published, with the rules below
 RAW_TYPES = {"chatglm", "minicpm", "RefinedWeb", "RefinedWebModel", "kimi_k2"}
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
@@ -102,7 +104,7 @@ def normalise(raw: Any, where: str) -> dict[str, Any]:
             data = {k: v for k, v in raw.items() if k != "transformers_version"}
             cfg: dict[str, Any] = config_class.from_dict(data).to_dict()
         except Exception as exc:  # transformers validates fields its own way
-            raise InputError(where, model_type, f"transformers could not read it: {str(exc)[:160]}") from exc
+            raise InputError(where, model_type, "transformers could not read it: " + " ".join(str(exc).split())[:200]) from exc
     if "hybrid_override_pattern" in raw:  # Nemotron-H's pattern as published
         cfg["hybrid_override_pattern"] = raw["hybrid_override_pattern"]
     return cfg
@@ -199,8 +201,9 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
         mamba = Layer("mamba", state_family="mamba1",
                       state=(inter, _pos(cfg, "mamba_d_state", where), _pos(cfg, "mamba_d_conv", where)))
         return [full if i % period == offset else ("mamba", mamba) for i in range(n_layers)]
-    if model_type == "qwen3_next":  # gated delta net: vllm/model_executor/models/qwen3_next.py
-        gdn = Layer("linear", state_family="gdn", state=(
+    if model_type in ("qwen3_next", "qwen3_5_text"):  # gated delta net: vllm/model_executor/models/qwen3_next.py
+        ssm_dtype = str(cfg.get("mamba_ssm_dtype") or "bfloat16")  # Qwen3.5 keeps the recurrent state in float32
+        gdn = Layer("linear", state_family="gdn", ssm_bytes=4 if ssm_dtype == "float32" else 2, state=(
             _pos(cfg, "linear_num_key_heads", where), _pos(cfg, "linear_num_value_heads", where),
             _pos(cfg, "linear_key_head_dim", where), _pos(cfg, "linear_value_head_dim", where),
             _pos(cfg, "linear_conv_kernel_dim", where)))
@@ -215,7 +218,7 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
                 out.append(("linear", gdn))
             else:
                 raise InputError(f"{where}: layer_types[{i}]", name,
-                                 "expected full_attention or linear_attention for qwen3_next")
+                                 f"expected full_attention or linear_attention for {model_type}")
         return out
     if model_type == "nemotron_h":
         pattern = _nemotron_pattern(cfg)
@@ -281,7 +284,8 @@ def _moe(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tup
         if layer in (cfg.get("mlp_only_layers") or []) or (layer + 1) % step:
             return None
         shared = cfg.get("shared_expert_intermediate_size") or 0
-        return cfg["num_experts"], cfg["moe_intermediate_size"], shared
+        experts = cfg.get("num_experts") or cfg["num_local_experts"]  # transformers 5 names it num_local_experts
+        return experts, cfg["moe_intermediate_size"], shared
     if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe"):
         if not cfg.get("n_routed_experts") or layer < (cfg.get("first_k_dense_replace") or 0) \
                 or layer % (cfg.get("moe_layer_freq") or 1):

@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from kvdash.core import formulas as f
-from kvdash.core.calc import BudgetSpec, PoolShape, check_positive, rank_shapes, resolve_budget
+from kvdash.core.calc import DEFAULT_UTIL, BudgetSpec, PoolShape, check_positive, rank_shapes, resolve_budget
 from kvdash.core.model import Architecture
 from kvdash.core.point import capacity_metrics, request_metrics, shape_inputs
 from kvdash.errors import InputError
@@ -27,7 +27,7 @@ DEFAULT_MAX_POINTS = 2_000_000
 
 DEFAULTS: dict[str, Any] = {
     "kv_dtype": "bf16", "kv_scales": "tensor", "block_size": 16, "budget": None, "gpu": None,
-    "gpu_memory": None, "gpu_util": "0.9", "util_policy": "vllm", "weights": None, "reserve": 0, "tp": 1,
+    "gpu_memory": None, "gpu_util": None, "util_policy": "vllm", "weights": None, "reserve": 0, "tp": 1,
     "pp": 1, "max_model_len": None, "max_batched_tokens": 8192,
 }
 
@@ -101,7 +101,7 @@ class Expanded:
 def dominant_stage(shapes: list[PoolShape], where: str) -> PoolShape:
     """With pipeline parallelism the sweep evaluates the stage that is largest in every respect."""
     fields = ("layer_token_bytes", "group_size", "full_groups", "window_groups", "full_token_bytes",
-              "window_token_bytes", "state_bytes")
+              "window_token_bytes", "state_bytes", "state_blocks")
     for s in shapes:
         if all(getattr(s, k) >= getattr(o, k) for o in shapes for k in fields) and \
                 all(o.window in (s.window, 0) for o in shapes):
@@ -227,16 +227,18 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     for key in req_ids.get_column("_shape").unique().sort().to_list():
         p = keys.decode(key, SHAPE_DIMS)
         arch = arch_of(p["model"])
-        base = (p["model"], p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"])
+        # the block size changes no layer arithmetic, except in hybrids (the block is aligned to the state page)
+        base = (p["model"], p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"],
+                p["block_size"] if arch.is_hybrid else None)
         try:
-            if base not in by_base:  # the block size changes no layer arithmetic
-                by_base[base] = dominant_stage(rank_shapes(arch, p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"]),
-                                               "pp")
             check_positive("block_size", p["block_size"])
+            if base not in by_base:
+                by_base[base] = dominant_stage(rank_shapes(arch, p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"],
+                                                           p["block_size"]), "pp")
         except InputError as exc:
             raise InputError(f"{spec.path}: {point_label(p)}: {exc.field}", exc.value, exc.allowed,
                              exc.hint or "add an exclude: rule for it") from exc
-        stage = replace(by_base[base], block_size=p["block_size"])
+        stage = by_base[base] if arch.is_hybrid else replace(by_base[base], block_size=p["block_size"])
         weights_rank = f.weights_per_rank(arch.weight_bytes, p["tp"] * p["pp"])
         kv128 = f.contiguous_request_bytes(LONG_CONTEXT, stage.full_token_bytes, stage.window_token_bytes,
                                            stage.window, stage.state_bytes)
@@ -322,7 +324,10 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         metrics[name] = keys.lookup(name, dtype)
     derived = pl.lit(pl.Series([v is not None for v in values["gpu"]])).gather(keys.code("gpu")) | \
         pl.lit(pl.Series([v is not None for v in values["gpu_memory"]])).gather(keys.code("gpu_memory"))
-    metrics["gpu_util"] = pl.when(derived).then(keys.lookup("gpu_util", pl.Utf8)).otherwise(None)
+    policy_default = pl.when(keys.lookup("util_policy", pl.Utf8) == "trtllm").then(pl.lit(DEFAULT_UTIL["trtllm"])) \
+        .otherwise(pl.lit(DEFAULT_UTIL["vllm"]))
+    metrics["gpu_util"] = pl.when(derived).then(keys.lookup("gpu_util", pl.Utf8).fill_null(policy_default)) \
+        .otherwise(None)
     out = []
     for name, kind, _ in RESULT_COLUMNS:
         expr = metrics.get(name, pl.col(name))
