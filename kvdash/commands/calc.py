@@ -37,7 +37,7 @@ def calc(
     weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model (split over tp x pp ranks). Default: the preset's figure, the safetensors index, or an estimate counted from config.json.")] = None,
     reserve: Annotated[str, Opt(help="Runtime reserve per rank: activations, CUDA graphs, workspace.")] = "0",
     block_size: Annotated[str, Opt(help="Tokens per KV block, or 'auto': vLLM 0.33's choice on Hopper (64 for MLA, else 16; hybrids raised to hold the state page).")] = "16",
-    prefix_caching: Annotated[str, Opt(help="vLLM prefix caching: 'on' (vLLM 0.33's default; state layers in mamba_cache_mode 'align', 2 blocks per request) or 'off'.")] = "on",
+    prefix_caching: Annotated[str, Opt(help="vLLM prefix caching: 'on' (vLLM 0.33's default; state layers in mamba_cache_mode 'align', 2 blocks per request per state group, 3 for gated delta net) or 'off'.")] = "on",
     used: Annotated[int, Opt(help="Tokens each request holds now (the snapshot).")] = 825,
     max_reserved: Annotated[int, Opt(help="Tokens a contiguous allocator reserves per request (Max policy).")] = 2048,
     final: Annotated[Optional[int], Opt(help="Final length of the request, for the Pow2 and Oracle policies (default: --used).")] = None,

@@ -9,6 +9,7 @@ built from the same :class:`PoolShape` fields.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -129,15 +130,27 @@ def layer_state_bytes(layer: Layer, tp: int) -> int:
 
 
 KERNEL_BLOCK_ALIGNMENT = 16  # FlashAttention's supported kernel block sizes: multiples of 16
+# FlashInfer's gated-delta-net prefill (Hopper) exports a state checkpoint every 64 tokens in align mode
+# (vllm/v1/attention/backends/gdn_attn.py, FLASHINFER_GDN_CHECKPOINT_ALIGNMENT)
+GDN_CHECKPOINT_ALIGNMENT = 64
 
 
-def aligned_block_size(arch: Architecture, dtype: str, scales: str, tp: int, requested: int) -> tuple[int, int]:
+def exports_checkpoints(arch: Architecture, prefix_caching: bool) -> bool:
+    """vLLM 0.33 takes prefill checkpoints only when every state layer exports them: gated delta net
+    layers do in align mode on Hopper (one extra block per request, blocks on a 64-token grid)."""
+    states = arch.state_layers
+    return prefix_caching and bool(states) and all(layer.state_family == "gdn" for layer in states)
+
+
+def aligned_block_size(arch: Architecture, dtype: str, scales: str, tp: int, requested: int,
+                       prefix_caching: bool = True) -> tuple[int, int]:
     """The attention block size vLLM 0.33 uses, and the state page it must hold (0: no state layers).
 
     ``Platform._align_hybrid_block_size`` (``vllm/platforms/interface.py``): with alignment
-    ``a = max(16, requested)`` the block becomes ``a x ceil(state page / (a x attention bytes per
-    token))`` when that is larger than the requested one, so that one attention page holds a state
-    page; the state page is then padded to the attention page.
+    ``a = max(16, requested)`` (in align mode with checkpoints, ``lcm(a, 64)``) the block becomes
+    ``a x ceil(state page / (a x attention bytes per token))``, rounded up to a multiple of 16, when
+    that is larger than the requested one, so that one attention page holds a state page; the state
+    page is then padded to the attention page.
 
     >>> from kvdash.core.model import Layer, Architecture
     >>> attn = Layer("full", kv_heads=8, head_dim=128, head_dim_v=128)
@@ -154,7 +167,11 @@ def aligned_block_size(arch: Architecture, dtype: str, scales: str, tp: int, req
     page = max(layer_state_bytes(layer, tp) for layer in states)
     token = layer_token_bytes(attn, dtype, scales, tp)
     align = f.imax(KERNEL_BLOCK_ALIGNMENT, requested)
-    return f.imax(requested, align * f.cdiv(page, align * token)), page
+    if exports_checkpoints(arch, prefix_caching):
+        align = math.lcm(align, GDN_CHECKPOINT_ALIGNMENT)
+    block = align * f.cdiv(page, align * token)
+    block = KERNEL_BLOCK_ALIGNMENT * f.cdiv(block, KERNEL_BLOCK_ALIGNMENT)
+    return f.imax(requested, block), page
 
 
 def stage_layers(n_layers: int, pp: int) -> list[range]:
@@ -183,7 +200,8 @@ def group_size_for(counts: Sequence[int]) -> int:
 
 
 def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_size: int,
-             state_page: int = 0, prefix_caching: bool = True, requested: int | None = None) -> PoolShape:
+             state_page: int = 0, prefix_caching: bool = True, requested: int | None = None,
+             checkpoints: bool = False) -> PoolShape:
     """The pool geometry of one stage holding ``layers`` (``block_size``: the one vLLM uses)."""
     kinds: dict[tuple[str, int], list[int]] = {}
     n_state = 0
@@ -209,7 +227,8 @@ def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_si
     window_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k != "full")
     layer_bytes = max(max(v) for v in kinds.values())
     state_groups = f.cdiv(n_state, group_size) if n_state else 0
-    state_blocks = state_groups * (2 if prefix_caching else 1)
+    # MambaSpec.max_memory_usage_bytes: align mode 2 (+1 prefill checkpoint) pages per request, else 1
+    state_blocks = state_groups * ((3 if checkpoints else 2) if prefix_caching else 1)
     return PoolShape(
         block_size=block_size,
         layer_token_bytes=layer_bytes,
@@ -238,9 +257,10 @@ def rank_shapes(arch: Architecture, dtype: str = "bf16", scales: str = "tensor",
     check_scale_mode(scales)
     get_dtype(dtype)
     check_parallel(arch, tp, pp)
-    used, page = aligned_block_size(arch, dtype, scales, tp, block_size)
-    return [shape_of([arch.layers[i] for i in r], dtype, scales, tp, used, page, prefix_caching, block_size)
-            for r in stage_layers(arch.num_layers, pp)]
+    used, page = aligned_block_size(arch, dtype, scales, tp, block_size, prefix_caching)
+    checkpoints = exports_checkpoints(arch, prefix_caching)
+    return [shape_of([arch.layers[i] for i in r], dtype, scales, tp, used, page, prefix_caching, block_size,
+                     checkpoints) for r in stage_layers(arch.num_layers, pp)]
 
 
 def auto_block_size(arch: Architecture) -> tuple[int, str]:

@@ -244,6 +244,9 @@ def from_hf_config(
         window = cfg.get("sliding_window") or 0
         if window and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
             raise InputError(f"{where}: sliding_window", window, "expected a positive integer or null")
+        if window and model_type == "cohere2":
+            # vllm/model_executor/models/commandr.py: a Cohere2 sliding layer sees sliding_window + 1 tokens
+            window += 1
         chunk = cfg.get("attention_chunk_size") or 0
         hybrid = modeltypes.hybrid_layers(cfg, model_type, n_layers, where)
         if hybrid is not None:
