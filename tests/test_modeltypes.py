@@ -187,8 +187,16 @@ class TestBlockSizeAuto:
         assert 16 == r["pool"]["block_size"]
 
     def test_hybrid_aligned(self):
-        r = calculate(CalcInput(arch=config("qwen3-next-80b-a3b-thinking"), block_size="auto"))
-        assert 544 == r["pool"]["block_size"] and "raised from 16 to 544" in r["vllm_view"]["block_size_reason"]
+        """Qwen3-Next: state page 1,097,728 B, 2,048 B per attention token.  Prefix caching on (align mode,
+        checkpoints every 64 tokens): 64 x ceil(1,097,728 / (64 x 2,048)) = 576, and 3 blocks per request per
+        state group; off: 16 x ceil(1,097,728 / 32,768) = 544, 1 block."""
+        arch = config("qwen3-next-80b-a3b-thinking")
+        on = calculate(CalcInput(arch=arch, block_size="auto"))
+        assert 576 == on["pool"]["block_size"] and "raised from 16 to 576" in on["vllm_view"]["block_size_reason"]
+        assert (3 * 3, "align") == (on["pool"]["state_blocks_per_request"], on["vllm_view"]["mamba_cache_mode"])
+        off = calculate(CalcInput(arch=arch, block_size="auto", prefix_caching=False))
+        assert (544, 3, "none") == (off["pool"]["block_size"], off["pool"]["state_blocks_per_request"],
+                                    off["vllm_view"]["mamba_cache_mode"])
 
 
 class TestWeights:
