@@ -27,7 +27,7 @@ class LiveConfig:
     kv_dtype: str = "bf16"
     block_size: int = 16
     tp: int = 8
-    gpu_util: str = "0.9"
+    gpu_util: str = "0.92"  # vLLM 0.33 gpu_memory_utilization
     weights: int | None = None
     reserve: int = 0
     budget_mode: str = "vllm"
