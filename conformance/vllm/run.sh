@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Regenerate conformance/vllm/expected.json from vLLM 0.33.0's own code.
+#
+# Usage: conformance/vllm/run.sh [harness options, e.g. --only qwen3-8b jamba-1.5-mini]
+#
+# The side virtualenv holding vllm==0.33.0 (about 8 GB with torch's CUDA libraries) is
+# VLLM_VENV, default /work/vllm-venv if it exists, else ./.vllm-venv in the repository.
+# It is created here when missing (pip install vllm==0.33.0, ~20 minutes). It is never
+# part of .ci/run: the CI test only reads the committed expected.json.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cd "$repo"
+
+if [[ -z "${VLLM_VENV:-}" ]]; then
+  if [[ -x /work/vllm-venv/bin/python ]]; then
+    VLLM_VENV=/work/vllm-venv
+  else
+    VLLM_VENV="$repo/.vllm-venv"
+  fi
+fi
+
+if [[ ! -x "$VLLM_VENV/bin/python" ]] || ! "$VLLM_VENV/bin/python" -c 'import vllm, sys; sys.exit(vllm.__version__ != "0.33.0")' 2>/dev/null; then
+  echo "creating $VLLM_VENV with vllm==0.33.0 (several GB, takes a while)" >&2
+  python3 -m venv "$VLLM_VENV"
+  "$VLLM_VENV/bin/pip" install --quiet "vllm==0.33.0"
+fi
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+start=$(date +%s)
+"$VLLM_VENV/bin/python" "$here/harness.py" --configs tests/data/configs --out "$here/expected.json" "$@"
+echo "conformance/vllm/run.sh: $(( $(date +%s) - start )) s" >&2
