@@ -40,11 +40,18 @@ class TestVllmRules:
         arch = config("falcon-7b-instruct")
         assert (1, 64, 32) == (arch.kv_heads, arch.head_dim, arch.num_layers)
 
-    @pytest.mark.parametrize("name", ["falcon-40b-instruct", "falcon-40b-refinedweb"])
-    def test_falcon_new_decoder_architecture(self, name):
-        """Falcon-40B: ``num_kv_heads`` 8 (``n_head_kv`` in the original RefinedWeb format), head 64."""
-        arch = config(name)
+    def test_falcon_new_decoder_architecture(self):
+        """Falcon-40B: ``num_kv_heads`` 8, head 8,192 / 128 = 64."""
+        arch = config("falcon-40b-instruct")
         assert (8, 64, 60) == (arch.kv_heads, arch.head_dim, arch.num_layers)
+
+    @pytest.mark.parametrize("name,reason", [("falcon-40b-refinedweb", "RWForCausalLM"),
+                                             ("minicpm-2b-sft-bf16", "trust_remote_code")])
+    def test_refused_as_vllm_refuses(self, name, reason):
+        """vLLM 0.33 refuses these configs (the original Falcon RefinedWeb format; MiniCPM without its remote
+        code), so kvdash does too, saying why."""
+        with pytest.raises(InputError, match=reason):
+            config(name)
 
     def test_chatglm(self):
         """ChatGLM3-6B: ``num_layers`` 28, ``multi_query_group_num`` 2 KV heads of 4,096 / 32 = 128

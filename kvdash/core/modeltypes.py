@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 # model_type -> (models, layer kinds kvdash builds for it).  The README's table is generated from this.
 SUPPORTED: dict[str, tuple[str, str]] = {
-    "llama": ("Llama 2, Llama 3.x, Yi (llama-format releases), MiniCPM-style derivatives", "full"),
+    "llama": ("Llama 2, Llama 3.x, Yi (llama-format releases)", "full"),
     "llama4": ("Llama 4 (multimodal config, text_config)", "full + chunked"),
     "llama4_text": ("Llama 4 text model", "full + chunked"),
     "mistral": ("Mistral, Ministral-8B", "full or sliding"),
@@ -47,8 +47,6 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "gemma3_text": ("Gemma 3 text model", "full + sliding"),
     "gpt_oss": ("gpt-oss", "full + sliding"),
     "falcon": ("Falcon 7B/40B/180B", "full"),
-    "RefinedWeb": ("Falcon (original RefinedWeb format)", "full"),
-    "RefinedWebModel": ("Falcon (original RefinedWebModel format)", "full"),
     "falcon_h1": ("Falcon-H1", "full + mamba (Mamba-2), both in every layer"),
     "jamba": ("Jamba", "full + mamba (Mamba-1)"),
     "nemotron_h": ("Nemotron-H", "full + mamba (Mamba-2)"),
@@ -59,12 +57,18 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "starcoder2": ("StarCoder2", "full or sliding"),
     "cohere": ("Command-R", "full"),
     "cohere2": ("Command-R7B / Command A", "full + sliding"),
-    "minicpm": ("MiniCPM", "full"),
     "opt": ("OPT", "full"),
+}
+# model types vLLM 0.33 itself refuses, with its reason
+REFUSED_BY_VLLM: dict[str, str] = {
+    "RefinedWeb": "vLLM 0.33 no longer serves RWForCausalLM (supported until v0.28.0)",
+    "RefinedWebModel": "vLLM 0.33 no longer serves RWForCausalLM (supported until v0.28.0)",
+    "minicpm": "vLLM 0.33 reads this config only with the model's remote code (trust_remote_code), which kvdash "
+               "does not run",
 }
 HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "nemotron_h", "bamba", "granitemoehybrid", "falcon_h1")
 # model types transformers does not define (remote code): read as published, with the rules below
-RAW_TYPES = {"chatglm", "minicpm", "RefinedWeb", "RefinedWebModel", "kimi_k2"}
+RAW_TYPES = {"chatglm", "kimi_k2"}
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
 NO_ESTIMATE = "unknown: no --weights, no safetensors index, and no estimate for this config"
 
@@ -81,6 +85,9 @@ def normalise(raw: Any, where: str) -> dict[str, Any]:
     if not isinstance(model_type, str) or not model_type:
         raise InputError(f"{where}: model_type", model_type,
                          "kvdash reads a config.json by its model_type; supported: " + supported_text())
+    if model_type in REFUSED_BY_VLLM:
+        raise InputError(f"{where}: model_type", model_type,
+                         REFUSED_BY_VLLM[model_type] + "; supported: " + supported_text())
     if model_type not in SUPPORTED:
         raise InputError(f"{where}: model_type", model_type,
                          "kvdash cannot model this type exactly; supported: " + supported_text())
@@ -271,8 +278,8 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
 
 GATED_MLP = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
              "kimi_k2", "glm4_moe", "chatglm", "phi3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "cohere",
-             "cohere2", "minicpm"}
-PLAIN_MLP = {"opt", "starcoder2", "falcon", "RefinedWeb", "RefinedWebModel"}
+             "cohere2"}
+PLAIN_MLP = {"opt", "starcoder2", "falcon"}
 
 
 def _moe(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tuple[int, int, int] | None:
