@@ -581,7 +581,7 @@ def _prefix(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
     return {
         "prefix_tokens": inp.prefix,
         "shared_blocks": shared,
-        "copied_tail_tokens": inp.prefix % inp.block_size,
+        "copied_tail_tokens": inp.prefix % int(inp.block_size),
         "own_blocks_per_request": m["paged_blocks"] - shared,
         "shared_bytes": shared * m["block_bytes"],
         "requests_without_sharing": m["paged_requests"],
@@ -700,7 +700,8 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
     best = None
     for tp in TP_CANDIDATES:
         try:
-            tp_shapes = rank_shapes(inp.arch, inp.kv_dtype, inp.kv_scales, tp, inp.pp, int(inp.block_size), inp.prefix_caching)
+            tp_shapes = rank_shapes(inp.arch, inp.kv_dtype, inp.kv_scales, tp, inp.pp, int(inp.block_size),
+                                    inp.prefix_caching)
             tp_budget = resolve_budget(inp.budget, inp.arch, tp, inp.pp)["per_rank_bytes"]
         except InputError:
             continue
@@ -739,9 +740,10 @@ def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
         variants.append(("kv dtype fp8 (idealized)", replace(inp, kv_dtype="fp8", kv_scales="tensor")))
     if dt.bytes_per_element != 2 and dt.name != "fp8_ds_mla":
         variants.append(("kv dtype bf16", replace(inp, kv_dtype="bf16", kv_scales="tensor")))
-    variants.append((f"block size {inp.block_size * 2}", replace(inp, block_size=inp.block_size * 2)))
-    if inp.block_size > 1:
-        variants.append((f"block size {inp.block_size // 2}", replace(inp, block_size=inp.block_size // 2)))
+    block = int(inp.block_size)
+    variants.append((f"block size {block * 2}", replace(inp, block_size=block * 2)))
+    if block > 1:
+        variants.append((f"block size {block // 2}", replace(inp, block_size=block // 2)))
     if attn and attn.kv_heads < arch.num_attention_heads:
         mha = Architecture(**{**arch.__dict__, "layers": tuple(
             replace(layer, kv_heads=arch.num_attention_heads) if layer.kind in ("full", "sliding") else layer

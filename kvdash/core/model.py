@@ -259,11 +259,13 @@ def from_hf_config(
                     "state (mamba/linear) layers need a supported hybrid model_type "
                     f"({', '.join(modeltypes.HYBRID_TYPES)}) or their state size in bytes per request per layer",
                 )
-        built = []
+        built: list[Layer] = []
         for i, kind in enumerate(kinds):
             if kind in STATE_KINDS:
                 if hybrid is not None:
-                    built.append(hybrid[i][1])
+                    state_layer = hybrid[i][1]
+                    assert state_layer is not None
+                    built.append(state_layer)
                 else:
                     built.append(Layer(kind, state_family="fixed", state=(state_bytes,)))
             elif kind == "chunked":

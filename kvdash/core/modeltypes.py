@@ -111,7 +111,8 @@ def normalise(raw: Any, where: str) -> dict[str, Any]:
             data = {k: v for k, v in raw.items() if k != "transformers_version"}
             cfg: dict[str, Any] = config_class.from_dict(data).to_dict()
         except Exception as exc:  # transformers validates fields its own way
-            raise InputError(where, model_type, "transformers could not read it: " + " ".join(str(exc).split())[:200]) from exc
+            text = " ".join(str(exc).split())[:200]
+            raise InputError(where, model_type, "transformers could not read it: " + text) from exc
     if "hybrid_override_pattern" in raw:  # Nemotron-H's pattern as published
         cfg["hybrid_override_pattern"] = raw["hybrid_override_pattern"]
     return cfg
@@ -247,8 +248,9 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
                 raise InputError(f"{where}: hybrid_override_pattern[{i}]", code,
                                  "expected M (mamba), * (attention), - (MLP) or E (MoE)")
         return out
-    inter = cfg.get("mamba_d_ssm") if model_type == "falcon_h1" else None
-    if inter is None:
+    if model_type == "falcon_h1" and cfg.get("mamba_d_ssm") is not None:
+        inter = _pos(cfg, "mamba_d_ssm", where)
+    else:
         inter = int(_pos(cfg, "mamba_expand", where) * hidden)
     mamba = Layer("mamba", state_family="mamba2", state=_mamba2(
         cfg, where, inter, "mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_d_state", "mamba_d_conv"))

@@ -41,7 +41,8 @@ from kvdash.core import formulas as f
 MAX_LENGTHS = 8
 INPUTS = (
     "block_size", "layer_token_bytes", "group_size", "full_groups", "window_groups", "window",
-    "full_token_bytes", "window_token_bytes", "state_bytes", "state_blocks", "chunked", "budget", "k", "max_reserved", "prefix",
+    "full_token_bytes", "window_token_bytes", "state_bytes", "state_blocks", "chunked", "budget", "k",
+    "max_reserved", "prefix",
     "max_model_len", "max_batched_tokens",
     *(f"l{i}" for i in range(MAX_LENGTHS)), *(f"f{i}" for i in range(MAX_LENGTHS)),
 )
