@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from kvdash.core import formulas as f
-from kvdash.core.calc import DEFAULT_UTIL, BudgetSpec, PoolShape, check_positive, rank_shapes, resolve_budget
+from kvdash.core.calc import BudgetSpec, PoolShape, check_positive, rank_shapes, resolve_budget
 from kvdash.core.model import Architecture
 from kvdash.core.point import capacity_metrics, request_metrics, shape_inputs
 from kvdash.errors import InputError
@@ -27,7 +27,7 @@ DEFAULT_MAX_POINTS = 2_000_000
 
 DEFAULTS: dict[str, Any] = {
     "kv_dtype": "bf16", "kv_scales": "tensor", "block_size": 16, "budget": None, "gpu": None,
-    "gpu_memory": None, "gpu_util": None, "util_policy": "vllm", "weights": None, "reserve": 0, "tp": 1,
+    "gpu_memory": None, "gpu_util": "0.92", "util_policy": "vllm", "weights": None, "reserve": 0, "tp": 1,
     "pp": 1, "max_model_len": None, "max_batched_tokens": 8192,
 }
 
@@ -41,7 +41,7 @@ RESULT_COLUMNS: list[tuple[str, str, str]] = [
     ("prefix", "int", "tokens of a shared prompt prefix (0: none)"),
     ("kv_dtype", "str", "KV element type"),
     ("kv_scales", "str", "scale storage: tensor (none per token) or token_head"),
-    ("block_size", "int", "tokens per block"),
+    ("block_size", "int", "tokens per block used (hybrids: raised as vLLM 0.33 does to hold a state page)"),
     ("tp", "int", "tensor-parallel degree"),
     ("pp", "int", "pipeline-parallel degree"),
     ("gpu", "str", "GPU preset when the budget is derived (empty for an explicit budget)"),
@@ -53,6 +53,8 @@ RESULT_COLUMNS: list[tuple[str, str, str]] = [
     ("max_batched_tokens", "int", "vLLM max_num_batched_tokens used for its sliding-window bound"),
     ("bytes_per_token", "int", "KV bytes one token takes on the tightest rank"),
     ("block_bytes", "int", "bytes of one pool block"),
+    ("state_bytes", "int", "pool bytes of one request's fixed Mamba/linear-attention state, whatever its length "
+     "(vLLM 0.33 prefix caching on: 2 blocks per state group, 3 for gated delta net; 0: no state layers)"),
     ("kv_token_slots", "int", "floor(budget / bytes_per_token)"),
     ("whole_pool_blocks", "int", "floor(budget / block_bytes)"),
     ("block_backed_token_slots", "int", "pool blocks / KV-cache groups x block size"),
@@ -78,7 +80,7 @@ RESULT_COLUMNS: list[tuple[str, str, str]] = [
     ("offload_allocated_bytes", "int", "its full allocated-block bytes"),
     ("requests_with_prefix_sharing", "int", "requests that fit when the prefix blocks are shared"),
     ("prefix_saved_percent", "float", "memory saved by sharing at the unshared request count, percent"),
-    ("vllm_kv_cache_tokens", "int", "vLLM's 'GPU KV cache size' line"),
+    ("vllm_kv_cache_tokens", "int", "vLLM 0.33's 'GPU KV cache size': int(max concurrency x max_model_len)"),
     ("vllm_max_concurrency", "float", "vLLM's 'Maximum concurrency' at max_model_len"),
     ("kv_128k_over_weights", "float", "KV bytes of one 131,072-token request / weight bytes (per rank)"),
 ]
@@ -296,7 +298,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
               if d not in REQUEST_DIMS), pl.lit(0, dtype=pl.UInt64)) % _M61).alias("_hbud"))
 
     # 4. gather request and budget figures onto every point; the budget divisions; ids; parameters
-    carried = ["k", "block_size", "max_reserved", "prefix", "max_model_len", "max_batched_tokens", "lengths",
+    carried = ["k", "block_size", "state_bytes", "max_reserved", "prefix", "max_model_len", "max_batched_tokens", "lengths",
                "_kv128k_over_weights",
                "_hreq", *r_exprs]
     lazy = codes.lazy()
@@ -324,10 +326,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         metrics[name] = keys.lookup(name, dtype)
     derived = pl.lit(pl.Series([v is not None for v in values["gpu"]])).gather(keys.code("gpu")) | \
         pl.lit(pl.Series([v is not None for v in values["gpu_memory"]])).gather(keys.code("gpu_memory"))
-    policy_default = pl.when(keys.lookup("util_policy", pl.Utf8) == "trtllm").then(pl.lit(DEFAULT_UTIL["trtllm"])) \
-        .otherwise(pl.lit(DEFAULT_UTIL["vllm"]))
-    metrics["gpu_util"] = pl.when(derived).then(keys.lookup("gpu_util", pl.Utf8).fill_null(policy_default)) \
-        .otherwise(None)
+    metrics["gpu_util"] = pl.when(derived).then(keys.lookup("gpu_util", pl.Utf8)).otherwise(None)
     out = []
     for name, kind, _ in RESULT_COLUMNS:
         expr = metrics.get(name, pl.col(name))
