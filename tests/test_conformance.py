@@ -31,6 +31,15 @@ CONFIGS = ROOT / "tests" / "data" / "configs"
 EXPECTED = ROOT / "conformance" / "vllm" / "expected.json"
 # refusals that come from running vLLM on a CPU, not from the model or the KV cache (none so far)
 CPU_ONLY_REFUSALS: tuple[str, ...] = ()
+# Configs where the first harness run (i10a 088d849) and a CUDA engine differ: the harness resets
+# cache_config.mamba_ssm_cache_dtype to "auto" after VllmConfig (to undo vllm/platforms/cpu.py), which also
+# undoes the model hooks of vllm/model_executor/models/config.py a CUDA engine keeps:
+# NemotronHForCausalLMConfig (hf mamba_ssm_cache_dtype, default float32) and
+# Qwen3_5ForConditionalGenerationConfig (hf mamba_ssm_dtype: float32).  kvdash follows the engine (float32
+# SSM state).  Re-running the harness with the hooks applied (MODELS_CONFIG_MAP[arch].verify_and_update_config
+# after the reset) gives figures kvdash matches in all 192 cases; strict xfail, so a regenerated
+# expected.json turns these into failures until this set is emptied.
+SSM_DTYPE_RESET_BY_HARNESS = {"nemotron-3-nano-30b-a3b", "nemotron-h-56b-base-8k", "qwen3.5-27b"}
 
 
 def kvdash_case(config: str, tp: int, kv_dtype: str, block_size: int, budget: int, prefix_caching: bool,
@@ -103,7 +112,14 @@ def test_expected_file_is_vllm_033():
     assert folders == {case["config"] for case in CASES}, "every committed config has cases"
 
 
-@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
+def _marks(case: dict[str, Any]) -> list[Any]:
+    if case["config"] in SSM_DTYPE_RESET_BY_HARNESS and case["status"] == "ok":
+        return [pytest.mark.xfail(strict=True, reason="expected.json keeps a bf16 SSM state where vLLM 0.33's "
+                                  "model hook sets float32 (see SSM_DTYPE_RESET_BY_HARNESS)")]
+    return []
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=_marks(c), id=_case_id(c)) for c in CASES])
 def test_case_agrees_with_vllm(case):
     """One case: vLLM refused it and kvdash refuses it, or every figure agrees."""
     assert EXPECTED_DATA is not None
