@@ -322,7 +322,7 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, stric
     if spec.weights is None and not arch.weights_known:
         raise InputError("--weights", None, f"a budget derived from the GPU needs the weight bytes of {arch.name}: "
                          "give --weights SIZE or --safetensors-index model.safetensors.index.json "
-                         f"(no estimate: {arch.weight_basis})")
+                         f"(weights {arch.weight_basis})")
     weights = arch.weight_bytes if spec.weights is None else spec.weights
     weights_basis = arch.weight_basis if spec.weights is None else "given with --weights"
     if weights < 0:

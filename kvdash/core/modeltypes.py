@@ -70,7 +70,8 @@ HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "nemotron_h", "bamba", "g
 # model types transformers does not define (remote code): read as published, with the rules below
 RAW_TYPES = {"chatglm", "kimi_k2"}
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
-NO_ESTIMATE = "unknown: no --weights, no safetensors index, and no estimate for this config"
+NO_ESTIMATE = ("unknown: config.json alone does not give them here (a quantized checkpoint, a vision or audio "
+               "tower, state layers, or an MLP kvdash does not count)")
 
 
 def supported_text() -> str:
