@@ -298,7 +298,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
               if d not in REQUEST_DIMS), pl.lit(0, dtype=pl.UInt64)) % _M61).alias("_hbud"))
 
     # 4. gather request and budget figures onto every point; the budget divisions; ids; parameters
-    carried = ["k", "block_size", "state_bytes", "max_reserved", "prefix", "max_model_len", "max_batched_tokens", "lengths",
+    carried = ["k", "block_size", "state_bytes", "max_reserved", "prefix", "max_model_len", "max_batched_tokens",
+               "lengths",
                "_kv128k_over_weights",
                "_hreq", *r_exprs]
     lazy = codes.lazy()
