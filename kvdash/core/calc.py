@@ -802,7 +802,7 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
                      "are not included and must be measured")
     if s.groups > 1:
         lines.append(f"hybrid layout: {s.groups} KV-cache groups of {s.group_size} layers share one pool "
-                     f"({s.padded_layers} padded layer slots), as vLLM v1 groups them")
+                     f"({s.padded_layers} padded layer slots), as vLLM 0.33 groups them")
     if any(sh.state_layers for sh in shapes):
         lines.append(
             f"state layers ({s.state_layers} on the first stage) hold a fixed-size state per request, whatever "
