@@ -465,7 +465,6 @@ def _core(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
         "architecture": {
             "name": arch.name,
             "layers": arch.num_layers,
-            "decoder_layers": arch.decoder_layers or arch.num_layers,
             "kv_heads": arch.kv_heads,
             "head_dim": arch.head_dim,
             "bytes_per_element": get_dtype(inp.kv_dtype).bytes_per_element,
