@@ -56,8 +56,10 @@ _register()
 
 
 def fail(message: str, code: int = 2) -> None:
-    """Print one line to stderr and leave with ``code``."""
-    print(f"kvdash: error: {message}", file=sys.stderr)
+    """Print one line to stderr and leave with ``code`` (line breaks in the message become spaces)."""
+    from kvdash.errors import one_line
+
+    print(f"kvdash: error: {one_line(message)}", file=sys.stderr)
     raise SystemExit(code)
 
 

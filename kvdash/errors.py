@@ -7,7 +7,31 @@ given and what is allowed.  The CLI prints ``str(error)`` as a single line and e
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
+
+# line breaks, C0/C1 control characters (tab included) and bidirectional overrides: a run becomes one space
+_LINES = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]+")
+SHOWN_CHARS = 80  # the most characters of a bad value an error line repeats
+
+
+def one_line(text: object) -> str:
+    """``text`` as one line: every run of line breaks and control characters becomes one space."""
+    return _LINES.sub(" ", str(text))
+
+
+def shorten(text: object, limit: int = SHOWN_CHARS) -> str:
+    """``text`` on one line and at most ``limit`` characters: a long value keeps its start and says how
+    long it was.
+
+    >>> shorten("x" * 1000, 20)
+    'xxx... (1,000 chars)'
+    """
+    s = one_line(text)
+    if len(s) <= limit:
+        return s
+    tail = f"... ({len(s):,} chars)"
+    return s[:max(limit - len(tail), 1)] + tail
 
 
 class InputError(ValueError):
@@ -18,8 +42,8 @@ class InputError(ValueError):
         self.value = value
         self.allowed = allowed
         self.hint = hint
-        shown = "missing" if value is None else f"{value!r} is not allowed"
-        text = f"{field}: {shown}; {allowed}"
+        shown = "missing" if value is None else f"{shorten(repr(value))} is not allowed"
+        text = f"{shorten(field, 2 * SHOWN_CHARS)}: {shown}; {allowed}"
         if hint:
             text += f" ({hint})"
         super().__init__(text)

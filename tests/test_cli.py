@@ -117,3 +117,29 @@ def test_console_script_help():
     proc = subprocess.run([sys.executable, "-m", "kvdash.cli", "--help"], capture_output=True, text=True, timeout=60)
     assert 0 == proc.returncode
     assert "calc" in proc.stdout
+
+
+def test_calc_group_of_nine_is_refused_not_truncated(capsys):
+    """Issue 17's bug: nine 100-token requests were evaluated as eight (800 useful slots, capacities x9).
+    The limit of 8 lengths per group is stated once (core.point.group_size_problem) and enforced for calc."""
+    code, _, err = run(["calc", "--group", ",".join(["100"] * 9)], capsys)
+    assert code == 2
+    assert "--group" in err and "at most 8 lengths per group (got 9)" in err
+
+
+def test_calc_group_of_eight_counts_every_length(capsys):
+    """Eight 100-token requests hold 8 x 100 = 800 useful slots and 8 x cdiv(100, 16) x 16 = 8 x 112 = 896
+    allocated slots (block 16): every length of the group is counted."""
+    code, out, _ = run(["calc", "--json", "--group", ",".join(["100"] * 8)], capsys)
+    assert code == 0
+    g = json.loads(out)["group"]
+    assert (g["useful_slots"], g["allocated_slots"], g["tail_waste_slots"]) == (800, 896, 96)
+
+
+def test_workload_inputs_never_drops_lengths():
+    """The core refuses a group past the limit rather than reading only l0..l7."""
+    from kvdash.core.point import workload_inputs
+
+    assert workload_inputs((5,) * 8)["k"] == 8
+    with pytest.raises(ValueError, match="at most 8"):
+        workload_inputs((5,) * 9)

@@ -300,7 +300,11 @@ class TestCommands:
             spec = parse_grid(g)
             write_report(spec, expand(spec), tmp_path / out)
         text = diff_results(tmp_path / "b", tmp_path / "h")
-        assert "8 added, 8 removed, 4 changed" in text and "<details>" in text
+        # matched by model, workload, KV dtype and block: block 32 removed, 64 added (2 models x 2 workloads
+        # x 2 dtypes = 8 each); at block 16 the snap workload's reservation changed (4 points), group did not
+        assert "**4 changed, 8 added, 8 removed**, 4 unchanged" in text and "<details>" in text
+        assert "| block | swept | 16, 32 | 16, 64 |" in text
+        assert "| workload snap: max_reserved | definition | 2048 | 4096 |" in text
         assert len(text) < GITHUB_LIMIT
         code, out, _ = run(["diff", str(tmp_path / "b" / "results.csv"), str(tmp_path / "h")], capsys)
         assert 0 == code and out == text

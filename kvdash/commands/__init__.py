@@ -7,7 +7,8 @@ def register_more(app: Any) -> None:
     import importlib
 
     for module, names in (("sweep", ("sweep", "diff", "claims")), ("live", ("live", "record")),
-                          ("simulate", ("simulate",))):
+                          ("simulate", ("simulate",)),
+                          ("exporter", ("exporter",))):
         try:
             mod = importlib.import_module(f"kvdash.commands.{module}")
         except ModuleNotFoundError as exc:

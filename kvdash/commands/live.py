@@ -66,6 +66,8 @@ def live(
     snapshot_dir: Annotated[Path, Opt(help="Where the s key writes snapshots.")] = Path("."),
     simulate: Annotated[Optional[str], Opt(help="Draw the block map from a running simulation: paged, max, pow2 or "
                                                 "oracle (blocks fill, tails, preemption, fragmentation).")] = None,
+    prometheus: Annotated[Optional[str], Opt(help="Fleet view: hosts, GPUs and engines from a Prometheus server "
+                                                  "(http://HOST:9090).")] = None,
 ) -> None:
     """Live GPU memory beside the analytical KV pool (a Textual dashboard; --once/--json for scripts)."""
     from kvdash.core.model import load_config
@@ -84,6 +86,12 @@ def live(
         lengths=parse_lengths(length, "--length") or (2048,), max_reserved=max_reserved,
     )
     cfg.validate()
+    if prometheus:  # the fleet view (kvdash/commands/fleet.py)
+        if demo or replay or engine:
+            raise InputError("--prometheus", prometheus, "give it without --demo, --replay or --engine")
+        from kvdash.commands.fleet import run_fleet
+
+        return run_fleet(prometheus, cfg, once, as_json, interval)
     source = _source(demo, replay, seed, gpus)
     timeout = max(0.5, min(2.0, interval))
     engine_fetch = (lambda: fetch(engine, timeout=timeout)) if engine else None

@@ -1,6 +1,7 @@
 """``kvdash simulate``: KV pool occupancy over time under each allocation policy."""
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
@@ -24,14 +25,20 @@ def parse_lengths_spec(text: str, field: str):  # type: ignore[no-untyped-def]
         values = [float(x) for x in args.split(",")] if args else []
     except ValueError as exc:
         raise InputError(field, text, "expected fixed:N, uniform:A,B or lognormal:MEAN,SIGMA") from exc
+    if not all(math.isfinite(v) for v in values):
+        raise InputError(field, text, "expected finite numbers: fixed:N, uniform:A,B or lognormal:MEAN,SIGMA")
     if kind == "fixed" and len(values) == 1 and values[0] >= 1:
         return Lengths("fixed", values[0])
     if kind == "uniform" and len(values) == 2 and 1 <= values[0] <= values[1]:
         return Lengths("uniform", values[0], values[1])
-    if kind == "lognormal" and len(values) == 2 and values[0] >= 1 and values[1] > 0:
+    if kind == "lognormal" and len(values) == 2 and values[0] >= 1 and 0 < values[1] <= 10:
         return Lengths("lognormal", values[0], values[1])
     raise InputError(field, text, "expected fixed:N (N >= 1), uniform:A,B (1 <= A <= B) or lognormal:MEAN,SIGMA "
-                                  "(MEAN >= 1, SIGMA > 0)")
+                                  "(MEAN >= 1, 0 < SIGMA <= 10)")
+
+
+MAX_REQUESTS = 1_000_000  # --requests above this needs --max-requests
+HARD_MAX_REQUESTS = 50_000_000  # about 2 GB of arrays per policy
 
 
 def simulate(
@@ -45,14 +52,25 @@ def simulate(
     prompt: Annotated[Optional[str], Opt(help="Prompt lengths: fixed:N, uniform:A,B, lognormal:MEAN,SIGMA.")] = None,
     output: Annotated[Optional[str], Opt(help="Output lengths, same forms.")] = None,
     trace: Annotated[Optional[Path], Opt(help="CSV of prompt,output lengths (replaces --prompt/--output).")] = None,
-    requests: Annotated[int, Opt(help="Requests to simulate.")] = 2000,
+    requests: Annotated[int, Opt(help=f"Requests to simulate (at most --max-requests, {MAX_REQUESTS:,} unless "
+                                      "raised).")] = 2000,
+    max_requests: Annotated[int, Opt(help=f"Upper bound of --requests (at most {HARD_MAX_REQUESTS:,}).")] = MAX_REQUESTS,
     rate: Annotated[float, Opt(help="Poisson arrivals per step.")] = 0.5,
+    rates: Annotated[Optional[str], Opt(help="A:B:N: also sweep N rates from A to B and report each policy's "
+                                             "normalized latency and capacity at --latency-bound.")] = None,
+    latency_bound: Annotated[float, Opt(help="Normalized latency bound for --rates, steps per output token "
+                                             "(1.0 is an unloaded pool).")] = 2.0,
     concurrency: Annotated[Optional[int], Opt(help="Closed loop: keep this many requests in the system instead.")] = None,
-    prefix: Annotated[int, Opt(help="Tokens of a prompt prefix all requests share (paged-prefix).")] = 0,
+    prefix: Annotated[int, Opt(help="Tokens of a prompt prefix all requests share (stored once by paged-prefix; "
+                                    "paged on the same requests is the no-sharing baseline).")] = 0,
     max_len: Annotated[int, Opt(help="Maximum sequence length; Max reserves it.")] = 2048,
+    clip: Annotated[bool, Opt("--clip", help="Cut requests longer than --max-len instead of refusing them "
+                                             "(the output says how many).")] = False,
     policies: Annotated[str, Opt(help="Comma list of max, pow2, oracle, paged, paged-prefix.")] = "max,pow2,oracle,paged",
-    allocator: Annotated[str, Opt(help="Contiguous allocator: first-fit, or buddy (the paper's Orca baselines; over "
-                                       "the largest power of two of the pool).")] = "first-fit",
+    allocator: Annotated[str, Opt(help="Contiguous allocator: first-fit, or buddy (Orca's, as the paper ran its "
+                                       "baselines; the pool split into power-of-two regions).")] = "first-fit",
+    watermark: Annotated[float, Opt(help="Fraction of the pool's blocks kept free when admitting waiting requests "
+                                         "(vLLM's KVCacheManager watermark; 0 by default).")] = 0.0,
     seed: Annotated[int, Opt(help="Seed of the workload.")] = 0,
     trace_every: Annotated[int, Opt(help="Keep a per-step trace every N steps in --json (0: none).")] = 0,
     as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
@@ -60,27 +78,56 @@ def simulate(
     """Simulate KV pool occupancy over time under contiguous and paged allocation."""
     from kvdash.core.calc import BudgetSpec, rank_shapes, resolve_budget
     from kvdash.core.model import load_config, load_preset
-    from kvdash.simulate.engine import PAPER_FIG2, POLICIES, PRESETS, Lengths, read_trace
+    from kvdash.simulate.engine import PAPER_FIG2, POLICIES, PRESETS, Lengths, draw_requests, read_trace
     from kvdash.simulate.engine import simulate as run
     from kvdash.units import parse_size
 
+    if not 1 <= max_requests <= HARD_MAX_REQUESTS:
+        raise InputError("--max-requests", max_requests, f"expected 1 to {HARD_MAX_REQUESTS:,}")
+    if not 1 <= requests <= max_requests:
+        raise InputError("--requests", _short(requests), f"expected 1 to {max_requests:,} (--max-requests raises "
+                                                         f"the bound, up to {HARD_MAX_REQUESTS:,})")
+    if not 0 <= seed < 2**63:
+        raise InputError("--seed", _short(seed), "expected 0 to 2^63 - 1")
+    if not (math.isfinite(rate) and rate > 0):
+        raise InputError("--rate", rate, "expected a positive number of requests per step")
+    if not (math.isfinite(latency_bound) and latency_bound > 1):
+        raise InputError("--latency-bound", latency_bound, "expected more than 1 step per output token")
+    if not (math.isfinite(watermark) and 0 <= watermark < 1):
+        raise InputError("--watermark", watermark, "expected a fraction from 0 to below 1")
+    if trace_every < 0:
+        raise InputError("--trace-every", trace_every, "expected 0 (no trace) or a positive number of steps")
+    if max_len < 2:
+        raise InputError("--max-len", max_len, "expected at least 2")
+    if not 1 <= block_size <= max_len:
+        raise InputError("--block-size", _short(block_size), f"expected 1 to --max-len ({max_len:,}) tokens")
+    if concurrency is not None and concurrency < 1:
+        raise InputError("--concurrency", concurrency, "expected a positive integer")
+    if prefix < 0 or prefix >= max_len:
+        raise InputError("--prefix", prefix, f"expected 0 to {max_len - 1} tokens")
+    chosen = [p.strip() for p in policies.split(",") if p.strip()]
+    if not chosen:
+        raise InputError("--policies", policies, "expected some of: " + ", ".join(POLICIES))
+    for p in chosen:
+        if p not in POLICIES:
+            raise InputError("--policies", p, "expected some of: " + ", ".join(POLICIES))
+    sweep = None
+    if rates is not None:
+        from kvdash.simulate.capacity import parse_rates
+
+        sweep = parse_rates(rates)
+        if concurrency is not None:
+            raise InputError("--rates", rates, "sweeps Poisson rates; drop --concurrency")
     arch = load_config(config) if config else load_preset(model)
     shape = rank_shapes(arch, kv_dtype, "tensor", tp, 1, block_size)[0]
     if shape.groups != 1 or shape.window_groups or shape.state_bytes:
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
     b = resolve_budget(BudgetSpec(bytes=parse_size(budget, "--budget")), arch, tp, 1)["per_rank_bytes"]
     capacity = b // shape.bytes_per_token
-    for name, value, low in (("--requests", requests, 1), ("--max-len", max_len, 2), ("--block-size", block_size, 1)):
-        if value < low:
-            raise InputError(name, value, f"expected at least {low}")
     if max_len > arch.max_context:
         raise InputError("--max-len", max_len, f"at most the model's context length ({arch.max_context:,})")
-    if rate <= 0:
-        raise InputError("--rate", rate, "expected a positive number of requests per step")
-    if concurrency is not None and concurrency < 1:
-        raise InputError("--concurrency", concurrency, "expected a positive integer")
-    if prefix < 0 or prefix >= max_len:
-        raise InputError("--prefix", prefix, f"expected 0 to {max_len - 1} tokens")
+    if block_size > capacity:
+        raise InputError("--block-size", block_size, f"the pool holds only {capacity:,} token slots")
     if workload not in PRESETS:
         raise InputError("--workload", workload, "expected one of: " + ", ".join(PRESETS))
     w = PRESETS[workload]
@@ -89,22 +136,12 @@ def simulate(
         w = replace(w, name=f"trace {trace.name}", prompt=Lengths("trace", values=prompts),
                     output=Lengths("trace", values=outputs), synthetic=False, note=f"lengths from {trace.name}")
     if prompt:
-        w = replace(w, prompt=parse_lengths_spec(prompt, "--prompt"), note="custom lengths")
+        w = replace(w, prompt=parse_lengths_spec(prompt, "--prompt"), note="custom lengths", synthetic=False)
     if output:
-        w = replace(w, output=parse_lengths_spec(output, "--output"), note="custom lengths")
-    lowest = {"fixed": lambda d: d.a, "uniform": lambda d: d.a, "lognormal": lambda d: 1,
-              "trace": lambda d: min(d.values)}
-    for field_name, dist in (("--prompt", w.prompt), ("--output", w.output)):
-        if lowest[dist.kind](dist) >= max_len:
-            raise InputError(field_name if trace is None else "--trace", f"{dist.kind}:{dist.a:g}" if
-                             trace is None else str(trace), f"lengths must stay below --max-len={max_len:,} "
-                             f"(the model allows {arch.max_context:,})")
-    w = replace(w, requests=requests, rate=rate, prefix=prefix,
+        w = replace(w, output=parse_lengths_spec(output, "--output"), note="custom lengths", synthetic=False)
+    w = replace(w, requests=requests, rate=rate, prefix=prefix, clip=clip,
                 arrival="closed" if concurrency else "poisson", concurrency=concurrency or 0)
-    chosen = [p.strip() for p in policies.split(",") if p.strip()]
-    for p in chosen:
-        if p not in POLICIES:
-            raise InputError("--policies", p, "expected some of: " + ", ".join(POLICIES))
+    reqs = draw_requests(w, seed, max_len)  # the requests of every policy
     results = []
     from rich.console import Console
 
@@ -116,43 +153,115 @@ def simulate(
             with Progress(console=err, transient=True) as bar:
                 task = bar.add_task(f"simulating {p}", total=requests)
                 results.append(run(w, p, capacity, block_size, max_len, allocator, seed, trace_every,
-                                   progress=lambda done, t=task: bar.update(t, completed=done)))
+                                   progress=lambda done, t=task: bar.update(t, completed=done), watermark=watermark,
+                                   requests=reqs))
         else:
-            results.append(run(w, p, capacity, block_size, max_len, allocator, seed, trace_every))
+            results.append(run(w, p, capacity, block_size, max_len, allocator, seed, trace_every,
+                               watermark=watermark, requests=reqs))
+    cap = None
+    if sweep is not None:
+        from kvdash.simulate.capacity import capacity_sweep
+
+        if err.is_terminal and not as_json:
+            from rich.progress import Progress
+
+            with Progress(console=err, transient=True) as bar:
+                task = bar.add_task(f"sweeping {len(sweep)} rates", total=len(sweep) * len(chosen))
+                cap = capacity_sweep(w, chosen, capacity, block_size, max_len, sweep, latency_bound, allocator, seed,
+                                     watermark, progress=lambda: bar.advance(task))
+        else:
+            cap = capacity_sweep(w, chosen, capacity, block_size, max_len, sweep, latency_bound, allocator, seed,
+                                 watermark)
+    from kvdash.simulate.explain import PAPER_OTHERS, SHARE_MEANING, comparison
+
+    notes = [comparison(r.policy, allocator, w.synthetic, r.shares_percent, PAPER_FIG2.get(r.policy)) for r in results]
+    lengths = (f"{reqs.clipped:,} requests clipped to --max-len" if reqs.clipped else
+               f"{reqs.redrawn:,} lognormal draws longer than --max-len drawn again" if reqs.redrawn else
+               "no request longer than --max-len")
     setup = {"model": arch.name, "kv_dtype": kv_dtype, "block_size": block_size, "tp": tp, "budget_bytes": b,
              "bytes_per_token": shape.bytes_per_token, "capacity_slots": capacity, "workload": w.name,
              "workload_note": w.note, "requests": requests, "arrival": w.arrival, "rate": rate,
-             "concurrency": concurrency, "prefix": prefix, "max_len": max_len, "allocator": allocator, "seed": seed}
+             "concurrency": concurrency, "prefix": prefix, "max_len": max_len, "allocator": allocator, "seed": seed,
+             "watermark": watermark, "clipped": reqs.clipped, "redrawn": reqs.redrawn,
+             "scheduler": "vLLM v1 Scheduler.schedule() rules (vllm/v1/core/sched/scheduler.py, vLLM 0.33.0)"}
     if as_json:
-        print(json.dumps({"setup": setup, "results": [r.to_json(traces=bool(trace_every)) for r in results],
-                          "paper_figure_2": {k: v for k, v in PAPER_FIG2.items()}, "paper_setup": PAPER_SETUP},
-                         indent=2))
+        out = {"setup": setup, "results": [r.to_json(traces=bool(trace_every)) for r in results],
+               "paper_figure_2": {k: v for k, v in PAPER_FIG2.items()}, "paper_setup": PAPER_SETUP,
+               "shares_meaning": SHARE_MEANING, "paper_external_and_others": PAPER_OTHERS, "comparison": notes}
+        if cap is not None:
+            out["capacity"] = cap.to_json()
+        print(json.dumps(out, indent=2))
         return
     from rich.table import Table
 
     console = Console()
     console.print(f"[bold]{arch.name}[/bold], {kv_dtype}, block {block_size}, TP {tp}: {capacity:,} token slots "
-                  f"({b:,} B / {shape.bytes_per_token:,} B per token); {w.name} ({w.note}); {requests:,} requests, "
+                  f"({b:,} B / {shape.bytes_per_token:,} B per token); {w.name} ({w.note}; {lengths}); "
+                  f"{requests:,} requests, "
                   + (f"closed loop of {concurrency}" if concurrency else f"Poisson {rate:g} per step")
-                  + f"; max length {max_len:,}; contiguous allocator {allocator}; seed {seed}")
+                  + f"; max length {max_len:,}; contiguous allocator {allocator}; watermark {watermark:g}; seed {seed}")
     shares = Table(title="Share of the KV pool over time, % (paper Fig. 2 in brackets)", title_justify="left",
                    header_style="bold")
-    for col in ("policy", "token states", "reservation", "internal frag.", "external frag.", "free"):
+    for col in ("policy", "token states", "reservation", "internal frag.", "external frag.", "free",
+                "ext.+free (paper: external & others)"):
         shares.add_column(col, justify="left" if col == "policy" else "right")
     stats = Table(title="Scheduling", title_justify="left", header_style="bold")
-    for col in ("policy", "avg batch", "peak batch", "preemptions", "finished", "tokens/step", "queue delay (steps)",
-                "steps"):
+    for col in ("policy", "avg batch", "peak batch", "preemptions", "recomputed tokens", "finished", "tokens/step",
+                "queue delay (steps)", "norm. latency (steps/token)", "steps"):
         stats.add_column(col, justify="left" if col == "policy" else "right")
-    for r in results:
+    for r, note in zip(results, notes, strict=True):
         sh = r.shares_percent
         paper = PAPER_FIG2.get(r.policy, (None,) * 4)
-        keys = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation")
+        keys = ("token_states", "reservation", "internal_fragmentation")
         cells = [f"{sh[k]:.1f}" + ("" if paper[i] is None else f" ({paper[i]:.1f})") for i, k in enumerate(keys)]
-        shares.add_row(r.policy, *cells, f"{sh['free']:.1f}")
-        stats.add_row(r.policy, f"{r.avg_running:.1f}", str(r.peak_running), f"{r.preemptions:,}", f"{r.finished:,}",
-                      f"{r.tokens_per_step:.1f}", f"{r.avg_queue_delay_steps:,.1f}", f"{r.steps:,}")
+        shares.add_row(r.policy, *cells, f"{sh['external_fragmentation']:.1f}", f"{sh['free']:.1f}",
+                       f"{note['ext_plus_free']:.1f}" + ("" if paper[3] is None else f" ({paper[3]:.1f})"))
+        stats.add_row(r.policy, f"{r.avg_running:.2f}", str(r.peak_running), f"{r.preemptions:,}",
+                      f"{r.recomputed_tokens:,}", f"{r.finished:,}", f"{r.tokens_per_step:.1f}",
+                      f"{r.avg_queue_delay_steps:,.1f}", f"{r.normalized_latency:,.2f}", f"{r.steps:,}")
     console.print(shares)
-    console.print(stats)
     console.print(f"[dim]{PAPER_SETUP}; here: {w.note}, the pool and arrivals above. Shares are averaged over "
-                  "busy steps; free memory while the queue's head cannot be placed counts as external "
-                  "fragmentation.[/dim]")
+                  "busy steps.[/dim]")
+    console.print("[bold]What the shares count[/bold]")
+    for k, meaning in SHARE_MEANING.items():
+        console.print(f"  {k.replace('_', ' ')}: {meaning}")
+    console.print(f"  {PAPER_OTHERS}")
+    console.print("[bold]Beside the paper[/bold]")
+    for note in notes:
+        diffs = note.get("minus_paper")
+        shown = ", ".join(f"{k.replace('_', ' ')} {round(v, 1) + 0.0:+.1f}" for k, v in (diffs or {}).items())
+        head = f" ({shown} points against the paper)" if shown else ""
+        console.print(f"  {note['policy']}{head}: " + "; ".join(note["notes"]))
+    console.print(stats)
+    console.print("[dim]Scheduling: vLLM v1 rules (vllm/v1/core/sched/scheduler.py, vLLM 0.33.0) for paged "
+                  "pools: running requests first, the newest preempted when blocks run out and recomputed later "
+                  "with its generated tokens (recomputed tokens: prompt and output prefilled again); waiting "
+                  "requests admitted first come, first served, in steps without preemption. Queue delay counts "
+                  "steps waiting before admission and after each preemption; normalized latency is (finish - "
+                  "arrival + 1) / output tokens, averaged over requests.[/dim]")
+    if cap is not None:
+        _print_capacity(console, cap)
+
+
+def _short(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else text[:10] + "..." + text[-6:] + f" ({len(text)} digits)"
+
+
+def _print_capacity(console, cap) -> None:  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
+    from kvdash.simulate.capacity import LABEL
+
+    table = Table(title=f"Normalized latency (steps per output token) against rate; capacity at "
+                        f"{cap.bound:g} steps per token", title_justify="left", header_style="bold")
+    table.add_column("rate (requests/step)", justify="right")
+    for pol in cap.latency:
+        table.add_column(pol, justify="right")
+    for k, rate in enumerate(cap.rates):
+        table.add_row(f"{rate:.4g}", *(f"{cap.latency[p][k]:,.2f}" for p in cap.latency))
+    table.add_row("capacity", *("-" if cap.capacity[p] is None else f"{cap.capacity[p]:.4g}" for p in cap.latency))
+    console.print(table)
+    ratios = ", ".join(f"{k} {'-' if v is None else f'{v:.2f}x'}" for k, v in cap.ratios.items())
+    console.print(f"Ratios at the bound: {ratios or '-'}. [dim]{LABEL}; the paper's Fig. 12 states 2-4x against "
+                  "Orca at the same latency, measured on GPUs.[/dim]")

@@ -86,39 +86,26 @@ def _dry_run(spec, max_points: int) -> None:  # type: ignore[no-untyped-def]
 
 
 def _gates(spec, frame) -> list[str]:  # type: ignore[no-untyped-def]
-    import polars as pl
+    from kvdash.report.gates import check_lines
 
-    failures = []
-    for gate in spec.gates:
-        sub = frame
-        for dim, allowed in gate.where.items():
-            col = "budget_bytes" if dim == "budget" else dim
-            sub = sub.filter(pl.col(col).is_in(allowed))
-        value = pl.col(gate.metric)
-        bad = pl.lit(False)
-        if gate.min is not None:
-            bad = bad | (value < gate.min) | value.is_null()
-        if gate.max is not None:
-            bad = bad | (value > gate.max) | value.is_null()
-        for row in sub.filter(bad).select("id", "model", "workload", "kv_dtype", "block_size", "tp",
-                                          gate.metric).iter_rows(named=True):
-            bounds = " and ".join(b for b in (f">= {gate.min}" if gate.min is not None else "",
-                                              f"<= {gate.max}" if gate.max is not None else "") if b)
-            failures.append(f"gate '{gate.name}' failed at {row['id']} ({row['model']}, {row['workload']}, "
-                            f"{row['kv_dtype']}, block {row['block_size']}, tp {row['tp']}): "
-                            f"{gate.metric} = {row[gate.metric]}, needs {bounds}")
-    return failures
+    return check_lines(spec.gates, frame)
 
 
 def diff(
     base: Annotated[Path, typer.Argument(help="Base results.csv or report folder.")],
     head: Annotated[Path, typer.Argument(help="Head results.csv or report folder.")],
-    limit: Annotated[int, Opt(help="At most this many changed points listed in full.")] = 200,
+    grid: Annotated[Optional[Path], Opt(help="The head grid file: its gates are compared (and serve the base too "
+                                             "unless --base-grid is given), and settings results.csv lacks.")] = None,
+    base_grid: Annotated[Optional[Path], Opt(help="The base grid file (e.g. from git show BASE:sweeps/x.yaml).")] = None,
+    limit: Annotated[int, Opt(help="At most this many rows in each table.")] = 200,
+    max_chars: Annotated[int, Opt(help="The text stays below this many characters (GitHub's comment limit).")] = 65_535,
+    title: Annotated[Optional[str], Opt(help="Name in the heading (default: the head folder's name).")] = None,
 ) -> None:
-    """Markdown summary of added, removed and changed points between two sweeps (fits a GitHub comment)."""
+    """Markdown diff of two sweeps, points matched by their swept dimensions (fits a GitHub comment)."""
     from kvdash.report.diff import diff_results
 
-    print(diff_results(base, head, limit=limit), end="")
+    print(diff_results(base, head, limit=limit, base_grid=base_grid, head_grid=grid, max_chars=max_chars,
+                       title=title), end="")
 
 
 def claims(as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False) -> None:

@@ -21,7 +21,7 @@ from kvdash.core import formulas as f
 from kvdash.core.dtypes import SCALE_BYTES, check_scale_mode, fp8_ds_mla_token_bytes, get_dtype
 from kvdash.core.gpus import GPU, get_gpu
 from kvdash.core.model import KINDS, Architecture, Layer
-from kvdash.core.point import fdiv, point_metrics, shape_inputs, workload_inputs
+from kvdash.core.point import fdiv, group_size_problem, point_metrics, shape_inputs, workload_inputs
 from kvdash.core.state import state_page_bytes
 from kvdash.errors import InputError
 from kvdash.units import GiB, parse_fraction, scale_floor
@@ -403,6 +403,9 @@ class CalcInput:
         if self.group is not None:
             if not self.group:
                 raise InputError("--group", "", "expected comma-separated positive lengths, e.g. 200,825,1525")
+            problem = group_size_problem(len(self.group))
+            if problem:
+                raise InputError("--group", ",".join(map(str, self.group)), problem)
             for length in self.group:
                 check_positive("--group", length)
                 if length > self.max_reserved:

@@ -164,20 +164,6 @@ def request_blocks(
     return full_groups * cdiv(n, block_size) + window_groups * window_blocks(n, window, block_size)
 
 
-def paged_request_bytes(
-    n: Any,
-    block_size: Any,
-    full_groups: Any,
-    window_groups: Any,
-    window: Any,
-    bytes_per_block: Any,
-    state_bytes: Any,
-) -> Any:
-    """Bytes one request holds under paging: its blocks plus any fixed-size recurrent state."""
-    blocks = request_blocks(n, block_size, full_groups, window_groups, window)
-    return blocks * bytes_per_block + state_bytes
-
-
 def contiguous_request_bytes(
     reserved: Any, full_token_bytes: Any, window_token_bytes: Any, window: Any, state_bytes: Any
 ) -> Any:

@@ -172,8 +172,25 @@ def shape_inputs(shape: Any) -> dict[str, int]:
     }
 
 
+def group_size_problem(count: int) -> str | None:
+    """Why a group of ``count`` request lengths cannot be evaluated, or ``None`` when it can.
+
+    The one place the :data:`MAX_LENGTHS` limit is stated: ``kvdash calc --group``, grid workloads and
+    :func:`workload_inputs` all ask here, so no caller can drop lengths past the limit.
+
+    >>> group_size_problem(8) is None, group_size_problem(9)
+    (True, 'at most 8 lengths per group (got 9)')
+    """
+    if count > MAX_LENGTHS:
+        return f"at most {MAX_LENGTHS} lengths per group (got {count})"
+    return None
+
+
 def workload_inputs(lengths: tuple[int, ...], finals: tuple[int, ...] | None = None) -> dict[str, int]:
-    """``l0..``, ``f0..`` and ``k`` for a group of request lengths."""
+    """``l0..``, ``f0..`` and ``k`` for a group of request lengths (at most :data:`MAX_LENGTHS`)."""
+    problem = group_size_problem(len(lengths))
+    if problem:
+        raise ValueError(problem)  # callers validate first; this guards against silent truncation
     finals = finals or lengths
     out = {"k": len(lengths)}
     for i, (n, fin) in enumerate(zip(lengths, finals, strict=True)):

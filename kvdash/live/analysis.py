@@ -13,6 +13,7 @@ from typing import Any
 from kvdash.core import formulas as f
 from kvdash.core.calc import BudgetSpec, CalcInput, evaluate, rank_shapes, resolve_budget
 from kvdash.core.model import Architecture, load_preset
+from kvdash.core.point import group_size_problem
 from kvdash.errors import InputError
 from kvdash.sources.base import Snapshot
 from kvdash.sources.engine import EngineReading
@@ -43,6 +44,9 @@ class LiveConfig:
             raise InputError("--budget-mode", self.budget_mode, "expected one of: " + ", ".join(BUDGET_MODES))
         if self.budget_mode == "explicit" and not self.budget:
             raise InputError("--budget", self.budget, "an explicit budget needs --budget SIZE")
+        problem = group_size_problem(len(self.lengths))
+        if problem:
+            raise InputError("--length", ",".join(map(str, self.lengths)), problem)
         for n in self.lengths:
             if n <= 0 or n > self.max_reserved:
                 raise InputError("--length", n, f"expected 1 to --max-reserved={self.max_reserved}")

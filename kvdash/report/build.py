@@ -34,7 +34,8 @@ CHARTS = ("capacity.svg", "ratio.svg", "waste.svg")
 
 
 def charts_for(spec: GridSpec) -> tuple[str, ...]:
-    return CHARTS + (("simulation.svg",) if spec.simulate else ())
+    return CHARTS + (("simulation.svg",) if spec.simulate else ()) + (
+        ("simulation-capacity.svg",) if spec.simulate and spec.simulate.rates else ())
 
 
 def gib(n: int | None) -> str:
@@ -253,33 +254,56 @@ def _assumption_lines(df: pl.DataFrame) -> list[str]:
 
 
 def _simulation(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
-    """Medians over the grid of the simulated shares, per policy, beside the paper's Figure 2."""
+    """Medians over the grid of the simulated shares, per policy, beside the paper's Figure 2, what each
+    share counts and the gaps' causes; the capacity sweep when the section has ``rates``."""
     if spec.simulate is None:
         return None
+    from kvdash.simulate.capacity import LABEL
+    from kvdash.simulate.explain import PAPER_OTHERS, SHARE_MEANING, gap_notes
     from kvdash.sweep.simulation import SHARE_COLUMNS, column
 
     sim = spec.simulate
-    rows = []
+    rows, notes = [], []
     for pol in sim.policies:
         med = df.select([pl.col(column(pol, short)).median().alias(short) for _, short in SHARE_COLUMNS]
                         + [pl.col(column(pol, "avg_batch")).median().alias("batch"),
-                           pl.col(column(pol, "preemptions")).median().alias("pre")]).row(0, named=True)
+                           pl.col(column(pol, "preemptions")).median().alias("pre"),
+                           pl.col(column(pol, "norm_latency")).median().alias("lat")]).row(0, named=True)
         paper = PAPER_FIG2.get(pol, (None,) * 4)
         cells = []
         for i, (_, short) in enumerate(SHARE_COLUMNS):
             v = med[short]
             text = "-" if v is None else f"{v:.1f}"
-            if i < 4 and paper[i] is not None:
+            if i < 3 and paper[i] is not None:
                 text += f" ({paper[i]:.1f})"
             cells.append(text)
-        rows.append([pol, *cells, "-" if med["batch"] is None else f"{med['batch']:.1f}",
-                     "-" if med["pre"] is None else f"{med['pre']:,.0f}"])
+        ext_free = None if med["external"] is None else med["external"] + med["free"]
+        cells.append(("-" if ext_free is None else f"{ext_free:.1f}")
+                     + ("" if paper[3] is None else f" ({paper[3]:.1f})"))
+        rows.append([pol, *cells, "-" if med["batch"] is None else f"{med['batch']:.2f}",
+                     "-" if med["pre"] is None else f"{med['pre']:,.0f}",
+                     "-" if med["lat"] is None else f"{med['lat']:,.2f}"])
+        if med["token_states"] is not None:
+            shares = {share: med[short] for share, short in SHARE_COLUMNS}
+            notes.append(f"{pol}: " + "; ".join(gap_notes(pol, sim.allocator, sim.workload.synthetic, shares)))
     w = sim.workload
     arrival = f"closed loop of {w.concurrency}" if w.arrival == "closed" else f"Poisson {w.rate:g} requests per step"
     setup = (f"{w.requests:,} {w.name} requests ({w.note}), {arrival}, shared prefix {w.prefix:,} tokens, "
-             f"maximum length {sim.max_len:,}, contiguous allocator {sim.allocator}, seed {sim.seed}; each point's "
-             "pool is its kv_token_slots")
-    return {"rows": rows, "setup": setup}
+             f"maximum length {sim.max_len:,}, contiguous allocator {sim.allocator}, watermark {sim.watermark:g}, "
+             f"seed {sim.seed}; each point's pool is its kv_token_slots; paged pools scheduled by vLLM v1's rules "
+             "(vllm/v1/core/sched/scheduler.py, vLLM 0.33.0): running requests first, the newest preempted and "
+             "recomputed with its generated tokens, FCFS admission in steps without preemption")
+    meaning = [f"{k.replace('_', ' ')}: {v}" for k, v in SHARE_MEANING.items()] + [PAPER_OTHERS]
+    capacity = None
+    if sim.rates:
+        head = "paged" if "paged" in sim.policies else next((p for p in sim.policies if p.startswith("paged")), None)
+        med_rate = {pol: df.select(pl.col(column(pol, "capacity_rate")).median()).item() for pol in sim.policies}
+        cap_rows = [[pol, "-" if med_rate[pol] is None else f"{med_rate[pol]:.4g}",
+                     "-" if head is None or pol == head or not med_rate[pol] or med_rate[head] is None
+                     else f"{med_rate[head] / med_rate[pol]:.2f}x"] for pol in sim.policies]
+        capacity = {"rows": cap_rows, "head": head or "-", "bound": f"{sim.latency_bound:g}", "label": LABEL,
+                    "rates": f"{len(sim.rates)} rates from {sim.rates[0]:.4g} to {sim.rates[-1]:.4g} requests per step"}
+    return {"rows": rows, "setup": setup, "meaning": meaning, "notes": notes, "capacity": capacity}
 
 
 def build_context(spec: GridSpec, expanded: Expanded) -> dict[str, Any]:
@@ -386,6 +410,29 @@ def write_simulation_chart(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
     _finish_share_chart(fig, ax, labels, "share of the KV pool over time, %", 3, out / "simulation.svg")
 
 
+def write_capacity_chart(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
+    """Normalized latency against request rate per policy (median over the grid), the bound dashed:
+    the shape of the paper's Figure 12, as scheduling capacity under the simulator's assumptions."""
+    from kvdash.sweep.simulation import column
+
+    sim = spec.simulate
+    assert sim is not None and sim.rates
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for pol in sim.policies:
+        ys = [df.select(pl.col(column(pol, f"latency_r{k}")).median()).item() for k in range(len(sim.rates))]
+        ax.plot(sim.rates, [float("nan") if y is None else y for y in ys], marker="o", markersize=3, label=pol)
+    ax.axhline(sim.latency_bound, color="#718096", linestyle="--", linewidth=1,
+               label=f"bound {sim.latency_bound:g}")
+    ax.set_yscale("log")
+    ax.set_xlabel("request rate, requests per step (simulated)")
+    ax.set_ylabel("normalized latency, steps per output token")
+    ax.set_title("scheduling capacity under the simulator's assumptions (not GPU throughput)", fontsize=9)
+    ax.legend(frameon=False, fontsize=8)
+    _save(fig, out / "simulation-capacity.svg")
+    plt.close(fig)
+
+
 def write_charts(df: pl.DataFrame, out: Path) -> None:
     plt = _plt()
     # 1. paged vs contiguous requests for the headline points
@@ -463,8 +510,10 @@ def _env(autoescape: bool) -> Any:
         autoescape=autoescape, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters["md"] = lambda s: str(s).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;") \
-        .replace(">", "&gt;").replace("\n", " ")
+    from kvdash.report.markdown import md, md_code
+
+    env.filters["md"] = md  # every user string in report.md passes one of these two
+    env.filters["md_code"] = md_code
     return env
 
 
@@ -499,6 +548,8 @@ def write_report(spec: GridSpec, expanded: Expanded, out: Path, parquet: bool = 
             write_charts(expanded.frame, tmp)
             if spec.simulate is not None:
                 write_simulation_chart(spec, expanded.frame, tmp)
+                if spec.simulate.rates:
+                    write_capacity_chart(spec, expanded.frame, tmp)
             ctx = build_context(spec, expanded)
             csv.result()
         step("report.md")

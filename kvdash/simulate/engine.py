@@ -1,29 +1,40 @@
 """KV pool occupancy over time: iteration-level scheduling against a real allocator.
 
-Each step every running request gains one token; waiting requests are admitted first come, first
-served while the policy can place the head of the queue (a blocked head blocks the queue, as FCFS
-does).  A request enters holding its prompt and leaves when it reaches its final length.
+Every step each running request gains one token; the scheduling rules (which requests run, which are
+preempted, which are admitted) are those of :mod:`kvdash.simulate.rules`: vLLM's v1 scheduler
+(``vllm/v1/core/sched/scheduler.py``, vLLM 0.33.0) for paged pools, first come first served admission
+of whole reservations for Orca's contiguous baselines.  A request admitted holding ``n`` tokens (its
+prompt; after a preemption its prompt and generated tokens) holds ``n + 1`` at the end of that step,
+and leaves at the end of the step in which it reaches its final length.
 
 Policies share one pool of ``capacity`` token slots:
 
 * contiguous ``max`` / ``pow2`` / ``oracle`` reserve ``max_len`` / the next power of two of the final
-  length / the final length, placed by a first-fit or buddy allocator over the pool's slots, so
-  external fragmentation is what the allocator leaves;
+  length / the final length, placed by a first-fit allocator over the whole pool or by a binary buddy
+  allocator (Orca's, as the PagedAttention paper ran it) over the pool split into power-of-two regions,
+  which rounds every reservation up to a power of two;
 * ``paged``: blocks of ``block_size`` slots taken as tokens arrive; when the pool runs out the newest
-  running request is preempted (its blocks freed, it goes back to the head of the queue and is
-  recomputed), as vLLM does;
-* ``paged-prefix``: as paged, with the whole blocks of a shared prompt prefix stored once
-  (reference-counted while any request uses them); the partly filled prefix block is per request.
+  running request is preempted and later recomputed with the tokens it had generated;
+* ``paged-prefix``: as paged, with the whole blocks of a shared prompt prefix stored once while any
+  running request uses them; ``paged`` on the same workload is the no-sharing baseline.
 
-Memory is accounted every step in token slots: token states, reservation (reserved for tokens still
-to come), internal fragmentation (reserved or allocated but never to be used: a block's tail,
-over-reservation, buddy rounding), external fragmentation (free slots while the queue's head cannot be
-placed) and free.  The five always sum to the capacity.
+Every policy runs the same requests: lengths and arrival steps come from the seed alone.
+
+Memory is accounted every busy step in token slots: token states, reservation (reserved for tokens
+still to come), internal fragmentation (held but never to be used: a block's unfilled tail,
+over-reservation, buddy rounding), external fragmentation (free slots while the queue's head cannot
+be placed) and free.  The five sum to the capacity every step.
+
+Both simulators here are event-driven: between two events (an admission, a finish, an arrival that
+can be admitted, the step at which the pool runs out) no scheduling decision changes, so the steps in
+between are summed in closed form.  :func:`simulate_reference` steps one by one with the same rules;
+tests require the two to agree exactly.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -33,10 +44,13 @@ import numpy as np
 
 from kvdash.core import formulas as f
 from kvdash.errors import InputError
+from kvdash.simulate.rules import admit_fcfs, paged_blocks_to_admit, serve_running
 
 POLICIES = ("max", "pow2", "oracle", "paged", "paged-prefix")
 ALLOCATORS = ("first-fit", "buddy")
 SHARES = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")
+LENGTH_CAP = 2**40  # lengths drawn are cut here before any check (no int64 overflow)
+MAX_REDRAWN = 0.05  # a lognormal whose draws exceed the maximum length more often than this is refused
 
 # PagedAttention paper (Kwon et al., SOSP 2023), Figure 2: token states / reservation / internal / external & other, %
 PAPER_FIG2: dict[str, tuple[float | None, ...]] = {
@@ -45,6 +59,9 @@ PAPER_FIG2: dict[str, tuple[float | None, ...]] = {
     "oracle": (38.2, 25.2, 0.0, 36.6),
     "paged": (96.3, None, None, None),
 }
+# the same paper, Figure 13(a): average batched requests, OPT-13B, ShareGPT / Alpaca
+PAPER_FIG13_BATCH = {"sharegpt": {"max": 7.00, "pow2": 9.81, "oracle": 13.62, "paged": 30.42},
+                     "alpaca": {"max": 7.00, "pow2": 43.24, "oracle": 72.75, "paged": 132.44}}
 
 
 # --- workloads ------------------------------------------------------------------------------------
@@ -60,15 +77,18 @@ class Lengths:
     values: tuple[int, ...] = ()
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` lengths, each from 1 to ``LENGTH_CAP`` (far above any maximum length, so a length too
+        long is refused or clipped later, never overflows)."""
+        cap = LENGTH_CAP
         if self.kind == "fixed":
-            out = np.full(n, int(self.a))
+            out = np.full(n, int(min(self.a, cap)))
         elif self.kind == "uniform":
-            out = rng.integers(int(self.a), int(self.b) + 1, size=n)
+            out = rng.integers(int(min(self.a, cap)), int(min(self.b, cap)) + 1, size=n)
         elif self.kind == "lognormal":
             mu = math.log(self.a) - self.b**2 / 2  # so that the mean is a
-            out = np.rint(rng.lognormal(mu, self.b, size=n)).astype(np.int64)
+            out = np.minimum(np.rint(rng.lognormal(mu, self.b, size=n)), cap).astype(np.int64)
         elif self.kind == "trace":
-            out = np.resize(np.asarray(self.values, dtype=np.int64), n)
+            out = np.resize(np.asarray([min(v, cap) for v in self.values], dtype=np.int64), n)
         else:  # pragma: no cover - validated on construction
             raise ValueError(self.kind)
         return np.maximum(out, 1).astype(np.int64)
@@ -86,6 +106,7 @@ class Workload:
     prefix: int = 0  # tokens of a prompt prefix every request shares
     synthetic: bool = True
     note: str = ""
+    clip: bool = False  # cut requests longer than the maximum length instead of refusing them
 
 
 PRESETS = {
@@ -108,7 +129,7 @@ def read_trace(path: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
         parts = [p.strip() for p in line.split(",")]
         if not line.strip():
             continue
-        if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        if len(parts) < 2 or not all(p.isascii() and p.isdigit() for p in parts[:2]):
             if number == 1 and not any(p.isdigit() for p in parts):
                 continue  # header
             raise InputError("--trace", f"{path}:{number}", "each line must be 'prompt,output' positive integers")
@@ -120,6 +141,69 @@ def read_trace(path: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     if not prompts:
         raise InputError("--trace", path, "the trace holds no request")
     return tuple(prompts), tuple(outputs)
+
+
+@dataclass(frozen=True)
+class Requests:
+    """The requests every policy runs: prompt and final lengths, arrival steps (closed loop: 0)."""
+
+    prompt: np.ndarray
+    final: np.ndarray
+    arrival: np.ndarray
+    redrawn: int = 0  # lognormal draws longer than the maximum length, drawn again
+    clipped: int = 0  # requests cut to the maximum length (``clip``)
+
+    @property
+    def output(self) -> np.ndarray:
+        return self.final - self.prompt
+
+
+def draw_requests(workload: Workload, seed: int, max_len: int) -> Requests:
+    """Prompt lengths, final lengths and arrival steps of every request, from the seed alone (never
+    from the policy).  A prompt shorter than the shared prefix is raised to it; the output is kept.
+    Requests longer than ``max_len`` (prompt + output) are cut when the workload says ``clip``;
+    otherwise lognormal draws are drawn again (a distribution truncated at ``max_len``, refused when
+    more than 5 % of the draws are too long) and fixed, uniform or trace lengths are refused."""
+    rng = np.random.default_rng(seed)
+    n = workload.requests
+    prompt = workload.prompt.draw(rng, n)
+    output = workload.output.draw(rng, n)
+    if workload.prefix:
+        prompt = np.maximum(prompt, workload.prefix)  # every prompt starts with the shared prefix
+    over = prompt + output > max_len
+    count = int(over.sum())
+    redrawn = clipped = 0
+    if count and workload.clip:
+        clipped = count
+        final = np.minimum(prompt + output, max_len)
+        prompt = np.minimum(prompt, final - 1)
+        output = final - prompt
+    elif count:
+        lognormal = "lognormal" in (workload.prompt.kind, workload.output.kind)
+        if not lognormal or count > MAX_REDRAWN * n:
+            field_ = "--trace" if workload.prompt.kind == "trace" else "--prompt/--output"
+            raise InputError(field_, f"{count:,} of {n:,} requests longer than --max-len={max_len:,}",
+                             "every prompt + output must fit the maximum length; pass --clip to cut them"
+                             + ("" if not lognormal else " (lognormal lengths are drawn again when at most 5 % "
+                                "of the draws are too long)"))
+        redrawn = count
+        for _ in range(1000):
+            idx = np.nonzero(over)[0]
+            if not len(idx):
+                break
+            p = workload.prompt.draw(rng, len(idx))
+            if workload.prefix:
+                p = np.maximum(p, workload.prefix)
+            prompt[idx] = p
+            output[idx] = workload.output.draw(rng, len(idx))
+            over = prompt + output > max_len
+        else:  # pragma: no cover - at most 5 % too long: 1000 rounds leave none
+            raise InputError("--max-len", max_len, "the lengths drawn do not fit")
+    if workload.arrival == "poisson":
+        arrivals = np.floor(np.cumsum(rng.exponential(1 / workload.rate, size=n))).astype(np.int64)
+    else:
+        arrivals = np.zeros(n, dtype=np.int64)
+    return Requests(prompt.astype(np.int64), (prompt + output).astype(np.int64), arrivals, redrawn, clipped)
 
 
 # --- contiguous allocators ------------------------------------------------------------------------
@@ -156,57 +240,78 @@ class FirstFit:
 
 
 class Buddy:
-    """A binary buddy allocator over the largest power of two <= capacity (the rest is unusable);
-    a request of n slots takes the next power of two (the rounding is internal fragmentation)."""
+    """A binary buddy allocator over the whole pool.  A pool that is not a power of two is split into
+    power-of-two regions, one per binary digit of its size, largest first (15,728 slots: 8,192 +
+    4,096 + 2,048 + 1,024 + 256 + 64 + 32 + 16); blocks merge only within their region.  A request
+    of n slots takes the next power of two (the rounding is internal fragmentation), from the
+    smallest free block that fits, lowest address first."""
 
     def __init__(self, capacity: int) -> None:
         self.top = capacity.bit_length() - 1
-        self.arena = 1 << self.top
-        self.free_lists: dict[int, set[int]] = {k: set() for k in range(self.top + 1)}
-        self.free_lists[self.top].add(0)
+        self.free_sets: list[set[int]] = [set() for _ in range(self.top + 1)]
+        self.heaps: list[list[int]] = [[] for _ in range(self.top + 1)]
+        self.bases: list[int] = []
+        self.orders: list[int] = []
+        start = 0
+        for k in range(self.top, -1, -1):
+            if capacity >> k & 1:
+                self.bases.append(start)
+                self.orders.append(k)
+                self._add(k, start)
+                start += 1 << k
+
+    def _add(self, order: int, start: int) -> None:
+        self.free_sets[order].add(start)
+        heapq.heappush(self.heaps[order], start)
 
     def alloc(self, size: int) -> tuple[int, int] | None:
         order = max(0, (size - 1).bit_length())
-        if order > self.top:
-            return None
-        k = order
-        while k <= self.top and not self.free_lists[k]:
-            k += 1
-        if k > self.top:
-            return None
-        start = min(self.free_lists[k])  # lowest address first: deterministic
-        self.free_lists[k].remove(start)
-        while k > order:
-            k -= 1
-            self.free_lists[k].add(start + (1 << k))
-        return start, 1 << order
+        for k in range(order, self.top + 1):
+            live, heap = self.free_sets[k], self.heaps[k]
+            while heap and heap[0] not in live:
+                heapq.heappop(heap)  # merged away or taken: dropped lazily
+            if heap:
+                start = heapq.heappop(heap)
+                live.remove(start)
+                while k > order:
+                    k -= 1
+                    self._add(k, start + (1 << k))
+                return start, 1 << order
+        return None
 
     def free(self, start: int, size: int) -> None:
         order = size.bit_length() - 1
-        while order < self.top:
+        limit = self.orders[bisect.bisect_right(self.bases, start) - 1]
+        while order < limit:
             buddy = start ^ (1 << order)
-            if buddy not in self.free_lists[order]:
+            if buddy not in self.free_sets[order]:
                 break
-            self.free_lists[order].remove(buddy)
+            self.free_sets[order].remove(buddy)
             start = min(start, buddy)
             order += 1
-        self.free_lists[order].add(start)
+        self._add(order, start)
 
 
-# --- the simulation -------------------------------------------------------------------------------
+# --- results --------------------------------------------------------------------------------------
 
 @dataclass
 class Result:
     policy: str
     allocator: str
-    steps: int
+    steps: int  # busy steps (at least one request running)
     finished: int
     preemptions: int
+    recomputed_tokens: int  # tokens prefilled again when preempted requests resume (prompt + generated)
+    token_steps: int  # running requests summed over steps: each one a generated output token
+    slot_steps: dict[str, int]  # the five shares summed over busy steps, token slots
     shares_percent: dict[str, float]
     avg_running: float
     peak_running: int
     tokens_per_step: float
-    avg_queue_delay_steps: float
+    avg_queue_delay_steps: float  # steps waiting, from arrival to admission and after each preemption
+    normalized_latency: float  # mean over requests of (finish - arrival + 1 steps) / output tokens
+    redrawn: int = 0
+    clipped: int = 0
     trace: dict[str, list[float]] = field(default_factory=dict)
 
     def to_json(self, traces: bool = False) -> dict[str, Any]:
@@ -216,226 +321,357 @@ class Result:
         return out
 
 
-def draw_requests(workload: Workload, seed: int, max_len: int, with_prefix: bool
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Prompt lengths, final lengths and arrival steps of every request, from the seed alone."""
-    rng = np.random.default_rng(seed)
-    n = workload.requests
-    prompt = workload.prompt.draw(rng, n)
-    output = workload.output.draw(rng, n)
-    final = np.minimum(prompt + output, max_len)
-    prompt = np.minimum(prompt, final - 1).clip(min=1)
-    if with_prefix and workload.prefix:
-        prompt = np.maximum(prompt, workload.prefix)  # every prompt starts with the shared prefix
-        final = np.maximum(final, prompt + 1)
-    if workload.arrival == "poisson":
-        arrivals = np.floor(np.cumsum(rng.exponential(1 / workload.rate, size=n))).astype(np.int64)
-    else:
-        arrivals = np.zeros(n, dtype=np.int64)
-    return prompt, final, arrivals
+def _result(policy: str, allocator: str, reqs: Requests, sums: dict[str, int], steps: int, running_sum: int,
+            peak: int, preemptions: int, recomputed: int, waited: int, finish: list[int],
+            trace: dict[str, list[float]]) -> Result:
+    n = len(reqs.prompt)
+    total = sum(sums.values()) or 1
+    latency = (np.asarray(finish, dtype=np.int64) - reqs.arrival + 1) / reqs.output
+    return Result(policy=policy, allocator=allocator, steps=steps, finished=n, preemptions=preemptions,
+                  recomputed_tokens=recomputed, token_steps=running_sum, slot_steps=dict(sums),
+                  shares_percent={k: 100 * v / total for k, v in sums.items()},
+                  avg_running=running_sum / max(steps, 1), peak_running=peak,
+                  tokens_per_step=running_sum / max(steps, 1), avg_queue_delay_steps=waited / n,
+                  normalized_latency=float(latency.mean()), redrawn=reqs.redrawn, clipped=reqs.clipped,
+                  trace=trace)
+
+
+def _new_trace() -> dict[str, list[float]]:
+    return {"step": [], "running": [], **{k: [] for k in SHARES}}
+
+
+def _record(trace: dict[str, list[float]], step: int, running: int, capacity: int, shares: dict[str, int]) -> None:
+    trace["step"].append(step)
+    trace["running"].append(running)
+    for k in SHARES:
+        trace[k].append(100 * shares.get(k, 0) / capacity)
+
+
+# --- the simulation -------------------------------------------------------------------------------
+
+def check_pool(policy: str, reqs: Requests, capacity_slots: int, block_size: int, max_len: int,
+               allocator: str, prefix: int) -> np.ndarray | None:
+    """Refuse a pool that cannot hold the longest request; the contiguous reservations."""
+    if block_size < 1 or block_size > capacity_slots:
+        raise InputError("--block-size", block_size, f"expected 1 to {capacity_slots:,} (the pool's token slots)")
+    if policy.startswith("paged"):
+        if int(f.cdiv(int(reqs.final.max()), block_size)) > capacity_slots // block_size:
+            raise InputError("--budget", f"{capacity_slots:,} token slots",
+                             f"the pool cannot hold even the longest request ({int(reqs.final.max()):,} tokens)")
+        return None
+    reserve = {"max": np.full(len(reqs.final), max_len, dtype=np.int64),
+               "pow2": f.pow2_reservation(reqs.final, max_len), "oracle": reqs.final}[policy]
+    biggest = int(reserve.max())
+    if allocator == "buddy":
+        biggest = 1 << max(0, (biggest - 1).bit_length())
+    if biggest > (capacity_slots if allocator == "first-fit" else 1 << (capacity_slots.bit_length() - 1)):
+        raise InputError("--budget", f"{capacity_slots:,} token slots",
+                         f"the pool cannot hold one {policy} reservation of {biggest:,} slots")
+    return np.asarray(reserve, dtype=np.int64)
 
 
 def simulate(workload: Workload, policy: str, capacity_slots: int, block_size: int, max_len: int,
              allocator: str = "first-fit", seed: int = 0, trace_every: int = 0,
-             progress: Any = None, on_step: Any = None) -> Result:
+             progress: Any = None, on_step: Any = None, watermark: float = 0.0,
+             requests: Requests | None = None) -> Result:
     """Run one policy over the workload; deterministic under ``seed`` (every policy sees the same
-    requests)."""
+    requests).  ``on_step`` is called with the state at every event step (tests check invariants
+    there).  ``watermark``: the fraction of the pool's blocks kept free when admitting (vLLM's
+    ``watermark_blocks``)."""
     if policy not in POLICIES:
         raise InputError("--policies", policy, "expected some of: " + ", ".join(POLICIES))
     if allocator not in ALLOCATORS:
         raise InputError("--allocator", allocator, "expected one of: " + ", ".join(ALLOCATORS))
-    prompt, final, arrivals = draw_requests(workload, seed, max_len, policy == "paged-prefix")
-    if policy.startswith("paged"):
-        if int(f.cdiv(final.max(), block_size)) > capacity_slots // block_size:
-            raise InputError("--budget", f"{capacity_slots:,} token slots",
-                             f"the pool cannot hold even the longest request ({int(final.max()):,} tokens)")
-        prefix_blocks = (workload.prefix // block_size) if policy == "paged-prefix" else 0
-        return _paged(workload, policy, capacity_slots, block_size, prefix_blocks, prompt, final, arrivals,
-                      trace_every, progress, on_step)
-    reserve = {"max": np.full(len(final), max_len), "pow2": f.pow2_reservation(final, max_len),
-               "oracle": final}[policy]
-    if int(reserve.max()) > capacity_slots:
-        raise InputError("--budget", f"{capacity_slots:,} token slots",
-                         f"the pool cannot hold one {policy} reservation of {int(reserve.max()):,} slots")
-    return _contiguous(workload, policy, allocator, capacity_slots, prompt, final, arrivals, reserve,
-                       trace_every, progress, on_step)
+    reqs = requests if requests is not None else draw_requests(workload, seed, max_len)
+    reserve = check_pool(policy, reqs, capacity_slots, block_size, max_len, allocator, workload.prefix)
+    if reserve is None:
+        prefix_blocks = workload.prefix // block_size if policy == "paged-prefix" else 0
+        sim = _PagedFast(workload, reqs, capacity_slots, block_size, prefix_blocks,
+                         int(watermark * (capacity_slots // block_size)), trace_every, progress, on_step)
+        return sim.run(policy)
+    return _contiguous(workload, policy, allocator, capacity_slots, reqs, reserve, trace_every, progress, on_step)
 
 
-def _paged(workload: Workload, policy: str, capacity: int, B: int, prefix_blocks: int, prompt: np.ndarray,
-           final: np.ndarray, arrivals: np.ndarray, trace_every: int, progress: Any, on_step: Any = None) -> Result:
-    """Paged policies, step by step over numpy arrays of the running requests."""
-    n = len(prompt)
-    total_blocks = capacity // B
-    waiting: deque[int] = deque()
-    arrival = arrivals.copy()
-    r_id = np.zeros(0, dtype=np.int64)
-    r_len = np.zeros(0, dtype=np.int64)
-    r_fin = np.zeros(0, dtype=np.int64)
-    r_blocks = np.zeros(0, dtype=np.int64)  # own blocks, beyond the shared prefix
-    free_blocks = total_blocks
-    shared_refs = 0
-    first_admit = np.full(n, -1, dtype=np.int64)
-    sums = dict.fromkeys(SHARES, 0.0)
-    finished = preemptions = steps = tokens_generated = running_sum = peak = 0
-    next_arrival = released = 0
-    trace: dict[str, list[float]] = {"step": [], "running": [], "token_states": [], "free": []}
-    step = 0
-    shared_slots_if_used = prefix_blocks * B
+class _PagedFast:
+    """Paged policies, event by event.  A running request's length is ``off + step`` (one token a
+    step), so nothing per request changes between events; a request starts a new block at the steps
+    where ``(off + step - 1) % B == 0``, i.e. at one phase of the step modulo ``B``.  ``phases`` holds
+    the running requests by phase, which gives in O(B) the blocks taken over any span of steps and the
+    step at which the free blocks run out (the pool's next preemption)."""
 
-    def release_prefix() -> None:
-        nonlocal shared_refs, free_blocks
-        if prefix_blocks:
-            shared_refs -= 1
-            if shared_refs == 0:
-                free_blocks += prefix_blocks
+    def __init__(self, workload: Workload, reqs: Requests, capacity: int, B: int, prefix_blocks: int,
+                 watermark_blocks: int, trace_every: int, progress: Any, on_step: Any) -> None:
+        self.w, self.reqs, self.capacity, self.B, self.pb = workload, reqs, capacity, B, prefix_blocks
+        self.total = capacity // B
+        self.wm = watermark_blocks
+        self.trace_every, self.progress, self.on_step = trace_every, progress, on_step
+        self.prompt = reqs.prompt.tolist()
+        self.final = reqs.final.tolist()
+        self.arrival = reqs.arrival.tolist()
+        n = len(self.prompt)
+        self.length = list(self.prompt)  # tokens a waiting request holds (prompt, + generated if preempted)
+        self.enter = list(self.arrival)  # step a waiting request joined the queue
+        self.finish = [0] * n
+        self.running: dict[int, int] = {}  # key -> request, admission order (keys increase)
+        self.off: list[int] = []  # by key
+        self.key_req: list[int] = []  # by key
+        self.phases: list[set[int]] = [set() for _ in range(B)]
+        self.sum_off = 0
+        self.used = 0  # blocks of running requests, beyond the shared prefix
+        self.free = self.total  # as rules.Pool: total - used - the prefix blocks while held
+        self.heap: list[tuple[int, int]] = []  # (finish step, key)
+        self.waiting: deque[int] = deque()
+        self.e = 0
+        self.preemptions = self.recomputed = self.waited = 0
 
-    while finished < n:
-        if workload.arrival == "poisson":
-            while next_arrival < n and arrival[next_arrival] <= step:
-                waiting.append(next_arrival)
-                next_arrival += 1
-            if not len(r_id) and not waiting:  # idle: jump to the next arrival, uncounted
-                step = int(arrival[next_arrival])
-                continue
-        else:
-            while released < n and len(r_id) + len(waiting) < workload.concurrency:
-                arrival[released] = step
-                waiting.append(released)
-                released += 1
-        admitted: list[int] = []
-        while waiting:
-            i = waiting[0]
-            own = f.cdiv(int(prompt[i]), B) - prefix_blocks
-            extra = prefix_blocks if shared_refs == 0 else 0  # the shared prefix, stored once
-            if own + extra > free_blocks:
-                break
-            free_blocks -= own + extra
-            if prefix_blocks:
-                shared_refs += 1
-            waiting.popleft()
-            if first_admit[i] < 0:
-                first_admit[i] = step
-            admitted.append(i)
-        if admitted:
-            ids = np.asarray(admitted, dtype=np.int64)
-            r_id = np.concatenate((r_id, ids))
-            r_len = np.concatenate((r_len, prompt[ids]))
-            r_fin = np.concatenate((r_fin, final[ids]))
-            r_blocks = np.concatenate((r_blocks, f.cdiv(prompt[ids], B) - prefix_blocks))
-        count = len(r_id)
-        if count:
-            r_len += 1  # one decode step
-            tokens_generated += count
-            grow = np.nonzero(f.cdiv(r_len, B) - prefix_blocks > r_blocks)[0]
-            if len(grow) <= free_blocks:
-                r_blocks[grow] += 1
-                free_blocks -= len(grow)
-            else:  # oldest first; while the pool is short, preempt the newest (maybe the one growing)
-                for j in grow:
-                    while free_blocks < 1 and len(r_id) > j:
-                        free_blocks += int(r_blocks[-1])
-                        waiting.appendleft(int(r_id[-1]))
-                        preemptions += 1
-                        release_prefix()
-                        r_id, r_len, r_fin, r_blocks = r_id[:-1], r_len[:-1], r_fin[:-1], r_blocks[:-1]
-                    if j >= len(r_id):
-                        break
-                    free_blocks -= 1
-                    r_blocks[j] += 1
-            count = len(r_id)
-        shared = shared_slots_if_used if shared_refs > 0 else 0
-        tokens = int(r_len.sum()) - count * shared_slots_if_used + shared
-        allocated = (total_blocks - free_blocks) * B
-        sums["token_states"] += tokens
-        sums["internal_fragmentation"] += allocated - tokens
-        sums["free"] += capacity - allocated
-        running_sum += count
-        peak = max(peak, count)
-        if on_step is not None:
-            on_step({"capacity": capacity, "B": B, "tokens": tokens, "allocated": allocated,
-                     "free_blocks": free_blocks, "r_len": r_len, "r_blocks": r_blocks + prefix_blocks,
-                     "shares": {"token_states": tokens, "reservation": 0, "internal_fragmentation": allocated - tokens,
-                                "external_fragmentation": 0, "free": capacity - allocated}})
-        if trace_every and step % trace_every == 0:
-            trace["step"].append(step)
-            trace["running"].append(count)
-            trace["token_states"].append(100 * tokens / capacity)
-            trace["free"].append(100 * (capacity - allocated) / capacity)
-        if count:
-            done = r_len >= r_fin
-            if done.any():
-                free_blocks += int(r_blocks[done].sum())
-                for _ in range(int(done.sum())):
-                    release_prefix()
-                finished += int(done.sum())
-                keep = ~done
-                r_id, r_len, r_fin, r_blocks = r_id[keep], r_len[keep], r_fin[keep], r_blocks[keep]
-        steps += 1
-        step += 1
-        if progress is not None and step % 1000 == 0:
-            progress(finished)
-    total = sum(sums.values())
-    return Result(policy=policy, allocator="blocks", steps=steps, finished=finished, preemptions=preemptions,
-                  shares_percent={k: 100 * v / total for k, v in sums.items()}, avg_running=running_sum / steps,
-                  peak_running=peak, tokens_per_step=tokens_generated / steps,
-                  avg_queue_delay_steps=float((first_admit - arrival).mean()), trace=trace)
+    # the pool, as rules.serve_running sees it
+    def take(self, key: int) -> None:
+        self.used += 1
+        self.free -= 1
+
+    def _drop(self, key: int, blocks: int) -> None:
+        off = self.off[key]
+        self.phases[(1 - off) % self.B].discard(key)
+        self.sum_off -= off
+        self.used -= blocks
+        self.free += blocks + (self.pb if not self.running else 0)
+
+    def release(self, key: int) -> None:
+        i = self.key_req[key]
+        length = self.off[key] + self.e - 1  # its tokens before this step: all kept (recompute)
+        self._drop(key, -(-length // self.B) - self.pb)
+        self.length[i] = length
+        self.enter[i] = self.e
+        self.waiting.appendleft(i)
+        self.preemptions += 1
+
+    def place(self, i: int) -> bool:
+        length, e, B, pb = self.length[i], self.e, self.B, self.pb
+        held = bool(self.running)
+        need = paged_blocks_to_admit(length, B, pb, held)
+        if need + (self.wm if held else 0) > self.free:
+            return False
+        key = len(self.off)
+        off = length + 1 - e
+        self.off.append(off)
+        self.key_req.append(i)
+        self.running[key] = i
+        self.used += need - (0 if held else pb)
+        self.free -= need
+        self.phases[(1 - off) % B].add(key)
+        self.sum_off += off
+        heapq.heappush(self.heap, (self.final[i] - off, key))
+        self.waited += e - self.enter[i]
+        if length != self.prompt[i]:
+            self.recomputed += length
+        return True
+
+    def _crossings(self, s1: int, s2: int) -> tuple[int, int]:
+        """Blocks taken at steps s1..s2, and the sum over those steps of the blocks taken up to each
+        (a block taken at step u counts in the steps u..s2)."""
+        B, add, acc = self.B, 0, 0
+        e = s2 + 1
+        for p, keys in enumerate(self.phases):
+            if keys:
+                u0 = s1 + (p - s1) % B
+                if u0 <= s2:
+                    m = len(keys)
+                    j = (s2 - u0) // B + 1
+                    add += m * j
+                    acc += m * (j * (e - u0) - B * j * (j - 1) // 2)
+        return add, acc
+
+    def _exhausted(self, t: int, c: int) -> int:
+        """The first step after ``t`` at which the running requests need more blocks than are free."""
+        B = self.B
+        rounds, rem = divmod(self.free, c)
+        acc = 0
+        phases = self.phases
+        for j in range(B):
+            acc += len(phases[(t + 1 + j) % B])
+            if acc > rem:
+                return t + 1 + rounds * B + j
+        raise AssertionError("unreachable: the phases hold every running request")  # pragma: no cover
+
+    def _shares(self, step: int, used: int) -> dict[str, int]:
+        c = len(self.running)
+        tokens = self.sum_off + c * step - (c - 1) * self.pb * self.B if c else 0
+        allocated = (used + (self.pb if c else 0)) * self.B
+        return {"token_states": tokens, "reservation": 0, "internal_fragmentation": allocated - tokens,
+                "external_fragmentation": 0, "free": self.capacity - allocated}
+
+    def run(self, policy: str) -> Result:
+        n, B, capacity, pb = len(self.prompt), self.B, self.capacity, self.pb
+        shared = pb * B
+        closed = self.w.arrival == "closed"
+        conc = self.w.concurrency
+        arrival, final, off, phases = self.arrival, self.final, self.off, self.phases
+        running, heap, waiting = self.running, self.heap, self.waiting
+        trace = _new_trace()
+        every, on_step, progress = self.trace_every, self.on_step, self.progress
+        tok_sum = alloc_sum = steps = running_sum = peak = finished = 0
+        next_arrival = 0
+        again = False  # the queue's head may fit at the next step (blocks were freed)
+        t = -1
+        inf = 1 << 62
+        place = self.place
+        while finished < n:
+            # the next step at which anything can change
+            c = len(running)
+            if again and waiting:
+                e = t + 1  # admission was skipped, or blocks were freed
+            elif closed:
+                e = t + 1 if next_arrival < n and c + len(waiting) < conc else inf
+            elif next_arrival < n and not waiting:
+                e = arrival[next_arrival]
+            else:
+                e = inf
+            if c and e > t + 1:
+                while heap[0][1] not in running:
+                    heapq.heappop(heap)  # preempted since
+                if heap[0][0] < e:
+                    e = heap[0][0]
+                if e > t + 1 and self.free < c * ((e - 2 - t) // B + 1):  # else the pool cannot run out first
+                    e = min(e, self._exhausted(t, c))
+                k = e - 1 - t
+                if k > 0:  # quiet steps t+1 .. e-1: every running request gains a token, no decision changes
+                    s1, s2 = t + 1, e - 1
+                    add, acc = self._crossings(s1, s2)
+                    tok = k * self.sum_off + c * (s1 + s2) * k // 2 - k * (c - 1) * shared
+                    tok_sum += tok
+                    alloc_sum += (k * self.used + acc + k * pb) * B
+                    if every:
+                        for s in range((s1 + every - 1) // every * every, s2 + 1, every):
+                            _record(trace, s, c, capacity, self._shares(s, self.used + self._crossings(s1, s)[0]))
+                    self.used += add
+                    self.free -= add
+                    steps += k
+                    running_sum += c * k
+            assert e < inf, "nothing running, nothing admissible"
+            # step e, in full
+            self.e = e
+            if closed:
+                while next_arrival < n and len(running) + len(waiting) < conc:
+                    arrival[next_arrival] = self.enter[next_arrival] = e
+                    waiting.append(next_arrival)
+                    next_arrival += 1
+            else:
+                while next_arrival < n and arrival[next_arrival] <= e:
+                    waiting.append(next_arrival)
+                    next_arrival += 1
+            needers = phases[e % B]
+            preempted = False
+            if needers:
+                if len(needers) <= self.free:  # rules.serve_running without a preemption
+                    self.used += len(needers)
+                    self.free -= len(needers)
+                else:
+                    preempted = bool(serve_running(running, sorted(needers), self))
+            if waiting and not preempted:
+                admit_fcfs(waiting, place)
+            # After a preemption the queue's head (the oldest victim) cannot fit before blocks are freed:
+            # the last victim was taken because no block was free, and then one of its blocks was given
+            # away, so fewer than its own blocks are free.  Unless the pool emptied, the next chance to
+            # admit is after a finish.
+            again = preempted and not running
+            freed = False
+            c = len(running)
+            if c:
+                tokens = self.sum_off + c * e - (c - 1) * shared
+                tok_sum += tokens
+                alloc_sum += (self.used + pb) * B
+                steps += 1
+                running_sum += c
+                if c > peak:
+                    peak = c
+                if every and e % every == 0:
+                    _record(trace, e, c, capacity, self._shares(e, self.used))
+                if on_step is not None:
+                    on_step({"capacity": capacity, "B": B, "step": e, "shares": self._shares(e, self.used),
+                             "free_blocks": self.free, "lengths": [off[k_] + e for k_ in running],
+                             "finals": [final[i] for i in running.values()]})
+            while heap and heap[0][0] == e:
+                _, key = heapq.heappop(heap)
+                i = running.pop(key, -1)
+                if i < 0:
+                    continue
+                self._drop(key, -(-final[i] // B) - pb)
+                self.finish[i] = e
+                finished += 1
+                freed = True
+            if freed and waiting and not again:
+                # the head may fit at the next step: free blocks less what the running requests take then
+                # (if they need more than is free, the pool runs out and that step is an event anyway)
+                held = bool(running)
+                need = paged_blocks_to_admit(self.length[waiting[0]], B, pb, held) + (self.wm if held else 0)
+                again = need <= self.free - len(phases[(e + 1) % B])
+            if progress is not None and freed and e % 64 == 0:
+                progress(finished)
+            t = e
+        sums = {"token_states": tok_sum, "reservation": 0, "internal_fragmentation": alloc_sum - tok_sum,
+                "external_fragmentation": 0, "free": steps * capacity - alloc_sum}
+        reqs = self.reqs if not closed else Requests(self.reqs.prompt, self.reqs.final,
+                                                     np.asarray(arrival, dtype=np.int64), self.reqs.redrawn,
+                                                     self.reqs.clipped)
+        return _result(policy, "blocks", reqs, sums, steps, running_sum, peak, self.preemptions, self.recomputed,
+                       self.waited, self.finish, trace)
 
 
-def _contiguous(workload: Workload, policy: str, allocator: str, capacity: int, prompt: np.ndarray,
-                final: np.ndarray, arrivals: np.ndarray, reserve: np.ndarray, trace_every: int,
-                progress: Any, on_step: Any = None) -> Result:
+def _contiguous(workload: Workload, policy: str, allocator: str, capacity: int, reqs: Requests,
+                reserve: np.ndarray, trace_every: int, progress: Any, on_step: Any = None) -> Result:
     """Contiguous policies, event by event: memory changes only when a request is admitted or
     finishes, so the steps in between are summed in closed form (tokens grow by one per running
     request per step)."""
-    import heapq
-
+    prompt, final, res_of = reqs.prompt.tolist(), reqs.final.tolist(), reserve.tolist()
+    arrival = reqs.arrival.tolist()
     n = len(prompt)
     alloc: FirstFit | Buddy = FirstFit(capacity) if allocator == "first-fit" else Buddy(capacity)
     waiting: deque[int] = deque()
     heap: list[tuple[int, int, int, int]] = []  # (finish step, request, start, reserved)
-    first_admit = np.full(n, -1, dtype=np.int64)
-    arrival = arrivals.copy()
-    sums = dict.fromkeys(SHARES, 0.0)
+    finish = [0] * n
+    sums = dict.fromkeys(SHARES, 0)
     count = 0
     offset = 0  # sum over running requests of (prompt - admission step): tokens(s) = count*(s+1) + offset
     reserved = 0  # sum of reserved slots
     useful = 0  # sum of min(reserved, final)
-    steps = finished = peak = 0
-    running_steps = 0
-    tokens_generated = 0
-    next_arrival = released = 0
+    steps = finished = peak = running_steps = waited = 0
+    next_arrival = 0
+    closed = workload.arrival == "closed"
     t = 0
-    trace: dict[str, list[float]] = {"step": [], "running": [], "token_states": [], "free": []}
+    trace = _new_trace()
+    slot: list[tuple[int, int] | None] = [None]
+
+    def place(i: int) -> bool:
+        got = alloc.alloc(res_of[i])
+        slot[0] = got
+        return got is not None
+
     while finished < n:
-        if workload.arrival == "poisson":
+        if not closed:
             while next_arrival < n and arrival[next_arrival] <= t:
                 waiting.append(next_arrival)
                 next_arrival += 1
         else:
-            while released < n and count + len(waiting) < workload.concurrency:
-                arrival[released] = t
-                waiting.append(released)
-                released += 1
-        while waiting:
-            i = waiting[0]
-            got = alloc.alloc(int(reserve[i]))
-            if got is None:
-                break
-            waiting.popleft()
-            first_admit[i] = t
-            start, res = got
-            heapq.heappush(heap, (t + int(final[i]) - int(prompt[i]) - 1, i, start, res))
+            while next_arrival < n and count + len(waiting) < workload.concurrency:
+                arrival[next_arrival] = t
+                waiting.append(next_arrival)
+                next_arrival += 1
+        while waiting and place(waiting[0]):  # rules.admit_fcfs, inlined: the allocator answers
+            i = waiting.popleft()
+            start, res = slot[0]  # type: ignore[misc]
+            waited += t - arrival[i]
+            heapq.heappush(heap, (t + final[i] - prompt[i] - 1, i, start, res))
             count += 1
-            offset += int(prompt[i]) - t
+            offset += prompt[i] - t
             reserved += res
-            useful += min(res, int(final[i]))
+            useful += min(res, final[i])
         blocked = bool(waiting)
         if not heap:  # idle: jump to the next arrival without counting the empty steps
-            t = int(arrival[next_arrival]) if next_arrival < n else t + 1
+            t = arrival[next_arrival] if next_arrival < n else t + 1
             continue
-        finish = heap[0][0]
-        a = int(arrival[next_arrival]) if workload.arrival == "poisson" and next_arrival < n else None
-        e = finish if a is None else min(finish, a - 1)
+        e = heap[0][0]
+        if not closed and not blocked and next_arrival < n:
+            e = min(e, arrival[next_arrival] - 1)  # an arrival can be admitted at once
         e = max(e, t)
         k = e - t + 1
         tok = count * ((t + 1 + e + 1) * k // 2) + offset * k  # sum over s in [t, e] of count*(s+1) + offset
@@ -446,36 +682,167 @@ def _contiguous(workload: Workload, policy: str, allocator: str, capacity: int, 
         sums["external_fragmentation" if blocked else "free"] += unallocated * k
         if on_step is not None:  # the state at the last step of the interval (tokens are largest there)
             last = count * (e + 1) + offset
-            running = [(r, int(final[i]), int(prompt[i]) + e - int(first_admit[i]) + 1) for _, i, _, r in heap]
-            on_step({"capacity": capacity, "reserved": reserved, "useful": useful, "tokens": last,
-                     "running": running, "steps": k,
+            on_step({"capacity": capacity, "reserved": reserved, "useful": useful, "tokens": last, "steps": k,
+                     "running": [(r, final[i], final[i] - (s_ - e)) for s_, i, _, r in heap],
                      "shares": {"token_states": last, "reservation": useful - last,
                                 "internal_fragmentation": reserved - useful,
                                 "external_fragmentation": unallocated if blocked else 0,
                                 "free": 0 if blocked else unallocated}})
         steps += k
         running_steps += count * k
-        tokens_generated += count * k
         peak = max(peak, count)
         if trace_every:
             for s_ in range((t + trace_every - 1) // trace_every * trace_every, e + 1, trace_every):
-                trace["step"].append(s_)
-                trace["running"].append(count)
-                trace["token_states"].append(100 * (count * (s_ + 1) + offset) / capacity)
-                trace["free"].append(0.0 if blocked else 100 * unallocated / capacity)
+                tk = count * (s_ + 1) + offset
+                _record(trace, s_, count, capacity, {
+                    "token_states": tk, "reservation": useful - tk, "internal_fragmentation": reserved - useful,
+                    "external_fragmentation": unallocated if blocked else 0, "free": 0 if blocked else unallocated})
         while heap and heap[0][0] == e:
             _, i, start, res = heapq.heappop(heap)
             alloc.free(start, res)
             count -= 1
-            offset -= int(prompt[i]) - int(first_admit[i])
+            offset -= prompt[i] - (e - (final[i] - prompt[i] - 1))
             reserved -= res
-            useful -= min(res, int(final[i]))
+            useful -= min(res, final[i])
+            finish[i] = e
             finished += 1
         if progress is not None:
             progress(finished)
         t = e + 1
-    total = sum(sums.values())
-    return Result(policy=policy, allocator=allocator, steps=steps, finished=finished, preemptions=0,
-                  shares_percent={k: 100 * v / total for k, v in sums.items()},
-                  avg_running=running_steps / steps, peak_running=peak, tokens_per_step=tokens_generated / steps,
-                  avg_queue_delay_steps=float((first_admit - arrival).mean()), trace=trace)
+    if closed:
+        reqs = Requests(reqs.prompt, reqs.final, np.asarray(arrival, dtype=np.int64), reqs.redrawn, reqs.clipped)
+    return _result(policy, allocator, reqs, sums, steps, running_steps, peak, 0, 0, waited, finish, trace)
+
+
+# --- the plain reference ------------------------------------------------------------------------
+
+class _RefPool:
+    """Block counts per request, for :func:`simulate_reference`."""
+
+    def __init__(self, total: int, prefix_blocks: int, running: dict[int, int], blocks: dict[int, int],
+                 length: list[int], waiting: deque[int]) -> None:
+        self.total, self.pb, self.running, self.blocks = total, prefix_blocks, running, blocks
+        self.length, self.waiting = length, waiting
+        self.used = 0
+        self.preempted: list[int] = []
+
+    @property
+    def free(self) -> int:
+        return self.total - self.used - (self.pb if self.running else 0)
+
+    def take(self, key: int) -> None:
+        self.blocks[key] += 1
+        self.used += 1
+
+    def release(self, key: int) -> None:
+        self.used -= self.blocks.pop(key)
+        self.waiting.appendleft(key)
+        self.preempted.append(key)
+
+
+def simulate_reference(workload: Workload, policy: str, capacity_slots: int, block_size: int, max_len: int,
+                       allocator: str = "first-fit", seed: int = 0, watermark: float = 0.0,
+                       requests: Requests | None = None) -> Result:
+    """The same simulation, one step at a time in plain Python with a length per request: slow, and
+    obviously the rules of :mod:`kvdash.simulate.rules`; :func:`simulate` must agree with it exactly
+    (tests) and is benchmarked against it (``benchmarks/simulate_speed.py``)."""
+    reqs = requests if requests is not None else draw_requests(workload, seed, max_len)
+    reserve = check_pool(policy, reqs, capacity_slots, block_size, max_len, allocator, workload.prefix)
+    B = block_size
+    prompt, final = reqs.prompt.tolist(), reqs.final.tolist()
+    arrival = reqs.arrival.tolist()
+    n = len(prompt)
+    length = list(prompt)
+    enter = list(arrival)
+    finish = [0] * n
+    waiting: deque[int] = deque()
+    running: dict[int, int] = {}  # request -> request (the request is its own key here)
+    blocks: dict[int, int] = {}
+    paged = reserve is None
+    pb = workload.prefix // B if policy == "paged-prefix" else 0
+    total = capacity_slots // B
+    wm = int(watermark * total)
+    pool = _RefPool(total, pb, running, blocks, length, waiting)
+    alloc: FirstFit | Buddy = FirstFit(capacity_slots) if allocator == "first-fit" else Buddy(capacity_slots)
+    where: dict[int, tuple[int, int]] = {}
+    sums = dict.fromkeys(SHARES, 0)
+    steps = running_sum = peak = finished = preemptions = recomputed = waited = 0
+    next_arrival = 0
+    closed = workload.arrival == "closed"
+    t = 0
+
+    def place(i: int) -> bool:
+        if paged:
+            need = paged_blocks_to_admit(length[i], B, pb, bool(running))
+            if need + (wm if running else 0) > pool.free:
+                return False
+            blocks[i] = -(-(length[i] + 1) // B) - pb
+            pool.used += blocks[i]
+        else:
+            got = alloc.alloc(int(reserve[i]))  # type: ignore[index]
+            if got is None:
+                return False
+            where[i] = got
+        running[i] = i
+        return True
+
+    while finished < n:
+        if closed:
+            while next_arrival < n and len(running) + len(waiting) < workload.concurrency:
+                arrival[next_arrival] = enter[next_arrival] = t
+                waiting.append(next_arrival)
+                next_arrival += 1
+        else:
+            while next_arrival < n and arrival[next_arrival] <= t:
+                waiting.append(next_arrival)
+                next_arrival += 1
+            if not running and not waiting:
+                t = arrival[next_arrival]  # idle: not counted
+                continue
+        preempted: list[int] = []
+        if paged:
+            pool.preempted = []
+            preempted = serve_running(running, [i for i in running if length[i] % B == 0], pool)
+            for i in preempted:
+                enter[i] = t
+                preemptions += 1
+        before = set(running)
+        if not preempted:
+            for i in admit_fcfs(waiting, place):
+                waited += t - enter[i]
+                if length[i] != prompt[i]:
+                    recomputed += length[i]
+        del before
+        for i in running:
+            length[i] += 1
+        c = len(running)
+        if c:
+            tokens = sum(length[i] for i in running)
+            if paged:
+                tokens -= (c - 1) * pb * B
+                allocated = (pool.used + pb) * B
+                shares = {"token_states": tokens, "internal_fragmentation": allocated - tokens,
+                          "free": capacity_slots - allocated}
+            else:
+                reserved = sum(where[i][1] for i in running)
+                useful = sum(min(where[i][1], final[i]) for i in running)
+                key = "external_fragmentation" if waiting else "free"
+                shares = {"token_states": tokens, "reservation": useful - tokens,
+                          "internal_fragmentation": reserved - useful, key: capacity_slots - reserved}
+            for k, v in shares.items():
+                sums[k] += v
+            steps += 1
+            running_sum += c
+            peak = max(peak, c)
+        for i in [i for i in running if length[i] >= final[i]]:
+            del running[i]
+            if paged:
+                pool.used -= blocks.pop(i)
+            else:
+                alloc.free(*where.pop(i))
+            finish[i] = t
+            finished += 1
+        t += 1
+    reqs = Requests(reqs.prompt, reqs.final, np.asarray(arrival, dtype=np.int64), reqs.redrawn, reqs.clipped)
+    return _result(policy, "blocks" if paged else allocator, reqs, sums, steps, running_sum, peak, preemptions,
+                   recomputed, waited, finish, {})

@@ -5,18 +5,20 @@ Errors name the line and column, the key path, what is allowed, and the closest 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from kvdash.core.point import group_size_problem
 from kvdash.errors import InputError, closest
 
 TOP_KEYS = ("title", "description", "models", "workloads", "defaults", "grid", "zip", "exclude", "claims",
             "gates", "simulate")
 SIMULATE_KEYS = ("workload", "prompt", "output", "requests", "rate", "concurrency", "prefix", "policies", "allocator",
-                 "max_len", "seed")
+                 "max_len", "seed", "rates", "latency_bound", "watermark", "clip")
 SIMULATE_MAX_POINTS = 500
 DIMENSIONS = ("model", "workload", "kv_dtype", "kv_scales", "block_size", "budget", "gpu", "gpu_memory",
               "gpu_util", "util_policy", "weights", "reserve", "tp", "pp", "max_model_len", "max_batched_tokens")
@@ -135,6 +137,9 @@ class SimSpec:
     allocator: str
     max_len: int
     seed: int
+    rates: list[float] | None = None  # a capacity sweep (``rates: "A:B:N"``)
+    latency_bound: float = 2.0
+    watermark: float = 0.0
 
 
 @dataclass
@@ -297,8 +302,9 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
         if "lengths" in wl:
             lengths = tuple(c.positive_int(v, p + ("lengths", j)) for j, v in
                             enumerate(c.seq(wl["lengths"], p + ("lengths",))))
-            if len(lengths) > 8:
-                raise c.fail(p + ("lengths",), len(lengths), "at most 8 lengths per group")
+            problem = group_size_problem(len(lengths))
+            if problem:
+                raise c.fail(p + ("lengths",), len(lengths), problem)
             finals = lengths
             if "final" in wl:
                 raise c.fail(p + ("final",), wl["final"], "final applies to a single request (used:)")
@@ -446,8 +452,10 @@ def _simulate_section(c: Checker, raw: Any) -> SimSpec:
             except InputError as exc:
                 raise c.fail(p + (key,), sim[key], exc.allowed) from exc
     requests = c.positive_int(sim.get("requests", 1000), p + ("requests",))
+    if requests > 1_000_000:
+        raise c.fail(p + ("requests",), requests, "expected at most 1,000,000 per grid point")
     rate = sim.get("rate", 0.5)
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or rate <= 0:
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
         raise c.fail(p + ("rate",), rate, "expected a positive number of requests per step")
     concurrency = sim.get("concurrency")
     if concurrency is not None:
@@ -461,8 +469,30 @@ def _simulate_section(c: Checker, raw: Any) -> SimSpec:
     allocator = str(sim.get("allocator", "first-fit"))
     if allocator not in ALLOCATORS:
         raise c.fail(p + ("allocator",), allocator, "expected one of: " + ", ".join(ALLOCATORS))
-    w = replace(w, requests=requests, rate=float(rate), prefix=prefix,
+    rates = None
+    if "rates" in sim:
+        from kvdash.simulate.capacity import parse_rates
+
+        try:
+            rates = parse_rates(str(sim["rates"]), "rates")
+        except InputError as exc:
+            raise c.fail(p + ("rates",), sim["rates"], exc.allowed) from exc
+        if concurrency is not None:
+            raise c.fail(p + ("rates",), sim["rates"], "sweeps Poisson rates; drop concurrency")
+    bound = sim.get("latency_bound", 2.0)
+    if isinstance(bound, bool) or not isinstance(bound, int | float) or not math.isfinite(bound) or bound <= 1:
+        raise c.fail(p + ("latency_bound",), bound, "expected more than 1 step per output token")
+    watermark = sim.get("watermark", 0.0)
+    if isinstance(watermark, bool) or not isinstance(watermark, int | float) or not 0 <= watermark < 1:
+        raise c.fail(p + ("watermark",), watermark, "expected a fraction from 0 to below 1")
+    clip = sim.get("clip", False)
+    if not isinstance(clip, bool):
+        raise c.fail(p + ("clip",), clip, "expected true or false")
+    seed = sim.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise c.fail(p + ("seed",), seed, "expected an integer from 0 to 2^63 - 1")
+    w = replace(w, requests=requests, rate=float(rate), prefix=prefix, clip=clip,
                 arrival="closed" if concurrency else "poisson", concurrency=int(concurrency or 0))
     return SimSpec(workload=w, policies=policies, allocator=allocator,
                    max_len=c.positive_int(sim.get("max_len", 2048), p + ("max_len",)),
-                   seed=int(sim.get("seed", 0)))
+                   seed=seed, rates=rates, latency_bound=float(bound), watermark=float(watermark))

@@ -376,18 +376,21 @@ def write_snapshot(stem: Path, snap: Snapshot, kv: dict[str, Any]) -> list[Path]
     data = {"snapshot": snap.to_json(), "kv_pool": kv}
     json_path = stem.with_suffix(".json")
     json_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    lines = [f"# kvdash live snapshot ({snap.source})", "", "| GPU | name | used GiB | total GiB | util |",
+    from kvdash.report.markdown import md  # names come from a replay file or an engine: escape them
+
+    lines = [f"# kvdash live snapshot ({md(snap.source, 200)})", "", "| GPU | name | used GiB | total GiB | util |",
              "|---:|---|---:|---:|---:|"]
     for g in snap.gpus:
-        lines.append(f"| {g.index} | {g.name} | "
+        lines.append(f"| {g.index} | {md(g.name, 120)} | "
                      f"{gib_text(g.used_bytes)} | {gib_text(g.total_bytes)} | "
                      f"{'n/a' if g.utilization_percent is None else g.utilization_percent} |")
     if kv.get("ok"):
-        lines += ["", f"## KV pool: {kv['model']}, {kv['kv_dtype']}, block {kv['block_size']}, TP {kv['tp']}", "",
+        lines += ["", f"## KV pool: {md(kv['model'], 120)}, {md(kv['kv_dtype'])}, block {kv['block_size']}, "
+                  f"TP {kv['tp']}", "",
                   "| figure | value |", "|---|---:|",
                   f"| budget per rank ({kv['budget_mode']}) | {kv['budget_bytes']:,} B |",
                   f"| pool blocks | {kv['pool_blocks']:,} |", f"| token slots | {kv['token_slots']:,} |",
-                  f"| paged requests of {kv['lengths']} | {kv['paged_requests']:,} |",
+                  f"| paged requests of {md(kv['lengths'], 120)} | {kv['paged_requests']:,} |",
                   f"| contiguous requests (reserve {kv['max_reserved']:,}) | {kv['contiguous_requests']:,} |"]
     md_path = stem.with_suffix(".md")
     md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -1,0 +1,46 @@
+"""``kvdash live --prometheus URL``: the fleet view (called from :mod:`kvdash.commands.live`)."""
+
+import json
+import sys
+import textwrap
+
+import typer
+
+from kvdash.errors import InputError
+
+
+def run_fleet(url: str, cfg, once: bool, as_json: bool, interval: float) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from kvdash.sources.prometheus import FleetSource
+
+    cfg = replace(cfg, arch=cfg.architecture())  # read the preset once, not on every poll
+    try:
+        source = FleetSource(url, cfg, deadline_s=max(0.5, min(2.0, interval)))
+    except ValueError as exc:
+        raise InputError("--prometheus", url, str(exc)) from exc
+    if once or as_json:
+        snap = source.read()
+        if snap.error:
+            print(f"kvdash: {snap.error}", file=sys.stderr)
+            raise typer.Exit(1)
+        fleet = snap.extra["fleet"]
+        if not fleet["hosts"]:
+            print(f"kvdash: Prometheus at {source.client.url} has no DCGM, kvdash, vLLM or SGLang series and no "
+                  "scrape targets (see the README, section Fleet, for a scrape configuration)", file=sys.stderr)
+            raise typer.Exit(1)
+        if as_json:
+            print(json.dumps(fleet, indent=2, sort_keys=True))
+            return
+        from kvdash.render.fleet_view import once_tables
+        from kvdash.render.table import print_tables, terminal_width
+
+        tables, footer = once_tables(fleet)
+        print_tables(tables)
+        width = terminal_width()
+        for paragraph in footer.splitlines():
+            print(textwrap.fill(paragraph, width=width, break_on_hyphens=False))
+        return
+    from kvdash.tui.fleet import FleetApp
+
+    FleetApp(source, cfg, interval=interval).run()

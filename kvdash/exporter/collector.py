@@ -1,0 +1,272 @@
+"""The exporter's state and its prometheus-client collector.
+
+Readings refresh on background threads, never per scrape: one thread reads the GPUs (NVML or the
+demo) and recomputes the analytical pool every ``interval`` seconds; each ``--engine`` has its own
+thread, so a slow or hung engine only ages its own reading.  A scrape copies the last readings
+under a lock and never waits for a source; every reading carries its age
+(``kvdash_reading_age_seconds``, ``kvdash_engine_reading_age_seconds``).
+
+Metric names follow Prometheus' naming conventions (https://prometheus.io/docs/practices/naming/):
+a ``kvdash_`` prefix, base units in the name (``_bytes``, ``_seconds``, ``_ratio`` for 0-1), ``_total``
+for counters, ``kvdash_info`` for static labels.  The README has a table of every metric.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
+
+from kvdash import __version__
+from kvdash.errors import InputError
+from kvdash.live.analysis import LiveConfig, analyze, compare_engine
+from kvdash.sources.base import Snapshot, Source
+from kvdash.sources.engine import EngineReading, fetch, from_snapshot
+
+VLLM_MIRRORED = "0.33"  # the vLLM release whose memory rules kvdash mirrors (vLLM 0.33.0)
+
+GPU_LABELS = ["hostname", "gpu", "uuid", "name"]
+
+
+@dataclass
+class EngineSlot:
+    url: str
+    reading: EngineReading | None = None
+    at: float | None = None  # time.monotonic() of the last reading (good or failed)
+    good: EngineReading | None = None  # the last reading without error
+    good_at: float | None = None
+
+
+class ExporterState:
+    """Last readings of the GPUs and engines, refreshed by background threads."""
+
+    def __init__(self, source: Source, config: LiveConfig, engines: list[str], interval: float = 5.0,
+                 engine_timeout: float = 2.0, hostname: str | None = None, demo: bool = False,
+                 fetch_engine: Callable[[str, float], EngineReading] = fetch,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.source = source
+        self.config = config
+        self.interval = interval
+        self.engine_timeout = engine_timeout
+        self.hostname = hostname or socket.gethostname()
+        self.demo = demo
+        self.fetch_engine = fetch_engine
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.snapshot: Snapshot | None = None
+        self.snapshot_at: float | None = None
+        self.analyses: dict[int, dict[str, Any]] = {}  # per length
+        self.engines = [EngineSlot(url) for url in engines]
+        self.refreshes = 0
+        self.errors = 0
+        self.last_error = ""
+        self.threads: list[threading.Thread] = []
+
+    # --- refreshing ------------------------------------------------------------------------------
+    def refresh_gpus(self) -> None:
+        """One GPU reading and the analytical pool for each configured length."""
+        try:
+            snap = self.source.read()
+            analyses = {}
+            for n in self.config.lengths:
+                try:
+                    analyses[n] = analyze(snap, replace(self.config, lengths=(n,)), self._engine_for_budget(snap))
+                except InputError as exc:
+                    analyses[n] = {"ok": False, "notes": [str(exc)]}
+        except Exception as exc:  # noqa: BLE001 - a failing source must not stop the exporter
+            with self.lock:
+                self.errors += 1
+                self.last_error = str(exc)
+            return
+        with self.lock:
+            self.snapshot, self.snapshot_at, self.analyses = snap, self.clock(), analyses
+            self.refreshes += 1
+            if self.demo:
+                demo_engine = from_snapshot(snap.extra)
+                if demo_engine is not None:
+                    slot = self._demo_slot()
+                    slot.reading = slot.good = demo_engine
+                    slot.at = slot.good_at = self.snapshot_at
+
+    def _demo_slot(self) -> EngineSlot:
+        for slot in self.engines:
+            if slot.url == "demo":
+                return slot
+        slot = EngineSlot("demo")
+        self.engines.append(slot)
+        return slot
+
+    def _engine_for_budget(self, snap: Snapshot) -> EngineReading | None:
+        if self.config.budget_mode != "engine":
+            return None
+        if self.demo:
+            return from_snapshot(snap.extra)
+        with self.lock:
+            return next((s.good for s in self.engines if s.good is not None), None)
+
+    def refresh_engine(self, slot: EngineSlot) -> None:
+        reading = self.fetch_engine(slot.url, self.engine_timeout)
+        with self.lock:
+            slot.reading, slot.at = reading, self.clock()
+            if not reading.error:
+                slot.good, slot.good_at = reading, slot.at
+
+    def _loop(self, step: Callable[[], None]) -> None:
+        while not self.stop_event.is_set():
+            started = time.monotonic()
+            step()
+            self.stop_event.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def start(self) -> None:
+        self.refresh_gpus()  # the first scrape already has figures
+        loops: list[tuple[str, Callable[[], None]]] = [("gpus", self.refresh_gpus)]
+        loops += [(f"engine {s.url}", partial(self.refresh_engine, s)) for s in self.engines if s.url != "demo"]
+        for name, step in loops:
+            t = threading.Thread(target=self._loop, args=(step,), name=f"kvdash-exporter {name}", daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(timeout=self.engine_timeout + 1)
+        self.source.close()
+
+    # --- exposition ---------------------------------------------------------------------------------
+    def view(self) -> dict[str, Any]:
+        """A consistent copy of the last readings (taken under the lock, so a scrape never waits on I/O)."""
+        with self.lock:
+            return {"snapshot": self.snapshot, "snapshot_at": self.snapshot_at, "analyses": dict(self.analyses),
+                    "engines": [replace(s) for s in self.engines], "refreshes": self.refreshes,
+                    "errors": self.errors}
+
+
+def _set(family: GaugeMetricFamily, labels: list[str], value: float | int | None) -> None:
+    if value is not None:
+        family.add_metric(labels, float(value))
+
+
+class KvdashCollector(Collector):
+    def __init__(self, state: ExporterState) -> None:
+        self.state = state
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())  # collect() needs the readings; an empty describe keeps registration cheap
+
+    def collect(self) -> Iterator[Any]:
+        st = self.state
+        v = st.view()
+        now = st.clock()
+        cfg = st.config
+        arch = cfg.architecture()
+        host = st.hostname
+        info = InfoMetricFamily("kvdash", "kvdash build and the configuration its KV figures are for.")
+        info.add_metric([], {"version": __version__, "model": arch.name, "kv_dtype": cfg.kv_dtype,
+                             "block_size": str(cfg.block_size), "tp": str(cfg.tp), "budget_mode": cfg.budget_mode,
+                             "vllm_version": VLLM_MIRRORED, "hostname": host})
+        yield info
+        yield CounterMetricFamily("kvdash_refreshes", "GPU readings taken by the background refresh.",
+                                  value=v["refreshes"])
+        yield CounterMetricFamily("kvdash_refresh_errors", "GPU readings that failed.", value=v["errors"])
+        snap: Snapshot | None = v["snapshot"]
+        if snap is None:
+            return
+        age = GaugeMetricFamily("kvdash_reading_age_seconds", "Seconds since the last GPU reading.")
+        age.add_metric([], now - (v["snapshot_at"] or now))
+        yield age
+        fams = {k: GaugeMetricFamily(f"kvdash_gpu_memory_{k}_bytes", doc, labels=GPU_LABELS) for k, doc in (
+            ("total", "GPU memory, NVML total."), ("used", "GPU memory in use, NVML used."),
+            ("free", "GPU memory free, NVML free."),
+            ("reserved", "GPU memory the driver reserves (NVML memory v2; absent where the driver lacks it)."))}
+        procs = GaugeMetricFamily("kvdash_gpu_process_memory_bytes", "GPU memory of one process (NVML).",
+                                  labels=["hostname", "gpu", "uuid", "pid", "process"])
+        for g in snap.gpus:
+            labels = [host, str(g.index), g.uuid, g.name]
+            _set(fams["total"], labels, g.total_bytes)
+            _set(fams["used"], labels, g.used_bytes)
+            _set(fams["free"], labels, g.free_bytes)
+            _set(fams["reserved"], labels, g.reserved_bytes)
+            for p in g.processes:
+                _set(procs, [host, str(g.index), g.uuid, str(p.pid), p.name[:80]], p.used_bytes)
+        yield from fams.values()
+        yield procs
+        yield from self._kv(v, snap, host)
+        yield from self._engines(v, now)
+
+    def _kv(self, v: dict[str, Any], snap: Snapshot, host: str) -> Iterator[Any]:
+        analyses: dict[int, dict[str, Any]] = v["analyses"]
+        ok = GaugeMetricFamily("kvdash_kv_analysis_ok", "1 when the analytical pool could be computed, else 0.")
+        first = analyses.get(self.state.config.lengths[0], {})
+        ok.add_metric([], 1.0 if first.get("ok") else 0.0)
+        yield ok
+        if not first.get("ok"):
+            return
+        kv = first
+        for name, key, doc in (
+                ("kvdash_kv_budget_bytes", "budget_bytes", "KV budget of the tightest rank (bytes)."),
+                ("kvdash_kv_pool_blocks", "pool_blocks", "Analytical KV pool, blocks per rank."),
+                ("kvdash_kv_pool_token_slots", "token_slots", "Analytical KV pool, token slots."),
+                ("kvdash_kv_block_bytes", "block_bytes", "Bytes of one KV block on one rank."),
+                ("kvdash_kv_bytes_per_token", "bytes_per_token", "KV bytes of one token on one rank.")):
+            fam = GaugeMetricFamily(name, doc)
+            fam.add_metric([], float(kv[key]))
+            yield fam
+        fit = GaugeMetricFamily("kvdash_kv_requests_fit", "Requests of one length that fit in the analytical pool.",
+                                labels=["length", "layout"])
+        for n, a in sorted(analyses.items()):
+            if a.get("ok"):
+                fit.add_metric([str(n), "paged"], float(a["paged_requests"]))
+                fit.add_metric([str(n), "contiguous"], float(a["contiguous_requests"]))
+        yield fit
+        weights = GaugeMetricFamily("kvdash_gpu_weights_bytes", "Analytical weight shard on each rank's GPU.",
+                                    labels=["hostname", "gpu", "uuid"])
+        pool = GaugeMetricFamily("kvdash_gpu_kv_pool_bytes",
+                                 "Analytical KV pool on each rank's GPU (the tightest rank's, as engines size it).",
+                                 labels=["hostname", "gpu", "uuid"])
+        rank_gpus = [r["gpu"] for r in kv["ranks"] if r["gpu"] >= 0] or \
+            [g.index for g in snap.gpus if not g.lost and g.total_bytes][: self.state.config.tp]
+        for g in snap.gpus:
+            if g.index in rank_gpus:
+                weights.add_metric([host, str(g.index), g.uuid], float(kv["weights_per_rank_bytes"]))
+                pool.add_metric([host, str(g.index), g.uuid], float(kv["pool_blocks"] * kv["block_bytes"]))
+        yield weights
+        yield pool
+
+    def _engines(self, v: dict[str, Any], now: float) -> Iterator[Any]:
+        kv = v["analyses"].get(self.state.config.lengths[0], {})
+        lab = ["engine"]
+        up = GaugeMetricFamily("kvdash_engine_up", "1 when the last read of the engine's /metrics worked.", labels=lab)
+        age = GaugeMetricFamily("kvdash_engine_reading_age_seconds",
+                                "Seconds since the last good reading of the engine.", labels=lab)
+        tokens = GaugeMetricFamily("kvdash_engine_kv_pool_tokens", "The engine's own KV pool, tokens.", labels=lab)
+        blocks = GaugeMetricFamily("kvdash_engine_kv_pool_blocks", "The engine's own KV pool, blocks (vLLM).",
+                                   labels=lab)
+        usage = GaugeMetricFamily("kvdash_engine_kv_usage_ratio", "The engine's KV usage, 0 to 1.", labels=lab)
+        running = GaugeMetricFamily("kvdash_engine_requests_running", "Requests the engine is running.", labels=lab)
+        waiting = GaugeMetricFamily("kvdash_engine_requests_waiting", "Requests waiting in the engine.", labels=lab)
+        diff = GaugeMetricFamily("kvdash_engine_pool_difference_tokens",
+                                 "The engine's pool minus kvdash's analytical pool, tokens.", labels=lab)
+        for slot in v["engines"]:
+            labels = [slot.url]
+            last = slot.reading
+            up.add_metric(labels, 1.0 if last is not None and not last.error else 0.0)
+            good = slot.good
+            if good is None:
+                continue
+            age.add_metric(labels, now - (slot.good_at or now))
+            _set(tokens, labels, good.total_tokens)
+            _set(blocks, labels, good.num_gpu_blocks)
+            _set(usage, labels, good.kv_usage)
+            _set(running, labels, good.running)
+            _set(waiting, labels, good.waiting)
+            if kv.get("ok"):
+                _set(diff, labels, compare_engine(good, kv).get("difference_tokens"))
+        yield from (up, age, tokens, blocks, usage, running, waiting, diff)

@@ -1,0 +1,333 @@
+"""A fleet from Prometheus series: hosts, their GPUs, their engines, down targets and totals.
+
+Pure functions of the query results (``{query name: [Series]}``) and the configuration; the
+analytical pool of each engine comes from :func:`kvdash.live.analysis.analyze` on its host's GPUs
+and :func:`~kvdash.live.analysis.compare_engine` (the same formulas as ``kvdash live`` on one host).
+
+Matching rules, stated once:
+
+- A host is named by the ``Hostname`` label (DCGM exporter) or ``hostname`` (kvdash exporter),
+  else by the host part of ``instance``.  The host part of a GPU series' ``instance`` is an alias
+  of that host, so an engine scraped at ``10.0.0.5:8000`` joins the host whose DCGM exporter is
+  ``10.0.0.5:9400``.
+- A host with DCGM series takes its GPUs from DCGM; kvdash exporter series are used for hosts
+  without DCGM.
+- An engine is one ``(instance, engine label)`` pair of vLLM series, or one ``instance`` of SGLang
+  series; its host is the alias of its ``instance``'s host part (or its own ``hostname`` label).
+  ``kvdash exporter``'s ``kvdash_engine_*`` series (one engine per ``engine`` label) stand in for a
+  host's engines only when Prometheus scrapes none of that host's engines itself.
+- The analytical pool of an engine uses the first ``--tp`` GPUs of its host (``kvdash live``'s
+  rule for the ranks).  A target whose ``up`` is 0 is listed under its host as down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from kvdash.core import formulas as f
+from kvdash.errors import InputError
+from kvdash.fleet.client import Series
+from kvdash.live.analysis import LiveConfig, analyze, compare_engine
+from kvdash.sources.base import GPUReading, Snapshot
+from kvdash.sources.engine import EngineReading
+
+MiB = 2**20
+DCGM_FIELD = {"DCGM_FI_DEV_FB_USED": "used", "DCGM_FI_DEV_FB_FREE": "free", "DCGM_FI_DEV_FB_RESERVED": "reserved"}
+KVDASH_FIELD = {"kvdash_gpu_memory_used_bytes": "used", "kvdash_gpu_memory_free_bytes": "free",
+                "kvdash_gpu_memory_reserved_bytes": "reserved", "kvdash_gpu_memory_total_bytes": "total"}
+
+
+ASSUMPTIONS = [
+    "DCGM framebuffer figures are MiB (2^20 B); a GPU's total is used + free + reserved",
+    "a host is named by its Hostname/hostname label, else by the host part of instance; an engine joins the "
+    "host whose GPU series come from the same address",
+    "kvdash's pool for an engine: the first --tp GPUs of its host are the ranks, each with "
+    "floor(total x --gpu-util) - weights per rank - --reserve (vLLM 0.33's rule), the pool the smallest rank's",
+    "free KV = each engine's pool minus its used tokens (the engine's own figures); in bytes at kvdash's bytes "
+    "per token of the model on one rank x --tp",
+    "requests that fit now = free // (ceil(length / B) x B) per engine, B its block size (SGLang: 1)",
+    "a target whose last scrape failed (up == 0) is listed as down under its host",
+]
+
+
+def instance_host(instance: str) -> str:
+    """The host part of an ``instance`` label.
+
+    >>> instance_host("node-a:9400"), instance_host("[::1]:8000"), instance_host("gpu7")
+    ('node-a', '[::1]', 'gpu7')
+    """
+    if instance.startswith("["):
+        return instance.split("]", 1)[0] + "]"
+    return instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance
+
+
+def _int(x: float | None) -> int | None:
+    return None if x is None else int(round(x))
+
+
+def _gpus(series: list[Series], fields: dict[str, str], scale: int, hostname_label: str,
+          aliases: dict[str, str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{host: {gpu key: {index, uuid, name, used, free, reserved, total (bytes)}}}.
+
+    The loop runs once per series (3,000 for 1,000 GPUs on every poll), so it keeps lookups few:
+    a GPU is found by (instance, gpu key) in one dictionary."""
+    hosts: dict[str, dict[str, dict[str, Any]]] = {}
+    by_key: dict[tuple[str, str], dict[str, Any]] = {}
+    uuid_label, name_label = ("UUID", "modelName") if hostname_label == "Hostname" else ("uuid", "name")
+    field_of = fields.get
+    for s in series:
+        labels = s.labels
+        field = field_of(labels.get("__name__", ""))
+        if field is None:
+            continue
+        inst = labels.get("instance", "")
+        uuid = labels.get(uuid_label, "")
+        gpu = by_key.get((inst, uuid or labels.get("gpu", "")))
+        if gpu is None:
+            host = labels.get(hostname_label) or instance_host(inst)
+            aliases.setdefault(instance_host(inst), host)
+            aliases.setdefault(host, host)
+            index = labels.get("gpu", "")
+            gpu = {"index": int(index) if index.isdigit() else -1, "uuid": uuid, "name": labels.get(name_label, "")}
+            by_key[(inst, uuid or index)] = hosts.setdefault(host, {}).setdefault(uuid or index, gpu)
+        gpu[field] = int(round(s.value)) * scale
+    return hosts
+
+
+def _gpu_row(g: dict[str, Any]) -> dict[str, Any]:
+    """One GPU of the fleet document, bytes exact; total = used + free + reserved where not published."""
+    total = g.get("total")
+    if total is None and "used" in g and "free" in g:
+        total = g["used"] + g["free"] + g.get("reserved", 0)
+    return {"gpu": g["index"], "uuid": g["uuid"], "name": g["name"], "total_bytes": total,
+            "used_bytes": g.get("used"), "free_bytes": g.get("free"), "reserved_bytes": g.get("reserved")}
+
+
+def _gpu_reading(row: dict[str, Any]) -> GPUReading:
+    return GPUReading(index=row["gpu"], name=row["name"], uuid=row["uuid"], total_bytes=row["total_bytes"],
+                      used_bytes=row["used_bytes"], free_bytes=row["free_bytes"],
+                      reserved_bytes=row["reserved_bytes"])
+
+
+def _engines(series: list[Series]) -> dict[tuple[str, str], dict[str, Any]]:
+    """{(instance, engine label): {kind, model_name, hostname, figures...}} from vLLM and SGLang series."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for s in series:
+        name = s.labels.get("__name__", "")
+        kind = "vllm" if name.startswith("vllm:") else "sglang" if name.startswith("sglang:") else \
+            "exporter" if name.startswith("kvdash_engine_") else ""
+        if not kind:
+            continue
+        key = (s.labels.get("instance", ""), s.labels.get("engine", "") if kind != "sglang" else "")
+        e = out.setdefault(key, {"kind": kind, "job": s.labels.get("job", ""), "model_name": "", "hostname": ""})
+        if s.labels.get("model_name"):
+            e["model_name"] = s.labels["model_name"]
+        if s.labels.get("hostname"):
+            e["hostname"] = s.labels["hostname"]
+        e.setdefault("values", {})
+        # a family summed over its series (e.g. one per model served), as kvdash live does on one engine
+        e["values"][name] = e["values"].get(name, 0.0) + s.value
+        if name == "vllm:cache_config_info":
+            e["cache_config"] = s.labels
+    return out
+
+
+def _reading(url: str, e: dict[str, Any]) -> EngineReading:
+    v: dict[str, float] = e.get("values", {})
+    if e["kind"] == "vllm":
+        info = e.get("cache_config", {})
+        blocks = int(float(info["num_gpu_blocks"])) if info.get("num_gpu_blocks", "").replace(".", "").isdigit() \
+            else None
+        bs = int(info["block_size"]) if info.get("block_size", "").isdigit() else None
+        usage = v.get("vllm:kv_cache_usage_perc", v.get("vllm:gpu_cache_usage_perc"))
+        total = blocks * bs if blocks is not None and bs else None
+        return EngineReading(url=url, kind="vllm", kv_usage=usage, running=_int(v.get("vllm:num_requests_running")),
+                             waiting=_int(v.get("vllm:num_requests_waiting")), num_gpu_blocks=blocks, block_size=bs,
+                             total_tokens=total, used_tokens=None if usage is None or total is None
+                             else int(round(usage * total)), cache_dtype=info.get("cache_dtype", ""),
+                             gpu_memory_utilization=info.get("gpu_memory_utilization", ""))
+    if e["kind"] == "exporter":  # an engine as kvdash exporter read it
+        total = _int(v.get("kvdash_engine_kv_pool_tokens"))
+        blocks = _int(v.get("kvdash_engine_kv_pool_blocks"))
+        usage = v.get("kvdash_engine_kv_usage_ratio")
+        return EngineReading(url=url, kind="exporter", kv_usage=usage, num_gpu_blocks=blocks,
+                             block_size=total // blocks if total is not None and blocks else None,
+                             running=_int(v.get("kvdash_engine_requests_running")),
+                             waiting=_int(v.get("kvdash_engine_requests_waiting")), total_tokens=total,
+                             used_tokens=None if usage is None or total is None else int(round(usage * total)))
+    total = _int(v.get("sglang:max_total_num_tokens"))
+    usage = v.get("sglang:token_usage")
+    used = _int(v.get("sglang:num_used_tokens"))
+    if used is None and usage is not None and total is not None:
+        used = int(round(usage * total))
+    return EngineReading(url=url, kind="sglang", kv_usage=usage, running=_int(v.get("sglang:num_running_reqs")),
+                         waiting=_int(v.get("sglang:num_queue_reqs")), block_size=1, total_tokens=total,
+                         used_tokens=used)
+
+
+def _compare(cache: dict[Any, dict[str, Any]], reading: EngineReading, kv: dict[str, Any]) -> dict[str, Any]:
+    """compare_engine() on the figures it explains (pool size and block size), once per distinct engine pool."""
+    key = (id(kv), reading.kind, reading.total_tokens, reading.block_size, reading.num_gpu_blocks)
+    if key not in cache:
+        cache[key] = compare_engine(EngineReading(url="", kind=reading.kind, total_tokens=reading.total_tokens,
+                                                  block_size=reading.block_size,
+                                                  num_gpu_blocks=reading.num_gpu_blocks), kv)
+    return cache[key]
+
+
+class _Analyses:
+    """analyze() per distinct set of rank GPU totals (a fleet of identical hosts analyses once)."""
+
+    def __init__(self, cfg: LiveConfig) -> None:
+        self.cfg = cfg
+        self.cache: dict[Any, dict[str, Any]] = {}
+
+    def get(self, gpus: list[dict[str, Any]], engine: EngineReading | None, lengths: tuple[int, ...]) \
+            -> dict[str, Any]:
+        """``gpus``: the host's GPU rows (fleet document); GPU readings are made only on a cache miss."""
+        ranks = tuple(g["total_bytes"] for g in gpus if g["total_bytes"])[: self.cfg.tp]
+        by_engine = self.cfg.budget_mode == "engine"
+        key = (ranks, lengths, (engine.total_tokens if engine else None) if by_engine else None)
+        if key not in self.cache:
+            cfg = replace(self.cfg, lengths=lengths)
+            snap = Snapshot(time=0.0, source="prometheus", gpus=tuple(_gpu_reading(g) for g in gpus))
+            try:
+                kv = analyze(snap, cfg, engine if by_engine else None)
+            except InputError as exc:
+                kv = {"ok": False, "notes": [str(exc)]}
+            kv.pop("engine", None)
+            self.cache[key] = kv
+        return self.cache[key]
+
+
+def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, Any]:
+    """The fleet document ``kvdash live --prometheus --once --json`` prints (see the README)."""
+    aliases: dict[str, str] = {}
+    dcgm = _gpus(results.get("dcgm_memory", []), DCGM_FIELD, MiB, "Hostname", aliases)
+    own = _gpus(results.get("kvdash_memory", []), KVDASH_FIELD, 1, "hostname", aliases)
+    gpu_hosts = {**{h: ("kvdash", g) for h, g in own.items()}, **{h: ("dcgm", g) for h, g in dcgm.items()}}
+    hosts: dict[str, dict[str, Any]] = {}
+
+    def host(name: str) -> dict[str, Any]:
+        return hosts.setdefault(name, {"host": name, "source": "", "gpus": [], "engines": [], "targets_up": 0,
+                                       "down_targets": []})
+
+    for name, (kind, per_gpu) in gpu_hosts.items():
+        h = host(name)
+        h["source"] = kind
+        h["gpus"] = sorted((_gpu_row(g) for g in per_gpu.values()), key=lambda r: (r["gpu"], r["uuid"]))
+    for s in results.get("targets", []):
+        inst = s.labels.get("instance", "")
+        h = host(aliases.get(instance_host(inst), instance_host(inst)))
+        if s.value == 0:
+            h["down_targets"].append({"job": s.labels.get("job", ""), "instance": inst})
+        else:
+            h["targets_up"] += 1
+    analyses = _Analyses(cfg)
+    lengths = cfg.lengths
+    engines_out = []
+    compared: dict[Any, dict[str, Any]] = {}
+    found = _engines(results.get("engines", []))
+    scraped = {e["hostname"] or aliases.get(instance_host(inst), instance_host(inst))
+               for (inst, _), e in found.items() if e["kind"] != "exporter"}
+    for (inst, label), e in sorted(found.items(), key=lambda item: (item[1]["kind"] == "exporter", item[0])):
+        name = e["hostname"] or aliases.get(instance_host(inst), instance_host(inst))
+        if e["kind"] == "exporter" and name in scraped:
+            continue  # Prometheus scrapes this host's engines itself: count each engine once
+        h = host(name)
+        reading = _reading(inst, e)
+        kv = analyses.get(h["gpus"], reading, lengths)
+        row: dict[str, Any] = {
+            "host": name, "instance": inst, "engine": label, "job": e["job"], "kind": e["kind"],
+            "model_name": e["model_name"], "num_gpu_blocks": reading.num_gpu_blocks, "block_size": reading.block_size,
+            "pool_tokens": reading.total_tokens, "usage": reading.kv_usage, "used_tokens": reading.used_tokens,
+            "free_tokens": None if reading.total_tokens is None or reading.used_tokens is None
+            else reading.total_tokens - reading.used_tokens,
+            "running": reading.running, "waiting": reading.waiting,
+            "cache_dtype": reading.cache_dtype, "gpu_memory_utilization": reading.gpu_memory_utilization,
+            "kvdash_ok": bool(kv.get("ok")), "kvdash_notes": list(kv.get("notes", [])),
+        }
+        if kv.get("ok"):
+            cmp = _compare(compared, reading, kv)
+            row.update({"kvdash_tokens": kv["token_slots"], "kvdash_pool_blocks": kv["pool_blocks"],
+                        "kvdash_budget_bytes": kv["budget_bytes"], "kvdash_paged_requests": kv["paged_requests"],
+                        "kvdash_contiguous_requests": kv["contiguous_requests"],
+                        "difference_tokens": cmp.get("difference_tokens"), "explain": cmp.get("explain", "")})
+        h["engines"].append(row)
+        engines_out.append(row)
+    engines_out.sort(key=lambda e: (e["host"], e["instance"], e["engine"]))
+    out_hosts = []
+    for name in sorted(hosts):
+        h = hosts[name]
+        h["engines"].sort(key=lambda e: (e["instance"], e["engine"]))
+        h["down_targets"].sort(key=lambda t: (t["job"], t["instance"]))
+        h["status"] = "down" if h["down_targets"] and not h["targets_up"] and not h["gpus"] else \
+            "degraded" if h["down_targets"] else "up"
+        gs = h["gpus"]
+        h["total_bytes"] = sum(g["total_bytes"] or 0 for g in gs)
+        h["used_bytes"] = sum(g["used_bytes"] or 0 for g in gs)
+        out_hosts.append(h)
+    return {
+        "assumptions": ASSUMPTIONS,
+        "config": {"model": cfg.architecture().name, "kv_dtype": cfg.kv_dtype, "block_size": cfg.block_size,
+                   "tp": cfg.tp, "lengths": list(lengths), "max_reserved": cfg.max_reserved,
+                   "budget_mode": cfg.budget_mode, "gpu_util": cfg.gpu_util},
+        "hosts": out_hosts,
+        "engines": engines_out,
+        "totals": totals(out_hosts, engines_out, cfg, _bytes_per_token(cfg)),
+    }
+
+
+def _bytes_per_token(cfg: LiveConfig) -> int:
+    from kvdash.core.calc import rank_shapes
+
+    return int(rank_shapes(cfg.architecture(), cfg.kv_dtype, "tensor", cfg.tp, 1, cfg.block_size)[0].bytes_per_token)
+
+
+def request_slots(length: int, block_size: int) -> int:
+    """Token slots one request of ``length`` tokens holds in a paged pool: ``ceil(n / B) x B``.
+
+    >>> request_slots(2048, 16), request_slots(2049, 16), request_slots(825, 1)
+    (2048, 2064, 825)
+    """
+    return int(f.cdiv(length, block_size)) * block_size
+
+
+def totals(hosts: list[dict[str, Any]], engines: list[dict[str, Any]], cfg: LiveConfig,
+           bytes_per_token_rank: int) -> dict[str, Any]:
+    """Fleet totals.  Free KV: each engine's pool minus its used tokens (the engine's own figures);
+    in bytes at kvdash's bytes per token of the model, per rank x ``--tp`` ranks.  Requests that fit,
+    per length: ``free // request_slots(length, engine block size)`` summed over engines (now), the
+    same over the whole engine pools, and kvdash's analytical paged count summed over engines."""
+    gpus = [g for h in hosts for g in h["gpus"]]
+    free_tokens = sum(e["free_tokens"] for e in engines if e["free_tokens"] is not None)
+    fit = []
+    for n in cfg.lengths:
+        now = pools = 0
+        for e in engines:
+            bs = e["block_size"] or cfg.block_size
+            if e["free_tokens"] is not None:
+                now += e["free_tokens"] // request_slots(n, bs)
+            if e["pool_tokens"] is not None:
+                pools += e["pool_tokens"] // request_slots(n, bs)
+        fit.append({"length": n, "free_now": now, "engine_pools": pools})
+    return {
+        "hosts": len(hosts),
+        "hosts_down": sum(h["status"] == "down" for h in hosts),
+        "targets_down": sum(len(h["down_targets"]) for h in hosts),
+        "gpus": len(gpus),
+        "gpu_total_bytes": sum(g["total_bytes"] or 0 for g in gpus),
+        "gpu_used_bytes": sum(g["used_bytes"] or 0 for g in gpus),
+        "gpu_free_bytes": sum(g["free_bytes"] or 0 for g in gpus),
+        "engines": len(engines),
+        "running": sum(e["running"] or 0 for e in engines),
+        "waiting": sum(e["waiting"] or 0 for e in engines),
+        "engine_pool_tokens": sum(e["pool_tokens"] or 0 for e in engines),
+        "kvdash_pool_tokens": sum(e.get("kvdash_tokens") or 0 for e in engines),
+        "free_kv_tokens": free_tokens,
+        "kv_bytes_per_token": bytes_per_token_rank * cfg.tp,
+        "free_kv_bytes": free_tokens * bytes_per_token_rank * cfg.tp,
+        "requests_fit": fit,
+        "kvdash_paged_requests": sum(e.get("kvdash_paged_requests") or 0 for e in engines),
+    }

@@ -1,0 +1,123 @@
+"""Rich renderables of the fleet view (``kvdash live --prometheus``): one line per host, per GPU and
+per engine for the TUI's tree, and the ``--once`` tables.  Pure functions of the fleet document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+
+from kvdash.render.table import Table
+from kvdash.units import gib_text
+
+STATUS_STYLE = {"up": "green", "degraded": "yellow", "down": "bold red"}
+
+
+def _n(x: int | None) -> str:
+    return "n/a" if x is None else f"{x:,}"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _signed(x: int | None) -> str:
+    return "n/a" if x is None else f"{x:+,}"
+
+
+def host_usage(h: dict[str, Any]) -> float | None:
+    """The host's engines' KV usage, weighted by their pools (None without a pool)."""
+    pools = [(e["pool_tokens"], e["usage"]) for e in h["engines"] if e["pool_tokens"] and e["usage"] is not None]
+    total = sum(p for p, _ in pools)
+    return sum(p * u for p, u in pools) / total if total else None
+
+
+def host_line(h: dict[str, Any]) -> Text:
+    """``node-a  up  8 GPU  512.3/1,123.2 GiB  1 eng 42.1%  run 12 wait 3``."""
+    out = Text()
+    out.append(f"{h['host'][:16]:<16} ", style="bold")
+    out.append(f"{h['status']:<8} ", style=STATUS_STYLE.get(h["status"], ""))
+    if h["gpus"]:
+        out.append(f"{len(h['gpus']):>2} GPU {gib_text(h['used_bytes'], 0):>5}/{gib_text(h['total_bytes'], 0):>5} GiB ")
+    else:
+        out.append(f"{'no GPU series':<22} ", style="dim")
+    engines = h["engines"]
+    if engines:
+        run = sum(e["running"] or 0 for e in engines)
+        wait = sum(e["waiting"] or 0 for e in engines)
+        out.append(f"{len(engines)} eng {_pct(host_usage(h)):>6} r{run} w{wait}")
+    if h["down_targets"]:
+        out.append(f"  {len(h['down_targets'])} down", style="red")
+    return out
+
+
+def gpu_line(g: dict[str, Any]) -> Text:
+    used, total = g["used_bytes"], g["total_bytes"]
+    frac = used / total if used is not None and total else None
+    out = Text(f"GPU {g['gpu']:>2} {g['name'][:22]:<22} {gib_text(used, 1):>6}/{gib_text(total, 1)} GiB ")
+    out.append(f"{_pct(frac):>6}", style="red" if frac and frac > 0.95 else "")
+    if g["reserved_bytes"] is not None:
+        out.append(f" res {gib_text(g['reserved_bytes'], 1)}", style="dim")
+    return out
+
+
+def engine_line(e: dict[str, Any]) -> Text:
+    """``vllm :8000 #0 42.1% r12 w3 pool 1,448,208 kvdash 1,234,567 (+213,641)``."""
+    where = e["instance"].rsplit(":", 1)[-1] if ":" in e["instance"] else e["instance"]
+    out = Text(f"{e['kind']:<6} :{where}{' #' + e['engine'] if e['engine'] else ''} ", style="cyan")
+    out.append(f"{_pct(e['usage']):>6} r{e['running'] if e['running'] is not None else '-'} "
+               f"w{e['waiting'] if e['waiting'] is not None else '-'} pool {_n(e['pool_tokens'])}")
+    if e.get("kvdash_tokens") is not None:
+        out.append(f" kvdash {_n(e['kvdash_tokens'])} ({_signed(e.get('difference_tokens'))})")
+    else:
+        out.append(" kvdash n/a", style="dim")
+    return out
+
+
+def down_line(t: dict[str, Any]) -> Text:
+    return Text(f"down: {t['job']} {t['instance']} (up == 0)", style="red")
+
+
+def totals_text(fleet: dict[str, Any]) -> Text:
+    """Three lines of fleet totals, each under 80 columns for a fleet of thousands of GPUs."""
+    t = fleet["totals"]
+    c = fleet["config"]
+    down = f" ({t['hosts_down']} down, {t['targets_down']} targets)" if t["targets_down"] else ""
+    out = Text()
+    out.append(f"{t['hosts']} hosts{down}  {t['gpus']} GPUs  "
+               f"{gib_text(t['gpu_used_bytes'], 0)}/{gib_text(t['gpu_total_bytes'], 0)} GiB used\n",
+               style="bold")
+    out.append(f"{t['engines']} engines  run {t['running']:,} wait {t['waiting']:,}  "
+               f"free KV {t['free_kv_tokens']:,} tok = {gib_text(t['free_kv_bytes'], 1)} GiB\n")
+    out.append("fit now: " + ", ".join(f"{r['free_now']:,} x {r['length']:,} tok" for r in t["requests_fit"]) +
+               f"  ({c['model']} {c['kv_dtype']} TP {c['tp']}: {t['kv_bytes_per_token']:,} B/token)", style="dim")
+    return out
+
+
+def once_tables(fleet: dict[str, Any]) -> tuple[list[Table], str]:
+    """``kvdash live --prometheus URL --once``: a hosts table, an engines table and the totals
+    (kvdash's own box tables: a value is never cut short)."""
+    hosts = Table(title=f"Fleet from {fleet.get('prometheus', 'Prometheus')}")
+    for col, just in (("host", "left"), ("status", "left"), ("GPUs", "right"), ("used/total GiB", "right"),
+                      ("engines", "right"), ("KV use", "right"), ("down targets (up == 0)", "left")):
+        hosts.add_column(col, just, wrap=col in ("host", "down targets (up == 0)"))  # type: ignore[arg-type]
+    for h in fleet["hosts"]:
+        mem = f"{gib_text(h['used_bytes'], 0)}/{gib_text(h['total_bytes'], 0)}" if h["gpus"] else "n/a"
+        hosts.add_row(h["host"], h["status"], str(len(h["gpus"])), mem, str(len(h["engines"])),
+                      _pct(host_usage(h)), ", ".join(f"{t['job']} {t['instance']}" for t in h["down_targets"]))
+    c = fleet["config"]
+    engines = Table(title=f"Engines: their own KV pool beside kvdash's for {c['model']}, {c['kv_dtype']}, "
+                          f"block {c['block_size']}, TP {c['tp']}, in tokens (diff = engine - kvdash)")
+    for col in ("host", "engine", "KV use", "run/wait", "engine", "kvdash", "diff"):
+        engines.add_column(col, "left" if col in ("host", "engine") else "right", wrap=col in ("host", "engine"))
+    for e in fleet["engines"]:
+        port = e["instance"].rsplit(":", 1)[-1] if ":" in e["instance"] else e["instance"]
+        engines.add_row(e["host"], f"{e['kind']} :{port}{' #' + e['engine'] if e['engine'] else ''}",
+                        _pct(e["usage"]), f"{_n(e['running'])}/{_n(e['waiting'])}", _n(e["pool_tokens"]),
+                        _n(e.get("kvdash_tokens")), _signed(e.get("difference_tokens")))
+    notes = sorted({n for e in fleet["engines"] for n in e["kvdash_notes"]})
+    footer = totals_text(fleet).plain
+    if notes:
+        footer += "\nkvdash pool n/a: " + "; ".join(notes)
+    footer += "\nAssumptions: " + "; ".join(fleet.get("assumptions", [])) + "."
+    return [hosts, engines], footer

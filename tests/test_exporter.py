@@ -1,0 +1,192 @@
+"""kvdash exporter: Prometheus naming, exact figures, background readings (never per scrape), and a
+slow engine that never delays a scrape."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.parser import text_string_to_metric_families
+
+from kvdash.cli import main
+from kvdash.exporter.collector import ExporterState, KvdashCollector
+from kvdash.live.analysis import LiveConfig
+from kvdash.sources.demo import DemoSource
+from tests.promfixture import free_port, vllm_page
+
+MiB = 2**20
+
+
+def run(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def families(text: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def value(fams, name, **labels):
+    for fam in fams.values():
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    raise KeyError(name)
+
+
+def test_demo_metrics_follow_prometheus_naming(capsys):
+    """kvdash_ prefix; counters end in _total; byte figures end in _bytes; seconds in _seconds;
+    kvdash_info carries version, model, dtype, block size and the mirrored vLLM version."""
+    code, out, _ = run(["exporter", "--demo", "--once", "--length", "2048,8192"], capsys)
+    assert code == 0
+    fams = families(out)
+    assert fams and all(name.startswith("kvdash") for name in fams)
+    for fam in fams.values():
+        for s in fam.samples:
+            if fam.type == "counter":
+                assert s.name.endswith("_total"), s.name
+            if "memory" in s.name or "budget" in s.name or "weights" in s.name or "block_bytes" in s.name:
+                assert s.name.endswith("_bytes"), s.name
+            if "_age_" in s.name or s.name.endswith("_age"):
+                assert s.name.endswith("_seconds"), s.name
+    info = next(s for s in fams["kvdash_info"].samples if s.name == "kvdash_info")
+    assert info.labels["vllm_version"] == "0.33" and info.labels["model"] == "Llama-3.1-70B"
+    assert (info.labels["kv_dtype"], info.labels["block_size"], info.labels["tp"]) == ("bf16", "16", "8")
+    assert info.labels["version"]
+
+
+def test_demo_figures_exact(capsys):
+    """The demo's 8 x H200 (150,754,820,096 B each): budget floor(0.9 x total) - 17,650,000,000 =
+    118,029,338,086 B; // 655,360 B per block = 180,098 blocks = 2,881,568 token slots; 2,048-token
+    requests take 128 blocks: 1,407 paged; contiguous 8,192 slots (512 blocks) each: 351."""
+    code, out, _ = run(["exporter", "--demo", "--once", "--length", "2048,8192"], capsys)
+    fams = families(out)
+    assert value(fams, "kvdash_gpu_memory_total_bytes", gpu="0") == 150_754_820_096
+    assert value(fams, "kvdash_gpu_memory_reserved_bytes", gpu="0") == 512 * MiB
+    assert value(fams, "kvdash_kv_budget_bytes") == 118_029_338_086
+    assert value(fams, "kvdash_kv_pool_blocks") == 180_098
+    assert value(fams, "kvdash_kv_pool_token_slots") == 2_881_568
+    assert value(fams, "kvdash_kv_block_bytes") == 655_360
+    assert value(fams, "kvdash_kv_requests_fit", length="2048", layout="paged") == 1_407
+    assert value(fams, "kvdash_kv_requests_fit", length="2048", layout="contiguous") == 351
+    assert value(fams, "kvdash_kv_requests_fit", length="8192", layout="paged") == 351
+    assert value(fams, "kvdash_gpu_kv_pool_bytes", gpu="7") == 180_098 * 655_360
+    assert value(fams, "kvdash_gpu_weights_bytes", gpu="7") == 17_650_000_000
+    # the demo engine's pool: (floor(0.9 x total) - weights - 4.5 GiB reserve) // 655,360 = 172,725 blocks
+    assert value(fams, "kvdash_engine_kv_pool_blocks", engine="demo") == 172_725
+    assert value(fams, "kvdash_engine_kv_pool_tokens", engine="demo") == 2_763_600
+    assert value(fams, "kvdash_engine_pool_difference_tokens", engine="demo") == 2_763_600 - 2_881_568
+    procs = [s for s in fams["kvdash_gpu_process_memory_bytes"].samples if s.labels["gpu"] == "0"]
+    assert len(procs) == 2 and {s.labels["pid"] for s in procs} == {"4242", "9000"}
+
+
+class SlowEngine:
+    """A vLLM /metrics that answers at once, or after ``delay`` seconds once ``slow`` is set."""
+
+    def __init__(self) -> None:
+        self.slow = threading.Event()
+        page = vllm_page("m", blocks=1000, block_size=16, usage=0.5, running=3, waiting=1).encode()
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                if owner.slow.is_set():
+                    time.sleep(3.0)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                try:
+                    self.wfile.write(page)
+                except OSError:
+                    pass
+
+            def log_message(self, *args) -> None:
+                return None
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _scrape(port: int) -> tuple[float, dict]:
+    started = time.monotonic()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:  # noqa: S310
+        text = resp.read().decode()
+    return time.monotonic() - started, families(text)
+
+
+def test_slow_engine_never_delays_a_scrape_and_readings_are_not_per_scrape():
+    """The engine hangs 3 s per read (timeout 2 s); scrapes still answer within 1 s with the last good
+    reading and its growing age; five scrapes take no new GPU reading (interval 60 s)."""
+    engine = SlowEngine()
+    state = ExporterState(DemoSource(seed=7), LiveConfig(tp=8), [engine.url], interval=0.3, engine_timeout=2.0,
+                          hostname="test-host")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(KvdashCollector(state))
+    server, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        state.start()
+        deadline = time.monotonic() + 10
+        while state.engines[0].good is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state.engines[0].good is not None
+        engine.slow.set()
+        time.sleep(1.2)  # the engine thread is now stuck in a slow read
+        took, fams = _scrape(server.server_port)
+        assert took < 1.0  # a scrape that waited on the engine would take its 2 s timeout
+        assert value(fams, "kvdash_engine_kv_pool_tokens", engine=engine.url) == 16_000  # 1,000 blocks x 16
+        assert value(fams, "kvdash_engine_requests_running", engine=engine.url) == 3
+        assert value(fams, "kvdash_engine_reading_age_seconds", engine=engine.url) >= 1.0
+        assert value(fams, "kvdash_reading_age_seconds") < 1.0  # the GPU thread is not held up
+        state.interval = 60.0
+        time.sleep(0.5)  # the GPU loop is now waiting out the long interval
+        before = value(_scrape(server.server_port)[1], "kvdash_refreshes_total")
+        for _ in range(5):
+            _scrape(server.server_port)
+        assert value(_scrape(server.server_port)[1], "kvdash_refreshes_total") == before
+    finally:
+        server.shutdown()
+        server.server_close()
+        state.stop_event.set()
+        engine.close()
+
+
+def test_port_in_use_is_one_line(capsys):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, _, err = run(["exporter", "--demo", "--port", str(port)], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--port" in err and str(port) in err
+
+
+def test_bad_options_are_one_line(capsys):
+    code, _, err = run(["exporter", "--demo", "--interval", "0.01"], capsys)
+    assert code == 2 and "--interval" in err
+    code, _, err = run(["exporter", "--demo", "--port", "70000"], capsys)
+    assert code == 2 and "--port" in err
+
+
+def test_without_nvml_says_how_to_run_the_demo(capsys, monkeypatch):
+    from kvdash.sources import nvml
+    from kvdash.sources.base import SourceUnavailable
+
+    def unavailable(*a, **k):
+        raise SourceUnavailable("NVML could not start: driver not loaded")
+
+    monkeypatch.setattr(nvml, "NVMLSource", unavailable)
+    code, _, err = run(["exporter", "--port", str(free_port())], capsys)
+    assert code == 1 and "kvdash exporter --demo" in err and err.count("\n") == 1

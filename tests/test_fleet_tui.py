@@ -1,0 +1,131 @@
+"""The fleet dashboard (``kvdash live --prometheus``) at 80x24: 16 hosts x 8 GPUs, one line per host,
+expandable; a Prometheus that cannot be read is a panel message.  No server needed: the source
+serves already-parsed series (tests/promfixture.py's synthetic fleet)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvdash.fleet.build import build_fleet
+from kvdash.live.analysis import LiveConfig
+from kvdash.sources.base import Snapshot
+from kvdash.tui.fleet import FleetApp
+from tests.promfixture import fleet_host, fleet_results
+
+
+class StaticFleet:
+    """A fleet source whose series never change; ``fail`` makes the next reads answer an error."""
+
+    name = "prometheus (test)"
+
+    def __init__(self, hosts: int, gpus: int, down: int = 0) -> None:
+        self.results = fleet_results(hosts, gpus, down)
+        self.fail = ""
+        self.reads = 0
+
+    def read(self, config: LiveConfig | None = None) -> Snapshot:
+        self.reads += 1
+        if self.fail:
+            return Snapshot(time=1_767_225_600.0 + self.reads, source=self.name, gpus=(), error=self.fail,
+                            extra={"fleet": None})
+        cfg = config or LiveConfig()
+        return Snapshot(time=1_767_225_600.0 + self.reads, source=self.name, gpus=(),
+                        extra={"fleet": build_fleet(self.results, cfg), "results": self.results, "config": cfg})
+
+    def close(self) -> None:
+        return None
+
+
+
+async def test_sixteen_hosts_one_line_each_at_80x24():
+    """All 16 host lines are on screen at 80x24, with the down host marked."""
+    app = FleetApp(StaticFleet(16, 8, down=1), LiveConfig(), autopoll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        tree = app.query_one("#fleet")
+        assert len(tree.root.children) == 16
+        assert tree.size.height >= 16, tree.size
+        text = app.export_screenshot()
+        for h in range(16):
+            assert fleet_host(h) in text
+        assert "down" in text
+
+
+async def test_enter_expands_a_host_into_gpus_and_engines():
+    app = FleetApp(StaticFleet(16, 8), LiveConfig(), autopoll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        tree = app.query_one("#fleet")
+        await pilot.press("down", "down", "enter")
+        await pilot.pause()
+        node = tree.root.children[2]
+        assert node.is_expanded and node.data == fleet_host(2)
+        assert len(node.children) == 8 + 1  # 8 GPUs and one engine
+        assert [c.label.plain.split()[:2] for c in node.children[:2]] == [["GPU", "0"], ["GPU", "1"]]
+        assert node.children[8].label.plain.startswith("vllm")
+        await pilot.press("end")
+        assert tree.cursor_line == len(tree.root.children) + 9 - 1  # 16 hosts + 9 open lines
+        await pilot.press("home", "down", "down", "enter")  # closes it again
+        await pilot.pause()
+        assert not node.is_expanded
+
+
+async def test_expanded_hosts_stay_open_across_polls_and_config_changes():
+    """A poll relabels in place; the l key (longer requests) re-analyses from the same series."""
+    src = StaticFleet(4, 8)
+    app = FleetApp(src, LiveConfig(), autopoll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("enter")
+        app.apply(*app.read_once())
+        await pilot.pause()
+        tree = app.query_one("#fleet")
+        assert tree.root.children[0].is_expanded
+        before = app.fleet["totals"]["requests_fit"][0]["length"]
+        await pilot.press("l")
+        await pilot.pause()
+        assert before == 2048 and app.fleet["totals"]["requests_fit"][0]["length"] == 4096
+        assert app.config == replace(LiveConfig(), lengths=(4096,))
+
+
+async def test_prometheus_error_is_a_panel_message_and_the_last_fleet_stays():
+    src = StaticFleet(4, 8)
+    app = FleetApp(src, LiveConfig(), autopoll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        src.fail = "Prometheus at http://127.0.0.1:9 is unreachable (Connection refused)"
+        app.apply(*app.read_once())
+        await pilot.pause()
+        problem = app.query_one("#problem")
+        assert problem.display and problem.region.height == 2
+        assert "unreachable" in str(problem.render()) and "showing the last good reading" in str(problem.render())
+        assert len(app.query_one("#fleet").root.children) == 4
+
+
+async def test_unreachable_from_the_start_is_a_panel_message():
+    src = StaticFleet(1, 1)
+    src.fail = "Prometheus at http://127.0.0.1:9 is unreachable (Connection refused)"
+    app = FleetApp(src, LiveConfig(), autopoll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        problem = app.query_one("#problem")
+        assert problem.display and "unreachable" in str(problem.render()) and "no reading yet" in str(problem.render())
+        assert "unreachable" in app.export_screenshot()
+
+
+async def test_z_opens_every_host_and_closes_them():
+    app = FleetApp(StaticFleet(3, 2), LiveConfig(tp=2), autopoll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        tree = app.query_one("#fleet")
+        await pilot.press("z")
+        assert all(n.is_expanded for n in tree.root.children)
+        assert tree.root.children[2].children[0].label.plain.startswith("GPU  0")
+        await pilot.press("z")
+        assert not any(n.is_expanded for n in tree.root.children)
+
+
+def test_snapshot_fleet_80x24(snap_compare):
+    """The fleet screen at 80x24 with 16 hosts x 8 GPUs, one down, the third host open (pinned inputs)."""
+    app = FleetApp(StaticFleet(16, 8, down=1), LiveConfig(), autopoll=False)
+    assert snap_compare(app, terminal_size=(80, 24), press=["down", "down", "enter"])
