@@ -274,13 +274,12 @@ class TestAnalysis:
     def test_pool_is_smallest_rank(self):
         """TP 2 over GPUs of 80 GiB and 40 GiB: the 40 GiB rank decides.
         Llama-3.1-8B at TP 2: 4 heads x 256 x 2 B x 32 layers = 65,536 B/token; block = 1 MiB.
-        Budget = floor(40 GiB x 0.92) - 16.06e9 / 2 = 31,483,699,123 B -> 30,025 blocks (0.92: vLLM 0.33's
-        default gpu_memory_utilization)."""
+        Budget = floor(40 GiB x 0.9) - 16.06e9 / 2 = 30,624,705,664 B -> 29,205 blocks."""
         cfg = LiveConfig(model="llama-3.1-8b", tp=2, lengths=(1024,), max_reserved=4096)
         kv = analyze(two_gpus(80 * GiB, 40 * GiB), cfg)
         assert 1 == kv["tight_gpu"] and 2**20 == kv["block_bytes"]
-        assert (40 * GiB * 92 // 100 - 8_030_000_000) // 2**20 == kv["pool_blocks"] == 30_025
-        assert 30_025 // 64 == kv["paged_requests"]
+        assert (40 * GiB * 9 // 10 - 8_030_000_000) // 2**20 == kv["pool_blocks"] == 29_205
+        assert 29_205 // 64 == kv["paged_requests"]
 
     def test_hybrid_state_shown_fixed(self):
         """Jamba on an explicit 12 GiB: the block is raised 16 -> 80 as vLLM 0.33 does, 9,830 blocks; a request

@@ -28,7 +28,7 @@ class LiveConfig:
     kv_dtype: str = "bf16"
     block_size: int = 16
     tp: int = 8
-    gpu_util: str = "0.92"  # vLLM 0.33 gpu_memory_utilization
+    gpu_util: str = "0.9"  # vLLM 0.33 defaults to 0.92; the fleet comparisons are worked at 0.9
     weights: int | None = None
     reserve: int = 0
     budget_mode: str = "vllm"
