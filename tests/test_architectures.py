@@ -70,12 +70,15 @@ class TestHybrid:
         assert 537 == r["capacity"]["paged_requests"]
 
     def test_vllm_view(self):
-        """vLLM: 32,768 // 2 groups x 16 = 262,144 tokens; at 2,048 tokens a request needs 128 full +
-        (ceil(min(127 + 8,192, 2,048) / 16) + 1 = 129) sliding blocks = 257 -> 32,768 / 257 = 127.50x."""
+        """vLLM 0.33: at 2,048 tokens a request needs 128 full + (ceil(min(127 + 8,192, 2,048) / 16) + 1 = 129)
+        sliding blocks = 257 -> 32,768 / 257 = 127.50x; the logged size is int(127.501... x 2,048) = 261,123
+        tokens (the figure issue 10 quotes from vLLM 0.33 for gpt-oss-20b), in one line."""
         v = calc(load_preset("gpt-oss-20b"))["vllm_view"]
-        assert "GPU KV cache size: 262,144 tokens" == v["log_lines"][0]
+        assert "0.33" == v["version"]
+        assert 261_123 == v["gpu_kv_cache_tokens"] == int(32_768 / 257 * 2048)
+        assert ["GPU KV cache size: 261,123 tokens, Maximum concurrency for 2,048 tokens per request: 127.50x"] \
+            == v["log_lines"]
         assert 257 == v["blocks_per_request_at_max_model_len"]
-        assert "Maximum concurrency for 2,048 tokens per request: 127.50x" == v["log_lines"][1]
 
     def test_five_to_one_pattern_pads_groups(self):
         """Gemma-3-style 5 local : 1 global over 12 layers: 10 sliding + 2 full; groups of 2 layers ->
@@ -97,14 +100,21 @@ class TestHybrid:
 
 class TestRecurrentState:
     def test_state_bytes_per_request(self):
-        """2 full layers (4 KV heads x 64 x 2 x 2 B = 1,024 B/token each) + 2 state layers of 1 MiB:
-        a request of 16 tokens holds 1 block x 16 x 1,024 x 2 + 2 MiB = 2,129,920 B -> 1 GiB holds 504."""
+        """2 full layers (4 KV heads x 64 x 2 x 2 B = 1,024 B/token each) + 2 state layers of 1 MiB.
+        vLLM 0.33 raises the block to 16 x ceil(1 MiB / (16 x 1,024)) = 1,024 tokens so one attention page
+        (1,024 x 1,024 B = 1 MiB) holds a state page; groups of 2 layers: 1 full + 1 state group, a block
+        is 2 x 1 MiB.  A request of 16 tokens holds 1 attention block plus, with prefix caching on
+        ('align'), 2 state blocks: 3 x 2 MiB -> 1 GiB holds 170; with it off, 1 state block: 256."""
         cfg = {"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 64,
                "layer_types": ["full_attention", "mamba", "full_attention", "mamba"],
                "_kvdash": {"state_bytes_per_layer": 2**20}}
-        r = calc(from_hf_config(cfg, "hyb"), used=16, max_reserved=16, budget=BudgetSpec(bytes=GiB))
-        assert 2 * 2**20 == r["pool"]["state_bytes_per_request"]
-        assert GiB // (16 * 1024 * 2 + 2 * 2**20) == r["capacity"]["paged_requests"] == 504
+        arch = from_hf_config(cfg, "hyb")
+        r = calc(arch, used=16, max_reserved=16, budget=BudgetSpec(bytes=GiB))
+        assert (1024, 16) == (r["pool"]["block_size"], r["inputs"]["block_size_requested"])
+        assert (2 * 2**21, "align") == (r["pool"]["state_bytes_per_request"], r["pool"]["mamba_cache_mode"])
+        assert GiB // (3 * 2**21) == r["capacity"]["paged_requests"] == 170
+        off = calc(arch, used=16, max_reserved=16, budget=BudgetSpec(bytes=GiB), prefix_caching=False)
+        assert GiB // (2 * 2**21) == off["capacity"]["paged_requests"] == 256
 
     def test_state_size_required(self):
         cfg = {"num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 64,
@@ -233,8 +243,8 @@ class TestConfigParsing:
 
     def test_config_file_and_index(self, tmp_path):
         """config.json beside model.safetensors.index.json: weights from metadata.total_size."""
-        (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4,
-                                                          "hidden_size": 256}))
+        (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2,
+                                                          "num_attention_heads": 4, "hidden_size": 256}))
         (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 123456}}))
         arch = load_config(tmp_path / "config.json")
         assert (64, 123_456) == (arch.head_dim, arch.weight_bytes)

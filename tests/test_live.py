@@ -281,6 +281,21 @@ class TestAnalysis:
         assert (40 * GiB * 9 // 10 - 8_030_000_000) // 2**20 == kv["pool_blocks"] == 29_205
         assert 29_205 // 64 == kv["paged_requests"]
 
+    def test_hybrid_state_shown_fixed(self):
+        """Jamba on an explicit 12 GiB: the block is raised 16 -> 80 as vLLM 0.33 does, 9,830 blocks; a request
+        of 2,048 tokens holds 26 attention blocks + 14 state blocks (7 state groups x 2 in align mode) ->
+        9,830 // 40 = 245 requests; the fixed state (14 x 1,310,720 B) is its own row of the panel."""
+        from kvdash.core.model import load_config
+        from kvdash.render.live_view import kv_table
+
+        arch = load_config(Path(__file__).parent / "data" / "configs" / "jamba-1.5-mini" / "config.json")
+        cfg = LiveConfig(arch=arch, tp=1, budget_mode="explicit", budget=12 * GiB, lengths=(2048,),
+                         max_reserved=4096)
+        kv = analyze(two_gpus(80 * GiB, 80 * GiB), cfg)
+        assert (80, 9_830, 245) == (kv["block_size"], kv["pool_blocks"], kv["paged_requests"])
+        assert 14 * 1_310_720 == kv["state_bytes_per_request"]
+        assert "state per request (fixed)" in kv_table(kv).plain
+
     def test_explicit_budget(self):
         cfg = LiveConfig(model="tutorial-gqa-80l", tp=1, budget_mode="explicit", budget=12 * GiB, lengths=(825,),
                          max_reserved=2048)

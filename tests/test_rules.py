@@ -15,7 +15,7 @@ from kvdash.core.point import point_metrics, workload_inputs
 # one group of 2 layers), block 16 -> block bytes 16 x 100 x 2 = 3,200.
 SMALL = {
     "block_size": 16, "layer_token_bytes": 100, "group_size": 2, "full_groups": 1, "window_groups": 0,
-    "window": 0, "full_token_bytes": 200, "window_token_bytes": 0, "state_bytes": 0,
+    "window": 0, "full_token_bytes": 200, "window_token_bytes": 0, "state_bytes": 0, "state_blocks": 0, "chunked": 0,
     "max_reserved": 64, "prefix": 0, "max_model_len": 64, "max_batched_tokens": 2048,
 }
 

@@ -333,3 +333,38 @@ class TestCommands:
         head.write_csv(tmp_path / "b.csv")
         text = diff_results(tmp_path / "a.csv", tmp_path / "b.csv")
         assert len(text) < GITHUB_LIMIT and f"{base.height:,} changed" in text
+
+
+def test_hybrid_grid_equals_calc(tmp_path):
+    """A grid of state-layer hybrids (Jamba: Mamba-1; Qwen3-Next: gated delta net) over block sizes: the sweep
+    aligns the block per requested size as vLLM 0.33 does (16 -> 80 and 32 -> 96 for Jamba), carries the fixed
+    per-request state in `state_bytes`, and every figure equals `kvdash calc`'s."""
+    configs = REPO / "tests" / "data" / "configs"
+    text = f"""
+models:
+  - {{name: jamba, config: {configs / 'jamba-1.5-mini' / 'config.json'}}}
+  - {{name: qwen3-next, config: {configs / 'qwen3-next-80b-a3b-thinking' / 'config.json'}}}
+workloads:
+  a: {{used: 1000, max_reserved: 2048}}
+grid:
+  block_size: [16, 32]
+  tp: [1, 2]
+"""
+    spec = parse_grid(grid(tmp_path, text))
+    frame = expand(spec).frame
+    assert 8 == frame.height
+    for row in frame.iter_rows(named=True):
+        arch = spec.models[row["model"]].arch
+        r = None
+        for block in (16, 32):  # the requested size that led to this row's aligned one
+            got = calculate(CalcInput(arch=arch, block_size=block, tp=row["tp"], used=1000, max_reserved=2048,
+                                      budget=BudgetSpec(bytes=row["budget_bytes"])))
+            if got["pool"]["block_size"] == row["block_size"]:
+                r = got
+        assert r is not None, (row["model"], row["block_size"])
+        assert r["pool"]["state_bytes_per_request"] == row["state_bytes"] > 0
+        assert r["whole_pool_blocks"] == row["whole_pool_blocks"]
+        assert r["capacity"]["paged_requests"] == row["paged_requests"]
+        assert r["vllm_view"]["gpu_kv_cache_tokens"] == row["vllm_kv_cache_tokens"]
+    jamba = frame.filter((pl.col("model") == "jamba") & (pl.col("tp") == 1)).sort("block_size")
+    assert [80, 96] == jamba.get_column("block_size").to_list()

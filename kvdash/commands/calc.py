@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvdash.commands.common import parse_lengths
+from kvdash.commands.common import parse_block_size, parse_lengths, parse_on_off
 from kvdash.errors import InputError
 
 Opt = typer.Option
@@ -32,11 +32,12 @@ def calc(
     budget: Annotated[Optional[str], Opt(help="KV budget per rank: 12GiB, 80GB, 512MiB or bytes. Default 12GiB unless --gpu is given.")] = None,
     gpu: Annotated[Optional[str], Opt(help="GPU preset (kvdash gpus): derive the budget as an engine does.")] = None,
     gpu_memory: Annotated[Optional[str], Opt(help="GPU total memory, instead of a preset.")] = None,
-    gpu_util: Annotated[str, Opt(help="Fraction of memory for the engine (vLLM gpu_memory_utilization).")] = "0.9",
+    gpu_util: Annotated[Optional[str], Opt(help="Fraction of memory for the engine. Default: 0.92 with --util-policy vllm (vLLM 0.33's gpu_memory_utilization), 0.9 with trtllm (free_gpu_memory_fraction).")] = None,
     util_policy: Annotated[str, Opt(help="'vllm': fraction of total memory; 'trtllm': fraction of memory free after weights.")] = "vllm",
-    weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model (split over tp x pp ranks). Default: the preset's estimate.")] = None,
+    weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model (split over tp x pp ranks). Default: the preset's figure, the safetensors index, or an estimate counted from config.json.")] = None,
     reserve: Annotated[str, Opt(help="Runtime reserve per rank: activations, CUDA graphs, workspace.")] = "0",
-    block_size: Annotated[int, Opt(help="Tokens per KV block.")] = 16,
+    block_size: Annotated[str, Opt(help="Tokens per KV block, or 'auto': vLLM 0.33's choice on Hopper (64 for MLA, else 16; hybrids raised to hold the state page).")] = "16",
+    prefix_caching: Annotated[str, Opt(help="vLLM prefix caching: 'on' (vLLM 0.33's default; state layers in mamba_cache_mode 'align', 2 blocks per request per state group, 3 for gated delta net) or 'off'.")] = "on",
     used: Annotated[int, Opt(help="Tokens each request holds now (the snapshot).")] = 825,
     max_reserved: Annotated[int, Opt(help="Tokens a contiguous allocator reserves per request (Max policy).")] = 2048,
     final: Annotated[Optional[int], Opt(help="Final length of the request, for the Pow2 and Oracle policies (default: --used).")] = None,
@@ -78,7 +79,8 @@ def calc(
         reserve=parse_size(reserve, "--reserve", allow_zero=True),
     )
     result = calculate(CalcInput(
-        arch=arch, kv_dtype=kv_dtype, kv_scales=kv_scales, block_size=block_size, budget=spec,
+        arch=arch, kv_dtype=kv_dtype, kv_scales=kv_scales, block_size=parse_block_size(block_size), budget=spec,
+        prefix_caching=parse_on_off(prefix_caching, "--prefix-caching"),
         tp=tp, pp=pp, used=used, max_reserved=max_reserved, final=final,
         group=parse_lengths(group), prefix=prefix, max_model_len=max_model_len,
         max_batched_tokens=max_batched_tokens, target=target,

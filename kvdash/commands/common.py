@@ -16,3 +16,20 @@ def parse_lengths(text: str | None, field: str = "--group") -> tuple[int, ...] |
             raise InputError(field, text, "expected comma-separated positive token counts, e.g. 200,825,1525")
         out.append(int(p))
     return tuple(out)
+
+
+def parse_block_size(text: str, field: str = "--block-size") -> int | str:
+    """``"16"`` -> 16; ``"auto"`` stays ``"auto"`` (vLLM 0.33's choice for the model)."""
+    value = text.strip().lower()
+    if value == "auto":
+        return "auto"
+    if not value.isdigit() or int(value) <= 0:
+        raise InputError(field, text, "expected a positive number of tokens or 'auto'")
+    return int(value)
+
+
+def parse_on_off(text: str, field: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("on", "off"):
+        raise InputError(field, text, "expected 'on' or 'off'")
+    return value == "on"

@@ -52,7 +52,7 @@ def live(
     kv_dtype: Annotated[str, Opt(help="KV dtype.")] = "bf16",
     block_size: Annotated[int, Opt(help="Tokens per block.")] = 16,
     tp: Annotated[int, Opt(help="Tensor-parallel degree: the first TP readable GPUs are the ranks.")] = 8,
-    gpu_util: Annotated[str, Opt(help="vLLM gpu_memory_utilization for the derived budget.")] = "0.9",
+    gpu_util: Annotated[str, Opt(help="vLLM gpu_memory_utilization for the derived budget (vLLM 0.33 itself defaults to 0.92; live keeps 0.9, the figure its fleet comparisons are worked at).")] = "0.9",
     weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model (default: the preset's estimate).")] = None,
     reserve: Annotated[str, Opt(help="Runtime reserve per rank (activation peak, CUDA graphs).")] = "0",
     budget: Annotated[Optional[str], Opt(help="An explicit KV budget per rank (implies --budget-mode explicit).")] = None,

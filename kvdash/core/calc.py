@@ -9,6 +9,7 @@ built from the same :class:`PoolShape` fields.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -22,10 +23,14 @@ from kvdash.core.dtypes import SCALE_BYTES, check_scale_mode, fp8_ds_mla_token_b
 from kvdash.core.gpus import GPU, get_gpu
 from kvdash.core.model import KINDS, Architecture, Layer
 from kvdash.core.point import fdiv, group_size_problem, point_metrics, shape_inputs, workload_inputs
+from kvdash.core.state import state_page_bytes
 from kvdash.errors import InputError
 from kvdash.units import GiB, parse_fraction, scale_floor
 
 DEFAULT_BUDGET = 12 * GiB  # the tutorial's declared KV budget
+VLLM_VERSION = "0.33"  # the vLLM release whose rules kvdash mirrors
+# default memory fraction per policy: vLLM 0.33's gpu_memory_utilization, TensorRT-LLM's free_gpu_memory_fraction
+DEFAULT_UTIL = {"vllm": "0.92", "trtllm": "0.9"}
 TP_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -33,25 +38,34 @@ TP_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
 
 @dataclass(frozen=True)
 class PoolShape:
-    """The KV pool of one rank (one pipeline stage), the way paged engines lay it out.
+    """The KV pool of one rank (one pipeline stage), the way vLLM 0.33 lays it out.
 
-    Attention layers of one kind form KV-cache groups of ``group_size`` layers (vLLM v1: the
-    smallest kind's layer count; a kind's last group is padded).  One pool block holds
-    ``block_size`` tokens for every layer of one group, so it takes
-    ``block_size x layer_token_bytes x group_size`` bytes.
+    Layers of one kind (one KV-cache spec) form KV-cache groups of ``group_size`` layers: the smallest
+    kind's layer count, or the largest when it is under 1.5 x the smallest (vLLM's
+    ``_get_kv_cache_groups_uniform_page_size``); a kind's last group is padded.  One pool block
+    holds ``block_size`` tokens for every layer of one group, so it takes
+    ``block_size x layer_token_bytes x group_size`` bytes.  State (mamba/linear) layers form groups
+    too; their state page is padded to the attention page, and a request holds ``state_blocks``
+    blocks of them whatever its length (1 per state group, 2 in prefix-caching ``align`` mode).
     """
 
     block_size: int
     layer_token_bytes: int  # bytes of one token in one layer (the largest kind's, others padded)
     group_size: int  # layers per KV-cache group
     full_groups: int  # groups that keep every token (full attention, MLA)
-    window_groups: int  # groups of sliding-window layers
-    window: int  # the sliding window in tokens (0: none)
+    window_groups: int  # groups of sliding-window (or chunked-local) layers
+    window: int  # the sliding window (or attention chunk) in tokens (0: none)
     full_token_bytes: int  # sum over full/MLA layers of their bytes per token (unpadded)
     window_token_bytes: int  # sum over sliding layers of their bytes per token (unpadded)
-    state_bytes: int  # fixed recurrent state per request on this rank
+    state_bytes: int  # pool bytes of the fixed recurrent state of one request: state_blocks x block
     attention_layers: int
     state_layers: int
+    chunked: int = 0  # 1: the window groups are Llama 4 chunked-local attention
+    state_groups: int = 0
+    state_blocks: int = 0  # pool blocks one request's state holds, whatever its length
+    state_page_bytes: int = 0  # one state layer's unpadded page (vLLM MambaSpec) on this rank
+    requested_block_size: int = 0
+    mamba_mode: str = ""  # 'align' (prefix caching on), 'none', or '' without state layers
 
     @property
     def bytes_per_token(self) -> int:
@@ -62,12 +76,16 @@ class PoolShape:
         return f.block_bytes(self.block_size, self.layer_token_bytes, self.group_size)
 
     @property
-    def groups(self) -> int:
+    def attention_groups(self) -> int:
         return self.full_groups + self.window_groups
 
     @property
+    def groups(self) -> int:
+        return self.full_groups + self.window_groups + self.state_groups
+
+    @property
     def padded_layers(self) -> int:
-        return self.groups * self.group_size - self.attention_layers
+        return self.groups * self.group_size - self.attention_layers - self.state_layers
 
 
 def check_parallel(arch: Architecture, tp: int, pp: int) -> None:
@@ -77,9 +95,12 @@ def check_parallel(arch: Architecture, tp: int, pp: int) -> None:
     if arch.num_attention_heads % tp:
         raise InputError("--tp", tp, f"must divide num_attention_heads={arch.num_attention_heads}")
     kv = arch.kv_heads
-    if arch.first("full", "sliding") and kv:
+    if arch.first("full", "sliding", "chunked") and kv:
         if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
             raise InputError("--tp", tp, f"must divide num_key_value_heads={kv} or be a multiple of it")
+    if pp > 1 and arch.decoder_layers and arch.decoder_layers != arch.num_layers:
+        raise InputError("--pp", pp, f"1 for {arch.name}: its {arch.decoder_layers} decoder layers hold "
+                         f"{arch.num_layers} cache layers, and how vLLM splits them is not modeled")
     if pp > arch.num_layers:
         raise InputError("--pp", pp, f"at most the number of layers ({arch.num_layers})")
 
@@ -87,7 +108,7 @@ def check_parallel(arch: Architecture, tp: int, pp: int) -> None:
 def layer_token_bytes(layer: Layer, dtype: str, scales: str, tp: int) -> int:
     """Bytes one token takes in one layer on one tensor-parallel rank.
 
-    Full/sliding: ``max(1, kv_heads // tp) x (head_dim + head_dim_v) x bytes`` (heads are
+    Full/sliding/chunked: ``max(1, kv_heads // tp) x (head_dim + head_dim_v) x bytes`` (heads are
     replicated when ``tp > kv_heads``), plus ``2 x heads x 4`` with per-token-head scales.
     MLA: ``(kv_lora_rank + qk_rope_head_dim) x bytes`` on every rank (the latent is not split).
     """
@@ -103,6 +124,56 @@ def layer_token_bytes(layer: Layer, dtype: str, scales: str, tp: int) -> int:
     return payload + (2 * heads * SCALE_BYTES if scales == "token_head" else 0)
 
 
+def layer_state_bytes(layer: Layer, tp: int) -> int:
+    """One state layer's state for one request on one rank (vLLM's unpadded ``MambaSpec`` page)."""
+    return state_page_bytes(layer.state_family, layer.state, tp, layer.conv_bytes, layer.ssm_bytes)
+
+
+KERNEL_BLOCK_ALIGNMENT = 16  # FlashAttention's supported kernel block sizes: multiples of 16
+# FlashInfer's gated-delta-net prefill (Hopper) exports a state checkpoint every 64 tokens in align mode
+# (vllm/v1/attention/backends/gdn_attn.py, FLASHINFER_GDN_CHECKPOINT_ALIGNMENT)
+GDN_CHECKPOINT_ALIGNMENT = 64
+
+
+def exports_checkpoints(arch: Architecture, prefix_caching: bool) -> bool:
+    """vLLM 0.33 takes prefill checkpoints only when every state layer exports them: gated delta net
+    layers do in align mode on Hopper (one extra block per request, blocks on a 64-token grid)."""
+    states = arch.state_layers
+    return prefix_caching and bool(states) and all(layer.state_family == "gdn" for layer in states)
+
+
+def aligned_block_size(arch: Architecture, dtype: str, scales: str, tp: int, requested: int,
+                       prefix_caching: bool = True) -> tuple[int, int]:
+    """The attention block size vLLM 0.33 uses, and the state page it must hold (0: no state layers).
+
+    ``Platform._align_hybrid_block_size`` (``vllm/platforms/interface.py``): with alignment
+    ``a = max(16, requested)`` (in align mode with checkpoints, ``lcm(a, 64)``) the block becomes
+    ``a x ceil(state page / (a x attention bytes per token))``, rounded up to a multiple of 16, when
+    that is larger than the requested one, so that one attention page holds a state page; the state
+    page is then padded to the attention page.
+
+    >>> from kvdash.core.model import Layer, Architecture
+    >>> attn = Layer("full", kv_heads=8, head_dim=128, head_dim_v=128)
+    >>> mamba = Layer("mamba", state_family="mamba1", state=(8192, 16, 4))
+    >>> aligned_block_size(Architecture("jamba", (attn, mamba), 32, 4096), "bf16", "tensor", 1, 16)
+    (80, 311296)
+    """
+    states = arch.state_layers
+    if not states:
+        return requested, 0
+    attn = arch.attention_layers[0] if arch.attention_layers else None
+    if attn is None:
+        raise InputError("model", "no attention layers", "kvdash needs at least one attention layer")
+    page = max(layer_state_bytes(layer, tp) for layer in states)
+    token = layer_token_bytes(attn, dtype, scales, tp)
+    align = f.imax(KERNEL_BLOCK_ALIGNMENT, requested)
+    if exports_checkpoints(arch, prefix_caching):
+        align = math.lcm(align, GDN_CHECKPOINT_ALIGNMENT)
+    block = align * f.cdiv(page, align * token)
+    block = KERNEL_BLOCK_ALIGNMENT * f.cdiv(block, KERNEL_BLOCK_ALIGNMENT)
+    return f.imax(requested, block), page
+
+
 def stage_layers(n_layers: int, pp: int) -> list[range]:
     """Layer ranges per pipeline stage, as vLLM's ``get_pp_indices`` splits them: equal shares,
     the remainder going one each to the stages before the last."""
@@ -116,51 +187,90 @@ def stage_layers(n_layers: int, pp: int) -> list[range]:
     return out
 
 
-def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_size: int) -> PoolShape:
-    """The pool geometry of one stage holding ``layers``."""
+def group_size_for(counts: Sequence[int]) -> int:
+    """Layers per KV-cache group for layer kinds of these counts (vLLM 0.33,
+    ``_get_kv_cache_groups_uniform_page_size``): the smallest count, or the largest when it is
+    below 1.5 x the smallest (12 sliding + 13 full -> 13, not 12).
+
+    >>> group_size_for([52, 10]), group_size_for([12, 13]), group_size_for([28, 4]), group_size_for([62])
+    (10, 13, 4, 62)
+    """
+    low, high = min(counts), max(counts)
+    return high if high < low * 1.5 else low
+
+
+def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_size: int,
+             state_page: int = 0, prefix_caching: bool = True, requested: int | None = None,
+             checkpoints: bool = False) -> PoolShape:
+    """The pool geometry of one stage holding ``layers`` (``block_size``: the one vLLM uses)."""
     kinds: dict[tuple[str, int], list[int]] = {}
-    state = 0
     n_state = 0
     for layer, count in Counter(layers).items():  # models repeat a few layer kinds many times
-        if layer.kind == "state":
-            state += f.cdiv(layer.state_bytes, tp) * count
+        if layer.is_state:
             n_state += count
             continue
-        key = ("window" if layer.kind == "sliding" else "full", layer.window)
+        key = ("full" if layer.kind in ("full", "mla") else layer.kind, layer.window)
         kinds.setdefault(key, []).extend([layer_token_bytes(layer, dtype, scales, tp)] * count)
     if not kinds:
         raise InputError("model", "no attention layers", "kvdash needs at least one attention layer per stage")
-    windows = {w for (kind, w) in kinds if kind == "window"}
+    local = {kind for (kind, _) in kinds if kind != "full"}
+    if len(local) > 1:
+        raise InputError("model", "sliding and chunked layers",
+                         "one local-attention kind per model is supported (sliding or chunked)")
+    windows = {w for (kind, w) in kinds if kind != "full"}
     if len(windows) > 1:
         raise InputError("model.sliding_window", sorted(windows),
                          "one sliding-window size per model is supported")
-    group_size = min(len(v) for v in kinds.values())
+    counts = [len(v) for v in kinds.values()] + ([n_state] if n_state else [])
+    group_size = group_size_for(counts)
     full_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k == "full")
-    window_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k == "window")
+    window_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k != "full")
+    layer_bytes = max(max(v) for v in kinds.values())
+    state_groups = f.cdiv(n_state, group_size) if n_state else 0
+    # MambaSpec.max_memory_usage_bytes: align mode 2 (+1 prefill checkpoint) pages per request, else 1
+    state_blocks = state_groups * ((3 if checkpoints else 2) if prefix_caching else 1)
     return PoolShape(
         block_size=block_size,
-        layer_token_bytes=max(max(v) for v in kinds.values()),
+        layer_token_bytes=layer_bytes,
         group_size=group_size,
         full_groups=full_groups,
         window_groups=window_groups,
         window=windows.pop() if windows else 0,
         full_token_bytes=sum(sum(v) for (k, _), v in kinds.items() if k == "full"),
-        window_token_bytes=sum(sum(v) for (k, _), v in kinds.items() if k == "window"),
-        state_bytes=state,
+        window_token_bytes=sum(sum(v) for (k, _), v in kinds.items() if k != "full"),
+        state_bytes=state_blocks * f.block_bytes(block_size, layer_bytes, group_size),
         attention_layers=sum(len(v) for v in kinds.values()),
         state_layers=n_state,
+        chunked=int("chunked" in local),
+        state_groups=state_groups,
+        state_blocks=state_blocks,
+        state_page_bytes=state_page if n_state else 0,
+        requested_block_size=block_size if requested is None else requested,
+        mamba_mode=("align" if prefix_caching else "none") if n_state else "",
     )
 
 
 def rank_shapes(arch: Architecture, dtype: str = "bf16", scales: str = "tensor", tp: int = 1,
-                pp: int = 1, block_size: int = 16) -> list[PoolShape]:
+                pp: int = 1, block_size: int = 16, prefix_caching: bool = True) -> list[PoolShape]:
     """One :class:`PoolShape` per pipeline stage (all tensor-parallel ranks of a stage match)."""
     check_positive("--block-size", block_size)
     check_scale_mode(scales)
     get_dtype(dtype)
     check_parallel(arch, tp, pp)
-    return [shape_of([arch.layers[i] for i in r], dtype, scales, tp, block_size)
-            for r in stage_layers(arch.num_layers, pp)]
+    used, page = aligned_block_size(arch, dtype, scales, tp, block_size, prefix_caching)
+    checkpoints = exports_checkpoints(arch, prefix_caching)
+    return [shape_of([arch.layers[i] for i in r], dtype, scales, tp, used, page, prefix_caching, block_size,
+                     checkpoints) for r in stage_layers(arch.num_layers, pp)]
+
+
+def auto_block_size(arch: Architecture) -> tuple[int, str]:
+    """The block size vLLM 0.33 picks on Hopper when none is given, and why."""
+    if arch.use_mla:
+        return 64, "64: MLA on Hopper runs FlashMLA, which accepts only 64-token blocks"
+    if arch.is_hybrid:
+        return 16, ("16 requested, then raised so one attention page holds a state page "
+                    "(vllm/platforms/interface.py, _align_hybrid_block_size)")
+    return 16, "16: vLLM's default block size for CUDA"
 
 
 def check_positive(field: str, value: object) -> int:
@@ -176,15 +286,15 @@ class BudgetSpec:
 
     * explicit: ``bytes`` per rank.
     * ``policy="vllm"``: ``floor(total x util) - weights/rank - reserve`` (utilization of *total*
-      memory, as vLLM's ``gpu_memory_utilization``).
+      memory, as vLLM's ``gpu_memory_utilization``; default 0.92 as in vLLM 0.33).
     * ``policy="trtllm"``: ``floor((total - weights/rank - reserve) x util)`` (TensorRT-LLM's
-      ``free_gpu_memory_fraction`` of the memory *free* after loading).
+      ``free_gpu_memory_fraction`` of the memory *free* after loading; default 0.9).
     """
 
     bytes: int | None = None
     gpu: str | None = None
     gpu_memory: int | None = None
-    util: str = "0.9"
+    util: str | None = None  # None: the policy's default (DEFAULT_UTIL)
     policy: str = "vllm"
     weights: int | None = None
     reserve: int = 0
@@ -207,7 +317,11 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, stric
     check_positive("--gpu-memory", total)
     if spec.policy not in ("vllm", "trtllm"):
         raise InputError("--util-policy", spec.policy, "expected 'vllm' or 'trtllm'")
-    util = parse_fraction(spec.util, "--gpu-util")
+    util = parse_fraction(DEFAULT_UTIL[spec.policy] if spec.util is None else spec.util, "--gpu-util")
+    if spec.weights is None and not arch.weights_known:
+        raise InputError("--weights", None, f"a budget derived from the GPU needs the weight bytes of {arch.name}: "
+                         "give --weights SIZE or --safetensors-index model.safetensors.index.json "
+                         f"(weights {arch.weight_basis})")
     weights = arch.weight_bytes if spec.weights is None else spec.weights
     weights_basis = arch.weight_basis if spec.weights is None else "given with --weights"
     if weights < 0:
@@ -257,7 +371,7 @@ class CalcInput:
     arch: Architecture
     kv_dtype: str = "bf16"
     kv_scales: str = "tensor"
-    block_size: int = 16
+    block_size: int | str = 16  # tokens per block requested, or "auto" (vLLM 0.33's choice on Hopper)
     budget: BudgetSpec = BudgetSpec()
     tp: int = 1
     pp: int = 1
@@ -269,6 +383,7 @@ class CalcInput:
     max_model_len: int | None = None  # vLLM view; default: max_reserved
     max_batched_tokens: int = 8192  # vLLM max_num_batched_tokens (chunked prefill)
     target: int | None = None  # planning: requests that must fit
+    prefix_caching: bool = True  # vLLM 0.33's default; puts state layers in mamba_cache_mode 'align'
 
     def validate(self) -> None:
         check_positive("--used", self.used)
@@ -389,9 +504,14 @@ def _pool(shapes: list[PoolShape], budget: int, m: dict[str, Any]) -> dict[str, 
         "window_groups": s.window_groups,
         "padded_layers": s.padded_layers,
         "window": s.window,
+        "state_groups": s.state_groups,
+        "state_layers": s.state_layers,
+        "state_page_bytes": s.state_page_bytes,
+        "state_blocks_per_request": s.state_blocks,
         "state_bytes_per_request": s.state_bytes,
+        "mamba_cache_mode": s.mamba_mode or None,
         "leftover_bytes": m["leftover_bytes"],
-        "leftover_tokens": m["leftover_bytes"] / s.bytes_per_token,
+        "leftover_tokens": m["leftover_bytes"] / s.bytes_per_token if s.bytes_per_token else 0.0,
         "stages": [asdict(sh) | {"bytes_per_token": sh.bytes_per_token, "block_bytes": sh.block_bytes,
                                  "pool_blocks": int(f.pool_blocks(budget, sh.block_bytes))}
                    for sh in shapes],
@@ -462,7 +582,7 @@ def _prefix(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
     return {
         "prefix_tokens": inp.prefix,
         "shared_blocks": shared,
-        "copied_tail_tokens": inp.prefix % inp.block_size,
+        "copied_tail_tokens": inp.prefix % int(inp.block_size),
         "own_blocks_per_request": m["paged_blocks"] - shared,
         "shared_bytes": shared * m["block_bytes"],
         "requests_without_sharing": m["paged_requests"],
@@ -472,8 +592,17 @@ def _prefix(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _vllm_view(inp: CalcInput, shapes: list[PoolShape], m: dict[str, Any]) -> dict[str, Any]:
-    """The two numbers vLLM logs at start-up, for this configuration."""
+def resolve_block_size(inp: CalcInput) -> tuple[int, str]:
+    """The requested block size (``auto``: vLLM 0.33's choice on Hopper) and why."""
+    if inp.block_size == "auto":
+        return auto_block_size(inp.arch)
+    if isinstance(inp.block_size, str):
+        raise InputError("--block-size", inp.block_size, "expected a positive integer or 'auto'")
+    return check_positive("--block-size", inp.block_size), f"{inp.block_size}: requested"
+
+
+def _vllm_view(inp: CalcInput, shapes: list[PoolShape], m: dict[str, Any], block_reason: str = "") -> dict[str, Any]:
+    """The figures vLLM 0.33 logs at start-up, for this configuration."""
     length = inp.max_model_len or inp.max_reserved
     tokens, concurrency, num_blocks = m["vllm_kv_cache_tokens"], m["vllm_max_concurrency"], m["vllm_num_gpu_blocks"]
     s = shapes[0]
@@ -484,7 +613,12 @@ def _vllm_view(inp: CalcInput, shapes: list[PoolShape], m: dict[str, Any]) -> di
         "vLLM measures its budget by profiling (weights, activation peak, CUDA graphs), so a real log "
         "can differ from a declared budget.",
     ]
-    if s.window_groups:
+    if s.window_groups and s.chunked:
+        notes.append(
+            f"For chunked-local layers vLLM budgets cdiv(min(C+max_num_batched_tokens, L), B) blocks "
+            f"(C={s.window:,}); kvdash's snapshot bound is cdiv(C-1, B)+1 during decode."
+        )
+    elif s.window_groups:
         notes.append(
             f"For sliding layers vLLM budgets cdiv(min(W-1+max_num_batched_tokens, L), B)+1 blocks "
             f"(W={s.window:,}, max_num_batched_tokens={inp.max_batched_tokens:,}); kvdash's snapshot "
@@ -492,19 +626,32 @@ def _vllm_view(inp: CalcInput, shapes: list[PoolShape], m: dict[str, Any]) -> di
         )
     if s.groups > 1:
         notes.append(
-            f"This model has {s.groups} KV-cache groups of {s.group_size} layers sharing one pool: the "
-            f"'KV cache size' line divides the {num_blocks:,} blocks by {s.groups}, so it is not the "
-            "number of tokens one request could hold."
+            f"This model has {s.groups} KV-cache groups of {s.group_size} layers sharing one pool of "
+            f"{num_blocks:,} blocks; vLLM 0.33 logs its KV cache size as int(max concurrency x max_model_len), "
+            "so it is not the number of tokens one request could hold."
+        )
+    if s.state_groups:
+        notes.append(
+            f"State layers: {s.state_groups} group(s) of a fixed {s.state_page_bytes:,}-byte state per layer, "
+            f"{s.state_blocks} block(s) per request in mamba_cache_mode '{s.mamba_mode}' (prefix caching "
+            f"{'on' if inp.prefix_caching else 'off'})."
         )
     return {
+        "version": VLLM_VERSION,
+        "block_size": s.block_size,
+        "block_size_reason": block_reason,
+        "prefix_caching": inp.prefix_caching,
+        "mamba_cache_mode": s.mamba_mode or None,
+        "kv_cache_groups": s.groups,
         "max_model_len": length,
         "max_num_batched_tokens": inp.max_batched_tokens,
         "num_gpu_blocks": num_blocks,
         "blocks_per_request_at_max_model_len": m["vllm_blocks_per_request"],
         "gpu_kv_cache_tokens": tokens,
         "max_concurrency": concurrency,
+        # vllm/v1/core/kv_cache_utils.py (v0.33.0), update_kv_cache_capacity: one line
         "log_lines": [
-            f"GPU KV cache size: {tokens:,} tokens",
+            f"GPU KV cache size: {tokens:,} tokens, "
             f"Maximum concurrency for {length:,} tokens per request: {concurrency:.2f}x",
         ],
         "differences": notes,
@@ -554,7 +701,8 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
     best = None
     for tp in TP_CANDIDATES:
         try:
-            tp_shapes = rank_shapes(inp.arch, inp.kv_dtype, inp.kv_scales, tp, inp.pp, inp.block_size)
+            tp_shapes = rank_shapes(inp.arch, inp.kv_dtype, inp.kv_scales, tp, inp.pp, int(inp.block_size),
+                                    inp.prefix_caching)
             tp_budget = resolve_budget(inp.budget, inp.arch, tp, inp.pp)["per_rank_bytes"]
         except InputError:
             continue
@@ -594,9 +742,10 @@ def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
         variants.append(("kv dtype fp8 (idealized)", replace(inp, kv_dtype="fp8", kv_scales="tensor")))
     if dt.bytes_per_element != 2 and dt.name != "fp8_ds_mla":
         variants.append(("kv dtype bf16", replace(inp, kv_dtype="bf16", kv_scales="tensor")))
-    variants.append((f"block size {inp.block_size * 2}", replace(inp, block_size=inp.block_size * 2)))
-    if inp.block_size > 1:
-        variants.append((f"block size {inp.block_size // 2}", replace(inp, block_size=inp.block_size // 2)))
+    block = int(inp.block_size)
+    variants.append((f"block size {block * 2}", replace(inp, block_size=block * 2)))
+    if block > 1:
+        variants.append((f"block size {block // 2}", replace(inp, block_size=block // 2)))
     if attn and attn.kv_heads < arch.num_attention_heads:
         mha = Architecture(**{**arch.__dict__, "layers": tuple(
             replace(layer, kv_heads=arch.num_attention_heads) if layer.kind in ("full", "sliding") else layer
@@ -605,7 +754,7 @@ def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
     rows = []
     for label, v in variants:
         try:
-            shapes = rank_shapes(v.arch, v.kv_dtype, v.kv_scales, v.tp, v.pp, v.block_size)
+            shapes = rank_shapes(v.arch, v.kv_dtype, v.kv_scales, v.tp, v.pp, int(v.block_size), v.prefix_caching)
         except InputError:
             continue
         core = _core(v, evaluate(v, shapes, budget, (v.used,), (v.final or v.used,)))
@@ -636,7 +785,10 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
         f"KV dtype: {dt.name}, {dt.bytes_per_element} byte(s) per element; scales: "
         + ("fp32 per token per KV head for K and V" if inp.kv_scales == "token_head" else
            "per tensor (no per-token bytes)"),
-        f"block size: {inp.block_size} tokens per block",
+        f"block size: {inp.block_size} tokens per block"
+        + (f" (requested {s.requested_block_size}; raised so one attention page holds the "
+           f"{s.state_page_bytes:,}-byte state page of a state layer, as vLLM 0.33 aligns hybrids)"
+           if s.requested_block_size != s.block_size else ""),
         f"parallelism: tensor parallel {inp.tp}, pipeline parallel {inp.pp}; the budget is per rank and "
         "the tightest rank decides",
         f"KV budget per rank: {budget_info['per_rank_bytes']:,} bytes ({budget_info['formula']}; "
@@ -651,9 +803,13 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
                      "are not included and must be measured")
     if s.groups > 1:
         lines.append(f"hybrid layout: {s.groups} KV-cache groups of {s.group_size} layers share one pool "
-                     f"({s.padded_layers} padded layer slots), as vLLM v1 groups them")
-    if any(sh.state_bytes for sh in shapes):
-        lines.append("recurrent state layers hold a fixed state per request, outside the token blocks")
+                     f"({s.padded_layers} padded layer slots), as vLLM 0.33 groups them")
+    if any(sh.state_layers for sh in shapes):
+        lines.append(
+            f"state layers ({s.state_layers} on the first stage) hold a fixed-size state per request, whatever "
+            f"its length: {s.state_page_bytes:,} bytes per layer, padded to one {s.block_size}-token attention "
+            f"page; prefix caching {'on' if inp.prefix_caching else 'off'} -> mamba_cache_mode "
+            f"'{s.mamba_mode}': {s.state_blocks} block(s) per request for the {s.state_groups} state group(s)")
     if "gpu_memory_bytes" in budget_info:
         lines.append(f"GPU: {budget_info['gpu']}, {budget_info['gpu_memory_bytes']:,} bytes "
                      f"({budget_info['gpu_memory_basis']}); weights {budget_info['weights_bytes']:,} bytes "
@@ -665,7 +821,13 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
 def calculate(inp: CalcInput) -> dict[str, Any]:
     """Every figure for one configuration, as a JSON-ready dictionary."""
     inp.validate()
-    shapes = rank_shapes(inp.arch, inp.kv_dtype, inp.kv_scales, inp.tp, inp.pp, inp.block_size)
+    requested, block_reason = resolve_block_size(inp)
+    shapes = rank_shapes(inp.arch, inp.kv_dtype, inp.kv_scales, inp.tp, inp.pp, requested, inp.prefix_caching)
+    if shapes[0].block_size != requested:
+        block_reason += (f"; raised from {requested} to {shapes[0].block_size} so one attention page "
+                         f"({shapes[0].block_size} x {shapes[0].layer_token_bytes:,} B) holds a "
+                         f"{shapes[0].state_page_bytes:,}-byte state page (vLLM 0.33 _align_hybrid_block_size)")
+    inp = replace(inp, block_size=shapes[0].block_size)
     budget_info = resolve_budget(inp.budget, inp.arch, inp.tp, inp.pp)
     budget = budget_info["per_rank_bytes"]
     out: dict[str, Any] = {"kvdash_version": __version__}
@@ -675,6 +837,9 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
         "kv_dtype": get_dtype(inp.kv_dtype).name,
         "kv_scales": inp.kv_scales,
         "block_size": inp.block_size,
+        "block_size_requested": requested,
+        "block_size_reason": block_reason,
+        "prefix_caching": inp.prefix_caching,
         "tp": inp.tp,
         "pp": inp.pp,
         "used_tokens": inp.used,
@@ -691,7 +856,7 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
         out["group"] = _group(evaluate(inp, shapes, budget, inp.group), inp.group)
     if inp.prefix:
         out["prefix"] = _prefix(inp, m)
-    out["vllm_view"] = _vllm_view(inp, shapes, m)
+    out["vllm_view"] = _vllm_view(inp, shapes, m, block_reason)
     if inp.target is not None:
         out["planning"] = _planning(inp, shapes, budget, budget_info)
     return out

@@ -68,6 +68,20 @@ def next_pow2(n: Any) -> Any:
     return (2 ** n.log(2).ceil()).cast(int)
 
 
+def trunc(x: Any) -> Any:
+    """A float truncated toward zero to an integer, as Python's ``int()`` (vLLM's logged token count).
+
+    >>> trunc(127.5 * 2048)
+    261120
+    """
+    if isinstance(x, float):
+        return int(x)
+    if hasattr(x, "__array_namespace__"):
+        xp = x.__array_namespace__()
+        return xp.astype(xp.trunc(x), xp.int64)
+    return x.cast(int)
+
+
 def pow2_reservation(final: Any, max_reserved: Any) -> Any:
     """Tokens the Pow2 policy reserves: the next power of two of the final length, capped at the
     maximum reservation.

@@ -1,16 +1,20 @@
 """Model architectures: layers and what each stores per token (or per request).
 
 An :class:`Architecture` is an ordered tuple of :class:`Layer` records.  It is read from a Hugging
-Face ``config.json`` (:func:`from_hf_config`) or from a built-in preset, which is itself a small
-``config.json`` shipped in ``kvdash/data/models/``, so both go through one parser.
+Face ``config.json`` (:func:`load_config`: through ``transformers``' config class for the file's
+``model_type``, then vLLM 0.33's rules for what the fields mean for the KV cache, see
+:mod:`kvdash.core.modeltypes`) or from a built-in preset, a small ``config.json`` shipped in
+``kvdash/data/models/`` read by the same :func:`from_hf_config`.
 
-Layer kinds:
+Layer kinds (vLLM 0.33's KV-cache specs in ``vllm/v1/kv_cache_interface.py``):
 
-* ``full``    -- MHA/GQA/MQA: K and V per KV head per token (``head_dim`` and ``head_dim_v``).
-* ``sliding`` -- as ``full`` but only the last ``window`` tokens are needed.
+* ``full``    -- MHA/GQA/MQA (``FullAttentionSpec``): K and V per KV head per token.
+* ``sliding`` -- ``SlidingWindowSpec``: only the last ``window`` tokens are needed.
+* ``chunked`` -- ``ChunkedLocalAttentionSpec`` (Llama 4): attention within chunks of ``window`` tokens.
 * ``mla``     -- Multi-head Latent Attention: one latent of ``kv_lora_rank + qk_rope_head_dim``
   per token, no K/V doubling, not split by tensor parallelism.
-* ``state``   -- a fixed-size recurrent state (Mamba, linear attention): bytes per request.
+* ``mamba``   -- a Mamba-1/Mamba-2 layer (``MambaSpec``): a fixed-size state per request.
+* ``linear``  -- a linear-attention (gated delta net) layer, also a ``MambaSpec`` state per request.
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ from typing import Any
 from kvdash.core import limits
 from kvdash.errors import InputError, unknown_name
 
-KINDS = ("full", "sliding", "mla", "state")
-SLIDING_NAMES = {"sliding_attention", "sliding", "local", "local_attention", "chunked_attention"}
+KINDS = ("full", "sliding", "chunked", "mla", "mamba", "linear")
+ATTENTION_KINDS = ("full", "sliding", "chunked", "mla")
+STATE_KINDS = ("mamba", "linear")
+SLIDING_NAMES = {"sliding_attention", "sliding", "local", "local_attention"}
+CHUNKED_NAMES = {"chunked_attention"}
 FULL_NAMES = {"full_attention", "full", "global", "global_attention", "attention"}
 STATE_NAMES = {"mamba", "linear_attention", "state", "recurrent", "ssm"}
 
@@ -36,14 +43,21 @@ class Layer:
     kv_heads: int = 0
     head_dim: int = 0
     head_dim_v: int = 0
-    window: int = 0
+    window: int = 0  # sliding window, or the chunk of chunked attention, in tokens
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
-    state_bytes: int = 0
+    state_family: str = ""  # mamba1, mamba2, gdn or fixed (kvdash.core.state)
+    state: tuple[int, ...] = ()  # the family's shape fields (kvdash.core.state.FIELDS)
+    conv_bytes: int = 2  # bytes per element of the conv state (model dtype)
+    ssm_bytes: int = 2  # bytes per element of the temporal state
 
     @property
     def latent_dim(self) -> int:
         return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def is_state(self) -> bool:
+        return self.kind in STATE_KINDS
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,9 @@ class Architecture:
     weight_basis: str = "not given"
     source: str = ""
     notes: str = ""
+    model_type: str = ""
+    weights_known: bool = True  # False: no weight figure; a GPU-derived budget needs --weights
+    decoder_layers: int = 0  # decoder layers (Falcon-H1 has an attention and a mamba mixer in each)
     counts: dict[str, int] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -68,19 +85,32 @@ class Architecture:
 
     @property
     def attention_layers(self) -> tuple[Layer, ...]:
-        return tuple(layer for layer in self.layers if layer.kind != "state")
+        return tuple(layer for layer in self.layers if not layer.is_state)
+
+    @property
+    def state_layers(self) -> tuple[Layer, ...]:
+        return tuple(layer for layer in self.layers if layer.is_state)
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Attention and state layers together (vLLM's ``is_hybrid``)."""
+        return bool(self.state_layers)
+
+    @property
+    def use_mla(self) -> bool:
+        return self.first("mla") is not None
 
     def first(self, *kinds: str) -> Layer | None:
         return next((layer for layer in self.layers if layer.kind in kinds), None)
 
     @property
     def kv_heads(self) -> int:
-        layer = self.first("full", "sliding")
+        layer = self.first("full", "sliding", "chunked")
         return layer.kv_heads if layer else (1 if self.first("mla") else 0)
 
     @property
     def head_dim(self) -> int:
-        layer = self.first("full", "sliding")
+        layer = self.first("full", "sliding", "chunked")
         if layer:
             return layer.head_dim
         mla = self.first("mla")
@@ -97,8 +127,12 @@ class Architecture:
             count = self.counts.get(kind, 0)
             if not count:
                 continue
-            if kind == "sliding":
-                parts.append(f"{count} sliding({'/'.join(str(w) for w in self.windows)})")
+            if kind in ("sliding", "chunked"):
+                sizes = sorted({layer.window for layer in self.layers if layer.kind == kind})
+                parts.append(f"{count} {kind}({'/'.join(str(w) for w in sizes)})")
+            elif kind in STATE_KINDS:
+                families = sorted({layer.state_family for layer in self.layers if layer.kind == kind})
+                parts.append(f"{count} {kind}({'/'.join(families)})")
             else:
                 parts.append(f"{count} {kind}")
         return " + ".join(parts)
@@ -106,6 +140,8 @@ class Architecture:
 
 def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
     value = cfg.get(key, default)
+    if value is None:
+        value = default
     if value is None:
         raise InputError(f"{where}: {key}", None, "this field is required (a positive integer)")
     return limits.check_int(f"{where}: {key}", value, low=1, name=key)  # a documented range per key
@@ -116,17 +152,18 @@ def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     inner = cfg.get("text_config")
     if isinstance(inner, dict):
         merged = dict(cfg)
-        merged.update(inner)
+        merged.update({k: v for k, v in inner.items() if v is not None or k not in merged})
         return merged
     return cfg
 
 
 def _layer_kinds(cfg: dict[str, Any], n_layers: int, where: str) -> list[str]:
-    """The attention kind of every layer: ``full``, ``sliding`` or ``state``."""
+    """The attention kind of every layer from generic fields: ``full``, ``sliding``, ``chunked`` or a
+    state name (only with ``_kvdash.state_bytes_per_layer``)."""
     window = cfg.get("sliding_window")
     if cfg.get("use_sliding_window") is False:  # Qwen2/3 ship a window but disable it
         window = None
-    types = cfg.get("layer_types") or cfg.get("layers_block_type")
+    types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != n_layers:
             raise InputError(
@@ -137,13 +174,15 @@ def _layer_kinds(cfg: dict[str, Any], n_layers: int, where: str) -> list[str]:
             key = str(name).lower()
             if key in SLIDING_NAMES:
                 kinds.append("sliding")
+            elif key in CHUNKED_NAMES:
+                kinds.append("chunked")
             elif key in FULL_NAMES:
                 kinds.append("full")
             elif key in STATE_NAMES:
-                kinds.append("state")
+                kinds.append("linear" if key == "linear_attention" else "mamba")
             else:
                 raise unknown_name(
-                    f"{where}: layer_types[{i}]", str(name), SLIDING_NAMES | FULL_NAMES | STATE_NAMES
+                    f"{where}: layer_types[{i}]", str(name), SLIDING_NAMES | FULL_NAMES | STATE_NAMES | CHUNKED_NAMES
                 )
         if "sliding" in kinds and not window:
             raise InputError(
@@ -155,7 +194,7 @@ def _layer_kinds(cfg: dict[str, Any], n_layers: int, where: str) -> list[str]:
     pattern = cfg.get("sliding_window_pattern")
     if isinstance(pattern, int) and pattern > 0:  # Gemma 3: every pattern-th layer is global
         return ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers)]
-    if cfg.get("model_type") in {"gemma2", "cohere2"}:  # alternating, layer 0 local
+    if cfg.get("model_type") in {"gemma2"}:  # alternating, layer 0 local
         return ["sliding" if i % 2 == 0 else "full" for i in range(n_layers)]
     return ["sliding"] * n_layers
 
@@ -166,16 +205,22 @@ def from_hf_config(
     source: str = "config.json",
     weight_bytes: int = 0,
     weight_basis: str = "not given",
+    weights_known: bool = True,
 ) -> Architecture:
-    """Build an :class:`Architecture` from a Hugging Face ``config.json`` dictionary.
+    """Build an :class:`Architecture` from a (normalised) Hugging Face ``config.json`` dictionary.
 
     ``head_dim`` is read when present (``hidden_size / num_attention_heads`` is wrong for Qwen3,
-    Gemma, gpt-oss and others); ``num_key_value_heads`` defaults to ``num_attention_heads``.
+    Gemma, gpt-oss and others); the KV heads follow vLLM's ``get_total_num_kv_heads`` (Falcon's
+    ``multi_query``, then ``n_head_kv``, ``num_kv_heads``, ``num_key_value_heads``,
+    ``multi_query_group_num``, else ``num_attention_heads``).  Model-type rules (hybrid layer
+    patterns, state shapes) come from :mod:`kvdash.core.modeltypes`.
     """
+    from kvdash.core import modeltypes
+
     where = source
     if not isinstance(cfg, dict):
         raise InputError(where, type(cfg).__name__, "expected a JSON object")
-    cfg = _text_config(cfg)
+    cfg = modeltypes.aliases(_text_config(cfg))
     n_layers = _int(cfg, "num_hidden_layers", where)
     heads = _int(cfg, "num_attention_heads", where)
     hidden = cfg.get("hidden_size") or 0
@@ -186,6 +231,7 @@ def from_hf_config(
     state_bytes = meta.get("state_bytes_per_layer", 0) or cfg.get("kvdash_state_bytes", 0) or 0
     if state_bytes:
         limits.check_int(f"{where}: _kvdash.state_bytes_per_layer", state_bytes, name="state_bytes_per_layer")
+    model_type = str(cfg.get("model_type") or "")
 
     if cfg.get("kv_lora_rank"):
         rank = _int(cfg, "kv_lora_rank", where)
@@ -193,37 +239,49 @@ def from_hf_config(
         layers = tuple(Layer("mla", kv_heads=1, kv_lora_rank=rank, qk_rope_head_dim=rope)
                        for _ in range(n_layers))
     else:
-        if cfg.get("head_dim"):
-            head_dim = _int(cfg, "head_dim", where)
-        else:
-            if not hidden:
-                raise InputError(f"{where}: head_dim", None,
-                                 "give head_dim, or hidden_size to derive it")
-            if hidden % heads:
-                raise InputError(f"{where}: hidden_size", hidden,
-                                 f"must be divisible by num_attention_heads={heads}, or give head_dim")
-            head_dim = hidden // heads
-        kv_heads = _int(cfg, "num_key_value_heads", where, default=heads)
+        head_dim = modeltypes.head_size(cfg, heads, where)
+        kv_heads = modeltypes.total_kv_heads(cfg, heads, where)
         head_dim_v = cfg.get("v_head_dim") or head_dim
         limits.check_int(f"{where}: v_head_dim", head_dim_v, name="v_head_dim")
         window = cfg.get("sliding_window") or 0
         if window:
             limits.check_int(f"{where}: sliding_window", window, name="sliding_window")
-        kinds = _layer_kinds(cfg, n_layers, where)
-        if "state" in kinds and state_bytes <= 0:
-            raise InputError(
-                f"{where}: _kvdash.state_bytes_per_layer", state_bytes,
-                "recurrent (mamba/linear) layers need their state size in bytes per request per layer",
-            )
-        built = []
-        for kind in kinds:
-            if kind == "state":
-                built.append(Layer("state", state_bytes=state_bytes))
+        if window and model_type == "cohere2":
+            # vllm/model_executor/models/commandr.py: a Cohere2 sliding layer sees sliding_window + 1 tokens
+            window += 1
+        chunk = cfg.get("attention_chunk_size") or 0
+        if chunk:
+            limits.check_int(f"{where}: attention_chunk_size", chunk, name="sliding_window")
+        hybrid = modeltypes.hybrid_layers(cfg, model_type, n_layers, where)
+        if hybrid is not None:
+            kinds = [kind for kind, _ in hybrid]
+        else:
+            kinds = _layer_kinds(cfg, n_layers, where)
+            if any(kind in STATE_KINDS for kind in kinds) and state_bytes <= 0:
+                raise InputError(
+                    f"{where}: _kvdash.state_bytes_per_layer", state_bytes or None,
+                    "state (mamba/linear) layers need a supported hybrid model_type "
+                    f"({', '.join(modeltypes.HYBRID_TYPES)}) or their state size in bytes per request per layer",
+                )
+        built: list[Layer] = []
+        for i, kind in enumerate(kinds):
+            if kind in STATE_KINDS:
+                if hybrid is not None:
+                    state_layer = hybrid[i][1]
+                    assert state_layer is not None
+                    built.append(state_layer)
+                else:
+                    built.append(Layer(kind, state_family="fixed", state=(state_bytes,)))
+            elif kind == "chunked":
+                if not chunk:
+                    raise InputError(f"{where}: attention_chunk_size", None,
+                                     "chunked-attention layers need a positive chunk size")
+                built.append(Layer(kind, kv_heads=kv_heads, head_dim=head_dim, head_dim_v=head_dim_v, window=chunk))
             else:
                 built.append(Layer(kind, kv_heads=kv_heads, head_dim=head_dim, head_dim_v=head_dim_v,
                                    window=window if kind == "sliding" else 0))
         layers = tuple(built)
-    if kv_heads_check := [layer.kv_heads for layer in layers if layer.kind in ("full", "sliding")]:
+    if kv_heads_check := [layer.kv_heads for layer in layers if layer.kind in ("full", "sliding", "chunked")]:
         if kv_heads_check[0] > heads:
             raise InputError(f"{where}: num_key_value_heads", kv_heads_check[0],
                              f"must not exceed num_attention_heads={heads}")
@@ -237,6 +295,9 @@ def from_hf_config(
         weight_basis=str(meta.get("weight_basis", weight_basis)),
         source=str(meta.get("source", source)),
         notes=str(meta.get("notes", "")),
+        model_type=model_type,
+        weights_known=weights_known or "weight_bytes" in meta,
+        decoder_layers=n_layers,
     )
 
 
@@ -256,17 +317,32 @@ def _read_json(path: Path, field: str) -> Any:
 
 
 def load_config(path: str | Path, safetensors_index: str | Path | None = None) -> Architecture:
-    """Read a ``config.json`` (and optionally ``model.safetensors.index.json`` for weight bytes)."""
+    """Read a ``config.json`` through ``transformers``' config class for its ``model_type`` (defaults
+    filled in as the library defines them), and optionally ``model.safetensors.index.json`` for the
+    weight bytes; without one, the weights are estimated from the config where kvdash can
+    (:func:`kvdash.core.modeltypes.estimate_weights`)."""
+    from kvdash.core import modeltypes
+
     p = Path(path)
-    cfg = _read_json(p, "--config")
-    weight_bytes, basis = 0, "not given"
+    raw = _read_json(p, "--config")
+    cfg = modeltypes.normalise(raw, str(p))
+    weight_bytes, basis, known = 0, "not given", True
     if safetensors_index is None and (p.parent / "model.safetensors.index.json").is_file():
         safetensors_index = p.parent / "model.safetensors.index.json"
     if safetensors_index is not None:
         weight_bytes = read_weight_bytes(safetensors_index)
         basis = "metadata.total_size of model.safetensors.index.json"
     name = p.parent.name or p.stem
-    return from_hf_config(cfg, name=name, source=str(p), weight_bytes=weight_bytes, weight_basis=basis)
+    arch = from_hf_config(cfg, name=name, source=str(p), weight_bytes=weight_bytes, weight_basis=basis)
+    if safetensors_index is None:
+        estimate = modeltypes.estimate_weights(cfg, arch)
+        if estimate is None:
+            weight_bytes, basis, known = 0, modeltypes.NO_ESTIMATE, False
+        else:
+            weight_bytes, basis = estimate
+        arch = Architecture(**{**arch.__dict__, "weight_bytes": weight_bytes, "weight_basis": basis,
+                               "weights_known": known})
+    return arch
 
 
 def read_weight_bytes(path: str | Path) -> int:
@@ -312,7 +388,8 @@ def resolve_model(model: str | None = None, config: str | Path | None = None,
     arch = load_preset(model)
     if safetensors_index is not None:
         arch = Architecture(**{**arch.__dict__, "weight_bytes": read_weight_bytes(safetensors_index),
-                               "weight_basis": "metadata.total_size of model.safetensors.index.json"})
+                               "weight_basis": "metadata.total_size of model.safetensors.index.json",
+                               "weights_known": True})
     return arch
 
 
@@ -331,7 +408,7 @@ def custom(layers: int, kv_heads: int, head_dim: int, num_attention_heads: int |
         cfg["v_head_dim"] = head_dim_v
     if window:
         cfg["sliding_window"] = window
-    return from_hf_config(cfg, name=name, source=source)
+    return from_hf_config(cfg, name=name, source=source, weights_known=False)
 
 
 def model_from_spec(spec: dict[str, Any], base: Path | None = None, where: str = "model") -> Architecture:
@@ -363,5 +440,5 @@ def model_from_spec(spec: dict[str, Any], base: Path | None = None, where: str =
 
         arch = Architecture(**{**arch.__dict__, "weight_bytes": parse_size(spec["weights"], f"{where}.weights",
                                                                          allow_zero=True),
-                               "weight_basis": "given in the grid file"})
+                               "weight_basis": "given in the grid file", "weights_known": True})
     return arch

@@ -17,7 +17,9 @@ Inputs (all integers):
 ``window``             sliding window in tokens (0: none)
 ``full_token_bytes``   per-token bytes summed over full/MLA layers
 ``window_token_bytes`` per-token bytes summed over sliding layers
-``state_bytes``        fixed recurrent state per request
+``state_bytes``        fixed recurrent state per request (pool bytes: ``state_blocks`` blocks)
+``state_blocks``       pool blocks the state groups hold per request (vLLM 0.33: 1 or 2 per group)
+``chunked``            1 when the window groups are chunked-local attention (Llama 4), else 0
 ``budget``             KV budget of the rank in bytes
 ``l0``..``l7``         tokens each request of the group holds now (0: no request)
 ``f0``..``f7``         final length of each request, for Pow2 and Oracle (0: no request)
@@ -39,7 +41,8 @@ from kvdash.core import formulas as f
 MAX_LENGTHS = 8
 INPUTS = (
     "block_size", "layer_token_bytes", "group_size", "full_groups", "window_groups", "window",
-    "full_token_bytes", "window_token_bytes", "state_bytes", "budget", "k", "max_reserved", "prefix",
+    "full_token_bytes", "window_token_bytes", "state_bytes", "state_blocks", "chunked", "budget", "k",
+    "max_reserved", "prefix",
     "max_model_len", "max_batched_tokens",
     *(f"l{i}" for i in range(MAX_LENGTHS)), *(f"f{i}" for i in range(MAX_LENGTHS)),
 )
@@ -82,7 +85,7 @@ def request_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
     for n in lengths[1:]:
         longest = f.imax(longest, n)
     prefix_blocks = fg * (x["prefix"] // B)
-    L = x["max_model_len"]
+    L, chunked = x["max_model_len"], x["chunked"]
     return {
         "bytes_per_token": x["full_token_bytes"] + x["window_token_bytes"],
         "block_bytes": bb,
@@ -105,8 +108,12 @@ def request_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
         "prefix_shared_blocks": prefix_blocks,
         "prefix_shared_bytes": prefix_blocks * bb,
         "prefix_own_bytes": (group_blocks - k * prefix_blocks) * bb + k * state,
+        # vLLM 0.33 max_memory_usage_bytes per spec: full cdiv(L, B); sliding cdiv(min(W - 1 + T, L), B) + 1;
+        # chunked cdiv(min(C + T, L), B); a state group 1 block (2 in align mode)
         "vllm_blocks_per_request": fg * f.cdiv(L, B)
-        + wg * (f.cdiv(f.imin(window - 1 + x["max_batched_tokens"], L), B) + 1),
+        + wg * (f.cdiv(f.imin(window - 1 + chunked + x["max_batched_tokens"], L), B) + 1 - chunked)
+        + x["state_blocks"],
+        "vllm_max_model_len": L,
     }
 
 
@@ -119,6 +126,7 @@ def capacity_metrics(budget: Any, k: Any, block_size: Any, r: Mapping[str, Any])
     shared = r["prefix_shared_bytes"]
     saved = f.imax(paged - 1, 0) * shared
     tokens = pool // r["kv_groups"] * block_size
+    concurrency = fdiv(pool, r["vllm_blocks_per_request"])
     return {
         "kv_token_slots": f.token_slots(budget, r["bytes_per_token"]),
         "whole_pool_blocks": pool,
@@ -135,8 +143,9 @@ def capacity_metrics(budget: Any, k: Any, block_size: Any, r: Mapping[str, Any])
         "prefix_saved_bytes": saved,
         "prefix_saved_percent": fdiv(100 * saved, complete * r["paged_bytes"]),
         "vllm_num_gpu_blocks": pool,
-        "vllm_kv_cache_tokens": tokens,
-        "vllm_max_concurrency": fdiv(pool, r["vllm_blocks_per_request"]),
+        # vLLM 0.33 get_kv_cache_capacity: int(max_concurrency x max_model_len)
+        "vllm_kv_cache_tokens": f.trunc(concurrency * r["vllm_max_model_len"]),
+        "vllm_max_concurrency": concurrency,
     }
 
 
@@ -158,6 +167,8 @@ def shape_inputs(shape: Any) -> dict[str, int]:
         "full_token_bytes": shape.full_token_bytes,
         "window_token_bytes": shape.window_token_bytes,
         "state_bytes": shape.state_bytes,
+        "state_blocks": shape.state_blocks,
+        "chunked": shape.chunked,
     }
 
 

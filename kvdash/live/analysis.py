@@ -28,7 +28,7 @@ class LiveConfig:
     kv_dtype: str = "bf16"
     block_size: int = 16
     tp: int = 8
-    gpu_util: str = "0.9"
+    gpu_util: str = "0.9"  # vLLM 0.33 defaults to 0.92; the fleet comparisons are worked at 0.9
     weights: int | None = None
     reserve: int = 0
     budget_mode: str = "vllm"
@@ -90,7 +90,7 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         if engine is None or engine.error or engine.total_tokens is None:
             notes.append("no engine pool to take the budget from (give --engine URL)")
         else:
-            blocks = engine.total_tokens // cfg.block_size * shape.groups
+            blocks = engine.total_tokens // shape.block_size * shape.attention_groups
             ranks = [RankPool(-1, None, blocks * shape.block_bytes, blocks, f"from the engine ({engine.kind})")]
     if not ranks:
         return {"ok": False, "notes": notes or ["no GPU memory readings"], "model": arch.name}
@@ -107,7 +107,7 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "ok": True,
         "model": arch.name,
         "kv_dtype": cfg.kv_dtype,
-        "block_size": cfg.block_size,
+        "block_size": shape.block_size,  # the one used: hybrids raise it as vLLM 0.33 does
         "tp": cfg.tp,
         "budget_mode": cfg.budget_mode,
         "lengths": list(cfg.lengths),
@@ -119,13 +119,14 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "tight_gpu": tight.gpu,
         "budget_bytes": budget,
         "pool_blocks": tight.pool_blocks,
-        "token_slots": tight.pool_blocks // shape.groups * cfg.block_size,
+        "token_slots": tight.pool_blocks // shape.attention_groups * shape.block_size,
+        "state_bytes_per_request": shape.state_bytes,  # fixed, whatever the request's length
         "paged_requests": paged,
         "contiguous_requests": contiguous,
         "ratio": (paged / contiguous) if contiguous else None,
         "blocks_per_group": per_group,
         "headroom_blocks": headroom_blocks,
-        "headroom_tokens_per_request": (headroom_blocks // max(paged, 1)) * cfg.block_size // shape.groups
+        "headroom_tokens_per_request": (headroom_blocks // max(paged, 1)) * shape.block_size // shape.attention_groups
         if paged else 0,
         "weights_per_rank_bytes": f.weights_per_rank(weights, cfg.tp),
         "reserve_bytes": cfg.reserve,

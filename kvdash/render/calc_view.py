@@ -58,16 +58,20 @@ def tables(r: dict[str, Any]) -> list[Table]:
     out.append(_kv("Per-token bytes", [
         ("KV bytes per token", b(r["bytes_per_token"]), _per_token_how(r)),
         ("bytes per token per layer", b(pool["layer_token_bytes"]), "largest layer kind; others padded to it"),
-        ("recurrent state per request", b(pool["state_bytes_per_request"]), "fixed, independent of length"),
+        ("recurrent state per request", b(pool["state_bytes_per_request"]),
+         (f"fixed, whatever the length: {pool['state_layers']} state layers of {pool['state_page_bytes']:,} B, "
+          f"{pool['state_blocks_per_request']} block(s) of the {pool['state_groups']} state group(s), "
+          f"mamba_cache_mode '{pool['mamba_cache_mode']}'") if pool["state_layers"] else "no state layers"),
     ]))
     groups = pool["full_groups"] + pool["window_groups"]
     out.append(_kv("Pool", [
         ("KV budget per rank", b(pool["budget_bytes"]), r["budget"]["formula"]),
         ("token slots (no blocks)", f"{r['kv_token_slots']:,} tokens", "floor(budget / bytes per token)"),
-        ("block size", f"{pool['block_size']} tokens", "declared"),
+        ("block size", f"{pool['block_size']} tokens", r["inputs"]["block_size_reason"]),
         ("bytes per block", b(pool["block_bytes"]),
          f"block size x layer bytes x {pool['group_size']} layers per group"),
-        ("KV-cache groups", f"{groups} ({pool['full_groups']} full, {pool['window_groups']} sliding)",
+        ("KV-cache groups", f"{groups + pool['state_groups']} ({pool['full_groups']} full, "
+                            f"{pool['window_groups']} sliding/chunked, {pool['state_groups']} state)",
          f"{pool['padded_layers']} padded layer slots"),
         ("whole pool blocks", f"{r['whole_pool_blocks']:,} blocks", "floor(budget / bytes per block)"),
         ("block-backed token slots", f"{r['block_backed_token_slots']:,} tokens", "blocks / groups x block size"),
@@ -128,7 +132,7 @@ def tables(r: dict[str, Any]) -> list[Table]:
              f"{p['saved_percent_at_requests_without_sharing']:.2f} % of that memory"),
         ]))
     v = r["vllm_view"]
-    why = Table(title="What vLLM would log for this configuration, and why it differs from kvdash",
+    why = Table(title=f"What vLLM {v['version']} would log for this configuration, and why it differs from kvdash",
                 show_header=False)
     why.add_column("line")
     why.add_row(f"num_gpu_blocks = {v['num_gpu_blocks']:,}; {v['blocks_per_request_at_max_model_len']:,} blocks "

@@ -181,6 +181,8 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
         ("KV bytes per token per rank", f"{kv['bytes_per_token']:,} B"),
         ("pool blocks (smallest rank)", f"{kv['pool_blocks']:,} x {kv['block_bytes']:,} B"),
         ("token slots", f"{kv['token_slots']:,}"),
+        *([("state per request (fixed)", f"{kv['state_bytes_per_request']:,} B, whatever the length")]
+          if kv.get("state_bytes_per_request") else []),
         (f"requests of {lengths} tokens, paged", f"{kv['paged_requests']:,}"),
         (f"contiguous (reserve {kv['max_reserved']:,})", f"{kv['contiguous_requests']:,}"),
         ("paged / contiguous", "n/a" if kv["ratio"] is None else f"{kv['ratio']:.2f}x (capacity, not throughput)"),

@@ -13,7 +13,7 @@ RESULT_COLUMNS: list[tuple[str, str, str]] = [
     ("prefix", "int", "tokens of a shared prompt prefix (0: none)"),
     ("kv_dtype", "str", "KV element type"),
     ("kv_scales", "str", "scale storage: tensor (none per token) or token_head"),
-    ("block_size", "int", "tokens per block"),
+    ("block_size", "int", "tokens per block used (hybrids: raised as vLLM 0.33 does to hold a state page)"),
     ("tp", "int", "tensor-parallel degree"),
     ("pp", "int", "pipeline-parallel degree"),
     ("gpu", "str", "GPU preset when the budget is derived (empty for an explicit budget)"),
@@ -25,6 +25,8 @@ RESULT_COLUMNS: list[tuple[str, str, str]] = [
     ("max_batched_tokens", "int", "vLLM max_num_batched_tokens used for its sliding-window bound"),
     ("bytes_per_token", "int", "KV bytes one token takes on the tightest rank"),
     ("block_bytes", "int", "bytes of one pool block"),
+    ("state_bytes", "int", "pool bytes of one request's fixed Mamba/linear-attention state, whatever its length "
+     "(vLLM 0.33 prefix caching on: 2 blocks per state group, 3 for gated delta net; 0: no state layers)"),
     ("kv_token_slots", "int", "floor(budget / bytes_per_token)"),
     ("whole_pool_blocks", "int", "floor(budget / block_bytes)"),
     ("block_backed_token_slots", "int", "pool blocks / KV-cache groups x block size"),
@@ -54,7 +56,7 @@ RESULT_COLUMNS: list[tuple[str, str, str]] = [
     ("offload_allocated_bytes", "int", "its full allocated-block bytes"),
     ("requests_with_prefix_sharing", "int", "requests that fit when the prefix blocks are shared"),
     ("prefix_saved_percent", "float", "memory saved by sharing at the unshared request count, percent"),
-    ("vllm_kv_cache_tokens", "int", "vLLM's 'GPU KV cache size' line"),
+    ("vllm_kv_cache_tokens", "int", "vLLM 0.33's 'GPU KV cache size': int(max concurrency x max_model_len)"),
     ("vllm_max_concurrency", "float", "vLLM's 'Maximum concurrency' at max_model_len"),
     ("kv_128k_over_weights", "float", "KV bytes of one 131,072-token request / weight bytes (per rank)"),
 ]

@@ -28,7 +28,7 @@ DEFAULT_MAX_POINTS = 2_000_000
 
 DEFAULTS: dict[str, Any] = {
     "kv_dtype": "bf16", "kv_scales": "tensor", "block_size": 16, "budget": None, "gpu": None,
-    "gpu_memory": None, "gpu_util": "0.9", "util_policy": "vllm", "weights": None, "reserve": 0, "tp": 1,
+    "gpu_memory": None, "gpu_util": "0.92", "util_policy": "vllm", "weights": None, "reserve": 0, "tp": 1,
     "pp": 1, "max_model_len": None, "max_batched_tokens": 8192,
 }
 
@@ -50,7 +50,7 @@ class Expanded:
 def dominant_stage(shapes: list[PoolShape], where: str) -> PoolShape:
     """With pipeline parallelism the sweep evaluates the stage that is largest in every respect."""
     fields = ("layer_token_bytes", "group_size", "full_groups", "window_groups", "full_token_bytes",
-              "window_token_bytes", "state_bytes")
+              "window_token_bytes", "state_bytes", "state_blocks")
     for s in shapes:
         if all(getattr(s, k) >= getattr(o, k) for o in shapes for k in fields) and \
                 all(o.window in (s.window, 0) for o in shapes):
@@ -178,16 +178,18 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     for key in req_ids.get_column("_shape").unique().sort().to_list():
         p = keys.decode(key, SHAPE_DIMS)
         arch = arch_of(p["model"])
-        base = (p["model"], p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"])
+        # the block size changes no layer arithmetic, except in hybrids (the block is aligned to the state page)
+        base = (p["model"], p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"],
+                p["block_size"] if arch.is_hybrid else None)
         try:
-            if base not in by_base:  # the block size changes no layer arithmetic
-                by_base[base] = dominant_stage(rank_shapes(arch, p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"]),
-                                               "pp")
             check_positive("block_size", p["block_size"])
+            if base not in by_base:
+                by_base[base] = dominant_stage(rank_shapes(arch, p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"],
+                                                           p["block_size"]), "pp")
         except InputError as exc:
             raise InputError(f"{spec.path}: {point_label(p)}: {exc.field}", exc.value, exc.allowed,
                              exc.hint or "add an exclude: rule for it") from exc
-        stage = replace(by_base[base], block_size=p["block_size"])
+        stage = by_base[base] if arch.is_hybrid else replace(by_base[base], block_size=p["block_size"])
         weights_rank = f.weights_per_rank(arch.weight_bytes, p["tp"] * p["pp"])
         kv128 = f.contiguous_request_bytes(LONG_CONTEXT, stage.full_token_bytes, stage.window_token_bytes,
                                            stage.window, stage.state_bytes)
@@ -245,7 +247,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
               if d not in REQUEST_DIMS), pl.lit(0, dtype=pl.UInt64)) % _M61).alias("_hbud"))
 
     # 4. gather request and budget figures onto every point; the budget divisions; ids; parameters
-    carried = ["k", "block_size", "max_reserved", "prefix", "max_model_len", "max_batched_tokens", "lengths",
+    carried = ["k", "block_size", "state_bytes", "max_reserved", "prefix", "max_model_len", "max_batched_tokens",
+               "lengths",
                "_kv128k_over_weights",
                "_hreq", *r_exprs]
     lazy = codes.lazy()

@@ -1,0 +1,398 @@
+"""What a ``config.json`` means for the KV cache, per ``model_type``, the way vLLM 0.33 reads it.
+
+kvdash never guesses: a ``config.json`` whose ``model_type`` is not in :data:`SUPPORTED` is refused in
+one line naming it and the supported types.  A supported file is read through ``transformers``' own
+config class for its model type (``CONFIG_MAPPING[model_type].from_dict``: the defaults the library
+defines, e.g. Gemma 3's sliding-window pattern of 6 and its 131,072-token context, Qwen3-Next's
+``layer_types`` from ``full_attention_interval``, Llama 4's chunked layers); ``transformers`` is
+imported only when a config file is read, and never reaches the network (``HF_HUB_OFFLINE``).  Then the
+rules of vLLM 0.33 (``vllm/config/model.py`` and the model classes in ``vllm/model_executor/models/``)
+give the KV heads, head size, layer kinds and recurrent-state shapes.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from kvdash.errors import InputError
+
+if TYPE_CHECKING:
+    from kvdash.core.model import Architecture, Layer
+
+# model_type -> (models, layer kinds kvdash builds for it).  The README's table is generated from this.
+SUPPORTED: dict[str, tuple[str, str]] = {
+    "llama": ("Llama 2, Llama 3.x, Yi (llama-format releases)", "full"),
+    "llama4": ("Llama 4 (multimodal config, text_config)", "full + chunked"),
+    "llama4_text": ("Llama 4 text model", "full + chunked"),
+    "mistral": ("Mistral, Ministral-8B", "full or sliding"),
+    "mixtral": ("Mixtral", "full or sliding"),
+    "qwen2": ("Qwen2, Qwen2.5", "full (sliding when use_sliding_window)"),
+    "qwen2_moe": ("Qwen2-MoE", "full"),
+    "qwen3": ("Qwen3", "full"),
+    "qwen3_moe": ("Qwen3-MoE", "full"),
+    "qwen3_next": ("Qwen3-Next", "full + linear (gated delta net)"),
+    "qwen3_5": ("Qwen3.5 (multimodal config, text_config)", "full + linear (gated delta net)"),
+    "qwen3_5_text": ("Qwen3.5 text model", "full + linear (gated delta net)"),
+    "deepseek_v2": ("DeepSeek-V2, V2-Lite", "mla"),
+    "deepseek_v3": ("DeepSeek-V3, Kimi-K2", "mla"),
+    "kimi_k2": ("Kimi-K2", "mla"),
+    "glm4_moe": ("GLM-4.5", "full"),
+    "chatglm": ("ChatGLM2/3, GLM-4 (chatglm format)", "full"),
+    "phi3": ("Phi-3, Phi-4", "full or sliding"),
+    "gemma": ("Gemma", "full"),
+    "gemma2": ("Gemma 2", "full + sliding"),
+    "gemma3": ("Gemma 3 (multimodal config, text_config)", "full + sliding"),
+    "gemma3_text": ("Gemma 3 text model", "full + sliding"),
+    "gpt_oss": ("gpt-oss", "full + sliding"),
+    "falcon": ("Falcon 7B/40B/180B", "full"),
+    "falcon_h1": ("Falcon-H1", "full + mamba (Mamba-2), both in every layer"),
+    "jamba": ("Jamba", "full + mamba (Mamba-1)"),
+    "nemotron_h": ("Nemotron-H", "full + mamba (Mamba-2)"),
+    "bamba": ("Bamba", "full + mamba (Mamba-2)"),
+    "granitemoehybrid": ("Granite 4.0 hybrid", "full + mamba (Mamba-2)"),
+    "olmo": ("OLMo", "full"),
+    "olmo2": ("OLMo 2", "full"),
+    "starcoder2": ("StarCoder2", "full or sliding"),
+    "cohere": ("Command-R", "full"),
+    "cohere2": ("Command-R7B / Command A", "full + sliding"),
+    "opt": ("OPT", "full"),
+}
+# model types vLLM 0.33 itself refuses, with its reason
+REFUSED_BY_VLLM: dict[str, str] = {
+    "RefinedWeb": "vLLM 0.33 no longer serves RWForCausalLM (supported until v0.28.0)",
+    "RefinedWebModel": "vLLM 0.33 no longer serves RWForCausalLM (supported until v0.28.0)",
+    "minicpm": "vLLM 0.33 reads this config only with the model's remote code (trust_remote_code), which kvdash "
+               "does not run",
+}
+HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "nemotron_h", "bamba", "granitemoehybrid", "falcon_h1")
+# model types transformers does not define (remote code): read as published, with the rules below
+RAW_TYPES = {"chatglm", "kimi_k2"}
+FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
+NO_ESTIMATE = ("unknown: config.json alone does not give them here (a quantized checkpoint, a vision or audio "
+               "tower, state layers, or an MLP kvdash does not count)")
+
+
+def supported_text() -> str:
+    return ", ".join(SUPPORTED)
+
+
+def normalise(raw: Any, where: str) -> dict[str, Any]:
+    """The config as ``transformers``' class for its ``model_type`` reads it (defaults filled in)."""
+    if not isinstance(raw, dict):
+        raise InputError(where, type(raw).__name__, "expected a JSON object")
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise InputError(f"{where}: model_type", model_type,
+                         "kvdash reads a config.json by its model_type; supported: " + supported_text())
+    if model_type in REFUSED_BY_VLLM:
+        raise InputError(f"{where}: model_type", model_type,
+                         REFUSED_BY_VLLM[model_type] + "; supported: " + supported_text())
+    if model_type not in SUPPORTED:
+        raise InputError(f"{where}: model_type", model_type,
+                         "kvdash cannot model this type exactly; supported: " + supported_text())
+    if model_type in RAW_TYPES:
+        return dict(raw)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            from transformers import CONFIG_MAPPING
+        except ImportError as exc:  # pragma: no cover - a dependency
+            raise InputError(where, model_type, "reading config.json needs the transformers package") from exc
+        try:
+            config_class = CONFIG_MAPPING[model_type]
+        except KeyError as exc:
+            raise InputError(f"{where}: model_type", model_type,
+                             "the installed transformers does not define this model type") from exc
+        try:
+            data = {k: v for k, v in raw.items() if k != "transformers_version"}
+            cfg: dict[str, Any] = config_class.from_dict(data).to_dict()
+        except Exception as exc:  # transformers validates fields its own way
+            text = " ".join(str(exc).split())[:200]
+            raise InputError(where, model_type, "transformers could not read it: " + text) from exc
+    if "hybrid_override_pattern" in raw:  # Nemotron-H's pattern as published
+        cfg["hybrid_override_pattern"] = raw["hybrid_override_pattern"]
+    return cfg
+
+
+def aliases(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Field names of older formats mapped to the common ones (only where the common one is absent)."""
+    out = dict(cfg)
+    for old, new in (("n_layer", "num_hidden_layers"), ("num_layers", "num_hidden_layers"),
+                     ("n_head", "num_attention_heads"), ("n_embd", "hidden_size"),
+                     ("seq_length", "max_position_embeddings"), ("n_positions", "max_position_embeddings")):
+        if out.get(new) is None and isinstance(out.get(old), int):
+            out[new] = out[old]
+    if out.get("model_type") == "nemotron_h" and out.get("num_hidden_layers") is None:
+        pattern = _nemotron_pattern(out)
+        if pattern:
+            out["num_hidden_layers"] = len(pattern)
+    return out
+
+
+def _pos(cfg: dict[str, Any], key: str, where: str) -> int:
+    value = cfg.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(f"{where}: {key}", value, "expected a positive integer")
+    return value
+
+
+def total_kv_heads(cfg: dict[str, Any], heads: int, where: str) -> int:
+    """vLLM's ``ModelConfig.get_total_num_kv_heads``: Falcon's ``multi_query`` (unless
+    ``new_decoder_architecture``) means one KV head; else the first of ``n_head_kv``, ``num_kv_heads``,
+    ``num_key_value_heads``, ``multi_query_group_num``; else ``num_attention_heads``."""
+    model_type = cfg.get("model_type")
+    new_falcon = model_type in FALCON_TYPES and bool(cfg.get("new_decoder_architecture"))
+    if not new_falcon and cfg.get("multi_query"):
+        return 1
+    if model_type == "chatglm":  # vllm/model_executor/models/chatglm.py: GLMAttention
+        return _pos(cfg, "multi_query_group_num", where) if cfg.get("multi_query_attention") else heads
+    for key in ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num"):
+        if cfg.get(key) is not None:
+            return _pos(cfg, key, where)
+    return heads
+
+
+def head_size(cfg: dict[str, Any], heads: int, where: str) -> int:
+    """vLLM's ``get_head_size``: ``head_dim`` when set, else ``hidden_size // num_attention_heads``."""
+    if cfg.get("head_dim") is not None:
+        return _pos(cfg, "head_dim", where)
+    hidden = cfg.get("hidden_size")
+    if not hidden:
+        raise InputError(f"{where}: head_dim", None, "give head_dim, or hidden_size to derive it")
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden % heads:
+        raise InputError(f"{where}: hidden_size", hidden,
+                         f"must be divisible by num_attention_heads={heads}, or give head_dim")
+    size = hidden // heads
+    if cfg.get("model_type") == "chatglm" and cfg.get("kv_channels") not in (None, size):
+        raise InputError(f"{where}: kv_channels", cfg.get("kv_channels"),
+                         f"vLLM's ChatGLM uses hidden_size // num_attention_heads = {size}; a different "
+                         "kv_channels is not modeled")
+    return size
+
+
+def _nemotron_pattern(cfg: dict[str, Any]) -> str:
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        return pattern
+    names = cfg.get("layers_block_type")
+    if isinstance(names, list):
+        code = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
+                "moe": "E"}
+        return "".join(code.get(str(n), "?") for n in names)
+    return ""
+
+
+def _mamba2(cfg: dict[str, Any], where: str, inter: int, heads_key: str, head_dim_key: str,
+            groups_key: str, state_key: str, conv_key: str) -> tuple[int, ...]:
+    return (inter, _pos(cfg, groups_key, where), _pos(cfg, heads_key, where), _pos(cfg, head_dim_key, where),
+            _pos(cfg, state_key, where), _pos(cfg, conv_key, where))
+
+
+def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
+                  where: str) -> list[tuple[str, Layer | None]] | None:
+    """Layer kinds of a hybrid model, each state layer with its shape; ``None`` for other types.
+
+    Attention entries are ``("full", None)``: the caller builds them from the attention fields."""
+    from kvdash.core.model import Layer
+
+    if model_type not in HYBRID_TYPES:
+        return None
+    hidden = _pos(cfg, "hidden_size", where)
+    full: tuple[str, Layer | None] = ("full", None)
+    if model_type == "jamba":  # vllm/model_executor/models/jamba.py: layers_block_type
+        period, offset = _pos(cfg, "attn_layer_period", where), cfg.get("attn_layer_offset", 0)
+        inter = _pos(cfg, "mamba_expand", where) * hidden
+        mamba = Layer("mamba", state_family="mamba1",
+                      state=(inter, _pos(cfg, "mamba_d_state", where), _pos(cfg, "mamba_d_conv", where)))
+        return [full if i % period == offset else ("mamba", mamba) for i in range(n_layers)]
+    if model_type in ("qwen3_next", "qwen3_5_text"):  # gated delta net: vllm/model_executor/models/qwen3_next.py
+        ssm_dtype = str(cfg.get("mamba_ssm_dtype") or "bfloat16")  # Qwen3.5 keeps the recurrent state in float32
+        gdn = Layer("linear", state_family="gdn", ssm_bytes=4 if ssm_dtype == "float32" else 2, state=(
+            _pos(cfg, "linear_num_key_heads", where), _pos(cfg, "linear_num_value_heads", where),
+            _pos(cfg, "linear_key_head_dim", where), _pos(cfg, "linear_value_head_dim", where),
+            _pos(cfg, "linear_conv_kernel_dim", where)))
+        types = cfg.get("layer_types")
+        if not isinstance(types, list) or len(types) != n_layers:
+            raise InputError(f"{where}: layer_types", types, f"expected a list of {n_layers} layer kinds")
+        out: list[tuple[str, Layer | None]] = []
+        for i, name in enumerate(types):
+            if name == "full_attention":
+                out.append(full)
+            elif name == "linear_attention":
+                out.append(("linear", gdn))
+            else:
+                raise InputError(f"{where}: layer_types[{i}]", name,
+                                 f"expected full_attention or linear_attention for {model_type}")
+        return out
+    if model_type == "nemotron_h":
+        pattern = _nemotron_pattern(cfg)
+        ssm_dtype = str(cfg.get("mamba_ssm_cache_dtype") or "float16")
+        if ssm_dtype not in ("float32", "float16", "bfloat16"):
+            raise InputError(f"{where}: mamba_ssm_cache_dtype", ssm_dtype, "expected float32, float16 or bfloat16")
+        heads = _pos(cfg, "mamba_num_heads", where)
+        head_dim = _pos(cfg, "mamba_head_dim", where)
+        mamba = Layer("mamba", state_family="mamba2", ssm_bytes=4 if ssm_dtype == "float32" else 2,
+                      state=_mamba2(cfg, where, heads * head_dim, "mamba_num_heads", "mamba_head_dim", "n_groups",
+                                    "ssm_state_size", "conv_kernel"))
+        out = []
+        for i, code in enumerate(pattern):
+            if code == "M":
+                out.append(("mamba", mamba))
+            elif code == "*":
+                out.append(full)
+            elif code not in "-E":
+                raise InputError(f"{where}: hybrid_override_pattern[{i}]", code,
+                                 "expected M (mamba), * (attention), - (MLP) or E (MoE)")
+        return out
+    if model_type == "falcon_h1" and cfg.get("mamba_d_ssm") is not None:
+        inter = _pos(cfg, "mamba_d_ssm", where)
+    else:
+        inter = int(_pos(cfg, "mamba_expand", where) * hidden)
+    mamba = Layer("mamba", state_family="mamba2", state=_mamba2(
+        cfg, where, inter, "mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_d_state", "mamba_d_conv"))
+    if model_type == "falcon_h1":  # every decoder layer has an attention and a mamba mixer
+        return [entry for _ in range(n_layers) for entry in (full, ("mamba", mamba))]
+    if model_type == "bamba":
+        indices = cfg.get("attn_layer_indices") or []
+        if not isinstance(indices, list):
+            raise InputError(f"{where}: attn_layer_indices", indices, "expected a list of layer indices")
+        return [full if i in indices else ("mamba", mamba) for i in range(n_layers)]
+    # granitemoehybrid
+    types = cfg.get("layer_types") or cfg.get("layers_block_type")
+    if not isinstance(types, list) or len(types) != n_layers:
+        raise InputError(f"{where}: layer_types", types, f"expected a list of {n_layers} layer kinds")
+    out = []
+    for i, name in enumerate(types):
+        if name in ("attention", "full_attention"):
+            out.append(full)
+        elif name in ("mamba", "linear_attention"):
+            out.append(("mamba", mamba))
+        else:
+            raise InputError(f"{where}: layer_types[{i}]", name, "expected attention or mamba for granitemoehybrid")
+    return out
+
+
+# --- weights ------------------------------------------------------------------------------------
+
+GATED_MLP = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+             "kimi_k2", "glm4_moe", "chatglm", "phi3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "cohere",
+             "cohere2"}
+PLAIN_MLP = {"opt", "starcoder2", "falcon"}
+
+
+def _moe(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tuple[int, int, int] | None:
+    """(routed experts, expert width, shared-expert width) of a MoE layer, ``None`` for a dense one."""
+    if model_type == "mixtral":
+        return cfg["num_local_experts"], cfg["intermediate_size"], 0
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        step = cfg.get("decoder_sparse_step") or 1
+        if layer in (cfg.get("mlp_only_layers") or []) or (layer + 1) % step:
+            return None
+        shared = cfg.get("shared_expert_intermediate_size") or 0
+        experts = cfg.get("num_experts") or cfg["num_local_experts"]  # transformers 5 names it num_local_experts
+        return experts, cfg["moe_intermediate_size"], shared
+    if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe"):
+        if not cfg.get("n_routed_experts") or layer < (cfg.get("first_k_dense_replace") or 0) \
+                or layer % (cfg.get("moe_layer_freq") or 1):
+            return None
+        width = cfg["moe_intermediate_size"]
+        return cfg["n_routed_experts"], width, (cfg.get("n_shared_experts") or 0) * width
+    return None
+
+
+def estimate_parameters(cfg: dict[str, Any], arch: Architecture) -> int | None:
+    """Parameters of the language model from its config: embeddings (twice unless
+    ``tie_word_embeddings``), per layer the attention projections (q, k, v, o; MLA's low-rank ones)
+    and the MLP (gated: ``3 x hidden x intermediate``, plain: ``2 x``; MoE: every routed expert, the
+    shared experts and the router).  Norms and biases are left out (well under 0.1 %).
+    ``None`` where the config does not determine it (hybrids, multimodal, unknown MLP)."""
+    from kvdash.core.model import _text_config
+
+    model_type = arch.model_type
+    if model_type in HYBRID_TYPES or (model_type not in GATED_MLP and model_type not in PLAIN_MLP):
+        return None
+    if cfg.get("vision_config") or cfg.get("audio_config"):
+        return None
+    c = _text_config(cfg)
+    c = aliases(c)
+    try:
+        h = int(c["hidden_size"])
+        vocab = int(c.get("padded_vocab_size") or c["vocab_size"])
+        n_layers = arch.decoder_layers
+        heads = arch.num_attention_heads
+        if model_type == "opt":
+            inter = int(c["ffn_dim"])
+        elif model_type in FALCON_TYPES:
+            inter = int(c.get("ffn_hidden_size") or 4 * h)
+        elif model_type == "chatglm":
+            inter = int(c["ffn_hidden_size"])
+        else:
+            inter = int(c["intermediate_size"])
+        tied = c.get("tie_word_embeddings")
+        if tied is None:
+            tied = model_type in {"gemma", "gemma2", "gemma3_text", "opt"}
+        total = vocab * h * (1 if tied else 2)
+        if model_type == "opt":
+            total += (int(c.get("max_position_embeddings") or 2048) + 2) * h  # learned positions
+        layer0 = arch.layers[0]
+        for i in range(n_layers):
+            if layer0.kind == "mla":
+                nope, rope, v = int(c["qk_nope_head_dim"]), int(c["qk_rope_head_dim"]), int(c["v_head_dim"])
+                q_rank = c.get("q_lora_rank")
+                q = h * q_rank + q_rank * heads * (nope + rope) if q_rank else h * heads * (nope + rope)
+                kv = h * (layer0.kv_lora_rank + rope) + layer0.kv_lora_rank * heads * (nope + v)
+                attn = q + kv + heads * v * h
+            else:
+                d, kvh = layer0.head_dim, layer0.kv_heads
+                attn = h * heads * d + 2 * h * kvh * d + heads * d * h
+            moe = _moe(c, model_type, i, n_layers)
+            mats = 2 if model_type in PLAIN_MLP else 3
+            if moe is None:
+                mlp = mats * h * inter
+            else:
+                experts, width, shared = moe
+                mlp = experts * 3 * h * width + 3 * h * shared + h * experts
+            total += attn + mlp
+    except (KeyError, TypeError, ValueError):
+        return None
+    return total
+
+
+def estimate_weights(cfg: dict[str, Any], arch: Architecture) -> tuple[int, str] | None:
+    """Weight bytes from :func:`estimate_parameters` at 2 bytes per parameter (vLLM serves an
+    unquantized checkpoint in bf16/fp16); ``None`` for quantized checkpoints and configs kvdash cannot
+    count."""
+    if cfg.get("quantization_config"):
+        return None
+    params = estimate_parameters(cfg, arch)
+    if params is None:
+        return None
+    return 2 * params, (f"estimate: {params / 1e9:.2f}B parameters counted from config.json (embeddings, "
+                        "attention and MLP/expert matrices; norms and biases left out) x 2 bytes (bf16)")
+
+
+# --- README ---------------------------------------------------------------------------------------
+
+README_START = "<!-- model-types:start (generated by: python -m kvdash.core.modeltypes) -->"
+README_END = "<!-- model-types:end -->"
+
+
+def readme_table() -> str:
+    """The README's table of supported model types and layer kinds, from :data:`SUPPORTED`."""
+    from kvdash.core.model import KINDS
+
+    lines = [README_START, "", "| `model_type` | models | layer kinds |", "|---|---|---|"]
+    for model_type, (models, kinds) in SUPPORTED.items():
+        estimate = "" if model_type in GATED_MLP | PLAIN_MLP else " (no weight estimate)"
+        lines.append(f"| `{model_type}` | {models}{estimate} | {kinds} |")
+    lines += ["", "Layer kinds: " + ", ".join(f"`{k}`" for k in KINDS) + ".", "", README_END]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(readme_table())

@@ -1,0 +1,180 @@
+"""kvdash against vLLM 0.33.0's own code, figure by figure.
+
+``conformance/vllm/expected.json`` is written by the harness in ``conformance/vllm/`` from vLLM 0.33.0
+itself (its ``ModelConfig``, the model classes' state shapes, ``kv_cache_planning.py`` and
+``kv_cache_utils.py``) for every config under ``tests/data/configs/``.  Every case is compared here:
+KV heads and head size per rank, layer kinds, block size used, page bytes, groups, ``num_gpu_blocks``,
+max concurrency and the logged line.  A case vLLM refuses must be refused by kvdash too (one
+``InputError``), unless the refusal is one of :data:`CPU_ONLY_REFUSALS`.
+
+The second half pins the five models of issue 10's table (tp 1, bf16, block 16, 12 GiB per rank,
+max_model_len 2,048), whose vLLM 0.33 figures were measured with vLLM's planner when the issue was filed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvdash.core import formulas as f
+from kvdash.core.calc import BudgetSpec, CalcInput, calculate, layer_token_bytes
+from kvdash.core.model import Architecture, load_config
+from kvdash.errors import InputError
+from kvdash.units import GiB
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "tests" / "data" / "configs"
+EXPECTED = ROOT / "conformance" / "vllm" / "expected.json"
+# refusals that come from running vLLM on a CPU, not from the model or the KV cache (none so far)
+CPU_ONLY_REFUSALS: tuple[str, ...] = ()
+
+
+def kvdash_case(config: str, tp: int, kv_dtype: str, block_size: int, budget: int, prefix_caching: bool,
+                max_model_len: int) -> dict[str, Any]:
+    """kvdash's figures for one case, in the schema of ``expected.json``."""
+    arch: Architecture = load_config(CONFIGS / config / "config.json")
+    length = min(max_model_len, arch.max_context)
+    r = calculate(CalcInput(arch=arch, kv_dtype=kv_dtype, block_size=block_size, budget=BudgetSpec(bytes=budget),
+                            tp=tp, used=1, max_reserved=length, max_model_len=max_model_len,
+                            prefix_caching=prefix_caching))
+    pool, view = r["pool"], r["vllm_view"]
+    stage = pool["stages"][0]
+    block = pool["block_size"]
+    pages: dict[str, int] = {}
+    for layer in arch.layers:
+        if layer.is_state:  # padded to the attention page (vLLM's page_size_padded)
+            pages[layer.kind] = block * stage["layer_token_bytes"]
+        else:
+            pages[layer.kind] = block * layer_token_bytes(layer, kv_dtype, "tensor", tp)
+    # vLLM assigns layers[i::n] to the i-th of a kind's n groups
+    sizes = []
+    counts = Counter(("state" if layer.is_state else layer.kind, layer.window) for layer in arch.layers)
+    for count in counts.values():
+        n = f.cdiv(count, stage["group_size"])
+        sizes.extend(len(range(i, count, n)) for i in range(n))
+    attn = arch.first("full", "sliding", "chunked")
+    return {
+        "num_kv_heads": max(1, attn.kv_heads // tp) if attn else 1,
+        "head_size": arch.head_dim,
+        "use_mla": arch.use_mla,
+        "is_hybrid": arch.is_hybrid,
+        "layer_kinds": dict(arch.counts),
+        "block_size": block,
+        "page_bytes": pages,
+        "num_groups": view["kv_cache_groups"],
+        "group_sizes": sorted(sizes),
+        "num_gpu_blocks": view["num_gpu_blocks"],
+        "max_concurrency": view["max_concurrency"],
+        "gpu_kv_cache_tokens": view["gpu_kv_cache_tokens"],
+        "log_line": view["log_lines"][0],
+    }
+
+
+FIGURES = ("num_kv_heads", "head_size", "use_mla", "is_hybrid", "layer_kinds", "block_size", "page_bytes",
+           "num_groups", "group_sizes", "num_gpu_blocks", "gpu_kv_cache_tokens", "log_line")
+
+
+def _load_expected() -> dict[str, Any] | None:
+    if not EXPECTED.is_file():
+        return None
+    data: dict[str, Any] = json.loads(EXPECTED.read_text(encoding="utf-8"))
+    return data
+
+
+EXPECTED_DATA = _load_expected()
+CASES = EXPECTED_DATA["cases"] if EXPECTED_DATA else []
+
+
+def _case_id(case: dict[str, Any]) -> str:
+    return (f"{case['config']}-tp{case['tp']}-{case['kv_dtype']}-b{case['block_size_requested']}-"
+            f"{case['budget_bytes']}-pc{int(case['prefix_caching'])}")
+
+
+def test_expected_file_is_vllm_033():
+    """The harness's output is committed and names the vLLM release kvdash mirrors."""
+    assert EXPECTED_DATA is not None, f"{EXPECTED} is missing: run conformance/vllm/ to generate it"
+    assert "0.33.0" == EXPECTED_DATA["vllm_version"]
+    assert CASES, "expected.json holds no cases"
+    folders = {p.name for p in CONFIGS.iterdir() if (p / "config.json").is_file()}
+    assert folders == {case["config"] for case in CASES}, "every committed config has cases"
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=_case_id(c)) for c in CASES])
+def test_case_agrees_with_vllm(case):
+    """One case: vLLM refused it and kvdash refuses it, or every figure agrees."""
+    assert EXPECTED_DATA is not None
+    args = (case["config"], case["tp"], case["kv_dtype"], case["block_size_requested"], case["budget_bytes"],
+            case["prefix_caching"], EXPECTED_DATA["max_model_len"])
+    if case["status"] == "refused":
+        if any(reason in case["reason"] for reason in CPU_ONLY_REFUSALS):
+            return
+        with pytest.raises(InputError):
+            kvdash_case(*args)
+        return
+    got = kvdash_case(*args)
+    for key in FIGURES:
+        want = sorted(case[key]) if key == "group_sizes" else case[key]
+        assert want == got[key], f"{key}: vLLM {case[key]!r}, kvdash {got[key]!r}"
+    assert case["max_concurrency"] == pytest.approx(got["max_concurrency"], rel=1e-12)
+
+
+class TestIssueTable:
+    """Issue 10's table: five published configs at tp 1, bf16, block 16, 12 GiB per rank, max_model_len 2,048;
+    the right-hand column is vLLM 0.33.0 (its planner, run when the issue was filed)."""
+
+    @staticmethod
+    def case(config: str, prefix_caching: bool = True) -> dict[str, Any]:
+        return kvdash_case(config, 1, "bf16", 16, 12 * GiB, prefix_caching, 2048)
+
+    def test_falcon_7b_multi_query(self):
+        """``multi_query: true`` (not ``new_decoder_architecture``): 1 KV head of 64 -> 32 layers x 2 x 64 x 2 B
+        = 8,192 B/token; 12 GiB / (16 x 8,192) = 98,304 blocks, 128 per request -> 768x."""
+        got = self.case("falcon-7b-instruct")
+        assert (1, 64) == (got["num_kv_heads"], got["head_size"])
+        assert 98_304 == got["num_gpu_blocks"]
+        assert got["log_line"].endswith("768.00x")
+
+    def test_falcon_40b_new_decoder_architecture(self):
+        """``new_decoder_architecture`` with ``num_kv_heads: 8``: 60 x 2 x 8 x 64 x 2 = 122,880 B/token;
+        12 GiB / (16 x 122,880) = 6,553 blocks / 128 = 51.20x."""
+        got = self.case("falcon-40b-instruct")
+        assert 8 == got["num_kv_heads"]
+        assert 6_553 == got["num_gpu_blocks"]
+        assert got["log_line"].endswith("51.20x")
+
+    def test_jamba(self):
+        """Jamba (``attn_layer_period`` 8, offset 4): 4 attention + 28 Mamba-1 layers.  State page
+        (8,192 x 3 + 8,192 x 16) x 2 B = 311,296 B; attention 4,096 B/token -> block 16 x ceil(311,296 / 65,536)
+        = 80; groups of 4 layers: 1 + 7 = 8; 12 GiB / (80 x 4,096 x 4) = 9,830 blocks.  A request of 2,048
+        tokens: 26 attention blocks + 7 state groups x 2 (align) = 40 -> 245.75x; prefix caching off:
+        26 + 7 = 33 -> 297.88x."""
+        on, off = self.case("jamba-1.5-mini"), self.case("jamba-1.5-mini", prefix_caching=False)
+        assert {"full": 4, "mamba": 28} == on["layer_kinds"]
+        assert (80, 8, 9_830) == (on["block_size"], on["num_groups"], on["num_gpu_blocks"])
+        assert 327_680 == on["page_bytes"]["mamba"] == on["page_bytes"]["full"]
+        assert on["log_line"].endswith("245.75x")
+        assert off["log_line"].endswith("297.88x")
+
+    def test_qwen3_next(self):
+        """Qwen3-Next (``full_attention_interval`` 4, no ``layer_types``): 12 full + 36 gated-delta-net
+        layers.  State (8,192 x 3 + 32 x 128 x 128) x 2 B = 1,097,728 B; attention 2 x 2 x 256 x 2 = 2,048
+        B/token -> block 16 x ceil(1,097,728 / 32,768) = 544; groups of 12: 1 + 3 = 4; 12 GiB / (544 x 2,048
+        x 12) = 963 blocks; prefix caching off: 4 + 3 = 7 blocks per request -> 137.57x."""
+        got = self.case("qwen3-next-80b-a3b-thinking", prefix_caching=False)
+        assert {"full": 12, "linear": 36} == got["layer_kinds"]
+        assert (544, 4, 963) == (got["block_size"], got["num_groups"], got["num_gpu_blocks"])
+        assert got["log_line"].endswith("137.57x")
+
+    def test_gemma_3_27b_default_pattern(self):
+        """Gemma-3-27b-it names no ``sliding_window_pattern`` and no ``max_position_embeddings`` in
+        ``text_config``: transformers' defaults (pattern 6, 131,072 tokens) give 10 full + 52 sliding,
+        groups of 10: 1 + 6 = 7; 16 x 8,192 x 10 B a block -> 9,830 blocks."""
+        got = self.case("gemma-3-27b-it")
+        assert {"full": 10, "sliding": 52} == got["layer_kinds"]
+        assert (7, 9_830) == (got["num_groups"], got["num_gpu_blocks"])
+        assert [8, 8, 9, 9, 9, 9, 10] == got["group_sizes"]
+        assert 131_072 == load_config(CONFIGS / "gemma-3-27b-it" / "config.json").max_context

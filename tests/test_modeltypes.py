@@ -1,0 +1,245 @@
+"""Reading published config.json files the way vLLM 0.33 does; refusing what kvdash cannot model;
+parameter counts for the weights."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvdash.core import modeltypes
+from kvdash.core.calc import BudgetSpec, CalcInput, aligned_block_size, calculate, group_size_for, rank_shapes
+from kvdash.core.model import from_hf_config, load_config
+from kvdash.core.state import state_elements, state_page_bytes
+from kvdash.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "tests" / "data" / "configs"
+
+
+def config(name: str):
+    return load_config(CONFIGS / name / "config.json")
+
+
+def test_readme_table_is_generated_from_the_code():
+    """The README's model-type table is exactly what ``python -m kvdash.core.modeltypes`` prints."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start, end = text.index(modeltypes.README_START), text.index(modeltypes.README_END)
+    assert modeltypes.readme_table() == text[start:end + len(modeltypes.README_END)]
+
+
+class TestVllmRules:
+    def test_falcon_multi_query(self):
+        """vLLM get_total_num_kv_heads: ``multi_query`` without ``new_decoder_architecture`` -> 1 KV head
+        (transformers fills num_kv_heads = 71, which vLLM does not read then); head 4,544 / 71 = 64."""
+        arch = config("falcon-7b-instruct")
+        assert (1, 64, 32) == (arch.kv_heads, arch.head_dim, arch.num_layers)
+
+    def test_falcon_new_decoder_architecture(self):
+        """Falcon-40B: ``num_kv_heads`` 8, head 8,192 / 128 = 64."""
+        arch = config("falcon-40b-instruct")
+        assert (8, 64, 60) == (arch.kv_heads, arch.head_dim, arch.num_layers)
+
+    @pytest.mark.parametrize("name,reason", [("falcon-40b-refinedweb", "RWForCausalLM"),
+                                             ("minicpm-2b-sft-bf16", "trust_remote_code")])
+    def test_refused_as_vllm_refuses(self, name, reason):
+        """vLLM 0.33 refuses these configs (the original Falcon RefinedWeb format; MiniCPM without its remote
+        code), so kvdash does too, saying why."""
+        with pytest.raises(InputError, match=reason):
+            config(name)
+
+    def test_chatglm(self):
+        """ChatGLM3-6B: ``num_layers`` 28, ``multi_query_group_num`` 2 KV heads of 4,096 / 32 = 128
+        (= ``kv_channels``), ``seq_length`` 8,192 as the context."""
+        arch = config("chatglm3-6b")
+        assert (28, 2, 128, 8192) == (arch.num_layers, arch.kv_heads, arch.head_dim, arch.max_context)
+
+    def test_chatglm_other_kv_channels_refused(self):
+        cfg = {"model_type": "chatglm", "num_layers": 2, "num_attention_heads": 32, "hidden_size": 4096,
+               "multi_query_attention": True, "multi_query_group_num": 2, "kv_channels": 64}
+        with pytest.raises(InputError, match="kv_channels"):
+            from_hf_config(modeltypes.normalise(cfg, "x"), "x")
+
+    def test_gemma3_defaults_from_transformers(self):
+        """Gemma-3-27b-it's text_config names neither the pattern nor the context: transformers' defaults
+        (pattern 6, 131,072) -> layers 6, 12, ... 60 full: 10 full + 52 sliding(1024)."""
+        arch = config("gemma-3-27b-it")
+        assert "10 full + 52 sliding(1024)" == arch.pattern()
+        assert 131_072 == arch.max_context
+
+    def test_llama4_chunked(self):
+        """Llama 4 Scout: every 4th layer is a NoPE full-attention layer, the rest chunked (8,192)."""
+        assert "12 full + 36 chunked(8192)" == config("llama-4-scout-17b-16e-instruct").pattern()
+
+    def test_phi3_sliding_2047(self):
+        assert "32 sliding(2047)" == config("phi-3-mini-4k-instruct").pattern()
+
+    def test_qwen2_disabled_window(self):
+        """Qwen2.5 ships ``sliding_window`` with ``use_sliding_window: false``: all full."""
+        assert "28 full" == config("qwen2.5-7b").pattern()
+
+    def test_mla(self):
+        """DeepSeek-V3 / Kimi-K2: one 512 + 64 latent per layer."""
+        for name in ("deepseek-v3", "kimi-k2-instruct"):
+            arch = config(name)
+            assert (arch.use_mla, arch.head_dim, arch.kv_heads) == (True, 576, 1)
+
+
+class TestRefusals:
+    @pytest.mark.parametrize("model_type", ["mamba", "zamba2", "rwkv", "bert", "yi"])
+    def test_unknown_model_type(self, tmp_path, model_type):
+        """A model type kvdash cannot model exactly is one line naming it and what is supported."""
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({"model_type": model_type, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                    "hidden_size": 64}))
+        with pytest.raises(InputError) as err:
+            load_config(path)
+        text = str(err.value)
+        assert f"'{model_type}'" in text and "supported: llama" in text and "\n" not in text
+
+    def test_missing_model_type(self, tmp_path):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64}))
+        with pytest.raises(InputError, match="model_type"):
+            load_config(path)
+
+    def test_cli_one_line_exit_2(self, tmp_path):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({"model_type": "mamba", "num_hidden_layers": 2}))
+        proc = subprocess.run([sys.executable, "-m", "kvdash.cli", "calc", "--config", str(path)],
+                              capture_output=True, text=True)
+        assert 2 == proc.returncode
+        assert 1 == len(proc.stderr.strip().splitlines()) and "'mamba'" in proc.stderr
+
+    def test_state_layer_without_a_hybrid_type(self):
+        cfg = {"num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 64,
+               "layer_types": ["full_attention", "linear_attention"]}
+        with pytest.raises(InputError, match="state_bytes_per_layer"):
+            from_hf_config(cfg, "x")
+
+    def test_transformers_refusal_is_one_line(self):
+        """Falcon-H1-0.5B: transformers 5.20 (and so vLLM 0.33) rejects mamba_n_heads 24 for
+        mamba_expand x hidden_size = 2,048; kvdash says so in one line."""
+        with pytest.raises(InputError) as err:
+            config("falcon-h1-0.5b")
+        assert "mamba_n_heads must divide" in str(err.value) and "\n" not in str(err.value)
+
+
+class TestStateShapes:
+    def test_jamba_state(self):
+        """Mamba-1 (Jamba): intermediate 2 x 4,096 = 8,192; conv 8,192 x 3, ssm 8,192 x 16 -> 311,296 B bf16."""
+        arch = config("jamba-1.5-mini")
+        layer = arch.state_layers[0]
+        assert 311_296 == state_page_bytes(layer.state_family, layer.state, 1, 2, 2)
+        assert (12_288, 65_536) == state_elements(layer.state_family, layer.state, 2)
+
+    def test_nemotron_float32_ssm(self):
+        """Nemotron-H keeps the SSM state in ``mamba_ssm_cache_dtype`` (float32 in transformers' default)."""
+        layer = config("nemotron-h-56b-base-8k").state_layers[0]
+        assert (2, 4) == (layer.conv_bytes, layer.ssm_bytes)
+
+    def test_mamba2_groups_replicated_below_tp(self):
+        """Mamba-2 with 1 group at tp 2: the group is replicated, conv width (I + 2 x 2 x d_state) / 2."""
+        conv, ssm = state_elements("mamba2", (4096, 1, 64, 64, 128, 4), 2)
+        assert (3 * (4096 + 2 * 2 * 128) // 2, 32 * 64 * 128) == (conv, ssm)
+
+    def test_tp_must_divide_state(self):
+        with pytest.raises(InputError, match="--tp"):
+            state_elements("gdn", (16, 32, 128, 128, 4), 3)
+
+    @given(st.integers(1, 64), st.sampled_from([16, 32, 64]), st.integers(1, 10**7))
+    def test_aligned_page_holds_the_state(self, heads, requested, page):
+        """Property: the aligned block is a multiple of max(16, requested), at least the request, and its
+        attention page holds the state page; one alignment step less would not (when raised)."""
+        from kvdash.core.model import Architecture, Layer
+
+        attn = Layer("full", kv_heads=heads, head_dim=128, head_dim_v=128)
+        arch = Architecture("x", (attn, Layer("mamba", state_family="fixed", state=(page,))), heads, 4096)
+        block, state = aligned_block_size(arch, "bf16", "tensor", 1, requested)
+        token = heads * 256 * 2
+        align = max(16, requested)
+        assert block >= requested and block * token >= state == page
+        if block > requested:
+            assert block % align == 0 and (block - align) * token < page
+
+
+class TestGrouping:
+    def test_unequal_counts_rule(self):
+        """vLLM 0.33: 12 sliding + 13 full -> groups of 13 (13 < 1.5 x 12), not 12."""
+        assert 13 == group_size_for([12, 13])
+        cfg = {"num_hidden_layers": 25, "num_attention_heads": 8, "head_dim": 64, "sliding_window": 128,
+               "layer_types": ["sliding_attention"] * 12 + ["full_attention"] * 13}
+        shape = rank_shapes(from_hf_config(cfg, "x"))[0]
+        assert (13, 1, 1, 1) == (shape.group_size, shape.full_groups, shape.window_groups, shape.padded_layers)
+
+    @given(st.lists(st.integers(1, 200), min_size=1, max_size=4))
+    def test_group_size_property(self, counts):
+        """Property: the group size is the smallest count, or the largest when max < 1.5 x min."""
+        size = group_size_for(counts)
+        assert size == (max(counts) if max(counts) < 1.5 * min(counts) else min(counts))
+
+
+class TestBlockSizeAuto:
+    def test_mla_64(self):
+        r = calculate(CalcInput(arch=config("deepseek-v2-lite"), block_size="auto"))
+        assert 64 == r["pool"]["block_size"] and "FlashMLA" in r["vllm_view"]["block_size_reason"]
+
+    def test_dense_16(self):
+        r = calculate(CalcInput(arch=config("llama-3.1-8b"), block_size="auto"))
+        assert 16 == r["pool"]["block_size"]
+
+    def test_hybrid_aligned(self):
+        """Qwen3-Next: state page 1,097,728 B, 2,048 B per attention token.  Prefix caching on (align mode,
+        checkpoints every 64 tokens): 64 x ceil(1,097,728 / (64 x 2,048)) = 576, and 3 blocks per request per
+        state group; off: 16 x ceil(1,097,728 / 32,768) = 544, 1 block."""
+        arch = config("qwen3-next-80b-a3b-thinking")
+        on = calculate(CalcInput(arch=arch, block_size="auto"))
+        assert 576 == on["pool"]["block_size"] and "raised from 16 to 576" in on["vllm_view"]["block_size_reason"]
+        assert (3 * 3, "align") == (on["pool"]["state_blocks_per_request"], on["vllm_view"]["mamba_cache_mode"])
+        off = calculate(CalcInput(arch=arch, block_size="auto", prefix_caching=False))
+        assert (544, 3, "none") == (off["pool"]["block_size"], off["pool"]["state_blocks_per_request"],
+                                    off["vllm_view"]["mamba_cache_mode"])
+
+
+class TestWeights:
+    # published parameter counts (Hugging Face model cards): Llama-3.1-8B 8.03B, Llama-3.1-70B 70.6B,
+    # Mixtral-8x7B 46.7B, Mixtral-8x22B 141B, Qwen2.5-7B 7.61B, Qwen2.5-14B 14.7B, Qwen3-8B 8.2B,
+    # Qwen3-32B 32.8B, Qwen3-30B-A3B 30.5B, Qwen3-235B-A22B 235B, Mistral-7B 7.24B, DeepSeek-V2-Lite 15.7B,
+    # gemma-2-9b 9.24B, OLMo-2-7B 7.30B
+    TOLERANCE = 0.01  # norms and biases are left out of the count; 1 % covers them and the cards' rounding
+
+    @pytest.mark.parametrize("name,published", [
+        ("llama-3.1-8b", 8.03e9), ("llama-3.1-70b", 70.6e9), ("mixtral-8x7b-v0.1", 46.7e9),
+        ("mixtral-8x22b-v0.1", 141e9), ("qwen2.5-7b", 7.61e9), ("qwen2.5-14b", 14.7e9), ("qwen3-8b", 8.2e9),
+        ("qwen3-32b", 32.8e9), ("qwen3-30b-a3b", 30.5e9), ("qwen3-235b-a22b", 235e9), ("mistral-7b-v0.1", 7.24e9),
+        ("deepseek-v2-lite", 15.7e9), ("gemma-2-9b", 9.24e9), ("olmo-2-7b", 7.30e9),
+    ])
+    def test_estimate_matches_published_counts(self, name, published):
+        arch = config(name)
+        assert arch.weights_known and arch.weight_basis.startswith("estimate:")
+        assert abs(arch.weight_bytes / 2 - published) <= self.TOLERANCE * published
+
+    def test_llama_8b_by_hand(self):
+        """Llama-3.1-8B: 128,256 x 4,096 x 2 (untied) + 32 x (4,096 x 4,096 x 2 + 4,096 x 1,024 x 2 +
+        3 x 4,096 x 14,336) = 8,029,995,008 parameters -> 16,059,990,016 bytes."""
+        assert 16_059_990_016 == config("llama-3.1-8b").weight_bytes
+
+    def test_quantized_refused_for_gpu_budget(self):
+        """DeepSeek-V3 ships FP8 (quantization_config): no estimate, so a GPU-derived budget asks for weights."""
+        arch = config("deepseek-v3")
+        assert not arch.weights_known
+        with pytest.raises(InputError, match="--weights SIZE or --safetensors-index"):
+            calculate(CalcInput(arch=arch, budget=BudgetSpec(gpu="h200"), tp=8))
+        r = calculate(CalcInput(arch=arch, budget=BudgetSpec(gpu="h200", weights=671 * 10**9), tp=8))
+        assert r["budget"]["weights_bytes"] == 671 * 10**9
+
+    def test_estimate_used_for_gpu_budget(self):
+        """Qwen3-32B at tp 2 on an H100: the estimate (65.5 GB) is split over the ranks, never 0."""
+        r = calculate(CalcInput(arch=config("qwen3-32b"), budget=BudgetSpec(gpu="h100-80gb"), tp=2))
+        assert r["budget"]["weights_per_rank_bytes"] == -(-config("qwen3-32b").weight_bytes // 2) > 0
+        assert "estimate" in r["budget"]["weights_basis"] and "0.92" == r["budget"]["utilization"]
