@@ -35,7 +35,10 @@ def bar(fraction: float | None, width: int, style: str | None = None) -> Text:
     if fraction is None:
         return Text("n/a".ljust(width), style="dim")
     filled = max(0, min(width, round(fraction * width)))
-    return Text("█" * filled, style=style or load_style(fraction)) + Text("░" * (width - filled), style="grey35")
+    out = Text()
+    out.append("█" * filled, style=style or load_style(fraction))
+    out.append("░" * (width - filled), style="grey35")
+    return out
 
 
 def sparkline(values: Sequence[float], width: int, top: float | None = None) -> str:
