@@ -419,7 +419,8 @@ async def test_layout_80x24_every_gpu_kv_summary_and_footer():
         assert not app.query_one("#map").display  # the block map waits one key away
         await pilot.press("v")
         await pilot.pause()
-        assert app.details and app.query_one("#d-map").content.renderables[0].plain.startswith("Engine now:")
+        assert app.details and app.query_one("#d-usage").content.plain.startswith("Engine now:")
+        assert app.query_one("#d-map").content.renderables[0].plain.startswith("Analytical block map")
         assert "python3 profile_kernels.py" in str(app.query_one("#d-procs").render())
 
 

@@ -121,7 +121,7 @@ class TestPagedAttentionPaper:
 
 
 class TestVllmFp8Doc:
-    """vLLM "Quantized KV Cache" doc (docs.vllm.ai, features/quantization/quantized_kvcache): Qwen3-4B on an L4, 11.47 GiB of KV cache:
+    """vLLM "Quantized KV Cache" doc (vLLM docs, "Quantized KV Cache"): Qwen3-4B on an L4, 11.47 GiB of KV cache:
     83,488 tokens (auto) vs 166,992 (fp8); max concurrency at 32k 2.55x vs 5.10x."""
 
     # 12,312,000,000 B = 11.466 GiB lies in both intervals the two logs imply:

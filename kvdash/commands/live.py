@@ -100,6 +100,9 @@ def live(
         try:
             snap = source.read()
         except (ReplayLineError, SourceUnavailable) as exc:
+            if replay is None:
+                print(f"kvdash: {NO_GPU.format(why=exc)}", file=sys.stderr)
+                raise typer.Exit(1) from exc
             raise InputError("--replay", str(replay), str(exc)) from exc
         finally:
             source.close()

@@ -89,7 +89,8 @@ HELP = """[b]kvdash live[/b]: GPU memory beside the analytical KV pool
 [b]d[/b]      next KV dtype           [b]b[/b]  next block size
 [b]l[/b] / [b]L[/b]  longer / shorter request length
 [b]z[/b]      block map scale: requests / one block per cell / whole pool
-[b]v[/b]      overview / details (block map, memory layout, every process)
+[b]v[/b]      overview / details (block map, memory layout, every process;
+       arrows and PgUp/PgDn scroll the details)
 [b]p[/b]      pause / resume polling
 [b]s[/b]      write a snapshot (JSON and Markdown)
 [b]?[/b]      this help          [b]q[/b]  quit
@@ -112,11 +113,11 @@ class LiveApp(App[None]):
     #ov-left, #ov-right { height: 1fr; padding: 0 1; }
     #ov-left { width: 1fr; }
     #ov-right { width: 1fr; display: none; border-left: tall $panel-lighten-2; }
-    #gpus, #kv, #stack, #map, #procs { height: auto; }
+    #gpus, #kv, #stack, #usage, #map, #procs { height: auto; }
     #procs { height: 1fr; }
     LiveApp.wide #ov-right { display: block; }
-    LiveApp.wide #kv, LiveApp.wide #stack, LiveApp.wide #map { display: none; }
-    LiveApp.short #stack, LiveApp.short #map { display: none; }
+    LiveApp.wide #kv, LiveApp.wide #stack, LiveApp.wide #map, LiveApp.wide #usage { display: none; }
+    LiveApp.short #stack, LiveApp.short #map, LiveApp.short #usage { display: none; }
     #details { height: 1fr; padding: 0 1; }
     #status { height: auto; max-height: 3; }
     """
@@ -176,13 +177,16 @@ class LiveApp(App[None]):
                     yield Static(id="gpus")
                     yield Static(id="kv")
                     yield Static(id="stack")
+                    yield Static(id="usage")
                     yield Static(id="map")
                     yield Static(id="procs")
                 with VerticalScroll(id="ov-right"):
                     yield Static(id="kv-wide")
                     yield Static(id="stack-wide")
+                    yield Static(id="usage-wide")
                     yield Static(id="map-wide")
             with VerticalScroll(id="details"):
+                yield Static(id="d-usage")
                 yield Static(id="d-map")
                 yield Static(id="d-stack")
                 yield Static(id="d-kv")
@@ -287,9 +291,14 @@ class LiveApp(App[None]):
             self.engine_good_at = self.clock()
 
     def apply_engine(self, reading: EngineReading) -> None:
+        """Keep the engine's reading; redraw now only when its state changed (an error came or went)
+        or no GPU poll is coming (paused, or before the first): otherwise the next GPU poll draws it,
+        so one screen update per interval serves both sources."""
         self.engine_polls += 1
+        was = (self.engine_error, bool(self.engine and self.engine.invalid))
         self._engine(reading)
-        self.recompute()
+        if was != (self.engine_error, bool(reading.invalid)) or self.paused or self.snapshot is None:
+            self.recompute()
 
     def recompute(self) -> None:
         if self.snapshot is None:
@@ -332,7 +341,7 @@ class LiveApp(App[None]):
                     kv.get("model"), tuple(kv.get("lengths", ())), sizes)
         g = next((x for x in snap.gpus if x.index == kv.get("tight_gpu")), None) if kv.get("ok") else None
         if self.details:
-            self._draw_map("d-map", self.size.width - 4, rows=8)
+            self._draw_map("d-map", self.size.width - 4, rows=8, usage="d-usage")
             self._draw_stack("d-stack", g, self.size.width - 4)
             self._update("d-kv", (kv_key, sizes), lambda: kv_table(kv), shape=kv_shape)
             procs = tuple((x.index, x.processes, x.processes_note) for x in snap.gpus)
@@ -345,32 +354,40 @@ class LiveApp(App[None]):
             self._update("kv", None, lambda: "")
             self._update("stack", None, lambda: "")
             self._update("map", None, lambda: "")
+            self._update("usage", None, lambda: "")
             self._update("kv-wide", (kv_key, sizes), lambda: kv_table(kv), shape=kv_shape)
             self._draw_stack("stack-wide", g, right_w)
-            self._draw_map("map-wide", right_w, rows=max(3, min(10, (self.size.height - 40) // 2)))
+            self._draw_map("map-wide", right_w, rows=max(3, min(10, (self.size.height - 40) // 2)), usage="usage-wide")
         else:
             self._update("kv", (kv_key, sizes), lambda: kv_summary(kv), shape=kv_shape)
             if not short:
                 self._draw_stack("stack", g, left_w)
-                self._draw_map("map", left_w, rows=3)
+                self._draw_map("map", left_w, rows=3, usage="usage")
         procs_rows = max(2, self.query_one("#procs").size.height)
         procs = tuple((x.index, x.processes, x.processes_note) for x in snap.gpus)
         self._update("procs", (procs, procs_rows, sizes), lambda: process_table(snap, limit=procs_rows - 1,
-                                                                                width=left_w))
+                                                                                width=left_w),
+                     shape=(procs_rows, min(procs_rows, 1 + sum(max(1, len(x.processes)) for x in snap.gpus)),
+                            sizes))
 
     def _draw_stack(self, widget: str, g: Any, width: int) -> None:
         kv = self.kv
         if g and g.total_bytes:
             seg = memory_segments(g, kv)
+            key = legend(seg, g.total_bytes)
             self._update(widget, (tuple(seg), width), lambda: Group(
                 Text(f"GPU {g.index} memory, engine layout (analytical):", style="bold"),
-                stacked_bar(seg, g.total_bytes or 0, width), legend(seg, g.total_bytes)))
+                stacked_bar(seg, g.total_bytes or 0, width), key),
+                shape=(width, [len(line) // max(1, width) for line in key.plain.splitlines()]))
         else:
             self._update(widget, None, lambda: "")
 
-    def _draw_map(self, widget: str, width: int, rows: int) -> None:
+    def _draw_map(self, widget: str, width: int, rows: int, usage: str) -> None:
         kv = self.kv
-        usage = engine_usage_map(kv, width) if kv.get("ok") else None
+        eng = kv.get("engine") or {}
+        self._update(usage, (eng.get("used_blocks"), eng.get("engine_blocks"), kv.get("pool_blocks"), width),
+                     lambda: (engine_usage_map(kv, width) if kv.get("ok") else None) or "",
+                     shape=("used_blocks" in eng, width))
         if self.simulation is not None:
             sim = self.simulation
             cells = sim.cells()
@@ -399,14 +416,13 @@ class LiveApp(App[None]):
             per_cell = None
             scope = f"whole pool, {pool * bs / cells:,.0f} token slots per cell"
         key = (pool, bs, lengths, kv["max_reserved"], cells, width, per_cell, kv["paged_requests"],
-               kv["contiguous_requests"], None if usage is None else usage.plain)
+               kv["contiguous_requests"])
         if self._drawn.get(widget) == key:
             return
         self._drawn[widget] = key
         paged = block_map(pool, bs, lengths, kv["max_reserved"], cells, False, per_cell)
         contiguous = block_map(pool, bs, lengths, kv["max_reserved"], cells, True, per_cell)
-        parts: list[Any] = [] if usage is None else [usage]
-        parts += [
+        parts: list[Any] = [
             Text(f"Analytical block map ({scope}; z: scale); paged, {kv['paged_requests']:,} requests fit:",
                  style="bold"),
             block_map_text(paged, width),
@@ -428,8 +444,10 @@ class LiveApp(App[None]):
         top = Text(f" kvdash live | {self.source.name} | {state}", style="bold")
         if self.engine_fetch is not None:
             top.append(f" | engine {self.engine_url}")
-        top.append("  (v: details)" if not self.details else "  (v: overview)", style="dim")
-        self.query_one("#top", Static).update(top)
+        top.append("  (v: details)" if not self.details else "  (v: overview; arrows scroll)", style="dim")
+        if self._drawn.get("top") != top.plain:
+            self._drawn["top"] = top.plain
+            self.query_one("#top", Static).update(top, layout=False)
         out = Text()
         if self.gpu_error:
             out.append(f" GPU ({self.source.name}): {self.gpu_error}; {self._age(self.gpu_good_at)}\n",
@@ -446,7 +464,12 @@ class LiveApp(App[None]):
         if self.message:
             out.append(f" {self.message}", style="dim")
         out.rstrip()
-        self.query_one("#status", Static).update(out if out.plain.strip() else Text(" ok", style="dim"))
+        if not out.plain.strip():
+            out = Text(" ok", style="dim")
+        if self._drawn.get("status") != (out.plain, tuple(out.spans)):
+            lines = out.plain.count("\n")
+            self.query_one("#status", Static).update(out, layout=self._drawn.get("status:lines") != lines)
+            self._drawn["status"], self._drawn["status:lines"] = (out.plain, tuple(out.spans)), lines
 
     # --- actions -------------------------------------------------------------------------------
     def set_model(self, name: str) -> None:
@@ -501,6 +524,8 @@ class LiveApp(App[None]):
     def action_toggle_view(self) -> None:
         self.details = not self.details
         self.query_one("#views", ContentSwitcher).current = "details" if self.details else "overview"
+        if self.details:
+            self.query_one("#details").focus()  # arrows, PgUp/PgDn scroll it straight away
         self._drawn.clear()
         self.refresh_view()
         self.call_after_refresh(self.refresh_view)
