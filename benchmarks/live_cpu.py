@@ -5,10 +5,11 @@ Run: python benchmarks/live_cpu.py [--seconds 60] [--interval 1.0] [--source dem
 
 Runs ``kvdash live`` headless (Textual's ``run_test``) for ``--seconds`` at ``--interval`` and reports
 the process CPU time over wall time as a percentage of one core (the median of ``--repeat`` runs).
-``--engine local`` starts a /metrics server in a separate process (the recorded vLLM page of
-tests/data/vllm_v1.prom on 127.0.0.1) so the dashboard scrapes it every interval, as beside a real
-engine; its CPU is not counted.  Then, polling every 0.1 s, it presses keys and reports how long
-each press took to be handled (median and max).
+``--engine local`` starts a /metrics server in a separate process (on 127.0.0.1, a 66 kB page: the
+recorded vLLM page of tests/data/vllm_v1.prom plus latency histograms, see ``realistic_page``) so
+the dashboard scrapes it every interval, as beside a real engine; its CPU is not counted.  Then,
+polling every 0.1 s, it presses keys and reports how long each press took to be handled (median
+and max).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,8 +57,24 @@ s.serve_forever()
 """
 
 
+def realistic_page() -> str:
+    """The recorded vLLM page (tests/data/vllm_v1.prom) plus 16 histograms of 31 buckets: about
+    66 kB and 590 lines, the size of a vLLM 0.x /metrics page with its latency histograms."""
+    page = (Path(__file__).parent.parent / "tests" / "data" / "vllm_v1.prom").read_text()
+    labels = 'engine="0",model_name="meta-llama/Llama-3.1-70B-Instruct"'
+    extra = []
+    for h in range(16):
+        name = f"vllm:synthetic_histogram_{h}_seconds"
+        extra.append(f"# HELP {name} A histogram.\n# TYPE {name} histogram")
+        extra += [f'{name}_bucket{{{labels},le="{0.001 * 2**b:g}"}} {b * 7}.0' for b in range(30)]
+        extra += [f'{name}_bucket{{{labels},le="+Inf"}} 300.0', f"{name}_count{{{labels}}} 300.0",
+                  f"{name}_sum{{{labels}}} 123.4"]
+    return page + "\n".join(extra) + "\n"
+
+
 def local_engine() -> tuple[subprocess.Popen, str]:
-    page = Path(__file__).parent.parent / "tests" / "data" / "vllm_v1.prom"
+    page = Path(tempfile.mkdtemp()) / "metrics.prom"
+    page.write_text(realistic_page())
     proc = subprocess.Popen([sys.executable, "-c", SERVER, str(page)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     port = int(proc.stdout.readline())

@@ -492,3 +492,30 @@ def test_json_without_nvml_prints_json(capsys, monkeypatch):
     code, out, err = run(["live", "--json"], capsys)
     data = json.loads(out)
     assert 1 == code and "kvdash live --demo" in data["error"] and data["snapshot"] is None
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True)
+                    | st.text(max_size=5), lambda kids: st.lists(kids, max_size=3)
+                    | st.dictionaries(st.text(max_size=3), kids, max_size=3), max_leaves=6)
+
+
+@given(field=st.sampled_from(["index", "name", "total_bytes", "used_bytes", "utilization_percent", "temperature_c",
+                              "power_w", "processes", "lost", "memory_api"]), value=JSON)
+def test_replay_any_json_value_is_a_snapshot_or_one_named_error(field, value):
+    """Property: whatever JSON value a GPU field holds, a line is either a snapshot whose fields have
+    their types (ints are ints, not bools; sizes not negative) or a ReplayLineError naming that field,
+    never another exception."""
+    from kvdash.sources.replay import _Bad, snapshot_from_record
+
+    rec = json.loads(GOOD_LINE)
+    rec["gpus"][0][field] = value
+    try:
+        snap = snapshot_from_record(rec)
+    except _Bad as bad:
+        # a total below the recorded used bytes is named at used_bytes ("expected at most total_bytes")
+        assert bad.field.startswith(f"gpus[0].{field}") or (field, bad.field) == ("total_bytes", "gpus[0].used_bytes")
+        return
+    g = snap.gpus[0]
+    assert isinstance(g.index, int) and not isinstance(g.index, bool) and isinstance(g.name, str)
+    assert g.total_bytes is None or (type(g.total_bytes) is int and g.total_bytes >= 0)
+    assert g.power_w is None or math.isfinite(g.power_w)
