@@ -430,8 +430,9 @@ async def test_layout_120x40_block_map_visible_and_processes_fill():
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         assert _visible(app, "#map") and _visible(app, "#procs")
-        procs = app.query_one("#procs")
-        assert procs.region.bottom == app.query_one("#status").region.y  # down to the status line
+        box = app.query_one("#procs-box")
+        assert box.region.bottom == app.query_one("#status").region.y  # down to the status line
+        assert app.query_one("#procs").region.height == box.region.height  # 8 rows listed, 3 more named
 
 
 async def test_layout_200x60_processes_take_the_height():

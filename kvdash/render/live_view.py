@@ -180,7 +180,7 @@ def process_table(snapshot: Snapshot, limit: int = 12, width: int = 80) -> Text:
             rows += 1
         for proc in g.processes:
             if rows >= limit - 1 and total > limit:
-                out.append(f"  … {total - rows} more (details view: v)\n", style="dim")
+                out.append(f"  … {total - rows} more (details view: v)", style="dim")
                 return out
             out.append(f"{g.index:>3} {proc.pid:>7} {gib(proc.used_bytes):>7}  {_fit(proc.name, name_w).rstrip()}\n")
             rows += 1

@@ -114,7 +114,7 @@ class LiveApp(App[None]):
     #ov-left { width: 1fr; }
     #ov-right { width: 1fr; display: none; border-left: tall $panel-lighten-2; }
     #gpus, #kv, #stack, #usage, #map, #procs { height: auto; }
-    #procs { height: 1fr; }
+    #procs-box { height: 1fr; }
     LiveApp.wide #ov-right { display: block; }
     LiveApp.wide #kv, LiveApp.wide #stack, LiveApp.wide #map, LiveApp.wide #usage { display: none; }
     LiveApp.short #stack, LiveApp.short #map, LiveApp.short #usage { display: none; }
@@ -179,7 +179,8 @@ class LiveApp(App[None]):
                     yield Static(id="stack")
                     yield Static(id="usage")
                     yield Static(id="map")
-                    yield Static(id="procs")
+                    with Vertical(id="procs-box"):  # takes the rows left; the list inside only its own
+                        yield Static(id="procs")
                 with VerticalScroll(id="ov-right"):
                     yield Static(id="kv-wide")
                     yield Static(id="stack-wide")
@@ -363,7 +364,7 @@ class LiveApp(App[None]):
             if not short:
                 self._draw_stack("stack", g, left_w)
                 self._draw_map("map", left_w, rows=3, usage="usage")
-        procs_rows = max(2, self.query_one("#procs").size.height)
+        procs_rows = max(2, self.query_one("#procs-box").size.height)
         procs = tuple((x.index, x.processes, x.processes_note) for x in snap.gpus)
         self._update("procs", (procs, procs_rows, sizes), lambda: process_table(snap, limit=procs_rows - 1,
                                                                                 width=left_w),
