@@ -60,9 +60,19 @@ def main() -> None:
             write_recording(path, args.mb)
         size = path.stat().st_size
         replay = [run_once(["live", "--replay", str(path), "--once"]) for _ in range(args.repeat)]
+        first = []
+        for _ in range(args.repeat):  # in-process: opening the file and the first frame only
+            from kvdash.sources.replay import ReplaySource
+
+            t = time.perf_counter()
+            source = ReplaySource(path)
+            source.read()
+            first.append(time.perf_counter() - t)
+            source.close()
         demo = [run_once(["live", "--demo", "--once"]) for _ in range(args.repeat)]
     med = statistics.median
     print(f"recording {size:,} B ({size / 10**6:.0f} MB), {args.repeat} runs each, medians:")
+    print(f"  first frame in-process (open + read + check one line): {1000 * med(first):.2f} ms")
     for label, runs in (("live --replay --once", replay), ("live --demo --once  ", demo)):
         print(f"  {label}: {med(t for t, _ in runs):.2f} s wall, peak RSS {med(r for _, r in runs) / 1024:.0f} MiB")
 

@@ -308,7 +308,6 @@ def kv_summary(kv: dict[str, Any]) -> Text:
     if eng:
         r = eng["reading"]
         if r.get("error"):
-            out.append("engine  ", style="bold")
             out.append(eng["status"] + "\n", style="red")
         else:
             usage = _na(r, "kv_usage", f"{100 * r['kv_usage']:.1f}%" if r.get("kv_usage") is not None else None)

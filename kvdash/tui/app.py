@@ -467,10 +467,9 @@ class LiveApp(App[None]):
         out.rstrip()
         if not out.plain.strip():
             out = Text(" ok", style="dim")
-        if self._drawn.get("status") != (out.plain, tuple(out.spans)):
-            lines = out.plain.count("\n")
-            self.query_one("#status", Static).update(out, layout=self._drawn.get("status:lines") != lines)
-            self._drawn["status"], self._drawn["status:lines"] = (out.plain, tuple(out.spans)), lines
+        if self._drawn.get("status") != (out.plain, tuple(out.spans)):  # changes with states, not every poll
+            self.query_one("#status", Static).update(out)
+            self._drawn["status"] = (out.plain, tuple(out.spans))
 
     # --- actions -------------------------------------------------------------------------------
     def set_model(self, name: str) -> None:
