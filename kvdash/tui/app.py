@@ -1,9 +1,10 @@
 """``kvdash live``: GPUs beside the analytical KV pool, in Textual.
 
-Two pollers, each on its own thread worker: the GPU source (NVML, demo, replay) and the engine's
-/metrics.  Each arms its next poll only after the previous one has been applied, so polls of one
-source never overlap, and a slow or hung engine (bounded by ``--engine-timeout``) never delays the
-GPU readings.  The app knows only the :class:`~kvdash.sources.base.Source` interface.
+Two pollers, each on its own thread: the GPU source (NVML, demo, replay) on a Textual thread worker,
+and the engine's /metrics on one long-lived thread of its own.  Each starts its next poll only after
+the previous one is done, so polls of one source never overlap, and a slow or hung engine (bounded
+by ``--engine-timeout``) never delays the GPU readings.  The app knows only the
+:class:`~kvdash.sources.base.Source` interface.
 
 Two views: the overview (every GPU one line, the KV pool summary; on tall terminals the block map
 and processes too) and the details (block map, memory layout, every process, the full KV table),
@@ -12,8 +13,10 @@ switched with ``v``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -168,6 +171,8 @@ class LiveApp(App[None]):
         self.engine_error = ""
         self.engine_good_at: float | None = None
         self._drawn: dict[str, Any] = {}  # what each panel shows now, to skip redrawing unchanged panels
+        self._engine_stop = threading.Event()
+        self._engine_thread = threading.Thread(target=self._engine_loop, name="kvdash-engine", daemon=True)
 
     def compose(self) -> ComposeResult:
         yield Static(id="top")
@@ -196,11 +201,12 @@ class LiveApp(App[None]):
         yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
+        self._ui_loop = asyncio.get_running_loop()
         self._resized(self.size.width, self.size.height)
         if self.autopoll:
             self.poll()
             if self.engine_fetch is not None:
-                self.poll_engine()
+                self._engine_thread.start()
         else:
             self.apply(*self.read_once())
         self.call_after_refresh(self.refresh_view)  # again once the panels have their real sizes
@@ -245,16 +251,27 @@ class LiveApp(App[None]):
     def rearm(self) -> None:
         self.set_timer(self.interval, self.poll)
 
-    @work(thread=True, exclusive=True, group="engine")
-    def poll_engine(self) -> None:
-        """The engine's /metrics, bounded by its own total deadline (--engine-timeout)."""
-        if not self.paused and self.engine_fetch is not None:
-            try:
-                reading = self.engine_fetch()
-            except Exception as exc:  # noqa: BLE001 - fetch never raises; belt and braces
-                reading = EngineReading(url=self.engine_url, error=f"{type(exc).__name__}: {exc}")
-            self.call_from_thread(self.apply_engine, reading)
-        self.call_from_thread(self.set_timer, self.interval, self.poll_engine)
+    def _engine_loop(self) -> None:
+        """The engine's poller: one thread for the app's life, one scrape at a time, each bounded by
+        its own total deadline (--engine-timeout); the reading is handed to the UI loop without waiting
+        for it, and the next scrape starts an interval after."""
+        loop = self._ui_loop
+        while not self._engine_stop.is_set():
+            if not self.paused and self.engine_fetch is not None:
+                try:
+                    reading = self.engine_fetch()
+                except Exception as exc:  # noqa: BLE001 - fetch never raises; belt and braces
+                    reading = EngineReading(url=self.engine_url, error=f"{type(exc).__name__}: {exc}")
+                if self._engine_stop.is_set():
+                    return
+                try:
+                    loop.call_soon_threadsafe(self.apply_engine, reading)
+                except RuntimeError:  # the app's loop has closed
+                    return
+            self._engine_stop.wait(self.interval)
+
+    def on_unmount(self) -> None:
+        self._engine_stop.set()
 
     def skip_frame(self, text: str) -> None:
         """A bad replay line: a notification, the frame skipped, the replay goes on."""
