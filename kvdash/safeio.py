@@ -77,7 +77,7 @@ def _too_big(size: int, cap: int, raise_with: str) -> str:
     return f"the file is {size:,} bytes, over the {_size_text(cap)} limit{more}"
 
 
-def _open(path: str | Path, field: str, cap: int, raise_with: str) -> int:
+def open_fd(path: str | Path, field: str, cap: int, raise_with: str) -> int:
     check_regular(path, field, cap, raise_with)
     name = str(path)
     try:
@@ -94,7 +94,7 @@ def _open(path: str | Path, field: str, cap: int, raise_with: str) -> int:
 
 def read_bytes(path: str | Path, field: str, cap: int = CONFIG_CAP, raise_with: str = "") -> bytes:
     """At most ``cap`` bytes of a regular file (a longer file is an error, not a truncation)."""
-    fd = _open(path, field, cap, raise_with)
+    fd = open_fd(path, field, cap, raise_with)
     chunks: list[bytes] = []
     total = 0
     try:
@@ -137,7 +137,7 @@ def iter_lines(path: str | Path, field: str, cap: int = STREAM_CAP, raise_with: 
                line_cap: int = LINE_CAP) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` of a regular file, streamed: at most ``cap`` bytes in all and
     ``line_cap`` bytes per line, so memory stays bounded whatever the file holds."""
-    fd = _open(path, field, cap, raise_with)
+    fd = open_fd(path, field, cap, raise_with)
     name = str(path)
     total = 0
     try:

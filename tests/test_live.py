@@ -164,16 +164,17 @@ class TestDemoAndReplay:
         replay = ReplaySource(out)
         snaps = [replay.read() for _ in range(4)]
         assert [s.time for s in snaps[:3]] == sorted(s.time for s in snaps[:3])
+        replay.close()
         assert "end" in snaps[3].source and 8 == len(snaps[0].gpus)
 
     def test_replay_bad_file(self, tmp_path, capsys):
+        """A line that is not JSON: one line naming the file, the line number and what is allowed, exit 2."""
         bad = tmp_path / "bad.jsonl"
-        bad.write_text('{"time": 1}\nnot json\n')
-        with pytest.raises(SourceUnavailable, match="line 2: not a kvdash snapshot"):
-            ReplaySource(bad)
+        bad.write_text('not json\n{"time": 1}\n')
         code, _, err = run(["live", "--replay", str(bad), "--once"], capsys)
         assert 2 == code and 1 == len(err.strip().splitlines())
-        assert err.startswith(f"kvdash: error: --replay: '{bad}' is not allowed; line 2: not a kvdash snapshot")
+        assert err.startswith(f"kvdash: error: --replay: '{bad}' is not allowed; line 1, line: 'not json")
+        assert "expected one JSON object per line" in err
 
 
 # --- engine metrics --------------------------------------------------------------------------
@@ -408,21 +409,95 @@ async def test_app_polls_without_overlap():
     assert source.reads >= 4 and 1 == source.max_active
 
 
-async def test_app_small_terminal():
+def _visible(app, selector: str) -> bool:
+    """The widget is laid out inside the screen (not scrolled away, not cut by the footer)."""
+    region = app.query_one(selector).region
+    return region.height > 0 and region.y >= 0 and region.bottom <= app.size.height - 1
+
+
+async def test_layout_80x24_every_gpu_kv_summary_and_footer():
+    """Regression: at 80x24 only 7 of 8 GPUs showed, the KV figures were off-screen and the footer
+    was cut ("p p▏", no s or ?).  Now: 8 GPU lines + a header (9 rows) inside the screen, the KV
+    summary (pool, requests paged and contiguous, engine usage) below them, the footer with
+    v (details), s and ?, and v switches to the details view (block map, processes)."""
     app = make_app()
-    async with app.run_test(size=(60, 20)) as pilot:
+    async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        assert app.has_class("narrow")
+        gpus = app.query_one("#gpus")
+        assert 9 == gpus.region.height and _visible(app, "#gpus")
+        assert _visible(app, "#kv")
+        kv = str(app.query_one("#kv").render())
+        assert "180,098 blocks" in kv and "1,407 x 2,048 tokens paged, 351 contiguous" in kv and "KV 54.5%" in kv
+        assert all(line.count("\n") == 0 for line in str(gpus.render()).splitlines())
+        footer_keys = {key for key, b in app.active_bindings.items() if b.binding.show}
+        assert {"v", "s", "question_mark", "q"} <= footer_keys
+        assert not app.query_one("#map").display  # the block map waits one key away
+        await pilot.press("v")
+        await pilot.pause()
+        assert app.details and app.query_one("#d-usage").content.plain.startswith("Engine now:")
+        assert app.query_one("#d-map").content.renderables[0].plain.startswith("Analytical block map")
+        assert "python3 profile_kernels.py" in str(app.query_one("#d-procs").render())
 
 
-def test_snapshot_wide(snap_compare):
-    """The dashboard at 200 x 50, demo seed 7, first poll."""
-    assert snap_compare(make_app(), terminal_size=(200, 50))
+async def test_layout_120x40_block_map_visible_and_processes_fill():
+    """At 120x40 the block map is on the overview; the process list takes the rows left."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert _visible(app, "#map") and _visible(app, "#procs")
+        box = app.query_one("#procs-box")
+        assert box.region.bottom == app.query_one("#status").region.y  # down to the status line
+        assert app.query_one("#procs").region.height == box.region.height  # 8 rows listed, 3 more named
+
+
+async def test_layout_200x60_processes_take_the_height():
+    """Regression: at 200x60 the process list stopped at 10 rows with 35 empty.  All 11 demo
+    processes are listed (header + 11 rows), and the block map is beside them."""
+    app = make_app()
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause()
+        assert 12 == len(str(app.query_one("#procs").render()).splitlines())
+        assert _visible(app, "#map-wide") and app.has_class("wide")
+
+
+def test_gpu_columns_fit_the_width():
+    """Every GPU one line at any width: 80 columns keep GPU, name, memory, bar, free, rsvd, util,
+    temp, W, procs; 60 keep GPU, name, memory, bar, util; never wider than asked (from 40 up)."""
+    from kvdash.render.live_view import gpu_table
+
+    snap = DemoSource(seed=7).read()
+    for width in (40, 60, 78, 118, 198):
+        lines = gpu_table(snap, width=width).plain.splitlines()
+        assert 9 == len(lines) and max(len(x) for x in lines) <= width
+    assert "free  rsvd util temp    W procs" in gpu_table(snap, width=78).plain.splitlines()[0]
+
+
+def test_bars_coloured_by_load():
+    """nvitop's thresholds: under 60 % green, under 85 % yellow, from 85 % red."""
+    from kvdash.render.live_view import bar, load_style
+
+    assert ["green", "green", "yellow", "yellow", "red"] == [load_style(x) for x in (0, 0.59, 0.6, 0.849, 0.85)]
+    assert "red" == str(bar(0.9, 10).spans[0].style)
 
 
 def test_snapshot_80x24(snap_compare):
-    """The dashboard at 80 x 24 stays readable (panels stack)."""
+    """The dashboard at 80 x 24: every GPU, the KV summary, the footer keys."""
     assert snap_compare(make_app(), terminal_size=(80, 24))
+
+
+def test_snapshot_80x24_details(snap_compare):
+    """The details view at 80 x 24 (v): the engine's usage, the block maps."""
+    assert snap_compare(make_app(), terminal_size=(80, 24), press=["v"])
+
+
+def test_snapshot_120x40(snap_compare):
+    """At 120 x 40 the block map and the processes join the overview."""
+    assert snap_compare(make_app(), terminal_size=(120, 40))
+
+
+def test_snapshot_200x60(snap_compare):
+    """At 200 x 60: two columns, processes take the height left."""
+    assert snap_compare(make_app(), terminal_size=(200, 60))
 
 
 def test_once_and_json(capsys):

@@ -203,8 +203,9 @@ class TestOutputs:
         snap = Snapshot(time=0.0, source="replay @x", gpus=(GPUReading(
             index=0, name="H100 | <img src=x> @team\n| evil |", used_bytes=1 << 30, total_bytes=80 << 30,
             utilization_percent=5),))
-        paths = write_snapshot(tmp_path / "snap", snap, {"ok": False})
+        paths = write_snapshot(tmp_path, snap, {"ok": False}, {"model": "m | x @team"})
         text = Path(paths[1]).read_text()
         rows = table_rows(text)
-        assert {5} == {len(r) for r in rows}
+        assert {2, 5} == {len(r) for r in rows}  # the settings table (2 columns) and the GPU table (5)
+        assert 2 == sum(len(r) == 5 for r in rows)  # header and one GPU: the name did not add a row
         assert_inert(parser().parse(text))

@@ -525,4 +525,4 @@ async def test_live_app_draws_simulation():
         await pilot.pause()
         assert app.simulation.step_no == 500
         assert "simulated paged" in app.simulation.status()
-        assert app._drawn["map"][0] == tuple(app.simulation.cells())  # the map shows the simulation's cells
+        assert app._drawn["map-wide"][0] == tuple(app.simulation.cells())  # the map shows the simulation's cells

@@ -17,7 +17,7 @@ NO_GPU = "no GPU readings: {why}. To see the dashboard without a GPU, run: kvdas
 
 
 def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int,  # type: ignore[no-untyped-def]
-            max_bytes: int | None = None):
+            max_bytes: int | None = None, json_out: bool = False):
     from kvdash.sources.base import SourceUnavailable
 
     if demo and replay:
@@ -40,6 +40,8 @@ def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int,  # type: i
         if replay:
             raise InputError("--replay", str(replay), str(exc)) from exc
         print(f"kvdash: {NO_GPU.format(why=exc)}", file=sys.stderr)
+        if json_out:  # scripts reading stdout get the reason too
+            print(json.dumps({"error": NO_GPU.format(why=exc), "snapshot": None, "kv_pool": None}))
         raise typer.Exit(1) from exc
 
 
@@ -47,6 +49,7 @@ def live(
     demo: Annotated[bool, Opt("--demo", help="Simulated GPUs (8 x H200 running a TP-8 engine), no GPU needed.")] = False,
     replay: Annotated[Optional[Path], Opt(help="Play back snapshots recorded by kvdash record.")] = None,
     engine: Annotated[Optional[str], Opt(help="A vLLM or SGLang Prometheus endpoint, e.g. localhost:8000.")] = None,
+    engine_timeout: Annotated[float, Opt(help="Seconds one engine scrape may take in all (connect + read + parse).")] = 2.0,
     model: Annotated[str, Opt("--model", "-m", help="Model preset (kvdash models).")] = "llama-3.1-70b",
     config: Annotated[Optional[Path], Opt(help="A config.json instead of a preset.")] = None,
     kv_dtype: Annotated[str, Opt(help="KV dtype.")] = "bf16",
@@ -89,20 +92,29 @@ def live(
         lengths=parse_lengths(length, "--length") or (2048,), max_reserved=max_reserved,
     )
     cfg.validate()
+    if not 0.1 <= engine_timeout <= 60:
+        raise InputError("--engine-timeout", engine_timeout, "expected 0.1 to 60 seconds")
     if prometheus:  # the fleet view (kvdash/commands/fleet.py)
         if demo or replay or engine:
             raise InputError("--prometheus", prometheus, "give it without --demo, --replay or --engine")
         from kvdash.commands.fleet import run_fleet
 
         return run_fleet(prometheus, cfg, once, as_json, interval)
-    source = _source(demo, replay, seed, gpus)
-
-    source = _source(demo, replay, seed, gpus, parse_size(max_file_size, "--max-file-size"))
-    timeout = max(0.5, min(2.0, interval))
-    engine_fetch = (lambda: fetch(engine, timeout=timeout)) if engine else None
+    if not (once or as_json):
+        check_snapshot_dir(snapshot_dir)
+    source = _source(demo, replay, seed, gpus, parse_size(max_file_size, "--max-file-size"), json_out=as_json)
+    engine_fetch = (lambda: fetch(engine, timeout=engine_timeout)) if engine else None
     if once or as_json:
+        from kvdash.sources.base import SourceUnavailable
+        from kvdash.sources.replay import ReplayLineError
+
         try:
             snap = source.read()
+        except (ReplayLineError, SourceUnavailable) as exc:
+            if replay is None:
+                print(f"kvdash: {NO_GPU.format(why=exc)}", file=sys.stderr)
+                raise typer.Exit(1) from exc
+            raise InputError("--replay", str(replay), str(exc)) from exc
         finally:
             source.close()
         reading = engine_fetch() if engine_fetch else from_snapshot(snap.extra)
@@ -119,6 +131,9 @@ def live(
                 console.print(part)
         if not snap.gpus:
             raise typer.Exit(1)
+        if mode == "engine" and not kv.get("ok"):
+            print(f"kvdash: {'; '.join(kv.get('notes', []))}", file=sys.stderr)
+            raise typer.Exit(1)
         return
     sim = None
     if simulate is not None:
@@ -131,9 +146,21 @@ def live(
 
     try:
         LiveApp(source, cfg, interval=interval, engine=engine_fetch, snapshot_dir=snapshot_dir,
-                simulation=sim).run()
+                simulation=sim, engine_url=engine).run()
     finally:
         source.close()
+
+
+def check_snapshot_dir(path: Path) -> None:
+    """--snapshot-dir must be a writable folder before the dashboard starts (the s key writes there)."""
+    import os
+
+    if not path.exists():
+        raise InputError("--snapshot-dir", str(path), "expected an existing folder (create it first)")
+    if not path.is_dir():
+        raise InputError("--snapshot-dir", str(path), "expected a folder, not a file")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise InputError("--snapshot-dir", str(path), "expected a folder you can write to")
 
 
 def record(

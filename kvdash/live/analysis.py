@@ -87,8 +87,15 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         b = int(cfg.budget or 0)
         ranks = [RankPool(-1, None, b, int(f.pool_blocks(b, shape.block_bytes)), "explicit budget")]
     if cfg.budget_mode == "engine":
-        if engine is None or engine.error or engine.total_tokens is None:
-            notes.append("no engine pool to take the budget from (give --engine URL)")
+        if engine is None:
+            notes.append("--budget-mode engine needs an engine pool: give --engine URL")
+        elif engine.error:
+            notes.append(f"--budget-mode engine: the engine at {engine.url} failed ({engine.error}), "
+                         "so there is no pool to take the budget from")
+        elif engine.total_tokens is None:
+            why = engine.invalid.get("num_gpu_blocks") or engine.invalid.get("total_tokens")
+            notes.append(f"--budget-mode engine: the engine at {engine.url} does not report its pool size"
+                         + (f" ({why})" if why else ""))
         else:
             blocks = engine.total_tokens // shape.block_size * shape.attention_groups
             ranks = [RankPool(-1, None, blocks * shape.block_bytes, blocks, f"from the engine ({engine.kind})")]
@@ -133,42 +140,85 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "notes": notes,
     }
     if engine is not None:
-        out["engine"] = compare_engine(engine, out)
+        out["engine"] = compare_engine(engine, out, arch.name, cfg.model)
     return out
 
 
-def compare_engine(engine: EngineReading, kv: dict[str, Any]) -> dict[str, Any]:
-    """The engine's own pool beside kvdash's, with the difference explained."""
+def _model_key(name: str) -> str:
+    """A model name without organisation, case, punctuation or a chat/instruct suffix:
+    ``meta-llama/Llama-3.1-70B-Instruct`` and ``Llama-3.1-70B`` both give ``llama3170b``."""
+    base = name.rsplit("/", 1)[-1].lower()
+    for suffix in ("-instruct", "-chat", "-hf", "-it", "-base"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    return "".join(ch for ch in base if ch.isalnum())
+
+
+def same_model(served: str, kvdash_name: str, preset: str = "") -> bool:
+    keys = {_model_key(kvdash_name), _model_key(preset)} - {""}
+    return any(_model_key(part) in keys for part in served.split(" + "))
+
+
+def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = "", preset: str = "") -> dict[str, Any]:
+    """The engine's own pool beside kvdash's, with the difference explained: a different served
+    model first (then the pools are not comparable), then block size, then the ``--reserve`` that
+    would make kvdash's pool equal the engine's."""
     row: dict[str, Any] = {"reading": engine.to_json()}
     if engine.error:
-        row["status"] = f"engine: {engine.error}"
+        row["status"] = f"engine {engine.url}: {engine.error}"
         return row
     row["status"] = f"{engine.kind} at {engine.url}"
+    model_differs = bool(engine.served_model) and not same_model(engine.served_model, model_name, preset)
+    if engine.served_model:
+        row["served_model"] = engine.served_model
+        row["model_differs"] = model_differs
+        if model_differs:
+            row["model_note"] = (f"the engine serves {engine.served_model}, kvdash analyses {model_name}: "
+                                 "their pools are not comparable (choose the served model with m or --model)")
+    if engine.ranks:
+        row["dp_ranks"] = [{"rank": r.rank, "total_tokens": r.total_tokens, "used_tokens": r.used_tokens,
+                            "kv_usage": r.kv_usage} for r in engine.ranks]
     if engine.total_tokens is None:
-        row["explain"] = "the engine does not report its pool size (vLLM: vllm:cache_config_info)"
+        why = engine.invalid.get("num_gpu_blocks") or engine.invalid.get("total_tokens")
+        row["explain"] = ("the engine does not report its pool size (vLLM: vllm:cache_config_info)"
+                          + (f": {why}" if why else ""))
         return row
     ours = int(kv["token_slots"])
     diff = engine.total_tokens - ours
     row["engine_tokens"] = engine.total_tokens
     row["kvdash_tokens"] = ours
     row["difference_tokens"] = diff
-    why = []
-    if engine.block_size and engine.block_size != kv["block_size"]:
-        why.append(f"the engine uses block size {engine.block_size}, kvdash {kv['block_size']}")
-    if diff < 0:
-        why.append("the engine's pool is smaller: its profiled activation peak and CUDA graphs "
-                   "(pass them as --reserve), or other processes on the GPU, take memory kvdash's budget left in")
-    elif diff > 0:
-        why.append("the engine's pool is larger: a lower --gpu-util, a larger --reserve or larger weights in "
-                   "kvdash than the engine really has")
-    if kv["groups"] > 1:
-        why.append(f"this model has {kv['groups']} KV-cache groups: the engine's token figure divides its blocks "
+    groups, bs = int(kv["groups"]), int(kv["block_size"])
+    engine_blocks = engine.total_tokens // bs * groups  # in kvdash's blocks (bytes of one block x groups)
+    if engine.used_tokens is not None:
+        row["used_blocks"] = engine.used_tokens // bs * groups + (groups if engine.used_tokens % bs else 0)
+    elif engine.kv_usage is not None:
+        row["used_blocks"] = int(engine.kv_usage * engine_blocks)
+    row["engine_blocks"] = engine_blocks
+    reasons: list[str] = []
+    if model_differs:
+        reasons.append("a different model (above)")
+    elif engine.block_size and engine.block_size not in (1, bs):
+        reasons.append(f"the engine uses block size {engine.block_size}, kvdash {bs} (press b or give --block-size "
+                   f"{engine.block_size})")
+    elif diff != 0 and kv.get("budget_mode") == "vllm":
+        target = engine_blocks * int(kv["block_bytes"])
+        reserve = int(kv["reserve_bytes"]) + int(kv["budget_bytes"]) - target
+        row["reconciling_reserve_bytes"] = reserve
+        if reserve >= 0:
+            reasons.append(f"--reserve {reserve:,} B ({reserve / 2**30:.2f} GiB per rank) makes kvdash's pool "
+                           "equal the engine's: the engine's profiled activation peak, CUDA graphs and other processes")
+        else:
+            reasons.append(f"the engine's pool is larger than kvdash's budget can hold even with --reserve 0 "
+                       f"({-reserve:,} B short per rank): check --gpu-util and --weights against the engine's")
+    elif diff != 0:
+        reasons.append(f"kvdash's budget comes from --budget-mode {kv.get('budget_mode')}, not from the GPU")
+    if groups > 1:
+        reasons.append(f"this model has {groups} KV-cache groups: the engine's token figure divides its blocks "
                    "by the group count")
-    if not why:
-        why.append("the same pool")
-    row["explain"] = "; ".join(why)
-    if engine.kv_usage is not None and kv["block_size"]:
-        row["used_blocks"] = int(engine.kv_usage * (engine.num_gpu_blocks or kv["pool_blocks"]))
+    if not reasons:
+        reasons.append("the same pool")
+    row["explain"] = "; ".join(reasons)
     return row
 
 

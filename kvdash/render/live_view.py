@@ -23,11 +23,22 @@ def gib(n: int | None) -> str:
     return gib_text(n, 1)
 
 
-def bar(fraction: float | None, width: int, style: str = "cyan") -> Text:
+def load_style(fraction: float | None) -> str:
+    """nvitop's convention: green under 60 %, yellow under 85 %, red from 85 % (memory and utilization)."""
+    if fraction is None:
+        return "dim"
+    return "green" if fraction < 0.60 else "yellow" if fraction < 0.85 else "red"
+
+
+def bar(fraction: float | None, width: int, style: str | None = None) -> Text:
+    """A bar of ``width`` cells, coloured by load unless ``style`` is given."""
     if fraction is None:
         return Text("n/a".ljust(width), style="dim")
     filled = max(0, min(width, round(fraction * width)))
-    return Text("█" * filled, style=style) + Text("░" * (width - filled), style="grey35")
+    out = Text()
+    out.append("█" * filled, style=style or load_style(fraction))
+    out.append("░" * (width - filled), style="grey35")
+    return out
 
 
 def sparkline(values: Sequence[float], width: int, top: float | None = None) -> str:
@@ -94,15 +105,37 @@ def _fit(text: str, width: int, right: bool = False) -> str:
     return text.rjust(width) if right else text.ljust(width)
 
 
-def gpu_table(snapshot: Snapshot, history: dict[int, Sequence[float]] | None = None, bar_width: int = 16,
-              spark_width: int = 16, compact: bool = False) -> Text:
-    """One line per GPU (plain styled text: cheap to redraw every poll); ``compact`` for narrow
-    terminals keeps GPU, memory, bar, utilization and process count."""
-    cols = [("GPU", 3, True), ("name", 10, False), ("used/total GiB", 14, True), ("", bar_width, False),
-            ("free", 6, True), ("rsv", 5, True), ("util", 4, True), ("temp", 4, True), ("W", 4, True),
-            ("memory history", spark_width, False), ("procs", 5, True)]
-    keep = (0, 2, 3, 6, 10) if compact else tuple(range(len(cols)))
-    out = Text(" ".join(_fit(cols[i][0], cols[i][1], cols[i][2]) for i in keep) + "\n", style="bold")
+GPU_COLUMNS = (  # header, width, right-aligned; in the order they are given up on narrow terminals
+    ("GPU", 3, True), ("used/total GiB", 14, True), ("", 0, False), ("util", 4, True), ("name", 10, False),
+    ("temp", 4, True), ("W", 4, True), ("free", 6, True), ("procs", 5, True), ("rsvd", 5, True),
+    ("memory history", 16, False),
+)
+SHOWN_ORDER = (0, 4, 1, 2, 7, 9, 3, 5, 6, 10, 8)  # left-to-right order of the columns kept
+MIN_BAR = 8
+
+
+def gpu_columns(width: int, bar_width: int | None = None) -> tuple[tuple[int, ...], int]:
+    """Which columns fit in ``width`` characters and how wide the memory bar is: GPU, memory, bar and
+    utilization always; then name, temperature, power, free, processes, reserved, history."""
+    keep: list[int] = []
+    used = -1
+    for i, (_, w, _) in enumerate(GPU_COLUMNS):
+        need = (w or MIN_BAR) + 1
+        if i < 4 or used + need <= width:
+            keep.append(i)
+            used += need
+    bar_w = bar_width if bar_width is not None else max(MIN_BAR, min(30, MIN_BAR + width - used))
+    return tuple(i for i in SHOWN_ORDER if i in keep), bar_w
+
+
+def gpu_table(snapshot: Snapshot, history: dict[int, Sequence[float]] | None = None, bar_width: int | None = None,
+              spark_width: int = 16, compact: bool = False, width: int = 200) -> Text:
+    """One line per GPU whatever the width (plain styled text: cheap to redraw every poll).  Columns
+    are dropped, least useful first, to fit ``width`` (``compact``: 60); the memory bar and the
+    utilization are coloured by load."""
+    keep, bar_w = gpu_columns(60 if compact else width, bar_width)
+    heads = [_fit(GPU_COLUMNS[i][0], bar_w if i == 2 else GPU_COLUMNS[i][1], GPU_COLUMNS[i][2]) for i in keep]
+    out = Text(" ".join(heads).rstrip() + "\n", style="bold")
     for g in snapshot.gpus:
         if g.lost:
             out.append(_fit(str(g.index), 3, True) + " ")
@@ -111,28 +144,33 @@ def gpu_table(snapshot: Snapshot, history: dict[int, Sequence[float]] | None = N
             continue
         mem = "unified memory" if g.unified_memory else f"{gib(g.used_bytes)}/{gib(g.total_bytes)}"
         spark = sparkline(history.get(g.index, []), spark_width, top=g.total_bytes) if history else ""
-        cells: list[Text | str] = [
-            _fit(str(g.index), 3, True), _fit(g.name.replace("NVIDIA ", "").replace(" (demo)", "*"), 10),
-            _fit(mem, 14, True), bar(g.used_fraction, bar_width),
-            _fit(gib(g.free_bytes), 6, True),
-            _fit("n/a" if g.reserved_bytes is None else gib(g.reserved_bytes), 5, True),
-            _fit("n/a" if g.utilization_percent is None else f"{g.utilization_percent}%", 4, True),
-            _fit("n/a" if g.temperature_c is None else f"{g.temperature_c}C", 4, True),
-            _fit("n/a" if g.power_w is None else f"{g.power_w:.0f}", 4, True),
-            Text(_fit(spark, spark_width), style="cyan"),
-            _fit(str(len(g.processes)) if g.processes else (g.processes_note[:5] or "0"), 5, True),
-        ]
+        util = None if g.utilization_percent is None else g.utilization_percent / 100
+        cells: dict[int, Text | str] = {
+            0: _fit(str(g.index), 3, True), 4: _fit(g.name.replace("NVIDIA ", "").replace(" (demo)", ""), 10),
+            1: _fit(mem, 14, True), 2: bar(g.used_fraction, bar_w),
+            3: Text(_fit("n/a" if util is None else f"{g.utilization_percent}%", 4, True), style=load_style(util)),
+            5: _fit("n/a" if g.temperature_c is None else f"{g.temperature_c}C", 4, True),
+            6: _fit("n/a" if g.power_w is None else f"{g.power_w:.0f}", 4, True),
+            7: _fit(gib(g.free_bytes), 6, True),
+            8: _fit(str(len(g.processes)) if g.processes else (g.processes_note[:5] or "0"), 5, True),
+            9: _fit("n/a" if g.reserved_bytes is None else gib(g.reserved_bytes), 5, True),
+            10: Text(_fit(spark, spark_width), style="cyan"),
+        }
         for n, i in enumerate(keep):
             if n:
                 out.append(" ")
-            cell = cells[i]
-            out.append(cell) if isinstance(cell, Text) else out.append(cell)
+            out.append(cells[i])
         out.append("\n")
+    out.rstrip()
     return out
 
 
-def process_table(snapshot: Snapshot, limit: int = 12) -> Text:
+def process_table(snapshot: Snapshot, limit: int = 12, width: int = 80) -> Text:
+    """Processes of every GPU, at most ``limit`` rows (the last one says how many more there are)."""
     out = Text(f"{'GPU':>3} {'pid':>7} {'GiB':>7}  process\n", style="bold")
+    name_w = max(10, width - 20)
+    total = sum(max(len(g.processes), 1 if g.processes_note and g.processes_note != "none" else 0)
+                for g in snapshot.gpus)
     rows = 0
     for g in snapshot.gpus:
         if g.processes_note and not g.processes and g.processes_note != "none":
@@ -141,30 +179,70 @@ def process_table(snapshot: Snapshot, limit: int = 12) -> Text:
             out.append("\n")
             rows += 1
         for proc in g.processes:
-            if rows >= limit:
-                out.append("  …\n", style="dim")
+            if rows >= limit - 1 and total > limit:
+                out.append(f"  … {total - rows} more (details view: v)", style="dim")
                 return out
-            out.append(f"{g.index:>3} {proc.pid:>7} {gib(proc.used_bytes):>7}  {_fit(proc.name, 60).rstrip()}\n")
+            out.append(f"{g.index:>3} {proc.pid:>7} {gib(proc.used_bytes):>7}  {_fit(proc.name, name_w).rstrip()}\n")
             rows += 1
+    out.rstrip()
     return out
 
 
 def memory_segments(g: GPUReading, kv: dict[str, Any]) -> list[tuple[str, int, str]]:
     """other processes | weights | reserve | KV pool | free, for one GPU (analytical engine parts).
 
-    With a running engine (an engine reading without error) its largest process is the engine and
-    the rest is "other processes"; without one, everything the GPU holds now is other processes and
+    With an engine (given by --engine or carried by the demo) its largest process is the engine and
+    the rest is "other processes", even while its /metrics fails: a network error does not make the
+    engine's memory someone else's.  Without one, everything the GPU holds now is other processes and
     the engine parts show what the configuration would add."""
     total = g.total_bytes or 0
     weights, reserve = int(kv.get("weights_per_rank_bytes", 0)), int(kv.get("reserve_bytes", 0))
     pool = int(kv.get("pool_blocks", 0)) * int(kv.get("block_bytes", 0))
     eng = kv.get("engine") or {}
-    running = bool(eng) and not eng.get("reading", {}).get("error")
+    running = bool(eng)
     engine = max((p.used_bytes or 0 for p in g.processes), default=0) if running else 0
     others = max(0, (g.used_bytes or 0) - engine)
     free = max(0, total - others - weights - reserve - pool)
     return [("other processes", others, "magenta"), ("weights", weights, "blue"), ("reserve", reserve, "yellow"),
             ("KV pool", pool, "green"), ("free", free, "grey35")]
+
+
+def _na(r: dict[str, Any], key: str, text: str | None = None) -> str:
+    """A figure of the engine, or ``n/a`` with the reason it was dropped."""
+    if r.get(key) is not None:
+        return text if text is not None else f"{r[key]:,}"
+    why = r.get("invalid", {}).get(key)
+    return f"n/a ({why})" if why else "n/a"
+
+
+def engine_rows(eng: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, value, style) rows of the engine's own figures."""
+    rows: list[tuple[str, str, str]] = []
+    r = eng["reading"]
+    if r.get("error"):
+        rows.append(("engine", eng["status"], "bold red"))
+        return rows
+    rows.append(("engine", eng["status"], "bold"))
+    if eng.get("served_model"):
+        rows.append(("served model", eng["served_model"], "bold yellow" if eng.get("model_differs") else ""))
+    usage = _na(r, "kv_usage", f"{100 * r['kv_usage']:.1f}%" if r.get("kv_usage") is not None else None)
+    if "used_blocks" in eng:
+        usage += f" ({eng['used_blocks']:,} of {eng['engine_blocks']:,} blocks)"
+    rows.append(("engine KV usage", usage, ""))
+    word = "retractions" if r.get("kind") == "sglang" else "preemptions"
+    rows.append((f"running | waiting | {word}",
+                 f"{_na(r, 'running')} | {_na(r, 'waiting')} | {_na(r, 'preemptions')}", ""))
+    hit = _na(r, "prefix_hit_rate", f"{100 * r['prefix_hit_rate']:.1f}%" if r.get("prefix_hit_rate") is not None
+              else None)
+    rows.append(("prefix cache hit rate", hit, ""))
+    for rank in eng.get("dp_ranks", []):
+        u = "n/a" if rank["kv_usage"] is None else f"{100 * rank['kv_usage']:.1f}%"
+        pool = "n/a" if rank["total_tokens"] is None else f"{rank['total_tokens']:,}"
+        rows.append((f"  data-parallel rank {rank['rank']}", f"pool {pool} tokens, usage {u}", ""))
+    if "engine_tokens" in eng:
+        rows.append(("engine pool vs kvdash", f"{eng['engine_tokens']:,} vs {eng['kvdash_tokens']:,} tokens "
+                                              f"({eng['difference_tokens']:+,})", ""))
+    return rows
 
 
 def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
@@ -173,55 +251,108 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
     if not kv.get("ok"):
         for note in kv.get("notes", []):
             out.append(note + "\n", style="yellow")
+        eng = kv.get("engine")
+        if eng and eng["reading"].get("error"):
+            out.append(eng["status"] + "\n", style="red")
         return out
     lengths = ", ".join(f"{n:,}" for n in kv["lengths"])
-    rows: list[tuple[str, str]] = [
-        ("model", f"{kv['model']} | {kv['kv_dtype']} | block {kv['block_size']} | TP {kv['tp']}"),
-        ("budget per rank", f"{kv['budget_bytes']:,} B ({gib(kv['budget_bytes'])} GiB, {kv['budget_mode']})"),
-        ("KV bytes per token per rank", f"{kv['bytes_per_token']:,} B"),
-        ("pool blocks (smallest rank)", f"{kv['pool_blocks']:,} x {kv['block_bytes']:,} B"),
-        ("token slots", f"{kv['token_slots']:,}"),
-        *([("state per request (fixed)", f"{kv['state_bytes_per_request']:,} B, whatever the length")]
+    rows: list[tuple[str, str, str]] = [
+        ("model", f"{kv['model']} | {kv['kv_dtype']} | block {kv['block_size']} | TP {kv['tp']}", ""),
+        ("budget per rank", f"{kv['budget_bytes']:,} B ({gib(kv['budget_bytes'])} GiB, {kv['budget_mode']})", ""),
+        ("KV bytes per token per rank", f"{kv['bytes_per_token']:,} B", ""),
+        ("pool blocks (smallest rank)", f"{kv['pool_blocks']:,} x {kv['block_bytes']:,} B", ""),
+        ("token slots", f"{kv['token_slots']:,}", ""),
+        *([("state per request (fixed)", f"{kv['state_bytes_per_request']:,} B, whatever the length", "")]
           if kv.get("state_bytes_per_request") else []),
-        (f"requests of {lengths} tokens, paged", f"{kv['paged_requests']:,}"),
-        (f"contiguous (reserve {kv['max_reserved']:,})", f"{kv['contiguous_requests']:,}"),
-        ("paged / contiguous", "n/a" if kv["ratio"] is None else f"{kv['ratio']:.2f}x (capacity, not throughput)"),
-        ("headroom at capacity", f"{kv['headroom_blocks']:,} blocks, "
-                                 f"+{kv['headroom_tokens_per_request']:,} tokens per request"),
+        (f"requests of {lengths} tokens, paged", f"{kv['paged_requests']:,}", ""),
+        (f"contiguous (reserve {kv['max_reserved']:,})", f"{kv['contiguous_requests']:,}", ""),
+        ("paged / contiguous", "n/a" if kv["ratio"] is None else f"{kv['ratio']:.2f}x (capacity, not throughput)", ""),
+        ("blocks left at capacity", f"{kv['headroom_blocks']:,} (shared out: "
+                                    f"+{kv['headroom_tokens_per_request']:,} tokens per request)", ""),
     ]
     eng = kv.get("engine")
-    explain = ""
     if eng:
-        rows.append(("engine", eng["status"]))
-        r = eng["reading"]
-        if not r.get("error"):
-            def na(v: Any) -> str:
-                return "n/a" if v is None else str(v)
-
-            usage = "n/a" if r["kv_usage"] is None else f"{100 * r['kv_usage']:.1f}%"
-            hit = "n/a" if r["prefix_hit_rate"] is None else f"{100 * r['prefix_hit_rate']:.1f}%"
-            rows.append(("engine KV usage | running | waiting", f"{usage} | {na(r['running'])} | {na(r['waiting'])}"))
-            rows.append(("preemptions | prefix hit rate", f"{na(r['preemptions'])} | {hit}"))
-            if "engine_tokens" in eng:
-                rows.append(("engine pool vs kvdash", f"{eng['engine_tokens']:,} vs {eng['kvdash_tokens']:,} tokens "
-                                                      f"({eng['difference_tokens']:+,})"))
-                explain = eng["explain"]
-    label_w = max(len(label) for label, _ in rows)
-    for label, value in rows:
+        rows += engine_rows(eng)
+    label_w = max(len(label) for label, _, _ in rows)
+    for label, value, style in rows:
         out.append(label.ljust(label_w) + "  ", style="bold" if label == "engine" else "")
-        out.append(value + "\n")
-    if explain:
-        out.append(explain + "\n", style="dim")
+        out.append(value + "\n", style=style)
+    if eng:
+        if eng.get("model_note"):
+            out.append(eng["model_note"] + "\n", style="yellow")
+        if eng.get("explain"):
+            out.append(eng["explain"] + "\n", style="dim")
     for note in kv.get("notes", []):
         out.append(note + "\n", style="yellow")
+    return out
+
+
+def kv_summary(kv: dict[str, Any]) -> Text:
+    """The KV pool in a few lines, for small terminals: the pool, requests that fit paged and
+    contiguous, and the engine's usage; the full table is in the details view."""
+    out = Text()
+    if not kv.get("ok"):
+        for note in kv.get("notes", []):
+            out.append(note + "\n", style="yellow")
+        eng = kv.get("engine")
+        if eng and eng["reading"].get("error"):
+            out.append(eng["status"] + "\n", style="red")
+        return out
+    lengths = ", ".join(f"{n:,}" for n in kv["lengths"])
+    out.append("KV pool ", style="bold")
+    out.append(f"{kv['model']} {kv['kv_dtype']} B={kv['block_size']} TP {kv['tp']}: {kv['pool_blocks']:,} blocks = "
+               f"{kv['token_slots']:,} tokens/rank\n")
+    ratio = "" if kv["ratio"] is None else f": {kv['ratio']:.2f}x"
+    out.append("fit     ", style="bold")
+    out.append(f"{kv['paged_requests']:,} x {lengths} tokens paged, {kv['contiguous_requests']:,} contiguous "
+               f"(reserve {kv['max_reserved']:,}){ratio}\n")
+    eng = kv.get("engine")
+    if eng:
+        r = eng["reading"]
+        if r.get("error"):
+            out.append(eng["status"] + "\n", style="red")
+        else:
+            usage = _na(r, "kv_usage", f"{100 * r['kv_usage']:.1f}%" if r.get("kv_usage") is not None else None)
+            if "used_blocks" in eng:
+                usage += f" = {eng['used_blocks']:,}/{eng['engine_blocks']:,} blocks"
+            word = "retracted" if r.get("kind") == "sglang" else "preempted"
+            out.append("engine  ", style="bold")
+            out.append(f"KV {usage} | run {_na(r, 'running')} | wait {_na(r, 'waiting')} | "
+                       f"{word} {_na(r, 'preemptions')}\n")
+            if eng.get("model_note"):
+                out.append(eng["model_note"] + "\n", style="yellow")
+            elif "engine_tokens" in eng:
+                out.append("pools   ", style="bold")
+                out.append(f"engine {eng['engine_tokens']:,} vs kvdash {eng['kvdash_tokens']:,} "
+                           f"({eng['difference_tokens']:+,})")
+                if "reconciling_reserve_bytes" in eng and eng["reconciling_reserve_bytes"] >= 0:
+                    out.append(f": --reserve {gib_text(eng['reconciling_reserve_bytes'], 2)} GiB matches")
+                out.append("\n")
+    for note in kv.get("notes", []):
+        out.append(note + "\n", style="yellow")
+    out.rstrip()
+    return out
+
+
+def engine_usage_map(kv: dict[str, Any], width: int) -> Text | None:
+    """The engine's actual usage as one row: used blocks = usage x its pool, beside the pool."""
+    eng = kv.get("engine") or {}
+    if "used_blocks" not in eng or not eng.get("engine_blocks"):
+        return None
+    used, pool = int(eng["used_blocks"]), int(eng["engine_blocks"])
+    cells = max(0, min(width, round(used / pool * width)))
+    out = Text(f"Engine now: {used:,} of its {pool:,} blocks used ({100 * used / pool:.1f}%); "
+               f"kvdash's pool {int(kv['pool_blocks']):,} blocks\n", style="bold")
+    out.append("█" * cells, style=load_style(used / pool))
+    out.append("·" * (width - cells), style="grey50")
     return out
 
 
 def once_view(snapshot: Snapshot, kv: dict[str, Any], width: int = 120) -> list[RenderableType]:
     """What ``kvdash live --once`` prints (compact GPU columns below 110 columns)."""
     head = Text(f"{snapshot.source}  driver {snapshot.driver or 'n/a'}", style="bold")
-    out: list[RenderableType] = [head, gpu_table(snapshot, bar_width=12, compact=width < 110),
-                                 process_table(snapshot), kv_table(kv)]
+    out: list[RenderableType] = [head, gpu_table(snapshot, width=width),
+                                 process_table(snapshot, width=width), kv_table(kv)]
     if kv.get("ok") and snapshot.gpus:
         g = next((x for x in snapshot.gpus if x.index == kv.get("tight_gpu")), snapshot.gpus[0])
         if g.total_bytes:

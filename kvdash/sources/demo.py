@@ -80,6 +80,7 @@ class DemoSource:
         waiting = max(0, int((self.load - 0.8) * 400))
         engine = {
             "kind": "vllm (demo)",
+            "served_model": "meta-llama/Llama-3.1-70B-Instruct",
             "kv_usage": round(min(1.0, self.load * 1.02), 4),
             "running": running,
             "waiting": waiting,

@@ -1,13 +1,23 @@
-"""``kvdash live``: GPUs on the left, the analytical KV pool on the right, in Textual.
+"""``kvdash live``: GPUs beside the analytical KV pool, in Textual.
 
-Polling runs in a thread worker; the next poll is armed only after the previous one has been
-applied, so polls never overlap.  The app knows only the :class:`~kvdash.sources.base.Source`
-interface: NVML, the demo and a replay look the same to it.
+Two pollers, each on its own thread: the GPU source (NVML, demo, replay) on a Textual thread worker,
+and the engine's /metrics on one long-lived thread of its own.  Each starts its next poll only after
+the previous one is done, so polls of one source never overlap, and a slow or hung engine (bounded
+by ``--engine-timeout``) never delays the GPU readings.  The app knows only the
+:class:`~kvdash.sources.base.Source` interface.
+
+Two views: the overview (every GPU one line, the KV pool summary; on tall terminals the block map
+and processes too) and the details (block map, memory layout, every process, the full KV table),
+switched with ``v``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
@@ -21,9 +31,9 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import ContentSwitcher, Footer, Static
 
 from kvdash.core.dtypes import DTYPES
 from kvdash.core.model import preset_names
@@ -31,7 +41,9 @@ from kvdash.errors import InputError
 from kvdash.live.analysis import LiveConfig, analyze, block_map
 from kvdash.render.live_view import (
     block_map_text,
+    engine_usage_map,
     gpu_table,
+    kv_summary,
     kv_table,
     legend,
     memory_segments,
@@ -40,6 +52,7 @@ from kvdash.render.live_view import (
 )
 from kvdash.sources.base import Snapshot, Source
 from kvdash.sources.engine import EngineReading, from_snapshot
+from kvdash.sources.replay import ReplayLineError
 from kvdash.units import gib_text
 
 BLOCK_SIZES = (8, 16, 32, 64, 128)
@@ -79,43 +92,58 @@ HELP = """[b]kvdash live[/b]: GPU memory beside the analytical KV pool
 [b]d[/b]      next KV dtype           [b]b[/b]  next block size
 [b]l[/b] / [b]L[/b]  longer / shorter request length
 [b]z[/b]      block map scale: requests / one block per cell / whole pool
+[b]v[/b]      overview / details (block map, memory layout, every process;
+       arrows and PgUp/PgDn scroll the details)
 [b]p[/b]      pause / resume polling
 [b]s[/b]      write a snapshot (JSON and Markdown)
 [b]?[/b]      this help          [b]q[/b]  quit
 
 Block map: [green]█[/] tokens  [yellow]█[/] tail of a block  [red]▒[/] reserved, empty  · free
-Capacity ratios are capacity, not throughput."""
+Bars: [green]under 60 %[/]  [yellow]under 85 %[/]  [red]85 % and over[/]
+GPU columns: rsvd = memory the driver reserves (NVML v2), free = what
+is left, W = power draw.  Capacity ratios are capacity, not throughput.
+"blocks left at capacity": blocks after the last whole group of
+requests; "+N tokens per request" is them shared out over the requests."""
 
 
 class LiveApp(App[None]):
     TITLE = "kvdash live"
     CSS = """
     Screen { layout: vertical; }
-    #body { height: 1fr; }
-    #left, #right { width: 1fr; height: 1fr; padding: 0 1; }
-    #left { border-right: tall $panel-lighten-2; }
-    .panel-title { text-style: bold; color: $accent; }
-    LiveApp.narrow #body { layout: vertical; }
-    LiveApp.narrow #left { border-right: none; border-bottom: tall $panel-lighten-2; }
+    #top { height: 1; background: $panel; }
+    #views { height: 1fr; }
+    #overview { height: 1fr; }
+    #ov-left, #ov-right { height: 1fr; padding: 0 1; }
+    #ov-left { width: 1fr; }
+    #ov-right { width: 1fr; display: none; border-left: tall $panel-lighten-2; }
+    #gpus, #kv, #stack, #usage, #map, #procs { height: auto; }
+    #procs-box { height: 1fr; }
+    LiveApp.wide #ov-right { display: block; }
+    LiveApp.wide #kv, LiveApp.wide #stack, LiveApp.wide #map, LiveApp.wide #usage { display: none; }
+    LiveApp.short #stack, LiveApp.short #map, LiveApp.short #usage { display: none; }
+    #details { height: 1fr; padding: 0 1; }
+    #status { height: auto; max-height: 3; }
     """
     COMMANDS = App.COMMANDS | {ModelCommands}
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        Binding("v", "toggle_view", "details"),
         Binding("m", "cycle_model(1)", "model"),
         Binding("M", "cycle_model(-1)", "prev model", show=False),
         Binding("d", "cycle_dtype", "dtype"),
         Binding("b", "cycle_block", "block"),
-        Binding("l", "length(1)", "longer"),
-        Binding("L", "length(-1)", "shorter"),
-        Binding("z", "zoom", "zoom"),
+        Binding("l", "length(1)", "length"),
+        Binding("L", "length(-1)", "len-", show=False),
+        Binding("z", "zoom", "zoom", show=False),
         Binding("p", "pause", "pause"),
-        Binding("s", "snapshot", "snapshot"),
+        Binding("s", "snapshot", "snap"),
         Binding("question_mark", "help", "help"),
     ]
 
     def __init__(self, source: Source, config: LiveConfig, interval: float = 1.0,
                  engine: Callable[[], EngineReading] | None = None, snapshot_dir: Path | None = None,
-                 autopoll: bool = True, simulation: Any = None, sim_steps_per_poll: int = 25) -> None:
+                 autopoll: bool = True, simulation: Any = None, sim_steps_per_poll: int = 25,
+                 engine_url: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self.simulation = simulation  # a kvdash.simulate.visual.VisualSimulation, drawn instead of the static map
         self.sim_steps_per_poll = sim_steps_per_poll
@@ -123,52 +151,77 @@ class LiveApp(App[None]):
         self.config = config
         self.interval = interval
         self.engine_fetch = engine
+        self.engine_url = engine_url or ""
         self.snapshot_dir = snapshot_dir or Path(".")
         self.autopoll = autopoll
+        self.clock = clock  # for the age of the last good reading (tests pass their own)
         self.paused = False
         self.view = 0  # block map scale: 0 requests, 1 one block per cell, 2 whole pool
+        self.details = False
         self.snapshot: Snapshot | None = None
         self.engine: EngineReading | None = None
         self.kv: dict[str, Any] = {}
         self.history: dict[int, deque[float]] = {}
         self.message = ""
         self.polls = 0
+        self.engine_polls = 0
         self.snapshots_written = 0
+        self.gpu_error = ""
+        self.gpu_good_at: float | None = None
+        self.engine_error = ""
+        self.engine_good_at: float | None = None
         self._drawn: dict[str, Any] = {}  # what each panel shows now, to skip redrawing unchanged panels
+        self._engine_stop = threading.Event()
+        self._engine_thread = threading.Thread(target=self._engine_loop, name="kvdash-engine", daemon=True)
 
     def compose(self) -> ComposeResult:
-        yield Header()
-        with Horizontal(id="body"):
-            with VerticalScroll(id="left"):
-                yield Static("GPUs", classes="panel-title")
-                yield Static(id="gpus")
-                yield Static(id="procs")
-            with VerticalScroll(id="right"):
-                yield Static("KV pool", classes="panel-title")
-                yield Static(id="kv")
-                yield Static(id="stack")
-                yield Static(id="map")
+        yield Static(id="top")
+        with ContentSwitcher(id="views", initial="overview"):
+            with Horizontal(id="overview"):
+                with Vertical(id="ov-left"):
+                    yield Static(id="gpus")
+                    yield Static(id="kv")
+                    yield Static(id="stack")
+                    yield Static(id="usage")
+                    yield Static(id="map")
+                    with Vertical(id="procs-box"):  # takes the rows left; the list inside only its own
+                        yield Static(id="procs")
+                with VerticalScroll(id="ov-right"):
+                    yield Static(id="kv-wide")
+                    yield Static(id="stack-wide")
+                    yield Static(id="usage-wide")
+                    yield Static(id="map-wide")
+            with VerticalScroll(id="details"):
+                yield Static(id="d-usage")
+                yield Static(id="d-map")
+                yield Static(id="d-stack")
+                yield Static(id="d-kv")
+                yield Static(id="d-procs")
         yield Static(id="status")
-        yield Footer()
+        yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
-        self.sub_title = self.source.name
-        self._resized(self.size.width)
+        self._ui_loop = asyncio.get_running_loop()
+        self._resized(self.size.width, self.size.height)
         if self.autopoll:
             self.poll()
+            if self.engine_fetch is not None:
+                self._engine_thread.start()
         else:
             self.apply(*self.read_once())
         self.call_after_refresh(self.refresh_view)  # again once the panels have their real sizes
 
     def on_resize(self, event: Any) -> None:
-        self._resized(event.size.width)
+        self._resized(event.size.width, event.size.height)
         self.refresh_view()
 
-    def _resized(self, width: int) -> None:
-        self.set_class(width < 140, "narrow")
+    def _resized(self, width: int, height: int) -> None:
+        self.set_class(width >= 160, "wide")
+        self.set_class(height < 36 and width < 160, "short")
 
     # --- polling -------------------------------------------------------------------------------
     def read_once(self) -> tuple[Snapshot, EngineReading | None]:
+        """One GPU reading (and the engine's, synchronously: only without autopoll, in tests)."""
         if self.simulation is not None and not self.paused:
             for _ in range(self.sim_steps_per_poll):
                 self.simulation.step()
@@ -178,20 +231,56 @@ class LiveApp(App[None]):
 
     @work(thread=True, exclusive=True, group="poll")
     def poll(self) -> None:
+        """The GPU source only: never waits for the engine."""
         if self.paused:
             self.call_from_thread(self.rearm)
             return
         try:
-            snap, engine = self.read_once()
+            if self.simulation is not None:
+                for _ in range(self.sim_steps_per_poll):
+                    self.simulation.step()
+            snap = self.source.read()
+        except ReplayLineError as exc:
+            self.call_from_thread(self.skip_frame, str(exc))
         except Exception as exc:  # noqa: BLE001 - a failing source must not end the dashboard
-            self.call_from_thread(self.note, f"source error: {exc}")
-            self.call_from_thread(self.rearm)
-            return
-        self.call_from_thread(self.apply, snap, engine)
+            self.call_from_thread(self.gpu_failed, f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc))
+        else:
+            self.call_from_thread(self.apply, snap, None if self.engine_fetch else from_snapshot(snap.extra))
         self.call_from_thread(self.rearm)
 
     def rearm(self) -> None:
         self.set_timer(self.interval, self.poll)
+
+    def _engine_loop(self) -> None:
+        """The engine's poller: one thread for the app's life, one scrape at a time, each bounded by
+        its own total deadline (--engine-timeout); the reading is handed to the UI loop without waiting
+        for it, and the next scrape starts an interval after."""
+        loop = self._ui_loop
+        while not self._engine_stop.is_set():
+            if not self.paused and self.engine_fetch is not None:
+                try:
+                    reading = self.engine_fetch()
+                except Exception as exc:  # noqa: BLE001 - fetch never raises; belt and braces
+                    reading = EngineReading(url=self.engine_url, error=f"{type(exc).__name__}: {exc}")
+                if self._engine_stop.is_set():
+                    return
+                try:
+                    loop.call_soon_threadsafe(self.apply_engine, reading)
+                except RuntimeError:  # the app's loop has closed
+                    return
+            self._engine_stop.wait(self.interval)
+
+    def on_unmount(self) -> None:
+        self._engine_stop.set()
+
+    def skip_frame(self, text: str) -> None:
+        """A bad replay line: a notification, the frame skipped, the replay goes on."""
+        self.notify(text, title="replay: line skipped", severity="warning", timeout=6)
+        self.note(f"skipped {text}")
+
+    def gpu_failed(self, text: str) -> None:
+        self.gpu_error = text
+        self.refresh_view()
 
     def note(self, text: str) -> None:
         self.message = text
@@ -200,14 +289,38 @@ class LiveApp(App[None]):
     def apply(self, snap: Snapshot, engine: EngineReading | None) -> None:
         self.polls += 1
         self.snapshot = snap
-        self.engine = engine
+        self.gpu_error = ""
+        self.gpu_good_at = self.clock()
+        if engine is not None or self.engine_fetch is None:
+            self._engine(engine)
         for g in snap.gpus:
             if g.used_bytes is not None:
                 self.history.setdefault(g.index, deque(maxlen=HISTORY)).append(float(g.used_bytes))
         self.recompute()
 
+    def _engine(self, reading: EngineReading | None) -> None:
+        self.engine = reading
+        if reading is None:
+            return
+        if reading.error:
+            self.engine_error = reading.error
+        else:
+            self.engine_error = ""
+            self.engine_good_at = self.clock()
+
+    def apply_engine(self, reading: EngineReading) -> None:
+        """Keep the engine's reading; redraw now only when its state changed (an error came or went)
+        or no GPU poll is coming (paused, or before the first): otherwise the next GPU poll draws it,
+        so one screen update per interval serves both sources."""
+        self.engine_polls += 1
+        was = (self.engine_error, bool(self.engine and self.engine.invalid))
+        self._engine(reading)
+        if was != (self.engine_error, bool(reading.invalid)) or self.paused or self.snapshot is None:
+            self.recompute()
+
     def recompute(self) -> None:
         if self.snapshot is None:
+            self.refresh_view()
             return
         try:
             self.kv = analyze(self.snapshot, self.config, self.engine)
@@ -227,81 +340,153 @@ class LiveApp(App[None]):
         self.query_one(f"#{widget_id}", Static).update(render(), layout=layout)
 
     def refresh_view(self) -> None:
-        snap = self.snapshot
-        if snap is None or not self.is_mounted:
+        if not self.is_mounted:
             return
-        width = max(20, self.query_one("#right").size.width - 2)
-        compact = self.query_one("#left").size.width < 90
+        self._status()
+        snap = self.snapshot
+        if snap is None:
+            return
+        wide = self.has_class("wide")
+        short = self.has_class("short")
+        sizes = (self.size.width, self.size.height, wide, short, self.details)
+        left_w = max(20, (self.size.width // 2 if wide else self.size.width) - 2)
+        right_w = max(20, self.size.width - self.size.width // 2 - 4) if wide else left_w
         spark = {i: tuple(h)[-16:] for i, h in self.history.items()}
-        sizes = (self.size.width, self.size.height)
-        self._update("gpus", (snap.gpus, spark, compact), lambda: gpu_table(
-            snap, self.history, bar_width=10, spark_width=16, compact=compact),
-            shape=(len(snap.gpus), compact, sizes))
-        procs = tuple((g.index, g.processes, g.processes_note) for g in snap.gpus)
-        self._update("procs", procs, lambda: process_table(snap, limit=10),
-                     shape=(sum(max(1, len(g.processes)) for g in snap.gpus), sizes))
         kv = self.kv
         engine = kv.get("engine", {})
-        self._update("kv", repr(kv), lambda: kv_table(kv),
-                     shape=(kv.get("ok"), tuple(kv.get("notes", ())), engine.get("status"), engine.get("explain"),
-                            kv.get("model"), tuple(kv.get("lengths", ())), sizes))
+        kv_key = repr(kv)
+        kv_shape = (kv.get("ok"), tuple(kv.get("notes", ())), engine.get("status"), engine.get("explain"),
+                    kv.get("model"), tuple(kv.get("lengths", ())), sizes)
         g = next((x for x in snap.gpus if x.index == kv.get("tight_gpu")), None) if kv.get("ok") else None
+        if self.details:
+            self._draw_map("d-map", self.size.width - 4, rows=8, usage="d-usage")
+            self._draw_stack("d-stack", g, self.size.width - 4)
+            self._update("d-kv", (kv_key, sizes), lambda: kv_table(kv), shape=kv_shape)
+            procs = tuple((x.index, x.processes, x.processes_note) for x in snap.gpus)
+            self._update("d-procs", (procs, sizes), lambda: process_table(snap, limit=10_000,
+                                                                          width=self.size.width - 4))
+            return
+        self._update("gpus", (snap.gpus, spark, sizes), lambda: gpu_table(snap, self.history, width=left_w),
+                     shape=(len(snap.gpus), sizes))
+        if wide:
+            self._update("kv", None, lambda: "")
+            self._update("stack", None, lambda: "")
+            self._update("map", None, lambda: "")
+            self._update("usage", None, lambda: "")
+            self._update("kv-wide", (kv_key, sizes), lambda: kv_table(kv), shape=kv_shape)
+            self._draw_stack("stack-wide", g, right_w)
+            self._draw_map("map-wide", right_w, rows=max(3, min(10, (self.size.height - 40) // 2)), usage="usage-wide")
+        else:
+            self._update("kv", (kv_key, sizes), lambda: kv_summary(kv), shape=kv_shape)
+            if not short:
+                self._draw_stack("stack", g, left_w)
+                self._draw_map("map", left_w, rows=3, usage="usage")
+        procs_rows = max(2, self.query_one("#procs-box").size.height)
+        procs = tuple((x.index, x.processes, x.processes_note) for x in snap.gpus)
+        self._update("procs", (procs, procs_rows, sizes), lambda: process_table(snap, limit=procs_rows - 1,
+                                                                                width=left_w),
+                     shape=(procs_rows, min(procs_rows, 1 + sum(max(1, len(x.processes)) for x in snap.gpus)),
+                            sizes))
+
+    def _draw_stack(self, widget: str, g: Any, width: int) -> None:
+        kv = self.kv
         if g and g.total_bytes:
             seg = memory_segments(g, kv)
-            self._update("stack", (tuple(seg), width), lambda: Group(
+            key = legend(seg, g.total_bytes)
+            self._update(widget, (tuple(seg), width), lambda: Group(
                 Text(f"GPU {g.index} memory, engine layout (analytical):", style="bold"),
-                stacked_bar(seg, g.total_bytes or 0, width), legend(seg, g.total_bytes)))
+                stacked_bar(seg, g.total_bytes or 0, width), key),
+                shape=(width, [len(line) // max(1, width) for line in key.plain.splitlines()]))
         else:
-            self._update("stack", None, lambda: "")
+            self._update(widget, None, lambda: "")
+
+    def _draw_map(self, widget: str, width: int, rows: int, usage: str) -> None:
+        kv = self.kv
+        eng = kv.get("engine") or {}
+        self._update(usage, (eng.get("used_blocks"), eng.get("engine_blocks"), kv.get("pool_blocks"), width),
+                     lambda: (engine_usage_map(kv, width) if kv.get("ok") else None) or "",
+                     shape=("used_blocks" in eng, width))
         if self.simulation is not None:
             sim = self.simulation
             cells = sim.cells()
-            self._update("map", (tuple(cells), width), lambda: Group(
-                Text(f"Block map, {sim.status()} (one cell per block of {sim.B} slots):", style="bold"),
+            self._update(widget, (tuple(cells), width), lambda: Group(
+                Text(f"Block map of a simulation ({sim.status()}; its own {sim.blocks}-block pool of {sim.B} "
+                     f"slots per block, not this GPU's; b and z do not change it):", style="bold"),
                 block_map_text(cells, width),
                 Text.from_markup("[green]█[/] tokens  [yellow]█[/] block tail / never-used reservation  "
                                  "[red]▒[/] reserved for coming tokens  [magenta]x[/] free but no hole fits  · free"),
             ), shape=(len(cells), width))
-        elif kv.get("ok"):
-            rows = 3 if self.size.height < 30 else 5
-            cells = width * rows
-            pool, bs = int(kv["pool_blocks"]), int(kv["block_size"])
-            lengths = tuple(kv["lengths"])
-            per_cell: int | None
-            if self.view == 0:  # one contiguous reservation of the group per row
-                per_cell = max(1, -(-int(kv["max_reserved"]) * len(lengths) // width))
-                scope = f"start of the pool, {per_cell:,} token slots per cell"
-            elif self.view == 1:
-                per_cell = bs
-                scope = "start of the pool, 1 block per cell"
-            else:
-                per_cell = None
-                scope = f"whole pool, {pool * bs / cells:,.0f} token slots per cell"
-            key = (pool, bs, lengths, kv["max_reserved"], cells, width, per_cell, kv["paged_requests"],
-                   kv["contiguous_requests"])
-            if self._drawn.get("map") == key:
-                return self._status(snap)
-            self._drawn["map"] = key
-            paged = block_map(pool, bs, lengths, kv["max_reserved"], cells, False, per_cell)
-            contiguous = block_map(pool, bs, lengths, kv["max_reserved"], cells, True, per_cell)
-            self.query_one("#map", Static).update(Group(
-                Text(f"Block map ({scope}); paged, {kv['paged_requests']:,} requests fit:", style="bold"),
-                block_map_text(paged, width),
-                Text(f"Same memory, contiguous reservation of {kv['max_reserved']:,} "
-                     f"({kv['contiguous_requests']:,} requests):", style="bold"),
-                block_map_text(contiguous, width),
-                Text.from_markup("[green]█[/] tokens  [yellow]█[/] block tail  [red]▒[/] reserved, empty  · free"),
-            ))
+            return
+        if not kv.get("ok"):
+            self._update(widget, None, lambda: "")
+            return
+        cells = width * rows
+        pool, bs = int(kv["pool_blocks"]), int(kv["block_size"])
+        lengths = tuple(kv["lengths"])
+        per_cell: int | None
+        if self.view == 0:  # one contiguous reservation of the group per row
+            per_cell = max(1, -(-int(kv["max_reserved"]) * len(lengths) // width))
+            scope = f"start of the pool, {per_cell:,} token slots per cell"
+        elif self.view == 1:
+            per_cell = bs
+            scope = "start of the pool, 1 block per cell"
         else:
-            self._update("map", None, lambda: "")
-        self._status(snap)
+            per_cell = None
+            scope = f"whole pool, {pool * bs / cells:,.0f} token slots per cell"
+        key = (pool, bs, lengths, kv["max_reserved"], cells, width, per_cell, kv["paged_requests"],
+               kv["contiguous_requests"])
+        if self._drawn.get(widget) == key:
+            return
+        self._drawn[widget] = key
+        paged = block_map(pool, bs, lengths, kv["max_reserved"], cells, False, per_cell)
+        contiguous = block_map(pool, bs, lengths, kv["max_reserved"], cells, True, per_cell)
+        parts: list[Any] = [
+            Text(f"Analytical block map ({scope}; z: scale); paged, {kv['paged_requests']:,} requests fit:",
+                 style="bold"),
+            block_map_text(paged, width),
+            Text(f"Same memory, contiguous reservation of {kv['max_reserved']:,} "
+                 f"({kv['contiguous_requests']:,} requests):", style="bold"),
+            block_map_text(contiguous, width),
+            Text.from_markup("[green]█[/] tokens  [yellow]█[/] block tail  [red]▒[/] reserved, empty  · free"),
+        ]
+        self.query_one(f"#{widget}", Static).update(Group(*parts))
 
-    def _status(self, snap: Snapshot) -> None:
+    def _age(self, since: float | None) -> str:
+        if since is None:
+            return "no good reading yet"
+        return f"last good reading {self.clock() - since:.0f} s ago"
+
+    def _status(self) -> None:
+        snap = self.snapshot
         state = "paused" if self.paused else f"every {self.interval:g} s"
-        err = f"  {snap.error}" if snap.error else ""
-        self.query_one("#status", Static).update(
-            Text(f" {snap.source} | {state} | length {', '.join(map(str, self.config.lengths))} | "
-                 f"{self.message}{err}", style="dim"))
+        top = Text(f" kvdash live | {self.source.name} | {state}", style="bold")
+        if self.engine_fetch is not None:
+            top.append(f" | engine {self.engine_url}")
+        top.append("  (v: details)" if not self.details else "  (v: overview; arrows scroll)", style="dim")
+        if self._drawn.get("top") != top.plain:
+            self._drawn["top"] = top.plain
+            self.query_one("#top", Static).update(top, layout=False)
+        out = Text()
+        if self.gpu_error:
+            out.append(f" GPU ({self.source.name}): {self.gpu_error}; {self._age(self.gpu_good_at)}\n",
+                       style="bold red")
+        if snap is not None and snap.error:
+            out.append(f" GPU ({self.source.name}): {snap.error}\n", style="yellow")
+        if self.engine_error:
+            url = self.engine.url if self.engine else self.engine_url
+            out.append(f" engine {url}: {self.engine_error}; {self._age(self.engine_good_at)}\n", style="bold red")
+        bad = self.engine.invalid if self.engine else {}
+        if bad and not self.engine_error:
+            out.append(" engine figures n/a: " + "; ".join(f"{k} {v}" for k, v in bad.items()) + "\n",
+                       style="yellow")
+        if self.message:
+            out.append(f" {self.message}", style="dim")
+        out.rstrip()
+        if not out.plain.strip():
+            out = Text(" ok", style="dim")
+        if self._drawn.get("status") != (out.plain, tuple(out.spans)):  # changes with states, not every poll
+            self.query_one("#status", Static).update(out)
+            self._drawn["status"] = (out.plain, tuple(out.spans))
 
     # --- actions -------------------------------------------------------------------------------
     def set_model(self, name: str) -> None:
@@ -337,6 +522,8 @@ class LiveApp(App[None]):
         self._configure(replace(self.config, kv_dtype=nxt), f"kv dtype {nxt}")
 
     def action_cycle_block(self) -> None:
+        if self.simulation is not None:
+            self.note("b changes kvdash's pool; the simulation keeps its own block size")
         cur = self.config.block_size
         nxt = BLOCK_SIZES[(BLOCK_SIZES.index(cur) + 1) % len(BLOCK_SIZES)] if cur in BLOCK_SIZES else 16
         self._configure(replace(self.config, block_size=nxt), f"block size {nxt}")
@@ -351,7 +538,19 @@ class LiveApp(App[None]):
         self._configure(replace(self.config, lengths=(nxt,), max_reserved=max(self.config.max_reserved, nxt)),
                         f"length {nxt}")
 
+    def action_toggle_view(self) -> None:
+        self.details = not self.details
+        self.query_one("#views", ContentSwitcher).current = "details" if self.details else "overview"
+        if self.details:
+            self.query_one("#details").focus()  # arrows, PgUp/PgDn scroll it straight away
+        self._drawn.clear()
+        self.refresh_view()
+        self.call_after_refresh(self.refresh_view)
+
     def action_zoom(self) -> None:
+        if self.simulation is not None:
+            self.note("z: the simulation's map is always one cell per block")
+            return
         self.view = (self.view + 1) % 3
         self.note(("block map: requests", "block map: one block per cell", "block map: whole pool")[self.view])
 
@@ -366,20 +565,51 @@ class LiveApp(App[None]):
         if self.snapshot is None:
             return
         self.snapshots_written += 1
-        stem = self.snapshot_dir / f"kvdash-snapshot-{int(self.snapshot.time)}-{self.snapshots_written}"
-        paths = write_snapshot(stem, self.snapshot, self.kv)
+        try:
+            paths = write_snapshot(self.snapshot_dir, self.snapshot, self.kv, self.settings(), self.snapshots_written)
+        except OSError as exc:
+            self.notify(f"{self.snapshot_dir}: {exc.strerror or exc}", title="snapshot not written",
+                        severity="error", timeout=8)
+            self.note(f"snapshot not written: {exc.strerror or exc}")
+            return
         self.note("wrote " + ", ".join(p.name for p in paths))
 
+    def settings(self) -> dict[str, Any]:
+        c = self.config
+        return {"model": c.model if c.arch is None else c.arch.name, "kv_dtype": c.kv_dtype,
+                "block_size": c.block_size, "tp": c.tp, "gpu_util": c.gpu_util, "reserve_bytes": c.reserve,
+                "weights_bytes": c.weights, "budget_mode": c.budget_mode, "budget_bytes": c.budget,
+                "lengths": list(c.lengths), "max_reserved": c.max_reserved, "interval_s": self.interval,
+                "engine": self.engine_url or None, "source": self.source.name}
 
-def write_snapshot(stem: Path, snap: Snapshot, kv: dict[str, Any]) -> list[Path]:
-    """The live readings and the calculator's figures, as JSON and as Markdown."""
-    data = {"snapshot": snap.to_json(), "kv_pool": kv}
-    json_path = stem.with_suffix(".json")
-    json_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+def _exclusive_write(path: Path, text: str) -> None:
+    """Write ``text`` to a new file atomically: a temporary file linked to ``path`` only if no file
+    has that name yet (FileExistsError otherwise)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_snapshot(folder: Path, snap: Snapshot, kv: dict[str, Any], settings: dict[str, Any] | None = None,
+                   count: int = 1) -> list[Path]:
+    """The live readings and the calculator's figures, as JSON and as Markdown, under a name no
+    other snapshot has (``kvdash-snapshot-<UTC time of the reading>-<n>``, n counting up past any
+    file already there)."""
+    settings = settings or {}
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(snap.time))
+    data = {"snapshot": snap.to_json(), "kv_pool": kv, "settings": settings}
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(snap.time))
     from kvdash.report.markdown import md  # names come from a replay file or an engine: escape them
 
-    lines = [f"# kvdash live snapshot ({md(snap.source, 200)})", "", "| GPU | name | used GiB | total GiB | util |",
-             "|---:|---|---:|---:|---:|"]
+    lines = [f"# kvdash live snapshot, {when}", "",
+             f"Source: {md(snap.source, 200)}; driver {md(snap.driver or 'n/a', 80)}.", "",
+             "## Settings", "", "| setting | value |", "|---|---|"]
+    lines += [f"| {md(k)} | {md(v if v is not None else 'n/a', 200)} |" for k, v in settings.items()]
+    lines += ["", "## GPUs", "", "| GPU | name | used GiB | total GiB | util |", "|---:|---|---:|---:|---:|"]
     for g in snap.gpus:
         lines.append(f"| {g.index} | {md(g.name, 120)} | "
                      f"{gib_text(g.used_bytes)} | {gib_text(g.total_bytes)} | "
@@ -392,6 +622,41 @@ def write_snapshot(stem: Path, snap: Snapshot, kv: dict[str, Any]) -> list[Path]
                   f"| pool blocks | {kv['pool_blocks']:,} |", f"| token slots | {kv['token_slots']:,} |",
                   f"| paged requests of {md(kv['lengths'], 120)} | {kv['paged_requests']:,} |",
                   f"| contiguous requests (reserve {kv['max_reserved']:,}) | {kv['contiguous_requests']:,} |"]
-    md_path = stem.with_suffix(".md")
-    md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return [json_path, md_path]
+    for note in kv.get("notes", []):
+        lines += ["", f"Note: {md(note)}"]
+    eng = kv.get("engine")
+    if eng:
+        r = eng["reading"]
+        lines += ["", f"## Engine: {md(eng['status'], 200)}", ""]
+        if not r.get("error"):
+            def na(key: str) -> str:
+                v = r.get(key)
+                why = r.get("invalid", {}).get(key)
+                return (f"n/a ({why})" if why else "n/a") if v is None else f"{v:,}" if isinstance(v, int) else str(v)
+
+            lines += ["| figure | value |", "|---|---:|"]
+            lines += [f"| {k} | {md(na(k), 120)} |" for k in ("kv_usage", "running", "waiting", "preemptions",
+                                                     "prefix_hit_rate", "num_gpu_blocks", "block_size",
+                                                     "total_tokens", "used_tokens")]
+            if eng.get("served_model"):
+                lines.append(f"| served model | {md(eng['served_model'], 120)} |")
+            if "engine_tokens" in eng:
+                lines.append(f"| engine pool vs kvdash (tokens) | {eng['engine_tokens']:,} vs {eng['kvdash_tokens']:,} "
+                             f"({eng['difference_tokens']:+,}) |")
+            for key in ("model_note", "explain"):
+                if eng.get(key):
+                    lines += ["", md(eng[key])]
+    text = "\n".join(lines) + "\n"
+    js = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    n = count
+    while True:
+        stem = folder / f"kvdash-snapshot-{stamp}-{n}"
+        try:
+            _exclusive_write(stem.with_suffix(".json"), js)
+        except FileExistsError:
+            n += 1
+            continue
+        md_path = stem.with_suffix(".md")
+        md_path.unlink(missing_ok=True)  # an orphan of an earlier failed write: the JSON name is ours now
+        _exclusive_write(md_path, text)
+        return [stem.with_suffix(".json"), md_path]

@@ -65,8 +65,8 @@ class FleetApp(LiveApp):
         yield Static(id="status")
         yield Footer()
 
-    def _resized(self, width: int) -> None:
-        return None
+    def _resized(self, width: int, height: int) -> None:
+        return None  # one layout at every size: a line per host
 
     def on_mount(self) -> None:
         super().on_mount()

@@ -1,0 +1,521 @@
+"""kvdash live against engines and recordings that misbehave (issue 11): each case the issue lists
+is a named regression test.  The engine fixture is a real loopback HTTP server (tests/engine_server.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvdash.cli import main
+from kvdash.live.analysis import LiveConfig, analyze
+from kvdash.render.live_view import memory_segments
+from kvdash.sources.base import GPUReading, ProcessReading, Snapshot, SourceUnavailable
+from kvdash.sources.demo import DemoSource
+from kvdash.sources.engine import (
+    MAX_BYTES,
+    EngineReading,
+    _Checker,
+    fetch,
+    parse_prometheus,
+    reading_from_samples,
+)
+from kvdash.sources.replay import ReplayLineError, ReplaySource
+from tests.engine_server import FaultServer
+
+DATA = Path(__file__).parent / "data"
+GiB = 2**30
+
+
+def run(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+# --- item 1: validated engine figures, one total deadline per scrape ---------------------------------
+
+class TestEngineValues:
+    def test_nan_in_metrics_is_na_with_reason_not_a_crash(self):
+        """Regression: NaN in kv_cache_usage_perc and num_requests_running raised 'cannot convert float
+        NaN to integer' and threw the GPU poll away.  Now those two fields are n/a with the reason and
+        every other figure stands (waiting 3, pool 90,513 x 16)."""
+        with FaultServer("nan") as srv:
+            r = fetch(srv.url, timeout=5)
+        assert "" == r.error
+        assert (None, None) == (r.kv_usage, r.running)
+        assert "nan is not a finite number" == r.invalid["kv_usage"] == r.invalid["running"]
+        assert (3, 90_513 * 16) == (r.waiting, r.total_tokens)
+
+    @pytest.mark.parametrize("mode,field", [("inf", "running"), ("neg-inf", "waiting")])
+    def test_infinities_are_na(self, mode, field):
+        with FaultServer(mode) as srv:
+            r = fetch(srv.url, timeout=5)
+        assert getattr(r, field) is None and "inf is not a finite number" in r.invalid[field]
+
+    def test_usage_above_one_is_na_not_170_percent(self):
+        """Regression: usage 1.7 was shown as 170.0 % without comment.  vLLM's kv_cache_usage_perc is a
+        fraction 0-1 ("1 means 100 percent usage", its HELP text), so 1.7 is not a reading."""
+        with FaultServer("usage-1.7") as srv:
+            r = fetch(srv.url, timeout=5)
+        assert r.kv_usage is None and "1.7 is outside 0 to 1" == r.invalid["kv_usage"]
+        assert r.used_tokens is None and 12 == r.running
+
+    def test_500_names_the_status(self):
+        with FaultServer("500") as srv:
+            r = fetch(srv.url, timeout=5)
+        assert "HTTP 500 from the engine" == r.error
+
+    def test_garbage_is_not_prometheus(self):
+        with FaultServer("garbage") as srv:
+            r = fetch(srv.url, timeout=5)
+        assert r.error.startswith("not Prometheus metrics")
+
+    def test_body_size_cap_kept(self):
+        """A page over 4 MiB (MAX_BYTES) is refused, not parsed."""
+        assert 4 * 2**20 == MAX_BYTES
+        with FaultServer("big") as srv:
+            r = fetch(srv.url, timeout=10)
+        assert "larger than 4 MiB" in r.error
+
+    @pytest.mark.parametrize("mode", ["drip", "hang"])
+    def test_total_deadline_for_slow_and_hung_endpoints(self, mode):
+        """Regression: the timeout applied per socket read, so 20 bytes every 0.4 s never timed out.
+        Now connect + read + parse share one deadline: 0.5 s here, returned by 1.5 s at the latest."""
+        with FaultServer(mode) as srv:
+            t = time.perf_counter()
+            r = fetch(srv.url, timeout=0.5)
+            took = time.perf_counter() - t
+        assert r.error.startswith("timed out: no complete answer within 0.5 s")
+        assert 0.45 <= took < 1.5
+
+    def test_parser_is_prometheus_clients(self):
+        """Escaped label values and exponents are read as the reference parser reads them."""
+        samples = parse_prometheus('vllm:num_requests_running{model_name="a\\"b"} 1.2e1\n')
+        assert [("vllm:num_requests_running", {"model_name": 'a"b'}, 12.0)] == \
+            [(s.name, s.labels, s.value) for s in samples]
+        with pytest.raises(ValueError):
+            parse_prometheus("vllm:x{oops 1\n")
+
+    @given(st.floats(allow_nan=True, allow_infinity=True))
+    def test_checked_fraction_is_finite_and_in_range(self, x):
+        """Property: whatever float a page holds, a kept fraction is finite and in 0-1, else n/a with a reason."""
+        c = _Checker()
+        v = c.fraction("f", x)
+        assert (v is not None and math.isfinite(v) and 0 <= v <= 1) or (v is None and "f" in c.invalid)
+
+    @given(st.floats(allow_nan=True, allow_infinity=True))
+    def test_checked_count_is_a_whole_number(self, x):
+        c = _Checker()
+        v = c.count("n", x)
+        assert (isinstance(v, int) and 0 <= v <= 2**53) or (v is None and "n" in c.invalid)
+
+
+# --- item 5: engine-aware analysis -------------------------------------------------------------------
+
+SGLANG_DP2 = """# TYPE sglang:max_total_num_tokens gauge
+sglang:max_total_num_tokens{model_name="meta-llama/Llama-3.1-8B-Instruct",dp_rank="0"} 1294320.0
+sglang:max_total_num_tokens{model_name="meta-llama/Llama-3.1-8B-Instruct",dp_rank="1"} 1294320.0
+sglang:num_used_tokens{model_name="meta-llama/Llama-3.1-8B-Instruct",dp_rank="0"} 647160.0
+sglang:num_used_tokens{model_name="meta-llama/Llama-3.1-8B-Instruct",dp_rank="1"} 129432.0
+sglang:token_usage{model_name="meta-llama/Llama-3.1-8B-Instruct",dp_rank="0"} 0.5
+sglang:token_usage{model_name="meta-llama/Llama-3.1-8B-Instruct",dp_rank="1"} 0.1
+sglang:num_running_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct",dp_rank="0"} 30.0
+sglang:num_running_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct",dp_rank="1"} 6.0
+sglang:num_queue_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct",dp_rank="0"} 2.0
+sglang:num_queue_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct",dp_rank="1"} 0.0
+sglang:num_retracted_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct",dp_rank="0"} 3.0
+sglang:num_retracted_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct",dp_rank="1"} 1.0
+"""
+
+
+def h200s(n: int = 8, used: int = 0) -> Snapshot:
+    return Snapshot(0, "t", tuple(GPUReading(i, "H200", total_bytes=143_771 * 2**20, used_bytes=used)
+                                  for i in range(n)))
+
+
+class TestEngineAware:
+    def test_sglang_data_parallel_ranks_not_summed(self):
+        """Regression: two DP ranks of 1,294,320 tokens were summed to 2,588,640 ("engine's pool is
+        larger +2,588,640").  Each rank is its own pool: the pool is 1,294,320, listed per rank;
+        retractions (3 + 1) read as preemptions; running 30 + 6, waiting 2 + 0."""
+        r = reading_from_samples("x", parse_prometheus(SGLANG_DP2))
+        assert 1_294_320 == r.total_tokens and 2 == len(r.ranks)
+        assert [1_294_320, 1_294_320] == [k.total_tokens for k in r.ranks]
+        assert (4, 36, 2) == (r.preemptions, r.running, r.waiting)
+        kv = analyze(h200s(1), LiveConfig(model="llama-3.1-8b", tp=1, lengths=(1024,), max_reserved=4096), r)
+        assert 1_294_320 == kv["engine"]["engine_tokens"]
+        assert ["0", "1"] == [d["rank"] for d in kv["engine"]["dp_ranks"]]
+
+    def test_served_model_differs_said_plainly(self):
+        """Regression: after m switched model the gap was still blamed on activations and CUDA graphs.
+        The engine serves Llama-3.1-70B-Instruct; kvdash analysing Llama-3.1-8B says so and offers no reserve."""
+        eng = reading_from_samples("x", parse_prometheus((DATA / "vllm_v1.prom").read_text()))
+        assert "meta-llama/Llama-3.1-70B-Instruct" == eng.served_model
+        same = analyze(h200s(), LiveConfig(model="llama-3.1-70b"), eng)["engine"]
+        other = analyze(h200s(), LiveConfig(model="llama-3.1-8b", tp=8), eng)["engine"]
+        assert same["model_differs"] is False and "model_note" not in same
+        assert other["model_differs"] is True
+        assert "the engine serves meta-llama/Llama-3.1-70B-Instruct, kvdash analyses Llama-3.1-8B" in \
+            other["model_note"]
+        assert "reconciling_reserve_bytes" not in other and "activation" not in other["explain"]
+
+    def test_gap_becomes_the_reconciling_reserve(self):
+        """The demo engine keeps 4.5 GiB per rank of runtime reserve (activation peak + CUDA graphs);
+        kvdash with --reserve 0 finds a larger pool.  The suggested --reserve is reserve + budget -
+        engine_blocks x block_bytes; feeding it back gives exactly the engine's pool (172,725 blocks
+        x 16 = 2,763,600 tokens)."""
+        demo = DemoSource(seed=7)
+        snap = demo.read()
+        eng = analyze(snap, LiveConfig(), __import__("kvdash.sources.engine", fromlist=["x"]).from_snapshot(
+            snap.extra))["engine"]
+        reserve = eng["reconciling_reserve_bytes"]
+        assert 2_763_600 == eng["engine_tokens"] == demo.num_gpu_blocks * 16
+        kv2 = analyze(snap, LiveConfig(reserve=reserve))
+        assert 2_763_600 == kv2["token_slots"]
+        # the demo's own reserve is 4.5 GiB; weights differ by the preset's estimate, so the figure is near it
+        assert abs(reserve - (4 * GiB + 512 * 2**20)) < GiB
+
+    def test_engine_usage_as_used_blocks(self):
+        """Used blocks = usage x the engine's pool: 0.4213 x 90,513 blocks: used_tokens = int(0.4213 x 1,448,208)
+        = int(610,130.03) = 610,130 tokens -> ceil(610,130 / 16) = 38,134 blocks."""
+        eng = reading_from_samples("x", parse_prometheus((DATA / "vllm_v1.prom").read_text()))
+        kv = analyze(h200s(), LiveConfig(), eng)
+        assert 610_130 == eng.used_tokens
+        assert (38_134, 90_513) == (kv["engine"]["used_blocks"], kv["engine"]["engine_blocks"])
+
+    def test_failing_engine_memory_not_other_processes(self):
+        """Regression: an engine answering 500 made the bar count its ~126 GiB as "other processes"
+        and raised an OOM alarm.  Its process is still the engine: others are the 3 GiB side job."""
+        g = GPUReading(0, "H200", total_bytes=143_771 * 2**20, used_bytes=130 * GiB,
+                       processes=(ProcessReading(1, "vllm", 126 * GiB), ProcessReading(2, "side", 3 * GiB)))
+        kv = analyze(Snapshot(0, "t", (g,)), LiveConfig(model="llama-3.1-8b", tp=1, lengths=(1024,),
+                                                        max_reserved=4096),
+                     EngineReading(url="http://x/metrics", error="HTTP 500 from the engine"))
+        others = dict((label, size) for label, size, _ in memory_segments(g, kv))["other processes"]
+        assert 4 * GiB == others  # 130 GiB used - 126 GiB engine
+
+    def test_budget_mode_engine_with_failing_engine(self, capsys):
+        """Regression: said "give --engine URL" (it was given) and exited 0.  Now names the engine and
+        its error, exit 1 with --once."""
+        with FaultServer("500") as srv:
+            code, out, err = run(["live", "--demo", "--once", "--engine", srv.url, "--budget-mode", "engine"], capsys)
+        assert 1 == code
+        assert f"the engine at {srv.url} failed (HTTP 500 from the engine)" in err
+        assert "give --engine" not in err + out
+
+
+# --- item 6: the dashboard keeps its GPU readings while the engine misbehaves -----------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("mode", ["hang", "drip", "nan", "500", "garbage", "inf"])
+async def test_gpu_readings_advance_while_engine_misbehaves(mode):
+    """Regression: a drip-slow endpoint froze the GPU panel for 40+ s; a hung one halved the refresh.
+    GPU polls every 0.1 s while the engine hangs or drips under a 1 s deadline: in 1.5 s the GPU
+    readings advance at least 4 times (demo time moves 1 s per poll; with the engine read inside the
+    GPU poll a hang allowed at most 2), and the engine error names its URL.  Then the server is fixed
+    and the error clears."""
+    from kvdash.tui.app import LiveApp
+
+    clock = Clock()
+    with FaultServer(mode) as srv:
+        app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=0.1,
+                      engine=lambda: fetch(srv.url, timeout=1.0), engine_url=srv.url, clock=clock)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(0.3)
+            first = app.snapshot.time
+            polls = app.polls
+            await pilot.pause(1.5)
+            assert app.polls - polls >= 4 and app.snapshot.time - first >= 4
+            for _ in range(30):  # the engine's first answer (its deadline is 1 s)
+                if app.engine_polls:
+                    break
+                await pilot.pause(0.1)
+            if mode in ("nan", "inf"):
+                assert "" == app.engine_error and app.engine.invalid  # figures n/a, not the reading
+            else:
+                assert app.engine_error and app.engine_good_at is None
+                status = str(app.query_one("#status").render())
+                assert f"engine {srv.url}:" in status and "no good reading yet" in status
+            srv.mode = "good"
+            srv.stopped.set()  # release a hung or dripping handler
+            for _ in range(40):
+                if app.engine is not None and not app.engine.error and not app.engine.invalid:
+                    break
+                await pilot.pause(0.1)
+            assert "" == app.engine_error and app.engine.kv_usage == pytest.approx(0.4213)
+            assert "engine" not in str(app.query_one("#status").render()).split("|")[0]
+
+
+async def test_engine_error_carries_age_of_last_good_reading():
+    """The error row says how old the last good reading is, from the app's clock: good at t=1000,
+    the engine fails, the clock reads 1042 -> "last good reading 42 s ago"."""
+    from kvdash.tui.app import LiveApp
+
+    clock = Clock()
+    app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=3600, autopoll=False, clock=clock,
+                  engine_url="http://127.0.0.1:9/metrics")
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.engine_fetch = lambda: None  # an engine is configured
+        app.apply_engine(reading_from_samples("http://127.0.0.1:9/metrics",
+                                              parse_prometheus((DATA / "vllm_v1.prom").read_text())))
+        clock.t = 1042.0
+        app.apply_engine(EngineReading(url="http://127.0.0.1:9/metrics", error="HTTP 500 from the engine"))
+        await pilot.pause()
+        status = app.query_one("#status").render()
+        assert "engine http://127.0.0.1:9/metrics: HTTP 500 from the engine; last good reading 42 s ago" in str(status)
+        assert any("red" in str(span.style) for span in status.spans)
+
+
+@pytest.mark.parametrize("mode", ["hang", "drip"])
+def test_once_returns_within_the_deadline(mode, capsys):
+    """--once with --engine-timeout 0.5 against a hung or dripping engine: done in under 3 s (the
+    demo, the deadline and start-up), the engine row names the timeout."""
+    with FaultServer(mode) as srv:
+        t = time.perf_counter()
+        code, out, _ = run(["live", "--demo", "--once", "--engine", srv.url, "--engine-timeout", "0.5"], capsys)
+        took = time.perf_counter() - t
+    assert 0 == code and took < 3.0
+    assert "timed out: no complete answer within 0.5 s" in " ".join(out.split())
+
+
+def test_engine_timeout_option_checked(capsys):
+    code, _, err = run(["live", "--demo", "--once", "--engine-timeout", "0"], capsys)
+    assert 2 == code and "--engine-timeout" in err and 1 == len(err.strip().splitlines())
+
+
+def test_gpu_source_error_names_the_source_and_clears():
+    """Regression: an engine fault read "source error: ..." blaming the GPU source.  Now a GPU fault
+    names the GPU source, with the age of its last good reading, and clears on the next good poll."""
+    import asyncio
+
+    from kvdash.tui.app import LiveApp
+
+    async def go():
+        clock = Clock()
+        app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=3600, autopoll=False, clock=clock)
+        async with app.run_test(size=(120, 40)) as pilot:
+            clock.t = 1005.0
+            app.gpu_failed("NVML: GPU is lost")
+            await pilot.pause()
+            text = str(app.query_one("#status").render())
+            assert "GPU (demo (seed 7)): NVML: GPU is lost; last good reading 5 s ago" in text
+            app.apply(app.source.read(), None)
+            await pilot.pause()
+            assert "GPU (" not in str(app.query_one("#status").render())
+
+    asyncio.run(go())
+
+
+# --- item 3: replays and snapshots ---------------------------------------------------------------------
+
+GOOD_LINE = DemoSource(seed=7).read().dumps()
+
+
+def bad_record(kind: str) -> str:
+    rec = json.loads(GOOD_LINE)
+    if kind == "list":
+        return "[1,2,3]"
+    if kind == "number":
+        return "42"
+    if kind == "used-lots":
+        rec["gpus"][0]["used_bytes"] = "lots"
+    if kind == "name-number":
+        rec["gpus"][1]["name"] = 12345
+    if kind == "usage-high":
+        rec["extra"]["engine"]["kv_usage"] = "high"
+    if kind == "negative":
+        rec["gpus"][2]["total_bytes"] = -10
+    return json.dumps(rec)
+
+
+@pytest.mark.parametrize("kind,where", [
+    ("list", "line 2, line: [1, 2, 3] is not allowed; expected an object"),
+    ("number", "line 2, line: 42 is not allowed; expected an object"),
+    ("used-lots", "line 2, gpus[0].used_bytes: 'lots' is not allowed; expected a whole number"),
+    ("name-number", "line 2, gpus[1].name: 12345 is not allowed; expected a string"),
+    ("usage-high", "line 2, extra.engine.kv_usage: 'high' is not allowed; expected a finite number from 0 to 1"),
+    ("negative", "line 2, gpus[2].total_bytes: -10 is not allowed; expected a whole number from 0"),
+])
+def test_replay_wrong_types_exit_2_naming_line_field_value(kind, where, tmp_path, capsys):
+    """Regression: valid JSON of the wrong shape gave a traceback with --once (and negative sizes
+    blamed --gpu-memory, never passed).  Now: one line, the line number, field and value, exit 2."""
+    path = tmp_path / "rec.jsonl"
+    path.write_text("\n" + bad_record(kind) + "\n" + GOOD_LINE + "\n")
+    code, out, err = run(["live", "--replay", str(path), "--once"], capsys)
+    assert 2 == code and 1 == len(err.strip().splitlines()) and "Traceback" not in err
+    assert where in err and "--gpu-memory" not in err
+
+
+async def test_replay_bad_line_is_a_notification_and_a_skipped_frame(tmp_path):
+    """Interactively, a bad line 2 is a notification, frame 2 is skipped, and line 3 plays."""
+    from kvdash.tui.app import LiveApp
+
+    path = tmp_path / "rec.jsonl"
+    demo = DemoSource(seed=7)
+    lines = [demo.read().dumps(), bad_record("used-lots"), demo.read().dumps()]
+    path.write_text("\n".join(lines) + "\n")
+    source = ReplaySource(path)
+    app = LiveApp(source, LiveConfig(), interval=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.6)
+        assert any("line 2, gpus[0].used_bytes" in n.message for n in app._notifications)
+        assert 1_767_225_602.0 == app.snapshot.time  # line 3 (demo tick 2), line 2 skipped
+    source.close()
+
+
+def test_replay_streamed_first_frame_fast_and_memory_bounded(tmp_path):
+    """A 60 MB recording: the first frame in well under 1 s, and reading it allocates under 4 MB
+    (the file is read line by line, never whole).  benchmarks/replay_start.py measures 200 MB."""
+    path = tmp_path / "big.jsonl"
+    line = (GOOD_LINE + "\n").encode()
+    with path.open("wb") as fh:
+        fh.write(line * (60_000_000 // len(line) + 1))
+    assert path.stat().st_size >= 60_000_000
+    tracemalloc.start()
+    t = time.perf_counter()
+    source = ReplaySource(path)
+    snap = source.read()
+    took = time.perf_counter() - t
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    source.close()
+    assert 8 == len(snap.gpus) and took < 1.0 and peak < 4_000_000
+
+
+def test_replay_end_and_empty(tmp_path):
+    """At the end the last frame stays, marked with the count; a file of blank lines is one line, exit 2."""
+    path = tmp_path / "two.jsonl"
+    demo = DemoSource(seed=7)
+    path.write_text(demo.read().dumps() + "\n" + demo.read().dumps() + "\n")
+    s = ReplaySource(path)
+    snaps = [s.read() for _ in range(3)]
+    s.close()
+    assert "end, 2 snapshots" in snaps[2].source and snaps[2].time == snaps[1].time
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    source = ReplaySource(empty)
+    with pytest.raises(SourceUnavailable, match="holds no snapshot"):
+        source.read()
+    source.close()
+
+
+def test_replay_line_error_fields():
+    e = ReplayLineError(7, "gpus[0].used_bytes", "x" * 100, "expected a whole number")
+    assert str(e).startswith("line 7, gpus[0].used_bytes: 'xxxx") and "..." in str(e)
+
+
+def test_snapshot_dir_checked_at_start(tmp_path, capsys):
+    """Regression: --snapshot-dir does/not/exist then s gave a Textual traceback, exit 0.  Now one
+    line at start, exit 2 (checked before the dashboard opens)."""
+    code, _, err = run(["live", "--demo", "--snapshot-dir", str(tmp_path / "does/not/exist")], capsys)
+    assert 2 == code and 1 == len(err.strip().splitlines())
+    assert "--snapshot-dir" in err and "expected an existing folder" in err
+    afile = tmp_path / "f"
+    afile.write_text("")
+    code, _, err = run(["live", "--demo", "--snapshot-dir", str(afile)], capsys)
+    assert 2 == code and "not a file" in err
+
+
+async def test_snapshot_write_error_is_a_notification(tmp_path):
+    """The folder vanishes while the dashboard runs: s gives an error notification, no traceback."""
+    from kvdash.tui.app import LiveApp
+
+    folder = tmp_path / "snaps"
+    folder.mkdir()
+    app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=3600, autopoll=False, snapshot_dir=folder)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        folder.rmdir()
+        await pilot.press("s")
+        await pilot.pause()
+        assert any(n.title == "snapshot not written" and n.severity == "error" for n in app._notifications)
+        assert app.is_running
+
+
+async def test_snapshot_names_unique_and_markdown_complete(tmp_path):
+    """Regression: demo snapshot names collided (same demo time, counter restarted per run).  Two
+    apps on the same demo time write four distinct files; the Markdown carries the UTC time, the
+    settings and the engine figures."""
+    from kvdash.tui.app import LiveApp
+
+    for _ in range(2):
+        app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=3600, autopoll=False, snapshot_dir=tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            await pilot.press("s")
+            await pilot.pause()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert ["kvdash-snapshot-20260101T000001Z-1.json", "kvdash-snapshot-20260101T000001Z-1.md",
+            "kvdash-snapshot-20260101T000001Z-2.json", "kvdash-snapshot-20260101T000001Z-2.md"] == names
+    md = (tmp_path / "kvdash-snapshot-20260101T000001Z-2.md").read_text()
+    assert "# kvdash live snapshot, 2026-01-01 00:00:01 UTC" in md
+    assert "| model | llama-3.1-70b |" in md and "| lengths | [2048] |" in md
+    assert "## Engine: vllm (demo) at (demo engine)" in md and "| kv_usage |" in md and "| running |" in md
+    data = json.loads((tmp_path / "kvdash-snapshot-20260101T000001Z-2.json").read_text())
+    assert data["settings"]["tp"] == 8
+
+
+# --- smaller items -------------------------------------------------------------------------------------
+
+async def test_status_line_does_not_repeat_length():
+    """Regression: the status line read "length 4096 | length 4096" after l."""
+    from kvdash.tui.app import LiveApp
+
+    app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=3600, autopoll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("l")
+        await pilot.pause()
+        assert 1 == str(app.query_one("#status").render()).count("length 4096")
+
+
+def test_json_without_nvml_prints_json(capsys, monkeypatch):
+    """Regression: --json without NVML printed nothing on stdout.  Now stdout has the reason as JSON."""
+    import kvdash.sources.nvml as nvml_mod
+    from tests.test_live import fake_nvml
+
+    monkeypatch.setattr(nvml_mod, "_load", lambda: fake_nvml(init="LibraryNotFound"))
+    code, out, err = run(["live", "--json"], capsys)
+    data = json.loads(out)
+    assert 1 == code and "kvdash live --demo" in data["error"] and data["snapshot"] is None
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True)
+                    | st.text(max_size=5), lambda kids: st.lists(kids, max_size=3)
+                    | st.dictionaries(st.text(max_size=3), kids, max_size=3), max_leaves=6)
+
+
+@given(field=st.sampled_from(["index", "name", "total_bytes", "used_bytes", "utilization_percent", "temperature_c",
+                              "power_w", "processes", "lost", "memory_api"]), value=JSON)
+def test_replay_any_json_value_is_a_snapshot_or_one_named_error(field, value):
+    """Property: whatever JSON value a GPU field holds, a line is either a snapshot whose fields have
+    their types (ints are ints, not bools; sizes not negative) or a ReplayLineError naming that field,
+    never another exception."""
+    from kvdash.sources.replay import _Bad, snapshot_from_record
+
+    rec = json.loads(GOOD_LINE)
+    rec["gpus"][0][field] = value
+    try:
+        snap = snapshot_from_record(rec)
+    except _Bad as bad:
+        # a total below the recorded used bytes is named at used_bytes ("expected at most total_bytes")
+        assert bad.field.startswith(f"gpus[0].{field}") or (field, bad.field) == ("total_bytes", "gpus[0].used_bytes")
+        return
+    g = snap.gpus[0]
+    assert isinstance(g.index, int) and not isinstance(g.index, bool) and isinstance(g.name, str)
+    assert g.total_bytes is None or (type(g.total_bytes) is int and g.total_bytes >= 0)
+    assert g.power_w is None or math.isfinite(g.power_w)
