@@ -160,6 +160,23 @@ class TestLengths:
         got = Lengths("lognormal", 100, 1.0).draw(np.random.default_rng(2), 200_000).mean()
         assert abs(got - 100) < 2, "rule: lognormal mean a"
 
+    def test_lognormal_mean_other_sigma(self):
+        """The same rule at sigma 0.5, where b^2 / 2 = 0.125 differs from b^3 / 2 = 0.0625 and b / 2 = 0.25
+        (at sigma 1 they coincide): 200,000 draws of (100, 0.5) average within 1 % of 100 (sample
+        error about 0.12; a wrong mu is off by 6 % or more)."""
+        got = Lengths("lognormal", 100, 0.5).draw(np.random.default_rng(3), 200_000).mean()
+        assert abs(got - 100) < 1, "rule: lognormal mu = ln a - b^2 / 2"
+
+    def test_defaults(self):
+        """Lengths' parameters default to 0: lognormal with only its mean has sigma 0 (every draw the
+        mean, 50); uniform with only b = 3 draws 0..3 raised to 1, so 1 comes up half the time (0 and 1:
+        2 of 4 values; a default of 1 would give 1/3, of -1 3/5)."""
+        rng = np.random.default_rng(0)
+        assert {50} == set(Lengths("lognormal", 50).draw(rng, 100).tolist()), "rule: sigma defaults to 0"
+        got = Lengths("uniform", b=3).draw(np.random.default_rng(5), 20_000)
+        assert abs((got == 1).mean() - 0.5) < 0.02, "rule: a defaults to 0"
+        assert set(got.tolist()) == {1, 2, 3}
+
     def test_trace_cycles(self):
         """Trace lengths are taken in order and cycled: (5, 7, 9) for 5 requests -> 5, 7, 9, 5, 7."""
         got = Lengths("trace", values=(5, 7, 9)).draw(np.random.default_rng(0), 5).tolist()
@@ -171,12 +188,13 @@ class TestTrace:
         """A header line, a blank line and spaces around numbers are allowed: prompts (100, 20), outputs
         (50, 300)."""
         p = tmp_path / "t.csv"
-        p.write_text("prompt,output\n100,50\n\n 20 , 300 \n")
-        assert ((100, 20), (50, 300)) == read_trace(str(p)), "rule: trace lines are prompt,output"
+        p.write_text("prompt,output\n100,50\n\n 20 , 300 \n7,8,a note\n")
+        assert ((100, 20, 7), (50, 300, 8)) == read_trace(str(p)), "rule: trace lines are prompt,output[,ignored]"
 
     @pytest.mark.parametrize(("body", "where", "words"), [
         ("100,50\nx,3\n", "t.csv:2", "positive integers"),  # line numbers count from 1
         ("5\n", "t.csv:1", "positive integers"),  # one field on line 1 is not a header (it has a digit)
+        ("1,x\n", "t.csv:1", "positive integers"),  # both of the first two fields must be integers
         ("100,50\n0,5\n", "t.csv:2", "must be positive"),
         ("100,50\n5,0\n", "t.csv:2", "must be positive"),
         ("prompt,output\n", "t.csv", "no request"),
@@ -229,6 +247,33 @@ class TestDraw:
         w = Workload("l", Lengths("lognormal", 100, 1.0), Lengths("fixed", 100), requests=400)
         reqs = draw_requests(w, 3, 1000)
         assert 0 < reqs.redrawn <= 20 and int(reqs.final.max()) <= 1000, "rule: too-long lognormal draws redrawn"
+
+    def test_redraw_allowed_at_exactly_five_percent(self):
+        """Lognormal outputs, 20 requests, prompt 46 for the first and 10 for the others, max-len 50: with
+        seed 90 only the first is too long (46 + 7 = 53): 1 of 20 = 5 % is not more than 5 %, so it is
+        drawn again: 46 + 6 = 52 (too long), then 46 + 4 = 50 = max-len, kept (only longer is redrawn)."""
+        w = Workload("l", Lengths("trace", values=(46,) + (10,) * 19), Lengths("lognormal", 3, 0.6), requests=20)
+        reqs = draw_requests(w, 90, 50)
+        assert 1 == reqs.redrawn and 0 == reqs.clipped, "rule: up to 5 % of lognormal draws are drawn again"
+        assert 50 == reqs.final[0], "rule: a redrawn request of exactly max-len is kept"
+        assert int(reqs.final.max()) <= 50
+
+    def test_nothing_redrawn_or_clipped(self):
+        """Requests that fit are neither redrawn nor clipped (both counts 0), with or without --clip."""
+        for clip in (False, True):
+            w = Workload("f", Lengths("fixed", 3), Lengths("fixed", 4), requests=5, clip=clip)
+            reqs = draw_requests(w, 0, 64)
+            assert (0, 0) == (reqs.redrawn, reqs.clipped), "rule: counts of redrawn/clipped start at 0"
+        r = simulate(ANY, "paged", 16, 4, 16, requests=given([2], [3]))
+        assert (0, 0) == (r.redrawn, r.clipped)
+
+    def test_workload_defaults(self):
+        """A workload's defaults: 1,000 requests; closed loop keeps 32 in the system (prompt 1, output 1,
+        Oracle reserving 2 slots each on 64 slots: 32 run every step, 1,000 = 31 x 32 + 8 take 32 steps)."""
+        w = Workload("d", Lengths("fixed", 1), Lengths("fixed", 1), arrival="closed")
+        assert 1000 == len(draw_requests(w, 0, 8).prompt), "rule: 1,000 requests by default"
+        r = simulate(w, "oracle", 64, 4, 8)
+        assert (32, 32) == (r.peak_running, r.steps), "rule: closed-loop concurrency 32 by default"
 
     def test_poisson_arrivals(self):
         """Poisson arrivals at rate r: gaps exponential with mean 1/r, arrival steps the floor of their
@@ -306,8 +351,8 @@ class TestPagedByHand:
         watermark 0.3 -> int(1.2) = 1: the same.  watermark 0.5 -> 2 blocks: 1 + 2 > 2: C waits until A
         leaves at step 1, runs at step 2 (3 steps, peak 1)."""
         reqs = given([4, 2], [6, 3])
-        assert (2, 2) == (both("paged", 16, 4, 32, reqs, watermark=0.25).peak_running,
-                          both("paged", 16, 4, 32, reqs, watermark=0.3).peak_running), "rule: watermark, need + wm <= free"
+        peaks = [both("paged", 16, 4, 32, reqs, watermark=wm).peak_running for wm in (0.25, 0.3)]
+        assert [2, 2] == peaks, "rule: watermark, admitted while need + watermark <= free"
         r = both("paged", 16, 4, 32, reqs, watermark=0.5)
         assert (1, 3) == (r.peak_running, r.steps), "rule: watermark blocks kept free"
 
@@ -336,8 +381,20 @@ class TestPagedByHand:
         blocks = 24 slots a step: tokens 22 + 24 = 46, tail 2, free 128 - 48 = 80."""
         w = Workload("p", Lengths("fixed", 10), Lengths("fixed", 2), requests=2, prefix=10)
         reqs = given([10, 10], [12, 12])
-        assert (30, 0, 2, 0, 96) == shares(both("paged-prefix", 64, 4, 32, reqs, w=w)), "rule: prefix blocks stored once"
+        shared = both("paged-prefix", 64, 4, 32, reqs, w=w)
+        assert (30, 0, 2, 0, 96) == shares(shared), "rule: prefix blocks stored once"
         assert (46, 0, 2, 0, 80) == shares(both("paged", 64, 4, 32, reqs, w=w)), "rule: plain paged stores each prefix"
+
+    def test_no_prefix_paged_prefix_is_paged(self):
+        """Without a prefix (the default 0) paged-prefix shares nothing: it equals paged exactly, for
+        B = 1 (0 // 1 = 0 prefix blocks) and B = 4."""
+        w = Workload("n", Lengths("uniform", 1, 9), Lengths("uniform", 1, 9), requests=12, rate=2.0)
+        for B in (1, 4):
+            reqs = draw_requests(w, 1, 32)
+            a = both("paged-prefix", 40, B, 32, reqs, w=w).to_json()
+            b = both("paged", 40, B, 32, reqs, w=w).to_json()
+            a.pop("policy"), b.pop("policy")
+            assert a == b, f"rule: no prefix, nothing shared (B = {B})"
 
     def test_prefix_freed_with_its_last_holder(self):
         """The prefix blocks are freed when no running request holds them: prefix 8, B = 4 (2 blocks),
