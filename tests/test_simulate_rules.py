@@ -298,6 +298,7 @@ class TestPagedByHand:
         assert (1, 1, 0) == (r.steps, r.token_steps, r.preemptions), "rule: output 1 runs one step"
         assert (9, 0, 3, 0, 4) == shares(r), "rule: output 1 holds prompt + 1 token in cdiv(9, 4) blocks"
         assert 1.0 == r.normalized_latency
+        assert (1.0, 1.0) == (r.avg_running, r.tokens_per_step), "rule: averages over busy steps (1 step, 1 running)"
 
     def test_idle_steps_not_counted(self):
         """Two requests of output 1 arriving at steps 0 and 3: steps 1 and 2 are idle, not counted: 2 busy
@@ -443,6 +444,13 @@ class TestBuddy:
         assert [0, 8192, 12288, 14336, 15360, 15616, 15680, 15712] == b.bases
         assert [k for k in range(14) if b.free_sets[k]] == [4, 5, 6, 8, 10, 11, 12, 13]
 
+    def test_odd_pool_has_a_one_slot_region(self):
+        """5 slots = 4 + 1: regions at 0 (order 2) and 4 (order 0); alloc(1) takes the 1-slot region first
+        (the smallest free block that fits), then 1 slot of the 4 region."""
+        b = Buddy(5)
+        assert ([0, 4], [2, 0]) == (b.bases, b.orders), "rule: the lowest binary digit is a region too"
+        assert (4, 1) == b.alloc(1) and (0, 1) == b.alloc(1)
+
     def test_smallest_block_lowest_address(self):
         """alloc(1) takes 1 slot from the smallest free block, the 16-slot region at 15,712 (split into
         1 + 1 + 2 + 4 + 8); alloc(16) then splits the 32-slot region at 15,680; alloc(3) takes the
@@ -515,25 +523,48 @@ class TestCheckPool:
 
     def test_paged_longest_request(self):
         """Paged: the longest request's cdiv(final, B) blocks must fit the pool's whole blocks: final 16,
-        B 8 -> 2 blocks: 16 slots (2 blocks) fit, 23 slots (2 blocks) fit, 15 slots (1 block) do not."""
-        reqs = given([4], [16])
+        B 8 -> 2 blocks: 16 slots (2 blocks) fit, 23 slots (2 blocks) fit, 15 slots (1 block) do not,
+        whatever the shorter requests (final 3: 1 block)."""
+        reqs = given([4, 2], [16, 3])
         assert check_pool("paged", reqs, 16, 8, 32, "first-fit", 0) is None
         assert check_pool("paged", reqs, 23, 8, 32, "first-fit", 0) is None
-        with pytest.raises(InputError, match="cannot hold even the longest"):
+        with pytest.raises(InputError, match=r"cannot hold even the longest request \(16 tokens\)"):
             check_pool("paged", reqs, 15, 8, 32, "first-fit", 0)
 
     def test_contiguous_largest_reservation(self):
         """First-fit: Max reservation 32 in 32 slots fits, in 31 not.  Buddy: Oracle final 17 rounds to 32,
         which fits the 32-slot region of a 48 pool but not the largest region, 16, of 31."""
-        reqs = given([4], [17])
-        assert [32] == check_pool("max", reqs, 32, 4, 32, "first-fit", 0).tolist()
+        reqs = given([4, 1], [17, 2])
+        assert [32, 32] == check_pool("max", reqs, 32, 4, 32, "first-fit", 0).tolist()
         with pytest.raises(InputError, match="one max reservation of 32"):
             check_pool("max", reqs, 31, 4, 32, "first-fit", 0)
-        assert [17] == check_pool("oracle", reqs, 48, 4, 32, "buddy", 0).tolist()
+        assert [17, 2] == check_pool("oracle", reqs, 48, 4, 32, "buddy", 0).tolist()
         with pytest.raises(InputError, match="one oracle reservation of 32"):
             check_pool("oracle", reqs, 31, 4, 32, "buddy", 0)
         assert [1] == check_pool("oracle", given([1], [1]), 1, 1, 32, "buddy", 0).tolist()
-        assert [32] == check_pool("pow2", reqs, 32, 4, 32, "first-fit", 0).tolist()
+        assert [32, 2] == check_pool("pow2", reqs, 32, 4, 32, "first-fit", 0).tolist()
+        with pytest.raises(InputError, match="one oracle reservation of 17"):
+            check_pool("oracle", reqs, 16, 4, 32, "first-fit", 0)
+
+    def test_unknown_policy_or_allocator(self):
+        """Names outside the lists are refused with the list (one line, InputError)."""
+        with pytest.raises(InputError, match="--policies.*expected some of: max, pow2"):
+            simulate(ANY, "lru", 16, 4, 16)
+        with pytest.raises(InputError, match="--allocator.*expected one of: first-fit, buddy"):
+            simulate(ANY, "max", 16, 4, 16, "best-fit")
+
+    def test_defaults(self):
+        """simulate's defaults: seed 0, no per-step trace, first-fit, no watermark; a Result's redrawn and
+        clipped counts default to 0."""
+        w = Workload("d", Lengths("uniform", 1, 20), Lengths("uniform", 1, 20), requests=30)
+        r = simulate(w, "paged", 64, 4, 64)
+        assert r.to_json() == simulate(w, "paged", 64, 4, 64, seed=0).to_json(), "rule: seed 0 by default"
+        assert r.to_json() != simulate(w, "paged", 64, 4, 64, seed=1).to_json()
+        assert all(v == [] for v in r.trace.values()), "rule: no trace unless asked"
+        assert simulate(w, "pow2", 64, 4, 64).to_json() == simulate(w, "pow2", 64, 4, 64, "first-fit").to_json()
+        fields = {k: v for k, v in r.__dict__.items() if k not in ("redrawn", "clipped")}
+        bare = type(r)(**fields)
+        assert (0, 0) == (bare.redrawn, bare.clipped), "rule: a result's redrawn and clipped default to 0"
 
 
 # --- shares, traces, callbacks --------------------------------------------------------------------------
