@@ -282,6 +282,28 @@ class TestDraw:
         expect = np.floor(np.cumsum(np.random.default_rng(7).exponential(2.0, size=50))).astype(np.int64)
         assert expect.tolist() == draw_requests(w, 7, 64).arrival.tolist(), "rule: Poisson arrivals, mean gap 1/rate"
 
+    def test_tiny_rate_refused_not_overflowed(self):
+        """Regression (issue 17): arrival steps must be exact int64 values.  Rate 1e-30 put the first
+        arrival near 1e30 steps; numpy's cast gave -2^63 for every request.  Arrivals must stay below
+        2^53: rate 1e-15 (5 requests, last arrival about 2.3e15 < 2^53 = 9.0e15) is accepted, with the
+        steps the floor of the running sum; 1e-18 (about 2.3e18) is refused, naming --rate."""
+        ok = Workload("a", Lengths("fixed", 4), Lengths("fixed", 4), requests=5, rate=1e-15)
+        expect = np.floor(np.cumsum(np.random.default_rng(0).exponential(1 / 1e-15, size=5))).astype(np.int64)
+        got = draw_requests(ok, 0, 64).arrival
+        assert expect.tolist() == got.tolist() and int(got.min()) > 0, "rule: arrival steps exact, never negative"
+        for rate in (1e-18, 1e-30, 1e-320):
+            with pytest.raises(InputError, match=r"--rate.*past step 2\^53"):
+                draw_requests(Workload("a", Lengths("fixed", 4), Lengths("fixed", 4), requests=5, rate=rate), 0, 64)
+
+    def test_arrival_cap_boundary(self):
+        """The cap is exclusive: a last arrival at step 2^53 - 1 is accepted, at 2^53 refused (gaps given
+        directly to the helper)."""
+        from kvdash.simulate.engine import ARRIVAL_CAP, _arrival_steps
+        assert 2**53 == ARRIVAL_CAP
+        assert [2**53 - 1] == _arrival_steps(np.asarray([2.0**53 - 1]), 1.0).tolist()
+        with pytest.raises(InputError, match="--rate"):
+            _arrival_steps(np.asarray([2.0**53]), 1.0)
+
     def test_closed_arrivals_zero(self):
         w = Workload("a", Lengths("fixed", 4), Lengths("fixed", 4), requests=3, arrival="closed")
         assert [0, 0, 0] == draw_requests(w, 7, 64).arrival.tolist()
@@ -330,6 +352,25 @@ class TestPagedByHand:
         assert pytest.approx((1 + 9 / 7 + 11 / 2) / 3) == r.normalized_latency
         assert pytest.approx(15 / 11) == r.avg_running == r.tokens_per_step
         assert pytest.approx(100 * 112 / 176) == r.shares_percent["token_states"]
+
+    def test_events_only_where_a_decision_can_change(self):
+        """The event-driven simulator works out in full only the steps where something can change (an
+        admission, a finish, a preemption) and sums the quiet ones: on_step sees exactly those.
+        The A, R, W case above: 0 (two admitted), 4 (the pool runs out: preemption), 5 (A finishes),
+        6 (R readmitted), 8 (R finishes), 9 (W admitted), 10 (W finishes); steps 1-3 and 7 are quiet.
+        Two requests of prompt 4, final 20, B = 4, 6 blocks: 2 blocks each at step 0 (free 2); at step 4
+        both take their third (free 0); at step 8 both need a fourth: R is preempted (3 back) and A takes
+        one; A finishes at step 15 (length 13 after step 8, + 7); R is readmitted at 16 with cdiv(13, 4) =
+        4 blocks and finishes at 23.  Events 0, 8, 15, 16, 23 (step 4 is quiet: 2 blocks were free)."""
+        steps = []
+        simulate(ANY, "paged", 16, 4, 32, requests=given([4, 4, 4], [10, 11, 6]),
+                 on_step=lambda s: steps.append(s["step"]))
+        assert [0, 4, 5, 6, 8, 9, 10] == steps, "rule: the pool running out is found in closed form"
+        steps.clear()
+        r = simulate(ANY, "paged", 24, 4, 32, requests=given([4, 4], [20, 20]),
+                     on_step=lambda s: steps.append(s["step"]))
+        assert [0, 8, 15, 16, 23] == steps, "rule: the pool runs out when the free blocks are used up, not before"
+        assert (1, 12, 24) == (r.preemptions, r.recomputed_tokens, r.steps)
 
     def test_admission_needs_prompt_plus_steps_token(self):
         """Prompt 4 (one full block), final 6, B = 4, 2 blocks: the first takes cdiv(4 + 1, 4) = 2, so the
