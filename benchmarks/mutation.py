@@ -127,8 +127,19 @@ def _in_annotation_or_main(tree: ast.AST) -> set[int]:
     return out
 
 
+# The target files as they were when the run started: every mutant is made from (and every copy restored
+# to) this text, so that editing the working tree during a long run cannot shift the mutants' sites.
+SNAPSHOT: dict[str, str] = {}
+
+
+def source(path: str) -> str:
+    if path not in SNAPSHOT:
+        SNAPSHOT[path] = (REPO / path).read_text()
+    return SNAPSHOT[path]
+
+
 def enumerate_mutants(path: str) -> list[Mutant]:
-    tree = ast.parse((REPO / path).read_text())
+    tree = ast.parse(source(path))
     ignore = _in_annotation_or_main(tree)
     out = []
     for i, (node, kind, new) in enumerate(s for s in _sites(tree) if id(s[0]) not in ignore):
@@ -148,7 +159,7 @@ def enumerate_mutants(path: str) -> list[Mutant]:
 
 
 def mutated_source(m: Mutant) -> str:
-    tree = ast.parse((REPO / m.path).read_text())
+    tree = ast.parse(source(m.path))
     ignore = _in_annotation_or_main(tree)
     sites = [s for s in _sites(tree) if id(s[0]) not in ignore]
     node, kind, new = sites[m.index]
@@ -184,6 +195,8 @@ def make_copy(root: Path) -> Path:
         if (REPO / name).exists():
             shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copy(REPO / "pyproject.toml", dest / "pyproject.toml")
+    for path, text in SNAPSHOT.items():  # the targets as enumerated, even if edited since
+        (dest / path).write_text(text)
     return dest
 
 
@@ -255,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                     (copy / m.path).write_text(mutated_source(m))
                     outcome, _ = run_tests(copy, tests, m.path, timeout)
                 finally:
-                    shutil.copy(REPO / m.path, copy / m.path)
+                    (copy / m.path).write_text(source(m.path))
                     free.append(copy)
                 return m, outcome
 
@@ -267,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             n_eq = len(ms) - len(todo)
             score = 100 * killed / len(todo) if todo else 100.0
             lines.append(f"| `{f}` | {len(ms)} | {n_eq} | {killed} | {len(todo) - killed} | {score:.1f} % |")
-            src = (REPO / f).read_text().splitlines()
+            src = source(f).splitlines()
             survivors += [f"- `{m.key}`: `{src[m.line - 1].strip()}`" for m in todo if results[m] == "survived"]
         lines += ["", "## Surviving mutants", ""] + (survivors or ["none"])
         lines += ["", "## Equivalent mutants (excluded)", ""]
