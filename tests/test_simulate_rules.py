@@ -269,10 +269,11 @@ class TestDraw:
 
     def test_workload_defaults(self):
         """A workload's defaults: 1,000 requests; closed loop keeps 32 in the system (prompt 1, output 1,
-        Oracle reserving 2 slots each on 64 slots: 32 run every step, 1,000 = 31 x 32 + 8 take 32 steps)."""
+        Oracle reserving 2 slots each on 128 slots, room for 64: 32 run every step, 1,000 = 31 x 32 + 8
+        take 32 steps)."""
         w = Workload("d", Lengths("fixed", 1), Lengths("fixed", 1), arrival="closed")
         assert 1000 == len(draw_requests(w, 0, 8).prompt), "rule: 1,000 requests by default"
-        r = simulate(w, "oracle", 64, 4, 8)
+        r = simulate(w, "oracle", 128, 4, 8)
         assert (32, 32) == (r.peak_running, r.steps), "rule: closed-loop concurrency 32 by default"
 
     def test_poisson_arrivals(self):
@@ -371,6 +372,24 @@ class TestPagedByHand:
                      on_step=lambda s: steps.append(s["step"]))
         assert [0, 8, 15, 16, 23] == steps, "rule: the pool runs out when the free blocks are used up, not before"
         assert (1, 12, 24) == (r.preemptions, r.recomputed_tokens, r.steps)
+
+    def test_closed_loop_events(self):
+        """Closed loop, concurrency 2: a request enters only when one leaves, so the loop wakes for a new
+        one only then.  Paged, B = 4, 32 blocks, 3 requests of prompt 2, final 5 (1 block each): 0 (two
+        enter and are admitted), 2 (both finish), 3 (the third enters, admitted), 5 (it finishes).
+        Then a pool of 3 blocks, 3 requests of prompt 4, final 10 (2 blocks at admission, a 3rd at the
+        step whose token is the 9th): 0 (two enter, one admitted: 2 + 2 > 3), 5 (it finishes), 6 (the
+        second admitted, the third enters and waits), 11, 12, 17.  Nothing happens in between: two
+        requests are in the system, so none may enter."""
+        w = Workload("c", Lengths("fixed", 2), Lengths("fixed", 3), requests=3, arrival="closed", concurrency=2)
+        steps = []
+        simulate(w, "paged", 128, 4, 16, on_step=lambda s: steps.append(s["step"]))
+        assert [0, 2, 3, 5] == steps, "rule: closed loop, a request enters when one leaves"
+        w = Workload("c", Lengths("fixed", 4), Lengths("fixed", 6), requests=3, arrival="closed", concurrency=2)
+        steps.clear()
+        r = simulate(w, "paged", 12, 4, 16, on_step=lambda s: steps.append(s["step"]))
+        assert [0, 5, 6, 11, 12, 17] == steps, "rule: closed loop, a waiting request counts in the concurrency"
+        assert (18, 0, 1) == (r.steps, r.preemptions, r.peak_running)
 
     def test_admission_needs_prompt_plus_steps_token(self):
         """Prompt 4 (one full block), final 6, B = 4, 2 blocks: the first takes cdiv(4 + 1, 4) = 2, so the
@@ -637,6 +656,44 @@ def test_fast_equals_reference(case):
     r = both(policy, capacity, B, max_len, reqs, w=w, allocator=allocator, watermark=wm)
     assert sum(r.slot_steps.values()) == r.steps * capacity, "rule: the five shares sum to the pool"
     assert r.token_steps == int(reqs.output.sum()), "rule: progress is never lost nor generated twice"
+
+
+def _wide_case(seed):
+    """A wider generator than ``_random_case``: block size 1 (a block every step), short maximum lengths,
+    tight pools.  Some of its seeds reach rare branches of the event loop (see ``HUNTED``)."""
+    rnd = random.Random(seed)
+    B = rnd.choice([1, 2, 4, 8])
+    max_len = rnd.choice([16, 32, 64])
+    n = rnd.randint(1, 25)
+    policy = rnd.choice(POLICIES)
+    allocator = rnd.choice(ALLOCATORS)
+    kinds = [Lengths("fixed", rnd.randint(1, max_len // 2)), Lengths("uniform", 1, rnd.randint(2, max_len // 2)),
+             Lengths("lognormal", rnd.uniform(2, max_len / 3), rnd.uniform(0.2, 1.0))]
+    w = Workload("r", rnd.choice(kinds), rnd.choice(kinds), requests=n, rate=rnd.uniform(0.1, 5),
+                 arrival=rnd.choice(["closed", "poisson"]), concurrency=rnd.randint(1, 10),
+                 prefix=rnd.choice([0, rnd.randint(1, max_len // 2)]), clip=True)
+    cap = rnd.randint(max_len, 3 * max_len)
+    return w, policy, allocator, cap, B, max_len, rnd.choice([0.0, 0.1]), rnd.randint(0, 99)
+
+
+# Seeds of _wide_case on which a wrong event-loop rule shows, found by the mutation run (benchmarks/mutation.py):
+# 5: the pool's exhaustion step must be the earlier of it and the next finish (min, not max);
+# 14: the bound "c blocks per B steps over the quiet steps" must count e - 1 - t steps (not one fewer);
+# 37: the exhaustion check must run when the next event is two steps ahead.
+HUNTED = [5, 14, 37]
+
+
+@pytest.mark.parametrize("seed", HUNTED)
+def test_hunted_cases(seed):
+    """On these cases the event-driven simulator equals the reference, and its per-step trace (one row
+    per busy step) sums to the same shares."""
+    w, policy, allocator, capacity, B, max_len, wm, s = _wide_case(seed)
+    reqs = draw_requests(w, s, max_len)
+    r = both(policy, capacity, B, max_len, reqs, w=w, allocator=allocator, watermark=wm)
+    tr = simulate(w, policy, capacity, B, max_len, allocator, requests=reqs, watermark=wm, trace_every=1).trace
+    assert len(tr["step"]) == r.steps and sum(tr["running"]) == r.token_steps, "rule: one trace row a busy step"
+    for k in SHARES:
+        assert sum(tr[k]) * capacity / 100 == pytest.approx(r.slot_steps[k], abs=1e-6), f"rule: trace {k} per step"
 
 
 def test_cases_preempt():
