@@ -363,10 +363,13 @@ class TestPagedByHand:
         both take their third (free 0); at step 8 both need a fourth: R is preempted (3 back) and A takes
         one; A finishes at step 15 (length 13 after step 8, + 7); R is readmitted at 16 with cdiv(13, 4) =
         4 blocks and finishes at 23.  Events 0, 8, 15, 16, 23 (step 4 is quiet: 2 blocks were free)."""
-        steps = []
-        simulate(ANY, "paged", 16, 4, 32, requests=given([4, 4, 4], [10, 11, 6]),
-                 on_step=lambda s: steps.append(s["step"]))
+        states = []
+        simulate(ANY, "paged", 16, 4, 32, requests=given([4, 4, 4], [10, 11, 6]), on_step=states.append)
+        steps = [s["step"] for s in states]
         assert [0, 4, 5, 6, 8, 9, 10] == steps, "rule: the pool running out is found in closed form"
+        # the state shown at each event (the live map's input): lengths after the step, finals, free blocks
+        got = [(s["lengths"], s["finals"], s["free_blocks"]) for s in states[:3]]
+        assert [([5, 5], [10, 11], 0), ([9], [10], 1), ([10], [10], 1)] == got, "rule: on_step state at an event"
         steps.clear()
         r = simulate(ANY, "paged", 24, 4, 32, requests=given([4, 4], [20, 20]),
                      on_step=lambda s: steps.append(s["step"]))
