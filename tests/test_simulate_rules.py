@@ -376,6 +376,23 @@ class TestPagedByHand:
         assert [0, 8, 15, 16, 23] == steps, "rule: the pool runs out when the free blocks are used up, not before"
         assert (1, 12, 24) == (r.preemptions, r.recomputed_tokens, r.steps)
 
+    def test_no_wake_when_the_head_still_cannot_fit(self):
+        """After a finish the loop wakes at the next step only if the queue's head then fits: its blocks
+        plus the watermark within the free blocks less those the running requests take at that step.
+        B = 4, 6 blocks, watermark 0.2 -> int(1.2) = 1 block.  X: prompt 4, final 20; Y: prompt 4, final 8;
+        H: prompt 12, final 14 (cdiv(13, 4) = 4 blocks); T: prompt 1, final 2 (1 block); all at step 0.
+        0: X takes 2 (alone: no watermark), Y 2 + 1 <= 4 (free 2), H 4 + 1 > 2 blocks the queue (T too).
+        3: Y finishes (free 4); at step 4 X takes its 3rd block (its 9th token), so H would need
+          4 + 1 <= 4 - 1: no; no wake at 4 (not for T behind it, not without the watermark, not without
+          X's block).
+        15: X finishes (it took blocks at 4, 8, 12; free 1 + 5 = 6); H fits (nothing runs: no watermark).
+        16: H admitted (4, free 2), T 1 + 1 <= 2 admitted, T finishes.  17: H finishes (18 steps)."""
+        states = []
+        r = simulate(ANY, "paged", 24, 4, 32, requests=given([4, 4, 12, 1], [20, 8, 14, 2]), watermark=0.2,
+                     on_step=states.append)
+        assert [0, 3, 15, 16, 17] == [s["step"] for s in states], "rule: wake only when the head fits"
+        assert (18, 2) == (r.steps, r.peak_running)
+
     def test_closed_loop_events(self):
         """Closed loop, concurrency 2: a request enters only when one leaves, so the loop wakes for a new
         one only then.  Paged, B = 4, 32 blocks, 3 requests of prompt 2, final 5 (1 block each): 0 (two
@@ -761,6 +778,9 @@ def test_closed_loop_keeps_concurrency():
         r = both(policy, 20, 4, 8, draw_requests(w, 0, 8), w=w)
         assert (6, 2, 0.0) == (r.steps, r.peak_running, r.avg_queue_delay_steps), f"rule: closed loop ({policy})"
         assert 1.0 == r.normalized_latency
+        # the trace starts at step 0: two requests of 3 tokens (prompt 2 + this step's) = 6 of 20 slots = 30 %
+        tr = simulate(w, policy, 20, 4, 8, trace_every=1).trace
+        assert [0, 1, 2, 3, 4, 5] == tr["step"] and 30.0 == tr["token_states"][0], "rule: a closed loop starts at step 0"
 
 
 # --- capacity.py ------------------------------------------------------------------------------------------
