@@ -780,7 +780,7 @@ def test_closed_loop_keeps_concurrency():
         assert 1.0 == r.normalized_latency
         # the trace starts at step 0: two requests of 3 tokens (prompt 2 + this step's) = 6 of 20 slots = 30 %
         tr = simulate(w, policy, 20, 4, 8, trace_every=1).trace
-        assert [0, 1, 2, 3, 4, 5] == tr["step"] and 30.0 == tr["token_states"][0], "rule: a closed loop starts at step 0"
+        assert [0, 1, 2, 3, 4, 5] == tr["step"] and 30.0 == tr["token_states"][0], "rule: closed loop from step 0"
 
 
 # --- capacity.py ------------------------------------------------------------------------------------------
