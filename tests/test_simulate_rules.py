@@ -508,6 +508,23 @@ class TestContiguousByHand:
         assert (127, 73, 0, 80, 80) == shares(r), "rule: free slots while the head waits are external fragmentation"
         assert pytest.approx(10 / 2) == r.avg_queue_delay_steps
 
+    def test_intervals_and_their_state(self):
+        """Contiguous runs are summed over intervals that end where something changes: a finish, or the
+        step before an arrival that can be admitted at once; on_step sees each interval's last step.
+        Oracle, 20 slots: A prompt 2, final 12 (finishes at 0 + 12 - 2 - 1 = 9) and C prompt 2, final 6
+        at step 0: one interval [0, 3] (C finishes at 3; A holds 2 + 4 = 6 tokens then), then [4, 9].
+        With C arriving at step 5 instead: [0, 4] (the step before C's arrival), [5, 8] (C finishes at
+        5 + 3 = 8; A holds 2 + 9 = 11), [9, 9]."""
+        states = []
+        simulate(ANY, "oracle", 20, 4, 32, requests=given([2, 2], [12, 6]), on_step=states.append)
+        got = [(s["steps"], sorted(s["running"])) for s in states]
+        assert [(4, [(6, 6, 6), (12, 12, 6)]), (6, [(12, 12, 12)])] == got, "rule: (reserved, final, tokens)"
+        states.clear()
+        simulate(ANY, "oracle", 20, 4, 32, requests=given([2, 2], [12, 6], [0, 5]), on_step=states.append)
+        got = [(s["steps"], sorted(s["running"])) for s in states]
+        assert [(5, [(12, 12, 7)]), (4, [(6, 6, 6), (12, 12, 11)]), (1, [(12, 12, 12)])] == got, \
+            "rule: an interval ends the step before an arrival that fits"
+
     def test_buddy_rounds_reservations(self):
         """Oracle under buddy reserves next_pow2(final): final 9 -> 16, 7 slots of rounding (internal)."""
         r = both("oracle", 32, 4, 32, given([8], [9]), allocator="buddy")
