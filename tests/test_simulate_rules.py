@@ -657,6 +657,9 @@ class TestCheckPool:
         r = simulate(w, "paged", 64, 4, 64)
         assert r.to_json() == simulate(w, "paged", 64, 4, 64, seed=0).to_json(), "rule: seed 0 by default"
         assert r.to_json() != simulate(w, "paged", 64, 4, 64, seed=1).to_json()
+        ref = simulate_reference(w, "paged", 64, 4, 64).to_json()
+        assert ref == simulate_reference(w, "paged", 64, 4, 64, seed=0).to_json(), "rule: the reference's seed is 0"
+        assert ref != simulate_reference(w, "paged", 64, 4, 64, seed=1).to_json()
         assert all(v == [] for v in r.trace.values()), "rule: no trace unless asked"
         assert simulate(w, "pow2", 64, 4, 64).to_json() == simulate(w, "pow2", 64, 4, 64, "first-fit").to_json()
         fields = {k: v for k, v in r.__dict__.items() if k not in ("redrawn", "clipped")}
