@@ -304,6 +304,8 @@ class TestDraw:
         assert [2**53 - 1] == _arrival_steps(np.asarray([2.0**53 - 1]), 1.0).tolist()
         with pytest.raises(InputError, match="--rate"):
             _arrival_steps(np.asarray([2.0**53]), 1.0)
+        with pytest.raises(InputError, match="--rate"):  # the last arrival counts, not the first
+            _arrival_steps(np.asarray([1.0, 2.0**53]), 1.0)
 
     def test_closed_arrivals_zero(self):
         w = Workload("a", Lengths("fixed", 4), Lengths("fixed", 4), requests=3, arrival="closed")
