@@ -381,6 +381,13 @@ class TestCommand:
                              else ["simulate", *args], capsys)
         assert 2 == code and field in err and 1 == len(err.strip().splitlines()) and "Traceback" not in err
 
+    def test_issue_17_tiny_rate_refused(self, capsys):
+        """Regression (issue 17, found from the mutant of the event loop's 2^62 "never" step): --rate 1e-30
+        put the arrivals at 1e30 steps, past int64: numpy cast them to -2^63, every request "arrived"
+        together and the run exited 0 with a RuntimeWarning and nonsense latencies.  Now one line, exit 2."""
+        code, out, err = run(["simulate", "--rate", "1e-30", "--requests", "5"], capsys)
+        assert 2 == code and "--rate" in err and "2^53" in err and 1 == len(err.strip().splitlines())
+
     def test_issue_13_same_requests_with_prefix(self, capsys):
         """The issue's case: paged (20,000 token-steps) and paged-prefix (was 100) now run the same requests:
         100 requests x 200 output tokens each = 20,000 for both."""

@@ -201,7 +201,7 @@ def draw_requests(workload: Workload, seed: int, max_len: int) -> Requests:
         else:  # pragma: no cover - at most 5 % too long: 1000 rounds leave none
             raise InputError("--max-len", max_len, "the lengths drawn do not fit")
     if workload.arrival == "poisson":
-        arrivals = np.floor(np.cumsum(rng.exponential(1 / workload.rate, size=n))).astype(np.int64)
+        arrivals = _arrival_steps(rng.exponential(1 / workload.rate, size=n), workload.rate)  # issue 17
     else:
         arrivals = np.zeros(n, dtype=np.int64)
     return Requests(prompt.astype(np.int64), (prompt + output).astype(np.int64), arrivals, redrawn, clipped)
@@ -847,3 +847,19 @@ def simulate_reference(workload: Workload, policy: str, capacity_slots: int, blo
     reqs = Requests(reqs.prompt, reqs.final, np.asarray(arrival, dtype=np.int64), reqs.redrawn, reqs.clipped)
     return _result(policy, "blocks" if paged else allocator, reqs, sums, steps, running_sum, peak, preemptions,
                    recomputed, waited, finish, {})
+
+
+# --- arrival steps (kept at the end of the file: line numbers above are keys of benchmarks/mutation_equivalent.txt)
+
+ARRIVAL_CAP = 2**53  # arrival steps stay exact integers (and far below the event loop's 2^62 "never")
+
+
+def _arrival_steps(gaps: np.ndarray, rate: float) -> np.ndarray:
+    """Poisson arrival steps: the floor of the running sum of the exponential gaps.  A rate so small that
+    the last arrival lies at step 2^53 or later is refused (it used to overflow int64 silently: every
+    request arrived at step -2^63, issue 17)."""
+    times = np.floor(np.cumsum(gaps))
+    if not times[-1] < ARRIVAL_CAP:
+        raise InputError("--rate", rate, f"{len(gaps):,} requests at this rate arrive past step 2^53; "
+                         "expected a larger rate (requests per step)")
+    return times.astype(np.int64)
