@@ -245,16 +245,22 @@ def engine_rows(eng: dict[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
+def _kv_problems(kv: dict[str, Any]) -> Text:
+    """Why there is no KV pool to show: the analysis' notes, and a failing engine's status."""
+    out = Text()
+    for note in kv.get("notes", []):
+        out.append(note + "\n", style="yellow")
+    eng = kv.get("engine")
+    if eng and eng["reading"].get("error"):
+        out.append(eng["status"] + "\n", style="red")
+    return out
+
+
 def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
     """The KV panel: one "figure .... value" line each (plain styled text)."""
-    out = Text()
     if not kv.get("ok"):
-        for note in kv.get("notes", []):
-            out.append(note + "\n", style="yellow")
-        eng = kv.get("engine")
-        if eng and eng["reading"].get("error"):
-            out.append(eng["status"] + "\n", style="red")
-        return out
+        return _kv_problems(kv)
+    out = Text()
     lengths = ", ".join(f"{n:,}" for n in kv["lengths"])
     rows: list[tuple[str, str, str]] = [
         ("model", f"{kv['model']} | {kv['kv_dtype']} | block {kv['block_size']} | TP {kv['tp']}", ""),
@@ -290,14 +296,9 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
 def kv_summary(kv: dict[str, Any]) -> Text:
     """The KV pool in a few lines, for small terminals: the pool, requests that fit paged and
     contiguous, and the engine's usage; the full table is in the details view."""
-    out = Text()
     if not kv.get("ok"):
-        for note in kv.get("notes", []):
-            out.append(note + "\n", style="yellow")
-        eng = kv.get("engine")
-        if eng and eng["reading"].get("error"):
-            out.append(eng["status"] + "\n", style="red")
-        return out
+        return _kv_problems(kv)
+    out = Text()
     lengths = ", ".join(f"{n:,}" for n in kv["lengths"])
     out.append("KV pool ", style="bold")
     out.append(f"{kv['model']} {kv['kv_dtype']} B={kv['block_size']} TP {kv['tp']}: {kv['pool_blocks']:,} blocks = "
