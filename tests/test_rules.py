@@ -109,10 +109,12 @@ class TestGroups:
 
     def test_recurrent_state_counts_once_per_request_in_every_policy(self):
         """State 1,000 B a request, lengths (20, 40): paged 16,000 + 2 x 1,000 = 18,000; Max 25,600 + 2,000
-        = 27,600; Oracle (20 + 40) x 200 + 2,000 = 14,000; useful 12,000 + 2,000 = 14,000."""
+        = 27,600; Pow2 (32 + 64) x 200 + 2,000 = 21,200; Oracle (20 + 40) x 200 + 2,000 = 14,000; useful
+        12,000 + 2,000 = 14,000."""
         m = metrics(100_000, (20, 40), state_bytes=1_000)
         assert m["paged_bytes"] == 18_000
         assert m["contiguous_max_bytes"] == 27_600
+        assert m["contiguous_pow2_bytes"] == 21_200
         assert m["contiguous_oracle_bytes"] == 14_000
         assert m["useful_bytes"] == 14_000
         assert m["offload_useful_bytes"] == 40 * 200 + 1_000
