@@ -49,8 +49,8 @@ def load_entries(path: Path) -> list[dict[str, Any]]:
             entry = json.loads(line)
             int(entry["reserve_bytes"])
         except (ValueError, KeyError, TypeError):
-            raise InputError(f"{path}: line {i}", line, "a JSON object with reserve_bytes, as kvdash calibrate writes") \
-                from None
+            raise InputError(f"{path}: line {i}", line,
+                             "a JSON object with reserve_bytes, as kvdash calibrate writes") from None
         out.append(entry)
     return out
 
