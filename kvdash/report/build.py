@@ -485,6 +485,8 @@ def _dimension_values(dim: str, vals: list[Any]) -> str:
             shown.append({"budget": "12 GiB without a GPU", "max_model_len": "= max_reserved",
                           "weights": "the preset's estimate", "gpu": "none (explicit budget)",
                           "gpu_memory": "the GPU preset's"}.get(dim, "none"))
+        elif dim == "reserve" and v == "auto":
+            shown.append("auto (published activation + non-torch terms by model and TP)")
         elif dim in ("budget", "gpu_memory", "weights", "reserve"):
             shown.append(f"{v:,} B ({gib(v)})")
         else:
@@ -516,7 +518,9 @@ def reserve_text(spec: GridSpec) -> str:
     """The runtime reserve a capacity figure assumes, e.g. ``runtime reserve 0 B per rank (kvdash's default)``."""
     for factor in spec.factors:
         if "reserve" in factor:
-            vals = ", ".join(gib(v) for v in factor["reserve"])
+            vals = ", ".join("auto (published terms: activation peak + non-torch overhead by model and TP; "
+                             "CUDA graphs not estimated; see kvdash calc --reserve auto)" if v == "auto" else gib(v)
+                             for v in factor["reserve"])
             return f"runtime reserve {vals} per rank (from the grid)"
     return "runtime reserve 0 B per rank (the default; vLLM's CUDA graphs and activations need some)"
 
