@@ -21,9 +21,10 @@ Published figures (the only public measurements this module knows): llm-d-planne
 ``data/configuration/vllm_memory_constants.json`` in github.com/llm-d-incubation/llm-d-planner
 (commit 964c9dc), fitted to real vLLM **0.19.0** start-up runs on **H100-80GB** at the default
 ``max_num_batched_tokens`` 8192; its accuracy report is ``accuracy/results/v0.19.0/accuracy_report.md``
-in the same repository.  vLLM 0.19 did not yet subtract CUDA-graph memory, so no published figure
-covers that term: kvdash leaves it at 0 B and says so (``kvdash calibrate`` measures the whole reserve
-of a running engine, CUDA graphs included).
+in the same repository.  vLLM 0.19 did not yet subtract CUDA-graph memory, so the fitted terms leave it
+out; the runs' own logs estimate it at 0.49 to 1.92 GiB per rank, too model-dependent to apply as one
+figure: kvdash leaves it at 0 B and says so (``kvdash calibrate`` measures the whole reserve of a running
+engine, CUDA graphs included).
 
 Bytes: each GiB figure is converted once, ``figure x 2**30`` rounded half-up to a whole byte
 (exact decimal arithmetic, no float).
@@ -62,6 +63,10 @@ ACTIVATION_GIB: dict[str, str] = {
 FAMILY_GIB: dict[str, str] = {"dense": "2.00", "moe": "2.50"}
 # non-torch overhead by parallelism (GiB): NCCL buffers, cuBLAS workspaces, context growth
 NON_TORCH_GIB: dict[str, str] = {"tp1_pp1": "0.27", "tp1_ppN": "0.07", "tpN_pp1": "2.10", "tpN_ppN": "2.10"}
+
+# the range of "Estimated CUDA graph memory" in llm-d-planner's vLLM 0.19.0 H100-80GB start-up logs
+# (accuracy/results/v0.19.0/logs at d3121e0: Llama-3.1-8B at PP 4 0.49 GiB ... Llama-3.3-70B at TP 2 1.92 GiB)
+CUDA_GRAPH_LOGGED_GIB = ("0.49", "1.92")
 
 # config.json model_type -> the vLLM architecture class it resolves to
 ARCH_CLASS: dict[str, str] = {
@@ -124,9 +129,12 @@ def auto_reserve(model_type: str, tp: int, pp: int, max_batched_tokens: int = ME
     nt = ReserveTerm("non-torch overhead", gib_bytes(NON_TORCH_GIB[key]),
                      f"{key} {NON_TORCH_GIB[key]} GiB (NCCL, cuBLAS workspaces){context}", other_gpu)
     graphs = ReserveTerm("CUDA-graph memory", 0,
-                         "0 B: not estimated; vLLM 0.33 subtracts profile_cudagraph_memory() "
-                         "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, default since v0.21) and no published "
-                         "figure covers it; kvdash calibrate measures it with the rest", True)
+                         "0 B: not added; vLLM 0.33 subtracts profile_cudagraph_memory() "
+                         "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, default since v0.21), which the published "
+                         "terms (vLLM 0.19) leave out; vLLM 0.19 start-up logs on H100-80GB estimate it at "
+                         f"{CUDA_GRAPH_LOGGED_GIB[0]} to {CUDA_GRAPH_LOGGED_GIB[1]} GiB per rank for 2B to 70B "
+                         "models (llm-d-planner accuracy/results/v0.19.0/logs @d3121e0); "
+                         "kvdash calibrate measures it with the rest", True)
     terms = [act, nt, graphs]
     return {"bytes": sum(t.bytes for t in terms), "basis": f"published terms ({SOURCE})",
             "terms": [t.as_dict() for t in terms]}
