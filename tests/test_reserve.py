@@ -159,3 +159,17 @@ def test_sweep_report_states_reserve_basis(tmp_path):
     head = md.split("## Decision")[0]
     assert "Upper bound" in head and "2.16 GiB" in head  # 2,319,282,339 B = 2.16 GiB
     assert "auto (published activation + non-torch terms by model and TP)" in md
+
+
+def test_live_auto_and_upper_bound(calib, capsys):
+    """live --demo (Llama-3.1-70B, TP 8): auto takes 1.89 + 2.10 GiB = 4,284,229,877 B per rank; without it the
+    0 B budget is marked an upper bound with that estimate."""
+    code, out, _ = run(["live", "--demo", "--json", "--reserve", "auto"], capsys)
+    kv = json.loads(out)["kv_pool"]
+    assert 0 == code
+    assert 2_029_372_047 + 2_254_857_830 == kv["reserve_bytes"]
+    assert "published terms" in kv["reserve_basis"] and kv["auto_reserve_estimate_bytes"] is None
+    code, out, _ = run(["live", "--demo", "--json"], capsys)
+    kv0 = json.loads(out)["kv_pool"]
+    assert kv0["reserve_basis"].startswith("0 B") and 4_284_229_877 == kv0["auto_reserve_estimate_bytes"]
+    assert kv0["budget_bytes"] - kv["budget_bytes"] == 4_284_229_877
