@@ -10,8 +10,6 @@ the less-than-one-block remainder the pool could not use).  With this reserve, `
 exactly the engine's pool.
 """
 
-from __future__ import annotations
-
 import datetime
 import json
 from pathlib import Path
