@@ -8,7 +8,7 @@ def register_more(app: Any) -> None:
 
     for module, names in (("sweep", ("sweep", "diff", "claims")), ("live", ("live", "record")),
                           ("simulate", ("simulate",)),
-                          ("exporter", ("exporter",))):
+                          ("exporter", ("exporter",)), ("calibrate", ("calibrate",))):
         try:
             mod = importlib.import_module(f"kvdash.commands.{module}")
         except ModuleNotFoundError as exc:

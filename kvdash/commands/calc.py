@@ -35,7 +35,7 @@ def calc(
     gpu_util: Annotated[Optional[str], Opt(help="Fraction of memory for the engine. Default: 0.92 with --util-policy vllm (vLLM 0.33's gpu_memory_utilization), 0.9 with trtllm (free_gpu_memory_fraction).")] = None,
     util_policy: Annotated[str, Opt(help="'vllm': fraction of total memory; 'trtllm': fraction of memory free after weights.")] = "vllm",
     weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model (split over tp x pp ranks). Default: the preset's figure, the safetensors index, or an estimate counted from config.json.")] = None,
-    reserve: Annotated[str, Opt(help="Runtime reserve per rank: activations, CUDA graphs, workspace.")] = "0",
+    reserve: Annotated[str, Opt(help="Runtime reserve per rank: activations, CUDA graphs, workspace; 'auto': a kvdash calibrate entry, else published terms.")] = "0",
     block_size: Annotated[str, Opt(help="Tokens per KV block, or 'auto': vLLM 0.33's choice on Hopper (64 for MLA, else 16; hybrids raised to hold the state page).")] = "16",
     prefix_caching: Annotated[str, Opt(help="vLLM prefix caching: 'on' (vLLM 0.33's default; state layers in mamba_cache_mode 'align', 2 blocks per request per state group, 3 for gated delta net) or 'off'.")] = "on",
     used: Annotated[int, Opt(help="Tokens each request holds now (the snapshot).")] = 825,
@@ -76,8 +76,10 @@ def calc(
         util=gpu_util,
         policy=util_policy,
         weights=parse_size(weights, "--weights", allow_zero=True) if weights is not None else None,
-        reserve=parse_size(reserve, "--reserve", allow_zero=True),
     )
+    from kvdash.calibration import reserve_spec, with_reserve
+
+    spec = with_reserve(spec, reserve_spec(reserve, arch, gpu, tp, pp, max_batched_tokens))
     result = calculate(CalcInput(
         arch=arch, kv_dtype=kv_dtype, kv_scales=kv_scales, block_size=parse_block_size(block_size), budget=spec,
         prefix_caching=parse_on_off(prefix_caching, "--prefix-caching"),

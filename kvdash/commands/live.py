@@ -57,7 +57,7 @@ def live(
     tp: Annotated[int, Opt(help="Tensor-parallel degree: the first TP readable GPUs are the ranks.")] = 8,
     gpu_util: Annotated[str, Opt(help="vLLM gpu_memory_utilization for the derived budget (vLLM 0.33 itself defaults to 0.92; live keeps 0.9, the figure its fleet comparisons are worked at).")] = "0.9",
     weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model (default: the preset's estimate).")] = None,
-    reserve: Annotated[str, Opt(help="Runtime reserve per rank (activation peak, CUDA graphs).")] = "0",
+    reserve: Annotated[str, Opt(help="Runtime reserve per rank (activation peak, CUDA graphs); 'auto': a kvdash calibrate entry, else published terms.")] = "0",
     budget: Annotated[Optional[str], Opt(help="An explicit KV budget per rank (implies --budget-mode explicit).")] = None,
     budget_mode: Annotated[Optional[str], Opt(help="vllm (from each GPU's total), explicit, or engine.")] = None,
     length: Annotated[str, Opt(help="Tokens per request, or a mix such as 200,825,1525.")] = "2048",
@@ -87,10 +87,18 @@ def live(
     cfg = LiveConfig(
         model=model, arch=load_config(config) if config else None, kv_dtype=kv_dtype, block_size=block_size, tp=tp,
         gpu_util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None,
-        reserve=parse_size(reserve, "--reserve", allow_zero=True), budget_mode=mode,
+        reserve=0 if reserve.strip().lower() == "auto" else parse_size(reserve, "--reserve", allow_zero=True),
+        budget_mode=mode,
         budget=parse_size(budget, "--budget") if budget else None,
         lengths=parse_lengths(length, "--length") or (2048,), max_reserved=max_reserved,
     )
+    if reserve.strip().lower() == "auto":  # a kvdash calibrate entry, else the published terms
+        from dataclasses import replace
+
+        from kvdash.calibration import reserve_spec
+
+        got = reserve_spec(reserve, cfg.architecture(), None, tp, 1, 8192)
+        cfg = replace(cfg, reserve=got[0], reserve_basis=got[1])
     cfg.validate()
     if not 0.1 <= engine_timeout <= 60:
         raise InputError("--engine-timeout", engine_timeout, "expected 0.1 to 60 seconds")

@@ -23,6 +23,7 @@ from kvdash.core.dtypes import SCALE_BYTES, check_scale_mode, fp8_ds_mla_token_b
 from kvdash.core.gpus import GPU, get_gpu
 from kvdash.core.model import KINDS, Architecture, Layer
 from kvdash.core.point import fdiv, group_size_problem, point_metrics, shape_inputs, workload_inputs
+from kvdash.core.reserve import ReserveTerm, auto_reserve
 from kvdash.core.state import state_page_bytes
 from kvdash.errors import InputError
 from kvdash.units import GiB, parse_fraction, scale_floor
@@ -298,6 +299,8 @@ class BudgetSpec:
     policy: str = "vllm"
     weights: int | None = None
     reserve: int = 0
+    reserve_basis: str = ""  # '' = given as a size; else where --reserve auto took it from
+    reserve_terms: tuple[ReserveTerm, ...] = ()
 
 
 def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, strict: bool = True) -> dict[str, Any]:
@@ -361,6 +364,10 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, stric
         "weights_basis": weights_basis,
         "weights_per_rank_bytes": weights_rank,
         "reserve_bytes": spec.reserve,
+        "reserve_basis": spec.reserve_basis or ("given with --reserve" if spec.reserve else
+                                                "default 0 B: an upper bound (no activation peak, CUDA graphs "
+                                                "or non-torch overhead)"),
+        "reserve_terms": [t.as_dict() for t in spec.reserve_terms],
     }
 
 
@@ -814,8 +821,22 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
         lines.append(f"GPU: {budget_info['gpu']}, {budget_info['gpu_memory_bytes']:,} bytes "
                      f"({budget_info['gpu_memory_basis']}); weights {budget_info['weights_bytes']:,} bytes "
                      f"({budget_info['weights_basis']}), {budget_info['weights_per_rank_bytes']:,} per rank; "
-                     f"reserve {budget_info['reserve_bytes']:,} bytes per rank")
+                     f"reserve {budget_info['reserve_bytes']:,} bytes per rank ({budget_info['reserve_basis']})")
+        for t in budget_info["reserve_terms"]:
+            lines.append(f"reserve term: {t['name']} {t['bytes']:,} bytes"
+                         f"{' (extrapolated)' if t['extrapolated'] else ''}: {t['basis']}")
     return lines
+
+
+def upper_bound_line(inp: CalcInput, budget_info: dict[str, Any]) -> str:
+    """The first line of an output whose GPU-derived budget assumes a 0 B reserve: how much ``auto`` takes."""
+    est = auto_reserve(inp.arch.model_type, inp.tp, inp.pp, inp.max_batched_tokens, budget_info.get("gpu"))
+    budget_info["auto_reserve_estimate_bytes"] = est["bytes"]
+    budget = budget_info["per_rank_bytes"]
+    share = f", {100 * est['bytes'] / budget:.1f}% of it" if budget > 0 else ""
+    return (f"UPPER BOUND: this GPU-derived budget assumes a runtime reserve of 0 B per rank; --reserve auto "
+            f"would lower it by about {est['bytes']:,} bytes ({est['bytes'] / GiB:.2f} GiB{share}): "
+            + ", ".join(f"{t['name']} {t['bytes']:,} B" for t in est["terms"]))
 
 
 def calculate(inp: CalcInput) -> dict[str, Any]:
@@ -832,6 +853,8 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     budget = budget_info["per_rank_bytes"]
     out: dict[str, Any] = {"kvdash_version": __version__}
     out["assumptions"] = assumptions(inp, budget_info, shapes)
+    if "gpu_memory_bytes" in budget_info and not inp.budget.reserve_basis and not inp.budget.reserve:
+        out["assumptions"].insert(0, upper_bound_line(inp, budget_info))
     out["inputs"] = {
         "model": inp.arch.name,
         "kv_dtype": get_dtype(inp.kv_dtype).name,

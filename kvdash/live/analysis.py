@@ -31,6 +31,7 @@ class LiveConfig:
     gpu_util: str = "0.9"  # vLLM 0.33 defaults to 0.92; the fleet comparisons are worked at 0.9
     weights: int | None = None
     reserve: int = 0
+    reserve_basis: str = ""  # '' = given as a size; else where --reserve auto took it from
     budget_mode: str = "vllm"
     budget: int | None = None
     lengths: tuple[int, ...] = (2048,)
@@ -99,6 +100,13 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         else:
             blocks = engine.total_tokens // shape.block_size * shape.attention_groups
             ranks = [RankPool(-1, None, blocks * shape.block_bytes, blocks, f"from the engine ({engine.kind})")]
+    if cfg.budget_mode == "vllm" and ranks and not cfg.reserve and not cfg.reserve_basis:
+        from kvdash.core.reserve import auto_reserve
+
+        auto_estimate = auto_reserve(arch.model_type, cfg.tp, 1,
+                                     gpu=ranks_gpus[0].name if ranks_gpus else None)["bytes"]
+    else:
+        auto_estimate = None
     if not ranks:
         return {"ok": False, "notes": notes or ["no GPU memory readings"], "model": arch.name}
     tight = min(ranks, key=lambda r: r.pool_blocks)
@@ -137,6 +145,8 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         if paged else 0,
         "weights_per_rank_bytes": f.weights_per_rank(weights, cfg.tp),
         "reserve_bytes": cfg.reserve,
+        "auto_reserve_estimate_bytes": auto_estimate,  # what --reserve auto takes when the reserve is 0 B
+        "reserve_basis": cfg.reserve_basis or ("given with --reserve" if cfg.reserve else "0 B: an upper bound"),
         "notes": notes,
     }
     if engine is not None:

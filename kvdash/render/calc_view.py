@@ -78,6 +78,13 @@ def tables(r: dict[str, Any]) -> list[Table]:
         ("leftover (cannot form a block)", b(pool["leftover_bytes"]),
          f"{pool['leftover_tokens']:.1f} tokens of KV"),
     ]))
+    bud = r["budget"]
+    if "reserve_bytes" in bud:
+        rows = [(t["name"] + (" (extrapolated)" if t["extrapolated"] else ""), b(t["bytes"]), t["basis"])
+                for t in bud.get("reserve_terms", [])]
+        rows.append(("runtime reserve per rank", b(bud["reserve_bytes"]), bud.get("reserve_basis", "")))
+        out.append(_kv("Runtime reserve (vLLM 0.33: requested - weights - activation peak - non-torch - CUDA graphs)",
+                       rows))
     out.append(_kv("One request", [
         ("tokens held now", f"{req['used_tokens']:,} tokens", "--used"),
         ("contiguous reservation", f"{req['contiguous_slots']:,} slots", "--max-reserved (Max policy)"),

@@ -264,7 +264,11 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
     lengths = ", ".join(f"{n:,}" for n in kv["lengths"])
     rows: list[tuple[str, str, str]] = [
         ("model", f"{kv['model']} | {kv['kv_dtype']} | block {kv['block_size']} | TP {kv['tp']}", ""),
-        ("budget per rank", f"{kv['budget_bytes']:,} B ({gib(kv['budget_bytes'])} GiB, {kv['budget_mode']})", ""),
+        ("budget per rank", f"{kv['budget_bytes']:,} B ({gib(kv['budget_bytes'])} GiB, "
+                             + ("upper bound)" if kv.get("reserve_basis", "").startswith("0 B")
+                                and kv["budget_mode"] == "vllm" else f"{kv['budget_mode']})"), ""),
+        *([("upper bound: --reserve auto", f"-{gib(kv['auto_reserve_estimate_bytes'])} GiB per rank (published "
+                                           "terms)", "yellow")] if kv.get("auto_reserve_estimate_bytes") else []),
         ("KV bytes per token per rank", f"{kv['bytes_per_token']:,} B", ""),
         ("pool blocks (smallest rank)", f"{kv['pool_blocks']:,} x {kv['block_bytes']:,} B", ""),
         ("token slots", f"{kv['token_slots']:,}", ""),

@@ -485,6 +485,8 @@ def _dimension_values(dim: str, vals: list[Any]) -> str:
             shown.append({"budget": "12 GiB without a GPU", "max_model_len": "= max_reserved",
                           "weights": "the preset's estimate", "gpu": "none (explicit budget)",
                           "gpu_memory": "the GPU preset's"}.get(dim, "none"))
+        elif dim == "reserve" and v == "auto":
+            shown.append("auto (published activation + non-torch terms by model and TP)")
         elif dim in ("budget", "gpu_memory", "weights", "reserve"):
             shown.append(f"{v:,} B ({gib(v)})")
         else:
@@ -516,7 +518,9 @@ def reserve_text(spec: GridSpec) -> str:
     """The runtime reserve a capacity figure assumes, e.g. ``runtime reserve 0 B per rank (kvdash's default)``."""
     for factor in spec.factors:
         if "reserve" in factor:
-            vals = ", ".join(gib(v) for v in factor["reserve"])
+            vals = ", ".join("auto (published terms: activation peak + non-torch overhead by model and TP; "
+                             "CUDA graphs not estimated; see kvdash calc --reserve auto)" if v == "auto" else gib(v)
+                             for v in factor["reserve"])
             return f"runtime reserve {vals} per rank (from the grid)"
     return "runtime reserve 0 B per rank (the default; vLLM's CUDA graphs and activations need some)"
 
@@ -679,6 +683,32 @@ def _claims(verdicts: list[Verdict], reserve: str) -> dict[str, Any]:
     return {"rows": rows, "not_applicable": not_applicable, "not_computable": not_computable, "reserve": reserve}
 
 
+def upper_bound_text(spec: GridSpec, df: Any, has_gpu: bool) -> str:
+    """Under the title of a report whose GPU-derived budgets assume a 0 B reserve: by how much ``auto`` lowers them."""
+    from kvdash.core.reserve import auto_reserve
+
+    values = next((factor["reserve"] for factor in spec.factors if "reserve" in factor), [0])
+    if not has_gpu or 0 not in values:
+        return ""
+    rows = df.filter(df.get_column("gpu").is_not_null())
+    est, shares = [], []
+    for r in rows.select("model", "tp", "pp", "gpu", "budget_bytes").unique().iter_rows(named=True):
+        entry = spec.models.get(r["model"])
+        if entry is None:
+            continue
+        b = auto_reserve(entry.arch.model_type, int(r["tp"]), int(r["pp"]), gpu=str(r["gpu"]))["bytes"]
+        est.append(b)
+        if r["budget_bytes"]:
+            shares.append(100 * b / int(r["budget_bytes"]))
+    if not est:
+        return ""
+    span = gib(min(est)) if min(est) == max(est) else f"{gib(min(est))} to {gib(max(est))}"
+    share = (f" ({min(shares):.1f}% to {max(shares):.1f}% of the KV budget)" if shares else "")
+    return (f"Upper bound: the GPU-derived budgets assume a runtime reserve of 0 B per rank; reserve: auto would "
+            f"lower each by about {span} per rank{share}: published activation-peak and non-torch terms "
+            "(llm-d-planner's calibration, vLLM 0.19.0 on H100-80GB); CUDA-graph memory not estimated.")
+
+
 def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.csv") -> dict[str, Any]:
     df = expanded.frame
     labels = Labels(spec, df)
@@ -691,6 +721,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
     return {
         "title": spec.title,
         "description": spec.description,
+        "upper_bound": upper_bound_text(spec, df, labels.has_gpu),
         "version": __version__,
         "grid_name": spec.path.name,
         "grid_sha256": hashlib.sha256(spec.text.encode()).hexdigest(),

@@ -20,6 +20,7 @@ from kvdash.core import formulas as f
 from kvdash.core.calc import BudgetSpec, PoolShape, check_positive, rank_shapes, resolve_budget
 from kvdash.core.model import Architecture
 from kvdash.core.point import capacity_metrics, request_metrics, shape_inputs
+from kvdash.core.reserve import auto_reserve
 from kvdash.errors import InputError
 from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
 from kvdash.sweep.gridfile import DIMENSIONS, GridSpec
@@ -233,8 +234,12 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     bvals, bfits = [], []
     for key in bud_ids.get_column("_budget").to_list():
         p = keys.decode(key, BUDGET_DIMS)
+        reserve = p["reserve"]
+        if reserve == "auto":  # published terms only: a report must not depend on this machine's calibration file
+            reserve = auto_reserve(arch_of(p["model"]).model_type, p["tp"], p["pp"],
+                                   gpu=p["gpu"] or "custom")["bytes"] if (p["gpu"] or p["gpu_memory"]) else 0
         bspec = BudgetSpec(bytes=p["budget"], gpu=p["gpu"], gpu_memory=p["gpu_memory"], util=p["gpu_util"],
-                           policy=p["util_policy"], weights=p["weights"], reserve=p["reserve"])
+                           policy=p["util_policy"], weights=p["weights"], reserve=reserve)
         try:
             info = resolve_budget(bspec, arch_of(p["model"]), p["tp"], p["pp"], strict=False)
         except InputError as exc:

@@ -256,6 +256,8 @@ class Checker:
                 return key
             if dim == "gpu_util":
                 return str(parse_fraction(value, dotted(path)))
+            if dim == "reserve" and str(value).strip().lower() == "auto":
+                return "auto"  # kvdash.core.reserve's published terms, per model/GPU/TP/PP
             if dim in SIZE_DIMS:
                 return parse_size(value, dotted(path), allow_zero=dim in ("weights", "reserve"))
             if dim in INT_DIMS:

@@ -1,0 +1,175 @@
+"""``--reserve auto`` and ``kvdash calibrate``: the runtime reserve as named terms, and as measured.
+
+Published figures (llm-d-planner ``data/configuration/vllm_memory_constants.json`` at commit 964c9dc,
+github.com/llm-d-incubation/llm-d-planner; fitted to vLLM 0.19.0 on H100-80GB): activation
+LlamaForCausalLM 1.89 GiB, Qwen2ForCausalLM 2.25, Gemma3ForCausalLM 3.94, MixtralForCausalLM 1.21;
+family base dense 2.00, MoE 2.50; non-torch TP 1 0.27 GiB, TP > 1 2.10 GiB.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvdash.cli import main
+from kvdash.core.reserve import ACTIVATION_GIB, FAMILY_GIB, NON_TORCH_GIB, auto_reserve, gib_bytes
+from tests.engine_server import FaultServer
+
+GIB = 2**30
+
+
+def run(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+@pytest.fixture
+def calib(tmp_path, monkeypatch):
+    path = tmp_path / "calibration.jsonl"
+    monkeypatch.setenv("KVDASH_CALIBRATION", str(path))
+    return path
+
+
+def test_gib_figures_convert_once_half_up():
+    """figure x 2^30 rounded half-up to a byte: 1.89 -> 2,029,372,047.36 -> 2,029,372,047;
+    3.94 -> 4,230,542,786.56 -> 4,230,542,787; 2.25 -> 2,415,919,104 exactly."""
+    assert 2_029_372_047 == gib_bytes("1.89")
+    assert 4_230_542_787 == gib_bytes("3.94")
+    assert 2_415_919_104 == gib_bytes("2.25")
+    assert 289_910_292 == gib_bytes("0.27")  # 289,910,292.48
+    assert 2_254_857_830 == gib_bytes("2.10")  # 2,254,857,830.4
+
+
+def test_published_terms_reproduce_the_peers_figures():
+    """The issue's figures, per architecture and by family, land as the terms (activation + non-torch)."""
+    assert ("1.89", "2.25", "3.94", "1.21") == tuple(ACTIVATION_GIB[k] for k in (
+        "LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma3ForCausalLM", "MixtralForCausalLM"))
+    assert ("2.00", "2.50") == (FAMILY_GIB["dense"], FAMILY_GIB["moe"])
+    assert ("0.27", "2.10") == (NON_TORCH_GIB["tp1_pp1"], NON_TORCH_GIB["tpN_pp1"])
+    # Llama TP 1 on H100: 1.89 + 0.27 GiB = 2,029,372,047 + 289,910,292 = 2,319,282,339 B, nothing extrapolated
+    r = auto_reserve("llama", 1, 1, 8192, "h100-80gb")
+    assert 2_319_282_339 == r["bytes"]
+    assert [False, False, True] == [t["extrapolated"] for t in r["terms"]]  # CUDA graphs: no published figure
+    # Mixtral TP 2: 1.21 + 2.10 GiB = 1,299,227,607 + 2,254,857,830 = 3,554,085,437 B
+    assert 3_554_085_437 == auto_reserve("mixtral", 2, 1, gpu="h100-80gb")["bytes"]
+    # Gemma 3 TP 1: 3.94 + 0.27 = 4,230,542,787 + 289,910,292 = 4,520,453,079 B
+    assert 4_520_453_079 == auto_reserve("gemma3_text", 1, 1, gpu="h100-80gb")["bytes"]
+
+
+def test_family_base_is_labelled_extrapolated():
+    """An architecture without its own figure takes the family base (MoE 2.50 GiB = 2,684,354,560 B), labelled."""
+    r = auto_reserve("gpt_oss", 1, 1, gpu="h100-80gb")
+    act = r["terms"][0]
+    assert 2_684_354_560 == act["bytes"] and act["extrapolated"] and "moe family base" in act["basis"]
+    dense = auto_reserve("mistral", 1, 1, gpu="h100-80gb")["terms"][0]
+    assert 2 * GIB == dense["bytes"] and dense["extrapolated"]
+    # another GPU or another max_num_batched_tokens: the architecture's own figure, but extrapolated
+    assert auto_reserve("llama", 1, 1, gpu="a100-80gb")["terms"][0]["extrapolated"]
+    assert "applied unscaled to 16384" in auto_reserve("llama", 1, 1, 16384, "h100-80gb")["terms"][0]["basis"]
+
+
+@given(st.sampled_from(sorted(["llama", "qwen2", "mixtral", "gpt_oss", "opt", "", "deepseek_v3"])),
+       st.integers(1, 16), st.integers(1, 8))
+def test_auto_is_the_sum_of_its_terms(model_type, tp, pp):
+    """Invariant: the reserve is exactly the sum of its named terms, each a non-negative integer with a basis."""
+    r = auto_reserve(model_type, tp, pp)
+    assert r["bytes"] == sum(t["bytes"] for t in r["terms"])
+    assert all(isinstance(t["bytes"], int) and t["bytes"] >= 0 and t["basis"] for t in r["terms"])
+
+
+def test_calc_auto_without_calibration(calib, capsys):
+    """calc --reserve auto with no calibration entry: Llama-3.1-8B TP 1 takes 2,319,282,339 B, shown with basis."""
+    code, out, _ = run(["calc", "-m", "llama-3.1-8b", "--gpu", "h100-80gb", "--reserve", "auto", "--json"], capsys)
+    b = json.loads(out)["budget"]
+    assert 0 == code
+    assert 2_319_282_339 == b["reserve_bytes"]
+    assert "published terms" in b["reserve_basis"] and "vLLM 0.19.0" in b["reserve_basis"]
+    assert ["activation peak", "non-torch overhead", "CUDA-graph memory"] == [t["name"] for t in b["reserve_terms"]]
+    # the budget: floor(85,520,809,984 x 0.92) - 16,059,999,999 - 2,319,282,339
+    assert 78_679_145_185 - 16_059_999_999 - 2_319_282_339 == b["per_rank_bytes"]
+
+
+def test_calc_zero_reserve_says_upper_bound_first(calib, capsys):
+    """The default 0 B reserve: the first assumption line says upper bound and what auto would take."""
+    code, out, _ = run(["calc", "-m", "llama-3.1-8b", "--gpu", "h100-80gb", "--json"], capsys)
+    r = json.loads(out)
+    assert r["assumptions"][0].startswith("UPPER BOUND")
+    assert "2,319,282,339 bytes" in r["assumptions"][0]
+    assert 2_319_282_339 == r["budget"]["auto_reserve_estimate_bytes"]
+
+
+def test_auto_needs_a_gpu_budget(calib, capsys):
+    code, _, err = run(["calc", "--reserve", "auto"], capsys)
+    assert 2 == code and "--gpu" in err and err.count("\n") == 1
+
+
+def test_calibrate_against_loopback_metrics(calib, capsys):
+    """tests/data/vllm_v1.prom: num_gpu_blocks 90,513, block 16, util 0.9; Llama-3.1-70B at TP 8 on H100-80GB.
+
+    floor(85,520,809,984 x 0.9)       = 76,968,728,985
+    weights/rank = 141,200,000,000 / 8 = 17,650,000,000
+    pool = 90,513 x 655,360 B          = 59,318,599,680   (block: 16 x 40,960 B)
+    reserve = 76,968,728,985 - 17,650,000,000 - 59,318,599,680 = 129,305 B
+    """
+    with FaultServer("good") as server:
+        code, out, err = run(["calibrate", "--engine", server.url, "-m", "llama-3.1-70b", "--gpu", "h100-80gb",
+                              "--tp", "8", "--json"], capsys)
+    assert 0 == code, err
+    entry = json.loads(out)
+    assert 129_305 == entry["reserve_bytes"]
+    assert (76_968_728_985, 17_650_000_000, 59_318_599_680) == (
+        entry["requested_bytes"], entry["weights_per_rank_bytes"], entry["pool_bytes"])
+    saved = [json.loads(line) for line in calib.read_text().splitlines()]
+    assert 1 == len(saved) and saved[0]["reserve_bytes"] == 129_305
+    assert {"model", "gpu", "tp", "vllm_version", "max_num_batched_tokens", "date"} <= set(saved[0])
+
+    # --reserve auto now takes the calibration entry first, says so, and reproduces the engine's pool exactly
+    code, out, _ = run(["calc", "-m", "llama-3.1-70b", "--gpu", "h100-80gb", "--tp", "8", "--gpu-util", "0.9",
+                        "--reserve", "auto", "--json"], capsys)
+    r = json.loads(out)
+    assert 129_305 == r["budget"]["reserve_bytes"]
+    assert "calibration entry" in r["budget"]["reserve_basis"]
+    assert 90_513 == r["whole_pool_blocks"]
+    # another TP has no entry: published terms again (1.89 + 2.10 GiB)
+    code, out, _ = run(["calc", "-m", "llama-3.1-70b", "--gpu", "h100-80gb", "--tp", "4", "--reserve", "auto",
+                        "--json"], capsys)
+    assert 2_029_372_047 + 2_254_857_830 == json.loads(out)["budget"]["reserve_bytes"]
+
+
+def test_calibrate_unreachable_engine_is_one_line(calib, capsys):
+    code, _, err = run(["calibrate", "--engine", "http://127.0.0.1:9/metrics", "-m", "llama-3.1-8b",
+                        "--gpu", "h100-80gb", "--timeout", "1"], capsys)
+    assert 2 == code and err.startswith("kvdash: error: --engine") and err.count("\n") == 1
+    assert not calib.exists()
+
+
+def test_sweep_report_states_reserve_basis(tmp_path):
+    """A grid with reserve: [0, auto] on a GPU: the report says upper bound under the title and names auto's basis."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text("title: auto\nmodels: [llama-3.1-8b]\ngrid:\n  gpu: [h100-80gb]\n  reserve: [0, auto]\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", str(grid), "--out", str(tmp_path / "out")])
+    assert 0 == exc.value.code
+    md = (tmp_path / "out" / "report.md").read_text()
+    head = md.split("## Decision")[0]
+    assert "Upper bound" in head and "2.16 GiB" in head  # 2,319,282,339 B = 2.16 GiB
+    assert "auto (published activation + non-torch terms by model and TP)" in md
+
+
+def test_live_auto_and_upper_bound(calib, capsys):
+    """live --demo (Llama-3.1-70B, TP 8): auto takes 1.89 + 2.10 GiB = 4,284,229,877 B per rank; without it the
+    0 B budget is marked an upper bound with that estimate."""
+    code, out, _ = run(["live", "--demo", "--json", "--reserve", "auto"], capsys)
+    kv = json.loads(out)["kv_pool"]
+    assert 0 == code
+    assert 2_029_372_047 + 2_254_857_830 == kv["reserve_bytes"]
+    assert "published terms" in kv["reserve_basis"] and kv["auto_reserve_estimate_bytes"] is None
+    code, out, _ = run(["live", "--demo", "--json"], capsys)
+    kv0 = json.loads(out)["kv_pool"]
+    assert kv0["reserve_basis"].startswith("0 B") and 4_284_229_877 == kv0["auto_reserve_estimate_bytes"]
+    assert kv0["budget_bytes"] - kv["budget_bytes"] == 4_284_229_877
