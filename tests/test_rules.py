@@ -154,6 +154,15 @@ class TestPool:
         m = metrics(100_000, (20,), window_groups=1, window=18, window_token_bytes=200, max_batched_tokens=10)
         assert m["vllm_blocks_per_request"] == 7
 
+    @pytest.mark.parametrize(("batched", "expected"), [(15, 4 + 3), (16, 4 + 4)])
+    def test_vllm_window_bound_at_a_block_boundary(self, batched, expected):
+        """W = 18, B = 16, L 64: the window group needs cdiv(W - 1 + T, B) + 1 blocks.  T = 15: 17 + 15 = 32
+        positions = exactly 2 blocks, + 1 = 3; T = 16: 33 positions = 3 blocks, + 1 = 4 (each plus the full
+        group's cdiv(64, 16) = 4).  One position more or less on either side of W - 1 would cross the
+        boundary, so this pins the "- 1"."""
+        m = metrics(100_000, (20,), window_groups=1, window=18, window_token_bytes=200, max_batched_tokens=batched)
+        assert m["vllm_blocks_per_request"] == expected
+
 
 class TestPrefix:
     def test_prefix_shared_and_saved_bytes(self):
