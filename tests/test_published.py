@@ -35,7 +35,8 @@ class TestTutorialWorkedExample:
         assert 19 == r["capacity"]["contiguous_requests"]
         assert 47 == r["capacity"]["paged_requests"]
         assert 2.4737 == pytest.approx(r["capacity"]["request_capacity_ratio"], abs=5e-5)
-        assert 2_621_440 == r["sensitivity"]["mha_64_kv_heads_bytes_per_token"]  # 2.5 MiB/token
+        assert 2_621_440 == r["sensitivity"]["mha_64_kv_heads_bytes_per_token"]  # 2.5 MiB/token (64 heads)
+        assert 2_621_440 == r["sensitivity"]["mha_bytes_per_token"]
         assert 163_840 == r["sensitivity"]["fp8_gqa_bytes_per_token"]
 
     def test_leftover_is_three_mib(self):

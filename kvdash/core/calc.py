@@ -25,7 +25,7 @@ from kvdash.core.model import KINDS, Architecture, Layer
 from kvdash.core.point import fdiv, group_size_problem, point_metrics, shape_inputs, workload_inputs
 from kvdash.core.state import state_page_bytes
 from kvdash.errors import InputError
-from kvdash.units import GiB, parse_fraction, scale_floor
+from kvdash.units import GiB, human_bytes, parse_fraction, scale_floor
 
 DEFAULT_BUDGET = 12 * GiB  # the tutorial's declared KV budget
 VLLM_VERSION = "0.33"  # the vLLM release whose rules kvdash mirrors
@@ -387,10 +387,13 @@ class CalcInput:
 
     def validate(self) -> None:
         check_positive("--used", self.used)
+        if self.used > self.arch.max_context:
+            raise InputError("--used", self.used, f"at most the model's context length ({self.arch.max_context})")
         check_positive("--max-reserved", self.max_reserved)
         if self.used > self.max_reserved:
             raise InputError("--used", self.used,
-                             f"must not exceed --max-reserved={self.max_reserved} (the reservation)")
+                             f"must not exceed --max-reserved={self.max_reserved} (the reservation); "
+                             f"add --max-reserved {self.used} or more, or leave --max-reserved out")
         if self.max_reserved > self.arch.max_context:
             raise InputError("--max-reserved", self.max_reserved,
                              f"at most the model's context length ({self.arch.max_context})")
@@ -658,7 +661,7 @@ def _vllm_view(inp: CalcInput, shapes: list[PoolShape], m: dict[str, Any], block
     }
 
 
-def _min_util(needed: int, total: int, fixed: int, policy: str) -> str | None:
+def _min_util(needed: int, total: int, fixed: int, policy: str) -> float | None:
     """Smallest utilization with two decimals that yields ``needed`` KV bytes."""
     if policy == "vllm":
         exact = Decimal(needed + fixed) / Decimal(total)
@@ -671,7 +674,7 @@ def _min_util(needed: int, total: int, fixed: int, policy: str) -> str | None:
     while util <= 1:
         got = (scale_floor(total, util) - fixed) if policy == "vllm" else scale_floor(total - fixed, util)
         if got >= needed:
-            return str(util)
+            return float(util)  # two decimals: exact as a JSON number
         util += Decimal("0.01")
     return None
 
@@ -729,13 +732,19 @@ def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
     attn = arch.first("full", "sliding")
     out: dict[str, Any] = {
         # the tutorial's two keys, on this model's layers and head_dim
-        "mha_64_kv_heads_bytes_per_token": (
-            int(f.kv_bytes_per_token(len(arch.attention_layers), 64, attn.head_dim, 2)) if attn else None
+        # MHA = one KV head per attention head (num_attention_heads), the same definition as the
+        # "MHA" row of the variants below; bf16 (2 bytes), every attention layer
+        "mha_kv_heads": arch.num_attention_heads if attn else None,
+        "mha_bytes_per_token": (
+            int(f.kv_bytes_per_token(len(arch.attention_layers), arch.num_attention_heads, attn.head_dim, 2))
+            if attn else None
         ),
         "fp8_gqa_bytes_per_token": sum(
             layer_token_bytes(layer, "fp8", "tensor", 1) for layer in arch.attention_layers
         ),
     }
+    if arch.num_attention_heads == 64:  # the tutorial's key, where its name is true (Llama-3.1-70B)
+        out["mha_64_kv_heads_bytes_per_token"] = out["mha_bytes_per_token"]
     variants: list[tuple[str, CalcInput]] = [("as configured", inp)]
     dt = get_dtype(inp.kv_dtype)
     if dt.bytes_per_element != 1:
@@ -830,7 +839,7 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     inp = replace(inp, block_size=shapes[0].block_size)
     budget_info = resolve_budget(inp.budget, inp.arch, inp.tp, inp.pp)
     budget = budget_info["per_rank_bytes"]
-    out: dict[str, Any] = {"kvdash_version": __version__}
+    out: dict[str, Any] = {"summary": "", "kvdash_version": __version__}  # summary first, filled below
     out["assumptions"] = assumptions(inp, budget_info, shapes)
     out["inputs"] = {
         "model": inp.arch.name,
@@ -859,4 +868,26 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     out["vllm_view"] = _vllm_view(inp, shapes, m, block_reason)
     if inp.target is not None:
         out["planning"] = _planning(inp, shapes, budget, budget_info)
+    out["summary"] = summary(inp, out)
     return out
+
+
+def summary(inp: CalcInput, r: dict[str, Any]) -> str:
+    """One line that answers "how many requests of this length fit, paged and contiguous, and why"."""
+    cap, pool, req = r["capacity"], r["pool"], r["request"]
+    line = (f"{cap['paged_requests']:,} requests of {inp.used:,} tokens fit paged, "
+            f"{cap['contiguous_requests']:,} contiguous: a KV budget of {pool['budget_bytes']:,} B "
+            f"({human_bytes(pool['budget_bytes'])}) per rank "
+            f"holds {r['whole_pool_blocks']:,} blocks of {pool['block_size']} tokens "
+            f"({r['bytes_per_token']:,} B per token); paged, a request takes {req['paged_blocks']:,} blocks")
+    groups = pool["full_groups"] + pool["window_groups"]
+    if groups > 1:
+        line += f" in each of its {groups} KV-cache groups"
+    if pool["state_layers"]:
+        line += f" plus {pool['state_bytes_per_request']:,} B of recurrent state"
+    if inp.max_reserved > inp.used:
+        line += (f"; contiguous, it reserves --max-reserved {inp.max_reserved:,} tokens up front, "
+                 f"{inp.max_reserved - inp.used:,} of them unused now")
+    else:
+        line += "; contiguous, it reserves exactly its length, so only the last block's tail differs"
+    return line + "."
