@@ -157,3 +157,31 @@ class TestPipesAndUsage:
 def test_unit_hint_sizes_are_what_they_say():
     """The hint's examples parse to the units it names."""
     assert (12 * 2**30, 80 * 10**9) == (parse_size("12GiB"), parse_size("80GB"))
+
+
+class TestDerivedLabelled:
+    def test_head_dim_from_hidden_size_is_labelled(self, tmp_path, capsys):
+        """A Llama config.json without head_dim: 4,096 / 32 = 128, stated as derived in the JSON and in
+        the assumptions; one that states head_dim has nothing derived."""
+        cfg = {"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "hidden_size": 4096, "max_position_embeddings": 8192}
+        path = tmp_path / "m" / "config.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(cfg))
+        code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
+        r = json.loads(out)
+        line = "head_dim 128 derived as hidden_size 4,096 / num_attention_heads 32 (config.json has no head_dim)"
+        assert [line] == r["architecture"]["derived"]
+        assert line in r["assumptions"][0]
+        path.write_text(json.dumps({**cfg, "head_dim": 128}))
+        code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
+        assert [] == json.loads(out)["architecture"]["derived"]
+
+    def test_kv_heads_defaulting_to_attention_heads_is_labelled(self, tmp_path, capsys):
+        cfg = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 64,
+               "hidden_size": 256, "max_position_embeddings": 4096}
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(cfg))
+        code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
+        assert ["KV heads 4 derived from num_attention_heads (config.json names no KV heads: multi-head "
+                "attention)"] == json.loads(out)["architecture"]["derived"]

@@ -474,6 +474,7 @@ def _core(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
             "bytes_per_element": get_dtype(inp.kv_dtype).bytes_per_element,
             "pattern": arch.pattern(),
             "layer_kinds": {kind: arch.counts[kind] for kind in KINDS if kind in arch.counts},
+            "derived": list(arch.derived),
         },
         "bytes_per_token": m["bytes_per_token"],
         "kv_token_slots": m["kv_token_slots"],
@@ -790,7 +791,8 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
     lines = [
         f"model: {arch.name} ({arch.source}); {arch.num_layers} layers: {arch.pattern()}; "
         f"{arch.num_attention_heads} attention heads, {arch.kv_heads} KV heads, head_dim {arch.head_dim}; "
-        f"max context {arch.max_context:,} tokens",
+        f"max context {arch.max_context:,} tokens"
+        + "".join(f"; {line}" for line in arch.derived),
         f"KV dtype: {dt.name}, {dt.bytes_per_element} byte(s) per element; scales: "
         + ("fp32 per token per KV head for K and V" if inp.kv_scales == "token_head" else
            "per tensor (no per-token bytes)"),
