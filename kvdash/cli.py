@@ -25,6 +25,26 @@ app = typer.Typer(
 )
 
 
+def _plain_metavar() -> None:
+    """Show a required argument as ``GRID``, the usual notation, not typer's ``{GRID}`` (typer.core
+    TyperArgument.make_metavar braces required arguments in usage lines)."""
+    from typer.core import TyperArgument
+
+    braced = TyperArgument.make_metavar
+    if getattr(braced, "kvdash_plain", False):
+        return
+
+    def make_metavar(self: TyperArgument, ctx: object, *, usage: bool = False) -> str:
+        text: str = braced(self, ctx, usage=usage)  # type: ignore[arg-type]
+        return text[1:-1] if text.startswith("{") and text.endswith("}") else text
+
+    make_metavar.kvdash_plain = True  # type: ignore[attr-defined]
+    TyperArgument.make_metavar = make_metavar  # type: ignore[method-assign]
+
+
+_plain_metavar()
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"kvdash {__version__}")
@@ -48,8 +68,14 @@ def _register() -> None:
     try:
         from kvdash.commands import register_more
     except ImportError:  # pragma: no cover - all commands ship together
-        return
-    register_more(app)
+        pass
+    else:
+        register_more(app)
+    for info in app.registered_commands:
+        # the command list shows each docstring's first paragraph whole (wrapped), never cut with "..."
+        doc = (info.callback.__doc__ or "") if info.callback else ""
+        if info.short_help is None and doc:
+            info.short_help = " ".join(doc.strip().split("\n\n")[0].split())
 
 
 _register()

@@ -185,3 +185,38 @@ class TestDerivedLabelled:
         code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
         assert ["KV heads 4 derived from num_attention_heads (config.json names no KV heads: multi-head "
                 "attention)"] == json.loads(out)["architecture"]["derived"]
+
+
+class TestEightyColumns:
+    @pytest.mark.parametrize("args", [
+        ["calc"], ["calc", "--model", "llama-3.1-70b", "--tp", "4", "--gpu", "h100-80gb", "--target", "100",
+                   "--group", "200,825,1525", "--prefix", "100"],
+        ["calc", "--model", "gemma-2-9b"], ["models"], ["gpus"], ["claims"], ["simulate"],
+        ["live", "--demo", "--once"],
+    ])
+    def test_tables_fit_80_columns_whole(self, args, capsys, monkeypatch):
+        """Every line at most 80 columns; no value or id cut with an ellipsis."""
+        monkeypatch.setenv("COLUMNS", "80")
+        code, out, _ = run(args, capsys)
+        assert 0 == code
+        assert max(len(line) for line in out.splitlines()) <= 80
+        assert "\u2026" not in out
+
+    def test_claim_ids_printed_whole(self, capsys, monkeypatch):
+        """The README tells users to copy claim ids: each appears whole in the 80-column table."""
+        monkeypatch.setenv("COLUMNS", "80")
+        _, doc, _ = run(["claims", "--json"], capsys)
+        _, out, _ = run(["claims"], capsys)
+        for claim in json.loads(doc):
+            assert f"\u2502 {claim['id']} " in out
+
+    @pytest.mark.parametrize("command", ["", "calc", "sweep", "diff", "live", "simulate", "record", "claims"])
+    def test_help_not_cut_and_arguments_plain(self, command, monkeypatch):
+        monkeypatch.setenv("COLUMNS", "80")
+        proc = subprocess.run([sys.executable, "-m", "kvdash.cli", *command.split(), "--help"],
+                              capture_output=True, text=True, timeout=60)
+        assert 0 == proc.returncode
+        lines = proc.stdout.splitlines()
+        assert not [line for line in lines[1:] if line.rstrip().endswith("...")]  # [ARGS]... is notation
+        assert "{" not in lines[0]
+        assert max(len(line) for line in proc.stdout.splitlines()) <= 80

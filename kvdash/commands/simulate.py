@@ -182,7 +182,7 @@ def simulate(
             out["capacity"] = cap.to_json()
         print(json.dumps(out, indent=2))
         return
-    from rich.table import Table
+    from kvdash.render.table import Table, print_tables
 
     console = Console()
     console.print(f"[bold]{arch.name}[/bold], {kv_dtype}, block {block_size}, TP {tp}: {capacity:,} token slots "
@@ -190,15 +190,18 @@ def simulate(
                   f"{requests:,} requests, "
                   + (f"closed loop of {concurrency}" if concurrency else f"Poisson {rate:g} per step")
                   + f"; max length {max_len:,}; contiguous allocator {allocator}; watermark {watermark:g}; seed {seed}")
-    shares = Table(title="Share of the KV pool over time, % (paper Fig. 2 in brackets)", title_justify="left",
-                   header_style="bold")
-    for col in ("policy", "token states", "reservation", "internal frag.", "external frag.", "free",
+    # kvdash's own tables: numbers are never cut, headers wrap, 80 columns hold them
+    shares = Table(title="Share of the KV pool over time, % (paper Fig. 2 in brackets)")
+    for col in ("policy", "token states", "reser- vation", "internal frag.", "ext. frag.", "free",
                 "ext.+free (paper: external & others)"):
-        shares.add_column(col, justify="left" if col == "policy" else "right")
-    stats = Table(title="Scheduling", title_justify="left", header_style="bold")
-    for col in ("policy", "avg batch", "peak batch", "preemptions", "recomputed tokens", "finished", "tokens/step",
-                "queue delay (steps)", "norm. latency (steps/token)", "steps"):
-        stats.add_column(col, justify="left" if col == "policy" else "right")
+        shares.add_column(col, "left" if col == "policy" else "right", wrap=False)
+    # two tables, so that each fits 80 columns with every value whole
+    stats = Table(title="Scheduling: batches")
+    for col in ("policy", "avg batch", "peak batch", "preempted", "recomputed tokens", "tokens/step"):
+        stats.add_column(col, "left" if col == "policy" else "right", wrap=False)
+    times = Table(title="Scheduling: time (queue delay in steps; normalized latency in steps per output token)")
+    for col in ("policy", "finished", "queue delay", "normalized latency", "steps"):
+        times.add_column(col, "left" if col == "policy" else "right", wrap=False)
     for r, note in zip(results, notes, strict=True):
         sh = r.shares_percent
         paper = PAPER_FIG2.get(r.policy, (None,) * 4)
@@ -207,9 +210,10 @@ def simulate(
         shares.add_row(r.policy, *cells, f"{sh['external_fragmentation']:.1f}", f"{sh['free']:.1f}",
                        f"{note['ext_plus_free']:.1f}" + ("" if paper[3] is None else f" ({paper[3]:.1f})"))
         stats.add_row(r.policy, f"{r.avg_running:.2f}", str(r.peak_running), f"{r.preemptions:,}",
-                      f"{r.recomputed_tokens:,}", f"{r.finished:,}", f"{r.tokens_per_step:.1f}",
-                      f"{r.avg_queue_delay_steps:,.1f}", f"{r.normalized_latency:,.2f}", f"{r.steps:,}")
-    console.print(shares)
+                      f"{r.recomputed_tokens:,}", f"{r.tokens_per_step:.1f}")
+        times.add_row(r.policy, f"{r.finished:,}", f"{r.avg_queue_delay_steps:,.1f}",
+                      f"{r.normalized_latency:,.2f}", f"{r.steps:,}")
+    print_tables([shares])
     console.print(f"[dim]{PAPER_SETUP}; here: {w.note}, the pool and arrivals above. Shares are averaged over "
                   "busy steps.[/dim]")
     console.print("[bold]What the shares count[/bold]")
@@ -222,7 +226,7 @@ def simulate(
         shown = ", ".join(f"{k.replace('_', ' ')} {round(v, 1) + 0.0:+.1f}" for k, v in (diffs or {}).items())
         head = f" ({shown} points against the paper)" if shown else ""
         console.print(f"  {note['policy']}{head}: " + "; ".join(note["notes"]))
-    console.print(stats)
+    print_tables([stats, times])
     console.print("[dim]Scheduling: vLLM v1 rules (vllm/v1/core/sched/scheduler.py, vLLM 0.33.0) for paged "
                   "pools: running requests first, the newest preempted when blocks run out and recomputed later "
                   "with its generated tokens (recomputed tokens: prompt and output prefilled again); waiting "
@@ -239,19 +243,18 @@ def _short(value: object) -> str:
 
 
 def _print_capacity(console, cap) -> None:  # type: ignore[no-untyped-def]
-    from rich.table import Table
-
+    from kvdash.render.table import Table, print_tables
     from kvdash.simulate.capacity import LABEL
 
     table = Table(title=f"Normalized latency (steps per output token) against rate; capacity at "
-                        f"{cap.bound:g} steps per token", title_justify="left", header_style="bold")
-    table.add_column("rate (requests/step)", justify="right")
+                        f"{cap.bound:g} steps per token")
+    table.add_column("rate (requests/step)", "right", wrap=False)
     for pol in cap.latency:
-        table.add_column(pol, justify="right")
+        table.add_column(pol, "right", wrap=False)
     for k, rate in enumerate(cap.rates):
         table.add_row(f"{rate:.4g}", *(f"{cap.latency[p][k]:,.2f}" for p in cap.latency))
     table.add_row("capacity", *("-" if cap.capacity[p] is None else f"{cap.capacity[p]:.4g}" for p in cap.latency))
-    console.print(table)
+    print_tables([table])
     ratios = ", ".join(f"{k} {'-' if v is None else f'{v:.2f}x'}" for k, v in cap.ratios.items())
     console.print(f"Ratios at the bound: {ratios or '-'}. [dim]{LABEL}; the paper's Fig. 12 states 2-4x against "
                   "Orca at the same latency, measured on GPUs.[/dim]")
