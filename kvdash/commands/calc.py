@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvdash.commands.common import parse_block_size, parse_lengths, parse_on_off
+from kvdash.commands.common import parse_block_size, parse_lengths, parse_on_off, pick_alias
 from kvdash.errors import InputError
 
 Opt = typer.Option
@@ -18,6 +18,7 @@ CONFIG_OPTIONS = {"num_hidden_layers": "--layers", "num_key_value_heads": "--kv-
 
 
 DEFAULT_MAX_RESERVED = 2048  # tokens: the tutorial's contiguous reservation
+DEFAULT_LENGTH = 825  # tokens: the tutorial's request
 UNIT_HINT = "write a unit: 12GiB (2^30 B), 80GB (10^9 B), 512MiB"
 
 
@@ -76,9 +77,10 @@ def calc(
     reserve: Annotated[str, Opt(help="Runtime reserve per rank: activations, CUDA graphs, workspace.")] = "0",
     block_size: Annotated[str, Opt(help="Tokens per KV block, or 'auto': vLLM 0.33's choice on Hopper (64 for MLA, else 16; hybrids raised to hold the state page).")] = "16",
     prefix_caching: Annotated[str, Opt(help="vLLM prefix caching: 'on' (vLLM 0.33's default; state layers in mamba_cache_mode 'align', 2 blocks per request per state group, 3 for gated delta net) or 'off'.")] = "on",
-    used: Annotated[int, Opt(help="Tokens each request holds now (the snapshot).")] = 825,
-    max_reserved: Annotated[Optional[int], Opt(help="Tokens a contiguous allocator reserves per request (Max policy). Default: the largest of 2048 (capped at the model's context), --used, --final and the --group lengths.")] = None,
-    final: Annotated[Optional[int], Opt(help="Final length of the request, for the Pow2 and Oracle policies (default: --used).")] = None,
+    used: Annotated[Optional[int], Opt("--length", help="Tokens each request holds now (the snapshot). Default: 825 (the tutorial's).")] = None,
+    used_old: Annotated[Optional[int], Opt("--used", hidden=True, help="Old name of --length.")] = None,
+    max_reserved: Annotated[Optional[int], Opt(help="Tokens a contiguous allocator reserves per request (Max policy). Default: the largest of 2048 (capped at the model's context), --length, --final and the --group lengths.")] = None,
+    final: Annotated[Optional[int], Opt(help="Final length of the request, for the Pow2 and Oracle policies (default: --length).")] = None,
     group: Annotated[Optional[str], Opt(help="A group of request lengths packed repeatedly, e.g. 200,825,1525.")] = None,
     prefix: Annotated[int, Opt(help="Tokens of a prompt prefix every request shares.")] = 0,
     tp: Annotated[int, Opt(help="Tensor-parallel degree.")] = 1,
@@ -107,6 +109,8 @@ def calc(
             raise InputError(option, exc.value, exc.allowed, exc.hint) from exc
     else:
         arch = resolve_model(model, config, safetensors_index)
+    used = pick_alias(used, used_old, "--length", "--used")  # type: ignore[assignment]
+    used = DEFAULT_LENGTH if used is None else used
     warnings = check_budget_options(budget, gpu, gpu_memory, gpu_util, util_policy, weights, reserve)
     if max_reserved is None:  # the reservation the question implies: at least the longest length asked about
         max_reserved = max(min(DEFAULT_MAX_RESERVED, arch.max_context), used, final or 0, *(parse_lengths(group) or ()))

@@ -43,8 +43,9 @@ def simulate(
     concurrency: Annotated[Optional[int], Opt(help="Closed loop: keep this many requests in the system instead.")] = None,
     prefix: Annotated[int, Opt(help="Tokens of a prompt prefix all requests share (stored once by paged-prefix; "
                                     "paged on the same requests is the no-sharing baseline).")] = 0,
-    max_len: Annotated[int, Opt(help="Maximum sequence length; Max reserves it.")] = 2048,
-    clip: Annotated[bool, Opt("--clip", help="Cut requests longer than --max-len instead of refusing them "
+    max_len: Annotated[Optional[int], Opt("--max-reserved", help="Maximum sequence length: the reservation per request under Max (as calc's --max-reserved). Default: 2048.")] = None,
+    max_len_old: Annotated[Optional[int], Opt("--max-len", hidden=True, help="Old name of --max-reserved.")] = None,
+    clip: Annotated[bool, Opt("--clip", help="Cut requests longer than --max-reserved instead of refusing them "
                                              "(the output says how many).")] = False,
     policies: Annotated[str, Opt(help="Comma list of max, pow2, oracle, paged, paged-prefix.")] = "max,pow2,oracle,paged",
     allocator: Annotated[str, Opt(help="Contiguous allocator: first-fit, or buddy (Orca's, as the paper ran its "
@@ -57,6 +58,10 @@ def simulate(
     as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
 ) -> None:
     """Simulate KV pool occupancy over time under contiguous and paged allocation."""
+    from kvdash.commands.common import pick_alias
+
+    max_len = pick_alias(max_len, max_len_old, "--max-reserved", "--max-len")  # type: ignore[assignment]
+    max_len = 2048 if max_len is None else max_len
     from kvdash.core.calc import BudgetSpec, rank_shapes, resolve_budget
     from kvdash.core.model import load_config, load_preset
     from kvdash.simulate.engine import PAPER_FIG2, POLICIES, PRESETS, Lengths, draw_requests, read_trace
@@ -79,9 +84,9 @@ def simulate(
     if trace_every < 0:
         raise InputError("--trace-every", trace_every, "expected 0 (no trace) or a positive number of steps")
     if max_len < 2:
-        raise InputError("--max-len", max_len, "expected at least 2")
+        raise InputError("--max-reserved", max_len, "expected at least 2")
     if not 1 <= block_size <= max_len:
-        raise InputError("--block-size", _short(block_size), f"expected 1 to --max-len ({max_len:,}) tokens")
+        raise InputError("--block-size", _short(block_size), f"expected 1 to --max-reserved ({max_len:,}) tokens")
     if concurrency is not None and concurrency < 1:
         raise InputError("--concurrency", concurrency, "expected a positive integer")
     if prefix < 0 or prefix >= max_len:
@@ -106,7 +111,7 @@ def simulate(
     b = resolve_budget(BudgetSpec(bytes=parse_size(budget, "--budget")), arch, tp, 1)["per_rank_bytes"]
     capacity = b // shape.bytes_per_token
     if max_len > arch.max_context:
-        raise InputError("--max-len", max_len, f"at most the model's context length ({arch.max_context:,})")
+        raise InputError("--max-reserved", max_len, f"at most the model's context length ({arch.max_context:,})")
     if block_size > capacity:
         raise InputError("--block-size", block_size, f"the pool holds only {capacity:,} token slots")
     from kvdash.core import limits
@@ -165,9 +170,9 @@ def simulate(
     from kvdash.simulate.explain import PAPER_OTHERS, SHARE_MEANING, comparison
 
     notes = [comparison(r.policy, allocator, w.synthetic, r.shares_percent, PAPER_FIG2.get(r.policy)) for r in results]
-    lengths = (f"{reqs.clipped:,} requests clipped to --max-len" if reqs.clipped else
-               f"{reqs.redrawn:,} lognormal draws longer than --max-len drawn again" if reqs.redrawn else
-               "no request longer than --max-len")
+    lengths = (f"{reqs.clipped:,} requests clipped to --max-reserved" if reqs.clipped else
+               f"{reqs.redrawn:,} lognormal draws longer than --max-reserved drawn again" if reqs.redrawn else
+               "no request longer than --max-reserved")
     setup = {"model": arch.name, "kv_dtype": kv_dtype, "block_size": block_size, "tp": tp, "budget_bytes": b,
              "bytes_per_token": shape.bytes_per_token, "capacity_slots": capacity, "workload": w.name,
              "workload_note": w.note, "requests": requests, "arrival": w.arrival, "rate": rate,

@@ -386,12 +386,12 @@ class CalcInput:
     prefix_caching: bool = True  # vLLM 0.33's default; puts state layers in mamba_cache_mode 'align'
 
     def validate(self) -> None:
-        check_positive("--used", self.used)
+        check_positive("--length", self.used)
         if self.used > self.arch.max_context:
-            raise InputError("--used", self.used, f"at most the model's context length ({self.arch.max_context})")
+            raise InputError("--length", self.used, f"at most the model's context length ({self.arch.max_context})")
         check_positive("--max-reserved", self.max_reserved)
         if self.used > self.max_reserved:
-            raise InputError("--used", self.used,
+            raise InputError("--length", self.used,
                              f"must not exceed --max-reserved={self.max_reserved} (the reservation); "
                              f"add --max-reserved {self.used} or more, or leave --max-reserved out")
         if self.max_reserved > self.arch.max_context:
@@ -401,7 +401,7 @@ class CalcInput:
         check_positive("--final", final)
         if not self.used <= final <= self.max_reserved:
             raise InputError("--final", final,
-                             f"must lie between --used={self.used} and --max-reserved={self.max_reserved}")
+                             f"must lie between --length={self.used} and --max-reserved={self.max_reserved}")
         if self.group is not None:
             if not self.group:
                 raise InputError("--group", "", "expected comma-separated positive lengths, e.g. 200,825,1525")
@@ -415,7 +415,7 @@ class CalcInput:
                                      f"each length must not exceed --max-reserved={self.max_reserved}")
         limits.check_int("--prefix", self.prefix)
         if self.prefix > self.used:
-            raise InputError("--prefix", self.prefix, f"must not exceed --used={self.used}")
+            raise InputError("--prefix", self.prefix, f"must not exceed --length={self.used}")
         if self.max_model_len is not None:
             check_positive("--max-model-len", self.max_model_len)
         check_positive("--max-batched-tokens", self.max_batched_tokens)

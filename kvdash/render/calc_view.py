@@ -79,11 +79,11 @@ def tables(r: dict[str, Any]) -> list[Table]:
          f"{pool['leftover_tokens']:.1f} tokens of KV"),
     ]))
     out.append(_kv("One request", [
-        ("tokens held now", f"{req['used_tokens']:,} tokens", "--used"),
+        ("tokens held now", f"{req['used_tokens']:,} tokens", "--length"),
         ("contiguous reservation", f"{req['contiguous_slots']:,} slots", "--max-reserved (Max policy)"),
-        ("paged blocks", f"{req['paged_blocks']:,} blocks", "ceil(used / block size) per full group"),
+        ("paged blocks", f"{req['paged_blocks']:,} blocks", "ceil(length / block size) per full group"),
         ("paged slots", f"{req['paged_slots']:,} slots", "blocks x block size"),
-        ("unused slots in the last block", f"{req['paged_unused_slots']:,} slots", "paged slots - used"),
+        ("unused slots in the last block", f"{req['paged_unused_slots']:,} slots", "paged slots - length"),
         ("internal (tail) waste", f"{req['paged_internal_waste_percent']:.4f} %", "unused / paged slots"),
     ]))
     # one column per policy, so the table fits 80 columns without cutting a value short
