@@ -89,6 +89,7 @@ def calc(
     max_batched_tokens: Annotated[int, Opt(help="vLLM view: max_num_batched_tokens.")] = 8192,
     target: Annotated[Optional[int], Opt(help="Planning: requests that must fit; adds budget, min utilization, min TP and longest length.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
+    brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
 ) -> None:
     """Compute every KV-cache figure for one configuration (default: the tutorial's)."""
     from kvdash.core.calc import BudgetSpec, CalcInput, calculate
@@ -139,7 +140,17 @@ def calc(
     for line in warnings:
         warn(line)
     if as_json:
+        if brief:
+            warn("--brief has no effect with --json (the JSON document starts with its summary)")
         print(json.dumps(result, indent=2))
+        return
+    if brief:
+        from kvdash.render.table import terminal_width, wrap
+
+        v = result["vllm_view"]
+        lines = [result["summary"], *(f"Derived (not in config.json): {line}" for line in result["architecture"]["derived"]),
+                 *(f"vLLM {v['version']} would log: {line}" for line in v["log_lines"])]
+        print("\n".join(part for line in lines for part in wrap(line, terminal_width())))
         return
     from kvdash.render.calc_view import render
 

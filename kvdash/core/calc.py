@@ -892,4 +892,16 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
                  f"{inp.max_reserved - inp.used:,} of them unused now")
     else:
         line += "; contiguous, it reserves exactly its length, so only the last block's tail differs"
+    for v in r["sensitivity"]["variants"]:  # fp8 against bf16, the other way round
+        if v["variant"].startswith("kv dtype"):
+            line += (f"; with the KV cache in {v['kv_dtype']}, {v['paged_requests']:,} would fit paged"
+                     + (" (idealized: no scales)" if "idealized" in v["variant"] else ""))
+    if "planning" in r:
+        p = r["planning"]
+        line += (f". For {p['target_requests']:,} requests: {p['budget_needed_per_rank_bytes']:,} B of KV per rank, "
+                 + ("which the budget holds" if p["fits_current_budget"] else "more than the budget holds")
+                 + (f"; minimum --tp {p['min_tp']}" if p["min_tp"] else "; no --tp up to 64 holds them"))
+        if "min_gpu_util" in p:
+            line += (f", minimum --gpu-util {p['min_gpu_util']:.2f} at this --tp" if p["min_gpu_util"] is not None
+                     else ", no --gpu-util fits them at this --tp")
     return line + "."
