@@ -13,7 +13,7 @@ from kvdash.cli import main
 from kvdash.units import parse_size
 
 QUESTION = ["calc", "--model", "llama-3.1-70b", "--tp", "4", "--gpu", "h100-80gb", "--kv-dtype", "fp8",
-            "--used", "8192"]
+            "--length", "8192"]
 
 
 def run(args, capsys):
@@ -61,10 +61,10 @@ class TestAnswerFirst:
         assert 2 == code
         assert "add --max-reserved 8192 or more" in err
 
-    def test_used_beyond_context_is_refused_on_used(self, capsys):
-        """The default reservation follows --used, so a length past the context names --used."""
-        code, _, err = run(["calc", "--model", "llama-3.1-8b", "--used", "200000"], capsys)
-        assert 2 == code and err.startswith("kvdash: error: --used: 200000")
+    def test_length_beyond_context_is_refused_on_length(self, capsys):
+        """The default reservation follows --length, so a length past the context names --length."""
+        code, _, err = run(["calc", "--model", "llama-3.1-8b", "--length", "200000"], capsys)
+        assert 2 == code and err.startswith("kvdash: error: --length: 200000")
 
 
 class TestNoSilentNonsense:
@@ -220,3 +220,18 @@ class TestEightyColumns:
         assert not [line for line in lines[1:] if line.rstrip().endswith("...")]  # [ARGS]... is notation
         assert "{" not in lines[0]
         assert max(len(line) for line in proc.stdout.splitlines()) <= 80
+
+
+def test_check_says_which_files_of_an_earlier_run_it_removed(tmp_path, capsys):
+    """A run with --parquet writes results.parquet; a later --check run (results.csv by default) replaces
+    the report and names the file it removed, on stderr, instead of dropping it silently."""
+    from pathlib import Path
+
+    grid = str(Path(__file__).resolve().parent.parent / "sweeps" / "tutorial.yaml")
+    out = tmp_path / "r"
+    assert 0 == run(["sweep", grid, "--out", str(out), "--parquet", "--quiet"], capsys)[0]
+    assert (out / "results.parquet").is_file()
+    code, _, err = run(["sweep", grid, "--out", str(out), "--check", "--quiet"], capsys)
+    assert 0 == code
+    assert not (out / "results.parquet").exists() and (out / "results.csv").is_file()
+    assert err.startswith("kvdash: note: removed results.parquet from ")

@@ -35,11 +35,16 @@ def sweep(
     target = out or Path("reports") / grid.stem
     from kvdash.report.outdir import plan
 
-    plan(target, force)  # refuse a folder kvdash may not replace before any work
+    before = plan(target, force)  # refuse a folder kvdash may not replace before any work
     try:
-        frame = _run(spec, target, max_points, csv, parquet, quiet, force)
+        frame, written = _run(spec, target, max_points, csv, parquet, quiet, force)
     except KeyboardInterrupt:  # Ctrl-C is held back while the report is swapped in, so nothing changed
         raise Interrupted("interrupted; the previous report is unchanged") from None
+    removed = sorted(set(before.old_files) - {f.name for f in written})
+    if removed:  # e.g. results.parquet of a run with --parquet: say so, never drop it silently
+        print(f"kvdash: note: removed {', '.join(removed)} from {target}/, written by an earlier run with other "
+              "options (--csv/--parquet choose the results files; give them again to keep those files)",
+              file=sys.stderr)
     if check:
         failures = _gates(spec, frame)
         if failures:
@@ -79,7 +84,7 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
         files = write_report(spec, expanded, target, formats, force=force)
     if not quiet:
         print(f"{expanded.frame.height:,} points -> {target}/ ({', '.join(f.name for f in files)})")
-    return expanded.frame
+    return expanded.frame, files
 
 
 class _null:
