@@ -78,3 +78,14 @@ def test_simulate_old_reservation_name_still_works(capsys):
     _, new, _ = run(["simulate", "--requests", "20", "--max-reserved", "1024", "--clip", "--json"], capsys)
     _, old, _ = run(["simulate", "--requests", "20", "--max-len", "1024", "--clip", "--json"], capsys)
     assert json.loads(new) == json.loads(old)
+
+
+def test_simulate_takes_the_gpu_budget_as_calc_does(capsys):
+    """simulate --gpu derives the per-rank budget with calc's rule: Llama-3.1-8B on an L40S,
+    floor(48,305,799,168 x 0.92) - weights = the same budget_bytes calc reports; the token slots are
+    floor(budget / 131,072 B per token) (fp16: 2 x 32 layers x 8 KV heads x 128 x 2 B)."""
+    _, doc, _ = run(["calc", "--model", "llama-3.1-8b", "--gpu", "l40s", "--json"], capsys)
+    budget = json.loads(doc)["pool"]["budget_bytes"]
+    code, out, _ = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "l40s", "--requests", "20"], capsys)
+    assert 0 == code
+    assert f"{budget // 131_072:,} token slots ({budget:,} B / 131,072 B" in " ".join(out.split())

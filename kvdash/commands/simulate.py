@@ -26,7 +26,11 @@ def simulate(
     config: Annotated[Optional[Path], Opt(help="A config.json instead of a preset.")] = None,
     kv_dtype: Annotated[str, Opt(help="KV dtype.")] = "fp16",
     block_size: Annotated[int, Opt(help="Tokens per block (paged policies).")] = 16,
-    budget: Annotated[str, Opt(help="KV budget per rank.")] = "12GiB",
+    budget: Annotated[Optional[str], Opt(help="KV budget per rank: 12GiB, 80GB, 512MiB. Default 12GiB unless --gpu is given.")] = None,
+    gpu: Annotated[Optional[str], Opt(help="GPU preset (kvdash gpus): derive the budget as calc does.")] = None,
+    gpu_util: Annotated[Optional[str], Opt(help="Fraction of GPU memory for the engine (with --gpu). Default: 0.92, vLLM 0.33's gpu_memory_utilization.")] = None,
+    weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model, split over --tp (with --gpu). Default: the preset's figure.")] = None,
+    reserve: Annotated[str, Opt(help="Runtime reserve per rank (with --gpu).")] = "0",
     tp: Annotated[int, Opt(help="Tensor-parallel degree.")] = 1,
     workload: Annotated[str, Opt(help="sharegpt or alpaca (synthetic, shaped after the paper's datasets).")] = "sharegpt",
     prompt: Annotated[Optional[str], Opt(help="Prompt lengths: fixed:N, uniform:A,B, lognormal:MEAN,SIGMA.")] = None,
@@ -108,7 +112,15 @@ def simulate(
     shape = rank_shapes(arch, kv_dtype, "tensor", tp, 1, block_size)[0]
     if shape.groups != 1 or shape.window_groups or shape.state_bytes:
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
-    b = resolve_budget(BudgetSpec(bytes=parse_size(budget, "--budget")), arch, tp, 1)["per_rank_bytes"]
+    from kvdash.commands.calc import check_budget_options, warn
+
+    notes = check_budget_options(budget, gpu, None, gpu_util, "vllm", weights, reserve)
+    b = resolve_budget(BudgetSpec(
+        bytes=parse_size(budget, "--budget") if budget is not None else None,  # neither: the 12 GiB default
+        gpu=gpu, util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None,
+        reserve=parse_size(reserve, "--reserve", allow_zero=True)), arch, tp, 1)["per_rank_bytes"]
+    for line in notes:
+        warn(line)
     capacity = b // shape.bytes_per_token
     if max_len > arch.max_context:
         raise InputError("--max-reserved", max_len, f"at most the model's context length ({arch.max_context:,})")
