@@ -235,3 +235,21 @@ def test_check_says_which_files_of_an_earlier_run_it_removed(tmp_path, capsys):
     assert 0 == code
     assert not (out / "results.parquet").exists() and (out / "results.csv").is_file()
     assert err.startswith("kvdash: note: removed results.parquet from ")
+
+
+def test_gpu_presets_read_vendor_figures_one_way():
+    """Advertised sizes are GB = 10^9 B (h20: 96 GB = 96,000,000,000 B; b200 and mi300x: 192 GB =
+    192,000,000,000 B); NVML figures are MiB = 2^20 B (h100-80gb: 81,559 MiB = 85,520,809,984 B)."""
+    from kvdash.core.gpus import gpu_presets
+
+    presets = gpu_presets()
+    for key, gpu in presets.items():
+        if gpu.basis == "nominal":
+            gb = int(gpu.detail.split(" GB advertised")[0])
+            assert gb * 10**9 == gpu.memory_bytes and "GB = 10^9 B" in gpu.detail, key
+        else:
+            assert "nvml" == gpu.basis
+            mib = int(gpu.detail.split(" MiB")[0].replace(",", ""))
+            assert mib * 2**20 == gpu.memory_bytes, key
+    assert (96_000_000_000, 192_000_000_000, 192_000_000_000, 85_520_809_984) == tuple(
+        presets[k].memory_bytes for k in ("h20", "b200", "mi300x", "h100-80gb"))
