@@ -42,7 +42,8 @@ def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | 
         raise InputError("--util-policy", util_policy, "expected 'vllm' or 'trtllm'")
     if weights is not None:
         parse_size(weights, "--weights", allow_zero=True)
-    parse_size(reserve, "--reserve", allow_zero=True)
+    if reserve.strip().lower() != "auto":  # a named value (branch i16's 'auto') is the budget code's to check
+        parse_size(reserve, "--reserve", allow_zero=True)
     if gpu is None and gpu_memory is None:
         unused = [name for name, given in (("--gpu-util", gpu_util is not None),
                                            ("--util-policy", util_policy != "vllm"),
