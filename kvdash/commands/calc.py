@@ -92,7 +92,7 @@ def calc(
     as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
 ) -> None:
-    """Compute every KV-cache figure for one configuration (default: the tutorial's)."""
+    """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
     from kvdash.core.calc import BudgetSpec, CalcInput, calculate
     from kvdash.core.model import model_from_spec, resolve_model
     from kvdash.units import parse_size
