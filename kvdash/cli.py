@@ -25,6 +25,26 @@ app = typer.Typer(
 )
 
 
+def _plain_metavar() -> None:
+    """Show a required argument as ``GRID``, the usual notation, not typer's ``{GRID}`` (typer.core
+    TyperArgument.make_metavar braces required arguments in usage lines)."""
+    from typer.core import TyperArgument
+
+    braced = TyperArgument.make_metavar
+    if getattr(braced, "kvdash_plain", False):
+        return
+
+    def make_metavar(self: TyperArgument, ctx: object, *, usage: bool = False) -> str:
+        text: str = braced(self, ctx, usage=usage)  # type: ignore[arg-type]
+        return text[1:-1] if text.startswith("{") and text.endswith("}") else text
+
+    make_metavar.kvdash_plain = True  # type: ignore[attr-defined]
+    TyperArgument.make_metavar = make_metavar  # type: ignore[method-assign]
+
+
+_plain_metavar()
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"kvdash {__version__}")
@@ -48,8 +68,14 @@ def _register() -> None:
     try:
         from kvdash.commands import register_more
     except ImportError:  # pragma: no cover - all commands ship together
-        return
-    register_more(app)
+        pass
+    else:
+        register_more(app)
+    for info in app.registered_commands:
+        # the command list shows each docstring's first paragraph whole (wrapped), never cut with "..."
+        doc = (info.callback.__doc__ or "") if info.callback else ""
+        if info.short_help is None and doc:
+            info.short_help = " ".join(doc.strip().split("\n\n")[0].split())
 
 
 _register()
@@ -65,8 +91,20 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     from typer.exceptions import TyperException
 
+    args = sys.argv[1:] if argv is None else argv
+    if not args:  # bare `kvdash`: the help, on several lines, and success
+        args = ["--help"]
     try:
-        code = app(args=argv, prog_name="kvdash", standalone_mode=False)
+        code = app(args=args, prog_name="kvdash", standalone_mode=False)
+    except BrokenPipeError:  # `kvdash ... | head`: the reader left; that is not an error
+        _quiet_pipe()
+        raise SystemExit(0) from None
+    except SystemExit as exc:  # rich (Console.on_broken_pipe) and click turn a closed pipe into exit 1
+        if exc.code == 1 and (isinstance(exc.__context__, BrokenPipeError)
+                              or type(sys.stdout).__name__ == "_PacifyFlushWrapper"):
+            _quiet_pipe()
+            raise SystemExit(0) from None
+        raise
     except InputError as exc:
         fail(str(exc))
     except TyperException as exc:  # click usage errors: bad option names or types
@@ -77,7 +115,9 @@ def main(argv: list[str] | None = None) -> None:
             hint = "/".join(getattr(param, "opts", []) or [getattr(param, "name", "")])
         if hint and isinstance(hint, str) and hint not in message:
             message = f"{hint}: {message}"
-        fail(shorten_words(" ".join(message.split())) + " (see kvdash --help)", getattr(exc, "exit_code", 2) or 2)
+        ctx = getattr(exc, "ctx", None)
+        where = getattr(ctx, "command_path", "") or "kvdash"
+        fail(shorten_words(" ".join(message.split())) + f" (see {where} --help)", getattr(exc, "exit_code", 2) or 2)
     except Interrupted as exc:  # a command says what the interruption left (sweep: the old report)
         fail(str(exc), 130)
     except KeyboardInterrupt:
@@ -85,10 +125,23 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:  # a folder that cannot be written, a full disk: one line, not a traceback
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         fail(f"{where}{exc.strerror or exc}")
+    try:
+        sys.stdout.flush()  # a closed pipe shows here for output still buffered
     except BrokenPipeError:
-        sys.stderr.close()
+        _quiet_pipe()
         raise SystemExit(0) from None
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _quiet_pipe() -> None:
+    """Point stdout at /dev/null so that the interpreter's last flush cannot fail on the closed pipe."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover - stdout without a file descriptor
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -191,7 +191,7 @@ class TestPlanning:
         # weights per rank, over 85,520,809,984 B = 0.4925 -> 0.50 (two decimals, rounded up).  Check both
         # sides: 0.50 leaves 7,460,404,992 B = 5,691 blocks = 109 requests; 0.49 leaves 6,605,196,892 B =
         # 5,039 blocks = 96 requests, short of 100.
-        assert "0.50" == p["min_gpu_util"]
+        assert 0.5 == p["min_gpu_util"]  # a JSON number, not a string
         for util, budget, requests in (("0.50", 7_460_404_992, 109), ("0.49", 6_605_196_892, 96)):
             r = calc(load_preset("llama-3.1-70b"), tp=4, budget=BudgetSpec(gpu="h100-80gb", util=util))
             assert (budget, requests) == (r["pool"]["budget_bytes"], r["capacity"]["paged_requests"])

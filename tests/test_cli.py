@@ -68,7 +68,7 @@ def test_tables_fit_80_columns_and_cut_no_value(args, capsys, monkeypatch):
 
 @pytest.mark.parametrize("args,field", [
     (["calc", "--block-size", "0"], "--block-size"),
-    (["calc", "--used", "4000"], "--used"),
+    (["calc", "--length", "4000", "--max-reserved", "2048"], "--length"),
     (["calc", "--kv-dtype", "fp9"], "--kv-dtype"),
     (["calc", "--model", "llama-3-8b"], "--model"),
     (["calc", "--budget", "12 parsecs"], "--budget"),

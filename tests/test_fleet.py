@@ -270,7 +270,8 @@ def test_every_dashboard_panel_query_has_data(prom):
 def test_unreachable_prometheus_is_one_line_exit_1(capsys):
     url = f"http://127.0.0.1:{free_port()}"
     code, out, err = run(["live", "--prometheus", url, "--once", "--json"], capsys)
-    assert code == 1 and out == ""
+    # --json always prints JSON on stdout (issue 15), as live does without NVML: here an error object
+    assert code == 1 and {"error": err.strip().removeprefix("kvdash: "), "fleet": None} == json.loads(out)
     assert err.count("\n") == 1 and "unreachable" in err and url in err
 
 

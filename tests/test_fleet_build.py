@@ -168,7 +168,10 @@ def test_an_empty_prometheus_is_one_line_exit_1(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["live", "--prometheus", "localhost:9090", "--once", "--json"])
     out = capsys.readouterr()
-    assert exc.value.code == 1 and out.out == "" and out.err.count("\n") == 1 and "no DCGM" in out.err
+    assert exc.value.code == 1 and out.err.count("\n") == 1 and "no DCGM" in out.err
+    import json  # --json always prints JSON on stdout (issue 15): an error object when there is no data
+
+    assert {"error": out.err.strip().removeprefix("kvdash: "), "fleet": None} == json.loads(out.out)
 
 
 def test_exporter_engines_only_where_prometheus_does_not_scrape_the_engines():

@@ -22,7 +22,7 @@ class TestTutorialWorkedExample:
         """Every expected core value of the tutorial artifact."""
         r = tutorial()
         assert r["architecture"] | {"name": None} == {
-            "name": None, "pattern": "80 full", "layer_kinds": {"full": 80},
+            "name": None, "pattern": "80 full", "layer_kinds": {"full": 80}, "derived": [],
             "layers": 80, "kv_heads": 8, "head_dim": 128, "bytes_per_element": 2}
         assert 327_680 == r["bytes_per_token"]  # 2 x 80 x 8 x 128 x 2
         assert 39_321 == r["kv_token_slots"]  # floor(12 GiB / 327,680)
@@ -35,7 +35,8 @@ class TestTutorialWorkedExample:
         assert 19 == r["capacity"]["contiguous_requests"]
         assert 47 == r["capacity"]["paged_requests"]
         assert 2.4737 == pytest.approx(r["capacity"]["request_capacity_ratio"], abs=5e-5)
-        assert 2_621_440 == r["sensitivity"]["mha_64_kv_heads_bytes_per_token"]  # 2.5 MiB/token
+        assert 2_621_440 == r["sensitivity"]["mha_64_kv_heads_bytes_per_token"]  # 2.5 MiB/token (64 heads)
+        assert 2_621_440 == r["sensitivity"]["mha_bytes_per_token"]
         assert 163_840 == r["sensitivity"]["fp8_gqa_bytes_per_token"]
 
     def test_leftover_is_three_mib(self):

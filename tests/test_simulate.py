@@ -348,7 +348,8 @@ class TestCommand:
         assert 0 == code and json.loads(out)["setup"]["workload"] == "trace t.csv"
 
     @pytest.mark.parametrize("args,field", [
-        (["--rate", "-1"], "--rate"), (["--max-len", "5000"], "--max-len"), (["--policies", "best"], "--policies"),
+        (["--rate", "-1"], "--rate"), (["--max-reserved", "5000"], "--max-reserved"),
+        (["--policies", "best"], "--policies"),
         (["--prompt", "normal:5"], "--prompt"), (["--model", "gemma-2-9b"], "--model"),
         (["--requests", "0"], "--requests"), (["--prompt", "fixed:4096"], "--prompt"),
     ])

@@ -1,12 +1,13 @@
 """``kvdash calc``: one configuration, every figure, explained."""
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from kvdash.commands.common import parse_block_size, parse_lengths, parse_on_off
+from kvdash.commands.common import parse_block_size, parse_lengths, parse_on_off, pick_alias
 from kvdash.errors import InputError
 
 Opt = typer.Option
@@ -14,6 +15,45 @@ Opt = typer.Option
 CONFIG_OPTIONS = {"num_hidden_layers": "--layers", "num_key_value_heads": "--kv-heads", "head_dim": "--head-dim",
                   "v_head_dim": "--head-dim-v", "num_attention_heads": "--attention-heads",
                   "sliding_window": "--window", "max_position_embeddings": "--max-context"}
+
+
+DEFAULT_MAX_RESERVED = 2048  # tokens: the tutorial's contiguous reservation
+DEFAULT_LENGTH = 825  # tokens: the tutorial's request
+UNIT_HINT = "write a unit: 12GiB (2^30 B), 80GB (10^9 B), 512MiB"
+
+
+def warn(message: str) -> None:
+    """One line on stderr; the command goes on."""
+    print(f"kvdash: warning: {message}", file=sys.stderr)
+
+
+def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | None, gpu_util: str | None,
+                         util_policy: str, weights: str | None, reserve: str) -> list[str]:
+    """Validate every budget option, even one the mode ignores; return one warning line about those it ignores
+    (printed once the whole command line is known to be valid)."""
+    from kvdash.units import MiB, parse_fraction, parse_size
+
+    if budget is not None and budget.strip().replace(",", "").replace("_", "").isdigit():
+        if parse_size(budget, "--budget") < MiB:
+            raise InputError("--budget", budget, f"a bare number is bytes, and under 1 MiB it cannot be meant; {UNIT_HINT}")
+    if gpu_util is not None:
+        parse_fraction(gpu_util, "--gpu-util")
+    if util_policy not in ("vllm", "trtllm"):
+        raise InputError("--util-policy", util_policy, "expected 'vllm' or 'trtllm'")
+    if weights is not None:
+        parse_size(weights, "--weights", allow_zero=True)
+    if reserve.strip().lower() != "auto":  # a named value (branch i16's 'auto') is the budget code's to check
+        parse_size(reserve, "--reserve", allow_zero=True)
+    if gpu is None and gpu_memory is None:
+        unused = [name for name, given in (("--gpu-util", gpu_util is not None),
+                                           ("--util-policy", util_policy != "vllm"),
+                                           ("--weights", weights is not None),
+                                           ("--reserve", reserve.strip() not in ("0", ""))) if given]
+        if unused:
+            return [f"{', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect without --gpu or "
+                 "--gpu-memory (the KV budget is " + ("--budget" if budget is not None else "the 12 GiB default")
+                 + ")"]
+    return []
 
 
 def calc(
@@ -38,9 +78,10 @@ def calc(
     reserve: Annotated[str, Opt(help="Runtime reserve per rank: activations, CUDA graphs, workspace; 'auto': a kvdash calibrate entry, else published terms.")] = "0",
     block_size: Annotated[str, Opt(help="Tokens per KV block, or 'auto': vLLM 0.33's choice on Hopper (64 for MLA, else 16; hybrids raised to hold the state page).")] = "16",
     prefix_caching: Annotated[str, Opt(help="vLLM prefix caching: 'on' (vLLM 0.33's default; state layers in mamba_cache_mode 'align', 2 blocks per request per state group, 3 for gated delta net) or 'off'.")] = "on",
-    used: Annotated[int, Opt(help="Tokens each request holds now (the snapshot).")] = 825,
-    max_reserved: Annotated[int, Opt(help="Tokens a contiguous allocator reserves per request (Max policy).")] = 2048,
-    final: Annotated[Optional[int], Opt(help="Final length of the request, for the Pow2 and Oracle policies (default: --used).")] = None,
+    used: Annotated[Optional[int], Opt("--length", help="Tokens each request holds now (the snapshot). Default: 825 (the tutorial's).")] = None,
+    used_old: Annotated[Optional[int], Opt("--used", hidden=True, help="Old name of --length.")] = None,
+    max_reserved: Annotated[Optional[int], Opt(help="Tokens a contiguous allocator reserves per request (Max policy). Default: the largest of 2048 (capped at the model's context), --length, --final and the --group lengths.")] = None,
+    final: Annotated[Optional[int], Opt(help="Final length of the request, for the Pow2 and Oracle policies (default: --length).")] = None,
     group: Annotated[Optional[str], Opt(help="A group of request lengths packed repeatedly, e.g. 200,825,1525.")] = None,
     prefix: Annotated[int, Opt(help="Tokens of a prompt prefix every request shares.")] = 0,
     tp: Annotated[int, Opt(help="Tensor-parallel degree.")] = 1,
@@ -49,8 +90,9 @@ def calc(
     max_batched_tokens: Annotated[int, Opt(help="vLLM view: max_num_batched_tokens.")] = 8192,
     target: Annotated[Optional[int], Opt(help="Planning: requests that must fit; adds budget, min utilization, min TP and longest length.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
+    brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
 ) -> None:
-    """Compute every KV-cache figure for one configuration (default: the tutorial's)."""
+    """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
     from kvdash.core.calc import BudgetSpec, CalcInput, calculate
     from kvdash.core.model import model_from_spec, resolve_model
     from kvdash.units import parse_size
@@ -69,6 +111,11 @@ def calc(
             raise InputError(option, exc.value, exc.allowed, exc.hint) from exc
     else:
         arch = resolve_model(model, config, safetensors_index)
+    used = pick_alias(used, used_old, "--length", "--used")  # type: ignore[assignment]
+    used = DEFAULT_LENGTH if used is None else used
+    warnings = check_budget_options(budget, gpu, gpu_memory, gpu_util, util_policy, weights, reserve)
+    if max_reserved is None:  # the reservation the question implies: at least the longest length asked about
+        max_reserved = max(min(DEFAULT_MAX_RESERVED, arch.max_context), used, final or 0, *(parse_lengths(group) or ()))
     spec = BudgetSpec(
         bytes=parse_size(budget, "--budget") if budget is not None else None,
         gpu=gpu,
@@ -87,8 +134,26 @@ def calc(
         group=parse_lengths(group), prefix=prefix, max_model_len=max_model_len,
         max_batched_tokens=max_batched_tokens, target=target,
     ))
+    pool = result["pool"]
+    if result["whole_pool_blocks"] == 0:
+        option = "--budget" if gpu is None and gpu_memory is None else "--gpu-util"
+        raise InputError(option, f"{pool['budget_bytes']:,} B per rank",
+                         f"the KV budget must hold at least one block ({pool['block_bytes']:,} B); "
+                         "sizes take a unit: 12GiB (2^30 B), 80GB (10^9 B), 512MiB")
+    for line in warnings:
+        warn(line)
     if as_json:
+        if brief:
+            warn("--brief has no effect with --json (the JSON document starts with its summary)")
         print(json.dumps(result, indent=2))
+        return
+    if brief:
+        from kvdash.render.table import terminal_width, wrap
+
+        v = result["vllm_view"]
+        lines = [result["summary"], *(f"Derived (not in config.json): {line}" for line in result["architecture"]["derived"]),
+                 *(f"vLLM {v['version']} would log: {line}" for line in v["log_lines"])]
+        print("\n".join(part for line in lines for part in wrap(line, terminal_width())))
         return
     from kvdash.render.calc_view import render
 

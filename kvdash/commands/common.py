@@ -33,3 +33,13 @@ def parse_on_off(text: str, field: str) -> bool:
     if value not in ("on", "off"):
         raise InputError(field, text, "expected 'on' or 'off'")
     return value == "on"
+
+
+def pick_alias(value: object, old_value: object, name: str, old_name: str) -> object:
+    """The value of an option that also answers to a hidden old name (kept for one release): the old
+    name's value when only it is given; both given with different values is an error."""
+    if old_value is None:
+        return value
+    if value is not None and value != old_value:
+        raise InputError(old_name, old_value, f"is the old name of {name}; give only {name}")
+    return old_value

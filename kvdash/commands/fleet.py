@@ -21,14 +21,17 @@ def run_fleet(url: str, cfg, once: bool, as_json: bool, interval: float) -> None
         raise InputError("--prometheus", url, str(exc)) from exc
     if once or as_json:
         snap = source.read()
-        if snap.error:
-            print(f"kvdash: {snap.error}", file=sys.stderr)
+        error = snap.error
+        fleet = None if error else snap.extra["fleet"]
+        if fleet is not None and not fleet["hosts"]:
+            error = (f"Prometheus at {source.client.url} has no DCGM, kvdash, vLLM or SGLang series and no "
+                     "scrape targets (see the README, section Fleet, for a scrape configuration)")
+        if error:
+            if as_json:  # --json always prints JSON on stdout: here an error object
+                print(json.dumps({"error": error, "fleet": None}))
+            print(f"kvdash: {error}", file=sys.stderr)
             raise typer.Exit(1)
-        fleet = snap.extra["fleet"]
-        if not fleet["hosts"]:
-            print(f"kvdash: Prometheus at {source.client.url} has no DCGM, kvdash, vLLM or SGLang series and no "
-                  "scrape targets (see the README, section Fleet, for a scrape configuration)", file=sys.stderr)
-            raise typer.Exit(1)
+        assert fleet is not None
         if as_json:
             print(json.dumps(fleet, indent=2, sort_keys=True))
             return

@@ -59,7 +59,7 @@ def live(
     weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model (default: the preset's estimate).")] = None,
     reserve: Annotated[str, Opt(help="Runtime reserve per rank (activation peak, CUDA graphs); 'auto': a kvdash calibrate entry, else published terms.")] = "0",
     budget: Annotated[Optional[str], Opt(help="An explicit KV budget per rank (implies --budget-mode explicit).")] = None,
-    budget_mode: Annotated[Optional[str], Opt(help="vllm (from each GPU's total), explicit, or engine.")] = None,
+    budget_mode: Annotated[Optional[str], Opt(help="vllm (from each GPU's total), explicit, or engine. Default: explicit when --budget is given, else vllm.")] = None,
     length: Annotated[str, Opt(help="Tokens per request, or a mix such as 200,825,1525.")] = "2048",
     max_reserved: Annotated[int, Opt(help="Contiguous reservation per request.")] = 8192,
     interval: Annotated[float, Opt(help=f"Seconds between polls (at least {MIN_INTERVAL}).")] = 1.0,

@@ -49,10 +49,11 @@ def gpus(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = 
     from kvdash.render.table import Table, print_tables
     from kvdash.units import gib_text
 
-    table = Table(title="GPU presets (GiB = 2^30 bytes)")
+    table = Table(title="GPU presets: total memory per GPU (bytes exact, GiB = 2^30 B)")
     for col in ("preset", "name", "bytes", "GiB", "basis"):
         number = col in ("bytes", "GiB")
         table.add_column(col, "right" if number else "left", wrap=not number)
     for k, g in presets.items():
         table.add_row(k, g.name, f"{g.memory_bytes:,}", gib_text(g.memory_bytes), f"{g.basis}: {g.detail}")
-    print_tables([table])
+    print_tables([table], "nvml: the total NVML (nvidia-smi) reports on such a card, in MiB = 2^20 B; nominal: "
+                 "the vendor's advertised GB read as GB = 10^9 B, used only where no driver figure is known.")

@@ -26,7 +26,11 @@ def simulate(
     config: Annotated[Optional[Path], Opt(help="A config.json instead of a preset.")] = None,
     kv_dtype: Annotated[str, Opt(help="KV dtype.")] = "fp16",
     block_size: Annotated[int, Opt(help="Tokens per block (paged policies).")] = 16,
-    budget: Annotated[str, Opt(help="KV budget per rank.")] = "12GiB",
+    budget: Annotated[Optional[str], Opt(help="KV budget per rank: 12GiB, 80GB, 512MiB. Default 12GiB unless --gpu is given.")] = None,
+    gpu: Annotated[Optional[str], Opt(help="GPU preset (kvdash gpus): derive the budget as calc does.")] = None,
+    gpu_util: Annotated[Optional[str], Opt(help="Fraction of GPU memory for the engine (with --gpu). Default: 0.92, vLLM 0.33's gpu_memory_utilization.")] = None,
+    weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model, split over --tp (with --gpu). Default: the preset's figure.")] = None,
+    reserve: Annotated[str, Opt(help="Runtime reserve per rank (with --gpu).")] = "0",
     tp: Annotated[int, Opt(help="Tensor-parallel degree.")] = 1,
     workload: Annotated[str, Opt(help="sharegpt or alpaca (synthetic, shaped after the paper's datasets).")] = "sharegpt",
     prompt: Annotated[Optional[str], Opt(help="Prompt lengths: fixed:N, uniform:A,B, lognormal:MEAN,SIGMA.")] = None,
@@ -43,8 +47,9 @@ def simulate(
     concurrency: Annotated[Optional[int], Opt(help="Closed loop: keep this many requests in the system instead.")] = None,
     prefix: Annotated[int, Opt(help="Tokens of a prompt prefix all requests share (stored once by paged-prefix; "
                                     "paged on the same requests is the no-sharing baseline).")] = 0,
-    max_len: Annotated[int, Opt(help="Maximum sequence length; Max reserves it.")] = 2048,
-    clip: Annotated[bool, Opt("--clip", help="Cut requests longer than --max-len instead of refusing them "
+    max_len: Annotated[Optional[int], Opt("--max-reserved", help="Maximum sequence length: the reservation per request under Max (as calc's --max-reserved). Default: 2048.")] = None,
+    max_len_old: Annotated[Optional[int], Opt("--max-len", hidden=True, help="Old name of --max-reserved.")] = None,
+    clip: Annotated[bool, Opt("--clip", help="Cut requests longer than --max-reserved instead of refusing them "
                                              "(the output says how many).")] = False,
     policies: Annotated[str, Opt(help="Comma list of max, pow2, oracle, paged, paged-prefix.")] = "max,pow2,oracle,paged",
     allocator: Annotated[str, Opt(help="Contiguous allocator: first-fit, or buddy (Orca's, as the paper ran its "
@@ -57,6 +62,10 @@ def simulate(
     as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
 ) -> None:
     """Simulate KV pool occupancy over time under contiguous and paged allocation."""
+    from kvdash.commands.common import pick_alias
+
+    max_len = pick_alias(max_len, max_len_old, "--max-reserved", "--max-len")  # type: ignore[assignment]
+    max_len = 2048 if max_len is None else max_len
     from kvdash.core.calc import BudgetSpec, rank_shapes, resolve_budget
     from kvdash.core.model import load_config, load_preset
     from kvdash.simulate.engine import PAPER_FIG2, POLICIES, PRESETS, Lengths, draw_requests, read_trace
@@ -79,9 +88,9 @@ def simulate(
     if trace_every < 0:
         raise InputError("--trace-every", trace_every, "expected 0 (no trace) or a positive number of steps")
     if max_len < 2:
-        raise InputError("--max-len", max_len, "expected at least 2")
+        raise InputError("--max-reserved", max_len, "expected at least 2")
     if not 1 <= block_size <= max_len:
-        raise InputError("--block-size", _short(block_size), f"expected 1 to --max-len ({max_len:,}) tokens")
+        raise InputError("--block-size", _short(block_size), f"expected 1 to --max-reserved ({max_len:,}) tokens")
     if concurrency is not None and concurrency < 1:
         raise InputError("--concurrency", concurrency, "expected a positive integer")
     if prefix < 0 or prefix >= max_len:
@@ -103,10 +112,18 @@ def simulate(
     shape = rank_shapes(arch, kv_dtype, "tensor", tp, 1, block_size)[0]
     if shape.groups != 1 or shape.window_groups or shape.state_bytes:
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
-    b = resolve_budget(BudgetSpec(bytes=parse_size(budget, "--budget")), arch, tp, 1)["per_rank_bytes"]
+    from kvdash.commands.calc import check_budget_options, warn
+
+    notes = check_budget_options(budget, gpu, None, gpu_util, "vllm", weights, reserve)
+    b = resolve_budget(BudgetSpec(
+        bytes=parse_size(budget, "--budget") if budget is not None else None,  # neither: the 12 GiB default
+        gpu=gpu, util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None,
+        reserve=parse_size(reserve, "--reserve", allow_zero=True)), arch, tp, 1)["per_rank_bytes"]
+    for line in notes:
+        warn(line)
     capacity = b // shape.bytes_per_token
     if max_len > arch.max_context:
-        raise InputError("--max-len", max_len, f"at most the model's context length ({arch.max_context:,})")
+        raise InputError("--max-reserved", max_len, f"at most the model's context length ({arch.max_context:,})")
     if block_size > capacity:
         raise InputError("--block-size", block_size, f"the pool holds only {capacity:,} token slots")
     from kvdash.core import limits
@@ -165,9 +182,9 @@ def simulate(
     from kvdash.simulate.explain import PAPER_OTHERS, SHARE_MEANING, comparison
 
     notes = [comparison(r.policy, allocator, w.synthetic, r.shares_percent, PAPER_FIG2.get(r.policy)) for r in results]
-    lengths = (f"{reqs.clipped:,} requests clipped to --max-len" if reqs.clipped else
-               f"{reqs.redrawn:,} lognormal draws longer than --max-len drawn again" if reqs.redrawn else
-               "no request longer than --max-len")
+    lengths = (f"{reqs.clipped:,} requests clipped to --max-reserved" if reqs.clipped else
+               f"{reqs.redrawn:,} lognormal draws longer than --max-reserved drawn again" if reqs.redrawn else
+               "no request longer than --max-reserved")
     setup = {"model": arch.name, "kv_dtype": kv_dtype, "block_size": block_size, "tp": tp, "budget_bytes": b,
              "bytes_per_token": shape.bytes_per_token, "capacity_slots": capacity, "workload": w.name,
              "workload_note": w.note, "requests": requests, "arrival": w.arrival, "rate": rate,
@@ -182,7 +199,7 @@ def simulate(
             out["capacity"] = cap.to_json()
         print(json.dumps(out, indent=2))
         return
-    from rich.table import Table
+    from kvdash.render.table import Table, print_tables
 
     console = Console()
     console.print(f"[bold]{arch.name}[/bold], {kv_dtype}, block {block_size}, TP {tp}: {capacity:,} token slots "
@@ -190,15 +207,18 @@ def simulate(
                   f"{requests:,} requests, "
                   + (f"closed loop of {concurrency}" if concurrency else f"Poisson {rate:g} per step")
                   + f"; max length {max_len:,}; contiguous allocator {allocator}; watermark {watermark:g}; seed {seed}")
-    shares = Table(title="Share of the KV pool over time, % (paper Fig. 2 in brackets)", title_justify="left",
-                   header_style="bold")
-    for col in ("policy", "token states", "reservation", "internal frag.", "external frag.", "free",
+    # kvdash's own tables: numbers are never cut, headers wrap, 80 columns hold them
+    shares = Table(title="Share of the KV pool over time, % (paper Fig. 2 in brackets)")
+    for col in ("policy", "token states", "reser- vation", "internal frag.", "ext. frag.", "free",
                 "ext.+free (paper: external & others)"):
-        shares.add_column(col, justify="left" if col == "policy" else "right")
-    stats = Table(title="Scheduling", title_justify="left", header_style="bold")
-    for col in ("policy", "avg batch", "peak batch", "preemptions", "recomputed tokens", "finished", "tokens/step",
-                "queue delay (steps)", "norm. latency (steps/token)", "steps"):
-        stats.add_column(col, justify="left" if col == "policy" else "right")
+        shares.add_column(col, "left" if col == "policy" else "right", wrap=False)
+    # two tables, so that each fits 80 columns with every value whole
+    stats = Table(title="Scheduling: batches")
+    for col in ("policy", "avg batch", "peak batch", "preempted", "recomputed tokens", "tokens/step"):
+        stats.add_column(col, "left" if col == "policy" else "right", wrap=False)
+    times = Table(title="Scheduling: time (queue delay in steps; normalized latency in steps per output token)")
+    for col in ("policy", "finished", "queue delay", "normalized latency", "steps"):
+        times.add_column(col, "left" if col == "policy" else "right", wrap=False)
     for r, note in zip(results, notes, strict=True):
         sh = r.shares_percent
         paper = PAPER_FIG2.get(r.policy, (None,) * 4)
@@ -207,9 +227,10 @@ def simulate(
         shares.add_row(r.policy, *cells, f"{sh['external_fragmentation']:.1f}", f"{sh['free']:.1f}",
                        f"{note['ext_plus_free']:.1f}" + ("" if paper[3] is None else f" ({paper[3]:.1f})"))
         stats.add_row(r.policy, f"{r.avg_running:.2f}", str(r.peak_running), f"{r.preemptions:,}",
-                      f"{r.recomputed_tokens:,}", f"{r.finished:,}", f"{r.tokens_per_step:.1f}",
-                      f"{r.avg_queue_delay_steps:,.1f}", f"{r.normalized_latency:,.2f}", f"{r.steps:,}")
-    console.print(shares)
+                      f"{r.recomputed_tokens:,}", f"{r.tokens_per_step:.1f}")
+        times.add_row(r.policy, f"{r.finished:,}", f"{r.avg_queue_delay_steps:,.1f}",
+                      f"{r.normalized_latency:,.2f}", f"{r.steps:,}")
+    print_tables([shares])
     console.print(f"[dim]{PAPER_SETUP}; here: {w.note}, the pool and arrivals above. Shares are averaged over "
                   "busy steps.[/dim]")
     console.print("[bold]What the shares count[/bold]")
@@ -222,7 +243,7 @@ def simulate(
         shown = ", ".join(f"{k.replace('_', ' ')} {round(v, 1) + 0.0:+.1f}" for k, v in (diffs or {}).items())
         head = f" ({shown} points against the paper)" if shown else ""
         console.print(f"  {note['policy']}{head}: " + "; ".join(note["notes"]))
-    console.print(stats)
+    print_tables([stats, times])
     console.print("[dim]Scheduling: vLLM v1 rules (vllm/v1/core/sched/scheduler.py, vLLM 0.33.0) for paged "
                   "pools: running requests first, the newest preempted when blocks run out and recomputed later "
                   "with its generated tokens (recomputed tokens: prompt and output prefilled again); waiting "
@@ -239,19 +260,18 @@ def _short(value: object) -> str:
 
 
 def _print_capacity(console, cap) -> None:  # type: ignore[no-untyped-def]
-    from rich.table import Table
-
+    from kvdash.render.table import Table, print_tables
     from kvdash.simulate.capacity import LABEL
 
     table = Table(title=f"Normalized latency (steps per output token) against rate; capacity at "
-                        f"{cap.bound:g} steps per token", title_justify="left", header_style="bold")
-    table.add_column("rate (requests/step)", justify="right")
+                        f"{cap.bound:g} steps per token")
+    table.add_column("rate (requests/step)", "right", wrap=False)
     for pol in cap.latency:
-        table.add_column(pol, justify="right")
+        table.add_column(pol, "right", wrap=False)
     for k, rate in enumerate(cap.rates):
         table.add_row(f"{rate:.4g}", *(f"{cap.latency[p][k]:,.2f}" for p in cap.latency))
     table.add_row("capacity", *("-" if cap.capacity[p] is None else f"{cap.capacity[p]:.4g}" for p in cap.latency))
-    console.print(table)
+    print_tables([table])
     ratios = ", ".join(f"{k} {'-' if v is None else f'{v:.2f}x'}" for k, v in cap.ratios.items())
     console.print(f"Ratios at the bound: {ratios or '-'}. [dim]{LABEL}; the paper's Fig. 12 states 2-4x against "
                   "Orca at the same latency, measured on GPUs.[/dim]")

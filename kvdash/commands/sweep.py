@@ -12,7 +12,7 @@ Opt = typer.Option
 
 
 def sweep(
-    grid: Annotated[Path, typer.Argument(help="The grid file (YAML).")],
+    grid: Annotated[Path, typer.Argument(metavar="GRID", help="The grid file (YAML).")],
     out: Annotated[Optional[Path], Opt(help="Output folder (default: reports/<grid name>/).")] = None,
     dry_run: Annotated[bool, Opt("--dry-run", help="Print the point count and the first points; write nothing.")] = False,
     check: Annotated[bool, Opt("--check", help="Exit 1 when a gate of the grid fails, listing each failing point.")] = False,
@@ -35,11 +35,16 @@ def sweep(
     target = out or Path("reports") / grid.stem
     from kvdash.report.outdir import plan
 
-    plan(target, force)  # refuse a folder kvdash may not replace before any work
+    before = plan(target, force)  # refuse a folder kvdash may not replace before any work
     try:
-        frame = _run(spec, target, max_points, csv, parquet, quiet, force)
+        frame, written = _run(spec, target, max_points, csv, parquet, quiet, force)
     except KeyboardInterrupt:  # Ctrl-C is held back while the report is swapped in, so nothing changed
         raise Interrupted("interrupted; the previous report is unchanged") from None
+    removed = sorted(set(before.old_files) - {f.name for f in written})
+    if removed:  # e.g. results.parquet of a run with --parquet: say so, never drop it silently
+        print(f"kvdash: note: removed {', '.join(removed)} from {target}/, written by an earlier run with other "
+              "options (--csv/--parquet choose the results files; give them again to keep those files)",
+              file=sys.stderr)
     if check:
         failures = _gates(spec, frame)
         if failures:
@@ -79,7 +84,7 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
         files = write_report(spec, expanded, target, formats, force=force)
     if not quiet:
         print(f"{expanded.frame.height:,} points -> {target}/ ({', '.join(f.name for f in files)})")
-    return expanded.frame
+    return expanded.frame, files
 
 
 class _null:
@@ -112,8 +117,8 @@ def _gates(spec, frame) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 def diff(
-    base: Annotated[Path, typer.Argument(help="Base results.csv or report folder.")],
-    head: Annotated[Path, typer.Argument(help="Head results.csv or report folder.")],
+    base: Annotated[Path, typer.Argument(metavar="BASE", help="Base results.csv or report folder.")],
+    head: Annotated[Path, typer.Argument(metavar="HEAD", help="Head results.csv or report folder.")],
     grid: Annotated[Optional[Path], Opt(help="The head grid file: its gates are compared (and serve the base too "
                                              "unless --base-grid is given), and settings results.csv lacks.")] = None,
     base_grid: Annotated[Optional[Path], Opt(help="The base grid file (e.g. from git show BASE:sweeps/x.yaml).")] = None,
@@ -139,13 +144,14 @@ def claims(as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False) 
 
         print(json.dumps([asdict(c) for c in items], indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from kvdash.render.table import Table, print_tables
 
-    table = Table(title="Claims registry (kvdash/data/claims.yaml)", show_lines=True)
-    for col in ("id", "claim", "kind", "metric", "claimed", "source and conditions"):
-        table.add_column(col)
+    # ids and claimed ranges are copied by users: never cut; the prose wraps (fits 80 columns)
+    table = Table(title="Claims registry (kvdash/data/claims.yaml)")
+    table.add_column("id", wrap=False)
+    table.add_column("claim (kind; metric; claimed)")
+    table.add_column("source and conditions")
     for c in items:
-        table.add_row(c.id, c.claim, c.kind, c.metric or "-", c.claimed_text(),
+        table.add_row(c.id, f"{c.claim} ({c.kind}; metric {c.metric or '-'}; claimed {c.claimed_text()})",
                       f"{c.source}. Measured under: {c.conditions}" + (f" Settled by: {c.settle}" if c.settle else ""))
-    Console().print(table)
+    print_tables([table])

@@ -26,7 +26,7 @@ from kvdash.core.point import fdiv, group_size_problem, point_metrics, shape_inp
 from kvdash.core.reserve import ReserveTerm, auto_reserve
 from kvdash.core.state import state_page_bytes
 from kvdash.errors import InputError
-from kvdash.units import GiB, parse_fraction, scale_floor
+from kvdash.units import GiB, human_bytes, parse_fraction, scale_floor
 
 DEFAULT_BUDGET = 12 * GiB  # the tutorial's declared KV budget
 VLLM_VERSION = "0.33"  # the vLLM release whose rules kvdash mirrors
@@ -393,11 +393,14 @@ class CalcInput:
     prefix_caching: bool = True  # vLLM 0.33's default; puts state layers in mamba_cache_mode 'align'
 
     def validate(self) -> None:
-        check_positive("--used", self.used)
+        check_positive("--length", self.used)
+        if self.used > self.arch.max_context:
+            raise InputError("--length", self.used, f"at most the model's context length ({self.arch.max_context})")
         check_positive("--max-reserved", self.max_reserved)
         if self.used > self.max_reserved:
-            raise InputError("--used", self.used,
-                             f"must not exceed --max-reserved={self.max_reserved} (the reservation)")
+            raise InputError("--length", self.used,
+                             f"must not exceed --max-reserved={self.max_reserved} (the reservation); "
+                             f"add --max-reserved {self.used} or more, or leave --max-reserved out")
         if self.max_reserved > self.arch.max_context:
             raise InputError("--max-reserved", self.max_reserved,
                              f"at most the model's context length ({self.arch.max_context})")
@@ -405,7 +408,7 @@ class CalcInput:
         check_positive("--final", final)
         if not self.used <= final <= self.max_reserved:
             raise InputError("--final", final,
-                             f"must lie between --used={self.used} and --max-reserved={self.max_reserved}")
+                             f"must lie between --length={self.used} and --max-reserved={self.max_reserved}")
         if self.group is not None:
             if not self.group:
                 raise InputError("--group", "", "expected comma-separated positive lengths, e.g. 200,825,1525")
@@ -419,7 +422,7 @@ class CalcInput:
                                      f"each length must not exceed --max-reserved={self.max_reserved}")
         limits.check_int("--prefix", self.prefix)
         if self.prefix > self.used:
-            raise InputError("--prefix", self.prefix, f"must not exceed --used={self.used}")
+            raise InputError("--prefix", self.prefix, f"must not exceed --length={self.used}")
         if self.max_model_len is not None:
             check_positive("--max-model-len", self.max_model_len)
         check_positive("--max-batched-tokens", self.max_batched_tokens)
@@ -478,6 +481,7 @@ def _core(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
             "bytes_per_element": get_dtype(inp.kv_dtype).bytes_per_element,
             "pattern": arch.pattern(),
             "layer_kinds": {kind: arch.counts[kind] for kind in KINDS if kind in arch.counts},
+            "derived": list(arch.derived),
         },
         "bytes_per_token": m["bytes_per_token"],
         "kv_token_slots": m["kv_token_slots"],
@@ -665,7 +669,7 @@ def _vllm_view(inp: CalcInput, shapes: list[PoolShape], m: dict[str, Any], block
     }
 
 
-def _min_util(needed: int, total: int, fixed: int, policy: str) -> str | None:
+def _min_util(needed: int, total: int, fixed: int, policy: str) -> float | None:
     """Smallest utilization with two decimals that yields ``needed`` KV bytes."""
     if policy == "vllm":
         exact = Decimal(needed + fixed) / Decimal(total)
@@ -678,7 +682,7 @@ def _min_util(needed: int, total: int, fixed: int, policy: str) -> str | None:
     while util <= 1:
         got = (scale_floor(total, util) - fixed) if policy == "vllm" else scale_floor(total - fixed, util)
         if got >= needed:
-            return str(util)
+            return float(util)  # two decimals: exact as a JSON number
         util += Decimal("0.01")
     return None
 
@@ -736,13 +740,19 @@ def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
     attn = arch.first("full", "sliding")
     out: dict[str, Any] = {
         # the tutorial's two keys, on this model's layers and head_dim
-        "mha_64_kv_heads_bytes_per_token": (
-            int(f.kv_bytes_per_token(len(arch.attention_layers), 64, attn.head_dim, 2)) if attn else None
+        # MHA = one KV head per attention head (num_attention_heads), the same definition as the
+        # "MHA" row of the variants below; bf16 (2 bytes), every attention layer
+        "mha_kv_heads": arch.num_attention_heads if attn else None,
+        "mha_bytes_per_token": (
+            int(f.kv_bytes_per_token(len(arch.attention_layers), arch.num_attention_heads, attn.head_dim, 2))
+            if attn else None
         ),
         "fp8_gqa_bytes_per_token": sum(
             layer_token_bytes(layer, "fp8", "tensor", 1) for layer in arch.attention_layers
         ),
     }
+    if arch.num_attention_heads == 64:  # the tutorial's key, where its name is true (Llama-3.1-70B)
+        out["mha_64_kv_heads_bytes_per_token"] = out["mha_bytes_per_token"]
     variants: list[tuple[str, CalcInput]] = [("as configured", inp)]
     dt = get_dtype(inp.kv_dtype)
     if dt.bytes_per_element != 1:
@@ -788,7 +798,8 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
     lines = [
         f"model: {arch.name} ({arch.source}); {arch.num_layers} layers: {arch.pattern()}; "
         f"{arch.num_attention_heads} attention heads, {arch.kv_heads} KV heads, head_dim {arch.head_dim}; "
-        f"max context {arch.max_context:,} tokens",
+        f"max context {arch.max_context:,} tokens"
+        + "".join(f"; {line}" for line in arch.derived),
         f"KV dtype: {dt.name}, {dt.bytes_per_element} byte(s) per element; scales: "
         + ("fp32 per token per KV head for K and V" if inp.kv_scales == "token_head" else
            "per tensor (no per-token bytes)"),
@@ -851,7 +862,7 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     inp = replace(inp, block_size=shapes[0].block_size)
     budget_info = resolve_budget(inp.budget, inp.arch, inp.tp, inp.pp)
     budget = budget_info["per_rank_bytes"]
-    out: dict[str, Any] = {"kvdash_version": __version__}
+    out: dict[str, Any] = {"summary": "", "kvdash_version": __version__}  # summary first, filled below
     out["assumptions"] = assumptions(inp, budget_info, shapes)
     if "gpu_memory_bytes" in budget_info and not inp.budget.reserve_basis and not inp.budget.reserve:
         out["assumptions"].insert(0, upper_bound_line(inp, budget_info))
@@ -882,4 +893,38 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     out["vllm_view"] = _vllm_view(inp, shapes, m, block_reason)
     if inp.target is not None:
         out["planning"] = _planning(inp, shapes, budget, budget_info)
+    out["summary"] = summary(inp, out)
     return out
+
+
+def summary(inp: CalcInput, r: dict[str, Any]) -> str:
+    """One line that answers "how many requests of this length fit, paged and contiguous, and why"."""
+    cap, pool, req = r["capacity"], r["pool"], r["request"]
+    line = (f"{cap['paged_requests']:,} requests of {inp.used:,} tokens fit paged, "
+            f"{cap['contiguous_requests']:,} contiguous: a KV budget of {pool['budget_bytes']:,} B "
+            f"({human_bytes(pool['budget_bytes'])}) per rank "
+            f"holds {r['whole_pool_blocks']:,} blocks of {pool['block_size']} tokens "
+            f"({r['bytes_per_token']:,} B per token); paged, a request takes {req['paged_blocks']:,} blocks")
+    groups = pool["full_groups"] + pool["window_groups"]
+    if groups > 1:
+        line += f" in each of its {groups} KV-cache groups"
+    if pool["state_layers"]:
+        line += f" plus {pool['state_bytes_per_request']:,} B of recurrent state"
+    if inp.max_reserved > inp.used:
+        line += (f"; contiguous, it reserves --max-reserved {inp.max_reserved:,} tokens up front, "
+                 f"{inp.max_reserved - inp.used:,} of them unused now")
+    else:
+        line += "; contiguous, it reserves exactly its length, so only the last block's tail differs"
+    for v in r["sensitivity"]["variants"]:  # fp8 against bf16, the other way round
+        if v["variant"].startswith("kv dtype"):
+            line += (f"; with the KV cache in {v['kv_dtype']}, {v['paged_requests']:,} would fit paged"
+                     + (" (idealized: no scales)" if "idealized" in v["variant"] else ""))
+    if "planning" in r:
+        p = r["planning"]
+        line += (f". For {p['target_requests']:,} requests: {p['budget_needed_per_rank_bytes']:,} B of KV per rank, "
+                 + ("which the budget holds" if p["fits_current_budget"] else "more than the budget holds")
+                 + (f"; minimum --tp {p['min_tp']}" if p["min_tp"] else "; no --tp up to 64 holds them"))
+        if "min_gpu_util" in p:
+            line += (f", minimum --gpu-util {p['min_gpu_util']:.2f} at this --tp" if p["min_gpu_util"] is not None
+                     else ", no --gpu-util fits them at this --tp")
+    return line + "."

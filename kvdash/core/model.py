@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,7 @@ class Architecture:
     model_type: str = ""
     weights_known: bool = True  # False: no weight figure; a GPU-derived budget needs --weights
     decoder_layers: int = 0  # decoder layers (Falcon-H1 has an attention and a mamba mixer in each)
+    derived: tuple[str, ...] = ()  # figures config.json does not state, with the rule that derived them
     counts: dict[str, int] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -232,6 +233,7 @@ def from_hf_config(
     if state_bytes:
         limits.check_int(f"{where}: _kvdash.state_bytes_per_layer", state_bytes, name="state_bytes_per_layer")
     model_type = str(cfg.get("model_type") or "")
+    derived: list[str] = []
 
     if cfg.get("kv_lora_rank"):
         rank = _int(cfg, "kv_lora_rank", where)
@@ -241,6 +243,7 @@ def from_hf_config(
     else:
         head_dim = modeltypes.head_size(cfg, heads, where)
         kv_heads = modeltypes.total_kv_heads(cfg, heads, where)
+        derived += derived_figures(cfg, heads, head_dim, kv_heads)
         head_dim_v = cfg.get("v_head_dim") or head_dim
         limits.check_int(f"{where}: v_head_dim", head_dim_v, name="v_head_dim")
         window = cfg.get("sliding_window") or 0
@@ -298,6 +301,7 @@ def from_hf_config(
         model_type=model_type,
         weights_known=weights_known or "weight_bytes" in meta,
         decoder_layers=n_layers,
+        derived=tuple(derived),
     )
 
 
@@ -314,6 +318,25 @@ def _read_json(path: Path, field: str) -> Any:
     except (ValueError, RecursionError) as exc:  # a 5,000-digit integer; nesting deeper than Python's stack
         reason = "nested too deeply" if isinstance(exc, RecursionError) else "a number too long to read"
         raise InputError(field, str(path), f"not valid JSON ({reason})") from exc
+
+
+KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num", "multi_query")
+
+
+def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int) -> list[str]:
+    """The figures ``cfg`` (config.json as written) does not state, each with the rule that derived it."""
+    if not isinstance(cfg, dict):
+        return []
+    inner = cfg.get("text_config")
+    text: dict[str, Any] = inner if isinstance(inner, dict) else cfg
+    out = []
+    if text.get("head_dim") is None and not text.get("kv_lora_rank"):
+        out.append(f"head_dim {head_dim} derived as hidden_size {text.get('hidden_size', 0):,} / "
+                   f"num_attention_heads {heads} (config.json has no head_dim)")
+    if kv_heads == heads and all(text.get(k) is None for k in KV_HEAD_KEYS) and not text.get("kv_lora_rank"):
+        out.append(f"KV heads {kv_heads} derived from num_attention_heads (config.json names no KV heads: "
+                   "multi-head attention)")
+    return out
 
 
 def load_config(path: str | Path, safetensors_index: str | Path | None = None) -> Architecture:
@@ -334,6 +357,9 @@ def load_config(path: str | Path, safetensors_index: str | Path | None = None) -
         basis = "metadata.total_size of model.safetensors.index.json"
     name = p.parent.name or p.stem
     arch = from_hf_config(cfg, name=name, source=str(p), weight_bytes=weight_bytes, weight_basis=basis)
+    if arch.kv_heads:  # transformers fills head_dim in: what was derived is read from the file as written
+        arch = replace(arch, derived=tuple(derived_figures(raw, arch.num_attention_heads, arch.head_dim,
+                                                           arch.kv_heads)))
     if safetensors_index is None:
         estimate = modeltypes.estimate_weights(cfg, arch)
         if estimate is None:

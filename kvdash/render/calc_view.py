@@ -86,11 +86,11 @@ def tables(r: dict[str, Any]) -> list[Table]:
         out.append(_kv("Runtime reserve (vLLM 0.33: requested - weights - activation peak - non-torch - CUDA graphs)",
                        rows))
     out.append(_kv("One request", [
-        ("tokens held now", f"{req['used_tokens']:,} tokens", "--used"),
+        ("tokens held now", f"{req['used_tokens']:,} tokens", "--length"),
         ("contiguous reservation", f"{req['contiguous_slots']:,} slots", "--max-reserved (Max policy)"),
-        ("paged blocks", f"{req['paged_blocks']:,} blocks", "ceil(used / block size) per full group"),
+        ("paged blocks", f"{req['paged_blocks']:,} blocks", "ceil(length / block size) per full group"),
         ("paged slots", f"{req['paged_slots']:,} slots", "blocks x block size"),
-        ("unused slots in the last block", f"{req['paged_unused_slots']:,} slots", "paged slots - used"),
+        ("unused slots in the last block", f"{req['paged_unused_slots']:,} slots", "paged slots - length"),
         ("internal (tail) waste", f"{req['paged_internal_waste_percent']:.4f} %", "unused / paged slots"),
     ]))
     # one column per policy, so the table fits 80 columns without cutting a value short
@@ -104,7 +104,7 @@ def tables(r: dict[str, Any]) -> list[Table]:
                             ("tail waste", "tail_waste_bytes", None), ("waste %", "waste_percent", "{:.2f}"),
                             ("requests that fit", "requests", "{:,}")):
         pol.add_row(label, *(human_bytes(p[key]) if fmt is None else fmt.format(p[key]) for p in policies.values()))
-    pol.add_row("paged fits this many times more", *(f"{p['paged_over_contiguous']:.3f}x"
+    pol.add_row("paged fits this many times more", *(ratio(p['paged_over_contiguous'])
                                                       if p.get("paged_over_contiguous") else "-"
                                                       for p in policies.values()))
     out.append(pol)
@@ -159,7 +159,8 @@ def tables(r: dict[str, Any]) -> list[Table]:
             ("fits the current budget", "yes" if p["fits_current_budget"] else "no", ""),
         ]
         if "min_gpu_util" in p:
-            rows.append(("minimum --gpu-util", p["min_gpu_util"] or "does not fit on this GPU",
+            rows.append(("minimum --gpu-util", f"{p['min_gpu_util']:.2f}" if p["min_gpu_util"] is not None
+                         else "does not fit on this GPU",
                          "two decimals, rounded up"))
         rows.append(("minimum tensor parallel", str(p["min_tp"]) if p["min_tp"] else "none up to 64",
                      "same per-rank budget rule"))
@@ -183,4 +184,5 @@ def render(result: dict[str, Any], file: IO[str] | None = None, width: int | Non
            color: bool | None = None) -> None:
     """Print every section of ``result`` (from :func:`kvdash.core.calc.calculate`)."""
     print_tables(tables(result), f"kvdash {result['kvdash_version']} - bytes are exact; "
-                 "KiB/MiB/GiB are powers of 2.", file=file, width=width, color=color)
+                 "KiB/MiB/GiB are powers of 2.", file=file, width=width, color=color,
+                 header=result.get("summary", ""))

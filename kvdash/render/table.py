@@ -229,12 +229,13 @@ def terminal_width() -> int:
 
 
 def print_tables(tables: list[Table], footer: str = "", file: IO[str] | None = None,
-                 width: int | None = None, color: bool | None = None) -> None:
-    """Write ``tables`` one after another (and a dim footer line) to ``file`` (stdout)."""
+                 width: int | None = None, color: bool | None = None, header: str = "") -> None:
+    """Write a bold ``header`` (the answer), then ``tables`` one after another (and a dim footer line)
+    to ``file`` (stdout)."""
     stream = file if file is not None else sys.stdout
     width = width or terminal_width()
     color = use_color(stream) if color is None else color
-    out: list[str] = []
+    out: list[str] = [_paint(line, "bold", color) for line in wrap(header, width)] if header else []
     for table in tables:
         out += render_table(table, width, color)
     if footer:

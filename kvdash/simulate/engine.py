@@ -183,7 +183,7 @@ def draw_requests(workload: Workload, seed: int, max_len: int) -> Requests:
         lognormal = "lognormal" in (workload.prompt.kind, workload.output.kind)
         if not lognormal or count > MAX_REDRAWN * n:
             field_ = "--trace" if workload.prompt.kind == "trace" else "--prompt/--output"
-            raise InputError(field_, f"{count:,} of {n:,} requests longer than --max-len={max_len:,}",
+            raise InputError(field_, f"{count:,} of {n:,} requests longer than --max-reserved={max_len:,}",
                              "every prompt + output must fit the maximum length; pass --clip to cut them"
                              + ("" if not lognormal else " (lognormal lengths are drawn again when at most 5 % "
                                 "of the draws are too long)"))
@@ -199,7 +199,7 @@ def draw_requests(workload: Workload, seed: int, max_len: int) -> Requests:
             output[idx] = workload.output.draw(rng, len(idx))
             over = prompt + output > max_len
         else:  # pragma: no cover - at most 5 % too long: 1000 rounds leave none
-            raise InputError("--max-len", max_len, "the lengths drawn do not fit")
+            raise InputError("--max-reserved", max_len, "the lengths drawn do not fit")
     if workload.arrival == "poisson":
         arrivals = _arrival_steps(rng.exponential(1 / workload.rate, size=n), workload.rate)  # issue 17
     else:

@@ -1,0 +1,255 @@
+"""The CLI as a newcomer meets it (issue 15): one command per question with the answer first, no silent
+nonsense, consistent figures, pipes, usage errors that point at the right help."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvdash.cli import main
+from kvdash.units import parse_size
+
+QUESTION = ["calc", "--model", "llama-3.1-70b", "--tp", "4", "--gpu", "h100-80gb", "--kv-dtype", "fp8",
+            "--length", "8192"]
+
+
+def run(args, capsys):
+    """Run ``kvdash ARGS`` in-process; return (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+class TestAnswerFirst:
+    def test_used_longer_than_default_reservation_needs_no_extra_flag(self, capsys):
+        """--used 8192 alone: the reservation defaults to max(2048, --used) = 8,192 tokens.
+
+        Worked by hand: fp8 Llama-3.1-70B at TP 4 holds 2 x 80 layers x (8 / 4) KV heads x 128 x 1 B
+        = 40,960 B per token.  Budget per rank: floor(85,520,809,984 B x 0.92) - 141.2e9 / 4 B of weights
+        = 78,679,145,185 - 35,300,000,000 = 43,379,145,185 B.  Paged: a block is 16 x 40,960 = 655,360 B,
+        floor(43,379,145,185 / 655,360) = 66,191 blocks, a request of 8,192 tokens takes 512 blocks,
+        floor(66,191 / 512) = 129 requests.  Contiguous: 8,192 x 40,960 = 335,544,320 B per request,
+        floor(43,379,145,185 / 335,544,320) = 129 requests."""
+        code, out, err = run([*QUESTION, "--json"], capsys)
+        assert (0, "") == (code, err)
+        r = json.loads(out)
+        assert 8192 == r["inputs"]["max_reserved_tokens"]
+        assert (43_379_145_185, 40_960, 66_191) == (r["budget"]["per_rank_bytes"], r["bytes_per_token"],
+                                                    r["whole_pool_blocks"])
+        assert (129, 129) == (r["capacity"]["paged_requests"], r["capacity"]["contiguous_requests"])
+        assert "summary" == next(iter(r))  # the answer is the first key
+        assert r["summary"].startswith("129 requests of 8,192 tokens fit paged, 129 contiguous")
+
+    def test_table_starts_with_the_answer(self, capsys):
+        code, out, _ = run(QUESTION, capsys)
+        assert 0 == code
+        assert out.startswith("129 requests of 8,192 tokens fit paged, 129 contiguous")
+
+    def test_summary_says_why_contiguous_fits_fewer(self, capsys):
+        """The tutorial: 47 paged, 19 contiguous, because Max reserves 2,048 tokens and 1,223 sit unused."""
+        code, out, _ = run(["calc", "--json"], capsys)
+        s = json.loads(out)["summary"]
+        assert s.startswith("47 requests of 825 tokens fit paged, 19 contiguous")
+        assert "reserves --max-reserved 2,048 tokens up front, 1,223 of them unused now" in s
+
+    def test_explicit_short_reservation_names_the_fix(self, capsys):
+        code, _, err = run(["calc", "--used", "8192", "--max-reserved", "2048"], capsys)
+        assert 2 == code
+        assert "add --max-reserved 8192 or more" in err
+
+    def test_length_beyond_context_is_refused_on_length(self, capsys):
+        """The default reservation follows --length, so a length past the context names --length."""
+        code, _, err = run(["calc", "--model", "llama-3.1-8b", "--length", "200000"], capsys)
+        assert 2 == code and err.startswith("kvdash: error: --length: 200000")
+
+
+class TestNoSilentNonsense:
+    @pytest.mark.parametrize("budget", ["12", "1048575", "80"])
+    def test_bare_number_under_one_mib_refused_with_unit_hint(self, budget, capsys):
+        code, _, err = run(["calc", "--budget", budget], capsys)
+        assert 2 == code
+        assert "12GiB (2^30 B), 80GB (10^9 B)" in err and 1 == len(err.strip().splitlines())
+
+    def test_bare_number_of_one_mib_is_bytes_but_below_one_block(self, capsys):
+        """1,048,576 B is accepted as bytes; Llama-3.1-70B bf16 blocks are 16 x 327,680 = 5,242,880 B, so
+        the budget holds no block and is refused with the block size."""
+        code, _, err = run(["calc", "--budget", "1048576"], capsys)
+        assert 2 == code and "at least one block (5,242,880 B)" in err
+
+    def test_budget_below_one_block_refused(self, capsys):
+        code, _, err = run(["calc", "--budget", "4MiB"], capsys)
+        assert 2 == code and "--budget" in err and "5,242,880 B" in err
+
+    def test_gpu_util_without_gpu_warns_one_line(self, capsys):
+        code, out, err = run(["calc", "--gpu-util", "0.5", "--json"], capsys)
+        assert 0 == code
+        json.loads(out)  # stdout stays JSON
+        assert ["kvdash: warning: --gpu-util has no effect without --gpu or --gpu-memory "
+                "(the KV budget is the 12 GiB default)"] == err.strip().splitlines()
+
+    @pytest.mark.parametrize("args,field", [
+        (["--gpu-util", "1.5"], "--gpu-util"),
+        (["--gpu-util", "zero"], "--gpu-util"),
+        (["--util-policy", "sglang"], "--util-policy"),
+        (["--weights", "lots"], "--weights"),
+    ])
+    def test_unused_budget_options_still_validated(self, args, field, capsys):
+        code, _, err = run(["calc", *args], capsys)
+        assert 2 == code and err.startswith(f"kvdash: error: {field}")
+
+
+class TestConsistentFigures:
+    def test_mha_is_num_attention_heads_everywhere(self, capsys):
+        """Llama-3.1-8B: 32 attention heads, 8 KV heads.  MHA = 2 x 32 layers x 32 heads x 128 x 2 B
+        = 524,288 B per token, in the sensitivity key and in the variants table alike."""
+        code, out, _ = run(["calc", "--model", "llama-3.1-8b", "--json"], capsys)
+        s = json.loads(out)["sensitivity"]
+        mha = [v for v in s["variants"] if v["variant"].startswith("MHA")]
+        assert (524_288, 32) == (s["mha_bytes_per_token"], s["mha_kv_heads"])
+        assert [524_288] == [v["bytes_per_token"] for v in mha]
+        assert "mha_64_kv_heads_bytes_per_token" not in s  # 8B has 32 heads: the 64-head key would lie
+
+    def test_min_gpu_util_is_a_number(self, capsys):
+        code, out, _ = run(["calc", "--model", "llama-3.1-70b", "--tp", "4", "--gpu", "h100-80gb",
+                            "--gpu-util", "0.9", "--target", "100", "--json"], capsys)
+        assert 0.5 == json.loads(out)["planning"]["min_gpu_util"]  # worked in test_architectures
+
+    def test_ratios_have_one_format(self, capsys):
+        """Every paged/contiguous ratio in calc's tables has four decimals: 47 / 19 = 2.4737x.  The line
+        vLLM logs ("Maximum concurrency ...: 19.20x") is quoted in vLLM's own format, two decimals."""
+        import re
+
+        code, out, _ = run(["calc"], capsys)
+        _, doc, _ = run(["calc", "--json"], capsys)
+        vllm = f"{json.loads(doc)['vllm_view']['max_concurrency']:.2f}x"  # 19.20x (the log line wraps)
+        ratios = [x for x in re.findall(r"\b\d+\.\d+x\b", out) if x != vllm]
+        assert ratios and all(re.fullmatch(r"\d+\.\d{4}x", x) for x in ratios), ratios
+        assert "2.4737x" in out
+
+
+class TestPipesAndUsage:
+    @pytest.mark.parametrize("args", [
+        ["calc"], ["models"], ["gpus"], ["claims"], ["simulate"], ["live", "--demo", "--once"],
+        ["calc", "--help"], ["calc", "--json"],
+    ])
+    def test_closed_pipe_exits_0_quietly(self, args):
+        """`kvdash ... | head -1`: the reader leaves early; kvdash exits 0 with nothing on stderr."""
+        proc = subprocess.run(
+            f"{sys.executable} -m kvdash.cli {' '.join(args)} | head -c 1 >/dev/null; echo ${{PIPESTATUS[0]}}",
+            shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120)
+        assert "0" == proc.stdout.strip(), proc.stderr
+        assert "" == proc.stderr
+
+    def test_bare_kvdash_prints_multi_line_help(self, capsys):
+        code, out, _ = run([], capsys)
+        assert 0 == code
+        assert out.startswith("Usage: kvdash") and len(out.splitlines()) > 5 and "calc" in out
+
+    def test_bad_option_points_to_the_command_help(self, capsys):
+        code, _, err = run(["calc", "--bogus"], capsys)
+        assert 2 == code and "(see kvdash calc --help)" in err
+
+
+def test_unit_hint_sizes_are_what_they_say():
+    """The hint's examples parse to the units it names."""
+    assert (12 * 2**30, 80 * 10**9) == (parse_size("12GiB"), parse_size("80GB"))
+
+
+class TestDerivedLabelled:
+    def test_head_dim_from_hidden_size_is_labelled(self, tmp_path, capsys):
+        """A Llama config.json without head_dim: 4,096 / 32 = 128, stated as derived in the JSON and in
+        the assumptions; one that states head_dim has nothing derived."""
+        cfg = {"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32,
+               "num_key_value_heads": 8, "hidden_size": 4096, "max_position_embeddings": 8192}
+        path = tmp_path / "m" / "config.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(cfg))
+        code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
+        r = json.loads(out)
+        line = "head_dim 128 derived as hidden_size 4,096 / num_attention_heads 32 (config.json has no head_dim)"
+        assert [line] == r["architecture"]["derived"]
+        assert line in r["assumptions"][0]
+        path.write_text(json.dumps({**cfg, "head_dim": 128}))
+        code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
+        assert [] == json.loads(out)["architecture"]["derived"]
+
+    def test_kv_heads_defaulting_to_attention_heads_is_labelled(self, tmp_path, capsys):
+        cfg = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 64,
+               "hidden_size": 256, "max_position_embeddings": 4096}
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(cfg))
+        code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
+        assert ["KV heads 4 derived from num_attention_heads (config.json names no KV heads: multi-head "
+                "attention)"] == json.loads(out)["architecture"]["derived"]
+
+
+class TestEightyColumns:
+    @pytest.mark.parametrize("args", [
+        ["calc"], ["calc", "--model", "llama-3.1-70b", "--tp", "4", "--gpu", "h100-80gb", "--target", "100",
+                   "--group", "200,825,1525", "--prefix", "100"],
+        ["calc", "--model", "gemma-2-9b"], ["models"], ["gpus"], ["claims"], ["simulate"],
+        ["live", "--demo", "--once"],
+    ])
+    def test_tables_fit_80_columns_whole(self, args, capsys, monkeypatch):
+        """Every line at most 80 columns; no value or id cut with an ellipsis."""
+        monkeypatch.setenv("COLUMNS", "80")
+        code, out, _ = run(args, capsys)
+        assert 0 == code
+        assert max(len(line) for line in out.splitlines()) <= 80
+        assert "\u2026" not in out
+
+    def test_claim_ids_printed_whole(self, capsys, monkeypatch):
+        """The README tells users to copy claim ids: each appears whole in the 80-column table."""
+        monkeypatch.setenv("COLUMNS", "80")
+        _, doc, _ = run(["claims", "--json"], capsys)
+        _, out, _ = run(["claims"], capsys)
+        for claim in json.loads(doc):
+            assert f"\u2502 {claim['id']} " in out
+
+    @pytest.mark.parametrize("command", ["", "calc", "sweep", "diff", "live", "simulate", "record", "claims"])
+    def test_help_not_cut_and_arguments_plain(self, command, monkeypatch):
+        monkeypatch.setenv("COLUMNS", "80")
+        proc = subprocess.run([sys.executable, "-m", "kvdash.cli", *command.split(), "--help"],
+                              capture_output=True, text=True, timeout=60)
+        assert 0 == proc.returncode
+        lines = proc.stdout.splitlines()
+        assert not [line for line in lines[1:] if line.rstrip().endswith("...")]  # [ARGS]... is notation
+        assert "{" not in lines[0]
+        assert max(len(line) for line in proc.stdout.splitlines()) <= 80
+
+
+def test_check_says_which_files_of_an_earlier_run_it_removed(tmp_path, capsys):
+    """A run with --parquet writes results.parquet; a later --check run (results.csv by default) replaces
+    the report and names the file it removed, on stderr, instead of dropping it silently."""
+    from pathlib import Path
+
+    grid = str(Path(__file__).resolve().parent.parent / "sweeps" / "tutorial.yaml")
+    out = tmp_path / "r"
+    assert 0 == run(["sweep", grid, "--out", str(out), "--parquet", "--quiet"], capsys)[0]
+    assert (out / "results.parquet").is_file()
+    code, _, err = run(["sweep", grid, "--out", str(out), "--check", "--quiet"], capsys)
+    assert 0 == code
+    assert not (out / "results.parquet").exists() and (out / "results.csv").is_file()
+    assert err.startswith("kvdash: note: removed results.parquet from ")
+
+
+def test_gpu_presets_read_vendor_figures_one_way():
+    """Advertised sizes are GB = 10^9 B (h20: 96 GB = 96,000,000,000 B; b200 and mi300x: 192 GB =
+    192,000,000,000 B); NVML figures are MiB = 2^20 B (h100-80gb: 81,559 MiB = 85,520,809,984 B)."""
+    from kvdash.core.gpus import gpu_presets
+
+    presets = gpu_presets()
+    for key, gpu in presets.items():
+        if gpu.basis == "nominal":
+            gb = int(gpu.detail.split(" GB advertised")[0])
+            assert gb * 10**9 == gpu.memory_bytes and "GB = 10^9 B" in gpu.detail, key
+        else:
+            assert "nvml" == gpu.basis
+            mib = int(gpu.detail.split(" MiB")[0].replace(",", ""))
+            assert mib * 2**20 == gpu.memory_bytes, key
+    assert (96_000_000_000, 192_000_000_000, 192_000_000_000, 85_520_809_984) == tuple(
+        presets[k].memory_bytes for k in ("h20", "b200", "mi300x", "h100-80gb"))
