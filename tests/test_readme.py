@@ -35,6 +35,9 @@ NOT_RUN = {
     "kvdash live --prometheus http://prometheus:9090": "needs a Prometheus server",
     "kvdash live --prometheus http://prometheus:9090 --once": "needs a Prometheus server",
     "kvdash live --prometheus http://prometheus:9090 --once --json": "needs a Prometheus server",
+    "kvdash calibrate --engine localhost:8000 -m llama-3.1-70b --tp 8": "needs a running vLLM engine and GPUs",
+    "kvdash calibrate --engine localhost:8000 -m llama-3.1-70b --tp 8 --gpu h100-80gb --dry-run --json":
+        "needs a running vLLM engine (tests/test_reserve.py runs it against a loopback /metrics fixture)",
 }
 
 
