@@ -154,6 +154,14 @@ class TestPool:
         m = metrics(100_000, (20,), window_groups=1, window=18, window_token_bytes=200, max_batched_tokens=10)
         assert m["vllm_blocks_per_request"] == 7
 
+    def test_vllm_chunked_blocks_per_request(self):
+        """Chunked local attention (chunked = 1), chunk C = 17, max_batched_tokens T = 16, L 64, B 16: vLLM
+        0.33 bounds a chunked group by cdiv(min(C + T, L), B) = cdiv(33, 16) = 3 blocks (no "+ 1": a chunk
+        starts on its own boundary), plus the full group's cdiv(64, 16) = 4: 7 blocks."""
+        m = metrics(100_000, (20,), window_groups=1, window=17, window_token_bytes=200, max_batched_tokens=16,
+                    chunked=1)
+        assert m["vllm_blocks_per_request"] == 7
+
     @pytest.mark.parametrize(("batched", "expected"), [(15, 4 + 3), (16, 4 + 4)])
     def test_vllm_window_bound_at_a_block_boundary(self, batched, expected):
         """W = 18, B = 16, L 64: the window group needs cdiv(W - 1 + T, B) + 1 blocks.  T = 15: 17 + 15 = 32
