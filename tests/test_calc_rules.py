@@ -126,6 +126,20 @@ class TestInputChecks:
             calculate(CalcInput(TUTORIAL, tp=0))
         assert e.value.field == "--tp"
 
+    def test_pp_limits(self):
+        """PP above 1 is refused for a model whose 2 decoder layers hold 4 cache layers (the split is not
+        modeled); PP 1 is fine.  On a plain 4-layer model PP 4 is the most (one layer a stage), PP 5 refused."""
+        dec = Architecture("dec", (FULL8,) * 4, 64, 4096, decoder_layers=2)
+        assert len(rank_shapes(dec, pp=1)) == 1
+        with pytest.raises(InputError) as e:
+            rank_shapes(dec, pp=2)
+        assert e.value.field == "--pp" and "2 decoder layers hold 4 cache layers" in e.value.allowed
+        plain = Architecture("plain", (FULL8,) * 4, 64, 4096)
+        assert len(rank_shapes(plain, pp=4)) == 4
+        with pytest.raises(InputError) as e:
+            rank_shapes(plain, pp=5)
+        assert e.value.allowed == "at most the number of layers (4)"
+
     def test_weights_zero_accepted_negative_refused(self):
         """--weights 0: vllm budget floor(10,000,000 x 0.92) - 0 - 0 = 9,200,000; -1 refused; --reserve -1
         refused, --reserve 0 accepted."""
@@ -147,8 +161,8 @@ class TestInputChecks:
                (3_999_500, 2_000_000, 7_999_000)
         spec = BudgetSpec(gpu_memory=10_000_000, weights=20_000_000)
         assert resolve_budget(spec, MHA64, 1, 1, strict=False) == {
-            "per_rank_bytes": 0, "fits": False, "source": "vllm", "formula": "floor(total x util) - weights/rank - reserve",
-            "shortfall_bytes": 10_800_000}
+            "per_rank_bytes": 0, "fits": False, "source": "vllm",
+            "formula": "floor(total x util) - weights/rank - reserve", "shortfall_bytes": 10_800_000}
         with pytest.raises(InputError):
             resolve_budget(spec, MHA64, 1, 1)
 
@@ -185,7 +199,8 @@ class TestPoolShape:
         cdiv(3, 2) = 2, window groups 1, 3 x 2 - 5 = 1 padded layer; every layer padded to 4,096 B, so a
         16-token block is 16 x 4,096 x 2 = 131,072 B; bytes/token unpadded 3 x 4,096 + 2 x 2,048 = 16,384."""
         s = shape_of([FULL8] * 3 + [SLIDE4] * 2, "bf16", "tensor", 1, 16)
-        assert (s.group_size, s.full_groups, s.window_groups, s.padded_layers, s.layer_token_bytes) == (2, 2, 1, 1, 4096)
+        assert (s.group_size, s.full_groups, s.window_groups, s.padded_layers, s.layer_token_bytes) == \
+               (2, 2, 1, 1, 4096)
         assert (s.block_bytes, s.full_token_bytes, s.window_token_bytes, s.bytes_per_token, s.window) == \
                (131_072, 12_288, 4_096, 16_384, 1024)
         assert (s.attention_layers, s.state_layers, s.groups, s.attention_groups) == (5, 0, 3, 3)
@@ -206,6 +221,30 @@ class TestPoolShape:
         assert on.state_page_bytes == 311_296 and on.state_layers == 1 and on.padded_layers == 0
         off = rank_shapes(arch, prefix_caching=False)[0]
         assert (off.state_blocks, off.state_bytes, off.mamba_mode) == (1, 327_680, "none")
+
+
+    def test_gdn_checkpoint_alignment(self):
+        """1 full layer (4,096 B/token) + 3 gated-delta-net layers (page 1,097,728 B each, Qwen3-Next's shape).
+        Prefix caching on: alignment lcm(16, 64) = 64, block 64 x cdiv(1,097,728, 64 x 4,096) = 64 x 5 = 320;
+        3 state groups (group size 1: 3 is not below 1.5 x 1) x 3 blocks (2 + 1 checkpoint) = 9.
+        Off: alignment 16, block 16 x cdiv(1,097,728, 65,536) = 16 x 17 = 272; 3 x 1 = 3 state blocks."""
+        gdn = Layer("linear", state_family="gdn", state=(16, 32, 128, 128, 4))
+        arch = Architecture("qn", (FULL8, gdn, gdn, gdn), 32, 4096)
+        on, off = rank_shapes(arch)[0], rank_shapes(arch, prefix_caching=False)[0]
+        assert (on.block_size, on.state_page_bytes, on.state_groups, on.state_blocks) == (320, 1_097_728, 3, 9)
+        assert (off.block_size, off.state_blocks) == (272, 3)
+
+
+    def test_alignment_from_requested_and_largest_state(self):
+        """Jamba's shape (page 311,296 B, 4,096 B/token): requested 32 aligns on max(16, 32) = 32:
+        32 x cdiv(311,296, 32 x 4,096) = 32 x 3 = 96 (on 16 it would be 80).  Two state layers of different
+        pages: the larger one decides (gdn 1,097,728 B beside mamba1 311,296 B: block 16 x cdiv(1,097,728,
+        65,536) = 272 with prefix caching off)."""
+        mamba = Layer("mamba", state_family="mamba1", state=(8192, 16, 4))
+        assert rank_shapes(Architecture("jamba", (FULL8, mamba), 32, 4096), block_size=32)[0].block_size == 96
+        gdn = Layer("linear", state_family="gdn", state=(16, 32, 128, 128, 4))
+        mixed = Architecture("mixed", (FULL8, mamba, gdn), 32, 4096)
+        assert rank_shapes(mixed, prefix_caching=False)[0].block_size == 272
 
 
 class TestStages:
@@ -255,7 +294,8 @@ class TestOutputs:
         blocks), block 8 (4,915 blocks), MHA (12 GiB / 2,621,440 = 4,915 slots, 307 blocks, 5 requests)."""
         s = self.R["sensitivity"]
         assert (s["mha_64_kv_heads_bytes_per_token"], s["fp8_gqa_bytes_per_token"]) == (2_621_440, 163_840)
-        rows = [(v["variant"], v["bytes_per_token"], v["whole_pool_blocks"], v["paged_requests"]) for v in s["variants"]]
+        rows = [(v["variant"], v["bytes_per_token"], v["whole_pool_blocks"], v["paged_requests"])
+                for v in s["variants"]]
         assert rows == [("as configured", 327_680, 2457, 47), ("kv dtype fp8 (idealized)", 163_840, 4915, 94),
                         ("block size 32", 327_680, 1228, 47), ("block size 8", 327_680, 4915, 47),
                         ("MHA: 64 KV heads", 2_621_440, 307, 5)]
