@@ -19,6 +19,7 @@ from kvdash.core.calc import (
     BudgetSpec,
     CalcInput,
     _min_util,
+    auto_block_size,
     calculate,
     group_size_for,
     layer_token_bytes,
@@ -204,6 +205,36 @@ class TestPoolShape:
         assert (s.block_bytes, s.full_token_bytes, s.window_token_bytes, s.bytes_per_token, s.window) == \
                (131_072, 12_288, 4_096, 16_384, 1024)
         assert (s.attention_layers, s.state_layers, s.groups, s.attention_groups) == (5, 0, 3, 3)
+
+    def test_padding_within_one_kind(self):
+        """Two full layers of 8 and 4 KV heads (4,096 and 2,048 B/token): one kind, one group of 2, padded to
+        the larger: block 16 x 4,096 x 2 = 131,072 B; unpadded 6,144 B/token."""
+        full4 = Layer("full", kv_heads=4, head_dim=128, head_dim_v=128)
+        s = shape_of([FULL8, full4], "bf16", "tensor", 1, 16)
+        assert (s.layer_token_bytes, s.block_bytes, s.bytes_per_token) == (4096, 131_072, 6144)
+
+    def test_one_local_kind_and_one_window(self):
+        """Sliding and chunked layers in one model, or two window sizes: refused with one line."""
+        chunked = Layer("chunked", kv_heads=8, head_dim=128, head_dim_v=128, window=1024)
+        with pytest.raises(InputError) as e:
+            shape_of([FULL8, SLIDE4, chunked], "bf16", "tensor", 1, 16)
+        assert e.value.allowed == "one local-attention kind per model is supported (sliding or chunked)"
+        other = Layer("sliding", kv_heads=4, head_dim=128, head_dim_v=128, window=2048)
+        with pytest.raises(InputError) as e:
+            shape_of([FULL8, SLIDE4, other], "bf16", "tensor", 1, 16)
+        assert e.value.allowed == "one sliding-window size per model is supported"
+
+    def test_full_only_defaults(self):
+        """Full layers only, rank_shapes' defaults: block 16, no window (0), no state page (0), no mamba mode."""
+        s = rank_shapes(Architecture("plain", (FULL8,) * 2, 64, 4096))[0]
+        assert (s.block_size, s.window, s.state_page_bytes, s.state_blocks, s.mamba_mode) == (16, 0, 0, 0, "")
+
+    def test_auto_block_size(self):
+        """vLLM 0.33 on Hopper: MLA 64 (FlashMLA), hybrid 16 (then aligned), else 16."""
+        mamba = Layer("mamba", state_family="mamba1", state=(8192, 16, 4))
+        assert auto_block_size(load_preset("deepseek-v3"))[0] == 64
+        assert auto_block_size(Architecture("jamba", (FULL8, mamba), 32, 4096))[0] == 16
+        assert auto_block_size(TUTORIAL) == (16, "16: vLLM's default block size for CUDA")
 
     def test_group_size_rule(self):
         """The largest count when it is below 1.5 x the smallest: [3, 2] -> 2 (3 = 1.5 x 2), [4, 3] -> 4."""
