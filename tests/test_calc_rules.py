@@ -167,6 +167,29 @@ class TestInputChecks:
         with pytest.raises(InputError):
             resolve_budget(spec, MHA64, 1, 1)
 
+    def test_budget_of_zero_is_nothing_left(self):
+        """vllm: floor(1,000 x 0.5) - 500 = 0 B: nothing left (fits false, shortfall 0; strict: one line).
+        trtllm at util 1: weights 2,000 of 1,000 -> requested -1,000, floored at 0: budget 0, not 1."""
+        spec = BudgetSpec(gpu_memory=1000, weights=500, util="0.5")
+        assert resolve_budget(spec, MHA64, 1, 1, strict=False)["shortfall_bytes"] == 0
+        with pytest.raises(InputError):
+            resolve_budget(spec, MHA64, 1, 1)
+        spec = BudgetSpec(gpu_memory=1000, weights=2000, util="1", policy="trtllm")
+        assert resolve_budget(spec, MHA64, 1, 1, strict=False)["per_rank_bytes"] == 0
+        assert resolve_budget(spec, MHA64, 1, 1, strict=False)["shortfall_bytes"] == 0
+
+    def test_weights_split_over_tp_times_pp(self):
+        """TP 2 x PP 2 = 4 ranks: 4,000,000 B of weights -> 1,000,000 per rank (TP // PP would give 1 rank)."""
+        spec = BudgetSpec(gpu_memory=10_000_000, weights=4_000_000, util="0.5")
+        assert resolve_budget(spec, MHA64, 2, 2)["weights_per_rank_bytes"] == 1_000_000
+
+    def test_positive_fields_and_group_bound(self):
+        """--block-size 0 is refused; a group length equal to --max-reserved (2,048) is allowed."""
+        with pytest.raises(InputError) as e:
+            calculate(CalcInput(TUTORIAL, block_size=0))
+        assert e.value.field == "--block-size"
+        assert calculate(CalcInput(TUTORIAL, group=(2048,)))["group"]["lengths"] == [2048]
+
     def test_budget_of_one_byte_is_positive(self):
         """vllm: floor(1,000 x 0.5) - 499 = 1 B is a (tiny) budget, not 'nothing left'."""
         spec = BudgetSpec(gpu_memory=1000, weights=499, util="0.5")
@@ -294,6 +317,10 @@ class TestStages:
         r = calculate(CalcInput(TUTORIAL, pp=3))
         assert [s["attention_layers"] for s in r["pool"]["stages"]] == [27, 27, 26]
         assert (r["bytes_per_token"], r["whole_pool_blocks"], r["capacity"]["paged_requests"]) == (110_592, 7281, 140)
+        # the pool shown is the tightest stage's (27 layers, one group of 27); a request's bytes the largest
+        # stage's: 832 slots x 110,592 = 92,012,544 B
+        assert (r["pool"]["group_size"], r["pool"]["block_bytes"]) == (27, 1_769_472)
+        assert r["policies"]["paged"]["allocated_bytes"] == 92_012_544
 
 
 class TestOutputs:
@@ -336,6 +363,16 @@ class TestOutputs:
         s = calculate(CalcInput(TUTORIAL, kv_dtype="fp8", block_size=1))["sensitivity"]
         assert [v["variant"] for v in s["variants"]] == ["as configured", "kv dtype bf16", "block size 2",
                                                          "MHA: 64 KV heads"]
+
+    def test_vllm_view_notes(self):
+        """The tutorial model: one KV-cache group, no group note; max_num_batched_tokens defaults to 8,192.
+        One full + one sliding layer: 2 groups of 1 layer: the group note is there."""
+        v = self.R["vllm_view"]
+        assert (v["kv_cache_groups"], v["max_num_batched_tokens"]) == (1, 8192)
+        assert not any("KV-cache groups" in n for n in v["differences"])
+        two = calculate(CalcInput(Architecture("two", (FULL8, SLIDE4), 64, 4096)))["vllm_view"]
+        assert two["kv_cache_groups"] == 2
+        assert any(n.startswith("This model has 2 KV-cache groups of 1 layers") for n in two["differences"])
 
     def test_group_pool_blocks_used(self):
         """Group 200, 825, 1,525 at block 16: 13 + 52 + 96 = 161 blocks a group; 2,457 blocks hold 15 groups
