@@ -421,8 +421,11 @@ class CalcInput:
                     raise InputError("--group", length,
                                      f"each length must not exceed --max-reserved={self.max_reserved}")
         limits.check_int("--prefix", self.prefix)
-        if self.prefix > self.used:
-            raise InputError("--prefix", self.prefix, f"must not exceed --length={self.used}")
+        if self.prefix and self.prefix >= self.used:
+            # a request that is all shared prefix owns no block at some block size (the sensitivity rows try
+            # several): capacity = budget // 0.  Issue 17's regression test pins it.
+            raise InputError("--prefix", self.prefix, f"must be below --length={self.used} (a request made only of "
+                             "the shared prefix owns no block of its own)")
         if self.max_model_len is not None:
             check_positive("--max-model-len", self.max_model_len)
         check_positive("--max-batched-tokens", self.max_batched_tokens)

@@ -1,0 +1,386 @@
+"""Each rule of kvdash/core/calc.py pinned by a hand-worked value (issue 17): planning, input checks, layer
+bytes, pool layout, policies and sensitivity.  Fast (no CLI, no Hypothesis), so the mutation driver runs it
+first for every mutant of calc.py.
+
+The planning tests use ``MHA64``: one full-attention layer with 64 KV heads of head_dim 64, so one token is
+64 x (64 + 64) x 2 B = 16,384 B at TP 1 and 16,384 / t at TP t (64 heads split t ways); a 16-token block is
+262,144 / t B.  With an explicit budget of 10 such blocks per rank (2,621,440 B, the same at every TP) a rank
+holds 10 x t blocks, so 10 x t requests of 16 tokens (one block each).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvdash.core.calc import (
+    TP_CANDIDATES,
+    BudgetSpec,
+    CalcInput,
+    _min_util,
+    auto_block_size,
+    calculate,
+    group_size_for,
+    layer_token_bytes,
+    rank_shapes,
+    resolve_budget,
+    shape_of,
+    stage_layers,
+)
+from kvdash.core.model import Architecture, Layer, load_preset
+from kvdash.errors import InputError
+
+MHA64 = Architecture("mha64", (Layer("full", kv_heads=64, head_dim=64, head_dim_v=64),), 64, 4096)
+TEN_BLOCKS = 10 * 262_144
+TUTORIAL = load_preset("tutorial-gqa-80l")  # 80 full layers, 8 KV heads, head_dim 128: 327,680 B/token in bf16
+
+
+def _plan(target: int, **kw) -> dict:
+    kw.setdefault("budget", BudgetSpec(bytes=TEN_BLOCKS))
+    return calculate(CalcInput(MHA64, used=16, max_reserved=16, target=target, **kw))["planning"]
+
+
+class TestPlanning:
+    @pytest.mark.parametrize(("target", "tp"), [(10, 1), (11, 2), (20, 2), (21, 4), (40, 4), (41, 8), (80, 8),
+                                                (81, 16), (160, 16), (161, 32), (320, 32), (321, 64), (640, 64),
+                                                (641, None)])
+    def test_min_tp(self, target, tp):
+        """10 x t requests fit at TP t: the smallest t of 1, 2, 4, ..., 64 with 10 t >= target (None past 640)."""
+        assert TP_CANDIDATES == (1, 2, 4, 8, 16, 32, 64)
+        assert _plan(target)["min_tp"] == tp
+
+    def test_budget_needed_and_equality_fits(self):
+        """Needed: target x 262,144 B at TP 1.  10 requests need 2,621,440 B = the budget: fits (<=); 11 need
+        2,883,584 B: does not."""
+        p = _plan(10)
+        assert (p["budget_needed_per_rank_bytes"], p["fits_current_budget"]) == (2_621_440, True)
+        p = _plan(11)
+        assert (p["budget_needed_per_rank_bytes"], p["fits_current_budget"]) == (2_883_584, False)
+
+    @pytest.mark.parametrize(("target", "longest"), [(1, 160), (2, 80), (3, 48), (10, 16), (11, 0)])
+    def test_longest_uniform_tokens(self, target, longest):
+        """10 blocks of 16 tokens: 1 request reaches 160 tokens, 2 reach 80 (5 blocks each), 3 reach 48
+        (3 blocks each, 9 of 10), 10 reach 16; 11 requests cannot hold even one token each: 0."""
+        p = _plan(target)
+        assert (p["longest_uniform_tokens"], p["longest_limited_by_context"]) == (longest, False)
+
+    def test_longest_limited_by_context(self):
+        """A budget of 1,000 blocks: one request reaches the model's 4,096-token context (256 blocks)."""
+        p = _plan(1, budget=BudgetSpec(bytes=1000 * 262_144))
+        assert (p["longest_uniform_tokens"], p["longest_limited_by_context"]) == (4096, True)
+
+    def test_longest_with_a_prefix(self):
+        """With a 16-token prefix the search starts at the prefix; 11 requests fit no token past it: 0.
+        1 request: 16 tokens shared, the rest its own; 10 blocks hold 160 tokens."""
+        p = calculate(CalcInput(MHA64, used=20, max_reserved=20, prefix=16, target=11,
+                                budget=BudgetSpec(bytes=TEN_BLOCKS)))["planning"]
+        assert p["longest_uniform_tokens"] == 0
+        p = calculate(CalcInput(MHA64, used=20, max_reserved=20, prefix=16, target=1,
+                                budget=BudgetSpec(bytes=TEN_BLOCKS)))["planning"]
+        assert p["longest_uniform_tokens"] == 160
+
+    def test_regression_prefix_equal_to_used(self):
+        """Bug found by issue 17's calc tests: ``kvdash calc --used 16 --max-reserved 16 --prefix 16`` raised
+        ZeroDivisionError (a request that is all shared prefix owns 0 bytes: capacity = budget // 0), and so did
+        --used 24 --prefix 24 at block 16 through its 'block size 8' sensitivity row.  Now one line on --prefix;
+        a prefix one token shorter than the request is fine: 15 shared of 16 at block 16 shares no whole block,
+        so each request owns its block: 10 requests with or without sharing."""
+        for used in (16, 24):
+            with pytest.raises(InputError) as e:
+                calculate(CalcInput(MHA64, used=used, max_reserved=used, prefix=used,
+                                    budget=BudgetSpec(bytes=TEN_BLOCKS)))
+            assert e.value.field == "--prefix" and e.value.allowed.startswith(f"must be below --length={used}")
+        r = calculate(CalcInput(MHA64, used=16, max_reserved=16, prefix=15, budget=BudgetSpec(bytes=TEN_BLOCKS)))
+        assert r["prefix"]["requests_with_sharing"] == 10
+
+    def test_min_gpu_util_trtllm_and_vllm(self):
+        """GPU of 10,000,000 B, weights 1,000,000 B, 31 requests need 31 x 262,144 = 8,126,464 B per rank.
+        trtllm: 8,126,464 / (10,000,000 - 1,000,000) = 0.9029 -> 0.91 (floor(9,000,000 x 0.91) = 8,190,000).
+        vllm: (8,126,464 + 1,000,000) / 10,000,000 = 0.9126 -> 0.92 (9,200,000 - 1,000,000 = 8,200,000)."""
+        spec = BudgetSpec(gpu_memory=10_000_000, weights=1_000_000, policy="trtllm", util="0.9")
+        assert _plan(31, budget=spec)["min_gpu_util"] == 0.91
+        spec = BudgetSpec(gpu_memory=10_000_000, weights=1_000_000, policy="vllm", util="0.9")
+        assert _plan(31, budget=spec)["min_gpu_util"] == 0.92
+
+
+class TestMinUtil:
+    def test_exact_at_equality(self):
+        """vllm: (500 + 100) / 1,000 = 0.60 exactly and floor(1,000 x 0.60) - 100 = 500 >= 500: 0.60.
+        trtllm: 450 / (1,000 - 100) = 0.50: floor(900 x 0.50) = 450: 0.50."""
+        assert _min_util(500, 1000, 100, "vllm") == 0.6
+        assert _min_util(450, 1000, 100, "trtllm") == 0.5
+
+    def test_full_memory_and_beyond(self):
+        """vllm: 900 + 100 of 1,000 needs 1.00 (allowed); 901 needs more than the GPU: None.
+        trtllm: nothing free when the fixed part is the whole GPU (1,000 of 1,000) or more: None."""
+        assert _min_util(900, 1000, 100, "vllm") == 1.0
+        assert _min_util(901, 1000, 100, "vllm") is None
+        assert _min_util(1, 1000, 1000, "trtllm") is None
+        assert _min_util(1, 1000, 1001, "trtllm") is None
+        assert _min_util(1, 1000, 999, "trtllm") == 1.0  # 1 / 1 free byte
+
+
+class TestInputChecks:
+    def test_tp_zero_is_one_line_error(self):
+        with pytest.raises(InputError) as e:
+            calculate(CalcInput(TUTORIAL, tp=0))
+        assert e.value.field == "--tp"
+
+    def test_pp_limits(self):
+        """PP above 1 is refused for a model whose 2 decoder layers hold 4 cache layers (the split is not
+        modeled); PP 1 is fine.  On a plain 4-layer model PP 4 is the most (one layer a stage), PP 5 refused."""
+        dec = Architecture("dec", (FULL8,) * 4, 64, 4096, decoder_layers=2)
+        assert len(rank_shapes(dec, pp=1)) == 1
+        with pytest.raises(InputError) as e:
+            rank_shapes(dec, pp=2)
+        assert e.value.field == "--pp" and "2 decoder layers hold 4 cache layers" in e.value.allowed
+        plain = Architecture("plain", (FULL8,) * 4, 64, 4096)
+        assert len(rank_shapes(plain, pp=4)) == 4
+        with pytest.raises(InputError) as e:
+            rank_shapes(plain, pp=5)
+        assert e.value.allowed == "at most the number of layers (4)"
+
+    def test_weights_zero_accepted_negative_refused(self):
+        """--weights 0: vllm budget floor(10,000,000 x 0.92) - 0 - 0 = 9,200,000; -1 refused; --reserve -1
+        refused, --reserve 0 accepted."""
+        spec = BudgetSpec(gpu_memory=10_000_000, weights=0)
+        assert resolve_budget(spec, MHA64, 1, 1)["per_rank_bytes"] == 9_200_000
+        for bad, field in ((BudgetSpec(gpu_memory=10_000_000, weights=-1), "--weights"),
+                           (BudgetSpec(gpu_memory=10_000_000, weights=0, reserve=-1), "--reserve")):
+            with pytest.raises(InputError) as e:
+                resolve_budget(bad, MHA64, 1, 1)
+            assert e.value.field == field
+
+    def test_trtllm_budget_and_shortfall(self):
+        """trtllm: floor((10,000,000 - 4,000,000 / 2 ranks - 1,000) x 0.5) = 3,999,500.  A budget of nothing:
+        weights 20,000,000 on one rank -> 0, fits false, shortfall 0 for trtllm (max(requested, 0));
+        vllm: 9,200,000 - 20,000,000 = -10,800,000 -> shortfall 10,800,000."""
+        spec = BudgetSpec(gpu_memory=10_000_000, weights=4_000_000, reserve=1000, policy="trtllm", util="0.5")
+        info = resolve_budget(spec, MHA64, 2, 1)
+        assert (info["per_rank_bytes"], info["weights_per_rank_bytes"], info["requested_bytes"]) == \
+               (3_999_500, 2_000_000, 7_999_000)
+        spec = BudgetSpec(gpu_memory=10_000_000, weights=20_000_000)
+        assert resolve_budget(spec, MHA64, 1, 1, strict=False) == {
+            "per_rank_bytes": 0, "fits": False, "source": "vllm",
+            "formula": "floor(total x util) - weights/rank - reserve", "shortfall_bytes": 10_800_000}
+        with pytest.raises(InputError):
+            resolve_budget(spec, MHA64, 1, 1)
+
+    def test_budget_of_zero_is_nothing_left(self):
+        """vllm: floor(1,000 x 0.5) - 500 = 0 B: nothing left (fits false, shortfall 0; strict: one line).
+        trtllm at util 1: weights 2,000 of 1,000 -> requested -1,000, floored at 0: budget 0, not 1."""
+        spec = BudgetSpec(gpu_memory=1000, weights=500, util="0.5")
+        assert resolve_budget(spec, MHA64, 1, 1, strict=False)["shortfall_bytes"] == 0
+        with pytest.raises(InputError):
+            resolve_budget(spec, MHA64, 1, 1)
+        spec = BudgetSpec(gpu_memory=1000, weights=2000, util="1", policy="trtllm")
+        assert resolve_budget(spec, MHA64, 1, 1, strict=False)["per_rank_bytes"] == 0
+        assert resolve_budget(spec, MHA64, 1, 1, strict=False)["shortfall_bytes"] == 0
+
+    def test_weights_split_over_tp_times_pp(self):
+        """TP 2 x PP 2 = 4 ranks: 4,000,000 B of weights -> 1,000,000 per rank (TP // PP would give 1 rank)."""
+        spec = BudgetSpec(gpu_memory=10_000_000, weights=4_000_000, util="0.5")
+        assert resolve_budget(spec, MHA64, 2, 2)["weights_per_rank_bytes"] == 1_000_000
+
+    def test_positive_fields_and_group_bound(self):
+        """--block-size 0 is refused; a group length equal to --max-reserved (2,048) is allowed."""
+        with pytest.raises(InputError) as e:
+            calculate(CalcInput(TUTORIAL, block_size=0))
+        assert e.value.field == "--block-size"
+        assert calculate(CalcInput(TUTORIAL, group=(2048,)))["group"]["lengths"] == [2048]
+
+    def test_budget_of_one_byte_is_positive(self):
+        """vllm: floor(1,000 x 0.5) - 499 = 1 B is a (tiny) budget, not 'nothing left'."""
+        spec = BudgetSpec(gpu_memory=1000, weights=499, util="0.5")
+        assert resolve_budget(spec, MHA64, 1, 1)["per_rank_bytes"] == 1
+
+
+class TestLayerBytes:
+    def test_token_head_scales(self):
+        """8 KV heads x 256 x 2 B = 4,096, plus 2 x 8 heads x 4 B fp32 scales = 64: 4,160 B; at TP 2 (4 heads)
+        2,048 + 32 = 2,080; at TP 16 the 8 heads are replicated, one per rank: 512 + 8 = 520."""
+        layer = TUTORIAL.layers[0]
+        assert layer_token_bytes(layer, "bf16", "token_head", 1) == 4160
+        assert layer_token_bytes(layer, "bf16", "token_head", 2) == 2080
+        assert layer_token_bytes(layer, "bf16", "token_head", 16) == 520
+        assert layer_token_bytes(layer, "bf16", "tensor", 1) == 4096
+
+    def test_mla_token_head_scale(self):
+        """MLA latent (512 + 64) x 2 B = 1,152, plus one fp32 scale of 4 B: 1,156, on every TP rank."""
+        layer = Layer("mla", kv_lora_rank=512, qk_rope_head_dim=64)
+        assert layer_token_bytes(layer, "bf16", "token_head", 8) == 1156
+        assert layer_token_bytes(layer, "bf16", "tensor", 8) == 1152
+
+
+FULL8 = Layer("full", kv_heads=8, head_dim=128, head_dim_v=128)  # 4,096 B/token in bf16
+SLIDE4 = Layer("sliding", kv_heads=4, head_dim=128, head_dim_v=128, window=1024)  # 2,048 B/token
+
+
+class TestPoolShape:
+    def test_padding_to_largest_kind(self):
+        """3 full (4,096 B) + 2 sliding (2,048 B) layers: group size 2 (3 is not below 1.5 x 2), full groups
+        cdiv(3, 2) = 2, window groups 1, 3 x 2 - 5 = 1 padded layer; every layer padded to 4,096 B, so a
+        16-token block is 16 x 4,096 x 2 = 131,072 B; bytes/token unpadded 3 x 4,096 + 2 x 2,048 = 16,384."""
+        s = shape_of([FULL8] * 3 + [SLIDE4] * 2, "bf16", "tensor", 1, 16)
+        assert (s.group_size, s.full_groups, s.window_groups, s.padded_layers, s.layer_token_bytes) == \
+               (2, 2, 1, 1, 4096)
+        assert (s.block_bytes, s.full_token_bytes, s.window_token_bytes, s.bytes_per_token, s.window) == \
+               (131_072, 12_288, 4_096, 16_384, 1024)
+        assert (s.attention_layers, s.state_layers, s.groups, s.attention_groups) == (5, 0, 3, 3)
+
+    def test_padding_within_one_kind(self):
+        """Two full layers of 8 and 4 KV heads (4,096 and 2,048 B/token): one kind, one group of 2, padded to
+        the larger: block 16 x 4,096 x 2 = 131,072 B; unpadded 6,144 B/token."""
+        full4 = Layer("full", kv_heads=4, head_dim=128, head_dim_v=128)
+        s = shape_of([FULL8, full4], "bf16", "tensor", 1, 16)
+        assert (s.layer_token_bytes, s.block_bytes, s.bytes_per_token) == (4096, 131_072, 6144)
+
+    def test_one_local_kind_and_one_window(self):
+        """Sliding and chunked layers in one model, or two window sizes: refused with one line."""
+        chunked = Layer("chunked", kv_heads=8, head_dim=128, head_dim_v=128, window=1024)
+        with pytest.raises(InputError) as e:
+            shape_of([FULL8, SLIDE4, chunked], "bf16", "tensor", 1, 16)
+        assert e.value.allowed == "one local-attention kind per model is supported (sliding or chunked)"
+        other = Layer("sliding", kv_heads=4, head_dim=128, head_dim_v=128, window=2048)
+        with pytest.raises(InputError) as e:
+            shape_of([FULL8, SLIDE4, other], "bf16", "tensor", 1, 16)
+        assert e.value.allowed == "one sliding-window size per model is supported"
+
+    def test_full_only_defaults(self):
+        """Full layers only, rank_shapes' defaults: block 16, no window (0), no state page (0), no mamba mode."""
+        s = rank_shapes(Architecture("plain", (FULL8,) * 2, 64, 4096))[0]
+        assert (s.block_size, s.window, s.state_page_bytes, s.state_blocks, s.mamba_mode) == (16, 0, 0, 0, "")
+
+    def test_auto_block_size(self):
+        """vLLM 0.33 on Hopper: MLA 64 (FlashMLA), hybrid 16 (then aligned), else 16."""
+        mamba = Layer("mamba", state_family="mamba1", state=(8192, 16, 4))
+        assert auto_block_size(load_preset("deepseek-v3"))[0] == 64
+        assert auto_block_size(Architecture("jamba", (FULL8, mamba), 32, 4096))[0] == 16
+        assert auto_block_size(TUTORIAL) == (16, "16: vLLM's default block size for CUDA")
+
+    def test_group_size_rule(self):
+        """The largest count when it is below 1.5 x the smallest: [3, 2] -> 2 (3 = 1.5 x 2), [4, 3] -> 4."""
+        assert group_size_for([3, 2]) == 2 and group_size_for([4, 3]) == 4 and group_size_for([5]) == 5
+
+    def test_state_blocks_per_mode(self):
+        """One mamba1 state layer beside one attention layer: 1 state group; 2 blocks per request with prefix
+        caching (align mode), 1 without; state bytes = blocks x one block.  Jamba's doctest: block 80, page
+        311,296 B; one 80-token block of 4,096 B/token = 327,680 B."""
+        mamba = Layer("mamba", state_family="mamba1", state=(8192, 16, 4))
+        arch = Architecture("jamba", (FULL8, mamba), 32, 4096)
+        on = rank_shapes(arch)[0]
+        assert (on.block_size, on.state_groups, on.state_blocks, on.state_bytes, on.mamba_mode) == \
+               (80, 1, 2, 2 * 327_680, "align")
+        assert on.state_page_bytes == 311_296 and on.state_layers == 1 and on.padded_layers == 0
+        off = rank_shapes(arch, prefix_caching=False)[0]
+        assert (off.state_blocks, off.state_bytes, off.mamba_mode) == (1, 327_680, "none")
+
+
+    def test_gdn_checkpoint_alignment(self):
+        """1 full layer (4,096 B/token) + 3 gated-delta-net layers (page 1,097,728 B each, Qwen3-Next's shape).
+        Prefix caching on: alignment lcm(16, 64) = 64, block 64 x cdiv(1,097,728, 64 x 4,096) = 64 x 5 = 320;
+        3 state groups (group size 1: 3 is not below 1.5 x 1) x 3 blocks (2 + 1 checkpoint) = 9.
+        Off: alignment 16, block 16 x cdiv(1,097,728, 65,536) = 16 x 17 = 272; 3 x 1 = 3 state blocks."""
+        gdn = Layer("linear", state_family="gdn", state=(16, 32, 128, 128, 4))
+        arch = Architecture("qn", (FULL8, gdn, gdn, gdn), 32, 4096)
+        on, off = rank_shapes(arch)[0], rank_shapes(arch, prefix_caching=False)[0]
+        assert (on.block_size, on.state_page_bytes, on.state_groups, on.state_blocks) == (320, 1_097_728, 3, 9)
+        assert (off.block_size, off.state_blocks) == (272, 3)
+
+
+    def test_alignment_from_requested_and_largest_state(self):
+        """Jamba's shape (page 311,296 B, 4,096 B/token): requested 32 aligns on max(16, 32) = 32:
+        32 x cdiv(311,296, 32 x 4,096) = 32 x 3 = 96 (on 16 it would be 80).  Two state layers of different
+        pages: the larger one decides (gdn 1,097,728 B beside mamba1 311,296 B: block 16 x cdiv(1,097,728,
+        65,536) = 272 with prefix caching off)."""
+        mamba = Layer("mamba", state_family="mamba1", state=(8192, 16, 4))
+        assert rank_shapes(Architecture("jamba", (FULL8, mamba), 32, 4096), block_size=32)[0].block_size == 96
+        gdn = Layer("linear", state_family="gdn", state=(16, 32, 128, 128, 4))
+        mixed = Architecture("mixed", (FULL8, mamba, gdn), 32, 4096)
+        assert rank_shapes(mixed, prefix_caching=False)[0].block_size == 272
+
+
+class TestStages:
+    def test_unequal_stages(self):
+        """vLLM's get_pp_indices: 10 layers on 4 stages -> 2 each, the remainder 2 going to the stages before
+        the last: 2, 3, 3, 2.  7 on 2 -> 4, 3.  4 on 4 -> 1 each."""
+        assert [len(r) for r in stage_layers(10, 4)] == [2, 3, 3, 2]
+        assert stage_layers(10, 4)[1] == range(2, 5)
+        assert [len(r) for r in stage_layers(7, 2)] == [4, 3]
+        assert [len(r) for r in stage_layers(4, 4)] == [1, 1, 1, 1]
+
+    def test_tightest_stage_decides(self):
+        """Tutorial model, PP 3: stages of 27, 27, 26 layers.  A 27-layer stage takes 27 x 4,096 = 110,592 B
+        per token: 12 GiB / (16 x 110,592) = 7,281 blocks (12,884,901,888 / 1,769,472 = 7,281.8); 825
+        tokens take 52 blocks: 140 requests.  bytes_per_token is the largest stage's."""
+        r = calculate(CalcInput(TUTORIAL, pp=3))
+        assert [s["attention_layers"] for s in r["pool"]["stages"]] == [27, 27, 26]
+        assert (r["bytes_per_token"], r["whole_pool_blocks"], r["capacity"]["paged_requests"]) == (110_592, 7281, 140)
+        # the pool shown is the tightest stage's (27 layers, one group of 27); a request's bytes the largest
+        # stage's: 832 slots x 110,592 = 92,012,544 B
+        assert (r["pool"]["group_size"], r["pool"]["block_bytes"]) == (27, 1_769_472)
+        assert r["policies"]["paged"]["allocated_bytes"] == 92_012_544
+
+
+class TestOutputs:
+    R = calculate(CalcInput(TUTORIAL))  # 825 used, 2,048 reserved, 12 GiB, 327,680 B/token
+
+    def test_policies_waste(self):
+        """useful 825 x 327,680 = 270,336,000 B.  Max: 2,048 tokens, 671,088,640 B, waste 1,223 / 2,048 =
+        59.716796875 %.  Pow2: 1,024 tokens, waste 199 / 1,024 = 19.43359375 %.  Oracle: 825, 0 %.  Paged:
+        52 blocks = 832 tokens, tail 7 x 327,680 = 2,293,760 B, 7 / 832 = 0.84134... %."""
+        p = self.R["policies"]
+        assert (p["contiguous_max"]["reserved_tokens"], p["contiguous_max"]["reservation_waste_bytes"],
+                p["contiguous_max"]["waste_percent"], p["contiguous_max"]["tail_waste_bytes"]) == \
+               (2048, 400_752_640, 59.716796875, 0)
+        assert (p["contiguous_pow2"]["reserved_tokens"], p["contiguous_pow2"]["waste_percent"]) == (1024, 19.43359375)
+        assert (p["contiguous_oracle"]["reserved_tokens"], p["contiguous_oracle"]["waste_percent"]) == (825, 0.0)
+        assert p["paged"]["tail_waste_bytes"] == 2_293_760 and p["paged"]["reservation_waste_bytes"] == 0
+        assert p["paged"]["waste_percent"] == pytest.approx(100 * 7 / 832)
+        assert p["contiguous_max"]["paged_over_contiguous"] == 47 / 19  # 47 paged, 19 contiguous
+
+    def test_request_fields(self):
+        """832 paged slots, 7 unused: 7 / 832 internal waste."""
+        req = self.R["request"]
+        assert (req["paged_slots"], req["paged_unused_slots"]) == (832, 7)
+        assert req["paged_internal_waste_percent"] == pytest.approx(100 * 7 / 832)
+
+    def test_sensitivity_rows(self):
+        """MHA with 64 KV heads: 2 x 80 x 64 x 128 x 2 = 2,621,440 B/token; fp8 GQA 80 x 8 x 256 = 163,840.
+        Rows: as configured (47 paged), fp8 (half the bytes: 4,915 blocks, 94), block 32 (2,457 / 2 -> 1,228
+        blocks), block 8 (4,915 blocks), MHA (12 GiB / 2,621,440 = 4,915 slots, 307 blocks, 5 requests)."""
+        s = self.R["sensitivity"]
+        assert (s["mha_64_kv_heads_bytes_per_token"], s["fp8_gqa_bytes_per_token"]) == (2_621_440, 163_840)
+        rows = [(v["variant"], v["bytes_per_token"], v["whole_pool_blocks"], v["paged_requests"])
+                for v in s["variants"]]
+        assert rows == [("as configured", 327_680, 2457, 47), ("kv dtype fp8 (idealized)", 163_840, 4915, 94),
+                        ("block size 32", 327_680, 1228, 47), ("block size 8", 327_680, 4915, 47),
+                        ("MHA: 64 KV heads", 2_621_440, 307, 5)]
+
+    def test_sensitivity_of_fp8_has_bf16_row(self):
+        """An fp8 input gets a 'kv dtype bf16' row and no fp8 row; block 1 has no 'block size 0' row."""
+        s = calculate(CalcInput(TUTORIAL, kv_dtype="fp8", block_size=1))["sensitivity"]
+        assert [v["variant"] for v in s["variants"]] == ["as configured", "kv dtype bf16", "block size 2",
+                                                         "MHA: 64 KV heads"]
+
+    def test_vllm_view_notes(self):
+        """The tutorial model: one KV-cache group, no group note; max_num_batched_tokens defaults to 8,192.
+        One full + one sliding layer: 2 groups of 1 layer: the group note is there."""
+        v = self.R["vllm_view"]
+        assert (v["kv_cache_groups"], v["max_num_batched_tokens"]) == (1, 8192)
+        assert not any("KV-cache groups" in n for n in v["differences"])
+        two = calculate(CalcInput(Architecture("two", (FULL8, SLIDE4), 64, 4096)))["vllm_view"]
+        assert two["kv_cache_groups"] == 2
+        assert any(n.startswith("This model has 2 KV-cache groups of 1 layers") for n in two["differences"])
+
+    def test_group_pool_blocks_used(self):
+        """Group 200, 825, 1,525 at block 16: 13 + 52 + 96 = 161 blocks a group; 2,457 blocks hold 15 groups
+        (2,415 blocks used)."""
+        g = calculate(CalcInput(TUTORIAL, group=(200, 825, 1525)))["group"]
+        assert (g["blocks_per_group"], g["complete_groups"], g["pool_blocks_used"]) == (161, 15, 2415)
+
+    def test_prefix_fields(self):
+        """Prefix 100 at block 16: 6 whole shared blocks, a 4-token tail copied; 52 - 6 = 46 own blocks;
+        shared 6 x 16 x 327,680 = 31,457,280 B."""
+        p = calculate(CalcInput(TUTORIAL, prefix=100))["prefix"]
+        assert (p["shared_blocks"], p["copied_tail_tokens"], p["own_blocks_per_request"], p["shared_bytes"]) == \
+               (6, 4, 46, 31_457_280)
