@@ -8,24 +8,18 @@ import threading
 import time
 import urllib.request
 
-import pytest
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvdash.cli import main
 from kvdash.exporter.collector import ExporterState, KvdashCollector
 from kvdash.live.analysis import LiveConfig
 from kvdash.sources.demo import DemoSource
+from tests.cli_run import run
 from tests.promfixture import free_port, vllm_page
 
 MiB = 2**20
 
 
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
 
 
 def families(text: str) -> dict:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from kvdash.cli import main
 from kvdash.fleet import queries
 from kvdash.fleet.client import PrometheusClient, PrometheusError
+from tests.cli_run import run
 from tests.promfixture import (
     MetricsServer,
     Prometheus,
@@ -54,11 +54,6 @@ PAGES = {
 TARGETS = 8
 
 
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
 
 
 def _start_exporter() -> tuple[subprocess.Popen[str], int]:

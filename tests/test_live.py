@@ -11,23 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from kvdash.cli import main
 from kvdash.live.analysis import FREE, RESERVED, TAIL, TOKENS, LiveConfig, analyze, block_map
 from kvdash.sources.base import GPUReading, Snapshot, SourceUnavailable
 from kvdash.sources.demo import DemoSource
 from kvdash.sources.engine import fetch, parse_prometheus, reading_from_samples
 from kvdash.sources.nvml import NO_PERMISSION, NVMLSource
 from kvdash.sources.replay import ReplaySource
+from tests.cli_run import run
 
 DATA = Path(__file__).parent / "data"
 GiB = 2**30
 
 
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
 
 
 # --- a stub of the NVML binding, one behaviour per function ----------------------------------------

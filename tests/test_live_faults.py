@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvdash.cli import main
 from kvdash.live.analysis import LiveConfig, analyze
 from kvdash.render.live_view import memory_segments
 from kvdash.sources.base import GPUReading, ProcessReading, Snapshot, SourceUnavailable
@@ -27,17 +26,13 @@ from kvdash.sources.engine import (
     reading_from_samples,
 )
 from kvdash.sources.replay import ReplayLineError, ReplaySource
+from tests.cli_run import run
 from tests.engine_server import FaultServer
 
 DATA = Path(__file__).parent / "data"
 GiB = 2**30
 
 
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
 
 
 # --- item 1: validated engine figures, one total deadline per scrape ---------------------------------

@@ -16,16 +16,12 @@ from hypothesis import strategies as st
 
 from kvdash.cli import main
 from kvdash.core.reserve import ACTIVATION_GIB, FAMILY_GIB, NON_TORCH_GIB, auto_reserve, gib_bytes
+from tests.cli_run import run
 from tests.engine_server import FaultServer
 
 GIB = 2**30
 
 
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdash.cli import main
 from kvdash.errors import InputError
 from kvdash.simulate.capacity import capacity_sweep, parse_rates
 from kvdash.simulate.engine import (
@@ -27,14 +26,7 @@ from kvdash.simulate.engine import (
     simulate,
     simulate_reference,
 )
-
-
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
-
+from tests.cli_run import run
 
 ONE = Workload("one", Lengths("fixed", 10), Lengths("fixed", 6), requests=1, rate=1.0)
 

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdash.cli import main
 from kvdash.core.calc import BudgetSpec, CalcInput, calculate
 from kvdash.core.model import load_preset
 from kvdash.errors import InputError
@@ -20,6 +19,7 @@ from kvdash.report.diff import GITHUB_LIMIT, diff_results
 from kvdash.sweep.columns import RESULT_COLUMNS
 from kvdash.sweep.evaluate import expand
 from kvdash.sweep.gridfile import parse_grid
+from tests.cli_run import run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,11 +30,6 @@ def grid(tmp_path: Path, text: str, name: str = "grid.yaml") -> Path:
     return path
 
 
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
 
 
 BASIC = """

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import typer
 
-from kvdash.cli import app, main
+from kvdash.cli import app
+from tests.cli_run import run
 
 # concept -> the one option name every command uses for it
 CANONICAL = {
@@ -53,11 +53,6 @@ def test_hidden_aliases_are_hidden_and_named():
         assert (cmd, old) in hidden and SPELLINGS[old] == {v: k for k, v in CANONICAL.items()}[new]
 
 
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
 
 
 def test_old_length_name_gives_the_same_answer(capsys):

@@ -149,8 +149,9 @@ def _wanted(samples: list[Sample]) -> list[Sample]:
     return [s for s in samples if s.name.startswith(("vllm:", "sglang:"))]
 
 
-def _sum(check: _Checker, label: str, samples: list[Sample], *names: str) -> float | None:
-    """The sum over label sets (engines, ranks); any non-finite part spoils the sum."""
+def _finite(check: _Checker, label: str, samples: list[Sample], *names: str) -> list[float] | None:
+    """The values of the first family present, one per label set (engines, ranks); None when absent, or
+    when any is non-finite (the reason kept under ``label``)."""
     _, found = _values(samples, *names)
     if not found:
         return None
@@ -158,18 +159,19 @@ def _sum(check: _Checker, label: str, samples: list[Sample], *names: str) -> flo
     if bad:
         check.invalid[label] = f"{bad[0]} is not a finite number"
         return None
-    return sum(s.value for s in found)
+    return [s.value for s in found]
+
+
+def _sum(check: _Checker, label: str, samples: list[Sample], *names: str) -> float | None:
+    """The sum over label sets; any non-finite part spoils the sum."""
+    values = _finite(check, label, samples, *names)
+    return None if values is None else sum(values)
 
 
 def _mean(check: _Checker, label: str, samples: list[Sample], *names: str) -> float | None:
-    _, found = _values(samples, *names)
-    if not found:
-        return None
-    bad = [s.value for s in found if not math.isfinite(s.value)]
-    if bad:
-        check.invalid[label] = f"{bad[0]} is not a finite number"
-        return None
-    return sum(s.value for s in found) / len(found)
+    """The mean over label sets; any non-finite part spoils it."""
+    values = _finite(check, label, samples, *names)
+    return None if values is None else sum(values) / len(values)
 
 
 def _served_model(samples: list[Sample]) -> str:
