@@ -1,23 +1,37 @@
-"""The local calibration file and the ``--reserve`` option (a size, or ``auto``).
+"""The local calibration file, the measured reserve, and the ``--reserve`` option (a size, or ``auto``).
 
-``kvdash calibrate`` appends one JSON object per line to the calibration file: the reserve a running
-vLLM kept per rank, with model, GPU, TP, PP, vLLM version, max_num_batched_tokens and date.
-Path: ``$KVDASH_CALIBRATION`` if set, else ``$XDG_DATA_HOME/kvdash/calibration.jsonl``
-(``~/.local/share/kvdash/calibration.jsonl``) -- never inside the repository.
+``kvdash calibrate`` and the ``c`` key of ``kvdash live`` append one JSON object per line to the
+calibration file: the reserve a running vLLM kept per rank, with model, GPU, TP, PP, vLLM version,
+max_num_batched_tokens and date.  Both build the entry with :func:`measure`, so they record the same
+figure for the same engine.  Path: ``$KVDASH_CALIBRATION`` if set, else
+``$XDG_DATA_HOME/kvdash/calibration.jsonl`` (``~/.local/share/kvdash/calibration.jsonl``) -- never
+inside the repository.
+
+The measured reserve per rank::
+
+    reserve = floor(total x gpu_memory_utilization) - weights/rank - num_gpu_blocks x block bytes
+
+the term vLLM 0.33's profiling took for the activation peak, CUDA graphs and non-torch memory (plus
+the less-than-one-block remainder the pool could not use).  With this reserve, ``kvdash calc`` derives
+exactly the engine's pool.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvdash.core.calc import BudgetSpec
 from kvdash.core.model import Architecture
 from kvdash.core.reserve import ReserveTerm, auto_reserve, calibration_matches
 from kvdash.errors import InputError
-from kvdash.units import parse_size
+from kvdash.units import parse_fraction, parse_size, scale_floor
+
+if TYPE_CHECKING:
+    from kvdash.sources.engine import EngineReading
 
 ENV = "KVDASH_CALIBRATION"
 MAX_BYTES = 16 << 20  # a calibration file is a few hundred bytes a line; refuse anything absurd
@@ -80,6 +94,78 @@ def reserve_spec(text: str, arch: Architecture, gpu: str | None, tp: int, pp: in
     basis = (f"--reserve auto: calibration entry from {calibration_path()}" if entry is not None
              else f"--reserve auto: {est['basis']}")
     return est["bytes"], basis, terms
+
+
+def measured_reserve(total: int, util: str, weights_rank: int, blocks: int, block_bytes: int) -> dict[str, int]:
+    """``floor(total x util) - weights/rank - blocks x block_bytes``, each term in bytes."""
+    requested = scale_floor(total, parse_fraction(util, "gpu_memory_utilization"))
+    pool = blocks * block_bytes
+    return {"requested_bytes": requested, "weights_per_rank_bytes": weights_rank, "pool_bytes": pool,
+            "reserve_bytes": requested - weights_rank - pool}
+
+
+def engine_kv_dtype(cache_dtype: str) -> str:
+    """vLLM's ``cache_dtype`` as a kvdash KV dtype: ``auto`` (the model's dtype) is taken as bf16."""
+    return {"auto": "bf16", "": "bf16"}.get(cache_dtype, cache_dtype)
+
+
+def measure(reading: EngineReading, arch: Architecture, total: int, gpu: str, tp: int = 1, pp: int = 1,
+            weights: int | None = None, vllm_version: str = "0.33.0", max_batched_tokens: int = 8192,
+            source: str = "kvdash calibrate") -> dict[str, Any]:
+    """The calibration entry (all but its ``date``) for a vLLM engine's reading: the reserve it kept per
+    rank on a GPU of ``total`` bytes, with the terms that give it.  ``kvdash calibrate`` and the ``c`` key
+    of ``kvdash live`` both call this, so they record the same figure.
+
+    Raises :class:`InputError` naming what is missing: an engine that failed or is not vLLM, no
+    ``vllm:cache_config_info`` figures, no weight figure, a block size kvdash would not lay this model
+    out with (another model?), or weights that leave a negative reserve."""
+    from kvdash.core import formulas as f
+    from kvdash.core.calc import rank_shapes
+
+    if reading.error:
+        raise InputError("--engine", reading.url, f"a reachable vLLM /metrics page (the scrape failed: "
+                                                  f"{reading.error})")
+    if not reading.kind.startswith("vllm") or not reading.num_gpu_blocks or not reading.block_size \
+            or not reading.gpu_memory_utilization:
+        missing = [k for k in ("num_gpu_blocks", "block_size", "gpu_memory_utilization") if not getattr(reading, k)]
+        raise InputError("--engine", reading.url, "a vLLM engine exporting vllm:cache_config_info with num_gpu_blocks, "
+                         "block_size and gpu_memory_utilization"
+                         + (f" (this one is {reading.kind or 'not vLLM'})" if not reading.kind.startswith("vllm")
+                            else f" (missing: {', '.join(missing)})"))
+    if weights is None and not arch.weights_known:
+        raise InputError("--weights", None, f"the weight bytes of {arch.name} (weights {arch.weight_basis})")
+    weight_bytes = arch.weight_bytes if weights is None else weights
+    dtype = engine_kv_dtype(reading.cache_dtype)
+    shape = rank_shapes(arch, dtype, "tensor", tp, pp, reading.block_size)[0]
+    if shape.block_size != reading.block_size:
+        raise InputError("--engine", reading.url, f"block_size {reading.block_size}: kvdash lays {arch.name} out "
+                         f"with {shape.block_size}-token blocks; is it the model the engine serves?")
+    terms = measured_reserve(total, reading.gpu_memory_utilization, f.weights_per_rank(weight_bytes, tp * pp),
+                             reading.num_gpu_blocks, shape.block_bytes)
+    if terms["reserve_bytes"] < 0:
+        raise InputError("--weights", weight_bytes, f"a weight figure that leaves room for the engine's pool: the "
+                         f"reserve comes out negative ({terms['reserve_bytes']:,} B); check --model, --tp, the GPU")
+    return {
+        "model": arch.name, "served_model": reading.served_model, "gpu": gpu, "gpu_memory_bytes": total,
+        "tp": tp, "pp": pp, "vllm_version": vllm_version, "max_num_batched_tokens": max_batched_tokens,
+        "gpu_memory_utilization": reading.gpu_memory_utilization, "cache_dtype": reading.cache_dtype,
+        "num_gpu_blocks": reading.num_gpu_blocks, "block_size": reading.block_size,
+        "block_bytes": shape.block_bytes, "weights_bytes": weight_bytes, **terms,
+        "engine": reading.url, "source": source,
+    }
+
+
+def dated(entry: dict[str, Any], now: datetime.datetime | None = None) -> dict[str, Any]:
+    """The entry with its ``date`` (UTC, to the second), as it is saved."""
+    when = now or datetime.datetime.now(datetime.UTC)
+    return {**entry, "date": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def entry_text(entry: dict[str, Any]) -> str:
+    """The entry's arithmetic in one line: ``floor(total x util) - weights/rank - blocks x block = reserve``."""
+    return (f"reserve per rank = floor({entry['gpu_memory_bytes']:,} x {entry['gpu_memory_utilization']}) - "
+            f"{entry['weights_per_rank_bytes']:,} - {entry['num_gpu_blocks']:,} x {entry['block_bytes']:,} = "
+            f"{entry['reserve_bytes']:,} B ({entry['reserve_bytes'] / 2**30:.2f} GiB)")
 
 
 def with_reserve(spec: BudgetSpec, reserve: tuple[int, str, tuple[ReserveTerm, ...]]) -> BudgetSpec:

@@ -8,7 +8,9 @@ family base dense 2.00, MoE 2.50; non-torch TP 1 0.27 GiB, TP > 1 2.10 GiB.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -169,3 +171,161 @@ def test_live_auto_and_upper_bound(calib, capsys):
     kv0 = json.loads(out)["kv_pool"]
     assert kv0["reserve_basis"].startswith("0 B") and 4_284_229_877 == kv0["auto_reserve_estimate_bytes"]
     assert kv0["budget_bytes"] - kv["budget_bytes"] == 4_284_229_877
+
+
+# --- kvdash live: the measured reserve and the c key (the same entry kvdash calibrate records) -------
+
+H100_BYTES = 85_520_809_984  # the h100-80gb preset: 81,559 MiB
+
+
+class H100Host:
+    """Eight H100-80GB readings as NVML would give them (not the demo: c refuses simulated GPUs)."""
+
+    name = "fixed H100 host"
+
+    def read(self):
+        from kvdash.sources.base import GPUReading, Snapshot
+
+        return Snapshot(1_767_225_600.0, self.name, tuple(
+            GPUReading(i, "NVIDIA H100 80GB HBM3", total_bytes=H100_BYTES, used_bytes=80 * GIB) for i in range(8)),
+            driver="550.54.15")
+
+    def close(self):
+        return None
+
+
+async def _pilot_calibrate(config, engine_url, fetch_engine=True):
+    from kvdash.sources.engine import fetch
+    from kvdash.tui.app import LiveApp
+
+    app = LiveApp(H100Host(), config, interval=3600, engine_url=engine_url,
+                  engine=(lambda: fetch(engine_url, timeout=2.0)) if fetch_engine else None)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(50):  # one GPU poll and (with an engine) one scrape, each on its own thread
+            if app.snapshot is not None and (app.engine is not None or not fetch_engine):
+                break
+            await pilot.pause(0.1)
+        assert app.snapshot is not None and (app.engine is not None or not fetch_engine), "no reading in 5 s"
+        await pilot.press("c")
+        await pilot.pause()
+        return app, str(app.query_one("#status").render()), app.kv
+
+
+async def test_live_c_key_appends_the_calibrate_entry(calib):
+    """kvdash live on 8 x H100-80GB with the loopback engine (tests/data/vllm_v1.prom: 90,513 blocks of 16,
+    util 0.9, Llama-3.1-70B at TP 8): the c key appends the entry kvdash calibrate records:
+
+        floor(85,520,809,984 x 0.9) = 76,968,728,985
+        - 141,200,000,000 / 8       = 17,650,000,000
+        - 90,513 x 655,360          = 59,318,599,680
+        reserve                     =        129,305 B
+    """
+    from kvdash.live.analysis import LiveConfig
+
+    with FaultServer("good") as server:
+        app, status, kv = await _pilot_calibrate(LiveConfig(model="llama-3.1-70b", tp=8), server.url)
+    saved = [json.loads(line) for line in calib.read_text().splitlines()]
+    assert 1 == len(saved)
+    e = saved[0]
+    assert 129_305 == e["reserve_bytes"] == 76_968_728_985 - 17_650_000_000 - 59_318_599_680
+    assert (76_968_728_985, 17_650_000_000, 59_318_599_680) == (
+        e["requested_bytes"], e["weights_per_rank_bytes"], e["pool_bytes"])
+    assert ("Llama-3.1-70B", 8, 1, "NVIDIA H100 80GB HBM3", H100_BYTES, "kvdash live") == (
+        e["model"], e["tp"], e["pp"], e["gpu"], e["gpu_memory_bytes"], e["source"])
+    assert {"vllm_version", "max_num_batched_tokens", "date", "engine"} <= set(e)
+    # the UI confirms with the entry's figures and the file
+    assert f"calibration saved to {calib}" in status and "129,305 B" in status
+    assert "floor(85,520,809,984 x 0.9) - 17,650,000,000 - 90,513 x 655,360" in status
+    # the dashboard shows the same figure; 129,305 B is under one 655,360 B block, so kvdash's pool at
+    # --reserve 0 is already the engine's 90,513 blocks and no --reserve is suggested
+    assert 129_305 == kv["measured_reserve"]["entry"]["reserve_bytes"]
+    assert "the same pool" == kv["engine"]["explain"] and 90_513 == kv["pool_blocks"]
+    # and --reserve auto finds it (calibrate and live write the same fields, so one reader serves both)
+    from kvdash.calibration import find_entry
+    from kvdash.core.model import load_preset
+
+    assert 129_305 == find_entry(load_preset("llama-3.1-70b"), None, 8, 1)["reserve_bytes"]
+
+
+async def test_live_c_key_matches_kvdash_calibrate(calib, capsys):
+    """The TUI and the CLI build the entry with one function: every figure but the date, GPU name, engine
+    URL and source is equal (calibrate given --gpu h100-80gb, the same 85,520,809,984 B)."""
+    from kvdash.live.analysis import LiveConfig
+
+    with FaultServer("good") as server:
+        await _pilot_calibrate(LiveConfig(model="llama-3.1-70b", tp=8), server.url)
+        code, out, err = await asyncio.to_thread(run, ["calibrate", "--engine", server.url, "-m", "llama-3.1-70b",
+                                                       "--gpu", "h100-80gb", "--tp", "8", "--json"], capsys)
+    assert 0 == code, err
+    tui, cli = [json.loads(line) for line in calib.read_text().splitlines()]
+    skip = {"date", "gpu", "source"}
+    assert {k: v for k, v in tui.items() if k not in skip} == {k: v for k, v in cli.items() if k not in skip}
+
+
+async def test_live_c_key_says_why_without_an_engine(calib):
+    """No engine attached: c writes nothing and says so in the status line."""
+    from kvdash.live.analysis import LiveConfig
+
+    app, status, _ = await _pilot_calibrate(LiveConfig(model="llama-3.1-70b", tp=8), "", fetch_engine=False)
+    assert not calib.exists()
+    assert "calibration not saved: no engine attached: start kvdash live with --engine URL" in status
+
+
+async def test_live_c_key_says_why_for_another_model_or_a_failing_engine(calib):
+    """The engine serves Llama-3.1-70B while kvdash analyses Llama-3.1-8B: nothing saved, the reason named;
+    an engine answering 500: nothing saved, its error named."""
+    from kvdash.live.analysis import LiveConfig
+
+    with FaultServer("good") as server:
+        _, status, kv = await _pilot_calibrate(LiveConfig(model="llama-3.1-8b", tp=1, lengths=(1024,),
+                                                          max_reserved=4096), server.url)
+    assert "the engine serves meta-llama/Llama-3.1-70B-Instruct, kvdash analyses Llama-3.1-8B" in status
+    assert "entry" not in kv["measured_reserve"]
+    with FaultServer("500") as server:
+        _, status, _ = await _pilot_calibrate(LiveConfig(model="llama-3.1-70b", tp=8), server.url)
+    assert "calibration not saved" in status and "HTTP 500" in status
+    assert not calib.exists()
+
+
+async def test_live_c_key_refuses_the_demo(calib):
+    """The demo's engine and GPUs are simulated: shown, but never saved into the file --reserve auto reads."""
+    from kvdash.live.analysis import LiveConfig
+    from kvdash.sources.demo import DemoSource
+    from kvdash.tui.app import LiveApp
+
+    app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=3600, autopoll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert 4_832_282_086 == app.kv["measured_reserve"]["entry"]["reserve_bytes"]
+        await pilot.press("c")
+        await pilot.pause()
+        status = str(app.query_one("#status").render())
+    assert "calibration not saved: the demo's engine and GPUs are simulated" in status
+    assert not calib.exists()
+
+
+def test_live_json_carries_the_measured_reserve(calib, capsys):
+    """--json: kv_pool.measured_reserve is the entry calibrate would record.  The demo (8 x H200 of
+    150,754,820,096 B, Llama-3.1-70B at TP 8, util 0.9, 172,725 blocks of 655,360 B):
+    floor(150,754,820,096 x 0.9) - 17,650,000,000 - 113,197,056,000 = 135,679,338,086 - 130,847,056,000
+    = 4,832,282,086 B, marked simulated."""
+    code, out, _ = run(["live", "--demo", "--json"], capsys)
+    m = json.loads(out)["kv_pool"]["measured_reserve"]
+    assert 0 == code
+    assert 4_832_282_086 == m["entry"]["reserve_bytes"] and "simulated" in m
+    assert (135_679_338_086, 113_197_056_000) == (m["entry"]["requested_bytes"], m["entry"]["pool_bytes"])
+
+
+def test_live_reserve_line_is_the_measured_figure(calib):
+    """kvdash at --gpu-util 0.85, the engine at 0.9: the pools differ, and the suggested --reserve is the
+    measured 129,305 B (what calibrate records), with the engine's --gpu-util 0.9 named, not a figure worked
+    from kvdash's 0.85 (that would be -4.3 GB)."""
+    from kvdash.live.analysis import LiveConfig, analyze
+    from kvdash.sources.engine import parse_prometheus, reading_from_samples
+
+    reading = reading_from_samples("http://x/metrics", parse_prometheus(
+        (Path(__file__).parent / "data" / "vllm_v1.prom").read_text()))
+    kv = analyze(H100Host().read(), LiveConfig(model="llama-3.1-70b", tp=8, gpu_util="0.85"), reading)
+    eng = kv["engine"]
+    assert 129_305 == eng["reconciling_reserve_bytes"] == kv["measured_reserve"]["entry"]["reserve_bytes"]
+    assert eng["explain"].startswith("--gpu-util 0.9 --reserve 129,305 B (0.00 GiB per rank) makes kvdash's pool")

@@ -144,14 +144,49 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "headroom_tokens_per_request": (headroom_blocks // max(paged, 1)) * shape.block_size // shape.attention_groups
         if paged else 0,
         "weights_per_rank_bytes": f.weights_per_rank(weights, cfg.tp),
+        "gpu_util": cfg.gpu_util,
         "reserve_bytes": cfg.reserve,
         "auto_reserve_estimate_bytes": auto_estimate,  # what --reserve auto takes when the reserve is 0 B
         "reserve_basis": cfg.reserve_basis or ("given with --reserve" if cfg.reserve else "0 B: an upper bound"),
         "notes": notes,
     }
     if engine is not None:
-        out["engine"] = compare_engine(engine, out, arch.name, cfg.model)
+        measured = measure_engine_reserve(engine, arch, cfg, ranks_gpus, snapshot.driver)
+        out["measured_reserve"] = measured
+        out["engine"] = compare_engine(engine, out, arch.name, cfg.model, measured)
     return out
+
+
+def measure_engine_reserve(engine: EngineReading, arch: Architecture, cfg: LiveConfig,
+                           gpus: list[Any], driver: str = "") -> dict[str, Any]:
+    """What ``kvdash calibrate`` would record for this engine (:func:`kvdash.calibration.measure`):
+    ``{"entry": {...}}`` (no date yet), or ``{"why": "..."}`` saying why it cannot be measured.
+
+    The GPU total is the smallest of the TP ranks' readings (the rank whose pool is tightest); the
+    utilization, KV dtype and block size are the engine's own (``vllm:cache_config_info``), the model,
+    TP and weights kvdash's (``--model``/``m``, ``--tp``, ``--weights``).  vLLM version and
+    max_num_batched_tokens are not in the metrics: recorded as 0.33.0 and 8192, vLLM 0.33's defaults.
+    A simulated engine or GPU (the demo, a replayed demo recording) is measured for display but marked
+    ``simulated``: the ``c`` key does not save it into the file ``--reserve auto`` reads."""
+    from kvdash.calibration import measure
+
+    if engine.served_model and not same_model(engine.served_model, arch.name, cfg.model):
+        return {"why": f"the engine serves {engine.served_model}, kvdash analyses {arch.name}: choose the served "
+                       "model (m or --model) first"}
+    totals = [g for g in gpus if g.total_bytes]
+    if not totals:
+        return {"why": "no GPU memory reading to take the total from"}
+    tight = min(totals, key=lambda g: g.total_bytes)
+    try:
+        entry = measure(engine, arch, int(tight.total_bytes), tight.name, cfg.tp, 1, cfg.weights,
+                        source="kvdash live")
+    except InputError as exc:
+        return {"why": str(exc)}
+    fake = [what for what, yes in (("engine", "demo" in engine.kind), ("GPUs", driver == "demo")) if yes]
+    if fake:
+        return {"entry": entry, "simulated": f"the demo's {' and '.join(fake)} are simulated: c saves only "
+                                             "real readings (NVML GPUs and --engine URL)"}
+    return {"entry": entry}
 
 
 def _model_key(name: str) -> str:
@@ -164,15 +199,34 @@ def _model_key(name: str) -> str:
     return "".join(ch for ch in base if ch.isalnum())
 
 
+def _same_figure(a: object, b: object) -> bool:
+    """``0.9`` and ``0.90`` are one utilization; ``bf16`` and ``fp8`` two dtypes."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        return Decimal(str(a)) == Decimal(str(b))
+    except InvalidOperation:
+        return str(a) == str(b)
+
+
+def _engine_dtype(cache_dtype: str) -> str:
+    from kvdash.calibration import engine_kv_dtype
+
+    return engine_kv_dtype(cache_dtype)
+
+
 def same_model(served: str, kvdash_name: str, preset: str = "") -> bool:
     keys = {_model_key(kvdash_name), _model_key(preset)} - {""}
     return any(_model_key(part) in keys for part in served.split(" + "))
 
 
-def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = "", preset: str = "") -> dict[str, Any]:
+def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = "", preset: str = "",
+                   measured: dict[str, Any] | None = None) -> dict[str, Any]:
     """The engine's own pool beside kvdash's, with the difference explained: a different served
     model first (then the pools are not comparable), then block size, then the ``--reserve`` that
-    would make kvdash's pool equal the engine's."""
+    would make kvdash's pool equal the engine's: the measured reserve (``measured["entry"]``, what
+    ``kvdash calibrate`` records) when there is one, with the engine's utilization and KV dtype named
+    where kvdash's differ; else worked from kvdash's own budget."""
     row: dict[str, Any] = {"reading": engine.to_json()}
     if engine.error:
         row["status"] = f"engine {engine.url}: {engine.error}"
@@ -212,12 +266,22 @@ def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = 
         reasons.append(f"the engine uses block size {engine.block_size}, kvdash {bs} (press b or give --block-size "
                    f"{engine.block_size})")
     elif diff != 0 and kv.get("budget_mode") == "vllm":
-        target = engine_blocks * int(kv["block_bytes"])
-        reserve = int(kv["reserve_bytes"]) + int(kv["budget_bytes"]) - target
+        entry = (measured or {}).get("entry")
+        also = ""
+        if entry is not None:  # the same figure kvdash calibrate records
+            reserve = int(entry["reserve_bytes"])
+            also = "".join(f" {opt} {theirs}" for opt, theirs, ours in (
+                ("--gpu-util", entry["gpu_memory_utilization"], kv.get("gpu_util")),
+                ("--kv-dtype", _engine_dtype(entry["cache_dtype"]), kv.get("kv_dtype")))
+                if ours is not None and not _same_figure(theirs, ours))
+        else:
+            target = engine_blocks * int(kv["block_bytes"])
+            reserve = int(kv["reserve_bytes"]) + int(kv["budget_bytes"]) - target
         row["reconciling_reserve_bytes"] = reserve
         if reserve >= 0:
-            reasons.append(f"--reserve {reserve:,} B ({reserve / 2**30:.2f} GiB per rank) makes kvdash's pool "
-                           "equal the engine's: the engine's profiled activation peak, CUDA graphs and other processes")
+            reasons.append(f"{also.strip() + ' ' if also else ''}--reserve {reserve:,} B ({reserve / 2**30:.2f} GiB "
+                           "per rank) makes kvdash's pool equal the engine's: the engine's profiled activation peak, "
+                           "CUDA graphs and other processes")
         else:
             reasons.append(f"the engine's pool is larger than kvdash's budget can hold even with --reserve 0 "
                        f"({-reserve:,} B short per rank): check --gpu-util and --weights against the engine's")

@@ -245,6 +245,37 @@ def engine_rows(eng: dict[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
+def _size(n: int) -> str:
+    """Bytes in GiB to 2 decimals, or in bytes when that would read 0.00 GiB."""
+    return f"{n:,} B" if abs(n) < 2**30 // 100 else f"{gib_text(n, 2)} GiB"
+
+
+def measured_rows(kv: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The reserve the engine kept, as ``kvdash calibrate`` measures it (c saves it), or why not."""
+    m = kv.get("measured_reserve")
+    if not m:
+        return []
+    if "entry" not in m:
+        return [("measured reserve", "n/a (c says why)", "dim")]
+    e = m["entry"]
+    return [("measured reserve (simulated)" if m.get("simulated") else "measured reserve (c: save)",
+             f"{e['reserve_bytes']:,} B ({gib_text(e['reserve_bytes'], 2)} GiB) per rank", "")]
+
+
+def measured_note(kv: dict[str, Any]) -> str:
+    """How the measured reserve was worked, as ``kvdash calibrate`` prints it, or why there is none."""
+    m = kv.get("measured_reserve")
+    if not m:
+        return ""
+    if "entry" not in m:
+        return f"measured reserve n/a: {m.get('why', '')}"
+    e = m["entry"]
+    return (f"measured reserve = floor({e['gpu_memory_bytes']:,} x {e['gpu_memory_utilization']}) - "
+            f"{e['weights_per_rank_bytes']:,} - {e['num_gpu_blocks']:,} x {e['block_bytes']:,} "
+            f"(GPU total x the engine's util - weights/rank - its blocks x block bytes)"
+            + (f"; {m['simulated']}" if m.get("simulated") else ""))
+
+
 def _kv_problems(kv: dict[str, Any]) -> Text:
     """Why there is no KV pool to show: the analysis' notes, and a failing engine's status."""
     out = Text()
@@ -283,6 +314,7 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
     eng = kv.get("engine")
     if eng:
         rows += engine_rows(eng)
+        rows += measured_rows(kv)
     label_w = max(len(label) for label, _, _ in rows)
     for label, value, style in rows:
         out.append(label.ljust(label_w) + "  ", style="bold" if label == "engine" else "")
@@ -292,6 +324,8 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
             out.append(eng["model_note"] + "\n", style="yellow")
         if eng.get("explain"):
             out.append(eng["explain"] + "\n", style="dim")
+        if measured_note(kv):
+            out.append(measured_note(kv) + "\n", style="dim")
     for note in kv.get("notes", []):
         out.append(note + "\n", style="yellow")
     return out
@@ -330,9 +364,19 @@ def kv_summary(kv: dict[str, Any]) -> Text:
                 out.append("pools   ", style="bold")
                 out.append(f"engine {eng['engine_tokens']:,} vs kvdash {eng['kvdash_tokens']:,} "
                            f"({eng['difference_tokens']:+,})")
+                m = kv.get("measured_reserve") or {}
+                matches = ""
                 if "reconciling_reserve_bytes" in eng and eng["reconciling_reserve_bytes"] >= 0:
-                    out.append(f": --reserve {gib_text(eng['reconciling_reserve_bytes'], 2)} GiB matches")
+                    also = eng["explain"].split("--reserve", 1)[0] if eng.get("explain", "").startswith("--") else ""
+                    matches = f"{also}--reserve {_size(int(eng['reconciling_reserve_bytes']))} matches"
+                if matches and "entry" not in m:
+                    out.append(f": {matches}")
                 out.append("\n")
+                if "entry" in m:
+                    out.append("reserve ", style="bold")
+                    out.append(f"measured {_size(int(m['entry']['reserve_bytes']))}/rank")
+                    out.append(f" ({matches + '; ' if matches else ''}"
+                               f"{'simulated' if m.get('simulated') else 'c: save'})\n", style="dim")
     for note in kv.get("notes", []):
         out.append(note + "\n", style="yellow")
     out.rstrip()

@@ -88,6 +88,8 @@ class DemoSource:
             "prefix_hit_rate": 0.31,
             "num_gpu_blocks": self.num_gpu_blocks,
             "block_size": p.block_size,
+            "gpu_memory_utilization": p.utilization,  # as vllm:cache_config_info carries them
+            "cache_dtype": "auto",
         }
         return Snapshot(time=self.start + self.tick * self.step_s, source=self.name, gpus=tuple(gpus),
                         driver="demo", extra={"engine": engine})

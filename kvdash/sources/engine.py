@@ -392,10 +392,13 @@ def from_snapshot(snapshot_extra: dict[str, Any]) -> EngineReading | None:
                                                                                      low=1)
     total = blocks * size if blocks is not None and size else None
     usage = check.fraction("kv_usage", num("kv_usage"))
+    util = check.fraction("gpu_memory_utilization", num("gpu_memory_utilization"))
     return EngineReading(url="(demo engine)", kind=str(e.get("kind", ""))[:40], kv_usage=usage,
                          running=check.count("running", num("running")), waiting=check.count("waiting", num("waiting")),
                          preemptions=check.count("preemptions", num("preemptions")),
                          prefix_hit_rate=check.fraction("prefix_hit_rate", num("prefix_hit_rate")),
                          num_gpu_blocks=blocks, block_size=size, total_tokens=total,
                          used_tokens=None if usage is None or total is None else int(usage * total),
-                         served_model=str(e.get("served_model", ""))[:200], invalid=check.invalid)
+                         served_model=str(e.get("served_model", ""))[:200], invalid=check.invalid,
+                         gpu_memory_utilization="" if not util else f"{util:g}",
+                         cache_dtype=str(e.get("cache_dtype", ""))[:40])

@@ -96,6 +96,8 @@ HELP = """[b]kvdash live[/b]: GPU memory beside the analytical KV pool
        arrows and PgUp/PgDn scroll the details)
 [b]p[/b]      pause / resume polling
 [b]s[/b]      write a snapshot (JSON and Markdown)
+[b]c[/b]      calibrate: save the reserve the engine kept (--engine) to the
+       calibration file that --reserve auto reads
 [b]?[/b]      this help          [b]q[/b]  quit
 
 Block map: [green]█[/] tokens  [yellow]█[/] tail of a block  [red]▒[/] reserved, empty  · free
@@ -137,6 +139,7 @@ class LiveApp(App[None]):
         Binding("z", "zoom", "zoom", show=False),
         Binding("p", "pause", "pause"),
         Binding("s", "snapshot", "snap"),
+        Binding("c", "calibrate", "calib"),
         Binding("question_mark", "help", "help"),
     ]
 
@@ -166,6 +169,7 @@ class LiveApp(App[None]):
         self.polls = 0
         self.engine_polls = 0
         self.snapshots_written = 0
+        self.calibrations_saved = 0
         self.gpu_error = ""
         self.gpu_good_at: float | None = None
         self.engine_error = ""
@@ -574,6 +578,41 @@ class LiveApp(App[None]):
             return
         self.note("wrote " + ", ".join(p.name for p in paths))
 
+    def action_calibrate(self) -> None:
+        """Append what ``kvdash calibrate`` would record for the attached engine to the calibration
+        file ($KVDASH_CALIBRATION, else the XDG path); say why not when it cannot be measured."""
+        from kvdash.calibration import append_entry, calibration_path, dated, entry_text
+
+        self.recompute()  # with the engine's latest reading, which may have come after the last GPU poll
+        measured = self.kv.get("measured_reserve")
+        if not measured:
+            if self.engine_fetch is None and self.engine is None:
+                why = "no engine attached: start kvdash live with --engine URL (a vLLM /metrics)"
+            elif self.engine is None:
+                why = "no engine reading yet"
+            elif self.engine.error:
+                why = f"the engine {self.engine.url} failed ({self.engine.error})"
+            else:
+                why = "; ".join(self.kv.get("notes", [])) or "no KV pool analysed"
+        else:
+            why = measured.get("why", "") or measured.get("simulated", "")
+        if "entry" not in (measured or {}) or (measured or {}).get("simulated"):
+            self.notify(why, title="calibration not saved", severity="warning", timeout=8)
+            self.note(f"calibration not saved: {why}")
+            return
+        entry = dated(measured["entry"])
+        path = calibration_path()
+        try:
+            append_entry(path, entry)
+        except OSError as exc:
+            self.notify(f"{path}: {exc.strerror or exc}", title="calibration not saved", severity="error", timeout=8)
+            self.note(f"calibration not saved: {path}: {exc.strerror or exc}")
+            return
+        self.calibrations_saved += 1
+        self.notify(f"{entry['model']}, TP {entry['tp']}, {entry['gpu']}: reserve {entry['reserve_bytes']:,} B per "
+                    f"rank; --reserve auto uses it", title="calibration saved", timeout=8)
+        self.note(f"calibration saved to {path}: {entry_text(entry)}")
+
     def settings(self) -> dict[str, Any]:
         c = self.config
         return {"model": c.model if c.arch is None else c.arch.name, "kv_dtype": c.kv_dtype,
@@ -643,6 +682,9 @@ def write_snapshot(folder: Path, snap: Snapshot, kv: dict[str, Any], settings: d
             if "engine_tokens" in eng:
                 lines.append(f"| engine pool vs kvdash (tokens) | {eng['engine_tokens']:,} vs {eng['kvdash_tokens']:,} "
                              f"({eng['difference_tokens']:+,}) |")
+            measured = (kv.get("measured_reserve") or {}).get("entry")
+            if measured:
+                lines.append(f"| measured reserve per rank (kvdash calibrate) | {measured['reserve_bytes']:,} B |")
             for key in ("model_note", "explain"):
                 if eng.get(key):
                     lines += ["", md(eng[key])]
