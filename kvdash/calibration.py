@@ -89,7 +89,7 @@ def reserve_spec(text: str, arch: Architecture, gpu: str | None, tp: int, pp: in
     if str(text).strip().lower() != "auto":
         return parse_size(str(text), field, allow_zero=True), "", ()
     entry = find_entry(arch, gpu, tp, pp)
-    est = auto_reserve(arch.model_type, tp, pp, max_batched_tokens, gpu, entry)
+    est = auto_reserve(arch.model_type, tp, pp, max_batched_tokens, gpu, entry, layers=arch.num_layers)
     terms = tuple(ReserveTerm(t["name"], t["bytes"], t["basis"], t["extrapolated"]) for t in est["terms"])
     basis = (f"--reserve auto: calibration entry from {calibration_path()}" if entry is not None
              else f"--reserve auto: {est['basis']}")

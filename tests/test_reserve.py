@@ -49,47 +49,95 @@ def test_published_terms_reproduce_the_peers_figures():
         "LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma3ForCausalLM", "MixtralForCausalLM"))
     assert ("2.00", "2.50") == (FAMILY_GIB["dense"], FAMILY_GIB["moe"])
     assert ("0.27", "2.10") == (NON_TORCH_GIB["tp1_pp1"], NON_TORCH_GIB["tpN_pp1"])
-    # Llama TP 1 on H100: 1.89 + 0.27 GiB = 2,029,372,047 + 289,910,292 = 2,319,282,339 B, nothing extrapolated
-    r = auto_reserve("llama", 1, 1, 8192, "h100-80gb")
-    assert 2_319_282_339 == r["bytes"]
-    assert [False, False, True] == [t["extrapolated"] for t in r["terms"]]  # CUDA graphs: no published figure
-    # Mixtral TP 2: 1.21 + 2.10 GiB = 1,299,227,607 + 2,254,857,830 = 3,554,085,437 B
-    assert 3_554_085_437 == auto_reserve("mixtral", 2, 1, gpu="h100-80gb")["bytes"]
-    # Gemma 3 TP 1: 3.94 + 0.27 = 4,230,542,787 + 289,910,292 = 4,520,453,079 B
-    assert 4_520_453_079 == auto_reserve("gemma3_text", 1, 1, gpu="h100-80gb")["bytes"]
+    # Llama-3.1-8B TP 1 on H100: 1.89 + 0.27 GiB + 26.88 MiB x 32 layers
+    # = 2,029,372,047 + 289,910,292 + 901,943,132 (901,943,132.16) = 3,221,225,471 B, nothing extrapolated
+    r = auto_reserve("llama", 1, 1, 8192, "h100-80gb", layers=32)
+    assert 3_221_225_471 == r["bytes"]
+    assert [2_029_372_047, 289_910_292, 901_943_132] == [t["bytes"] for t in r["terms"]]
+    assert [False, False, False] == [t["extrapolated"] for t in r["terms"]]
+    # Mixtral TP 2: 1.21 + 2.10 GiB + 26.24 MiB x 32 = 1,299,227,607 + 2,254,857,830 + 880,468,296 (.68)
+    assert 4_434_553_733 == auto_reserve("mixtral", 2, 1, gpu="h100-80gb", layers=32)["bytes"]
+    # Gemma 3 27B TP 1: 3.94 + 0.27 GiB + 21.08 MiB x 62 = 4,230,542,787 + 289,910,292 + 1,370,446,889 (.96)
+    assert 5_890_899_968 == auto_reserve("gemma3_text", 1, 1, gpu="h100-80gb", layers=62)["bytes"]
+
+
+def test_cuda_graph_figures_are_the_medians_of_the_published_runs():
+    """Rule: an architecture's CUDA-graph MiB per layer is the median, over its distinct runs (model, TP, PP,
+    dtype, quantization, KV dtype, util) in benchmarks/data/llmd_vllm0190_h100_runs.csv (llm-d-planner
+    accuracy/results/v0.19.0/results_raw.csv @d3121e0, vLLM 0.19.0, H100-80GB), of the logged
+    "Estimated CUDA graph memory" GiB x 1024 / ceil(layers / PP), rounded half-up to 0.01 MiB.
+    E.g. Llama-3.1-8B TP 1: 0.84 x 1024 / 32 = 26.88; the Llama median over 15 runs is that figure."""
+    import csv
+    import statistics
+    from decimal import ROUND_HALF_UP, Decimal
+    from fractions import Fraction
+
+    from kvdash.core.reserve import CUDA_GRAPH_MIB_PER_LAYER, CUDA_GRAPH_MIB_PER_LAYER_ALL
+
+    text = (Path(__file__).parent.parent / "benchmarks" / "data" / "llmd_vllm0190_h100_runs.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    distinct: dict[tuple[str, ...], dict[str, str]] = {}
+    for r in rows:
+        distinct.setdefault(tuple(r[k] for k in ("model", "tp", "pp", "dtype", "quantization", "kv_cache_dtype",
+                                                 "gpu_memory_utilization")), r)
+
+    def per_layer(r):
+        return Fraction(r["cuda_graph_estimated_gib"]) * 1024 / -(-int(r["layers"]) // int(r["pp"]))
+
+    def figure(values):
+        m = statistics.median(values)
+        return str((Decimal(m.numerator) / Decimal(m.denominator)).quantize(Decimal("0.01"), ROUND_HALF_UP))
+
+    by: dict[str, list[Fraction]] = {}
+    for r in distinct.values():
+        by.setdefault(r["architecture"], []).append(per_layer(r))
+    assert {a: (figure(v), len(v)) for a, v in by.items()} == CUDA_GRAPH_MIB_PER_LAYER
+    assert (figure([x for v in by.values() for x in v]), len(distinct)) == CUDA_GRAPH_MIB_PER_LAYER_ALL
+    assert ("26.88", 15) == CUDA_GRAPH_MIB_PER_LAYER["LlamaForCausalLM"]
+
+
+def test_cuda_graph_term_scales_with_layers_per_stage():
+    """26.88 MiB x ceil(32 / 4) = 8 layers at PP 4: 225,485,783.04 -> 225,485,783 B; an architecture without
+    runs (OPT) takes the all-run median 25.23 MiB x 40 = 1,058,222,899.2 -> 1,058,222,899 B, extrapolated."""
+    llama = auto_reserve("llama", 1, 4, gpu="h100-80gb", layers=32)["terms"][2]
+    assert 225_485_783 == llama["bytes"] and not llama["extrapolated"] and "x 8 layers per stage" in llama["basis"]
+    opt = auto_reserve("opt", 1, 1, gpu="h100-80gb", layers=40)["terms"][2]
+    assert 1_058_222_899 == opt["bytes"] and opt["extrapolated"] and "median of all 49" in opt["basis"]
+    assert "default since v0.21" in opt["basis"]
 
 
 def test_family_base_is_labelled_extrapolated():
     """An architecture without its own figure takes the family base (MoE 2.50 GiB = 2,684,354,560 B), labelled."""
-    r = auto_reserve("gpt_oss", 1, 1, gpu="h100-80gb")
+    r = auto_reserve("gpt_oss", 1, 1, gpu="h100-80gb", layers=24)
     act = r["terms"][0]
     assert 2_684_354_560 == act["bytes"] and act["extrapolated"] and "moe family base" in act["basis"]
-    dense = auto_reserve("mistral", 1, 1, gpu="h100-80gb")["terms"][0]
+    dense = auto_reserve("mistral", 1, 1, gpu="h100-80gb", layers=32)["terms"][0]
     assert 2 * GIB == dense["bytes"] and dense["extrapolated"]
     # another GPU or another max_num_batched_tokens: the architecture's own figure, but extrapolated
-    assert auto_reserve("llama", 1, 1, gpu="a100-80gb")["terms"][0]["extrapolated"]
-    assert "applied unscaled to 16384" in auto_reserve("llama", 1, 1, 16384, "h100-80gb")["terms"][0]["basis"]
+    assert auto_reserve("llama", 1, 1, gpu="a100-80gb", layers=32)["terms"][0]["extrapolated"]
+    other_tokens = auto_reserve("llama", 1, 1, 16384, "h100-80gb", layers=32)
+    assert "applied unscaled to 16384" in other_tokens["terms"][0]["basis"]
 
 
 @given(st.sampled_from(sorted(["llama", "qwen2", "mixtral", "gpt_oss", "opt", "", "deepseek_v3"])),
-       st.integers(1, 16), st.integers(1, 8))
-def test_auto_is_the_sum_of_its_terms(model_type, tp, pp):
+       st.integers(1, 16), st.integers(1, 8), st.integers(1, 200))
+def test_auto_is_the_sum_of_its_terms(model_type, tp, pp, layers):
     """Invariant: the reserve is exactly the sum of its named terms, each a non-negative integer with a basis."""
-    r = auto_reserve(model_type, tp, pp)
+    r = auto_reserve(model_type, tp, pp, layers=layers)
     assert r["bytes"] == sum(t["bytes"] for t in r["terms"])
     assert all(isinstance(t["bytes"], int) and t["bytes"] >= 0 and t["basis"] for t in r["terms"])
 
 
 def test_calc_auto_without_calibration(calib, capsys):
-    """calc --reserve auto with no calibration entry: Llama-3.1-8B TP 1 takes 2,319,282,339 B, shown with basis."""
+    """calc --reserve auto with no calibration entry: Llama-3.1-8B TP 1 takes 3,221,225,471 B, shown with basis."""
     code, out, _ = run(["calc", "-m", "llama-3.1-8b", "--gpu", "h100-80gb", "--reserve", "auto", "--json"], capsys)
     b = json.loads(out)["budget"]
     assert 0 == code
-    assert 2_319_282_339 == b["reserve_bytes"]
+    assert 3_221_225_471 == b["reserve_bytes"]
     assert "published terms" in b["reserve_basis"] and "vLLM 0.19.0" in b["reserve_basis"]
     assert ["activation peak", "non-torch overhead", "CUDA-graph memory"] == [t["name"] for t in b["reserve_terms"]]
-    # the budget: floor(85,520,809,984 x 0.92) - 16,059,999,999 - 2,319,282,339
-    assert 78_679_145_185 - 16_059_999_999 - 2_319_282_339 == b["per_rank_bytes"]
+    # the budget: floor(85,520,809,984 x 0.92) - 16,059,999,999 - 3,221,225,471
+    assert 78_679_145_185 - 16_059_999_999 - 3_221_225_471 == b["per_rank_bytes"]
 
 
 def test_calc_zero_reserve_says_upper_bound_first(calib, capsys):
@@ -97,8 +145,8 @@ def test_calc_zero_reserve_says_upper_bound_first(calib, capsys):
     code, out, _ = run(["calc", "-m", "llama-3.1-8b", "--gpu", "h100-80gb", "--json"], capsys)
     r = json.loads(out)
     assert r["assumptions"][0].startswith("UPPER BOUND")
-    assert "2,319,282,339 bytes" in r["assumptions"][0]
-    assert 2_319_282_339 == r["budget"]["auto_reserve_estimate_bytes"]
+    assert "3,221,225,471 bytes" in r["assumptions"][0]
+    assert 3_221_225_471 == r["budget"]["auto_reserve_estimate_bytes"]
 
 
 def test_auto_needs_a_gpu_budget(calib, capsys):
@@ -133,10 +181,10 @@ def test_calibrate_against_loopback_metrics(calib, capsys):
     assert 129_305 == r["budget"]["reserve_bytes"]
     assert "calibration entry" in r["budget"]["reserve_basis"]
     assert 90_513 == r["whole_pool_blocks"]
-    # another TP has no entry: published terms again (1.89 + 2.10 GiB)
+    # another TP has no entry: published terms again (1.89 + 2.10 GiB + 26.88 MiB x 80 layers)
     code, out, _ = run(["calc", "-m", "llama-3.1-70b", "--gpu", "h100-80gb", "--tp", "4", "--reserve", "auto",
                         "--json"], capsys)
-    assert 2_029_372_047 + 2_254_857_830 == json.loads(out)["budget"]["reserve_bytes"]
+    assert 2_029_372_047 + 2_254_857_830 + 2_254_857_830 == json.loads(out)["budget"]["reserve_bytes"]
 
 
 def test_calibrate_unreachable_engine_is_one_line(calib, capsys):
@@ -155,22 +203,23 @@ def test_sweep_report_states_reserve_basis(tmp_path):
     assert 0 == exc.value.code
     md = (tmp_path / "out" / "report.md").read_text()
     head = md.split("## Decision")[0]
-    assert "Upper bound" in head and "2.16 GiB" in head  # 2,319,282,339 B = 2.16 GiB
-    assert "auto (published activation + non-torch terms by model and TP)" in md
+    assert "Upper bound" in head and "3.00 GiB" in head  # 3,221,225,471 B = 3.0000 GiB
+    assert "auto (published activation + non-torch terms by model and TP, CUDA graphs by layer)" in md
 
 
 def test_live_auto_and_upper_bound(calib, capsys):
-    """live --demo (Llama-3.1-70B, TP 8): auto takes 1.89 + 2.10 GiB = 4,284,229,877 B per rank; without it the
+    """live --demo (Llama-3.1-70B, TP 8): auto takes 1.89 + 2.10 GiB + 26.88 MiB x 80 layers
+    = 2,029,372,047 + 2,254,857,830 + 2,254,857,830 (.40) = 6,539,087,707 B per rank; without it the
     0 B budget is marked an upper bound with that estimate."""
     code, out, _ = run(["live", "--demo", "--json", "--reserve", "auto"], capsys)
     kv = json.loads(out)["kv_pool"]
     assert 0 == code
-    assert 2_029_372_047 + 2_254_857_830 == kv["reserve_bytes"]
+    assert 6_539_087_707 == kv["reserve_bytes"]
     assert "published terms" in kv["reserve_basis"] and kv["auto_reserve_estimate_bytes"] is None
     code, out, _ = run(["live", "--demo", "--json"], capsys)
     kv0 = json.loads(out)["kv_pool"]
-    assert kv0["reserve_basis"].startswith("0 B") and 4_284_229_877 == kv0["auto_reserve_estimate_bytes"]
-    assert kv0["budget_bytes"] - kv["budget_bytes"] == 4_284_229_877
+    assert kv0["reserve_basis"].startswith("0 B") and 6_539_087_707 == kv0["auto_reserve_estimate_bytes"]
+    assert kv0["budget_bytes"] - kv["budget_bytes"] == 6_539_087_707
 
 
 # --- kvdash live: the measured reserve and the c key (the same entry kvdash calibrate records) -------

@@ -844,7 +844,8 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
 
 def upper_bound_line(inp: CalcInput, budget_info: dict[str, Any]) -> str:
     """The first line of an output whose GPU-derived budget assumes a 0 B reserve: how much ``auto`` takes."""
-    est = auto_reserve(inp.arch.model_type, inp.tp, inp.pp, inp.max_batched_tokens, budget_info.get("gpu"))
+    est = auto_reserve(inp.arch.model_type, inp.tp, inp.pp, inp.max_batched_tokens, budget_info.get("gpu"),
+                      layers=inp.arch.num_layers)
     budget_info["auto_reserve_estimate_bytes"] = est["bytes"]
     budget = budget_info["per_rank_bytes"]
     share = f", {100 * est['bytes'] / budget:.1f}% of it" if budget > 0 else ""

@@ -9,9 +9,17 @@ How vLLM 0.33 turns these terms into KV memory (``Worker.determine_available_mem
                          (weights + non-torch memory: NCCL, cuBLAS workspaces, CUDA context growth)
         transient_peak_headroom = torch peak - torch allocated after the profile run
                          (the activation peak of a max_num_batched_tokens forward pass)
-    available_kv       = requested - non_kv_cache - cudagraph_memory_estimate
-        (the CUDA-graph estimate is subtracted when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1,
-         the default since v0.21)
+    available_kv       = requested - non_kv_cache - cudagraph_memory_estimate_applied
+
+The CUDA-graph estimate is subtracted **by default** in vLLM 0.33.0: ``determine_available_memory`` calls
+``GPUModelRunner.profile_cudagraph_memory()`` (``vllm/v1/worker/gpu_model_runner.py``) whenever
+``compilation_config.cudagraph_mode`` is not NONE -- the default optimization level O2 sets
+FULL_AND_PIECEWISE (``OPTIMIZATION_LEVEL_02`` in ``vllm/config/vllm.py``) and ``enforce_eager`` defaults to
+False -- and applies it when ``envs.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` is true, whose default is
+``"1"`` (``vllm/envs.py``: "Enabled by default as of v0.21.0").  Only ``--enforce-eager``,
+``cudagraph_mode=NONE`` or ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0`` make it 0.  The estimate is the
+largest first capture of the modes plus (graphs - 1) x the second capture's size per mode; on Hopper the
+default capture sizes are 51 (1, 2, 4, 8..248 by 8, 256..512 by 16), the same 51 the vLLM 0.19 logs list.
 
 So kvdash's ``floor(total x util) - weights/rank - reserve`` matches it with
 ``reserve = activation peak + non-torch overhead + CUDA-graph memory`` (the ceil/floor of
@@ -21,10 +29,14 @@ Published figures (the only public measurements this module knows): llm-d-planne
 ``data/configuration/vllm_memory_constants.json`` in github.com/llm-d-incubation/llm-d-planner
 (commit 964c9dc), fitted to real vLLM **0.19.0** start-up runs on **H100-80GB** at the default
 ``max_num_batched_tokens`` 8192; its accuracy report is ``accuracy/results/v0.19.0/accuracy_report.md``
-in the same repository.  vLLM 0.19 did not yet subtract CUDA-graph memory, so the fitted terms leave it
-out; the runs' own logs estimate it at 0.49 to 1.92 GiB per rank, too model-dependent to apply as one
-figure: kvdash leaves it at 0 B and says so (``kvdash calibrate`` measures the whole reserve of a running
-engine, CUDA graphs included).
+in the same repository.  vLLM 0.19 computed the CUDA-graph estimate by the same rule but did not subtract
+it, so the fitted terms leave it out.  kvdash's CUDA-graph term comes from the same runs' logged
+``Estimated CUDA graph memory: X GiB total`` (``accuracy/results/v0.19.0/results_raw.csv`` at commit
+d3121e0, copied with the layer counts to ``benchmarks/data/llmd_vllm0190_h100_runs.csv``): per vLLM
+architecture, the median over its distinct runs of the estimate per decoder layer on the rank's pipeline
+stage (graphs capture every layer's kernels: 0.49 to 1.92 GiB per rank over 2B to 72B models, 15.9 to
+62.7 MiB per layer), times the model's layers per stage.  An architecture without runs takes the median
+over all 49 distinct runs, labelled extrapolated.
 
 Bytes: each GiB figure is converted once, ``figure x 2**30`` rounded half-up to a whole byte
 (exact decimal arithmetic, no float).
@@ -67,6 +79,22 @@ NON_TORCH_GIB: dict[str, str] = {"tp1_pp1": "0.27", "tp1_ppN": "0.07", "tpN_pp1"
 # the range of "Estimated CUDA graph memory" in llm-d-planner's vLLM 0.19.0 H100-80GB start-up logs
 # (accuracy/results/v0.19.0/logs at d3121e0: Llama-3.1-8B at PP 4 0.49 GiB ... Llama-3.3-70B at TP 2 1.92 GiB)
 CUDA_GRAPH_LOGGED_GIB = ("0.49", "1.92")
+CUDA_GRAPH_SOURCE = ("'Estimated CUDA graph memory' of llm-d-planner's vLLM 0.19.0 H100-80GB start-up runs "
+                     "(accuracy/results/v0.19.0/results_raw.csv @d3121e0)")
+# MiB of CUDA-graph estimate per decoder layer on the rank's stage: the median over the architecture's
+# distinct runs (model, TP, PP, dtype, quantization, KV dtype) of logged GiB x 1024 / layers per stage,
+# rounded half-up to 0.01 MiB; (figure, runs).  tests/test_reserve.py recomputes them from
+# benchmarks/data/llmd_vllm0190_h100_runs.csv.
+CUDA_GRAPH_MIB_PER_LAYER: dict[str, tuple[str, int]] = {
+    "LlamaForCausalLM": ("26.88", 15), "Qwen2ForCausalLM": ("22.31", 9), "Qwen3ForCausalLM": ("23.89", 1),
+    "Mistral3ForConditionalGeneration": ("26.62", 3), "DeepseekV2ForCausalLM": ("52.72", 1),
+    "GraniteForCausalLM": ("18.94", 3), "LlavaNextForConditionalGeneration": ("15.87", 1),
+    "MixtralForCausalLM": ("26.24", 1), "Phi3ForCausalLM": ("20.74", 1), "PhiForCausalLM": ("17.60", 1),
+    "Qwen2MoeForCausalLM": ("34.99", 1), "Qwen3MoeForCausalLM": ("26.45", 1), "Gemma2ForCausalLM": ("20.48", 3),
+    "Gemma3ForCausalLM": ("21.08", 3), "GemmaForCausalLM": ("30.72", 1), "GptOssForCausalLM": ("46.51", 1),
+    "Llama4ForConditionalGeneration": ("23.25", 1), "KimiVLForConditionalGeneration": ("42.29", 2),
+}
+CUDA_GRAPH_MIB_PER_LAYER_ALL = ("25.23", 49)  # the median over all 49 distinct runs
 
 # config.json model_type -> the vLLM architecture class it resolves to
 ARCH_CLASS: dict[str, str] = {
@@ -76,6 +104,8 @@ ARCH_CLASS: dict[str, str] = {
     "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gemma2": "Gemma2ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM", "gemma3": "Gemma3ForCausalLM", "gemma": "GemmaForCausalLM",
     "mistral": "MistralForCausalLM", "gpt_oss": "GptOssForCausalLM", "opt": "OPTForCausalLM",
+    "phi": "PhiForCausalLM", "llama4": "Llama4ForConditionalGeneration", "kimi_vl": "KimiVLForConditionalGeneration",
+    "mistral3": "Mistral3ForConditionalGeneration", "llava_next": "LlavaNextForConditionalGeneration",
 }
 MOE_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe",
                        "gpt_oss", "llama4", "granitemoe", "granitemoehybrid", "jamba", "qwen3_next", "olmoe",
@@ -93,15 +123,43 @@ class ReserveTerm:
         return {"name": self.name, "bytes": self.bytes, "basis": self.basis, "extrapolated": self.extrapolated}
 
 
+def mib_bytes(figure: str, times: int = 1) -> int:
+    """``figure`` MiB x ``times`` in bytes, rounded half-up: ``"26.88"`` x 32 = 901,943,132.16 -> 901,943,132."""
+    return int((Decimal(figure) * (1 << 20) * times).to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def layers_per_stage(layers: int, pp: int) -> int:
+    """Decoder layers on the largest pipeline stage: ``ceil(layers / pp)``."""
+    return -(-layers // max(pp, 1))
+
+
+def cuda_graph_term(model_type: str, layers: int, pp: int, other_gpu: bool, context: str) -> ReserveTerm:
+    """The CUDA-graph estimate vLLM 0.33 subtracts by default: the architecture's MiB per layer (median of
+    its vLLM 0.19 runs) x the layers on the rank's stage."""
+    cls = ARCH_CLASS.get(model_type, "")
+    own = CUDA_GRAPH_MIB_PER_LAYER.get(cls)
+    figure, runs = own or CUDA_GRAPH_MIB_PER_LAYER_ALL
+    n = layers_per_stage(layers, pp)
+    whose = (f"{cls} {figure} MiB per layer (median of its {runs} distinct run{'s' if runs > 1 else ''})" if own
+             else f"{figure} MiB per layer, the median of all {runs} distinct runs ({cls or model_type or 'unknown'} "
+                  "has none of its own)")
+    return ReserveTerm("CUDA-graph memory", mib_bytes(figure, n),
+                       f"{whose} x {n} layers per stage; vLLM 0.33 subtracts profile_cudagraph_memory() by default "
+                       "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, default since v0.21; 0 with --enforce-eager); "
+                       f"from the {CUDA_GRAPH_SOURCE}{context}", other_gpu or own is None or not layers)
+
+
 def auto_reserve(model_type: str, tp: int, pp: int, max_batched_tokens: int = MEASURED_BATCHED_TOKENS,
-                 gpu: str | None = None, calibration: dict[str, Any] | None = None) -> dict[str, Any]:
+                 gpu: str | None = None, calibration: dict[str, Any] | None = None,
+                 *, layers: int) -> dict[str, Any]:
     """The runtime reserve per rank for ``--reserve auto``: ``{"bytes", "basis", "terms": [...]}``.
 
     A matching ``calibration`` entry (``kvdash calibrate``: the reserve a running engine kept) wins over
     the published terms.  Otherwise: activation peak (per architecture, else by family) + non-torch
-    overhead (by TP/PP) + CUDA-graph memory (0 B: no published figure).  A term is ``extrapolated`` when
-    the configuration differs from what it was measured on (another GPU, another max_num_batched_tokens,
-    a family base instead of the architecture's own figure)."""
+    overhead (by TP/PP) + CUDA-graph memory (per architecture and decoder layer; ``layers`` is the
+    model's decoder layer count).  A term is ``extrapolated`` when the configuration differs from what it
+    was measured on (another GPU, another max_num_batched_tokens, a family base or all-run median
+    instead of the architecture's own figure)."""
     if calibration is not None:
         term = ReserveTerm(
             "measured reserve (calibration)", int(calibration["reserve_bytes"]),
@@ -128,13 +186,7 @@ def auto_reserve(model_type: str, tp: int, pp: int, max_batched_tokens: int = ME
     key = ("tp1" if tp == 1 else "tpN") + ("_pp1" if pp == 1 else "_ppN")
     nt = ReserveTerm("non-torch overhead", gib_bytes(NON_TORCH_GIB[key]),
                      f"{key} {NON_TORCH_GIB[key]} GiB (NCCL, cuBLAS workspaces){context}", other_gpu)
-    graphs = ReserveTerm("CUDA-graph memory", 0,
-                         "0 B: not added; vLLM 0.33 subtracts profile_cudagraph_memory() "
-                         "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, default since v0.21), which the published "
-                         "terms (vLLM 0.19) leave out; vLLM 0.19 start-up logs on H100-80GB estimate it at "
-                         f"{CUDA_GRAPH_LOGGED_GIB[0]} to {CUDA_GRAPH_LOGGED_GIB[1]} GiB per rank for 2B to 70B "
-                         "models (llm-d-planner accuracy/results/v0.19.0/logs @d3121e0); "
-                         "kvdash calibrate measures it with the rest", True)
+    graphs = cuda_graph_term(model_type, layers, pp, other_gpu, context)
     terms = [act, nt, graphs]
     return {"bytes": sum(t.bytes for t in terms), "basis": f"published terms ({SOURCE})",
             "terms": [t.as_dict() for t in terms]}

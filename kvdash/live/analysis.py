@@ -103,8 +103,8 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
     if cfg.budget_mode == "vllm" and ranks and not cfg.reserve and not cfg.reserve_basis:
         from kvdash.core.reserve import auto_reserve
 
-        auto_estimate = auto_reserve(arch.model_type, cfg.tp, 1,
-                                     gpu=ranks_gpus[0].name if ranks_gpus else None)["bytes"]
+        auto_estimate = auto_reserve(arch.model_type, cfg.tp, 1, gpu=ranks_gpus[0].name if ranks_gpus else None,
+                                     layers=arch.num_layers)["bytes"]
     else:
         auto_estimate = None
     if not ranks:

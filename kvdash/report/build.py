@@ -486,7 +486,7 @@ def _dimension_values(dim: str, vals: list[Any]) -> str:
                           "weights": "the preset's estimate", "gpu": "none (explicit budget)",
                           "gpu_memory": "the GPU preset's"}.get(dim, "none"))
         elif dim == "reserve" and v == "auto":
-            shown.append("auto (published activation + non-torch terms by model and TP)")
+            shown.append("auto (published activation + non-torch terms by model and TP, CUDA graphs by layer)")
         elif dim in ("budget", "gpu_memory", "weights", "reserve"):
             shown.append(f"{v:,} B ({gib(v)})")
         else:
@@ -518,8 +518,9 @@ def reserve_text(spec: GridSpec) -> str:
     """The runtime reserve a capacity figure assumes, e.g. ``runtime reserve 0 B per rank (kvdash's default)``."""
     for factor in spec.factors:
         if "reserve" in factor:
-            vals = ", ".join("auto (published terms: activation peak + non-torch overhead by model and TP; "
-                             "CUDA graphs not estimated; see kvdash calc --reserve auto)" if v == "auto" else gib(v)
+            vals = ", ".join("auto (published terms: activation peak + non-torch overhead by model and TP + "
+                             "CUDA-graph estimate by architecture and layer; see kvdash calc --reserve auto)"
+                             if v == "auto" else gib(v)
                              for v in factor["reserve"])
             return f"runtime reserve {vals} per rank (from the grid)"
     return "runtime reserve 0 B per rank (the default; vLLM's CUDA graphs and activations need some)"
@@ -696,7 +697,8 @@ def upper_bound_text(spec: GridSpec, df: Any, has_gpu: bool) -> str:
         entry = spec.models.get(r["model"])
         if entry is None:
             continue
-        b = auto_reserve(entry.arch.model_type, int(r["tp"]), int(r["pp"]), gpu=str(r["gpu"]))["bytes"]
+        b = auto_reserve(entry.arch.model_type, int(r["tp"]), int(r["pp"]), gpu=str(r["gpu"]),
+                         layers=entry.arch.num_layers)["bytes"]
         est.append(b)
         if r["budget_bytes"]:
             shares.append(100 * b / int(r["budget_bytes"]))
@@ -706,7 +708,8 @@ def upper_bound_text(spec: GridSpec, df: Any, has_gpu: bool) -> str:
     share = (f" ({min(shares):.1f}% to {max(shares):.1f}% of the KV budget)" if shares else "")
     return (f"Upper bound: the GPU-derived budgets assume a runtime reserve of 0 B per rank; reserve: auto would "
             f"lower each by about {span} per rank{share}: published activation-peak and non-torch terms "
-            "(llm-d-planner's calibration, vLLM 0.19.0 on H100-80GB); CUDA-graph memory not estimated.")
+            "(llm-d-planner's calibration, vLLM 0.19.0 on H100-80GB) and the CUDA-graph estimate vLLM 0.33 "
+            "subtracts by default (per architecture and layer, from the same runs' logs).")
 
 
 def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.csv") -> dict[str, Any]:

@@ -236,8 +236,9 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         p = keys.decode(key, BUDGET_DIMS)
         reserve = p["reserve"]
         if reserve == "auto":  # published terms only: a report must not depend on this machine's calibration file
-            reserve = auto_reserve(arch_of(p["model"]).model_type, p["tp"], p["pp"],
-                                   gpu=p["gpu"] or "custom")["bytes"] if (p["gpu"] or p["gpu_memory"]) else 0
+            reserve_arch = arch_of(p["model"])
+            reserve = auto_reserve(reserve_arch.model_type, p["tp"], p["pp"], gpu=p["gpu"] or "custom",
+                                   layers=reserve_arch.num_layers)["bytes"] if (p["gpu"] or p["gpu_memory"]) else 0
         bspec = BudgetSpec(bytes=p["budget"], gpu=p["gpu"], gpu_memory=p["gpu_memory"], util=p["gpu_util"],
                            policy=p["util_policy"], weights=p["weights"], reserve=reserve)
         try:
