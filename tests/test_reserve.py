@@ -103,7 +103,7 @@ def test_cuda_graph_term_scales_with_layers_per_stage():
     assert 225_485_783 == llama["bytes"] and not llama["extrapolated"] and "x 8 layers per stage" in llama["basis"]
     opt = auto_reserve("opt", 1, 1, gpu="h100-80gb", layers=40)["terms"][2]
     assert 1_058_222_899 == opt["bytes"] and opt["extrapolated"] and "median of all 49" in opt["basis"]
-    assert "default since v0.21" in opt["basis"]
+    assert "vllm/v1/worker/gpu_worker.py" in opt["basis"] and "since v0.21" in opt["basis"]
 
 
 def test_family_base_is_labelled_extrapolated():

@@ -144,8 +144,11 @@ def cuda_graph_term(model_type: str, layers: int, pp: int, other_gpu: bool, cont
              else f"{figure} MiB per layer, the median of all {runs} distinct runs ({cls or model_type or 'unknown'} "
                   "has none of its own)")
     return ReserveTerm("CUDA-graph memory", mib_bytes(figure, n),
-                       f"{whose} x {n} layers per stage; vLLM 0.33 subtracts profile_cudagraph_memory() by default "
-                       "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, default since v0.21; 0 with --enforce-eager); "
+                       f"{whose} x {n} layers per stage; added because vLLM 0.33.0 subtracts it by default: "
+                       "Worker.determine_available_memory (vllm/v1/worker/gpu_worker.py) takes "
+                       "profile_cudagraph_memory() off the KV budget when cudagraph_mode is not NONE (O2 default "
+                       "FULL_AND_PIECEWISE) and VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 (vllm/envs.py default, "
+                       "since v0.21); 0 with --enforce-eager; "
                        f"from the {CUDA_GRAPH_SOURCE}{context}", other_gpu or own is None or not layers)
 
 
@@ -188,7 +191,8 @@ def auto_reserve(model_type: str, tp: int, pp: int, max_batched_tokens: int = ME
                      f"{key} {NON_TORCH_GIB[key]} GiB (NCCL, cuBLAS workspaces){context}", other_gpu)
     graphs = cuda_graph_term(model_type, layers, pp, other_gpu, context)
     terms = [act, nt, graphs]
-    return {"bytes": sum(t.bytes for t in terms), "basis": f"published terms ({SOURCE})",
+    return {"bytes": sum(t.bytes for t in terms),
+            "basis": f"published terms ({SOURCE}; CUDA graphs: {CUDA_GRAPH_SOURCE})",
             "terms": [t.as_dict() for t in terms]}
 
 
