@@ -393,3 +393,29 @@ def test_readme_accuracy_tables_are_the_benchmarks_output(capsys):
     assert len(rows) >= 30 + 3 + 4 + 2
     assert [r for r in rows if r not in readme] == []
     assert "| auto, leave one model out | 0.26% | 5.85% | -5.85% to +3.53% |" in rows
+
+
+@given(st.integers(1, 400_000), st.sampled_from(["0.5", "0.8", "0.9", "0.92", "0.95", "0.975"]),
+       st.sampled_from([1, 2, 4, 8]))
+def test_measured_reserve_reproduces_the_engines_blocks(blocks, util, tp):
+    """Invariant of kvdash.calibration.measure (calibrate and the c key): requested = weights/rank + pool +
+    reserve exactly, and kvdash's budget with that reserve, floor(total x util) - weights/rank - reserve,
+    holds exactly the engine's num_gpu_blocks (Llama-3.1-70B, 655,360 B blocks at TP 8)."""
+    from kvdash.calibration import measure
+    from kvdash.core import formulas as f
+    from kvdash.core.model import load_preset
+    from kvdash.errors import InputError
+    from kvdash.sources.engine import EngineReading
+
+    arch = load_preset("llama-3.1-70b")
+    reading = EngineReading(url="http://x/metrics", kind="vllm", num_gpu_blocks=blocks, block_size=16,
+                            gpu_memory_utilization=util, cache_dtype="auto")
+    try:
+        e = measure(reading, arch, 150_754_820_096, "H200", tp)
+    except InputError as exc:  # weights + pool over the requested memory: refused, never a negative reserve
+        assert "negative" in str(exc)
+        return
+    assert e["reserve_bytes"] >= 0
+    assert e["requested_bytes"] == e["weights_per_rank_bytes"] + e["pool_bytes"] + e["reserve_bytes"]
+    budget = e["requested_bytes"] - e["weights_per_rank_bytes"] - e["reserve_bytes"]
+    assert blocks == f.pool_blocks(budget, e["block_bytes"])
