@@ -79,7 +79,7 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [("escape,q,question_mark", "app.pop_screen", "close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    #help { width: 72; height: auto; border: round $accent; padding: 1 2; background: $panel; }
+    #help { width: 78; height: auto; border: round $accent; padding: 1 2; background: $panel; }
     """
 
     def compose(self) -> ComposeResult:
@@ -96,8 +96,8 @@ HELP = """[b]kvdash live[/b]: GPU memory beside the analytical KV pool
        arrows and PgUp/PgDn scroll the details)
 [b]p[/b]      pause / resume polling
 [b]s[/b]      write a snapshot (JSON and Markdown)
-[b]c[/b]      calibrate: save the reserve the engine kept (--engine) to the
-       calibration file that --reserve auto reads
+[b]c[/b]      calibrate: save the engine's measured reserve (--engine)
+       to the calibration file --reserve auto reads
 [b]?[/b]      this help          [b]q[/b]  quit
 
 Block map: [green]█[/] tokens  [yellow]█[/] tail of a block  [red]▒[/] reserved, empty  · free
