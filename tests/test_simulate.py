@@ -340,7 +340,7 @@ class TestCommand:
         assert 0 == code and json.loads(out)["setup"]["workload"] == "trace t.csv"
 
     @pytest.mark.parametrize("args,field", [
-        (["--rate", "-1"], "--rate"), (["--max-reserved", "5000"], "--max-reserved"),
+        (["--rate", "-1"], "--rate"), (["--max-reserved", "200000"], "--max-reserved"),  # over the default model's 131,072-token context
         (["--policies", "best"], "--policies"),
         (["--prompt", "normal:5"], "--prompt"), (["--model", "gemma-2-9b"], "--model"),
         (["--requests", "0"], "--requests"), (["--prompt", "fixed:4096"], "--prompt"),

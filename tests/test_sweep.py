@@ -49,7 +49,7 @@ class TestGridFile:
         ("grd:\n  kv_dtype: [bf16]\n", ":1:1", "did you mean 'grid'"),
         ("grid:\n  kv_dtpye: [bf16]\n", ":2:3", "did you mean 'kv_dtype'"),
         ("grid:\n  kv_dtype: [bf16, fp9]\n", ":2:20", "grid.kv_dtype[1]"),
-        ("grid:\n  block_size: [16, 0]\n", ":2:20", "an integer from 1 to 65,536"),  # limits.MAX_BLOCK_SIZE
+        ("grid:\n  block_size: [16, 0]\n", ":2:20", "'auto' or a whole number of tokens from 1 to 65,536"),  # --block-size's parser
         ("models: [llama-3.1-7b]\n", "models[0]", "did you mean"),
         ("grid:\n  budget: [12 GiX]\n", ":2:12", "units are"),
         ("grid: [1, 2\n", ":", "not valid YAML"),

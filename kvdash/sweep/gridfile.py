@@ -24,7 +24,7 @@ SIMULATE_KEYS = ("workload", "prompt", "output", "requests", "rate", "concurrenc
 SIMULATE_MAX_POINTS = 500
 DIMENSIONS = ("model", "workload", "kv_dtype", "kv_scales", "block_size", "budget", "gpu", "gpu_memory",
               "gpu_util", "util_policy", "weights", "reserve", "tp", "pp", "max_model_len", "max_batched_tokens")
-INT_DIMS = ("block_size", "tp", "pp", "max_model_len", "max_batched_tokens")
+INT_DIMS = ("tp", "pp", "max_model_len", "max_batched_tokens")
 SIZE_DIMS = ("budget", "gpu_memory", "weights", "reserve")
 MODEL_KEYS = ("name", "preset", "config", "safetensors_index", "layers", "kv_heads", "head_dim", "head_dim_v",
               "attention_heads", "window", "max_context", "weights")
@@ -256,6 +256,10 @@ class Checker:
                 return key
             if dim == "gpu_util":
                 return str(parse_fraction(value, dotted(path)))
+            if dim == "block_size":  # the one parser --block-size uses: 'auto' or tokens
+                from kvdash.core.limits import parse_block_size
+
+                return parse_block_size(value, dotted(path))
             if dim == "reserve" and str(value).strip().lower() == "auto":
                 return "auto"  # kvdash.core.reserve's published terms, per model/GPU/TP/PP
             if dim in SIZE_DIMS:
