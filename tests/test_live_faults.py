@@ -170,8 +170,9 @@ class TestEngineAware:
         default 0.92 the gap would also hold 0.02 x 150,754,820,096 B of utilization)."""
         demo = DemoSource(seed=7)
         snap = demo.read()
-        eng = analyze(snap, LiveConfig(gpu_util="0.9"), __import__("kvdash.sources.engine", fromlist=["x"]).from_snapshot(
-            snap.extra))["engine"]
+        from kvdash.sources.engine import from_snapshot
+
+        eng = analyze(snap, LiveConfig(gpu_util="0.9"), from_snapshot(snap.extra))["engine"]
         reserve = eng["reconciling_reserve_bytes"]
         assert 2_763_600 == eng["engine_tokens"] == demo.num_gpu_blocks * 16
         kv2 = analyze(snap, LiveConfig(gpu_util="0.9", reserve=reserve))
