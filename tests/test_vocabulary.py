@@ -253,3 +253,26 @@ def test_block_size_auto_everywhere(capsys, command):
         a, b = json.loads(out_auto), json.loads(out_16)
         key = {"calc": "capacity", "simulate": "results", "live": "kv_pool"}[command[0]]
         assert a[key] == b[key] and a[key]
+
+
+# --- one precision for ratios (units.RATIO_DECIMALS) ---------------------------------------------------------
+
+def test_ratio_text_rule():
+    """One helper formats every ratio: 94 paged / 38 contiguous = 2.473684... -> 2.4737x (4 decimals)."""
+    from kvdash.units import RATIO_DECIMALS, ratio_text
+
+    assert 4 == RATIO_DECIMALS and "2.4737x" == ratio_text(94 / 38) and "-" == ratio_text(None)
+
+
+def test_reports_and_calc_print_ratios_with_one_precision(capsys):
+    """Every 'N.NNx' ratio in the committed reports and in calc's output has 4 decimals; the only other is
+    the quoted vLLM log line ('Maximum concurrency ...: 2.47x'), which is vLLM's own format."""
+    import re
+    from pathlib import Path
+
+    texts = {str(p): p.read_text(encoding="utf-8") for p in Path("reports").glob("*/report.md")}
+    _, out, _ = run(["calc"], capsys)
+    texts["calc"] = re.sub(r"Maximum concurrency.{0,200}?\d+\.\d\dx", "", out, flags=re.S)  # vLLM's own line
+    found = {name: re.findall(r"\b\d+\.(\d+)x\b", text) for name, text in texts.items()}
+    assert len(texts) >= 6 and sum(map(len, found.values())) > 50
+    assert {} == {name: d for name, ds in found.items() if (d := sorted({len(x) for x in ds} - {4}))}

@@ -294,6 +294,8 @@ def _print_capacity(console, cap) -> None:  # type: ignore[no-untyped-def]
         table.add_row(f"{rate:.4g}", *(f"{cap.latency[p][k]:,.2f}" for p in cap.latency))
     table.add_row("capacity", *("-" if cap.capacity[p] is None else f"{cap.capacity[p]:.4g}" for p in cap.latency))
     print_tables([table])
-    ratios = ", ".join(f"{k} {'-' if v is None else f'{v:.2f}x'}" for k, v in cap.ratios.items())
+    from kvdash.units import ratio_text
+
+    ratios = ", ".join(f"{k} {ratio_text(v)}" for k, v in cap.ratios.items())
     console.print(f"Ratios at the bound: {ratios or '-'}. [dim]{LABEL}; the paper's Fig. 12 states 2-4x against "
                   "Orca at the same latency, measured on GPUs.[/dim]")
