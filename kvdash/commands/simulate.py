@@ -50,18 +50,18 @@ def simulate(
     reserve: ReserveOpt = D.RESERVE,
     tp: TpOpt = D.TP,
     workload: Annotated[str, Opt(help="sharegpt or alpaca (synthetic, shaped after the paper's datasets).")] = "sharegpt",
-    prompt: Annotated[Optional[str], Opt(help="Prompt lengths: fixed:N, uniform:A,B, lognormal:MEAN,SIGMA.")] = None,
-    output: Annotated[Optional[str], Opt(help="Output lengths, same forms.")] = None,
-    trace: Annotated[Optional[Path], Opt(help="CSV of prompt,output lengths (replaces --prompt/--output).")] = None,
+    prompt: Annotated[Optional[str], Opt(help="Prompt lengths: fixed:N, uniform:A,B, lognormal:MEAN,SIGMA. Default: the --workload preset's.")] = None,
+    output: Annotated[Optional[str], Opt(help="Output lengths, same forms. Default: the --workload preset's.")] = None,
+    trace: Annotated[Optional[Path], Opt(help="CSV of prompt,output lengths (replaces --prompt/--output). Default: none.")] = None,
     requests: Annotated[int, Opt(help=f"Requests to simulate (at most --max-requests, {MAX_REQUESTS:,} unless "
                                       "raised).")] = 2000,
     max_requests: Annotated[int, Opt(help=f"Upper bound of --requests (at most {HARD_MAX_REQUESTS:,}).")] = MAX_REQUESTS,
     rate: Annotated[float, Opt(help="Poisson arrivals per step.")] = 0.5,
     rates: Annotated[Optional[str], Opt(help="A:B:N: also sweep N rates from A to B and report each policy's "
-                                             "normalized latency and capacity at --latency-bound.")] = None,
+                                             "normalized latency and capacity at --latency-bound. Default: none (one rate, --rate).")] = None,
     latency_bound: Annotated[float, Opt(help="Normalized latency bound for --rates, steps per output token "
                                              "(1.0 is an unloaded pool).")] = 2.0,
-    concurrency: Annotated[Optional[int], Opt(help="Closed loop: keep this many requests in the system instead.")] = None,
+    concurrency: Annotated[Optional[int], Opt(help="Closed loop: keep this many requests in the system instead. Default: none (Poisson arrivals at --rate).")] = None,
     prefix: Annotated[int, Opt(help="Tokens of a prompt prefix all requests share (stored once by paged-prefix; "
                                     "paged on the same requests is the no-sharing baseline).")] = 0,
     max_reserved: MaxReservedOpt = None,
