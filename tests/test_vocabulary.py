@@ -327,3 +327,12 @@ def test_every_help_names_every_default(capsys):
             if (name, long) in HELP_PENDING:
                 assert "default" not in text.lower(), f"{name} {long} names its default now: leave HELP_PENDING"
     assert checked > 100 and [] == missing
+
+
+def test_calc_model_default_does_not_clash_with_explicit_layers(capsys):
+    """--model now defaults to the preset (not None), so calc asks click whether it was given: explicit
+    --layers/--kv-heads/--head-dim alone work (3 x 1 x 8 x 2 x 2 B = 96 B per token); with --model they clash."""
+    code, out, _ = run(["calc", "--layers", "3", "--kv-heads", "1", "--head-dim", "8", "--json"], capsys)
+    assert 0 == code and 96 == json.loads(out)["bytes_per_token"]
+    code, _, err = run(["calc", "--model", D.MODEL, "--layers", "3", "--kv-heads", "1", "--head-dim", "8"], capsys)
+    assert 2 == code and "give either --model/--config or --layers" in err

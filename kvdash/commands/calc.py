@@ -71,15 +71,14 @@ def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | 
     return []
 
 
-def model_given() -> bool:
-    """Whether --model was on the command line (its default is a preset, so the value cannot tell)."""
-    import click
-
-    ctx = click.get_current_context(silent=True)
-    return ctx is not None and ctx.get_parameter_source("model") not in (None, click.core.ParameterSource.DEFAULT)
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was on the command line (a preset default cannot tell by its value)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
 
 
 def calc(
+    ctx: typer.Context,
     model: ModelOpt = D.MODEL,
     config: ConfigOpt = None,
     safetensors_index: Annotated[Optional[Path], Opt(help="model.safetensors.index.json: weight bytes from metadata.total_size. Default: none (the preset's figure or an estimate).")] = None,
@@ -121,7 +120,7 @@ def calc(
     from kvdash.units import parse_size
 
     if any(v is not None for v in (layers, kv_heads, head_dim)):
-        if model_given() or config:
+        if given(ctx, "model") or config:
             raise InputError("--layers", layers, "give either --model/--config or --layers/--kv-heads/--head-dim")
         # the same builder a grid file's explicit model uses; its field names become option names
         try:
