@@ -336,3 +336,13 @@ def test_calc_model_default_does_not_clash_with_explicit_layers(capsys):
     assert 0 == code and 96 == json.loads(out)["bytes_per_token"]
     code, _, err = run(["calc", "--model", D.MODEL, "--layers", "3", "--kv-heads", "1", "--head-dim", "8"], capsys)
     assert 2 == code and "give either --model/--config or --layers" in err
+
+
+def test_old_grid_key_noted_once_per_file(tmp_path, capsys):
+    """Three workloads written with used: one note, at the first (line 2, column 7), counting the others."""
+    path = tmp_path / "g.yaml"
+    path.write_text("workloads:\n  a: {used: 100}\n  b: {used: 200}\n  c: {used: 300}\n")
+    spec = gridfile.parse_grid(path)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [w.lengths for w in spec.workloads.values()] == [(100,), (200,), (300,)]
+    assert 1 == len(err) and "g.yaml:2:7: workloads.a.used (and 2 more) is the old name of length" in err[0]

@@ -189,6 +189,16 @@ class GridSpec:
 class Checker:
     def __init__(self, tree: _Tree) -> None:
         self.tree = tree
+        self.old_keys: dict[tuple[str, str], list[str]] = {}  # (old key, new key) -> where, in file order
+
+    def note_old_keys(self) -> None:
+        """One line on stderr per old key the file uses (kept for one release): its first place and the count."""
+        import sys
+
+        for (_, new), places in self.old_keys.items():
+            more = f" (and {len(places) - 1} more)" if len(places) > 1 else ""
+            print(f"kvdash: note: {places[0]}{more} is the old name of {new} (kept for one release); write {new}:",
+                  file=sys.stderr)
 
     def fail(self, path: Path_, value: object, allowed: str, hint: str = "", key: bool = False) -> GridError:
         return GridError(self.tree.at(path, key), path, value, allowed, hint)
@@ -204,10 +214,9 @@ class Checker:
         return value
 
     def renamed(self, value: dict[str, Any], path: Path_, old_keys: dict[str, str]) -> dict[str, Any]:
-        """``value`` with each old key (kept one release) under its new name, one note on stderr for each; an
-        old and a new key together are an error. Positions follow the key, so errors still point at it."""
-        import sys
-
+        """``value`` with each old key (kept one release) under its new name, remembered for
+        :meth:`note_old_keys`; an old and a new key together are an error. Positions follow the key, so errors
+        still point at it."""
         out = dict(value)
         for old, new in old_keys.items():
             if old not in out:
@@ -218,8 +227,8 @@ class Checker:
             for marks in (self.tree.marks, self.tree.key_marks):
                 for mark_path in [m for m in marks if m[:len(path) + 1] == path + (old,)]:
                     marks[path + (new,) + mark_path[len(path) + 1:]] = marks[mark_path]
-            print(f"kvdash: note: {self.tree.at(path + (old,), key=True)}: {dotted(path + (old,))} is the old name "
-                  f"of {new} (kept for one release); write {new}:", file=sys.stderr)
+            self.old_keys.setdefault((old, new), []).append(
+                f"{self.tree.at(path + (old,), key=True)}: {dotted(path + (old,))}")
         return out
 
     def seq(self, value: Any, path: Path_, allow_scalar: bool = False) -> list[Any]:
@@ -497,6 +506,7 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
         if size > SIMULATE_MAX_POINTS:
             raise c.fail(("simulate",), f"{size:,} points",
                          f"a grid with simulate: may have at most {SIMULATE_MAX_POINTS} points")
+    c.note_old_keys()
     return GridSpec(path=path, text=text, simulate=sim, title=str(top.get("title", path.stem)),
                     question=str(top.get("question", "")), objective=objective,
                     description=str(top.get("description", "")), models=models, workloads=workloads,
