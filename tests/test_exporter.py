@@ -77,11 +77,11 @@ def test_demo_figures_exact(capsys):
     assert value(fams, "kvdash_kv_requests_fit", length="8192", layout="paged") == 360
     assert value(fams, "kvdash_gpu_kv_pool_bytes", gpu="7") == 184_699 * 655_360
     assert value(fams, "kvdash_gpu_weights_bytes", gpu="7") == 17_650_000_000
-    # the demo engine's own pool (its engine runs at 0.9): (floor(0.9 x total) - weights - 4.5 GiB reserve)
-    # // 655,360 = 172,725 blocks
-    assert value(fams, "kvdash_engine_kv_pool_blocks", engine="demo") == 172_725
-    assert value(fams, "kvdash_engine_kv_pool_tokens", engine="demo") == 2_763_600
-    assert value(fams, "kvdash_engine_pool_difference_tokens", engine="demo") == 2_763_600 - 2_955_184
+    # the demo engine's own pool, also at vLLM's default 0.92: (138,694,434,488 - 17,650,000,000 - 4.5 GiB
+    # reserve 4,831,838,208 = 116,212,596,280) // 655,360 = 177,326 blocks = 2,837,216 tokens
+    assert value(fams, "kvdash_engine_kv_pool_blocks", engine="demo") == 177_326
+    assert value(fams, "kvdash_engine_kv_pool_tokens", engine="demo") == 2_837_216
+    assert value(fams, "kvdash_engine_pool_difference_tokens", engine="demo") == 2_837_216 - 2_955_184
 
 
 def test_old_figures_reachable_with_explicit_flags(capsys):

@@ -4,6 +4,9 @@ DCGM exporter, vLLM and SGLang for three fake hosts (node-c down), scraped every
 Hand-worked figures (Llama-3.1-70B, bf16, block 16, TP 8, --gpu-util 0.9, weights 141.2e9 B). kvdash's
 default utilization is vLLM 0.33's 0.92 (kvdash/defaults.py); these tests give --gpu-util 0.9 explicitly
 (WORKED) because the fixture engines ran at 0.9: vLLM's own 90,513 blocks below were logged at 0.9.
+The exporter on demo-host runs at the defaults (0.92, as its demo engine): kvdash 121,044,434,488 B //
+655,360 = 184,699 blocks = 2,955,184 token slots beside the demo engine's 177,326 blocks = 2,837,216 tokens
+((floor(0.92 x total) - weights - 4.5 GiB reserve) // 655,360).
 a rank holds 40,960 B per token (80 layers x 2 x 8 KV heads/8 x 128 x 2 B), a block 655,360 B;
 weights per rank 141,200,000,000 / 8 = 17,650,000,000 B.
 
@@ -62,7 +65,7 @@ WORKED = ["--gpu-util", "0.9", "--max-reserved", "8192"]
 
 def _start_exporter() -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen([sys.executable, "-m", "kvdash.cli", "exporter", "--demo", "--port", "0",
-                             "--interval", "1", "--length", "2048,8192", *WORKED],
+                             "--interval", "1", "--length", "2048,8192"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     line: list[str] = []
     reader = threading.Thread(target=lambda: line.append(proc.stdout.readline() if proc.stdout else ""), daemon=True)
@@ -194,13 +197,14 @@ def test_engines_figure_by_figure(fleet):
 
 def test_engine_seen_through_the_kvdash_exporter(fleet):
     """demo-host's engines are not scraped directly, so the exporter's kvdash_engine_* series stand in:
-    the demo engine's 172,725 blocks x 16 = 2,763,600 tokens, beside kvdash's 2,881,568 for 8 x H200."""
+    the demo engine's 177,326 blocks x 16 = 2,837,216 tokens (it runs at 0.92), beside the fleet view's kvdash
+    figure for 8 x H200, worked at --gpu-util 0.9 (WORKED): 2,881,568; difference -44,352."""
     d = next(e for e in fleet["engines"] if e["host"] == "demo-host")
     assert (d["kind"], d["engine"]) == ("exporter", "demo")
-    assert (d["pool_tokens"], d["num_gpu_blocks"], d["block_size"]) == (2_763_600, 172_725, 16)
-    assert d["kvdash_tokens"] == 2_881_568 and d["difference_tokens"] == -117_968
-    assert 0 <= d["usage"] <= 1 and d["used_tokens"] == round(d["usage"] * 2_763_600)
-    assert d["free_tokens"] == 2_763_600 - d["used_tokens"]
+    assert (d["pool_tokens"], d["num_gpu_blocks"], d["block_size"]) == (2_837_216, 177_326, 16)
+    assert d["kvdash_tokens"] == 2_881_568 and d["difference_tokens"] == 2_837_216 - 2_881_568 == -44_352
+    assert 0 <= d["usage"] <= 1 and d["used_tokens"] == round(d["usage"] * 2_837_216)
+    assert d["free_tokens"] == 2_837_216 - d["used_tokens"]
 
 
 def test_fleet_totals(fleet):
@@ -213,10 +217,11 @@ def test_fleet_totals(fleet):
     assert t["kv_bytes_per_token"] == 327_680
     assert t["free_kv_bytes"] == (3_846_804 + demo["free_tokens"]) * 327_680
     assert t["requests_fit"] == [{"length": 2048, "free_now": 1_012 + 353 + 512 + demo["free_tokens"] // 2048,
-                                  "engine_pools": 2 * (2_763_600 // 2048) + 1_448_208 // 2048 + 1_400_000 // 2048}]
+                                  "engine_pools": 2_763_600 // 2048 + 2_837_216 // 2048 + 1_448_208 // 2048
+                                  + 1_400_000 // 2048}]
     assert (t["running"], t["waiting"]) == (12 + 30 + 21 + demo["running"], 3 + 0 + 4 + demo["waiting"])
     assert t["gpus"] == 24 and t["engines"] == 4
-    assert t["engine_pool_tokens"] == 2 * 2_763_600 + 1_448_208 + 1_400_000
+    assert t["engine_pool_tokens"] == 2_763_600 + 2_837_216 + 1_448_208 + 1_400_000
     assert t["gpu_total_bytes"] == 8 * 150_754_820_096 + 8 * 150_754_820_096 + 8 * 85_520_809_984
 
 
@@ -237,10 +242,10 @@ def test_exporter_series_in_prometheus(prom):
     assert info and info[0]["metric"]["vllm_version"] == "0.33" and info[0]["metric"]["model"] == "Llama-3.1-70B"
     fit = {(r["metric"]["length"], r["metric"]["layout"]): float(r["value"][1])
            for r in prom.query("kvdash_kv_requests_fit")["data"]["result"]}
-    # pool 180,098 blocks: paged 2,048-token requests take 128 blocks -> 1,407; contiguous 8,192 slots
-    # (512 blocks) each -> 351 for either length
-    assert fit == {("2048", "paged"): 1407.0, ("2048", "contiguous"): 351.0, ("8192", "paged"): 351.0,
-                   ("8192", "contiguous"): 351.0}
+    # the exporter at the defaults (0.92): pool 184,699 blocks; paged 2,048-token requests take 128 blocks ->
+    # 1,442; --length 2048,8192 implies --max-reserved 8192: contiguous 512 blocks each -> 360 for either length
+    assert fit == {("2048", "paged"): 1442.0, ("2048", "contiguous"): 360.0, ("8192", "paged"): 360.0,
+                   ("8192", "contiguous"): 360.0}
 
 
 def test_every_fleet_query_answers(prom):

@@ -165,18 +165,18 @@ class TestEngineAware:
     def test_gap_becomes_the_reconciling_reserve(self):
         """The demo engine keeps 4.5 GiB per rank of runtime reserve (activation peak + CUDA graphs);
         kvdash with --reserve 0 finds a larger pool.  The suggested --reserve is reserve + budget -
-        engine_blocks x block_bytes; feeding it back gives exactly the engine's pool (172,725 blocks
-        x 16 = 2,763,600 tokens). kvdash is given the demo engine's own gpu_memory_utilization, 0.9 (at its
-        default 0.92 the gap would also hold 0.02 x 150,754,820,096 B of utilization)."""
+        engine_blocks x block_bytes; feeding it back gives exactly the engine's pool (177,326 blocks
+        x 16 = 2,837,216 tokens). The demo engine and kvdash both use vLLM 0.33's gpu_memory_utilization
+        default, 0.92, so the gap is the reserve alone."""
         demo = DemoSource(seed=7)
         snap = demo.read()
         from kvdash.sources.engine import from_snapshot
 
-        eng = analyze(snap, LiveConfig(gpu_util="0.9"), from_snapshot(snap.extra))["engine"]
+        eng = analyze(snap, LiveConfig(), from_snapshot(snap.extra))["engine"]
         reserve = eng["reconciling_reserve_bytes"]
-        assert 2_763_600 == eng["engine_tokens"] == demo.num_gpu_blocks * 16
-        kv2 = analyze(snap, LiveConfig(gpu_util="0.9", reserve=reserve))
-        assert 2_763_600 == kv2["token_slots"]
+        assert 2_837_216 == eng["engine_tokens"] == demo.num_gpu_blocks * 16
+        kv2 = analyze(snap, LiveConfig(reserve=reserve))
+        assert 2_837_216 == kv2["token_slots"]
         # the demo's own reserve is 4.5 GiB; weights differ by the preset's estimate, so the figure is near it
         assert abs(reserve - (4 * GiB + 512 * 2**20)) < GiB
 
