@@ -2,9 +2,10 @@
 
 The default is an 8 x H200 host running one tensor-parallel-8 engine the way vLLM lays memory out:
 each rank holds its weight shard, a runtime reserve (activation peak, CUDA graphs) and a KV pool
-sized to ``gpu_memory_utilization`` (vLLM 0.33's default, 0.92, the same default kvdash uses).  Utilization, power and temperature move with a seeded random
-walk; a side job on some GPUs grows and shrinks so the memory history moves; the engine's metrics
-(KV usage, running and waiting requests) move with the load.
+sized to ``gpu_memory_utilization`` (vLLM 0.33's default, 0.92, the same default kvdash uses).
+Utilization, power and temperature move with a seeded random walk; a side job on some GPUs grows and
+shrinks so the memory history moves; the engine's metrics (KV usage, running and waiting requests) move
+with the load.
 """
 
 from __future__ import annotations
