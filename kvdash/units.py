@@ -122,3 +122,15 @@ def human_bytes(n: int) -> str:
 def group_int(n: int) -> str:
     """An integer with thousands separators: ``39,321``."""
     return f"{n:,}"
+
+
+RATIO_DECIMALS = 4  # every ratio kvdash prints (calc, live, simulate, reports, diff, charts): one rule
+
+
+def ratio_text(x: float | None, missing: str = "-", suffix: str = "x") -> str:
+    """A ratio as kvdash prints it everywhere: ``RATIO_DECIMALS`` decimals and ``x``.
+
+    >>> ratio_text(2.473684), ratio_text(4.0), ratio_text(None), ratio_text(1.25, suffix="")
+    ('2.4737x', '4.0000x', '-', '1.2500')
+    """
+    return missing if x is None else f"{x:.{RATIO_DECIMALS}f}{suffix}"

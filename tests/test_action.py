@@ -33,8 +33,8 @@ DEMO = """
 title: demo
 models: [tutorial-gqa-80l]
 workloads:
-  chat: {used: 825, max_reserved: 2048}
-  rag: {used: 4096, max_reserved: 8192}
+  chat: {length: 825, max_reserved: 2048}
+  rag: {length: 4096, max_reserved: 8192}
 defaults:
   budget: BUDGET
 grid:

@@ -29,7 +29,7 @@ GRID = """
 title: t
 models: [tutorial-gqa-80l, gpt-oss-20b]
 workloads:
-  chat: {used: 825, max_reserved: 2048}
+  chat: {length: 825, max_reserved: 2048}
 defaults:
   budget: BUDGET
 grid:

@@ -56,26 +56,46 @@ def test_demo_metrics_follow_prometheus_naming(capsys):
 
 
 def test_demo_figures_exact(capsys):
-    """The demo's 8 x H200 (150,754,820,096 B each): budget floor(0.9 x total) - 17,650,000,000 =
-    118,029,338,086 B; // 655,360 B per block = 180,098 blocks = 2,881,568 token slots; 2,048-token
-    requests take 128 blocks: 1,407 paged; contiguous 8,192 slots (512 blocks) each: 351."""
+    """The demo's 8 x H200 (150,754,820,096 B each) at the default --gpu-util 0.92 (vLLM 0.33's
+    gpu_memory_utilization): floor(0.92 x 150,754,820,096 = 138,694,434,488.32) = 138,694,434,488 B;
+    minus weights 141.2e9 / 8 = 17,650,000,000 -> budget 121,044,434,488 B; // 655,360 B per block
+    (2 x 80 layers x 8/8 KV heads x 128 x 2 B x 16 tokens) = 184,699 blocks (184,699 x 655,360 =
+    121,044,090,880, remainder 343,608 < one block) = 2,955,184 token slots. --length 2048,8192 implies
+    --max-reserved 8192 (the longest length asked about). 2,048-token requests take 128 blocks:
+    184,699 // 128 = 1,442 paged; contiguous, each reserves 8,192 slots (512 blocks): 184,699 // 512 = 360;
+    8,192-token requests take 512 blocks paged too: 360."""
     code, out, _ = run(["exporter", "--demo", "--once", "--length", "2048,8192"], capsys)
     fams = families(out)
     assert value(fams, "kvdash_gpu_memory_total_bytes", gpu="0") == 150_754_820_096
     assert value(fams, "kvdash_gpu_memory_reserved_bytes", gpu="0") == 512 * MiB
+    assert value(fams, "kvdash_kv_budget_bytes") == 121_044_434_488
+    assert value(fams, "kvdash_kv_pool_blocks") == 184_699
+    assert value(fams, "kvdash_kv_pool_token_slots") == 2_955_184
+    assert value(fams, "kvdash_kv_block_bytes") == 655_360
+    assert value(fams, "kvdash_kv_requests_fit", length="2048", layout="paged") == 1_442
+    assert value(fams, "kvdash_kv_requests_fit", length="2048", layout="contiguous") == 360
+    assert value(fams, "kvdash_kv_requests_fit", length="8192", layout="paged") == 360
+    assert value(fams, "kvdash_gpu_kv_pool_bytes", gpu="7") == 184_699 * 655_360
+    assert value(fams, "kvdash_gpu_weights_bytes", gpu="7") == 17_650_000_000
+    # the demo engine's own pool, also at vLLM's default 0.92: (138,694,434,488 - 17,650,000,000 - 4.5 GiB
+    # reserve 4,831,838,208 = 116,212,596,280) // 655,360 = 177,326 blocks = 2,837,216 tokens
+    assert value(fams, "kvdash_engine_kv_pool_blocks", engine="demo") == 177_326
+    assert value(fams, "kvdash_engine_kv_pool_tokens", engine="demo") == 2_837_216
+    assert value(fams, "kvdash_engine_pool_difference_tokens", engine="demo") == 2_837_216 - 2_955_184
+
+
+def test_old_figures_reachable_with_explicit_flags(capsys):
+    """The figures before one set of defaults (live/exporter at --gpu-util 0.9, --max-reserved 8192) stay
+    reachable with explicit flags: floor(0.9 x 150,754,820,096) - 17,650,000,000 = 118,029,338,086 B;
+    // 655,360 = 180,098 blocks; 2,048-token requests: 180,098 // 128 = 1,407 paged, // 512 = 351
+    contiguous."""
+    code, out, _ = run(["exporter", "--demo", "--once", "--gpu-util", "0.9", "--length", "2048",
+                        "--max-reserved", "8192"], capsys)
+    fams = families(out)
     assert value(fams, "kvdash_kv_budget_bytes") == 118_029_338_086
     assert value(fams, "kvdash_kv_pool_blocks") == 180_098
-    assert value(fams, "kvdash_kv_pool_token_slots") == 2_881_568
-    assert value(fams, "kvdash_kv_block_bytes") == 655_360
     assert value(fams, "kvdash_kv_requests_fit", length="2048", layout="paged") == 1_407
     assert value(fams, "kvdash_kv_requests_fit", length="2048", layout="contiguous") == 351
-    assert value(fams, "kvdash_kv_requests_fit", length="8192", layout="paged") == 351
-    assert value(fams, "kvdash_gpu_kv_pool_bytes", gpu="7") == 180_098 * 655_360
-    assert value(fams, "kvdash_gpu_weights_bytes", gpu="7") == 17_650_000_000
-    # the demo engine's pool: (floor(0.9 x total) - weights - 4.5 GiB reserve) // 655,360 = 172,725 blocks
-    assert value(fams, "kvdash_engine_kv_pool_blocks", engine="demo") == 172_725
-    assert value(fams, "kvdash_engine_kv_pool_tokens", engine="demo") == 2_763_600
-    assert value(fams, "kvdash_engine_pool_difference_tokens", engine="demo") == 2_763_600 - 2_881_568
     procs = [s for s in fams["kvdash_gpu_process_memory_bytes"].samples if s.labels["gpu"] == "0"]
     assert len(procs) == 2 and {s.labels["pid"] for s in procs} == {"4242", "9000"}
 

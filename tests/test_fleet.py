@@ -1,7 +1,12 @@
 """The fleet view against a real Prometheus server: ``kvdash exporter --demo`` and fixture pages of the
 DCGM exporter, vLLM and SGLang for three fake hosts (node-c down), scraped every second.
 
-Hand-worked figures (Llama-3.1-70B, bf16, block 16, TP 8, --gpu-util 0.9, weights 141.2e9 B):
+Hand-worked figures (Llama-3.1-70B, bf16, block 16, TP 8, --gpu-util 0.9, weights 141.2e9 B). kvdash's
+default utilization is vLLM 0.33's 0.92 (kvdash/defaults.py); these tests give --gpu-util 0.9 explicitly
+(WORKED) because the fixture engines ran at 0.9: vLLM's own 90,513 blocks below were logged at 0.9.
+The exporter on demo-host runs at the defaults (0.92, as its demo engine): kvdash 121,044,434,488 B //
+655,360 = 184,699 blocks = 2,955,184 token slots beside the demo engine's 177,326 blocks = 2,837,216 tokens
+((floor(0.92 x total) - weights - 4.5 GiB reserve) // 655,360).
 a rank holds 40,960 B per token (80 layers x 2 x 8 KV heads/8 x 128 x 2 B), a block 655,360 B;
 weights per rank 141,200,000,000 / 8 = 17,650,000,000 B.
 
@@ -52,6 +57,8 @@ PAGES = {
     "/node-b/sglang": sglang_page(MODEL, max_tokens=1_400_000, used=350_000, running=21, queued=4),
 }
 TARGETS = 8
+# the setup the figures are worked at, given explicitly (the defaults are 0.92, 825 tokens, reservation 2,048)
+WORKED = ["--gpu-util", "0.9", "--max-reserved", "8192"]
 
 
 
@@ -115,7 +122,7 @@ def prom(tmp_path_factory):
 def fleet(prom):
     """``kvdash live --prometheus URL --once --json`` as the user runs it (a subprocess)."""
     out = subprocess.run([sys.executable, "-m", "kvdash.cli", "live", "--prometheus", prom.url, "--once", "--json",
-                          "--model", "llama-3.1-70b", "--tp", "8", "--length", "2048"],
+                          "--model", "llama-3.1-70b", "--tp", "8", "--length", "2048", *WORKED],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
@@ -190,13 +197,14 @@ def test_engines_figure_by_figure(fleet):
 
 def test_engine_seen_through_the_kvdash_exporter(fleet):
     """demo-host's engines are not scraped directly, so the exporter's kvdash_engine_* series stand in:
-    the demo engine's 172,725 blocks x 16 = 2,763,600 tokens, beside kvdash's 2,881,568 for 8 x H200."""
+    the demo engine's 177,326 blocks x 16 = 2,837,216 tokens (it runs at 0.92), beside the fleet view's kvdash
+    figure for 8 x H200, worked at --gpu-util 0.9 (WORKED): 2,881,568; difference -44,352."""
     d = next(e for e in fleet["engines"] if e["host"] == "demo-host")
     assert (d["kind"], d["engine"]) == ("exporter", "demo")
-    assert (d["pool_tokens"], d["num_gpu_blocks"], d["block_size"]) == (2_763_600, 172_725, 16)
-    assert d["kvdash_tokens"] == 2_881_568 and d["difference_tokens"] == -117_968
-    assert 0 <= d["usage"] <= 1 and d["used_tokens"] == round(d["usage"] * 2_763_600)
-    assert d["free_tokens"] == 2_763_600 - d["used_tokens"]
+    assert (d["pool_tokens"], d["num_gpu_blocks"], d["block_size"]) == (2_837_216, 177_326, 16)
+    assert d["kvdash_tokens"] == 2_881_568 and d["difference_tokens"] == 2_837_216 - 2_881_568 == -44_352
+    assert 0 <= d["usage"] <= 1 and d["used_tokens"] == round(d["usage"] * 2_837_216)
+    assert d["free_tokens"] == 2_837_216 - d["used_tokens"]
 
 
 def test_fleet_totals(fleet):
@@ -209,20 +217,21 @@ def test_fleet_totals(fleet):
     assert t["kv_bytes_per_token"] == 327_680
     assert t["free_kv_bytes"] == (3_846_804 + demo["free_tokens"]) * 327_680
     assert t["requests_fit"] == [{"length": 2048, "free_now": 1_012 + 353 + 512 + demo["free_tokens"] // 2048,
-                                  "engine_pools": 2 * (2_763_600 // 2048) + 1_448_208 // 2048 + 1_400_000 // 2048}]
+                                  "engine_pools": 2_763_600 // 2048 + 2_837_216 // 2048 + 1_448_208 // 2048
+                                  + 1_400_000 // 2048}]
     assert (t["running"], t["waiting"]) == (12 + 30 + 21 + demo["running"], 3 + 0 + 4 + demo["waiting"])
     assert t["gpus"] == 24 and t["engines"] == 4
-    assert t["engine_pool_tokens"] == 2 * 2_763_600 + 1_448_208 + 1_400_000
+    assert t["engine_pool_tokens"] == 2_763_600 + 2_837_216 + 1_448_208 + 1_400_000
     assert t["gpu_total_bytes"] == 8 * 150_754_820_096 + 8 * 150_754_820_096 + 8 * 85_520_809_984
 
 
 def test_once_tables_show_the_down_host(prom, capsys, monkeypatch):
     """The tables fit 80 columns; on a wide terminal each down target reads on one line."""
     monkeypatch.setenv("COLUMNS", "80")
-    code, out, _ = run(["live", "--prometheus", prom.url, "--once"], capsys)
+    code, out, _ = run(["live", "--prometheus", prom.url, "--once", "--length", "2048", *WORKED], capsys)
     assert code == 0 and max(len(line) for line in out.splitlines()) <= 80
     monkeypatch.setenv("COLUMNS", "160")
-    code, out, _ = run(["live", "--prometheus", prom.url, "--once"], capsys)
+    code, out, _ = run(["live", "--prometheus", prom.url, "--once", "--length", "2048", *WORKED], capsys)
     assert "node-c" in out and "down" in out and "node-c:9400" in out and "vllm :8001 #0" in out
     assert "2,881,568" in out and "-117,968" in out
 
@@ -233,10 +242,10 @@ def test_exporter_series_in_prometheus(prom):
     assert info and info[0]["metric"]["vllm_version"] == "0.33" and info[0]["metric"]["model"] == "Llama-3.1-70B"
     fit = {(r["metric"]["length"], r["metric"]["layout"]): float(r["value"][1])
            for r in prom.query("kvdash_kv_requests_fit")["data"]["result"]}
-    # pool 180,098 blocks: paged 2,048-token requests take 128 blocks -> 1,407; contiguous 8,192 slots
-    # (512 blocks) each -> 351 for either length
-    assert fit == {("2048", "paged"): 1407.0, ("2048", "contiguous"): 351.0, ("8192", "paged"): 351.0,
-                   ("8192", "contiguous"): 351.0}
+    # the exporter at the defaults (0.92): pool 184,699 blocks; paged 2,048-token requests take 128 blocks ->
+    # 1,442; --length 2048,8192 implies --max-reserved 8192: contiguous 512 blocks each -> 360 for either length
+    assert fit == {("2048", "paged"): 1442.0, ("2048", "contiguous"): 360.0, ("8192", "paged"): 360.0,
+                   ("8192", "contiguous"): 360.0}
 
 
 def test_every_fleet_query_answers(prom):

@@ -39,10 +39,13 @@ def vllm(instance: str, engine: str = "0", blocks: int = 90_513, usage: float = 
 
 
 def test_engine_joins_the_host_named_by_dcgm_through_its_address():
-    """DCGM at 10.0.0.5:9400 names its host node-x (Hostname); vLLM at 10.0.0.5:8000 belongs to node-x."""
+    """DCGM at 10.0.0.5:9400 names its host node-x (Hostname); vLLM at 10.0.0.5:8000 belongs to node-x.
+    kvdash is given the engine's own --gpu-util 0.9 (its cache_config_info): floor(0.9 x 85,520,809,984) -
+    17,650,000,000 = 59,318,728,985 B // 655,360 = 90,513 blocks x 16 = 1,448,208 tokens, the engine's pool.
+    (At kvdash's default 0.92 the pool would be 93,123 blocks, 1,489,968 tokens.)"""
     fleet = build_fleet({"dcgm_memory": dcgm("node-x", "10.0.0.5:9400", 8), "engines": vllm("10.0.0.5:8000"),
                          "targets": [s("up", 1, instance="10.0.0.5:9400", job="dcgm"),
-                                     s("up", 1, instance="10.0.0.5:8000", job="vllm")]}, LiveConfig())
+                                     s("up", 1, instance="10.0.0.5:8000", job="vllm")]}, LiveConfig(gpu_util="0.9"))
     assert [h["host"] for h in fleet["hosts"]] == ["node-x"]
     (e,) = fleet["engines"]
     assert e["host"] == "node-x" and e["kvdash_tokens"] == 1_448_208 and e["difference_tokens"] == 0

@@ -84,8 +84,9 @@ async def test_expanded_hosts_stay_open_across_polls_and_config_changes():
         before = app.fleet["totals"]["requests_fit"][0]["length"]
         await pilot.press("l")
         await pilot.pause()
-        assert before == 2048 and app.fleet["totals"]["requests_fit"][0]["length"] == 4096
-        assert app.config == replace(LiveConfig(), lengths=(4096,))
+        # l: from the default 825 to the next of the TUI's LENGTHS (1,024); the reservation stays 2,048
+        assert before == 825 and app.fleet["totals"]["requests_fit"][0]["length"] == 1024
+        assert app.config == replace(LiveConfig(), lengths=(1024,))
 
 
 async def test_prometheus_error_is_a_panel_message_and_the_last_fleet_stays():

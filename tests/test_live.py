@@ -270,12 +270,14 @@ class TestAnalysis:
     def test_pool_is_smallest_rank(self):
         """TP 2 over GPUs of 80 GiB and 40 GiB: the 40 GiB rank decides.
         Llama-3.1-8B at TP 2: 4 heads x 256 x 2 B x 32 layers = 65,536 B/token; block = 1 MiB.
-        Budget = floor(40 GiB x 0.9) - 16.06e9 / 2 = 30,624,705,664 B -> 29,205 blocks."""
+        Budget at the default --gpu-util 0.92 (vLLM 0.33's): floor(42,949,672,960 x 0.92 = 39,513,699,123.2)
+        - 16.06e9 / 2 = 39,513,699,123 - 8,030,000,000 = 31,483,699,123 B // 1,048,576 -> 30,025 blocks;
+        a 1,024-token request takes 64 blocks: 30,025 // 64 = 469 paged."""
         cfg = LiveConfig(model="llama-3.1-8b", tp=2, lengths=(1024,), max_reserved=4096)
         kv = analyze(two_gpus(80 * GiB, 40 * GiB), cfg)
         assert 1 == kv["tight_gpu"] and 2**20 == kv["block_bytes"]
-        assert (40 * GiB * 9 // 10 - 8_030_000_000) // 2**20 == kv["pool_blocks"] == 29_205
-        assert 29_205 // 64 == kv["paged_requests"]
+        assert (40 * GiB * 92 // 100 - 8_030_000_000) // 2**20 == kv["pool_blocks"] == 30_025
+        assert 30_025 // 64 == kv["paged_requests"] == 469
 
     def test_hybrid_state_shown_fixed(self):
         """Jamba on an explicit 12 GiB: the block is raised 16 -> 80 as vLLM 0.33 does, 9,830 blocks; a request
@@ -351,7 +353,7 @@ async def test_app_keys(tmp_path):
         await pilot.press("b")
         assert app.config.block_size == 32
         await pilot.press("l")
-        assert app.config.lengths == (4096,)
+        assert app.config.lengths == (1024,)  # from the default 825 to the next length of LENGTHS
         await pilot.press("z", "p")
         assert app.view == 1 and app.paused
         await pilot.press("m")
@@ -414,7 +416,10 @@ async def test_layout_80x24_every_gpu_kv_summary_and_footer():
     """Regression: at 80x24 only 7 of 8 GPUs showed, the KV figures were off-screen and the footer
     was cut ("p p▏", no s or ?).  Now: 8 GPU lines + a header (9 rows) inside the screen, the KV
     summary (pool, requests paged and contiguous, engine usage) below them, the footer with
-    v (details), s and ?, and v switches to the details view (block map, processes)."""
+    v (details), s and ?, and v switches to the details view (block map, processes).
+    Figures (defaults: 0.92, 825 tokens, reservation 2,048): floor(0.92 x 150,754,820,096) - 17,650,000,000
+    = 121,044,434,488 B // 655,360 = 184,699 blocks; 825 tokens take 52 blocks: 184,699 // 52 = 3,551 paged;
+    2,048 reserved take 128: 184,699 // 128 = 1,442 contiguous."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
@@ -422,7 +427,7 @@ async def test_layout_80x24_every_gpu_kv_summary_and_footer():
         assert 9 == gpus.region.height and _visible(app, "#gpus")
         assert _visible(app, "#kv")
         kv = str(app.query_one("#kv").render())
-        assert "180,098 blocks" in kv and "1,407 x 2,048 tokens paged, 351 contiguous" in kv and "KV 54.5%" in kv
+        assert "184,699 blocks" in kv and "3,551 x 825 tokens paged, 1,442 contiguous" in kv and "KV 54.5%" in kv
         assert all(line.count("\n") == 0 for line in str(gpus.render()).splitlines())
         footer_keys = {key for key, b in app.active_bindings.items() if b.binding.show}
         assert {"v", "s", "question_mark", "q"} <= footer_keys

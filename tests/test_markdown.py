@@ -160,7 +160,7 @@ description: "desc | with | pipes\\n- and a list <script>x</script> [l](http://e
 models:
   - {name: "m|@evil <b>![i](http://e.x/i.png)", preset: tutorial-gqa-80l}
 workloads:
-  "w|</details>@x":  {used: 825, max_reserved: 2048}
+  "w|</details>@x":  {length: 825, max_reserved: 2048}
 grid:
   kv_dtype: [bf16, fp8]
 gates:

@@ -85,16 +85,17 @@ class TestDecision:
         assert "(qwen2.5-72b, 4 x h200, bf16, block 32): paged_requests = 144, needs ≥ 256" in err
 
     def test_mechanism_sentence(self, tmp_path):
-        """chat 4,096 reserved / 1,024 held = 4.00: the ratio paging buys is the reservation over the tokens.
+        """chat 4,096 reserved / 1,024 held = 4.0000: the ratio paging buys is the reservation over the tokens.
         Whole requests round it: bf16 12 GiB / 327,680 B = 39,321 slots -> 9 reservations, 2,457 blocks / 64 = 38
-        paged (4.22x); fp8 78,643 slots -> 19, 4,915 blocks / 64 = 76 (4.00x)."""
-        text = ("models: [tutorial-gqa-80l]\nworkloads:\n  chat: {used: 1024, max_reserved: 4096}\n"
+        paged (38 / 9 = 4.2222x); fp8 78,643 slots -> 19, 4,915 blocks / 64 = 76 (76 / 19 = 4.0000x); median of
+        the two (4.2222 + 4.0) / 2 = 4.1111x. Ratios print with 4 decimals everywhere (units.RATIO_DECIMALS)."""
+        text = ("models: [tutorial-gqa-80l]\nworkloads:\n  chat: {length: 1024, max_reserved: 4096}\n"
                 "grid:\n  kv_dtype: [bf16, fp8]\n")
         path = tmp_path / "g.yaml"
         path.write_text(text)
         spec = parse_grid(path)
         ctx = build.build_context(spec, expand(spec))
-        assert "chat 4,096 / 1,024 = 4.00 (computed 4.00x to 4.22x, median 4.11x)" in ctx["mechanism"]
+        assert "chat 4,096 / 1,024 = 4.0000 (computed 4.0000x to 4.2222x, median 4.1111x)" in ctx["mechanism"]
 
     def test_objective_is_validated(self, tmp_path, capsys):
         path = tmp_path / "g.yaml"
@@ -186,7 +187,7 @@ class TestVerdicts:
     def test_tail_claim_judged_over_a_group(self, tmp_path):
         """lengths 200, 825, 1,525 at block 16: tails 8 + 7 + 11 = 26 of 2,576 allocated slots = 1.01 %."""
         path = tmp_path / "g.yaml"
-        path.write_text("models: [tutorial-gqa-80l]\nworkloads:\n  g: {lengths: [200, 825, 1525]}\n")
+        path.write_text("models: [tutorial-gqa-80l]\nworkloads:\n  g: {group: [200, 825, 1525]}\n")
         spec = parse_grid(path)
         v = next(v for v in judge_all(expand(spec).frame) if v.claim.id == "tail-8-tokens-4-percent")
         assert (v.verdict, v.computed, v.direction) == ("contradicted", "1.009", "below")
@@ -202,8 +203,8 @@ class TestVerdicts:
         1,448,211 slots.  A 72,000-token reservation fits 20 contiguous requests; 20,000-token requests
         take 1,250 blocks of 90,513 -> 72 paged: both vendor figures hold on that one configuration."""
         path = tmp_path / "g.yaml"
-        path.write_text("models: [llama-3.1-70b]\nworkloads:\n  long: {used: 20000, max_reserved: 72000}\n"
-                        "  short: {used: 2000, max_reserved: 72000}\n"
+        path.write_text("models: [llama-3.1-70b]\nworkloads:\n  long: {length: 20000, max_reserved: 72000}\n"
+                        "  short: {length: 2000, max_reserved: 72000}\n"
                         "defaults: {gpu: h100-80gb, tp: 8, gpu_util: '0.9'}\n")
         spec = parse_grid(path)
         df = expand(spec).frame
@@ -237,8 +238,9 @@ class TestConcise:
         sens = ctx["sensitivity"]
         assert sens["workloads"] == ["chat-2k", "chat-2k-prefix-1k", "long-32k", "context-128k"]
         model = next(t for t in sens["tables"] if t["dimension"] == "model")
-        # llama-3.1-70b: bf16 707 and fp8 1,414 paged chats of 2k: median 1,060.5, shown rounded
-        assert model["rows"][0][:2] == ["llama-3.1-70b", "1,060 (64.27x)"]
+        # llama-3.1-70b: bf16 707 and fp8 1,414 paged chats of 2k: median 1,060.5, shown rounded; the median
+        # paged / contiguous ratio with RATIO_DECIMALS (4) decimals
+        assert model["rows"][0][:2] == ["llama-3.1-70b", "1,060 (64.2727x)"]
 
 
 class TestOutputs:

@@ -262,7 +262,8 @@ async def _pilot_calibrate(config, engine_url, fetch_engine=True):
 
 async def test_live_c_key_appends_the_calibrate_entry(calib):
     """kvdash live on 8 x H100-80GB with the loopback engine (tests/data/vllm_v1.prom: 90,513 blocks of 16,
-    util 0.9, Llama-3.1-70B at TP 8): the c key appends the entry kvdash calibrate records:
+    util 0.9, Llama-3.1-70B at TP 8; kvdash at the engine's util 0.9): the c key appends the entry kvdash
+    calibrate records:
 
         floor(85,520,809,984 x 0.9) = 76,968,728,985
         - 141,200,000,000 / 8       = 17,650,000,000
@@ -272,7 +273,7 @@ async def test_live_c_key_appends_the_calibrate_entry(calib):
     from kvdash.live.analysis import LiveConfig
 
     with FaultServer("good") as server:
-        app, status, kv = await _pilot_calibrate(LiveConfig(model="llama-3.1-70b", tp=8), server.url)
+        app, status, kv = await _pilot_calibrate(LiveConfig(model="llama-3.1-70b", tp=8, gpu_util="0.9"), server.url)
     saved = [json.loads(line) for line in calib.read_text().splitlines()]
     assert 1 == len(saved)
     e = saved[0]
@@ -302,7 +303,7 @@ async def test_live_c_key_matches_kvdash_calibrate(calib, capsys):
     from kvdash.live.analysis import LiveConfig
 
     with FaultServer("good") as server:
-        await _pilot_calibrate(LiveConfig(model="llama-3.1-70b", tp=8), server.url)
+        await _pilot_calibrate(LiveConfig(model="llama-3.1-70b", tp=8, gpu_util="0.9"), server.url)
         code, out, err = await asyncio.to_thread(run, ["calibrate", "--engine", server.url, "-m", "llama-3.1-70b",
                                                        "--gpu", "h100-80gb", "--tp", "8", "--json"], capsys)
     assert 0 == code, err
@@ -331,7 +332,7 @@ async def test_live_c_key_says_why_for_another_model_or_a_failing_engine(calib):
     assert "the engine serves meta-llama/Llama-3.1-70B-Instruct, kvdash analyses Llama-3.1-8B" in status
     assert "entry" not in kv["measured_reserve"]
     with FaultServer("500") as server:
-        _, status, _ = await _pilot_calibrate(LiveConfig(model="llama-3.1-70b", tp=8), server.url)
+        _, status, _ = await _pilot_calibrate(LiveConfig(model="llama-3.1-70b", tp=8, gpu_util="0.9"), server.url)
     assert "calibration not saved" in status and "HTTP 500" in status
     assert not calib.exists()
 
@@ -345,7 +346,7 @@ async def test_live_c_key_refuses_the_demo(calib):
     app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=3600, autopoll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        assert 4_832_282_086 == app.kv["measured_reserve"]["entry"]["reserve_bytes"]
+        assert 4_832_067_128 == app.kv["measured_reserve"]["entry"]["reserve_bytes"]
         await pilot.press("c")
         await pilot.pause()
         status = str(app.query_one("#status").render())
@@ -355,14 +356,14 @@ async def test_live_c_key_refuses_the_demo(calib):
 
 def test_live_json_carries_the_measured_reserve(calib, capsys):
     """--json: kv_pool.measured_reserve is the entry calibrate would record.  The demo (8 x H200 of
-    150,754,820,096 B, Llama-3.1-70B at TP 8, util 0.9, 172,725 blocks of 655,360 B):
-    floor(150,754,820,096 x 0.9) - 17,650,000,000 - 113,197,056,000 = 135,679,338,086 - 130,847,056,000
-    = 4,832,282,086 B, marked simulated."""
+    150,754,820,096 B, Llama-3.1-70B at TP 8, util 0.92, 177,326 blocks of 655,360 B):
+    floor(150,754,820,096 x 0.92) - 17,650,000,000 - 177,326 x 655,360
+    = 138,694,434,488 - 17,650,000,000 - 116,212,367,360 = 4,832,067,128 B, marked simulated."""
     code, out, _ = run(["live", "--demo", "--json"], capsys)
     m = json.loads(out)["kv_pool"]["measured_reserve"]
     assert 0 == code
-    assert 4_832_282_086 == m["entry"]["reserve_bytes"] and "simulated" in m
-    assert (135_679_338_086, 113_197_056_000) == (m["entry"]["requested_bytes"], m["entry"]["pool_bytes"])
+    assert 4_832_067_128 == m["entry"]["reserve_bytes"] and "simulated" in m
+    assert (138_694_434_488, 116_212_367_360) == (m["entry"]["requested_bytes"], m["entry"]["pool_bytes"])
 
 
 def test_live_reserve_line_is_the_measured_figure(calib):

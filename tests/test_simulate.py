@@ -340,7 +340,7 @@ class TestCommand:
         assert 0 == code and json.loads(out)["setup"]["workload"] == "trace t.csv"
 
     @pytest.mark.parametrize("args,field", [
-        (["--rate", "-1"], "--rate"), (["--max-reserved", "5000"], "--max-reserved"),
+        (["--rate", "-1"], "--rate"), (["--max-reserved", "200000"], "--max-reserved"),  # > the default model's 131,072
         (["--policies", "best"], "--policies"),
         (["--prompt", "normal:5"], "--prompt"), (["--model", "gemma-2-9b"], "--model"),
         (["--requests", "0"], "--requests"), (["--prompt", "fixed:4096"], "--prompt"),
@@ -428,7 +428,7 @@ class TestGridSimulate:
     GRID = """
 models: [opt-13b, tutorial-gqa-80l]
 workloads:
-  w: {used: 499, max_reserved: 2048}
+  w: {length: 499, max_reserved: 2048}
 grid:
   budget: [12GiB]
 simulate: {workload: alpaca, requests: 200, rate: 0.5, policies: [max, paged], rates: "0.5:2:3"}

@@ -36,8 +36,8 @@ BASIC = """
 title: basic
 models: [tutorial-gqa-80l, gpt-oss-20b]
 workloads:
-  snap: {used: 825, max_reserved: 2048}
-  group: {lengths: [200, 825, 1525], max_reserved: 2048}
+  snap: {length: 825, max_reserved: 2048}
+  group: {group: [200, 825, 1525], max_reserved: 2048}
 grid:
   kv_dtype: [bf16, fp8]
   block_size: [16, 32]
@@ -49,7 +49,7 @@ class TestGridFile:
         ("grd:\n  kv_dtype: [bf16]\n", ":1:1", "did you mean 'grid'"),
         ("grid:\n  kv_dtpye: [bf16]\n", ":2:3", "did you mean 'kv_dtype'"),
         ("grid:\n  kv_dtype: [bf16, fp9]\n", ":2:20", "grid.kv_dtype[1]"),
-        ("grid:\n  block_size: [16, 0]\n", ":2:20", "an integer from 1 to 65,536"),  # limits.MAX_BLOCK_SIZE
+        ("grid:\n  block_size: [16, 0]\n", ":2:20", "'auto' or a whole number of tokens from 1 to 65,536"),
         ("models: [llama-3.1-7b]\n", "models[0]", "did you mean"),
         ("grid:\n  budget: [12 GiX]\n", ":2:12", "units are"),
         ("grid: [1, 2\n", ":", "not valid YAML"),
@@ -57,7 +57,7 @@ class TestGridFile:
         ("title: !!python/name:os.system\n", ":1:8", "only plain YAML values"),
         ("zip:\n  - {kv_dtype: [bf16, fp8], block_size: [16]}\n", ":2:5", "equal lengths"),
         ("grid:\n  kv_dtype: [bf16]\n  kv_dtype: [fp8]\n", ":3:3", "each key may appear once"),
-        ("workloads:\n  w: {used: 3000, max_reserved: 2048}\n", "workloads.w.max_reserved", "at least every length"),
+        ("workloads:\n  w: {length: 3000, max_reserved: 2048}\n", "workloads.w.max_reserved", "at least every length"),
         ("claims: [universal-4-6x]\n", ":1:10", "did you mean 'universal-4-5x'"),
         ("gates:\n  - {metric: paged_request, min: 1}\n", "gates[0].metric", "did you mean 'paged_requests'"),
     ])
@@ -140,10 +140,10 @@ def _calc_for(row: dict, spec) -> dict:
 SCALAR_GRID = """
 models: [tutorial-gqa-80l, llama-3.1-8b, qwen3-32b, gpt-oss-20b, mistral-7b-v0.1, deepseek-v3, gemma-2-9b]
 workloads:
-  a: {used: 100, max_reserved: 4096}
-  b: {used: 825, max_reserved: 2048, prefix: 512}
-  c: {used: 5000, max_reserved: 8192}
-  g: {lengths: [200, 825, 1525], max_reserved: 2048}
+  a: {length: 100, max_reserved: 4096}
+  b: {length: 825, max_reserved: 2048, prefix: 512}
+  c: {length: 5000, max_reserved: 8192}
+  g: {group: [200, 825, 1525], max_reserved: 2048}
 grid:
   kv_dtype: [bf16, fp8]
   kv_scales: [tensor, token_head]
@@ -340,7 +340,7 @@ models:
   - {{name: jamba, config: {configs / 'jamba-1.5-mini' / 'config.json'}}}
   - {{name: qwen3-next, config: {configs / 'qwen3-next-80b-a3b-thinking' / 'config.json'}}}
 workloads:
-  a: {{used: 1000, max_reserved: 2048}}
+  a: {{length: 1000, max_reserved: 2048}}
 grid:
   block_size: [16, 32]
   tp: [1, 2]

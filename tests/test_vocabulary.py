@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import typer
 
+from kvdash import defaults as D
 from kvdash.cli import app
+from kvdash.sweep import gridfile
+from kvdash.sweep.evaluate import DEFAULTS as GRID_DEFAULTS
 from tests.cli_run import run
 
 # concept -> the one option name every command uses for it
@@ -15,6 +19,7 @@ CANONICAL = {
     "length": "--length", "reservation": "--max-reserved", "model": "--model", "config": "--config",
     "dtype": "--kv-dtype", "block size": "--block-size", "tensor parallel": "--tp", "gpu": "--gpu",
     "utilization": "--gpu-util", "weights": "--weights", "reserve": "--reserve", "budget": "--budget",
+    "group": "--group",
 }
 # other spellings of the same concepts (ours of old, and the engines' own)
 SPELLINGS = {
@@ -24,6 +29,7 @@ SPELLINGS = {
     "--block": "block size", "--tensor-parallel": "tensor parallel", "--tensor-parallel-size": "tensor parallel",
     "--gpu-preset": "gpu", "--gpu-memory-utilization": "utilization", "--util": "utilization",
     "--weight-bytes": "weights", "--runtime-reserve": "reserve", "--kv-budget": "budget",
+    "--lengths": "group", "--preset": "model",
 }
 # hidden aliases kept for one release: (command, old option, canonical option)
 ALIASES = [("calc", "--used", "--length"), ("simulate", "--max-len", "--max-reserved")]
@@ -84,3 +90,259 @@ def test_simulate_takes_the_gpu_budget_as_calc_does(capsys):
     code, out, _ = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "l40s", "--requests", "20"], capsys)
     assert 0 == code
     assert f"{budget // 131_072:,} token slots ({budget:,} B / 131,072 B" in " ".join(out.split())
+
+
+# --- the sweep grid's keys (issue 15: the grid spells each concept as the CLI does) -----------------------
+
+# section of the grid file -> (its keys, the command whose options they mirror)
+GRID_SECTIONS = {
+    "dimensions": (gridfile.DIMENSIONS, "calc"), "workloads.NAME": (gridfile.WORKLOAD_KEYS, "calc"),
+    "models[i]": (gridfile.MODEL_KEYS, "calc"), "simulate": (gridfile.SIMULATE_KEYS, "simulate"),
+}
+# grid keys with no option of that command, each for a reason
+GRID_ONLY = {
+    ("dimensions", "workload"): "names a workloads: entry of the same file; a command takes its fields instead",
+    ("workloads.NAME", "description"): "free text shown in the report",
+    ("models[i]", "name"): "the label of a models: entry in the report",
+    ("models[i]", "preset"): "a models: entry is itself the model; preset says which kind of entry it is "
+                             "(beside config: and explicit fields), as --model takes a preset name",
+}
+
+
+def cli_form(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def command_options(name: str) -> set[str]:
+    command = typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+    return {opt for param in command.params for opt in [*param.opts, *param.secondary_opts]}
+
+
+def test_grid_keys_spell_concepts_one_way():
+    """No grid key is another spelling of a CLI concept (used for length, max_len for max_reserved, ...)."""
+    keys = [(section, key) for section, (names, _) in GRID_SECTIONS.items() for key in names]
+    assert len(keys) > 40  # the walk found the schema
+    clashes = [(section, key, CANONICAL[SPELLINGS[cli_form(key)]]) for section, key in keys
+               if cli_form(key) in SPELLINGS and (section, key) not in GRID_ONLY]
+    assert [] == clashes
+
+
+def test_every_grid_key_is_the_option_of_its_command():
+    """Each grid key is the option of the same concept with '_' for '-' (tp <-> --tp, max_reserved <->
+    --max-reserved, length <-> calc --length, group <-> calc --group), or a listed grid-only key."""
+    missing = [(section, key, command) for section, (names, command) in GRID_SECTIONS.items() for key in names
+               if (section, key) not in GRID_ONLY and cli_form(key) not in command_options(command)]
+    assert [] == missing
+    stale = [k for k in GRID_ONLY if k[1] not in GRID_SECTIONS[k[0]][0]]
+    assert [] == stale
+
+
+@pytest.mark.parametrize("old,new,text", [
+    ("used", "length", "workloads:\n  w: {used: 100, max_reserved: 2048}\n"),
+    ("lengths", "group", "workloads:\n  w: {lengths: [200, 825, 1525], max_reserved: 2048}\n"),
+    ("max_len", "max_reserved", "simulate: {requests: 20, max_len: 1024}\n"),
+])
+def test_old_grid_keys_work_for_one_release_with_a_note(tmp_path, capsys, old, new, text):
+    """The old key reads as the new one (same points) and prints one note naming the position and the new key."""
+    old_file, new_file = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    old_file.write_text(text)
+    new_file.write_text(text.replace(f"{old}:", f"{new}:"))
+    a = gridfile.parse_grid(old_file)
+    err = capsys.readouterr().err
+    b = gridfile.parse_grid(new_file)
+    assert "" == capsys.readouterr().err
+    assert (a.workloads, a.simulate) == (b.workloads, b.simulate)
+    assert 1 == len(err.strip().splitlines())
+    assert "old.yaml:" in err and f"is the old name of {new}" in err and err.startswith("kvdash: note:")
+
+
+def test_old_and_new_grid_key_together_are_an_error(tmp_path):
+    path = tmp_path / "g.yaml"
+    path.write_text("workloads:\n  w: {used: 100, length: 200}\n")
+    with pytest.raises(gridfile.InputError) as exc:
+        gridfile.parse_grid(path)
+    assert "g.yaml:2:" in exc.value.field and "workloads.w.used" in exc.value.field
+    assert "old name of length" in str(exc.value)
+
+
+# --- one set of defaults (kvdash/defaults.py) --------------------------------------------------------------
+
+# option -> the default every command gives it (None-default options state it in their help text instead)
+DEFAULTS = {"--model": D.MODEL, "--kv-dtype": D.KV_DTYPE, "--block-size": str(D.BLOCK_SIZE), "--tp": D.TP,
+            "--pp": D.PP, "--reserve": D.RESERVE, "--length": D.LENGTH}
+HELP_DEFAULTS = {"--gpu-util": D.GPU_UTIL, "--max-reserved": f"{D.RESERVATION}", "--budget": D.BUDGET_TEXT}
+# (command, option) whose default differs, each for a reason (kvdash/defaults.py says why)
+EXCEPTIONS = {
+    ("live", "--model"): "live reads a running engine: the default is the engine --demo runs (Llama-3.1-70B); "
+                         "the tutorial model is hypothetical and never runs on a GPU",
+    ("exporter", "--model"): "as live (the same options, kvdash/commands/common.py)",
+    ("live", "--tp"): "Llama-3.1-70B's 141.2 GB of bf16 weights do not fit one H200 (TP 1 leaves no KV budget); "
+                      "the --demo engine runs TP 8",
+    ("exporter", "--tp"): "as live",
+}
+
+
+def all_options():
+    """(command, option name, click parameter) for every visible option of every command."""
+    root = typer.main.get_command(app)
+    for name, command in root.commands.items():  # type: ignore[attr-defined]
+        for param in command.params:
+            if param.param_type_name == "option" and not getattr(param, "hidden", False):
+                for opt in param.opts:
+                    if opt.startswith("--"):
+                        yield name, opt, param
+
+
+def test_one_default_per_concept_across_commands():
+    """Every command gives a shared option the default of kvdash/defaults.py (live's --length is the text
+    '825', a list of lengths), or states it in its help; the exceptions are listed with their reason."""
+    seen = 0
+    wrong = []
+    for cmd, opt, param in all_options():
+        if (cmd, opt) in EXCEPTIONS:
+            assert param.default != DEFAULTS[opt]  # an exception that no longer differs must leave the list
+            continue
+        if opt in DEFAULTS and param.default is not None:
+            seen += 1
+            if str(param.default) != str(DEFAULTS[opt]):
+                wrong.append((cmd, opt, param.default, DEFAULTS[opt]))
+        if opt in HELP_DEFAULTS:
+            seen += 1
+            if param.default is not None or HELP_DEFAULTS[opt] not in (param.help or "").replace(",", ""):
+                wrong.append((cmd, opt, param.default, param.help))
+    assert seen > 25 and [] == wrong
+
+
+def test_exceptions_are_the_live_pair():
+    assert (D.LIVE_MODEL, D.LIVE_TP) == ("llama-3.1-70b", 8)
+    assert {cmd for cmd, _ in EXCEPTIONS} == {"live", "exporter"}
+
+
+def test_grid_defaults_are_the_commands_defaults():
+    """A dimension a grid leaves out takes the commands' default: bf16, block 16, TP 1, PP 1, utilization
+    0.92 (vLLM 0.33's gpu_memory_utilization), reserve 0; a grid without workloads holds one request of 825
+    tokens reserving 2,048, as calc without --length."""
+    assert (GRID_DEFAULTS["kv_dtype"], GRID_DEFAULTS["block_size"], GRID_DEFAULTS["tp"], GRID_DEFAULTS["pp"],
+            GRID_DEFAULTS["gpu_util"], GRID_DEFAULTS["reserve"]) == ("bf16", 16, 1, 1, "0.92", 0)
+    w = gridfile.DEFAULT_WORKLOAD
+    assert (w.lengths, w.max_reserved) == ((D.LENGTH,), D.RESERVATION) == ((825,), 2048)
+
+
+def test_gpu_util_default_is_vllms():
+    """vLLM 0.33.0, vllm/config/cache.py: gpu_memory_utilization: float = Field(default=0.92, gt=0, le=1)."""
+    assert "0.92" == D.GPU_UTIL
+
+
+@pytest.mark.parametrize("command", [["calc", "--json"], ["simulate", "--requests", "5", "--json"],
+                                     ["live", "--demo", "--json"], ["exporter", "--demo", "--once"]])
+@pytest.mark.parametrize("value", ["0", "-1", "x", "1.5", "9999999"])
+def test_block_size_one_parser(capsys, command, value):
+    """Every command refuses a bad --block-size with the same line: 'auto' or 1 to 65,536 tokens."""
+    code, _, err = run([*command, "--block-size", value], capsys)
+    assert 2 == code and "--block-size" in err and "'auto' or a whole number of tokens from 1 to 65,536" in err
+
+
+@pytest.mark.parametrize("command", [["calc", "--json"], ["simulate", "--requests", "5", "--json"],
+                                     ["live", "--demo", "--json"], ["exporter", "--demo", "--once"]])
+def test_block_size_auto_everywhere(capsys, command):
+    """--block-size auto is vLLM 0.33's choice: 16 for a model without MLA (the default models)."""
+    code_auto, out_auto, _ = run([*command, "--block-size", "auto"], capsys)
+    code_16, out_16, _ = run([*command, "--block-size", "16"], capsys)
+    assert 0 == code_auto == code_16
+    if command[0] != "exporter":
+        a, b = json.loads(out_auto), json.loads(out_16)
+        key = {"calc": "capacity", "simulate": "results", "live": "kv_pool"}[command[0]]
+        assert a[key] == b[key] and a[key]
+
+
+# --- one precision for ratios (units.RATIO_DECIMALS) ---------------------------------------------------------
+
+def test_ratio_text_rule():
+    """One helper formats every ratio: 94 paged / 38 contiguous = 2.473684... -> 2.4737x (4 decimals)."""
+    from kvdash.units import RATIO_DECIMALS, ratio_text
+
+    assert 4 == RATIO_DECIMALS and "2.4737x" == ratio_text(94 / 38) and "-" == ratio_text(None)
+
+
+def test_reports_and_calc_print_ratios_with_one_precision(capsys):
+    """Every 'N.NNx' ratio in the committed reports and in calc's output has 4 decimals; the only other is
+    the quoted vLLM log line ('Maximum concurrency ...: 2.47x'), which is vLLM's own format."""
+    import re
+    from pathlib import Path
+
+    texts = {str(p): p.read_text(encoding="utf-8") for p in Path("reports").glob("*/report.md")}
+    _, out, _ = run(["calc"], capsys)
+    texts["calc"] = re.sub(r"Maximum concurrency.{0,200}?\d+\.\d\dx", "", out, flags=re.S)  # vLLM's own line
+    found = {name: re.findall(r"\b\d+\.(\d+)x\b", text) for name, text in texts.items()}
+    assert len(texts) >= 6 and sum(map(len, found.values())) > 50
+    assert {} == {name: d for name, ds in found.items() if (d := sorted({len(x) for x in ds} - {4}))}
+
+
+# --- every --help states every option's default -------------------------------------------------------------
+
+# (command, option): options whose help is another issue's to fix (their files are being changed there)
+HELP_PENDING = {
+    ("calibrate", "--model"): "kvdash/commands/calibrate.py belongs to issue 16 this round",
+    ("calibrate", "--config"): "as above", ("calibrate", "--gpu"): "as above",
+    ("calibrate", "--gpu-memory"): "as above",
+}
+
+
+def help_entries(command: str, capsys) -> dict[str, str]:
+    """``kvdash COMMAND --help`` as shown, one entry per option: first option name -> its whole text."""
+    code, out, _ = run([command, "--help"], capsys)
+    assert 0 == code
+    entries: dict[str, str] = {}
+    current = None
+    for line in out.split("Options:", 1)[1].splitlines():
+        first = line.strip().split(" ")[0].rstrip(",")
+        if line.startswith("  -") and first.startswith("-"):
+            names = [w.rstrip(",") for w in line.split() if w.startswith("-")]
+            current = next((n for n in names if n.startswith("--")), names[0])
+            entries[current] = line
+        elif current and line.startswith("    "):
+            entries[current] += " " + line.strip()
+    return entries
+
+
+def test_every_help_names_every_default(capsys):
+    """Each option of each command, as --help shows it, names its default: typer's '[default: X]' for a set
+    default, 'Default: ...' in the help text for a None default. Flags (on when given), required options and
+    --help itself are exempt."""
+    root = typer.main.get_command(app)
+    missing, checked = [], 0
+    for name, command in root.commands.items():  # type: ignore[attr-defined]
+        entries = help_entries(name, capsys)
+        for param in command.params:
+            if param.param_type_name != "option" or getattr(param, "hidden", False):
+                continue
+            long = next((o for o in param.opts if o.startswith("--")), param.opts[0])
+            if long == "--help" or param.is_flag or param.required:
+                continue
+            checked += 1
+            text = entries.get(long, "")
+            assert text, (name, long)  # the option is shown, whole
+            if "default" not in text.lower() and (name, long) not in HELP_PENDING:
+                missing.append((name, long))
+            if (name, long) in HELP_PENDING:
+                assert "default" not in text.lower(), f"{name} {long} names its default now: leave HELP_PENDING"
+    assert checked > 100 and [] == missing
+
+
+def test_calc_model_default_does_not_clash_with_explicit_layers(capsys):
+    """--model now defaults to the preset (not None), so calc asks click whether it was given: explicit
+    --layers/--kv-heads/--head-dim alone work (3 x 1 x 8 x 2 x 2 B = 96 B per token); with --model they clash."""
+    code, out, _ = run(["calc", "--layers", "3", "--kv-heads", "1", "--head-dim", "8", "--json"], capsys)
+    assert 0 == code and 96 == json.loads(out)["bytes_per_token"]
+    code, _, err = run(["calc", "--model", D.MODEL, "--layers", "3", "--kv-heads", "1", "--head-dim", "8"], capsys)
+    assert 2 == code and "give either --model/--config or --layers" in err
+
+
+def test_old_grid_key_noted_once_per_file(tmp_path, capsys):
+    """Three workloads written with used: one note, at the first (line 2, column 7), counting the others."""
+    path = tmp_path / "g.yaml"
+    path.write_text("workloads:\n  a: {used: 100}\n  b: {used: 200}\n  c: {used: 300}\n")
+    spec = gridfile.parse_grid(path)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [w.lengths for w in spec.workloads.values()] == [(100,), (200,), (300,)]
+    assert 1 == len(err) and "g.yaml:2:7: workloads.a.used (and 2 more) is the old name of length" in err[0]

@@ -7,7 +7,27 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvdash.commands.common import parse_block_size, parse_lengths, parse_on_off, pick_alias
+from kvdash import defaults as D
+from kvdash.commands.common import (
+    BlockSizeOpt,
+    BudgetOpt,
+    ConfigOpt,
+    GpuOpt,
+    GpuUtilOpt,
+    KvDtypeOpt,
+    LengthOpt,
+    MaxReservedOpt,
+    ModelOpt,
+    PpOpt,
+    ReserveOpt,
+    TpOpt,
+    WeightsOpt,
+    parse_block_size,
+    parse_budget,
+    parse_lengths,
+    parse_on_off,
+    pick_alias,
+)
 from kvdash.errors import InputError
 
 Opt = typer.Option
@@ -17,9 +37,6 @@ CONFIG_OPTIONS = {"num_hidden_layers": "--layers", "num_key_value_heads": "--kv-
                   "sliding_window": "--window", "max_position_embeddings": "--max-context"}
 
 
-DEFAULT_MAX_RESERVED = 2048  # tokens: the tutorial's contiguous reservation
-DEFAULT_LENGTH = 825  # tokens: the tutorial's request
-UNIT_HINT = "write a unit: 12GiB (2^30 B), 80GB (10^9 B), 512MiB"
 
 
 def warn(message: str) -> None:
@@ -31,11 +48,9 @@ def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | 
                          util_policy: str, weights: str | None, reserve: str) -> list[str]:
     """Validate every budget option, even one the mode ignores; return one warning line about those it ignores
     (printed once the whole command line is known to be valid)."""
-    from kvdash.units import MiB, parse_fraction, parse_size
+    from kvdash.units import parse_fraction, parse_size
 
-    if budget is not None and budget.strip().replace(",", "").replace("_", "").isdigit():
-        if parse_size(budget, "--budget") < MiB:
-            raise InputError("--budget", budget, f"a bare number is bytes, and under 1 MiB it cannot be meant; {UNIT_HINT}")
+    parse_budget(budget)
     if gpu_util is not None:
         parse_fraction(gpu_util, "--gpu-util")
     if util_policy not in ("vllm", "trtllm"):
@@ -56,39 +71,46 @@ def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | 
     return []
 
 
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was on the command line (a preset default cannot tell by its value)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
+
+
 def calc(
-    model: Annotated[Optional[str], Opt("--model", "-m", help="Preset name (kvdash models) or a config.json path.")] = None,
-    config: Annotated[Optional[Path], Opt(help="Hugging Face config.json of the model.")] = None,
-    safetensors_index: Annotated[Optional[Path], Opt(help="model.safetensors.index.json: weight bytes from metadata.total_size.")] = None,
-    layers: Annotated[Optional[int], Opt(help="Explicit architecture: number of layers.")] = None,
-    kv_heads: Annotated[Optional[int], Opt(help="Explicit architecture: KV heads per layer.")] = None,
-    head_dim: Annotated[Optional[int], Opt(help="Explicit architecture: head dimension.")] = None,
-    head_dim_v: Annotated[Optional[int], Opt(help="Explicit architecture: V head dimension when it differs.")] = None,
+    ctx: typer.Context,
+    model: ModelOpt = D.MODEL,
+    config: ConfigOpt = None,
+    safetensors_index: Annotated[Optional[Path], Opt(help="model.safetensors.index.json: weight bytes from metadata.total_size. Default: none (the preset's figure or an estimate).")] = None,
+    layers: Annotated[Optional[int], Opt(help="Explicit architecture: number of layers. Default: none (--model's).")] = None,
+    kv_heads: Annotated[Optional[int], Opt(help="Explicit architecture: KV heads per layer. Default: none (--model's).")] = None,
+    head_dim: Annotated[Optional[int], Opt(help="Explicit architecture: head dimension. Default: none (--model's).")] = None,
+    head_dim_v: Annotated[Optional[int], Opt(help="Explicit architecture: V head dimension when it differs. Default: --head-dim.")] = None,
     attention_heads: Annotated[Optional[int], Opt(help="Explicit architecture: query heads (default: KV heads).")] = None,
     window: Annotated[int, Opt(help="Explicit architecture: sliding window on every layer (0 = none).")] = 0,
     max_context: Annotated[int, Opt(help="Explicit architecture: context length in tokens.")] = 131072,
-    kv_dtype: Annotated[str, Opt(help="KV dtype: fp32, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8, fp8_ds_mla (auto = bf16).")] = "bf16",
+    kv_dtype: KvDtypeOpt = D.KV_DTYPE,
     kv_scales: Annotated[str, Opt(help="Scale storage: 'tensor' (none per token) or 'token_head' (fp32 per token per KV head, K and V).")] = "tensor",
-    budget: Annotated[Optional[str], Opt(help="KV budget per rank: 12GiB, 80GB, 512MiB or bytes. Default 12GiB unless --gpu is given.")] = None,
-    gpu: Annotated[Optional[str], Opt(help="GPU preset (kvdash gpus): derive the budget as an engine does.")] = None,
-    gpu_memory: Annotated[Optional[str], Opt(help="GPU total memory, instead of a preset.")] = None,
-    gpu_util: Annotated[Optional[str], Opt(help="Fraction of memory for the engine. Default: 0.92 with --util-policy vllm (vLLM 0.33's gpu_memory_utilization), 0.9 with trtllm (free_gpu_memory_fraction).")] = None,
+    budget: BudgetOpt = None,
+    gpu: GpuOpt = None,
+    gpu_memory: Annotated[Optional[str], Opt(help="GPU total memory, instead of a preset. Default: none.")] = None,
+    gpu_util: GpuUtilOpt = None,
     util_policy: Annotated[str, Opt(help="'vllm': fraction of total memory; 'trtllm': fraction of memory free after weights.")] = "vllm",
-    weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model (split over tp x pp ranks). Default: the preset's figure, the safetensors index, or an estimate counted from config.json.")] = None,
-    reserve: Annotated[str, Opt(help="Runtime reserve per rank: activations, CUDA graphs, workspace; 'auto': a kvdash calibrate entry, else published terms.")] = "0",
-    block_size: Annotated[str, Opt(help="Tokens per KV block, or 'auto': vLLM 0.33's choice on Hopper (64 for MLA, else 16; hybrids raised to hold the state page).")] = "16",
+    weights: WeightsOpt = None,
+    reserve: ReserveOpt = D.RESERVE,
+    block_size: BlockSizeOpt = str(D.BLOCK_SIZE),
     prefix_caching: Annotated[str, Opt(help="vLLM prefix caching: 'on' (vLLM 0.33's default; state layers in mamba_cache_mode 'align', 2 blocks per request per state group, 3 for gated delta net) or 'off'.")] = "on",
-    used: Annotated[Optional[int], Opt("--length", help="Tokens each request holds now (the snapshot). Default: 825 (the tutorial's).")] = None,
+    used: LengthOpt = None,
     used_old: Annotated[Optional[int], Opt("--used", hidden=True, help="Old name of --length.")] = None,
-    max_reserved: Annotated[Optional[int], Opt(help="Tokens a contiguous allocator reserves per request (Max policy). Default: the largest of 2048 (capped at the model's context), --length, --final and the --group lengths.")] = None,
+    max_reserved: MaxReservedOpt = None,
     final: Annotated[Optional[int], Opt(help="Final length of the request, for the Pow2 and Oracle policies (default: --length).")] = None,
-    group: Annotated[Optional[str], Opt(help="A group of request lengths packed repeatedly, e.g. 200,825,1525.")] = None,
+    group: Annotated[Optional[str], Opt(help="A group of request lengths packed repeatedly, e.g. 200,825,1525. Default: none (one request of --length).")] = None,
     prefix: Annotated[int, Opt(help="Tokens of a prompt prefix every request shares.")] = 0,
-    tp: Annotated[int, Opt(help="Tensor-parallel degree.")] = 1,
-    pp: Annotated[int, Opt(help="Pipeline-parallel degree.")] = 1,
+    tp: TpOpt = D.TP,
+    pp: PpOpt = D.PP,
     max_model_len: Annotated[Optional[int], Opt(help="vLLM view: max_model_len (default: --max-reserved).")] = None,
-    max_batched_tokens: Annotated[int, Opt(help="vLLM view: max_num_batched_tokens.")] = 8192,
-    target: Annotated[Optional[int], Opt(help="Planning: requests that must fit; adds budget, min utilization, min TP and longest length.")] = None,
+    max_batched_tokens: Annotated[int, Opt(help="vLLM view: max_num_batched_tokens.")] = D.MAX_BATCHED_TOKENS,
+    target: Annotated[Optional[int], Opt(help="Planning: requests that must fit; adds budget, min utilization, min TP and longest length. Default: none (no planning).")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
 ) -> None:
@@ -98,7 +120,7 @@ def calc(
     from kvdash.units import parse_size
 
     if any(v is not None for v in (layers, kv_heads, head_dim)):
-        if model or config:
+        if given(ctx, "model") or config:
             raise InputError("--layers", layers, "give either --model/--config or --layers/--kv-heads/--head-dim")
         # the same builder a grid file's explicit model uses; its field names become option names
         try:
@@ -112,12 +134,12 @@ def calc(
     else:
         arch = resolve_model(model, config, safetensors_index)
     used = pick_alias(used, used_old, "--length", "--used")  # type: ignore[assignment]
-    used = DEFAULT_LENGTH if used is None else used
+    used = D.LENGTH if used is None else used
     warnings = check_budget_options(budget, gpu, gpu_memory, gpu_util, util_policy, weights, reserve)
     if max_reserved is None:  # the reservation the question implies: at least the longest length asked about
-        max_reserved = max(min(DEFAULT_MAX_RESERVED, arch.max_context), used, final or 0, *(parse_lengths(group) or ()))
+        max_reserved = D.reservation(arch.max_context, used, final or 0, *(parse_lengths(group) or ()))
     spec = BudgetSpec(
-        bytes=parse_size(budget, "--budget") if budget is not None else None,
+        bytes=parse_budget(budget),
         gpu=gpu,
         gpu_memory=parse_size(gpu_memory, "--gpu-memory") if gpu_memory is not None else None,
         util=gpu_util,

@@ -1,6 +1,105 @@
-"""Option parsing shared by commands (no heavy imports)."""
+"""Option declarations and parsing shared by commands (no heavy imports).
 
+Each option several commands take is declared once here, as an ``Annotated`` alias: its name, help text and
+type cannot drift between commands; its default comes from :mod:`kvdash.defaults` in the signature (typer shows
+it in ``--help``; an option whose default is None states it in its help text).
+"""
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kvdash import defaults as D
+from kvdash.core.limits import parse_block_size
 from kvdash.errors import InputError
+
+__all__ = ["parse_block_size"]  # the one --block-size parser lives in kvdash.core.limits (the grid uses it too)
+
+Opt = typer.Option
+UNIT_HINT = "write a unit: 12GiB (2^30 B), 80GB (10^9 B), 512MiB"
+DTYPES_TEXT = "fp32, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8, fp8_ds_mla (auto = bf16)"
+
+# --- the model --------------------------------------------------------------------------------------
+ModelOpt = Annotated[str, Opt("--model", "-m", help="Model preset (kvdash models) or a config.json path.")]
+ConfigOpt = Annotated[Optional[Path], Opt(help="A Hugging Face config.json instead of --model. Default: none "
+                                                "(--model's preset).")]
+KvDtypeOpt = Annotated[str, Opt(help=f"KV dtype: {DTYPES_TEXT}.")]
+BlockSizeOpt = Annotated[str, Opt(help=D.BLOCK_SIZE_HELP)]
+TpOpt = Annotated[int, Opt(help="Tensor-parallel degree (live, exporter: the first TP readable GPUs are the "
+                                "ranks).")]
+PpOpt = Annotated[int, Opt(help="Pipeline-parallel degree.")]
+# --- the budget -------------------------------------------------------------------------------------
+BudgetOpt = Annotated[Optional[str], Opt(help=f"KV budget per rank: 12GiB, 80GB, 512MiB or bytes. Default: derived "
+                                              f"from the GPU (--gpu, or the GPUs live reads), else "
+                                              f"{D.BUDGET_TEXT} (the tutorial's).")]
+GpuOpt = Annotated[Optional[str], Opt(help="GPU preset (kvdash gpus): derive the budget as an engine does. Default: "
+                                           "none (the budget is --budget).")]
+GpuUtilOpt = Annotated[Optional[str], Opt(help=f"Fraction of GPU memory for the engine. Default: {D.GPU_UTIL} "
+                                               f"(vLLM 0.33's gpu_memory_utilization); {D.TRTLLM_UTIL} with "
+                                               "--util-policy trtllm (free_gpu_memory_fraction).")]
+WeightsOpt = Annotated[Optional[str], Opt(help="Weight bytes of the whole model (split over tp x pp ranks). Default: "
+                                               "the preset's figure, the safetensors index, or an estimate counted "
+                                               "from config.json.")]
+ReserveOpt = Annotated[str, Opt(help="Runtime reserve per rank: activations, CUDA graphs, workspace; 'auto': a "
+                                     "kvdash calibrate entry, else published terms.")]
+# --- the requests -----------------------------------------------------------------------------------
+LengthOpt = Annotated[Optional[int], Opt("--length", help=f"Tokens each request holds now (the snapshot). Default: "
+                                                          f"{D.LENGTH} (the tutorial's).")]
+LengthsOpt = Annotated[str, Opt("--length", help="Tokens per request, or comma-separated lengths such as "
+                                                 "200,825,1525 (requests that fit, for each).")]
+MaxReservedOpt = Annotated[Optional[int], Opt(help=f"Tokens a contiguous allocator reserves per request (Max "
+                                                   f"policy). Default: the largest of {D.RESERVATION} (capped at the "
+                                                   "model's context) and every length asked about.")]
+# --- live readings (live, exporter, record) ---------------------------------------------------------
+DemoOpt = Annotated[bool, Opt("--demo", help="Simulated GPUs and engine (8 x H200 running Llama-3.1-70B at TP 8), "
+                                             "no GPU needed.")]
+SeedOpt = Annotated[int, Opt(help="Seed of the demo.")]
+GpusOpt = Annotated[int, Opt(help="Number of demo GPUs (1 to 64).")]
+EngineTimeoutOpt = Annotated[float, Opt(help="Seconds one engine read may take in all (connect + read + parse; 0.1 "
+                                             "to 60).")]
+BudgetModeOpt = Annotated[Optional[str], Opt(help="vllm (from each GPU's total), explicit, or engine. Default: "
+                                                  "explicit when --budget is given, else vllm.")]
+MIN_INTERVAL = 0.1
+
+
+def check_interval(seconds: float) -> float:
+    if not seconds >= MIN_INTERVAL:
+        raise InputError("--interval", seconds, f"at least {MIN_INTERVAL} seconds")
+    return seconds
+
+
+def check_engine_timeout(seconds: float) -> float:
+    if not 0.1 <= seconds <= 60:
+        raise InputError("--engine-timeout", seconds, "expected 0.1 to 60 seconds")
+    return seconds
+
+
+def check_demo_gpus(gpus: int) -> int:
+    if not 1 <= gpus <= 64:
+        raise InputError("--gpus", gpus, "expected 1 to 64 demo GPUs")
+    return gpus
+
+
+def parse_budget(text: str | None) -> int | None:
+    """``--budget``: a size; a bare number under 1 MiB is refused (bytes cannot be meant)."""
+    from kvdash.units import MiB, parse_size
+
+    if text is None:
+        return None
+    value = parse_size(text, "--budget")
+    if text.strip().replace(",", "").replace("_", "").isdigit() and value < MiB:
+        raise InputError("--budget", text, f"a bare number is bytes, and under 1 MiB it cannot be meant; {UNIT_HINT}")
+    return value
+
+
+def block_size_of(value: int | str, arch: object) -> int:
+    """A parsed ``--block-size`` as the number of tokens: 'auto' is vLLM 0.33's choice for the model."""
+    if value == "auto":
+        from kvdash.core.calc import auto_block_size
+
+        return auto_block_size(arch)[0]  # type: ignore[arg-type]
+    return int(value)
 
 
 def parse_lengths(text: str | None, field: str = "--group") -> tuple[int, ...] | None:
@@ -16,16 +115,6 @@ def parse_lengths(text: str | None, field: str = "--group") -> tuple[int, ...] |
             raise InputError(field, text, "expected comma-separated positive token counts, e.g. 200,825,1525")
         out.append(int(p))
     return tuple(out)
-
-
-def parse_block_size(text: str, field: str = "--block-size") -> int | str:
-    """``"16"`` -> 16; ``"auto"`` stays ``"auto"`` (vLLM 0.33's choice for the model)."""
-    value = text.strip().lower()
-    if value == "auto":
-        return "auto"
-    if not value.isdigit() or int(value) <= 0:
-        raise InputError(field, text, "expected a positive number of tokens or 'auto'")
-    return int(value)
 
 
 def parse_on_off(text: str, field: str) -> bool:

@@ -4,12 +4,32 @@ import signal
 import sys
 import threading
 from dataclasses import replace
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from kvdash.commands.common import parse_lengths
+from kvdash import defaults as D
+from kvdash.commands.common import (
+    BlockSizeOpt,
+    BudgetModeOpt,
+    BudgetOpt,
+    ConfigOpt,
+    DemoOpt,
+    EngineTimeoutOpt,
+    GpusOpt,
+    GpuUtilOpt,
+    KvDtypeOpt,
+    LengthsOpt,
+    MaxReservedOpt,
+    ModelOpt,
+    ReserveOpt,
+    SeedOpt,
+    TpOpt,
+    WeightsOpt,
+    check_demo_gpus,
+    check_engine_timeout,
+    check_interval,
+)
 from kvdash.errors import InputError
 
 Opt = typer.Option
@@ -19,53 +39,40 @@ DEFAULT_PORT = 9847  # not DCGM exporter's 9400, node exporter's 9100 nor vLLM's
 def exporter(
     host: Annotated[str, Opt(help="Address to listen on (loopback by default; 0.0.0.0 for every interface).")] = "127.0.0.1",
     port: Annotated[int, Opt(help="Port to listen on (0: any free port, printed at start); 9847 avoids DCGM 9400, node 9100, vLLM 8000.")] = DEFAULT_PORT,
-    demo: Annotated[bool, Opt("--demo", help="Simulated GPUs and engine (8 x H200, TP 8), no GPU needed.")] = False,
-    engine: Annotated[Optional[list[str]], Opt(help="A vLLM or SGLang /metrics endpoint; repeat for several.")] = None,
-    model: Annotated[str, Opt("--model", "-m", help="Model preset (kvdash models).")] = "llama-3.1-70b",
-    config: Annotated[Optional[Path], Opt(help="A config.json instead of a preset.")] = None,
-    kv_dtype: Annotated[str, Opt(help="KV dtype.")] = "bf16",
-    block_size: Annotated[int, Opt(help="Tokens per block.")] = 16,
-    tp: Annotated[int, Opt(help="Tensor-parallel degree: the first TP readable GPUs are the ranks.")] = 8,
-    gpu_util: Annotated[str, Opt(help="vLLM gpu_memory_utilization for the derived budget.")] = "0.9",
-    weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model (default: the preset's estimate).")] = None,
-    reserve: Annotated[str, Opt(help="Runtime reserve per rank (activation peak, CUDA graphs).")] = "0",
-    budget: Annotated[Optional[str], Opt(help="An explicit KV budget per rank (implies --budget-mode explicit).")] = None,
-    budget_mode: Annotated[Optional[str], Opt(help="vllm (from each GPU's total), explicit, or engine.")] = None,
-    length: Annotated[str, Opt(help="Request lengths in tokens, comma-separated: requests that fit, for each.")] = "2048",
-    max_reserved: Annotated[int, Opt(help="Contiguous reservation per request.")] = 8192,
+    demo: DemoOpt = False,
+    engine: Annotated[Optional[list[str]], Opt(help="A vLLM or SGLang /metrics endpoint; repeat for several. Default: none.")] = None,
+    model: ModelOpt = D.LIVE_MODEL,
+    config: ConfigOpt = None,
+    kv_dtype: KvDtypeOpt = D.KV_DTYPE,
+    block_size: BlockSizeOpt = str(D.BLOCK_SIZE),
+    tp: TpOpt = D.LIVE_TP,
+    gpu_util: GpuUtilOpt = None,
+    weights: WeightsOpt = None,
+    reserve: ReserveOpt = D.RESERVE,
+    budget: BudgetOpt = None,
+    budget_mode: BudgetModeOpt = None,
+    length: LengthsOpt = str(D.LENGTH),
+    max_reserved: MaxReservedOpt = None,
     interval: Annotated[float, Opt(help="Seconds between background readings (scrapes never trigger one).")] = 5.0,
-    engine_timeout: Annotated[float, Opt(help="Seconds one engine read may take.")] = 2.0,
+    engine_timeout: EngineTimeoutOpt = 2.0,
     hostname: Annotated[Optional[str], Opt(help="The hostname label of GPU series (default: this host's name).")] = None,
-    seed: Annotated[int, Opt(help="Seed of the demo.")] = 7,
-    gpus: Annotated[int, Opt(help="Number of demo GPUs.")] = 8,
+    seed: SeedOpt = 7,
+    gpus: GpusOpt = 8,
     once: Annotated[bool, Opt("--once", help="Print the metrics page once and exit (no server).")] = False,
 ) -> None:
     """Publish GPU memory, kvdash's analytical KV pool and the engines' pools for Prometheus."""
     from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
-    from kvdash.commands.live import MIN_INTERVAL
-    from kvdash.core.model import load_config
+    from kvdash.commands.live import live_config
     from kvdash.exporter.collector import ExporterState, KvdashCollector
-    from kvdash.live.analysis import LiveConfig
-    from kvdash.units import parse_size
 
-    if interval < MIN_INTERVAL:
-        raise InputError("--interval", interval, f"at least {MIN_INTERVAL} seconds")
-    if engine_timeout <= 0 or engine_timeout > 60:
-        raise InputError("--engine-timeout", engine_timeout, "expected more than 0 and at most 60 seconds")
+    check_interval(interval)
+    check_engine_timeout(engine_timeout)
     if not 0 <= port <= 65535:
         raise InputError("--port", port, "expected 0 to 65535")
-    if gpus < 1 or gpus > 64:
-        raise InputError("--gpus", gpus, "expected 1 to 64 demo GPUs")
-    mode = budget_mode or ("explicit" if budget else "vllm")
-    cfg = LiveConfig(
-        model=model, arch=load_config(config) if config else None, kv_dtype=kv_dtype, block_size=block_size, tp=tp,
-        gpu_util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None,
-        reserve=parse_size(reserve, "--reserve", allow_zero=True), budget_mode=mode,
-        budget=parse_size(budget, "--budget") if budget else None,
-        lengths=parse_lengths(length, "--length") or (2048,), max_reserved=max_reserved,
-    )
-    cfg.validate()
+    check_demo_gpus(gpus)
+    cfg = live_config(model, config, kv_dtype, block_size, tp, gpu_util, weights, reserve, budget, budget_mode,
+                      length, max_reserved)
     cfg = replace(cfg, arch=cfg.architecture())  # read the preset once, not on every scrape
     source = _source(demo, seed, gpus)
     state = ExporterState(source, cfg, list(engine or []), interval=interval, engine_timeout=engine_timeout,

@@ -3,16 +3,42 @@
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from kvdash.commands.common import parse_lengths
+from kvdash import defaults as D
+from kvdash.commands.common import (
+    MIN_INTERVAL,
+    BlockSizeOpt,
+    BudgetModeOpt,
+    BudgetOpt,
+    ConfigOpt,
+    DemoOpt,
+    EngineTimeoutOpt,
+    GpusOpt,
+    GpuUtilOpt,
+    KvDtypeOpt,
+    LengthsOpt,
+    MaxReservedOpt,
+    ModelOpt,
+    ReserveOpt,
+    SeedOpt,
+    TpOpt,
+    WeightsOpt,
+    block_size_of,
+    check_demo_gpus,
+    check_engine_timeout,
+    check_interval,
+    parse_block_size,
+    parse_budget,
+    parse_lengths,
+)
 from kvdash.errors import InputError
 
 Opt = typer.Option
-MIN_INTERVAL = 0.1
 NO_GPU = "no GPU readings: {why}. To see the dashboard without a GPU, run: kvdash live --demo"
 
 
@@ -25,8 +51,7 @@ def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int,  # type: i
     if demo:
         from kvdash.sources.demo import DemoProfile, DemoSource
 
-        if gpus < 1 or gpus > 64:
-            raise InputError("--gpus", gpus, "expected 1 to 64 demo GPUs")
+        check_demo_gpus(gpus)
         return DemoSource(seed=seed, profile=DemoProfile(gpus=gpus))
     try:
         if replay:
@@ -46,62 +71,46 @@ def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int,  # type: i
 
 
 def live(
-    demo: Annotated[bool, Opt("--demo", help="Simulated GPUs (8 x H200 running a TP-8 engine), no GPU needed.")] = False,
-    replay: Annotated[Optional[Path], Opt(help="Play back snapshots recorded by kvdash record.")] = None,
-    engine: Annotated[Optional[str], Opt(help="A vLLM or SGLang Prometheus endpoint, e.g. localhost:8000.")] = None,
-    engine_timeout: Annotated[float, Opt(help="Seconds one engine scrape may take in all (connect + read + parse).")] = 2.0,
-    model: Annotated[str, Opt("--model", "-m", help="Model preset (kvdash models).")] = "llama-3.1-70b",
-    config: Annotated[Optional[Path], Opt(help="A config.json instead of a preset.")] = None,
-    kv_dtype: Annotated[str, Opt(help="KV dtype.")] = "bf16",
-    block_size: Annotated[int, Opt(help="Tokens per block.")] = 16,
-    tp: Annotated[int, Opt(help="Tensor-parallel degree: the first TP readable GPUs are the ranks.")] = 8,
-    gpu_util: Annotated[str, Opt(help="vLLM gpu_memory_utilization for the derived budget (vLLM 0.33 itself defaults to 0.92; live keeps 0.9, the figure its fleet comparisons are worked at).")] = "0.9",
-    weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model (default: the preset's estimate).")] = None,
-    reserve: Annotated[str, Opt(help="Runtime reserve per rank (activation peak, CUDA graphs); 'auto': a kvdash calibrate entry, else published terms.")] = "0",
-    budget: Annotated[Optional[str], Opt(help="An explicit KV budget per rank (implies --budget-mode explicit).")] = None,
-    budget_mode: Annotated[Optional[str], Opt(help="vllm (from each GPU's total), explicit, or engine. Default: explicit when --budget is given, else vllm.")] = None,
-    length: Annotated[str, Opt(help="Tokens per request, or a mix such as 200,825,1525.")] = "2048",
-    max_reserved: Annotated[int, Opt(help="Contiguous reservation per request.")] = 8192,
+    demo: DemoOpt = False,
+    replay: Annotated[Optional[Path], Opt(help="Play back snapshots recorded by kvdash record. Default: none (NVML).")] = None,
+    engine: Annotated[Optional[str], Opt(help="A vLLM or SGLang Prometheus endpoint, e.g. localhost:8000. Default: none.")] = None,
+    engine_timeout: EngineTimeoutOpt = 2.0,
+    model: ModelOpt = D.LIVE_MODEL,
+    config: ConfigOpt = None,
+    kv_dtype: KvDtypeOpt = D.KV_DTYPE,
+    block_size: BlockSizeOpt = str(D.BLOCK_SIZE),
+    tp: TpOpt = D.LIVE_TP,
+    gpu_util: GpuUtilOpt = None,
+    weights: WeightsOpt = None,
+    reserve: ReserveOpt = D.RESERVE,
+    budget: BudgetOpt = None,
+    budget_mode: BudgetModeOpt = None,
+    length: LengthsOpt = str(D.LENGTH),
+    max_reserved: MaxReservedOpt = None,
     interval: Annotated[float, Opt(help=f"Seconds between polls (at least {MIN_INTERVAL}).")] = 1.0,
     once: Annotated[bool, Opt("--once", help="Print one snapshot as tables and exit.")] = False,
     as_json: Annotated[bool, Opt("--json", help="Print one snapshot as JSON and exit.")] = False,
-    seed: Annotated[int, Opt(help="Seed of the demo.")] = 7,
-    gpus: Annotated[int, Opt(help="Number of demo GPUs.")] = 8,
+    seed: SeedOpt = 7,
+    gpus: GpusOpt = 8,
     snapshot_dir: Annotated[Path, Opt(help="Where the s key writes snapshots.")] = Path("."),
     simulate: Annotated[Optional[str], Opt(help="Draw the block map from a running simulation: paged, max, pow2 or "
-                                                "oracle (blocks fill, tails, preemption, fragmentation).")] = None,
+                                                "oracle (blocks fill, tails, preemption, fragmentation). Default: "
+                                                "none (the analytical map).")] = None,
     prometheus: Annotated[Optional[str], Opt(help="Fleet view: hosts, GPUs and engines from a Prometheus server "
-                                                  "(http://HOST:9090).")] = None,
+                                                  "(http://HOST:9090). Default: none (this machine).")] = None,
 
     max_file_size: Annotated[str, Opt(help="Largest --replay file read (streamed line by line).")] = "256MiB",
 ) -> None:
     """Live GPU memory beside the analytical KV pool (a Textual dashboard; --once/--json for scripts)."""
-    from kvdash.core.model import load_config
-    from kvdash.live.analysis import LiveConfig, analyze
+    from kvdash.live.analysis import analyze
     from kvdash.sources.engine import fetch, from_snapshot
     from kvdash.units import parse_size
 
-    if interval < MIN_INTERVAL:
-        raise InputError("--interval", interval, f"at least {MIN_INTERVAL} seconds")
-    mode = budget_mode or ("explicit" if budget else "vllm")
-    cfg = LiveConfig(
-        model=model, arch=load_config(config) if config else None, kv_dtype=kv_dtype, block_size=block_size, tp=tp,
-        gpu_util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None,
-        reserve=0 if reserve.strip().lower() == "auto" else parse_size(reserve, "--reserve", allow_zero=True),
-        budget_mode=mode,
-        budget=parse_size(budget, "--budget") if budget else None,
-        lengths=parse_lengths(length, "--length") or (2048,), max_reserved=max_reserved,
-    )
-    if reserve.strip().lower() == "auto":  # a kvdash calibrate entry, else the published terms
-        from dataclasses import replace
-
-        from kvdash.calibration import reserve_spec
-
-        got = reserve_spec(reserve, cfg.architecture(), None, tp, 1, 8192)
-        cfg = replace(cfg, reserve=got[0], reserve_basis=got[1])
-    cfg.validate()
-    if not 0.1 <= engine_timeout <= 60:
-        raise InputError("--engine-timeout", engine_timeout, "expected 0.1 to 60 seconds")
+    check_interval(interval)
+    check_engine_timeout(engine_timeout)
+    cfg = live_config(model, config, kv_dtype, block_size, tp, gpu_util, weights, reserve, budget, budget_mode,
+                      length, max_reserved)
+    mode = cfg.budget_mode
     if prometheus:  # the fleet view (kvdash/commands/fleet.py)
         if demo or replay or engine:
             raise InputError("--prometheus", prometheus, "give it without --demo, --replay or --engine")
@@ -159,6 +168,37 @@ def live(
         source.close()
 
 
+def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: str, tp: int,  # type: ignore[no-untyped-def]
+                gpu_util: Optional[str], weights: Optional[str], reserve: str, budget: Optional[str],
+                budget_mode: Optional[str], length: str, max_reserved: Optional[int]):
+    """live's and exporter's analytical-pool options as a LiveConfig, validated the same way for both."""
+    from kvdash.core.model import load_config
+    from kvdash.live.analysis import LiveConfig
+    from kvdash.units import parse_fraction, parse_size
+
+    size = parse_block_size(block_size)  # checked before the model is read, as calc does
+    gpu_util = D.GPU_UTIL if gpu_util is None else gpu_util
+    parse_fraction(gpu_util, "--gpu-util")
+    cfg = LiveConfig(model=model, arch=load_config(config) if config else None, kv_dtype=kv_dtype, tp=tp,
+                     gpu_util=gpu_util)
+    arch = cfg.architecture()
+    lengths = parse_lengths(length, "--length") or (D.LENGTH,)
+    cfg = replace(
+        cfg, arch=cfg.arch, block_size=block_size_of(size, arch),
+        weights=parse_size(weights, "--weights", allow_zero=True) if weights else None,
+        reserve=0 if reserve.strip().lower() == "auto" else parse_size(reserve, "--reserve", allow_zero=True),
+        budget_mode=budget_mode or ("explicit" if budget else "vllm"), budget=parse_budget(budget),
+        lengths=lengths, max_reserved=D.reservation(arch.max_context, *lengths) if max_reserved is None else max_reserved,
+    )
+    if reserve.strip().lower() == "auto":  # a kvdash calibrate entry, else the published terms
+        from kvdash.calibration import reserve_spec
+
+        got = reserve_spec(reserve, arch, None, tp, 1, D.MAX_BATCHED_TOKENS)
+        cfg = replace(cfg, reserve=got[0], reserve_basis=got[1])
+    cfg.validate()
+    return cfg
+
+
 def check_snapshot_dir(path: Path) -> None:
     """--snapshot-dir must be a writable folder before the dashboard starts (the s key writes there)."""
     import os
@@ -173,14 +213,15 @@ def check_snapshot_dir(path: Path) -> None:
 
 def record(
     out: Annotated[Path, Opt(help="JSON-lines file to write (appended).")],
-    interval: Annotated[float, Opt(help="Seconds between snapshots.")] = 1.0,
+    interval: Annotated[float, Opt(help=f"Seconds between snapshots (at least {MIN_INTERVAL}).")] = 1.0,
     count: Annotated[int, Opt(help="Number of snapshots.")] = 10,
-    demo: Annotated[bool, Opt("--demo", help="Record the demo instead of NVML.")] = False,
-    seed: Annotated[int, Opt(help="Seed of the demo.")] = 7,
+    demo: DemoOpt = False,
+    seed: SeedOpt = 7,
+    gpus: GpusOpt = 8,
 ) -> None:
     """Record GPU snapshots as JSON lines, for kvdash live --replay."""
-    if interval < MIN_INTERVAL:
-        raise InputError("--interval", interval, f"at least {MIN_INTERVAL} seconds")
+    check_interval(interval)
+    check_demo_gpus(gpus)
     if count < 1:
         raise InputError("--count", count, "expected a positive integer")
     import os
@@ -188,7 +229,7 @@ def record(
 
     if out.exists() and not stat.S_ISREG(os.stat(out).st_mode):  # a FIFO would block the open; a folder fails
         raise InputError("--out", str(out), "expected a regular file (appended) or a new file")
-    source = _source(demo, None, seed, 8)
+    source = _source(demo, None, seed, gpus)
     try:
         with out.open("a", encoding="utf-8") as fh:
             for i in range(count):

@@ -8,6 +8,23 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvdash import defaults as D
+from kvdash.commands.common import (
+    BlockSizeOpt,
+    BudgetOpt,
+    ConfigOpt,
+    GpuOpt,
+    GpuUtilOpt,
+    KvDtypeOpt,
+    MaxReservedOpt,
+    ModelOpt,
+    ReserveOpt,
+    TpOpt,
+    WeightsOpt,
+    block_size_of,
+    parse_block_size,
+    parse_budget,
+)
 from kvdash.errors import InputError
 from kvdash.simulate.lengths import parse_lengths_spec
 
@@ -22,32 +39,32 @@ HARD_MAX_REQUESTS = 50_000_000  # about 2 GB of arrays per policy
 
 
 def simulate(
-    model: Annotated[str, Opt("--model", "-m", help="Model preset.")] = "opt-13b",
-    config: Annotated[Optional[Path], Opt(help="A config.json instead of a preset.")] = None,
-    kv_dtype: Annotated[str, Opt(help="KV dtype.")] = "fp16",
-    block_size: Annotated[int, Opt(help="Tokens per block (paged policies).")] = 16,
-    budget: Annotated[Optional[str], Opt(help="KV budget per rank: 12GiB, 80GB, 512MiB. Default 12GiB unless --gpu is given.")] = None,
-    gpu: Annotated[Optional[str], Opt(help="GPU preset (kvdash gpus): derive the budget as calc does.")] = None,
-    gpu_util: Annotated[Optional[str], Opt(help="Fraction of GPU memory for the engine (with --gpu). Default: 0.92, vLLM 0.33's gpu_memory_utilization.")] = None,
-    weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model, split over --tp (with --gpu). Default: the preset's figure.")] = None,
-    reserve: Annotated[str, Opt(help="Runtime reserve per rank (with --gpu).")] = "0",
-    tp: Annotated[int, Opt(help="Tensor-parallel degree.")] = 1,
+    model: ModelOpt = D.MODEL,
+    config: ConfigOpt = None,
+    kv_dtype: KvDtypeOpt = D.KV_DTYPE,
+    block_size: BlockSizeOpt = str(D.BLOCK_SIZE),
+    budget: BudgetOpt = None,
+    gpu: GpuOpt = None,
+    gpu_util: GpuUtilOpt = None,
+    weights: WeightsOpt = None,
+    reserve: ReserveOpt = D.RESERVE,
+    tp: TpOpt = D.TP,
     workload: Annotated[str, Opt(help="sharegpt or alpaca (synthetic, shaped after the paper's datasets).")] = "sharegpt",
-    prompt: Annotated[Optional[str], Opt(help="Prompt lengths: fixed:N, uniform:A,B, lognormal:MEAN,SIGMA.")] = None,
-    output: Annotated[Optional[str], Opt(help="Output lengths, same forms.")] = None,
-    trace: Annotated[Optional[Path], Opt(help="CSV of prompt,output lengths (replaces --prompt/--output).")] = None,
+    prompt: Annotated[Optional[str], Opt(help="Prompt lengths: fixed:N, uniform:A,B, lognormal:MEAN,SIGMA. Default: the --workload preset's.")] = None,
+    output: Annotated[Optional[str], Opt(help="Output lengths, same forms. Default: the --workload preset's.")] = None,
+    trace: Annotated[Optional[Path], Opt(help="CSV of prompt,output lengths (replaces --prompt/--output). Default: none.")] = None,
     requests: Annotated[int, Opt(help=f"Requests to simulate (at most --max-requests, {MAX_REQUESTS:,} unless "
                                       "raised).")] = 2000,
     max_requests: Annotated[int, Opt(help=f"Upper bound of --requests (at most {HARD_MAX_REQUESTS:,}).")] = MAX_REQUESTS,
     rate: Annotated[float, Opt(help="Poisson arrivals per step.")] = 0.5,
     rates: Annotated[Optional[str], Opt(help="A:B:N: also sweep N rates from A to B and report each policy's "
-                                             "normalized latency and capacity at --latency-bound.")] = None,
+                                             "normalized latency and capacity at --latency-bound. Default: none (one rate, --rate).")] = None,
     latency_bound: Annotated[float, Opt(help="Normalized latency bound for --rates, steps per output token "
                                              "(1.0 is an unloaded pool).")] = 2.0,
-    concurrency: Annotated[Optional[int], Opt(help="Closed loop: keep this many requests in the system instead.")] = None,
+    concurrency: Annotated[Optional[int], Opt(help="Closed loop: keep this many requests in the system instead. Default: none (Poisson arrivals at --rate).")] = None,
     prefix: Annotated[int, Opt(help="Tokens of a prompt prefix all requests share (stored once by paged-prefix; "
                                     "paged on the same requests is the no-sharing baseline).")] = 0,
-    max_len: Annotated[Optional[int], Opt("--max-reserved", help="Maximum sequence length: the reservation per request under Max (as calc's --max-reserved). Default: 2048.")] = None,
+    max_reserved: MaxReservedOpt = None,
     max_len_old: Annotated[Optional[int], Opt("--max-len", hidden=True, help="Old name of --max-reserved.")] = None,
     clip: Annotated[bool, Opt("--clip", help="Cut requests longer than --max-reserved instead of refusing them "
                                              "(the output says how many).")] = False,
@@ -64,10 +81,9 @@ def simulate(
     """Simulate KV pool occupancy over time under contiguous and paged allocation."""
     from kvdash.commands.common import pick_alias
 
-    max_len = pick_alias(max_len, max_len_old, "--max-reserved", "--max-len")  # type: ignore[assignment]
-    max_len = 2048 if max_len is None else max_len
+    max_len: int | None = pick_alias(max_reserved, max_len_old, "--max-reserved", "--max-len")  # type: ignore[assignment]
     from kvdash.core.calc import BudgetSpec, rank_shapes, resolve_budget
-    from kvdash.core.model import load_config, load_preset
+    from kvdash.core.model import load_config, resolve_model
     from kvdash.simulate.engine import PAPER_FIG2, POLICIES, PRESETS, Lengths, draw_requests, read_trace
     from kvdash.simulate.engine import simulate as run
     from kvdash.units import parse_size
@@ -87,14 +103,13 @@ def simulate(
         raise InputError("--watermark", watermark, "expected a fraction from 0 to below 1")
     if trace_every < 0:
         raise InputError("--trace-every", trace_every, "expected 0 (no trace) or a positive number of steps")
-    if max_len < 2:
+    size = parse_block_size(block_size)
+    if max_len is not None and max_len < 2:
         raise InputError("--max-reserved", max_len, "expected at least 2")
-    if not 1 <= block_size <= max_len:
-        raise InputError("--block-size", _short(block_size), f"expected 1 to --max-reserved ({max_len:,}) tokens")
     if concurrency is not None and concurrency < 1:
         raise InputError("--concurrency", concurrency, "expected a positive integer")
-    if prefix < 0 or prefix >= max_len:
-        raise InputError("--prefix", prefix, f"expected 0 to {max_len - 1} tokens")
+    if prefix < 0:
+        raise InputError("--prefix", prefix, "expected 0 to --max-reserved - 1 tokens")
     chosen = [p.strip() for p in policies.split(",") if p.strip()]
     if not chosen:
         raise InputError("--policies", policies, "expected some of: " + ", ".join(POLICIES))
@@ -108,17 +123,24 @@ def simulate(
         sweep = parse_rates(rates)
         if concurrency is not None:
             raise InputError("--rates", rates, "sweeps Poisson rates; drop --concurrency")
-    arch = load_config(config) if config else load_preset(model)
+    arch = load_config(config) if config else resolve_model(model)
+    max_len = D.reservation(arch.max_context) if max_len is None else max_len
+    block_size = block_size_of(size, arch)
+    if not 1 <= block_size <= max_len:
+        raise InputError("--block-size", _short(block_size), f"expected 1 to --max-reserved ({max_len:,}) tokens")
     shape = rank_shapes(arch, kv_dtype, "tensor", tp, 1, block_size)[0]
     if shape.groups != 1 or shape.window_groups or shape.state_bytes:
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
     from kvdash.commands.calc import check_budget_options, warn
 
     notes = check_budget_options(budget, gpu, None, gpu_util, "vllm", weights, reserve)
-    b = resolve_budget(BudgetSpec(
-        bytes=parse_size(budget, "--budget") if budget is not None else None,  # neither: the 12 GiB default
-        gpu=gpu, util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None,
-        reserve=parse_size(reserve, "--reserve", allow_zero=True)), arch, tp, 1)["per_rank_bytes"]
+    from kvdash.calibration import reserve_spec, with_reserve
+
+    spec = BudgetSpec(
+        bytes=parse_budget(budget),  # neither: the 12 GiB default
+        gpu=gpu, util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None)
+    spec = with_reserve(spec, reserve_spec(reserve, arch, gpu, tp, 1, D.MAX_BATCHED_TOKENS))
+    b = resolve_budget(spec, arch, tp, 1)["per_rank_bytes"]
     for line in notes:
         warn(line)
     capacity = b // shape.bytes_per_token
@@ -272,6 +294,8 @@ def _print_capacity(console, cap) -> None:  # type: ignore[no-untyped-def]
         table.add_row(f"{rate:.4g}", *(f"{cap.latency[p][k]:,.2f}" for p in cap.latency))
     table.add_row("capacity", *("-" if cap.capacity[p] is None else f"{cap.capacity[p]:.4g}" for p in cap.latency))
     print_tables([table])
-    ratios = ", ".join(f"{k} {'-' if v is None else f'{v:.2f}x'}" for k, v in cap.ratios.items())
+    from kvdash.units import ratio_text
+
+    ratios = ", ".join(f"{k} {ratio_text(v)}" for k, v in cap.ratios.items())
     console.print(f"Ratios at the bound: {ratios or '-'}. [dim]{LABEL}; the paper's Fig. 12 states 2-4x against "
                   "Orca at the same latency, measured on GPUs.[/dim]")

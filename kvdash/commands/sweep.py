@@ -120,8 +120,10 @@ def diff(
     base: Annotated[Path, typer.Argument(metavar="BASE", help="Base results.csv or report folder.")],
     head: Annotated[Path, typer.Argument(metavar="HEAD", help="Head results.csv or report folder.")],
     grid: Annotated[Optional[Path], Opt(help="The head grid file: its gates are compared (and serve the base too "
-                                             "unless --base-grid is given), and settings results.csv lacks.")] = None,
-    base_grid: Annotated[Optional[Path], Opt(help="The base grid file (e.g. from git show BASE:sweeps/x.yaml).")] = None,
+                                             "unless --base-grid is given), and settings results.csv lacks. "
+                                             "Default: none (no gates compared).")] = None,
+    base_grid: Annotated[Optional[Path], Opt(help="The base grid file (e.g. from git show BASE:sweeps/x.yaml). "
+                                                  "Default: --grid.")] = None,
     limit: Annotated[int, Opt(help="At most this many rows in each table.")] = 200,
     max_chars: Annotated[int, Opt(help="The text stays below this many characters (GitHub's comment limit).")] = 65_535,
     title: Annotated[Optional[str], Opt(help="Name in the heading (default: the head folder's name).")] = None,

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from kvdash import __version__
+from kvdash import __version__, defaults
 from kvdash.core import formulas as f
 from kvdash.core import limits
 from kvdash.core.dtypes import SCALE_BYTES, check_scale_mode, fp8_ds_mla_token_bytes, get_dtype
@@ -28,10 +28,10 @@ from kvdash.core.state import state_page_bytes
 from kvdash.errors import InputError
 from kvdash.units import GiB, human_bytes, parse_fraction, scale_floor
 
-DEFAULT_BUDGET = 12 * GiB  # the tutorial's declared KV budget
+DEFAULT_BUDGET = defaults.BUDGET_BYTES  # the tutorial's declared KV budget (12 GiB)
 VLLM_VERSION = "0.33"  # the vLLM release whose rules kvdash mirrors
 # default memory fraction per policy: vLLM 0.33's gpu_memory_utilization, TensorRT-LLM's free_gpu_memory_fraction
-DEFAULT_UTIL = {"vllm": "0.92", "trtllm": "0.9"}
+DEFAULT_UTIL = defaults.UTIL_BY_POLICY
 TP_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -376,19 +376,19 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, stric
 @dataclass(frozen=True)
 class CalcInput:
     arch: Architecture
-    kv_dtype: str = "bf16"
+    kv_dtype: str = defaults.KV_DTYPE
     kv_scales: str = "tensor"
-    block_size: int | str = 16  # tokens per block requested, or "auto" (vLLM 0.33's choice on Hopper)
+    block_size: int | str = defaults.BLOCK_SIZE  # tokens per block requested, or "auto" (vLLM 0.33's choice)
     budget: BudgetSpec = BudgetSpec()
-    tp: int = 1
-    pp: int = 1
-    used: int = 825
-    max_reserved: int = 2048
+    tp: int = defaults.TP
+    pp: int = defaults.PP
+    used: int = defaults.LENGTH
+    max_reserved: int = defaults.RESERVATION
     final: int | None = None  # final length for Pow2/Oracle; default: used
     group: tuple[int, ...] | None = None
     prefix: int = 0  # tokens of a prompt prefix every request shares
     max_model_len: int | None = None  # vLLM view; default: max_reserved
-    max_batched_tokens: int = 8192  # vLLM max_num_batched_tokens (chunked prefill)
+    max_batched_tokens: int = defaults.MAX_BATCHED_TOKENS  # vLLM max_num_batched_tokens (chunked prefill)
     target: int | None = None  # planning: requests that must fit
     prefix_caching: bool = True  # vLLM 0.33's default; puts state layers in mamba_cache_mode 'align'
 

@@ -92,3 +92,25 @@ def check_int(field: str, value: object, low: int | None = None, high: int | Non
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise InputError(field, value, allowed_text(lo, hi))
     return value
+
+
+def parse_block_size(value: str | int, field: str = "--block-size") -> int | str:
+    """The one parser of ``--block-size`` (calc, live, exporter, simulate) and the grid's ``block_size``:
+    ``"16"`` or 16 -> 16; ``"auto"`` stays ``"auto"`` (vLLM 0.33's choice for the model:
+    ``kvdash.core.calc.auto_block_size``); anything else one error line naming the range.
+
+    >>> parse_block_size("16"), parse_block_size(32), parse_block_size(" Auto ")
+    (16, 32, 'auto')
+    """
+    allowed = f"expected 'auto' or a whole number of tokens from 1 to {MAX_BLOCK_SIZE:,}"
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise InputError(field, value, allowed)
+    text = str(value).strip().lower()
+    if text == "auto":
+        return "auto"
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:  # 18 digits: no 4,300-digit int()
+        raise InputError(field, value, allowed)
+    try:
+        return check_int(field, int(text), low=1, high=MAX_BLOCK_SIZE)
+    except InputError as exc:
+        raise InputError(field, value, allowed) from exc

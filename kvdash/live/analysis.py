@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvdash import defaults
 from kvdash.core import formulas as f
 from kvdash.core.calc import BudgetSpec, CalcInput, evaluate, rank_shapes, resolve_budget
-from kvdash.core.model import Architecture, load_preset
+from kvdash.core.model import Architecture, resolve_model
 from kvdash.core.point import group_size_problem
 from kvdash.errors import InputError
 from kvdash.sources.base import Snapshot
@@ -23,22 +24,22 @@ BUDGET_MODES = ("vllm", "explicit", "engine")
 
 @dataclass(frozen=True)
 class LiveConfig:
-    model: str = "llama-3.1-70b"
-    arch: Architecture | None = None  # from --config; else the preset named by model
-    kv_dtype: str = "bf16"
-    block_size: int = 16
-    tp: int = 8
-    gpu_util: str = "0.9"  # vLLM 0.33 defaults to 0.92; the fleet comparisons are worked at 0.9
+    model: str = defaults.LIVE_MODEL  # the engine --demo runs (kvdash/defaults.py: the one exception)
+    arch: Architecture | None = None  # from --config; else the preset (or config.json path) named by model
+    kv_dtype: str = defaults.KV_DTYPE
+    block_size: int = defaults.BLOCK_SIZE
+    tp: int = defaults.LIVE_TP
+    gpu_util: str = defaults.GPU_UTIL  # vLLM 0.33's gpu_memory_utilization
     weights: int | None = None
     reserve: int = 0
     reserve_basis: str = ""  # '' = given as a size; else where --reserve auto took it from
     budget_mode: str = "vllm"
     budget: int | None = None
-    lengths: tuple[int, ...] = (2048,)
-    max_reserved: int = 8192
+    lengths: tuple[int, ...] = (defaults.LENGTH,)
+    max_reserved: int = defaults.RESERVATION
 
     def architecture(self) -> Architecture:
-        return self.arch or load_preset(self.model)
+        return self.arch or resolve_model(self.model)
 
     def validate(self) -> None:
         if self.budget_mode not in BUDGET_MODES:

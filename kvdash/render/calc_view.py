@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import IO, Any
 
 from kvdash.render.table import Styled, Table, print_tables
-from kvdash.units import human_bytes
+from kvdash.units import human_bytes, ratio_text
 
 
 def b(n: int) -> str:
@@ -18,7 +18,7 @@ def b(n: int) -> str:
 
 
 def ratio(x: float | None) -> str:
-    return "n/a (no contiguous request fits)" if x is None else f"{x:.4f}x"
+    return ratio_text(x, "n/a (no contiguous request fits)")
 
 
 def _kv(title: str, rows: list[tuple[str, str, str]]) -> Table:

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from kvdash.live.analysis import FREE, RESERVED, TAIL, TOKENS
 from kvdash.sources.base import GPUReading, Snapshot
-from kvdash.units import gib_text
+from kvdash.units import gib_text, ratio_text
 
 SPARKS = "▁▂▃▄▅▆▇█"
 CELL_STYLE = {TOKENS: ("█", "green"), TAIL: ("█", "yellow"), RESERVED: ("▒", "red"), FREE: ("·", "grey50"),
@@ -307,7 +307,7 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
           if kv.get("state_bytes_per_request") else []),
         (f"requests of {lengths} tokens, paged", f"{kv['paged_requests']:,}", ""),
         (f"contiguous (reserve {kv['max_reserved']:,})", f"{kv['contiguous_requests']:,}", ""),
-        ("paged / contiguous", "n/a" if kv["ratio"] is None else f"{kv['ratio']:.2f}x (capacity, not throughput)", ""),
+        ("paged / contiguous", ratio_text(kv["ratio"], "n/a", "x (capacity, not throughput)"), ""),
         ("blocks left at capacity", f"{kv['headroom_blocks']:,} (shared out: "
                                     f"+{kv['headroom_tokens_per_request']:,} tokens per request)", ""),
     ]
@@ -341,7 +341,7 @@ def kv_summary(kv: dict[str, Any]) -> Text:
     out.append("KV pool ", style="bold")
     out.append(f"{kv['model']} {kv['kv_dtype']} B={kv['block_size']} TP {kv['tp']}: {kv['pool_blocks']:,} blocks = "
                f"{kv['token_slots']:,} tokens/rank\n")
-    ratio = "" if kv["ratio"] is None else f": {kv['ratio']:.2f}x"
+    ratio = "" if kv["ratio"] is None else f": {ratio_text(kv['ratio'])}"
     out.append("fit     ", style="bold")
     out.append(f"{kv['paged_requests']:,} x {lengths} tokens paged, {kv['contiguous_requests']:,} contiguous "
                f"(reserve {kv['max_reserved']:,}){ratio}\n")

@@ -30,7 +30,7 @@ from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
 from kvdash.sweep.evaluate import DEFAULTS, Expanded
 from kvdash.sweep.gates import bounds_text, evaluate_gates, passing_expr, scope_expr, slack_expr
 from kvdash.sweep.gridfile import GridSpec
-from kvdash.units import GiB, gib_text
+from kvdash.units import RATIO_DECIMALS, GiB, gib_text, ratio_text
 
 HEADLINE_ALL = 16  # grids up to this many points are listed whole
 HEADLINE_EACH = 6  # else the top and bottom this many by the objective
@@ -78,7 +78,7 @@ def cell(col: str, value: Any) -> str:
     if col == "budget_bytes":
         return gib(value)
     if col == "request_capacity_ratio":
-        return "-" if value is None else f"{value:.3f}x"
+        return ratio_text(value)
     if col == "paged_requests_per_gpu":
         return "-" if value is None else f"{value:,.1f}"
     if col.endswith("_percent"):
@@ -271,9 +271,10 @@ def _mechanism(spec: GridSpec, df: pl.DataFrame) -> str:
         w = spec.workloads[r["workload"]]
         held = statistics.fmean(w.lengths)
         computed = "no contiguous fit" if r["lo"] is None else (
-            f"{r['lo']:.2f}x" if round(r["lo"], 2) == round(r["hi"], 2) else
-            f"{r['lo']:.2f}x to {r['hi']:.2f}x, median {r['med']:.2f}x")
-        parts.append(f"{w.name} {w.max_reserved:,} / {held:,.0f} = {w.max_reserved / held:.2f} (computed {computed})")
+            ratio_text(r["lo"]) if ratio_text(r["lo"]) == ratio_text(r["hi"]) else
+            f"{ratio_text(r['lo'])} to {ratio_text(r['hi'])}, median {ratio_text(r['med'])}")
+        parts.append(f"{w.name} {w.max_reserved:,} / {held:,.0f} = {ratio_text(w.max_reserved / held, suffix='')} "
+                     f"(computed {computed})")
     return ("Paged / contiguous capacity is about reservation / tokens held, because contiguous Max stores every "
             "request's whole reservation and paging only the blocks it fills: " + "; ".join(parts) + ".")
 
@@ -375,7 +376,7 @@ def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, 
             continue
         cells: dict[Any, dict[str, str]] = {}
         for r in stats.iter_rows(named=True):
-            ratio = "" if r["ratio"] is None else f" ({r['ratio']:.2f}x)"
+            ratio = "" if r["ratio"] is None else f" ({ratio_text(r['ratio'])})"
             cells.setdefault(r[col], {})[str(r["workload"])] = f"{r['med']:,.0f}{ratio}"
         rows = [[cell(col, v), *[cells[v].get(w, "-") for w in workloads]] for v in values.to_list()]
         tables.append({"dimension": "GPU" if col == "gpu" else HEADERS[col], "rows": rows})
@@ -649,7 +650,7 @@ def _simulation(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
         med_rate = {pol: df.select(pl.col(column(pol, "capacity_rate")).median()).item() for pol in sim.policies}
         cap_rows = [[pol, "-" if med_rate[pol] is None else f"{med_rate[pol]:.4g}",
                      "-" if head is None or pol == head or not med_rate[pol] or med_rate[head] is None
-                     else f"{med_rate[head] / med_rate[pol]:.2f}x"] for pol in sim.policies]
+                     else ratio_text(med_rate[head] / med_rate[pol])] for pol in sim.policies]
         capacity = {"rows": cap_rows, "head": head or "-", "bound": f"{sim.latency_bound:g}", "label": LABEL,
                     "rates": f"{len(sim.rates)} rates from {sim.rates[0]:.4g} to {sim.rates[-1]:.4g} requests per step"}
     return {"rows": rows, "setup": setup, "meaning": meaning, "notes": notes, "capacity": capacity}
@@ -829,8 +830,8 @@ def write_charts(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
         "requests that fit at once (snapshot)" + (", log scale" if log else ""),
         title=note[0].upper() + note[1:] if note else "", log=log))
 
-    # 2. capacity ratio per model, beside the "universal 4-5x" band (distinct ratios to 3 decimals)
-    ratios = df.lazy().select("model", pl.col("request_capacity_ratio").round(3).alias("r")).drop_nulls() \
+    # 2. capacity ratio per model, beside the "universal 4-5x" band (distinct ratios to RATIO_DECIMALS decimals)
+    ratios = df.lazy().select("model", pl.col("request_capacity_ratio").round(RATIO_DECIMALS).alias("r")).drop_nulls() \
         .unique().collect().with_columns(pl.col("model").cast(pl.Utf8)).sort(["model", "r"])
     models = [str(m) for m in df.get_column("model").unique(maintain_order=True).to_list()]
     grouped = {m: [] for m in models} | {m: list(v) for m, v in ratios.group_by("model").agg("r").iter_rows()}

@@ -38,7 +38,7 @@ import polars as pl
 from kvdash.errors import InputError
 from kvdash.errors import clip as shorten
 from kvdash.report.markdown import md
-from kvdash.units import GiB
+from kvdash.units import RATIO_DECIMALS, GiB, ratio_text
 
 GITHUB_LIMIT = 65_536  # characters GitHub accepts in one comment
 MAX_ROWS = 2_000_000  # kvdash sweep's default --max-points
@@ -180,7 +180,7 @@ def _fmt(col: str, v: str | None) -> str:
     if col == "budget_bytes":
         return f"{x / GiB:,.2f}"
     if col == "request_capacity_ratio":
-        return f"{x:.3f}x"
+        return ratio_text(x)
     if x.is_integer() and abs(x) < 2**53 and "." not in str(v):
         return f"{int(x):,}"
     return f"{x:,.4f}".rstrip("0").rstrip(".")
@@ -196,7 +196,7 @@ def _delta(col: str, old: str | None, new: str | None) -> str:
     if col == "budget_bytes":
         dd = f"{d / GiB:+,.2f}"
     elif col == "request_capacity_ratio":
-        dd = f"{d:+.3f}"
+        dd = f"{d:+.{RATIO_DECIMALS}f}"
     elif d.is_integer():
         dd = f"{int(d):+,}"
     else:

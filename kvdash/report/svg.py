@@ -11,6 +11,8 @@ import math
 from collections.abc import Sequence
 from html import escape
 
+from kvdash.units import ratio_text
+
 FONT = 11  # px
 CHAR_W = 6.3  # average glyph width at FONT px (sans-serif), for the left margin
 ROW = 22  # px per label row
@@ -166,7 +168,7 @@ def strip_chart(labels: Sequence[str], points: Sequence[Sequence[float]], xlabel
     for i, row in enumerate(points):
         for v in row:
             c.parts.append(f'<circle cx="{_num(pos(v))}" cy="{_num(c.y(i) + ROW / 2)}" r="3.5" fill="#2b6cb0">'
-                           f"<title>{v:.3f}</title></circle>")
+                           f"<title>{ratio_text(v, suffix='')}</title></circle>")
     return c.svg()
 
 

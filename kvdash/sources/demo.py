@@ -2,9 +2,10 @@
 
 The default is an 8 x H200 host running one tensor-parallel-8 engine the way vLLM lays memory out:
 each rank holds its weight shard, a runtime reserve (activation peak, CUDA graphs) and a KV pool
-sized to ``gpu_memory_utilization``.  Utilization, power and temperature move with a seeded random
-walk; a side job on some GPUs grows and shrinks so the memory history moves; the engine's metrics
-(KV usage, running and waiting requests) move with the load.
+sized to ``gpu_memory_utilization`` (vLLM 0.33's default, 0.92, the same default kvdash uses).
+Utilization, power and temperature move with a seeded random walk; a side job on some GPUs grows and
+shrinks so the memory history moves; the engine's metrics (KV usage, running and waiting requests) move
+with the load.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from kvdash import defaults
 from kvdash.sources.base import GPUReading, ProcessReading, Snapshot
 
 H200_BYTES = 143_771 * 2**20  # what NVML reports on an H200
@@ -27,7 +29,7 @@ class DemoProfile:
     gpu_name: str = "NVIDIA H200 (demo)"
     weights_per_rank: int = 17_650_000_000  # Llama-3.1-70B bf16 over 8 ranks, estimated
     runtime_reserve: int = 4 * GiB + 512 * MiB  # activation peak + CUDA graphs, as profiled by an engine
-    utilization: float = 0.9
+    utilization: float = float(defaults.GPU_UTIL)  # vLLM 0.33's gpu_memory_utilization default, as kvdash's
     block_size: int = 16
     block_bytes: int = 16 * 40_960  # Llama-3.1-70B bf16 at TP 8: 40,960 B/token per rank
     engine_pid: int = 4242

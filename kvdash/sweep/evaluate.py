@@ -16,8 +16,9 @@ from typing import Any
 
 import polars as pl
 
+from kvdash import defaults as D
 from kvdash.core import formulas as f
-from kvdash.core.calc import BudgetSpec, PoolShape, check_positive, rank_shapes, resolve_budget
+from kvdash.core.calc import BudgetSpec, PoolShape, auto_block_size, check_positive, rank_shapes, resolve_budget
 from kvdash.core.model import Architecture
 from kvdash.core.point import capacity_metrics, request_metrics, shape_inputs
 from kvdash.core.reserve import auto_reserve
@@ -27,10 +28,10 @@ from kvdash.sweep.gridfile import DIMENSIONS, GridSpec
 
 DEFAULT_MAX_POINTS = 2_000_000
 
-DEFAULTS: dict[str, Any] = {
-    "kv_dtype": "bf16", "kv_scales": "tensor", "block_size": 16, "budget": None, "gpu": None,
-    "gpu_memory": None, "gpu_util": "0.92", "util_policy": "vllm", "weights": None, "reserve": 0, "tp": 1,
-    "pp": 1, "max_model_len": None, "max_batched_tokens": 8192,
+DEFAULTS: dict[str, Any] = {  # a dimension the grid leaves out: kvdash/defaults.py, as every command
+    "kv_dtype": D.KV_DTYPE, "kv_scales": "tensor", "block_size": D.BLOCK_SIZE, "budget": None, "gpu": None,
+    "gpu_memory": None, "gpu_util": D.GPU_UTIL, "util_policy": "vllm", "weights": None, "reserve": int(D.RESERVE),
+    "tp": D.TP, "pp": D.PP, "max_model_len": None, "max_batched_tokens": D.MAX_BATCHED_TOKENS,
 }
 
 
@@ -179,18 +180,20 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     for key in req_ids.get_column("_shape").unique().sort().to_list():
         p = keys.decode(key, SHAPE_DIMS)
         arch = arch_of(p["model"])
+        # 'auto': vLLM 0.33's choice for the model, as --block-size auto
+        block_size = auto_block_size(arch)[0] if p["block_size"] == "auto" else p["block_size"]
         # the block size changes no layer arithmetic, except in hybrids (the block is aligned to the state page)
         base = (p["model"], p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"],
-                p["block_size"] if arch.is_hybrid else None)
+                block_size if arch.is_hybrid else None)
         try:
-            check_positive("block_size", p["block_size"])
+            check_positive("block_size", block_size)
             if base not in by_base:
                 by_base[base] = dominant_stage(rank_shapes(arch, p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"],
-                                                           p["block_size"]), "pp")
+                                                           block_size), "pp")
         except InputError as exc:
             raise InputError(f"{spec.path}: {point_label(p)}: {exc.field}", exc.value, exc.allowed,
                              exc.hint or "add an exclude: rule for it") from exc
-        stage = by_base[base] if arch.is_hybrid else replace(by_base[base], block_size=p["block_size"])
+        stage = by_base[base] if arch.is_hybrid else replace(by_base[base], block_size=block_size)
         weights_rank = f.weights_per_rank(arch.weight_bytes, p["tp"] * p["pp"])
         kv128 = f.contiguous_request_bytes(LONG_CONTEXT, stage.full_token_bytes, stage.window_token_bytes,
                                            stage.window, stage.state_bytes)

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from kvdash import defaults as D
 from kvdash import safeio, safeyaml
 from kvdash.core.point import group_size_problem
 from kvdash.errors import InputError, closest
@@ -20,15 +21,19 @@ from kvdash.sweep.columns import RESULT_COLUMNS
 TOP_KEYS = ("title", "description", "question", "objective", "models", "workloads", "defaults", "grid", "zip",
             "exclude", "claims", "gates", "simulate")
 SIMULATE_KEYS = ("workload", "prompt", "output", "requests", "rate", "concurrency", "prefix", "policies", "allocator",
-                 "max_len", "seed", "rates", "latency_bound", "watermark", "clip")
+                 "max_reserved", "seed", "rates", "latency_bound", "watermark", "clip")
 SIMULATE_MAX_POINTS = 500
 DIMENSIONS = ("model", "workload", "kv_dtype", "kv_scales", "block_size", "budget", "gpu", "gpu_memory",
               "gpu_util", "util_policy", "weights", "reserve", "tp", "pp", "max_model_len", "max_batched_tokens")
-INT_DIMS = ("block_size", "tp", "pp", "max_model_len", "max_batched_tokens")
+INT_DIMS = ("tp", "pp", "max_model_len", "max_batched_tokens")
 SIZE_DIMS = ("budget", "gpu_memory", "weights", "reserve")
 MODEL_KEYS = ("name", "preset", "config", "safetensors_index", "layers", "kv_heads", "head_dim", "head_dim_v",
               "attention_heads", "window", "max_context", "weights")
-WORKLOAD_KEYS = ("used", "max_reserved", "final", "lengths", "prefix", "description")
+WORKLOAD_KEYS = ("length", "max_reserved", "final", "group", "prefix", "description")
+# keys spelled as the CLI spells the concept (calc --length/--group, simulate --max-reserved); the old grid
+# keys still work for one release, with a one-line note on stderr
+OLD_WORKLOAD_KEYS = {"used": "length", "lengths": "group"}
+OLD_SIMULATE_KEYS = {"max_len": "max_reserved"}
 GATE_KEYS = ("name", "metric", "min", "max", "where")
 
 Path_ = tuple[Any, ...]
@@ -184,6 +189,16 @@ class GridSpec:
 class Checker:
     def __init__(self, tree: _Tree) -> None:
         self.tree = tree
+        self.old_keys: dict[tuple[str, str], list[str]] = {}  # (old key, new key) -> where, in file order
+
+    def note_old_keys(self) -> None:
+        """One line on stderr per old key the file uses (kept for one release): its first place and the count."""
+        import sys
+
+        for (_, new), places in self.old_keys.items():
+            more = f" (and {len(places) - 1} more)" if len(places) > 1 else ""
+            print(f"kvdash: note: {places[0]}{more} is the old name of {new} (kept for one release); write {new}:",
+                  file=sys.stderr)
 
     def fail(self, path: Path_, value: object, allowed: str, hint: str = "", key: bool = False) -> GridError:
         return GridError(self.tree.at(path, key), path, value, allowed, hint)
@@ -197,6 +212,24 @@ class Checker:
                     raise self.fail(path + (key,), key, "unknown key; allowed: " + ", ".join(keys),
                                     closest(key, keys), key=True)
         return value
+
+    def renamed(self, value: dict[str, Any], path: Path_, old_keys: dict[str, str]) -> dict[str, Any]:
+        """``value`` with each old key (kept one release) under its new name, remembered for
+        :meth:`note_old_keys`; an old and a new key together are an error. Positions follow the key, so errors
+        still point at it."""
+        out = dict(value)
+        for old, new in old_keys.items():
+            if old not in out:
+                continue
+            if new in out:
+                raise self.fail(path + (old,), old, f"is the old name of {new}; give only {new}", key=True)
+            out = {(new if k == old else k): v for k, v in out.items()}
+            for marks in (self.tree.marks, self.tree.key_marks):
+                for mark_path in [m for m in marks if m[:len(path) + 1] == path + (old,)]:
+                    marks[path + (new,) + mark_path[len(path) + 1:]] = marks[mark_path]
+            self.old_keys.setdefault((old, new), []).append(
+                f"{self.tree.at(path + (old,), key=True)}: {dotted(path + (old,))}")
+        return out
 
     def seq(self, value: Any, path: Path_, allow_scalar: bool = False) -> list[Any]:
         if isinstance(value, list):
@@ -256,6 +289,10 @@ class Checker:
                 return key
             if dim == "gpu_util":
                 return str(parse_fraction(value, dotted(path)))
+            if dim == "block_size":  # the one parser --block-size uses: 'auto' or tokens
+                from kvdash.core.limits import parse_block_size
+
+                return parse_block_size(value, dotted(path))
             if dim == "reserve" and str(value).strip().lower() == "auto":
                 return "auto"  # kvdash.core.reserve's published terms, per model/GPU/TP/PP
             if dim in SIZE_DIMS:
@@ -269,7 +306,8 @@ class Checker:
         raise self.fail(path, dim, "unknown dimension")  # pragma: no cover - callers check the name
 
 
-DEFAULT_WORKLOAD = Workload("tutorial-825", (825,), (825,), 2048, 0, "825 tokens held, 2,048 reserved")
+DEFAULT_WORKLOAD = Workload(f"tutorial-{D.LENGTH}", (D.LENGTH,), (D.LENGTH,), D.RESERVATION, 0,
+                            f"{D.LENGTH:,} tokens held, {D.RESERVATION:,} reserved")
 
 
 def parse_grid(path: Path, text: str | None = None) -> GridSpec:
@@ -316,29 +354,30 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
     workloads: dict[str, Workload] = {}
     for wname, wl in c.mapping(top.get("workloads", {}), ("workloads",)).items():
         p = ("workloads", wname)
-        wl = c.mapping(wl, p, WORKLOAD_KEYS)
-        if "lengths" in wl and "used" in wl:
-            raise c.fail(p, wname, "give either used (one request) or lengths (a group), not both")
-        if "lengths" in wl:
-            lengths = tuple(c.positive_int(v, p + ("lengths", j)) for j, v in
-                            enumerate(c.seq(wl["lengths"], p + ("lengths",))))
+        wl = c.mapping(c.renamed(c.mapping(wl, p), p, OLD_WORKLOAD_KEYS), p, WORKLOAD_KEYS)
+        if "group" in wl and "length" in wl:
+            raise c.fail(p, wname, "give either length (one request) or group (lengths packed whole), not both")
+        if "group" in wl:
+            lengths = tuple(c.positive_int(v, p + ("group", j)) for j, v in
+                            enumerate(c.seq(wl["group"], p + ("group",))))
             problem = group_size_problem(len(lengths))
             if problem:
-                raise c.fail(p + ("lengths",), len(lengths), problem)
+                raise c.fail(p + ("group",), len(lengths), problem)
             finals = lengths
             if "final" in wl:
-                raise c.fail(p + ("final",), wl["final"], "final applies to a single request (used:)")
+                raise c.fail(p + ("final",), wl["final"], "final applies to a single request (length:)")
         else:
-            used = c.positive_int(wl.get("used", 825), p + ("used",))
+            used = c.positive_int(wl.get("length", D.LENGTH), p + ("length",))
             final = c.positive_int(wl.get("final", used), p + ("final",))
             lengths, finals = (used,), (final,)
-        reserved = c.positive_int(wl.get("max_reserved", max(max(lengths), 2048)), p + ("max_reserved",))
+        # no cap by context: a workload spans the grid's models (each point checks its own context)
+        reserved = c.positive_int(wl.get("max_reserved", D.reservation(2**62, *lengths)), p + ("max_reserved",))
         prefix = c.positive_int(wl.get("prefix", 0), p + ("prefix",), allow_zero=True)
         for n, fin in zip(lengths, finals, strict=True):
             if n > reserved or fin > reserved:
                 raise c.fail(p + ("max_reserved",), reserved, f"must be at least every length ({max(n, fin)})")
             if fin < n:
-                raise c.fail(p + ("final",), fin, f"must be at least used ({n})")
+                raise c.fail(p + ("final",), fin, f"must be at least length ({n})")
         if prefix > min(lengths):
             raise c.fail(p + ("prefix",), prefix, f"must not exceed the shortest length ({min(lengths)})")
         workloads[str(wname)] = Workload(str(wname), lengths, finals, reserved, prefix,
@@ -467,6 +506,7 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
         if size > SIMULATE_MAX_POINTS:
             raise c.fail(("simulate",), f"{size:,} points",
                          f"a grid with simulate: may have at most {SIMULATE_MAX_POINTS} points")
+    c.note_old_keys()
     return GridSpec(path=path, text=text, simulate=sim, title=str(top.get("title", path.stem)),
                     question=str(top.get("question", "")), objective=objective,
                     description=str(top.get("description", "")), models=models, workloads=workloads,
@@ -480,7 +520,7 @@ def _simulate_section(c: Checker, raw: Any) -> SimSpec:
     from kvdash.simulate.lengths import parse_lengths_spec
 
     p: Path_ = ("simulate",)
-    sim = c.mapping(raw, p, SIMULATE_KEYS)
+    sim = c.mapping(c.renamed(c.mapping(raw, p), p, OLD_SIMULATE_KEYS), p, SIMULATE_KEYS)
     name = str(sim.get("workload", "sharegpt"))
     if name not in PRESETS:
         raise c.fail(p + ("workload",), name, "expected one of: " + ", ".join(PRESETS), closest(name, PRESETS))
@@ -538,5 +578,5 @@ def _simulate_section(c: Checker, raw: Any) -> SimSpec:
     w = replace(w, requests=requests, rate=float(rate), prefix=prefix, clip=clip,
                 arrival="closed" if concurrency else "poisson", concurrency=int(concurrency or 0))
     return SimSpec(workload=w, policies=policies, allocator=allocator,
-                   max_len=c.positive_int(sim.get("max_len", 2048), p + ("max_len",)),
+                   max_len=c.positive_int(sim.get("max_reserved", D.RESERVATION), p + ("max_reserved",)),
                    seed=seed, rates=rates, latency_bound=float(bound), watermark=float(watermark))

@@ -1,0 +1,48 @@
+"""The one default of each concept several commands share (issue 15): calc, live, exporter, simulate, record
+and the sweep grid read their defaults from here, so a concept has one default everywhere.
+
+Pure Python with no imports beyond the standard library: ``kvdash --help`` and ``kvdash.core`` import it.
+
+The defaults are the tutorial's configuration ("Managing the KV Cache"): a hypothetical 80-layer GQA model, a
+bf16 KV cache in blocks of 16 tokens on one GPU, requests holding 825 tokens while a contiguous allocator
+reserves 2,048, in a 12 GiB budget; a budget derived from a GPU uses vLLM 0.33's ``gpu_memory_utilization``.
+
+Two exceptions, each for a reason (``tests/test_vocabulary.py`` lists them and fails on any other):
+
+* ``live`` and ``exporter`` read a running engine, so their model and tensor-parallel degree describe the
+  engine their ``--demo`` runs (Llama-3.1-70B at TP 8 on 8 x H200): the tutorial model is hypothetical and
+  never runs, and Llama-3.1-70B's 141.2 GB of bf16 weights do not fit one H200 (TP 1 leaves no KV budget).
+"""
+
+MODEL = "tutorial-gqa-80l"  # the tutorial's hypothetical 80-layer GQA model (kvdash/data/models)
+KV_DTYPE = "bf16"  # vLLM's 'auto' for a bf16 model
+BLOCK_SIZE = 16  # tokens per block: vLLM 0.33's default block size for CUDA
+TP = 1  # tensor-parallel degree
+PP = 1  # pipeline-parallel degree
+# vLLM 0.33.0 CacheConfig.gpu_memory_utilization (vllm/config/cache.py: Field(default=0.92, gt=0, le=1))
+GPU_UTIL = "0.92"
+TRTLLM_UTIL = "0.9"  # TensorRT-LLM's free_gpu_memory_fraction, for --util-policy trtllm
+UTIL_BY_POLICY = {"vllm": GPU_UTIL, "trtllm": TRTLLM_UTIL}
+LENGTH = 825  # tokens each request holds: the tutorial's request
+RESERVATION = 2048  # tokens a contiguous allocator reserves per request: the tutorial's
+RESERVE = "0"  # runtime reserve per rank (activations, CUDA graphs): none unless asked
+BUDGET_TEXT = "12GiB"  # the tutorial's declared KV budget, when no GPU gives one
+BUDGET_BYTES = 12 * 2**30
+MAX_BATCHED_TOKENS = 8192  # vLLM's max_num_batched_tokens default for online serving
+
+# the exception (see the module docstring): live and exporter describe the engine their --demo runs
+LIVE_MODEL = "llama-3.1-70b"
+LIVE_TP = 8
+
+BLOCK_SIZE_HELP = "Tokens per KV block, or 'auto': vLLM 0.33's choice on Hopper (64 for MLA, else 16; hybrids " \
+                  "raised to hold the state page)."
+
+
+def reservation(context: int, *lengths: int) -> int:
+    """The contiguous reservation a question implies: ``RESERVATION`` (capped at the model's context), raised to
+    the longest length asked about, so that every length fits its reservation.
+
+    >>> reservation(131072, 825), reservation(131072, 8192), reservation(1024, 825)
+    (2048, 8192, 1024)
+    """
+    return max(min(RESERVATION, context), 0, *lengths)
