@@ -523,3 +523,30 @@ class TestSensitivityVariants:
         s = calculate(CalcInput(MHA64, used=16, max_reserved=16, budget=BudgetSpec(bytes=TEN_BLOCKS)))["sensitivity"]
         assert [v["variant"] for v in s["variants"]] == ["as configured", "kv dtype fp8 (idealized)",
                                                          "block size 32", "block size 8"]
+
+
+class TestScalesInOutput:
+    def test_token_head_scale_bytes_in_calc(self):
+        """fp8 with per-token-head scales on the tutorial model: (8 x 256 x 1) + (2 x 8 x 4) = 2,048 + 64 = 2,112 B
+        per layer, x 80 = 168,960 B/token; a 16-token block is 2,703,360 B: 12 GiB / 2,703,360 = 4,766.2 -> 4,766
+        blocks; 825 tokens take 52 blocks: 4,766 // 52 = 91 requests (94 without the scale bytes).  The
+        assumption names the fp32 scales and the figure is not flagged 'idealized'."""
+        r = calculate(CalcInput(TUTORIAL, kv_dtype="fp8", kv_scales="token_head"))
+        assert (r["bytes_per_token"], r["whole_pool_blocks"], r["capacity"]["paged_requests"]) == (168_960, 4766, 91)
+        a = r["assumptions"]
+        assert "KV dtype: fp8, 1 byte(s) per element; scales: fp32 per token per KV head for K and V" in a
+        assert not any("idealized" in line for line in r["assumptions"])
+
+    def test_bf16_token_head(self):
+        """bf16 with scales: 80 x (4,096 + 64) = 332,800 B/token; 12,884,901,888 / (16 x 332,800) = 2,419.8 ->
+        2,419 blocks; 2,419 // 52 = 46 requests."""
+        r = calculate(CalcInput(TUTORIAL, kv_scales="token_head"))
+        assert (r["bytes_per_token"], r["whole_pool_blocks"], r["capacity"]["paged_requests"]) == (332_800, 2419, 46)
+
+    def test_fp8_per_tensor_is_idealized(self):
+        """fp8 per tensor: 80 x 2,048 = 163,840 B/token, no per-token scale bytes: flagged idealized."""
+        r = calculate(CalcInput(TUTORIAL, kv_dtype="fp8"))
+        assert r["bytes_per_token"] == 163_840
+        assert "KV dtype: fp8, 1 byte(s) per element; scales: per tensor (no per-token bytes)" in r["assumptions"]
+        assert ("fp8 figures are idealized: scale storage, kernel alignment and accuracy are not included and must "
+                "be measured") in r["assumptions"]
