@@ -550,3 +550,30 @@ class TestScalesInOutput:
         assert "KV dtype: fp8, 1 byte(s) per element; scales: per tensor (no per-token bytes)" in r["assumptions"]
         assert ("fp8 figures are idealized: scale storage, kernel alignment and accuracy are not included and must "
                 "be measured") in r["assumptions"]
+
+
+class TestMoreEdges:
+    def test_derived_budget_of_one_byte_not_strict(self):
+        """The sweep path (strict=False): floor(1,000 x 0.5) - 499 = 1 B is a budget (fits, no shortfall), not
+        'nothing left' (only <= 0 is, which adds fits false and the shortfall)."""
+        info = resolve_budget(BudgetSpec(gpu_memory=1000, weights=499, util="0.5"), MHA64, 1, 1, strict=False)
+        assert info["per_rank_bytes"] == 1 and "shortfall_bytes" not in info and "fits" not in info
+
+    def test_length_equal_to_context_allowed(self):
+        """--length may equal the model's context (4,096 = 4,096); one more is refused.  4,096 tokens are 256
+        blocks of 262,144 B: a budget of 256 blocks holds exactly 1 request."""
+        r = calculate(CalcInput(MHA64, used=4096, max_reserved=4096, budget=BudgetSpec(bytes=256 * 262_144)))
+        assert r["capacity"]["paged_requests"] == 1
+        with pytest.raises(InputError) as e:
+            calculate(CalcInput(MHA64, used=4097, max_reserved=4097))
+        assert e.value.field == "--length" and e.value.allowed == "at most the model's context length (4096)"
+
+    def test_vllm_view_describes_the_first_stage(self):
+        """PP 2 on [FULL8, MAMBA1 | FULL4, FULL4]: the vLLM view reads the first stage (shapes[0]): 2 KV-cache
+        groups (1 attention + 1 state), mamba_cache_mode 'align', block 80; its state note names 1 state group of
+        a 311,296-byte state, 2 blocks per request.  (The second stage has 1 group and no state.)"""
+        v = calculate(CalcInput(TWO_STAGES, pp=2))["vllm_view"]
+        assert (v["kv_cache_groups"], v["mamba_cache_mode"], v["block_size"]) == (2, "align", 80)
+        assert ("State layers: 1 group(s) of a fixed 311,296-byte state per layer, 2 block(s) per request in "
+                "mamba_cache_mode 'align' (prefix caching on).") in v["differences"]
+        assert any(n.startswith("This model has 2 KV-cache groups of 1 layers") for n in v["differences"])
