@@ -577,3 +577,19 @@ class TestMoreEdges:
         assert ("State layers: 1 group(s) of a fixed 311,296-byte state per layer, 2 block(s) per request in "
                 "mamba_cache_mode 'align' (prefix caching on).") in v["differences"]
         assert any(n.startswith("This model has 2 KV-cache groups of 1 layers") for n in v["differences"])
+
+    def test_planning_needs_the_largest_stage(self):
+        """PP 2 on [FULL8, MAMBA1 | FULL4, FULL4], block 80, 825 tokens = cdiv(825, 80) = 11 blocks.  Stage 0: a
+        block is 80 x 4,096 x 1 = 327,680 B, 11 blocks + 2 state blocks = 13 x 327,680 = 4,259,840 B; stage 1:
+        80 x 2,048 x 2 = 327,680 B a block, 11 blocks = 3,604,480 B.  Every rank must hold its stage, so 10
+        requests need the larger, 10 x 4,259,840 = 42,598,400 B per rank (not 36,044,800)."""
+        p = calculate(CalcInput(TWO_STAGES, pp=2, target=10))["planning"]
+        assert p["budget_needed_per_rank_bytes"] == 42_598_400
+
+    def test_min_gpu_util_counts_the_reserve(self):
+        """GPU 10,000,000 B, weights 1,000,000 + reserve 500,000 = 1,500,000 B fixed; 31 requests need 8,126,464 B.
+        vllm: (8,126,464 + 1,500,000) / 10,000,000 = 0.9626 -> 0.97 (0.96 gives 9,600,000 - 1,500,000 =
+        8,100,000, too little).  trtllm: 8,126,464 / (10,000,000 - 1,500,000) = 0.9560 -> 0.96."""
+        for policy, util in (("vllm", 0.97), ("trtllm", 0.96)):
+            spec = BudgetSpec(gpu_memory=10_000_000, weights=1_000_000, reserve=500_000, policy=policy, util="0.9")
+            assert _plan(31, budget=spec)["min_gpu_util"] == util
