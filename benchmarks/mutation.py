@@ -294,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             survivors += [f"- `{m.key}`: `{src[m.line - 1].strip()}`" for m in todo if results[m] == "survived"]
         lines += ["", "## Surviving mutants", ""] + (survivors or ["none"])
         lines += ["", "## Equivalent mutants (excluded)", ""]
-        lines += [f"- `{k}`: {v}" for k, v in sorted(equivalent.items()) if any(k.startswith(f + ":") for f in files)]
+        # in the list's own order, so that a "the same" entry follows the reason it refers to
+        lines += [f"- `{k}`: {v}" for k, v in equivalent.items() if any(k.startswith(f + ":") for f in files)]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines) + "\n")
         print("\n".join(lines[:6 + len(mutants)]))
