@@ -241,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{f}: not a mutation target; expected one of {', '.join(TARGETS)}")
     equivalent = load_equivalent()
     mutants = {f: enumerate_mutants(f) for f in files}
+    for f, ms in mutants.items():  # an entry keyed to a line that has moved would count its mutant as a survivor
+        keys = {m.key for m in ms}
+        stale = [k for k in equivalent if k.startswith(f + ":") and k not in keys]
+        if stale:
+            print(f"warning: {len(stale)} entries of {EQUIVALENT.name} match no mutant of {f} (lines moved? "
+                  f"re-key them): {', '.join(stale[:3])}{' ...' if len(stale) > 3 else ''}", file=sys.stderr)
     if args.limit:
         mutants = {f: ms[: args.limit] for f, ms in mutants.items()}
     if args.only:
@@ -294,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             survivors += [f"- `{m.key}`: `{src[m.line - 1].strip()}`" for m in todo if results[m] == "survived"]
         lines += ["", "## Surviving mutants", ""] + (survivors or ["none"])
         lines += ["", "## Equivalent mutants (excluded)", ""]
-        lines += [f"- `{k}`: {v}" for k, v in sorted(equivalent.items()) if any(k.startswith(f + ":") for f in files)]
+        # in the list's own order, so that a "the same" entry follows the reason it refers to
+        lines += [f"- `{k}`: {v}" for k, v in equivalent.items() if any(k.startswith(f + ":") for f in files)]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines) + "\n")
         print("\n".join(lines[:6 + len(mutants)]))

@@ -25,6 +25,7 @@ from kvdash.core.calc import (
     resolve_budget,
     shape_of,
     stage_layers,
+    upper_bound_line,
 )
 from kvdash.core.model import Architecture, Layer, load_preset
 from kvdash.errors import InputError
@@ -384,3 +385,211 @@ class TestOutputs:
         p = calculate(CalcInput(TUTORIAL, prefix=100))["prefix"]
         assert (p["shared_blocks"], p["copied_tail_tokens"], p["own_blocks_per_request"], p["shared_bytes"]) == \
                (6, 4, 46, 31_457_280)
+
+
+FULL4 = Layer("full", kv_heads=4, head_dim=128, head_dim_v=128)  # 2,048 B/token in bf16
+MAMBA1 = Layer("mamba", state_family="mamba1", state=(8192, 16, 4))  # state page 311,296 B at TP 1 (Jamba's)
+# two pipeline stages that differ: stage 0 = [FULL8, MAMBA1] (a hybrid), stage 1 = [FULL4, FULL4] (attention only)
+TWO_STAGES = Architecture("two-stages", (FULL8, MAMBA1, FULL4, FULL4), 32, 4096)
+
+
+class TestUpperBoundLine:
+    """The first assumption of a GPU-derived budget with no --reserve: what ``--reserve auto`` would take.
+
+    MHA64 has no model_type, so the reserve is the dense family base 2.00 GiB = 2,147,483,648 B plus the
+    non-torch overhead at TP 1 / PP 1, 0.27 GiB = 0.27 x 1,073,741,824 = 289,910,292.48 -> 289,910,292 B
+    (half-up), plus 0 B of CUDA graphs: 2,437,393,940 B = 2.27 GiB."""
+
+    EST = 2_437_393_940
+
+    def test_share_is_100_x_estimate_over_budget_one_decimal(self):
+        """The upper-bound line's share is 100 x estimate / budget, one decimal.  A GPU of 4 x 2,437,393,940 =
+        9,749,575,760 B at util 1 with 0 B of weights: budget 9,749,575,760 B, share 100 x 1 / 4 = 25.0 %
+        (101 x would give 25.2, 99 x 24.8, 100 // estimate 0.0)."""
+        r = calculate(CalcInput(MHA64, used=16, max_reserved=16,
+                                budget=BudgetSpec(gpu_memory=4 * self.EST, weights=0, util="1")))
+        assert r["budget"]["per_rank_bytes"] == 9_749_575_760
+        assert r["assumptions"][0] == (
+            "UPPER BOUND: this GPU-derived budget assumes a runtime reserve of 0 B per rank; --reserve auto "
+            "would lower it by about 2,437,393,940 bytes (2.27 GiB, 25.0% of it): activation peak "
+            "2,147,483,648 B, non-torch overhead 289,910,292 B, CUDA-graph memory 0 B")
+        assert r["budget"]["auto_reserve_estimate_bytes"] == self.EST
+
+    def test_line_comes_first(self):
+        """The upper-bound line is inserted at position 0 (before the model line), and only once; the
+        other 8 lines (model ... GPU, the last) keep their order."""
+        r = calculate(CalcInput(MHA64, used=16, max_reserved=16,
+                                budget=BudgetSpec(gpu_memory=4 * self.EST, weights=0, util="1")))
+        a = r["assumptions"]
+        assert a[0].startswith("UPPER BOUND: ") and a[1].startswith("model: mha64 ")
+        assert a[-1].startswith("GPU: custom, 9,749,575,760 bytes")
+        assert sum(line.startswith("UPPER BOUND") for line in a) == 1 and len(a) == 9
+
+    def test_one_byte_budget_still_gets_a_share(self):
+        """A budget of 1 B (GPU 1,000 B at util 0.5, weights 499 B: 500 - 499 = 1) is positive, so the share is
+        printed: 100 x 2,437,393,940 / 1 = 243,739,394,000.0 %."""
+        r = calculate(CalcInput(MHA64, used=16, max_reserved=16,
+                                budget=BudgetSpec(gpu_memory=1000, weights=499, util="0.5")))
+        assert "(2.27 GiB, 243739394000.0% of it)" in r["assumptions"][0]
+
+    def test_zero_budget_has_no_share(self):
+        """A budget of 0 B (a sweep point where nothing is left) has no share (no division by 0): the
+        parenthesis holds the GiB figure alone."""
+        line = upper_bound_line(CalcInput(MHA64), {"per_rank_bytes": 0})
+        assert "(2.27 GiB): activation peak" in line and "% of it" not in line
+
+    def test_no_line_with_a_reserve(self):
+        """--reserve given (1 B): the budget is no longer an upper bound of this kind: no line."""
+        r = calculate(CalcInput(MHA64, used=16, max_reserved=16,
+                                budget=BudgetSpec(gpu_memory=4 * self.EST, weights=0, util="1", reserve=1)))
+        assert not any(line.startswith("UPPER BOUND") for line in r["assumptions"])
+
+
+class TestAssumptionText:
+    def test_one_group_has_no_hybrid_line(self):
+        """The tutorial model (80 full layers): 1 KV-cache group: no 'hybrid layout' line."""
+        r = calculate(CalcInput(TUTORIAL))
+        assert not any(line.startswith("hybrid layout") for line in r["assumptions"])
+
+    def test_two_groups_have_the_hybrid_line(self):
+        """One full + one sliding layer: group size 1 (counts [1, 1]), 1 + 1 = 2 groups, 2 x 1 - 2 = 0 padded
+        slots: the line is there with exactly these figures."""
+        r = calculate(CalcInput(Architecture("two", (FULL8, SLIDE4), 64, 4096)))
+        assert ("hybrid layout: 2 KV-cache groups of 1 layers share one pool (0 padded layer slots), as vLLM "
+                "0.33 groups them") in r["assumptions"]
+
+    def test_first_stage_describes_the_layout(self):
+        """PP 2 on [FULL8, MAMBA1 | FULL4, FULL4]: the hybrid and state lines describe the first stage (shapes[0]):
+        1 full + 1 state layer, group size 1, 2 groups, 0 padded; 1 state layer with Jamba's 311,296-byte page;
+        block 16 x cdiv(311,296, 16 x 4,096) = 16 x 5 = 80; prefix caching on: 'align', 2 blocks for 1 state
+        group.  (The second stage, attention only, has 1 group and no state page: 0 bytes.)"""
+        a = calculate(CalcInput(TWO_STAGES, pp=2))["assumptions"]
+        assert ("block size: 80 tokens per block (requested 16; raised so one attention page holds the "
+                "311,296-byte state page of a state layer, as vLLM 0.33 aligns hybrids)") in a
+        assert ("hybrid layout: 2 KV-cache groups of 1 layers share one pool (0 padded layer slots), as vLLM "
+                "0.33 groups them") in a
+        assert ("state layers (1 on the first stage) hold a fixed-size state per request, whatever its length: "
+                "311,296 bytes per layer, padded to one 80-token attention page; prefix caching on -> "
+                "mamba_cache_mode 'align': 2 block(s) per request for the 1 state group(s)") in a
+
+    def test_block_alignment_reason_names_the_first_stage(self):
+        """The alignment reason: raised from 16 to 80 so one 80-token page of the first stage's 4,096 B/token
+        layers (80 x 4,096 = 327,680 B) holds the 311,296-byte state page.  The second stage's pages are
+        2,048 B/token and it has no state page, so reading shapes[-1] would say '80 x 2,048 B' and '0-byte'."""
+        r = calculate(CalcInput(TWO_STAGES, pp=2))
+        assert r["inputs"]["block_size_reason"] == (
+            "16: requested; raised from 16 to 80 so one attention page (80 x 4,096 B) holds a 311,296-byte "
+            "state page (vLLM 0.33 _align_hybrid_block_size)")
+        assert (r["inputs"]["block_size"], r["inputs"]["block_size_requested"]) == (80, 16)
+
+
+class TestSummaryText:
+    def test_groups_are_full_plus_window(self):
+        """3 full + 2 sliding layers: group size 2, cdiv(3, 2) = 2 full groups + 1 window group = 3: a request's
+        blocks are 'in each of its 3 KV-cache groups' (2 - 1 would be 1: no such phrase)."""
+        arch = Architecture("3f2s", (FULL8,) * 3 + (SLIDE4,) * 2, 64, 4096)
+        assert " in each of its 3 KV-cache groups;" in calculate(CalcInput(arch))["summary"]
+
+    def test_two_groups_named_one_group_not(self):
+        """One full + one sliding layer: 2 groups (> 1): the phrase is there; the tutorial model's single group
+        gets none ('52 blocks; contiguous')."""
+        two = calculate(CalcInput(Architecture("two", (FULL8, SLIDE4), 64, 4096)))["summary"]
+        assert " in each of its 2 KV-cache groups;" in two
+        one = calculate(CalcInput(TUTORIAL))["summary"]
+        assert "paged, a request takes 52 blocks; contiguous" in one and "KV-cache groups" not in one
+
+    def test_unused_reservation(self):
+        """825 tokens held, --max-reserved 2,048: 2,048 - 825 = 1,223 reserved tokens unused now."""
+        s = calculate(CalcInput(TUTORIAL))["summary"]
+        assert "; contiguous, it reserves --max-reserved 2,048 tokens up front, 1,223 of them unused now;" in s
+
+    def test_reservation_equal_to_length(self):
+        """--max-reserved equal to the length (16 = 16): nothing reserved past it, so the other sentence."""
+        s = calculate(CalcInput(MHA64, used=16, max_reserved=16, budget=BudgetSpec(bytes=TEN_BLOCKS)))["summary"]
+        assert "; contiguous, it reserves exactly its length, so only the last block's tail differs" in s
+        assert "up front" not in s
+
+
+class TestSensitivityVariants:
+    def test_block_two_has_a_block_one_row(self):
+        """Block 2 > 1: the rows are block 4 (2 x 2) and block 1 (2 // 2)."""
+        s = calculate(CalcInput(TUTORIAL, block_size=2))["sensitivity"]
+        assert [v["variant"] for v in s["variants"] if v["variant"].startswith("block size")] == \
+               ["block size 4", "block size 1"]
+
+    def test_mha_model_has_no_mha_row(self):
+        """MHA64 already has one KV head per attention head (64 = 64): no 'MHA' variant; bf16 at block 16:
+        as configured, fp8, block 32, block 8."""
+        s = calculate(CalcInput(MHA64, used=16, max_reserved=16, budget=BudgetSpec(bytes=TEN_BLOCKS)))["sensitivity"]
+        assert [v["variant"] for v in s["variants"]] == ["as configured", "kv dtype fp8 (idealized)",
+                                                         "block size 32", "block size 8"]
+
+
+class TestScalesInOutput:
+    def test_token_head_scale_bytes_in_calc(self):
+        """fp8 with per-token-head scales on the tutorial model: (8 x 256 x 1) + (2 x 8 x 4) = 2,048 + 64 = 2,112 B
+        per layer, x 80 = 168,960 B/token; a 16-token block is 2,703,360 B: 12 GiB / 2,703,360 = 4,766.2 -> 4,766
+        blocks; 825 tokens take 52 blocks: 4,766 // 52 = 91 requests (94 without the scale bytes).  The
+        assumption names the fp32 scales and the figure is not flagged 'idealized'."""
+        r = calculate(CalcInput(TUTORIAL, kv_dtype="fp8", kv_scales="token_head"))
+        assert (r["bytes_per_token"], r["whole_pool_blocks"], r["capacity"]["paged_requests"]) == (168_960, 4766, 91)
+        a = r["assumptions"]
+        assert "KV dtype: fp8, 1 byte(s) per element; scales: fp32 per token per KV head for K and V" in a
+        assert not any("idealized" in line for line in r["assumptions"])
+
+    def test_bf16_token_head(self):
+        """bf16 with scales: 80 x (4,096 + 64) = 332,800 B/token; 12,884,901,888 / (16 x 332,800) = 2,419.8 ->
+        2,419 blocks; 2,419 // 52 = 46 requests."""
+        r = calculate(CalcInput(TUTORIAL, kv_scales="token_head"))
+        assert (r["bytes_per_token"], r["whole_pool_blocks"], r["capacity"]["paged_requests"]) == (332_800, 2419, 46)
+
+    def test_fp8_per_tensor_is_idealized(self):
+        """fp8 per tensor: 80 x 2,048 = 163,840 B/token, no per-token scale bytes: flagged idealized."""
+        r = calculate(CalcInput(TUTORIAL, kv_dtype="fp8"))
+        assert r["bytes_per_token"] == 163_840
+        assert "KV dtype: fp8, 1 byte(s) per element; scales: per tensor (no per-token bytes)" in r["assumptions"]
+        assert ("fp8 figures are idealized: scale storage, kernel alignment and accuracy are not included and must "
+                "be measured") in r["assumptions"]
+
+
+class TestMoreEdges:
+    def test_derived_budget_of_one_byte_not_strict(self):
+        """The sweep path (strict=False): floor(1,000 x 0.5) - 499 = 1 B is a budget (fits, no shortfall), not
+        'nothing left' (only <= 0 is, which adds fits false and the shortfall)."""
+        info = resolve_budget(BudgetSpec(gpu_memory=1000, weights=499, util="0.5"), MHA64, 1, 1, strict=False)
+        assert info["per_rank_bytes"] == 1 and "shortfall_bytes" not in info and "fits" not in info
+
+    def test_length_equal_to_context_allowed(self):
+        """--length may equal the model's context (4,096 = 4,096); one more is refused.  4,096 tokens are 256
+        blocks of 262,144 B: a budget of 256 blocks holds exactly 1 request."""
+        r = calculate(CalcInput(MHA64, used=4096, max_reserved=4096, budget=BudgetSpec(bytes=256 * 262_144)))
+        assert r["capacity"]["paged_requests"] == 1
+        with pytest.raises(InputError) as e:
+            calculate(CalcInput(MHA64, used=4097, max_reserved=4097))
+        assert e.value.field == "--length" and e.value.allowed == "at most the model's context length (4096)"
+
+    def test_vllm_view_describes_the_first_stage(self):
+        """PP 2 on [FULL8, MAMBA1 | FULL4, FULL4]: the vLLM view reads the first stage (shapes[0]): 2 KV-cache
+        groups (1 attention + 1 state), mamba_cache_mode 'align', block 80; its state note names 1 state group of
+        a 311,296-byte state, 2 blocks per request.  (The second stage has 1 group and no state.)"""
+        v = calculate(CalcInput(TWO_STAGES, pp=2))["vllm_view"]
+        assert (v["kv_cache_groups"], v["mamba_cache_mode"], v["block_size"]) == (2, "align", 80)
+        assert ("State layers: 1 group(s) of a fixed 311,296-byte state per layer, 2 block(s) per request in "
+                "mamba_cache_mode 'align' (prefix caching on).") in v["differences"]
+        assert any(n.startswith("This model has 2 KV-cache groups of 1 layers") for n in v["differences"])
+
+    def test_planning_needs_the_largest_stage(self):
+        """PP 2 on [FULL8, MAMBA1 | FULL4, FULL4], block 80, 825 tokens = cdiv(825, 80) = 11 blocks.  Stage 0: a
+        block is 80 x 4,096 x 1 = 327,680 B, 11 blocks + 2 state blocks = 13 x 327,680 = 4,259,840 B; stage 1:
+        80 x 2,048 x 2 = 327,680 B a block, 11 blocks = 3,604,480 B.  Every rank must hold its stage, so 10
+        requests need the larger, 10 x 4,259,840 = 42,598,400 B per rank (not 36,044,800)."""
+        p = calculate(CalcInput(TWO_STAGES, pp=2, target=10))["planning"]
+        assert p["budget_needed_per_rank_bytes"] == 42_598_400
+
+    def test_min_gpu_util_counts_the_reserve(self):
+        """GPU 10,000,000 B, weights 1,000,000 + reserve 500,000 = 1,500,000 B fixed; 31 requests need 8,126,464 B.
+        vllm: (8,126,464 + 1,500,000) / 10,000,000 = 0.9626 -> 0.97 (0.96 gives 9,600,000 - 1,500,000 =
+        8,100,000, too little).  trtllm: 8,126,464 / (10,000,000 - 1,500,000) = 0.9560 -> 0.96."""
+        for policy, util in (("vllm", 0.97), ("trtllm", 0.96)):
+            spec = BudgetSpec(gpu_memory=10_000_000, weights=1_000_000, reserve=500_000, policy=policy, util="0.9")
+            assert _plan(31, budget=spec)["min_gpu_util"] == util

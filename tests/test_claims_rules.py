@@ -254,6 +254,14 @@ class TestSharedText:
         assert shared_text(every, {"a": [1, 2, 3, 4, 5]}) == "a ≠ 6"
         assert shared_text({"a": list(range(10))}, {"a": list(range(8))}) == "a not in {8, 9}"
 
+    def test_no_cap_on_listed_values(self):
+        """The `where` text lists every value it names: no 5-example cap (the old examples list, capped at 5,
+        went with the verdict rework).  7 of 20 held (7 <= 20 / 2 + 1 = 11): all 7 listed; 12 of 20 held (12 > 11):
+        all 8 others listed after 'not in'."""
+        every = {"a": list(range(20))}
+        assert shared_text(every, {"a": list(range(7))}) == "a in {0, 1, 2, 3, 4, 5, 6}"
+        assert shared_text(every, {"a": list(range(12))}) == "a not in {12, 13, 14, 15, 16, 17, 18, 19}"
+
 
 class TestPair:
     def test_pair_over_unswept_dimensions(self):

@@ -206,6 +206,25 @@ class TestTrace:
             read_trace(str(p))
         assert where in str(exc.value) and words in str(exc.value), "rule: a bad trace line is named by number"
 
+    def test_limit_stops_after_that_many_requests(self, tmp_path):
+        """limit=2 on a 3-request trace (after a header): the first 2 requests, the third line never read;
+        limit=3 reads all three."""
+        p = tmp_path / "t.csv"
+        p.write_text("prompt,output\n10,1\n20,2\n30,3\n")
+        assert ((10, 20), (1, 2)) == read_trace(str(p), limit=2), "rule: reading stops after limit requests"
+        assert ((10, 20, 30), (1, 2, 3)) == read_trace(str(p), limit=3)
+
+    def test_field_of_at_most_18_digits(self, tmp_path):
+        """A length may have up to 18 digits (10^18 - 1 < 2^63); 19 digits are refused as not an integer, before
+        int() turns a huge field into a huge number."""
+        p = tmp_path / "t.csv"
+        p.write_text(f"{'9' * 18},1\n")
+        assert ((10**18 - 1,), (1,)) == read_trace(str(p)), "rule: 18 digits are accepted"
+        p.write_text(f"1,{'1' * 19}\n")
+        with pytest.raises(InputError) as exc:
+            read_trace(str(p))
+        assert "t.csv:1" in str(exc.value) and "positive integers" in str(exc.value), "rule: 19 digits refused"
+
     def test_trace_workload_one_token_lengths(self, tmp_path):
         """The smallest trace line, 1,1, is a request of prompt 1 and output 1 (final 2)."""
         p = tmp_path / "t.csv"
