@@ -308,10 +308,9 @@ def _tally_many(lazy: pl.LazyFrame, jobs: list[_Job], dims: list[str]) -> list[d
     for i, job in enumerate(jobs):
         below, above = _bounds(job.claim, job.value)
         judged = job.mask if job.counted is None else job.mask & job.counted
-        status = pl.when(judged).then(pl.when(below).then(pl.lit(2, pl.UInt8)).when(above).then(pl.lit(3, pl.UInt8))
-                                      .otherwise(pl.lit(1, pl.UInt8)))
-        if job.counted is not None:
-            status = status.when(job.mask).then(pl.lit(4, pl.UInt8))
+        side = pl.when(below).then(pl.lit(2, pl.UInt8)).when(above).then(pl.lit(3, pl.UInt8)).otherwise(pl.lit(1, pl.UInt8))
+        status = pl.when(judged).then(side).when(job.mask).then(pl.lit(4, pl.UInt8)) if job.counted is not None \
+            else pl.when(judged).then(side)
         cols.append(status.otherwise(pl.lit(0, pl.UInt8)).alias(f"_s{i}"))
         cols.append((job.value if job.shown is None else job.shown).alias(f"_v{i}"))
         cols += [e.alias(f"_x{i}_{k}") for k, (e, _) in job.extra.items()]
@@ -326,7 +325,10 @@ def _tally_many(lazy: pl.LazyFrame, jobs: list[_Job], dims: list[str]) -> list[d
         shift = 2 * (i % _BITS)
         term = pl.when(s == 1).then(pl.lit(1 << shift, pl.UInt64)).when(hit).then(pl.lit(2 << shift, pl.UInt64)) \
             .otherwise(pl.lit(0, pl.UInt64))
-        words.append(term) if i % _BITS == 0 else words.__setitem__(-1, words[-1] | term)
+        if i % _BITS == 0:
+            words.append(term)
+        else:
+            words[-1] = words[-1] | term
     names = [f"_w{k}" for k in range(len(words))]
     narrow = lazy.select(*dims, *cols).collect().lazy()  # each status computed once; dimensions are not copied
     queries = [narrow.select(aggs)]
