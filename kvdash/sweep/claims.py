@@ -308,7 +308,8 @@ def _tally_many(lazy: pl.LazyFrame, jobs: list[_Job], dims: list[str]) -> list[d
     for i, job in enumerate(jobs):
         below, above = _bounds(job.claim, job.value)
         judged = job.mask if job.counted is None else job.mask & job.counted
-        side = pl.when(below).then(pl.lit(2, pl.UInt8)).when(above).then(pl.lit(3, pl.UInt8)).otherwise(pl.lit(1, pl.UInt8))
+        side = pl.when(below).then(pl.lit(2, pl.UInt8)).when(above).then(pl.lit(3, pl.UInt8)) \
+            .otherwise(pl.lit(1, pl.UInt8))
         status = pl.when(judged).then(side).when(job.mask).then(pl.lit(4, pl.UInt8)) if job.counted is not None \
             else pl.when(judged).then(side)
         cols.append(status.otherwise(pl.lit(0, pl.UInt8)).alias(f"_s{i}"))
