@@ -272,6 +272,27 @@ class Checker:
 DEFAULT_WORKLOAD = Workload("tutorial-825", (825,), (825,), 2048, 0, "825 tokens held, 2,048 reserved")
 
 
+def referenced_files(path: Path, text: str) -> list[Path]:
+    """The files a grid reads besides itself, resolved as :func:`parse_grid` resolves them (relative to the grid
+    file's folder): each model's ``config:`` (a config.json), its ``safetensors_index:``, or without one the
+    ``model.safetensors.index.json`` beside the config that the loader picks up when it exists (listed whether
+    it exists or not: adding it changes the weights).  Presets and explicit shapes read no file.  A grid that is
+    not valid YAML references nothing here (sweeping it reports the error).  No file is opened but the grid."""
+    try:
+        data = safeyaml.load(text, str(path))
+    except (InputError, yaml.YAMLError):
+        return []
+    models = data.get("models") if isinstance(data, dict) else None
+    out: list[Path] = []
+    for entry in models if isinstance(models, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("config"), str | int | float):
+            continue
+        config = path.parent / str(entry["config"])
+        index = entry.get("safetensors_index")
+        out += [config, path.parent / str(index) if index else config.parent / "model.safetensors.index.json"]
+    return list(dict.fromkeys(out))
+
+
 def parse_grid(path: Path, text: str | None = None) -> GridSpec:
     """Read and validate a grid file."""
     name = str(path)
