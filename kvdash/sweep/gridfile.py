@@ -464,8 +464,8 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
             if dim in DIMENSIONS and dim not in columns:
                 raise c.fail(p + ("where", dim), dim, "a gate selects points by a result column; allowed: "
                              + ", ".join(d for d in DIMENSIONS if d in columns), key=True)
-        where = {dim: values(dim, raw, p + ("where", dim)) for dim, raw in where_raw.items()}
-        gates.append(Gate(str(g.get("name", f"{metric} gate {i}")), metric, lo, hi, where))
+        scope = {dim: values(dim, raw, p + ("where", dim)) for dim, raw in where_raw.items()}
+        gates.append(Gate(str(g.get("name", f"{metric} gate {i}")), metric, lo, hi, scope))
 
     objective = Objective()
     if "objective" in top:
@@ -509,7 +509,8 @@ def _simulate_section(c: Checker, raw: Any) -> SimSpec:
     for key in ("prompt", "output"):
         if key in sim:
             try:
-                w = replace(w, **{key: parse_lengths_spec(str(sim[key]), key)}, note="custom lengths")
+                w = replace(w, **{key: parse_lengths_spec(str(sim[key]), key)},  # type: ignore[arg-type]
+                            note="custom lengths")
             except InputError as exc:
                 raise c.fail(p + (key,), sim[key], exc.allowed) from exc
     requests = c.positive_int(sim.get("requests", 1000), p + ("requests",))
