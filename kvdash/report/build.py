@@ -174,14 +174,34 @@ def _workloads(df: pl.DataFrame) -> list[str]:
     return list(dict.fromkeys(col.cast(pl.Utf8).to_list()))
 
 
+def _first_k(frame: pl.DataFrame, k: int, metric: str, desc_metric: bool, desc_row: bool,
+             mask: pl.Expr | None = None) -> pl.DataFrame:
+    """The first ``k`` rows of ``frame`` (where ``mask``) in the order (``metric``, ``_row``), each descending as
+    asked: the k-th value of the metric is found first (one column), so only the rows at or beyond it are
+    sorted, never the whole frame.  The metric must have no nulls."""
+    m = pl.col(metric)
+    values = m if mask is None else m.filter(mask)
+    thr = frame.select((values.top_k(k).min() if desc_metric else values.bottom_k(k).max()).alias("t")).item()
+    if thr is None:
+        return frame.clear()
+    cond = m >= thr if desc_metric else m <= thr
+    return frame.filter(cond if mask is None else cond & mask).sort([metric, "_row"], descending=[desc_metric,
+                                                                                                   desc_row]).head(k)
+
+
 def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int) -> pl.DataFrame:
     """The ``k`` best points of every workload by the objective (ties: the earlier point), in one pass; rows
-    in the grid's workload order, best first.  ``frame`` needs ``_row``."""
+    in the grid's workload order, best first.  ``frame`` needs ``_row``.  Each workload's k-th best value is
+    found first, so only the points at or beyond it are sorted."""
     by, desc = _order(spec)
     metric = by[0]
-    picked = frame.lazy().filter(pl.col(metric).is_not_null()).group_by("workload").agg(
-        pl.col("_row").top_k_by(by, k=k, reverse=[not desc[0], True])).explode("_row").collect()
-    rows = frame.filter(pl.col("_row").is_in(picked.get_column("_row").implode()))
+    m = pl.col(metric)
+    kth = frame.lazy().filter(m.is_not_null()).group_by("workload").agg(
+        (m.top_k(k).min() if desc[0] else m.bottom_k(k).max()).alias("_kth"))
+    rows = frame.lazy().join(kth, on="workload", how="inner").filter(
+        m >= pl.col("_kth") if desc[0] else m <= pl.col("_kth")).drop("_kth") \
+        .sort(by, descending=desc).group_by("workload", maintain_order=True).head(k).collect()
+    rows = rows.select(frame.columns)
     order = {w: i for i, w in enumerate(_workloads(frame))}
     return rows.with_columns(pl.col("workload").cast(pl.Utf8).replace_strict(order, return_dtype=pl.UInt32)
                              .alias("_w")).sort(["_w", *by], descending=[False, *desc]).drop("_w")
@@ -246,18 +266,36 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
 _STATS: list[tuple[pl.DataFrame, pl.DataFrame]] = []  # the last frame's per-workload figures
 
 
+def _range_median(lazy: pl.LazyFrame, keys: list[str], col: str, names: tuple[str, str, str]) -> pl.LazyFrame:
+    """Per ``keys``: the minimum, maximum and median of ``col`` (nulls left out) from its value counts, so only
+    the distinct values are sorted, not every point.  The median is polars' own: the middle value, or for an
+    even count ``lo + (hi - lo) x 0.5`` of the two middle ones (both as floats)."""
+    v, n = pl.col(col), pl.col("len")
+    lo, hi, med = names
+    return lazy.filter(v.is_not_null()).group_by(*keys, col).len().sort(*keys, col) \
+        .group_by(*keys, maintain_order=True).agg(
+            v.first().alias(lo), v.last().alias(hi),
+            v.filter(n.cum_sum() > (n.sum() - 1) // 2).first().cast(pl.Float64).alias("_a"),
+            v.filter(n.cum_sum() > n.sum() // 2).first().cast(pl.Float64).alias("_b")) \
+        .with_columns((pl.col("_a") + (pl.col("_b") - pl.col("_a")) * 0.5).alias(med)).drop("_a", "_b")
+
+
 def workload_stats(df: pl.DataFrame) -> pl.DataFrame:
-    """Per workload, in one pass: the ratio's range and median, the waste ranges and medians, the tail range
-    (the mechanism sentence, the waste table and the waste chart all read it)."""
+    """Per workload (in the order they first appear): the ratio's range and median, the waste ranges and
+    medians, the tail range (the mechanism sentence, the waste table and the waste chart all read it)."""
     if _STATS and _STATS[0][0] is df:
         return _STATS[0][1]
-    ratio, res, pag, tail = (pl.col(c) for c in ("request_capacity_ratio", "reservation_waste_percent",
-                                                 "paged_waste_percent", "tail_waste_slots"))
-    stats = df.group_by("workload", maintain_order=True).agg(
-        ratio.min().alias("lo"), ratio.max().alias("hi"), ratio.median().alias("med"),
-        res.min().alias("rlo"), res.max().alias("rhi"), res.median().alias("res"),
-        pag.min().alias("plo"), pag.max().alias("phi"), pag.median().alias("pag"),
-        tail.min().alias("tlo"), tail.max().alias("thi"))
+    lazy = df.lazy()
+    tail = pl.col("tail_waste_slots")
+    queries = [lazy.group_by("workload", maintain_order=True).agg(tail.min().alias("tlo"), tail.max().alias("thi"))]
+    queries += [_range_median(lazy, ["workload"], col, names) for col, names in (
+        ("request_capacity_ratio", ("lo", "hi", "med")), ("reservation_waste_percent", ("rlo", "rhi", "res")),
+        ("paged_waste_percent", ("plo", "phi", "pag")))]
+    order, *parts = pl.collect_all(queries)
+    stats = order
+    for part in parts:
+        stats = stats.join(part, on="workload", how="left", maintain_order="left")
+    stats = stats.select("workload", "lo", "hi", "med", "rlo", "rhi", "res", "plo", "phi", "pag", "tlo", "thi")
     _STATS[:] = [(df, stats)]
     return stats
 
@@ -330,10 +368,11 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
             narrow.schema["workload"], pl.Enum) else narrow.with_columns(pl.lit(0).alias("_w"))
         shown = [ordered.sort(["_w", *by], descending=[False, *desc], nulls_last=True)]
     else:
-        fitting = narrow.filter(pl.col("fits"))
         each = max(2, HEADLINE_EACH // len(_workloads(narrow)))  # per workload: 2k and 128k do not compare
-        shown = [_best_per_workload(spec, narrow, each),
-                 fitting.bottom_k(HEADLINE_WORST, by=by, reverse=reverse).sort(by, descending=desc, nulls_last=True)]
+        worst = _first_k(narrow, HEADLINE_WORST, by[0], not desc[0], True, pl.col("fits")) \
+            if narrow.get_column(by[0]).null_count() == 0 else \
+            narrow.filter(pl.col("fits")).bottom_k(HEADLINE_WORST, by=by, reverse=reverse)
+        shown = [_best_per_workload(spec, narrow, each), worst.sort(by, descending=desc, nulls_last=True)]
     every = pl.concat(shown)
     varying, constant = [], []
     for c in labels.columns:
@@ -426,12 +465,17 @@ def _chart_points(spec: GridSpec, df: pl.DataFrame, labels: Labels, limit: int) 
         return narrow.sort(by, descending=desc, nulls_last=True), ""
     reverse = [not d for d in desc]
     half = limit // 2
-    fitting = narrow.filter(pl.col("fits"))
-    top = narrow.top_k(half, by=by, reverse=reverse)
-    bottom = fitting.filter(~pl.col("_row").is_in(top.get_column("_row").implode())).bottom_k(half, by=by,
-                                                                                               reverse=reverse)
+    fits = pl.col("fits")
+    if narrow.get_column(by[0]).null_count() == 0:  # the k-th value first: no sort of the whole grid
+        top = _first_k(narrow, half, by[0], desc[0], False)
+        bottom = _first_k(narrow, half, by[0], not desc[0], True,
+                          fits & ~pl.col("_row").is_in(top.get_column("_row").implode()))
+    else:
+        top = narrow.top_k(half, by=by, reverse=reverse)
+        bottom = narrow.filter(fits & ~pl.col("_row").is_in(top.get_column("_row").implode())).bottom_k(
+            half, by=by, reverse=reverse)
     picked = pl.concat([top, bottom]).sort(by, descending=desc, nulls_last=True)
-    unfit = narrow.height - fitting.height
+    unfit = narrow.height - int(narrow.get_column("fits").sum())
     return picked, (f"the {top.height} best and the {bottom.height} worst that fit by {by[0]}; "
                     f"{narrow.height - picked.height:,} of {narrow.height:,} points left out"
                     + (f" ({unfit:,} leave no KV memory)" if unfit else ""))
