@@ -403,13 +403,13 @@ def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, 
     workloads = _workloads(df)
     dims = [c for c in labels.swept if c != "workload"]  # the GPU and the TP degree apart: fewer rows
     narrow = df.lazy().select(*dims, "workload", "paged_requests", "request_capacity_ratio")
-    queries = [narrow.group_by(col, "workload").agg(
+    queries = [narrow.group_by(col, "workload", maintain_order=True).agg(
         pl.col("paged_requests").median().alias("med"),
         (pl.col("request_capacity_ratio").median() if col == "model" else pl.lit(None, pl.Float64)).alias("ratio"))
         for col in dims]
     tables = []
     for col, stats in zip(dims, pl.collect_all(queries), strict=True):  # in parallel
-        values = df.get_column(col).unique(maintain_order=True)
+        values = stats.get_column(col).unique(maintain_order=True)  # groups in order: the values as they appear
         if values.len() < 2:
             continue
         cells: dict[Any, dict[str, str]] = {}
