@@ -128,6 +128,14 @@ def _dim_hashes(dim: str, values: list[Any]) -> pl.Series:
     return pl.Series([_h(f"{dim}={v!r}", 8) * mult % _M61 for v in values], dtype=pl.UInt64)
 
 
+def _hex4() -> pl.Series:
+    """The 65,536 four-digit hex strings ``0000`` .. ``ffff`` in order: 256 x 256 pairs of two digits crossed
+    in polars (5 ms; a Python list of 65,536 formatted strings takes 20-30 ms, a tenth of a small sweep)."""
+    two = pl.DataFrame({"hi": [f"{i:02x}" for i in range(256)]})
+    return two.join(two.rename({"hi": "lo"}), how="cross", maintain_order="left_right") \
+        .select(pl.concat_str("hi", "lo")).to_series()
+
+
 SHAPE_DIMS = ("model", "kv_dtype", "kv_scales", "tp", "pp", "block_size")
 REQUEST_DIMS = SHAPE_DIMS + ("workload", "max_model_len", "max_batched_tokens")
 BUDGET_DIMS = ("model", "budget", "gpu", "gpu_memory", "gpu_util", "util_policy", "weights", "reserve", "tp", "pp")
@@ -279,7 +287,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         .then(c_exprs["paged_requests"] * (GPUS_PER_NODE // gpus)).otherwise(c_exprs["paged_requests"] // nodes)
     # the id: the sum of one hash term per parameter, modulo 2^61 - 1, as 16 hex digits
     acc = (pl.col("_hreq") + pl.col("_hbud")) % _M61
-    chunks = pl.Series([f"{i:04x}" for i in range(1 << 16)], dtype=pl.Utf8)
+    chunks = _hex4()
     metrics["id"] = pl.concat_str([pl.lit(chunks).gather((acc // (1 << (16 * (3 - i)))) % (1 << 16))
                                    for i in range(4)])
     for name, dtype in (("model", pl.Utf8), ("workload", pl.Utf8), ("kv_dtype", pl.Utf8), ("kv_scales", pl.Utf8),
