@@ -169,8 +169,14 @@ def _workloads(df: pl.DataFrame) -> list[str]:
     """The workloads present, in the grid's order."""
     col = df.get_column("workload")
     if isinstance(col.dtype, pl.Enum):
-        present = set(col.to_physical().unique().to_list())
-        return [c for i, c in enumerate(col.dtype.categories.to_list()) if i in present]
+        cats = col.dtype.categories.to_list()
+        code = pl.col("workload").to_physical()
+        if len(cats) > 64:
+            seen = set(col.to_physical().unique().to_list())
+            return [c for i, c in enumerate(cats) if i in seen]
+        # one comparison per category (a few): cheaper than hashing every point
+        present = df.select([(code == i).any().alias(str(i)) for i in range(len(cats))]).row(0) if cats else ()
+        return [c for c, there in zip(cats, present, strict=True) if there]
     return list(dict.fromkeys(col.cast(pl.Utf8).to_list()))
 
 
