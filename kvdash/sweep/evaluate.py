@@ -184,12 +184,16 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         _Keys(values, set(req_ids.columns)).expr(SHAPE_DIMS).alias("_shape"))
     by_base: dict[tuple[Any, ...], PoolShape] = {}
     shape_rows: list[dict[str, Any]] = []
+    hybrid: dict[str, bool] = {}  # Architecture.is_hybrid scans every layer: once per model, not per point shape
     for key in req_ids.get_column("_shape").unique().sort().to_list():
         p = keys.decode(key, SHAPE_DIMS)
         arch = arch_of(p["model"])
+        if p["model"] not in hybrid:
+            hybrid[p["model"]] = arch.is_hybrid
+        is_hybrid = hybrid[p["model"]]
         # the block size changes no layer arithmetic, except in hybrids (the block is aligned to the state page)
         base = (p["model"], p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"],
-                p["block_size"] if arch.is_hybrid else None)
+                p["block_size"] if is_hybrid else None)
         try:
             check_positive("block_size", p["block_size"])
             if base not in by_base:
@@ -198,7 +202,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         except InputError as exc:
             raise InputError(f"{spec.path}: {point_label(p)}: {exc.field}", exc.value, exc.allowed,
                              exc.hint or "add an exclude: rule for it") from exc
-        stage = by_base[base] if arch.is_hybrid else replace(by_base[base], block_size=p["block_size"])
+        stage = by_base[base] if is_hybrid else replace(by_base[base], block_size=p["block_size"])
         weights_rank = f.weights_per_rank(arch.weight_bytes, p["tp"] * p["pp"])
         kv128 = f.contiguous_request_bytes(LONG_CONTEXT, stage.full_token_bytes, stage.window_token_bytes,
                                            stage.window, stage.state_bytes)
