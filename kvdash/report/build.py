@@ -409,18 +409,22 @@ def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, 
     workloads = _workloads(df)
     dims = [c for c in labels.swept if c != "workload"]  # the GPU and the TP degree apart: fewer rows
     narrow = df.lazy().select(*dims, "workload", "paged_requests", "request_capacity_ratio")
-    queries = [narrow.group_by(col, "workload", maintain_order=True).agg(
-        pl.col("paged_requests").median().alias("med"),
-        (pl.col("request_capacity_ratio").median() if col == "model" else pl.lit(None, pl.Float64)).alias("ratio"))
-        for col in dims]
+    queries = [narrow.group_by(col, "workload", maintain_order=True).agg(pl.col("paged_requests").median().alias("med"))
+               for col in dims]
+    # the models' ratio medians from value counts (few distinct ratios per model and workload)
+    queries.append(_range_median(narrow, ["model", "workload"], "request_capacity_ratio", ("_lo", "_hi", "ratio"))
+                   if "model" in dims else pl.LazyFrame({"model": [], "workload": [], "ratio": []}))
+    *results, model_ratio = pl.collect_all(queries)  # in parallel
+    ratios = {(str(m), str(w)): r for m, w, r in model_ratio.select("model", "workload", "ratio").iter_rows()}
     tables = []
-    for col, stats in zip(dims, pl.collect_all(queries), strict=True):  # in parallel
+    for col, stats in zip(dims, results, strict=True):
         values = stats.get_column(col).unique(maintain_order=True)  # groups in order: the values as they appear
         if values.len() < 2:
             continue
         cells: dict[Any, dict[str, str]] = {}
         for r in stats.iter_rows(named=True):
-            ratio = "" if r["ratio"] is None else f" ({r['ratio']:.2f}x)"
+            value = ratios.get((str(r[col]), str(r["workload"]))) if col == "model" else None
+            ratio = "" if value is None else f" ({value:.2f}x)"
             cells.setdefault(r[col], {})[str(r["workload"])] = f"{r['med']:,.0f}{ratio}"
         rows = [[cell(col, v), *[cells[v].get(w, "-") for w in workloads]] for v in values.to_list()]
         tables.append({"dimension": "GPU" if col == "gpu" else HEADERS[col], "rows": rows})
