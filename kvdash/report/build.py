@@ -16,6 +16,7 @@ import re
 import shutil
 import statistics
 from collections.abc import Callable
+from concurrent.futures import Future
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -763,16 +764,20 @@ def upper_bound_text(spec: GridSpec, df: Any, has_gpu: bool) -> str:
             "(llm-d-planner's calibration, vLLM 0.19.0 on H100-80GB); CUDA-graph memory not estimated.")
 
 
-def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.csv") -> dict[str, Any]:
+def judge_claims(spec: GridSpec, df: pl.DataFrame) -> list[Verdict]:
+    """The grid's claim verdicts, "holds where" named by its swept dimensions."""
+    return judge_all(df, spec.claims, dims=Labels(spec, df).swept,
+                     models={name: e.arch for name, e in spec.models.items()})
+
+
+def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.csv",
+                  verdicts: list[Verdict] | Future[list[Verdict]] | None = None) -> dict[str, Any]:
+    """Everything the templates show.  ``verdicts``: :func:`judge_claims` already judged, or a future of it
+    (being judged in another thread: it is waited for only after every other table is built)."""
     df = expanded.frame
     labels = Labels(spec, df)
-    verdicts = judge_all(df, spec.claims, dims=labels.swept,
-                         models={name: e.arch for name, e in spec.models.items()})
-    exit_rows = _exit_criteria(df, verdicts)
-    evaluable = [r for r in exit_rows if r[1] != "not evaluable"]
-    tutorial_config = not any(r[2] == NO_TUTORIAL_POINT for r in exit_rows)
     n = df.height
-    return {
+    ctx = {
         "title": spec.title,
         "description": spec.description,
         "upper_bound": upper_bound_text(spec, df, labels.has_gpu),
@@ -800,16 +805,22 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "mermaid": _mermaid(spec, df, labels),
         "sensitivity": _sensitivity(spec, df, labels),
         "waste": _waste(df, spec),
-        "claims": _claims(verdicts, reserve_text(spec) if labels.has_gpu else
-                          "explicit KV budget per rank (no runtime reserve applies)"),
-        "exit_criteria": exit_rows if tutorial_config else [],
-        "exit_summary": "" if tutorial_config else
-        (f"not evaluable here (no point of the tutorial's configuration); the {len(evaluable)} that do not need "
-         "one are in report.html"),
         "charts": charts_for(spec),
         "columns": RESULT_COLUMNS + (_simulation_columns(spec) if spec.simulate else []),
         "simulation": _simulation(spec, df),
     }
+    judged = judge_claims(spec, df) if verdicts is None else \
+        verdicts.result() if isinstance(verdicts, Future) else verdicts
+    exit_rows = _exit_criteria(df, judged)
+    evaluable = [r for r in exit_rows if r[1] != "not evaluable"]
+    tutorial_config = not any(r[2] == NO_TUTORIAL_POINT for r in exit_rows)
+    ctx["claims"] = _claims(judged, reserve_text(spec) if labels.has_gpu else
+                            "explicit KV budget per rank (no runtime reserve applies)")
+    ctx["exit_criteria"] = exit_rows if tutorial_config else []
+    ctx["exit_summary"] = "" if tutorial_config else (
+        f"not evaluable here (no point of the tutorial's configuration); the {len(evaluable)} that do not need "
+        "one are in report.html")
+    return ctx
 
 
 def _simulation_columns(spec: GridSpec) -> list[tuple[str, str, str]]:
@@ -991,20 +1002,23 @@ def write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[s
 
         main = "results.csv" if "csv" in formats else "results.parquet"
         step(main)
-        with ThreadPoolExecutor(max_workers=1) as pool:  # polars writes (releasing the GIL) while reports build
+        # polars releases the GIL: the results file is written and the claims judged (the report's largest
+        # independent piece) in threads while the charts and the other tables are built
+        with ThreadPoolExecutor(max_workers=2) as pool:
             jobs = []
             if "csv" in formats:
                 jobs.append(pool.submit(write_csv, expanded.frame, tmp / "results.csv"))
             if "parquet" in formats:
                 jobs.append(pool.submit(expanded.frame.write_parquet, tmp / "results.parquet", statistics=False,
                                             compression="lz4"))  # 2x zstd's size, a third faster
+            verdicts = pool.submit(judge_claims, spec, expanded.frame)
             step("charts")
             write_charts(spec, expanded.frame, tmp)
             if spec.simulate is not None:
                 write_simulation_chart(spec, expanded.frame, tmp)
                 if spec.simulate.rates:
                     write_capacity_chart(spec, expanded.frame, tmp)
-            ctx = build_context(spec, expanded, main)
+            ctx = build_context(spec, expanded, main, verdicts)
             for job in jobs:
                 job.result()
         step("report.md")
