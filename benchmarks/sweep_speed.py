@@ -1,6 +1,7 @@
 """Sweep speed, as ratios measured in one run: end to end, and evaluation against a plain loop and a numpy floor.
 
-Run: python benchmarks/sweep_speed.py [--rounds N] [--big-rounds N] [--before PATH] [--shared PATH]
+Run: python benchmarks/sweep_speed.py [--rounds N] [--big-rounds N] [--before PATH] [--before-path PATHS]
+     [--nvitop PATH] [--shared PATH]
 
 * small: ``kvdash sweep sweeps/exercise.yaml`` (4 points, every output) end to end in a fresh process,
   beside ``nvitop --version`` (a fresh process of a comparable tool), interleaved; target: within 4x
@@ -13,6 +14,11 @@ Run: python benchmarks/sweep_speed.py [--rounds N] [--big-rounds N] [--before PA
   the shared folder beside the checkout (or ``--shared PATH``); without it those rows say so and the rest runs.
 
 Medians over interleaved rounds; the machine may be shared and noisy, so ratios from one run are what count.
+
+Both source trees are byte-compiled first (``compileall``), as an installed package is: with
+``PYTHONDONTWRITEBYTECODE`` set (as on the shared development machine) every run would otherwise compile
+kvdash's ~40 modules from source (0.13 s), a cost no installed kvdash pays.  ``--before-path`` adds folders to
+the older tree's ``PYTHONPATH`` (e.g. one holding matplotlib, which the tree before issue 12 imports).
 """
 
 from __future__ import annotations
@@ -57,13 +63,20 @@ def timed(cmd: list[str], env: dict[str, str] | None = None, cpu: str = "", cwd:
     return wall
 
 
-def kvdash_cmd(source: Path | None) -> tuple[list[str], dict[str, str] | None]:
-    """The command running kvdash's CLI: this checkout, or the source tree ``source`` (via PYTHONPATH; run it
-    with the tree as working directory, since ``python -m`` puts the working directory first on sys.path)."""
+def kvdash_cmd(source: Path | None, extra: str = "") -> tuple[list[str], dict[str, str] | None]:
+    """The command running kvdash's CLI: this checkout, or the source tree ``source`` (via PYTHONPATH, then
+    ``extra``; run it with the tree as working directory, since ``python -m`` puts the working directory first
+    on sys.path)."""
     if source is None:
         return [sys.executable, "-m", "kvdash.cli"], None
-    env = dict(os.environ, PYTHONPATH=str(source))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(source), extra) if p))
     return [sys.executable, "-m", "kvdash.cli"], env
+
+
+def compile_tree(tree: Path) -> None:
+    """Byte-compile a kvdash source tree, as installing it would (a no-op when its .pyc files are current)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "kvdash")], check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 def parse_rate(out: str, pattern: str) -> float:
@@ -78,13 +91,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7, help="rounds of the small grid and of evaluation")
     ap.add_argument("--big-rounds", type=int, default=3, help="rounds of the 1M grid end to end")
     ap.add_argument("--before", help="an older kvdash source tree to time the 1M grid against")
+    ap.add_argument("--before-path", default="", help="folders added to the older tree's PYTHONPATH "
+                    "(e.g. one holding matplotlib)")
+    ap.add_argument("--nvitop", help="the nvitop executable (default: on PATH or beside this Python)")
     ap.add_argument("--shared", help="folder holding numpy_floor.py and formula_loop.py")
     ap.add_argument("--skip-big", action="store_true")
     args = ap.parse_args()
     shared = find_shared(args.shared)
-    nvitop = shutil.which("nvitop") or str(Path(sys.executable).with_name("nvitop"))
+    nvitop = args.nvitop or shutil.which("nvitop") or str(Path(sys.executable).with_name("nvitop"))
     have_nvitop = Path(nvitop).is_file()
     cmd, _ = kvdash_cmd(None)
+    compile_tree(REPO)
+    if args.before:
+        compile_tree(Path(args.before).resolve())
     tmp = Path(tempfile.mkdtemp(prefix="kvdash-speed-"))
     try:
         # 1. a small grid end to end, beside nvitop --version
@@ -97,16 +116,19 @@ def main() -> None:
         # 2. the 1M grid end to end (and an older tree's, interleaved)
         big, before = [], []
         if not args.skip_big:
-            bcmd, benv = kvdash_cmd(Path(args.before).resolve()) if args.before else (cmd, None)
+            bcmd, benv = kvdash_cmd(Path(args.before).resolve(), args.before_path) if args.before else (cmd, None)
             if args.before:  # the older tree really runs: its own module file
                 where = subprocess.run([sys.executable, "-c", "import kvdash; print(kvdash.__file__)"], env=benv,
                                        cwd=Path(args.before).resolve(), capture_output=True, text=True).stdout
                 if not where.startswith(str(Path(args.before).resolve())):
                     raise SystemExit(f"--before: kvdash imports from {where.strip()}, not the given tree")
+            # the tree before issue 15 reads the workload keys by their old names (used, lengths)
+            old_big = tmp / "grid_1m_old_keys.yaml"
+            old_big.write_text(re.sub(r"\{group: ", "{lengths: ", re.sub(r"\{length: ", "{used: ", BIG.read_text())))
             for _ in range(args.big_rounds):
                 big.append(timed([*cmd, "sweep", str(BIG), "--out", str(tmp / "big"), "-q"], cpu="big"))
                 if args.before:
-                    before.append(timed([*bcmd, "sweep", str(BIG), "--out", str(tmp / "before"), "-q"], benv,
+                    before.append(timed([*bcmd, "sweep", str(old_big), "--out", str(tmp / "before"), "-q"], benv,
                                         cpu="before", cwd=Path(args.before).resolve()))
         # 3. evaluation in memory against the floor and the loop
         from kvdash.sweep.columns import RESULT_COLUMNS

@@ -41,7 +41,7 @@ class YAMLLimit(InputError):
 
 _Parser: Any
 try:  # libyaml's event parser (C), when PyYAML was built with it
-    from yaml.cyaml import CParser as _Parser
+    from yaml.cyaml import CParser as _Parser  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - pure-Python PyYAML: the same bounds, slower
     from yaml.parser import Parser as _PyParser
     from yaml.reader import Reader
@@ -95,7 +95,7 @@ class BoundedLoader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstr
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
-        self._count(1, node.start_mark)
+        self._count(1, node.start_mark)  # type: ignore[union-attr]
         self._sizes[id(node)] = self._nodes - before
         return node
 

@@ -202,3 +202,83 @@ def test_action_yml_runs_the_script() -> None:
     runs = " ".join(s.get("run", "") for s in spec["runs"]["steps"])
     assert "python -m kvdash.action prepare" in runs and "python -m kvdash.action comment" in runs
     assert "${{" not in runs
+
+
+# A config.json by hand: 2 (K and V) x 32 layers x KV_HEADS heads x 128 dims x 2 bytes (bf16) per token.
+# 8 KV heads: 131,072 B/token; 1 GiB = 1,073,741,824 B holds 8,192 tokens = 512 blocks of 16; a
+# 1,024-token chat takes 64 blocks, so 512 // 64 = 8 requests.  4 KV heads: 65,536 B/token, 16,384
+# tokens = 1,024 blocks -> 16 requests.
+CONFIG = """{"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32,
+ "num_key_value_heads": KV_HEADS, "head_dim": 128, "hidden_size": 4096, "max_position_embeddings": 131072}
+"""
+READS = """
+title: reads a config
+models:
+  - {name: tiny, config: ../models/tiny/config.json}
+workloads:
+  chat: {used: 1024, max_reserved: 2048}
+defaults:
+  budget: 1GiB
+"""
+INDEX = '{"metadata": {"total_size": 16000000000}, "weight_map": {}}\n'
+
+
+@pytest.fixture
+def config_repo(tmp_path: Path) -> Path:
+    """main: sweeps/reads.yaml reads models/tiny/config.json (8 KV heads), sweeps/big.yaml reads
+    models/big/config.json, sweeps/same.yaml reads no file; head (branch pr): only the config.json goes
+    to 4 KV heads and a model.safetensors.index.json appears beside models/big/config.json.  No grid
+    file changes."""
+    r = tmp_path / "repo"
+    for d in ("sweeps", "models/tiny", "models/big"):
+        (r / d).mkdir(parents=True)
+    sh(r, "init", "-q", "-b", "main")
+    (r / "models" / "tiny" / "config.json").write_text(CONFIG.replace("KV_HEADS", "8"))
+    (r / "models" / "big" / "config.json").write_text(CONFIG.replace("KV_HEADS", "8"))
+    (r / "sweeps" / "reads.yaml").write_text(READS)
+    (r / "sweeps" / "big.yaml").write_text(READS.replace("tiny", "big"))
+    (r / "sweeps" / "same.yaml").write_text(SAME)
+    sh(r, "add", "-A")
+    sh(r, "commit", "-q", "-m", "base")
+    sh(r, "checkout", "-q", "-b", "pr")
+    (r / "models" / "tiny" / "config.json").write_text(CONFIG.replace("KV_HEADS", "4"))
+    (r / "models" / "big" / "model.safetensors.index.json").write_text(INDEX)
+    sh(r, "add", "-A")
+    sh(r, "commit", "-q", "-m", "head: only files the grids read")
+    return r
+
+
+def test_a_changed_config_re_sweeps_the_grids_that_read_it(config_repo: Path, tmp_path: Path) -> None:
+    """Only models/tiny/config.json changes (8 -> 4 KV heads): reads.yaml, which names it relative to the
+    grid file (../models/tiny/config.json), is re-swept and diffed: paged requests 8 -> 16 (worked above).
+    big.yaml is re-swept because a model.safetensors.index.json now sits beside its config (the loader
+    reads it for the weights); same.yaml (a preset) is left alone."""
+    out = tmp_path / "out"
+    assert 0 == main(["prepare", "--repo", str(config_repo), "--base", "main", "--out", str(out),
+                      "--github-output", str(tmp_path / "o.txt")])
+    assert "changed-grids=sweeps/big.yaml sweeps/reads.yaml\n" in (tmp_path / "o.txt").read_text()
+    body = (out / "comment.md").read_text()
+    reads = body[body.index("### sweeps/reads.yaml"):]
+    assert "re-swept because a file it reads changed: `models/tiny/config.json`." in reads
+    assert "**1 changed, 0 added, 0 removed**" in reads
+    assert "| 8 -> 16 (+8, +100.0 %) |" in reads and "| bytes_per_token | 131,072 | 65,536 |" in reads
+    big = body[body.index("### sweeps/big.yaml"):body.index("### sweeps/reads.yaml")]
+    assert "re-swept because a file it reads changed: `models/big/model.safetensors.index.json`." in big
+    assert "sweeps/same.yaml" not in body
+    assert (config_repo / "reports" / "reads" / "report.md").is_file()
+    assert not (config_repo / "reports" / "same").exists()
+    assert_tables_keep_columns(body)
+
+
+def test_referenced_files_resolve_like_the_loader(tmp_path: Path) -> None:
+    """config: and safetensors_index: are taken relative to the grid file's folder (as parse_grid takes
+    them); without an index, the one beside the config; presets read nothing; bad YAML references nothing."""
+    from kvdash.sweep.gridfile import referenced_files
+
+    grid = Path("sweeps/g.yaml")
+    text = ("models:\n  - llama-3.1-8b\n  - {config: ../m/a/config.json}\n"
+            "  - {config: b/config.json, safetensors_index: ../idx/b.json}\n")
+    assert [Path("sweeps/../m/a/config.json"), Path("sweeps/../m/a/model.safetensors.index.json"),
+            Path("sweeps/b/config.json"), Path("sweeps/../idx/b.json")] == referenced_files(grid, text)
+    assert [] == referenced_files(grid, "models: [: bad")
+    assert [] == referenced_files(grid, "title: no models\n")

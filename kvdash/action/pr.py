@@ -45,6 +45,7 @@ class GridResult:
     base_error: str = ""
     report_outdated: bool = False  # the regenerated report differs from the committed one
     diff: str = ""
+    reads: list[str] = field(default_factory=list)  # files the grid references that changed (its YAML did not)
 
 
 def git(repo: Path, *args: str) -> str:
@@ -69,19 +70,49 @@ def resolve_base(repo: Path, base: str) -> str:
 
 def changed_grids(repo: Path, base_sha: str, patterns: list[str], every: bool = False) -> list[tuple[str, str]]:
     """(path, status) of every grid file matching ``patterns`` that differs between the base commit and
-    HEAD (renames count as removed plus added); with ``every``, also the grids whose file did not change
-    (a config.json they read, or kvdash itself, may have)."""
+    HEAD (renames count as removed plus added), or whose referenced files do (:func:`changed_grid_reads`);
+    with ``every``, also the grids whose file did not change (kvdash itself may have)."""
+    return [(path, status) for path, status, _ in changed_grid_reads(repo, base_sha, patterns, every)]
+
+
+def changed_grid_reads(repo: Path, base_sha: str, patterns: list[str],
+                       every: bool = False) -> list[tuple[str, str, list[str]]]:
+    """(path, status, changed files it reads): a grid whose YAML is the same on both sides is still "changed"
+    when a file it references changed between the base commit and HEAD -- a model's ``config:`` (config.json),
+    its ``safetensors_index:`` or the ``model.safetensors.index.json`` beside the config -- resolved relative
+    to the grid file as the grid loader resolves them (:func:`kvdash.sweep.gridfile.referenced_files`)."""
+    from kvdash.sweep.gridfile import referenced_files
+
     out = git(repo, "diff", "--name-status", "--no-renames", base_sha, "HEAD")
-    found = {}
+    found: dict[str, str] = {}
+    touched: set[str] = set()
     for line in out.splitlines():
         status, _, path = line.partition("\t")
+        touched.add(path)
         if any(fnmatch.fnmatch(path, p) for p in patterns):
             found[path] = {"A": "added", "D": "removed"}.get(status[:1], "changed")
-    if every:
-        for path in git(repo, "ls-tree", "-r", "--name-only", "HEAD").splitlines():
-            if path not in found and any(fnmatch.fnmatch(path, p) for p in patterns):
-                found[path] = "changed"  # present on both sides, file unchanged
-    return sorted(found.items())
+    reads: dict[str, list[str]] = {}
+    for path in git(repo, "ls-tree", "-r", "--name-only", "HEAD").splitlines():
+        if path in found or not any(fnmatch.fnmatch(path, p) for p in patterns):
+            continue
+        try:  # the grid at HEAD (the same text at the base: its file did not change)
+            text = git(repo, "show", f"HEAD:{path}")
+        except subprocess.CalledProcessError:
+            continue
+        files = [_in_repo(f) for f in referenced_files(Path(path), text)]
+        reads[path] = sorted({f for f in files if f is not None and f in touched})
+        if reads[path] or every:
+            found[path] = "changed"  # present on both sides, file unchanged
+    return [(path, status, reads.get(path, [])) for path, status in sorted(found.items())]
+
+
+def _in_repo(path: Path) -> str | None:
+    """``path`` (relative to the repository root, maybe with ``..``) as git names it; None outside the
+    repository or absolute (git diff lists only files inside it)."""
+    if path.is_absolute():
+        return None
+    norm = os.path.normpath(path.as_posix())
+    return None if norm == ".." or norm.startswith("../") else norm
 
 
 def _kvdash(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -102,8 +133,8 @@ def prepare(repo: Path, base: str, patterns: list[str], reports: str = "reports"
     worktree = work / "base"
     git(repo, "worktree", "add", "--detach", "--force", str(worktree), base_sha)
     try:
-        for path, status in changed_grids(repo, base_sha, patterns, every):
-            r = GridResult(path, status)
+        for path, status, reads in changed_grid_reads(repo, base_sha, patterns, every):
+            r = GridResult(path, status, reads=reads)
             results.append(r)
             stem = Path(path).stem
             head_out = repo / reports / stem
@@ -164,6 +195,9 @@ def comment_body(results: list[GridResult], base_sha: str, changed_limit: int = 
                         ""]
         if r.status == "removed":
             section += ["The grid file was removed.", ""]
+        if r.reads:
+            section += ["The grid file is unchanged; re-swept because a file it reads changed: "
+                        + ", ".join(md_code(f) for f in r.reads) + ".", ""]
         if r.sweep_code == 1:
             section += [f"**Gates: {len(r.check_lines):,} failing point(s)** (`kvdash sweep --check`):", ""]
             section += [f"- {line}" for line in r.check_lines[:CHECK_LINES_SHOWN]]

@@ -16,6 +16,7 @@ import re
 import shutil
 import statistics
 from collections.abc import Callable
+from concurrent.futures import Future
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -169,19 +170,45 @@ def _workloads(df: pl.DataFrame) -> list[str]:
     """The workloads present, in the grid's order."""
     col = df.get_column("workload")
     if isinstance(col.dtype, pl.Enum):
-        present = set(col.to_physical().unique().to_list())
-        return [c for i, c in enumerate(col.dtype.categories.to_list()) if i in present]
+        cats = col.dtype.categories.to_list()
+        code = pl.col("workload").to_physical()
+        if len(cats) > 64:
+            seen = set(col.to_physical().unique().to_list())
+            return [c for i, c in enumerate(cats) if i in seen]
+        # one comparison per category (a few): cheaper than hashing every point
+        present = df.select([(code == i).any().alias(str(i)) for i in range(len(cats))]).row(0) if cats else ()
+        return [c for c, there in zip(cats, present, strict=True) if there]
     return list(dict.fromkeys(col.cast(pl.Utf8).to_list()))
+
+
+def _first_k(frame: pl.DataFrame, k: int, metric: str, desc_metric: bool, desc_row: bool,
+             mask: pl.Expr | None = None) -> pl.DataFrame:
+    """The first ``k`` rows of ``frame`` (where ``mask``) in the order (``metric``, ``_row``), each descending as
+    asked: the k-th value of the metric is found first (one column), so only the rows at or beyond it are
+    sorted, never the whole frame.  The metric must have no nulls."""
+    m = pl.col(metric)
+    values = m if mask is None else m.filter(mask)
+    thr = frame.select((values.top_k(k).min() if desc_metric else values.bottom_k(k).max()).alias("t")).item()
+    if thr is None:
+        return frame.clear()
+    cond = m >= thr if desc_metric else m <= thr
+    return frame.filter(cond if mask is None else cond & mask).sort([metric, "_row"], descending=[desc_metric,
+                                                                                                   desc_row]).head(k)
 
 
 def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int) -> pl.DataFrame:
     """The ``k`` best points of every workload by the objective (ties: the earlier point), in one pass; rows
-    in the grid's workload order, best first.  ``frame`` needs ``_row``."""
+    in the grid's workload order, best first.  ``frame`` needs ``_row``.  Each workload's k-th best value is
+    found first, so only the points at or beyond it are sorted."""
     by, desc = _order(spec)
     metric = by[0]
-    picked = frame.lazy().filter(pl.col(metric).is_not_null()).group_by("workload").agg(
-        pl.col("_row").top_k_by(by, k=k, reverse=[not desc[0], True])).explode("_row").collect()
-    rows = frame.filter(pl.col("_row").is_in(picked.get_column("_row").implode()))
+    m = pl.col(metric)
+    kth = frame.lazy().filter(m.is_not_null()).group_by("workload").agg(
+        (m.top_k(k).min() if desc[0] else m.bottom_k(k).max()).alias("_kth"))
+    rows = frame.lazy().join(kth, on="workload", how="inner").filter(
+        m >= pl.col("_kth") if desc[0] else m <= pl.col("_kth")).drop("_kth") \
+        .sort(by, descending=desc).group_by("workload", maintain_order=True).head(k).collect()
+    rows = rows.select(frame.columns)
     order = {w: i for i, w in enumerate(_workloads(frame))}
     return rows.with_columns(pl.col("workload").cast(pl.Utf8).replace_strict(order, return_dtype=pl.UInt32)
                              .alias("_w")).sort(["_w", *by], descending=[False, *desc]).drop("_w")
@@ -246,18 +273,36 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
 _STATS: list[tuple[pl.DataFrame, pl.DataFrame]] = []  # the last frame's per-workload figures
 
 
+def _range_median(lazy: pl.LazyFrame, keys: list[str], col: str, names: tuple[str, str, str]) -> pl.LazyFrame:
+    """Per ``keys``: the minimum, maximum and median of ``col`` (nulls left out) from its value counts, so only
+    the distinct values are sorted, not every point.  The median is polars' own: the middle value, or for an
+    even count ``lo + (hi - lo) x 0.5`` of the two middle ones (both as floats)."""
+    v, n = pl.col(col), pl.col("len")
+    lo, hi, med = names
+    return lazy.filter(v.is_not_null()).group_by(*keys, col).len().sort(*keys, col) \
+        .group_by(*keys, maintain_order=True).agg(
+            v.first().alias(lo), v.last().alias(hi),
+            v.filter(n.cum_sum() > (n.sum() - 1) // 2).first().cast(pl.Float64).alias("_a"),
+            v.filter(n.cum_sum() > n.sum() // 2).first().cast(pl.Float64).alias("_b")) \
+        .with_columns((pl.col("_a") + (pl.col("_b") - pl.col("_a")) * 0.5).alias(med)).drop("_a", "_b")
+
+
 def workload_stats(df: pl.DataFrame) -> pl.DataFrame:
-    """Per workload, in one pass: the ratio's range and median, the waste ranges and medians, the tail range
-    (the mechanism sentence, the waste table and the waste chart all read it)."""
+    """Per workload (in the order they first appear): the ratio's range and median, the waste ranges and
+    medians, the tail range (the mechanism sentence, the waste table and the waste chart all read it)."""
     if _STATS and _STATS[0][0] is df:
         return _STATS[0][1]
-    ratio, res, pag, tail = (pl.col(c) for c in ("request_capacity_ratio", "reservation_waste_percent",
-                                                 "paged_waste_percent", "tail_waste_slots"))
-    stats = df.group_by("workload", maintain_order=True).agg(
-        ratio.min().alias("lo"), ratio.max().alias("hi"), ratio.median().alias("med"),
-        res.min().alias("rlo"), res.max().alias("rhi"), res.median().alias("res"),
-        pag.min().alias("plo"), pag.max().alias("phi"), pag.median().alias("pag"),
-        tail.min().alias("tlo"), tail.max().alias("thi"))
+    lazy = df.lazy()
+    tail = pl.col("tail_waste_slots")
+    queries = [lazy.group_by("workload", maintain_order=True).agg(tail.min().alias("tlo"), tail.max().alias("thi"))]
+    queries += [_range_median(lazy, ["workload"], col, names) for col, names in (
+        ("request_capacity_ratio", ("lo", "hi", "med")), ("reservation_waste_percent", ("rlo", "rhi", "res")),
+        ("paged_waste_percent", ("plo", "phi", "pag")))]
+    order, *parts = pl.collect_all(queries)
+    stats = order
+    for part in parts:
+        stats = stats.join(part, on="workload", how="left", maintain_order="left")
+    stats = stats.select("workload", "lo", "hi", "med", "rlo", "rhi", "res", "plo", "phi", "pag", "tlo", "thi")
     _STATS[:] = [(df, stats)]
     return stats
 
@@ -331,10 +376,11 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
             narrow.schema["workload"], pl.Enum) else narrow.with_columns(pl.lit(0).alias("_w"))
         shown = [ordered.sort(["_w", *by], descending=[False, *desc], nulls_last=True)]
     else:
-        fitting = narrow.filter(pl.col("fits"))
         each = max(2, HEADLINE_EACH // len(_workloads(narrow)))  # per workload: 2k and 128k do not compare
-        shown = [_best_per_workload(spec, narrow, each),
-                 fitting.bottom_k(HEADLINE_WORST, by=by, reverse=reverse).sort(by, descending=desc, nulls_last=True)]
+        worst = _first_k(narrow, HEADLINE_WORST, by[0], not desc[0], True, pl.col("fits")) \
+            if narrow.get_column(by[0]).null_count() == 0 else \
+            narrow.filter(pl.col("fits")).bottom_k(HEADLINE_WORST, by=by, reverse=reverse)
+        shown = [_best_per_workload(spec, narrow, each), worst.sort(by, descending=desc, nulls_last=True)]
     every = pl.concat(shown)
     varying, constant = [], []
     for c in labels.columns:
@@ -365,18 +411,22 @@ def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, 
     workloads = _workloads(df)
     dims = [c for c in labels.swept if c != "workload"]  # the GPU and the TP degree apart: fewer rows
     narrow = df.lazy().select(*dims, "workload", "paged_requests", "request_capacity_ratio")
-    queries = [narrow.group_by(col, "workload").agg(
-        pl.col("paged_requests").median().alias("med"),
-        (pl.col("request_capacity_ratio").median() if col == "model" else pl.lit(None, pl.Float64)).alias("ratio"))
-        for col in dims]
+    queries = [narrow.group_by(col, "workload", maintain_order=True).agg(pl.col("paged_requests").median().alias("med"))
+               for col in dims]
+    # the models' ratio medians from value counts (few distinct ratios per model and workload)
+    queries.append(_range_median(narrow, ["model", "workload"], "request_capacity_ratio", ("_lo", "_hi", "ratio"))
+                   if "model" in dims else pl.LazyFrame({"model": [], "workload": [], "ratio": []}))
+    *results, model_ratio = pl.collect_all(queries)  # in parallel
+    ratios = {(str(m), str(w)): r for m, w, r in model_ratio.select("model", "workload", "ratio").iter_rows()}
     tables = []
-    for col, stats in zip(dims, pl.collect_all(queries), strict=True):  # in parallel
-        values = df.get_column(col).unique(maintain_order=True)
+    for col, stats in zip(dims, results, strict=True):
+        values = stats.get_column(col).unique(maintain_order=True)  # groups in order: the values as they appear
         if values.len() < 2:
             continue
         cells: dict[Any, dict[str, str]] = {}
         for r in stats.iter_rows(named=True):
-            ratio = "" if r["ratio"] is None else f" ({ratio_text(r['ratio'])})"
+            value = ratios.get((str(r[col]), str(r["workload"]))) if col == "model" else None
+            ratio = "" if value is None else f" ({ratio_text(value)})"
             cells.setdefault(r[col], {})[str(r["workload"])] = f"{r['med']:,.0f}{ratio}"
         rows = [[cell(col, v), *[cells[v].get(w, "-") for w in workloads]] for v in values.to_list()]
         tables.append({"dimension": "GPU" if col == "gpu" else HEADERS[col], "rows": rows})
@@ -427,12 +477,17 @@ def _chart_points(spec: GridSpec, df: pl.DataFrame, labels: Labels, limit: int) 
         return narrow.sort(by, descending=desc, nulls_last=True), ""
     reverse = [not d for d in desc]
     half = limit // 2
-    fitting = narrow.filter(pl.col("fits"))
-    top = narrow.top_k(half, by=by, reverse=reverse)
-    bottom = fitting.filter(~pl.col("_row").is_in(top.get_column("_row").implode())).bottom_k(half, by=by,
-                                                                                               reverse=reverse)
+    fits = pl.col("fits")
+    if narrow.get_column(by[0]).null_count() == 0:  # the k-th value first: no sort of the whole grid
+        top = _first_k(narrow, half, by[0], desc[0], False)
+        bottom = _first_k(narrow, half, by[0], not desc[0], True,
+                          fits & ~pl.col("_row").is_in(top.get_column("_row").implode()))
+    else:
+        top = narrow.top_k(half, by=by, reverse=reverse)
+        bottom = narrow.filter(fits & ~pl.col("_row").is_in(top.get_column("_row").implode())).bottom_k(
+            half, by=by, reverse=reverse)
     picked = pl.concat([top, bottom]).sort(by, descending=desc, nulls_last=True)
-    unfit = narrow.height - fitting.height
+    unfit = narrow.height - int(narrow.get_column("fits").sum())
     return picked, (f"the {top.height} best and the {bottom.height} worst that fit by {by[0]}; "
                     f"{narrow.height - picked.height:,} of {narrow.height:,} points left out"
                     + (f" ({unfit:,} leave no KV memory)" if unfit else ""))
@@ -713,16 +768,20 @@ def upper_bound_text(spec: GridSpec, df: Any, has_gpu: bool) -> str:
             "subtracts by default (per architecture and layer, from the same runs' logs).")
 
 
-def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.csv") -> dict[str, Any]:
+def judge_claims(spec: GridSpec, df: pl.DataFrame) -> list[Verdict]:
+    """The grid's claim verdicts, "holds where" named by its swept dimensions."""
+    return judge_all(df, spec.claims, dims=Labels(spec, df).swept,
+                     models={name: e.arch for name, e in spec.models.items()})
+
+
+def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.csv",
+                  verdicts: list[Verdict] | Future[list[Verdict]] | None = None) -> dict[str, Any]:
+    """Everything the templates show.  ``verdicts``: :func:`judge_claims` already judged, or a future of it
+    (being judged in another thread: it is waited for only after every other table is built)."""
     df = expanded.frame
     labels = Labels(spec, df)
-    verdicts = judge_all(df, spec.claims, dims=labels.swept,
-                         models={name: e.arch for name, e in spec.models.items()})
-    exit_rows = _exit_criteria(df, verdicts)
-    evaluable = [r for r in exit_rows if r[1] != "not evaluable"]
-    tutorial_config = not any(r[2] == NO_TUTORIAL_POINT for r in exit_rows)
     n = df.height
-    return {
+    ctx = {
         "title": spec.title,
         "description": spec.description,
         "upper_bound": upper_bound_text(spec, df, labels.has_gpu),
@@ -750,16 +809,22 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "mermaid": _mermaid(spec, df, labels),
         "sensitivity": _sensitivity(spec, df, labels),
         "waste": _waste(df, spec),
-        "claims": _claims(verdicts, reserve_text(spec) if labels.has_gpu else
-                          "explicit KV budget per rank (no runtime reserve applies)"),
-        "exit_criteria": exit_rows if tutorial_config else [],
-        "exit_summary": "" if tutorial_config else
-        (f"not evaluable here (no point of the tutorial's configuration); the {len(evaluable)} that do not need "
-         "one are in report.html"),
         "charts": charts_for(spec),
         "columns": RESULT_COLUMNS + (_simulation_columns(spec) if spec.simulate else []),
         "simulation": _simulation(spec, df),
     }
+    judged = judge_claims(spec, df) if verdicts is None else \
+        verdicts.result() if isinstance(verdicts, Future) else verdicts
+    exit_rows = _exit_criteria(df, judged)
+    evaluable = [r for r in exit_rows if r[1] != "not evaluable"]
+    tutorial_config = not any(r[2] == NO_TUTORIAL_POINT for r in exit_rows)
+    ctx["claims"] = _claims(judged, reserve_text(spec) if labels.has_gpu else
+                            "explicit KV budget per rank (no runtime reserve applies)")
+    ctx["exit_criteria"] = exit_rows if tutorial_config else []
+    ctx["exit_summary"] = "" if tutorial_config else (
+        f"not evaluable here (no point of the tutorial's configuration); the {len(evaluable)} that do not need "
+        "one are in report.html")
+    return ctx
 
 
 def _simulation_columns(spec: GridSpec) -> list[tuple[str, str, str]]:
@@ -941,20 +1006,23 @@ def write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[s
 
         main = "results.csv" if "csv" in formats else "results.parquet"
         step(main)
-        with ThreadPoolExecutor(max_workers=1) as pool:  # polars writes (releasing the GIL) while reports build
+        # polars releases the GIL: the results file is written and the claims judged (the report's largest
+        # independent piece) in threads while the charts and the other tables are built
+        with ThreadPoolExecutor(max_workers=2) as pool:
             jobs = []
             if "csv" in formats:
                 jobs.append(pool.submit(write_csv, expanded.frame, tmp / "results.csv"))
             if "parquet" in formats:
                 jobs.append(pool.submit(expanded.frame.write_parquet, tmp / "results.parquet", statistics=False,
                                             compression="lz4"))  # 2x zstd's size, a third faster
+            verdicts = pool.submit(judge_claims, spec, expanded.frame)
             step("charts")
             write_charts(spec, expanded.frame, tmp)
             if spec.simulate is not None:
                 write_simulation_chart(spec, expanded.frame, tmp)
                 if spec.simulate.rates:
                     write_capacity_chart(spec, expanded.frame, tmp)
-            ctx = build_context(spec, expanded, main)
+            ctx = build_context(spec, expanded, main, verdicts)
             for job in jobs:
                 job.result()
         step("report.md")

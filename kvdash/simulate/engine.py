@@ -123,7 +123,8 @@ def read_trace(path: str, limit: int | None = None,
     """A CSV of ``prompt,output`` lengths (a header line is allowed), streamed by :mod:`kvdash.safeio`
     (a regular file, at most ``max_bytes``); reading stops after ``limit`` requests (the simulation
     takes the values in order, so later lines would not be used)."""
-    prompts, outputs = [], []
+    prompts: list[int] = []
+    outputs: list[int] = []
     for number, line in safeio.iter_lines(path, "--trace", max_bytes, "--max-file-size"):
         if limit is not None and len(prompts) >= limit:
             break

@@ -277,53 +277,90 @@ def _bounds(claim: Claim, value: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     return below, above
 
 
-def _tally(lazy: pl.LazyFrame, mask: pl.Expr, value: pl.Expr, claim: Claim, dims: list[str]) -> dict[str, Any]:
-    """Counts and the value's range over the applicable points and, per dimension, its distinct values over
-    all / agreeing / disagreeing points: one pass, each dimension's value and the verdict packed in one integer
-    (code x 2 + agrees) so a unique of integers replaces a group-by."""
-    schema = lazy.collect_schema()
-    below, above = _bounds(claim, pl.col("_v"))
-    ok = (~below & ~above).alias("_ok")
-    packed = []
-    for d in dims:
-        if isinstance(schema[d], pl.Enum) or schema[d].is_integer():
-            key = pl.col(d).to_physical().cast(pl.Int64) if isinstance(schema[d], pl.Enum) else pl.col(d)
-            key = key.cast(pl.Int64).fill_null(-1)  # -1: none (e.g. no GPU)
-            packed.append((key * 2 + pl.col("_ok").cast(pl.Int64)).unique().implode().alias(f"p_{d}"))
-        else:  # other types: (value, agrees) pairs
-            packed.append(pl.struct(pl.col(d).alias("v"), pl.col("_ok").alias("ok")).unique().implode()
-                          .alias(f"s_{d}"))
-    row = lazy.filter(mask).select(*dims, value.alias("_v")).with_columns(
-        ok, below.alias("_below"), above.alias("_above")).select(
-        pl.len().alias("n"), pl.col("_ok").sum().alias("h"), pl.col("_below").sum().alias("nb"),
-        pl.col("_above").sum().alias("na"), pl.col("_v").min().alias("vmin"), pl.col("_v").max().alias("vmax"),
-        *packed).collect().row(0, named=True)
-    out = {k: row[k] for k in ("n", "h", "nb", "na", "vmin", "vmax")}
-    for d in dims:
-        cats = schema[d].categories.to_list() if isinstance(schema[d], pl.Enum) else None
+@dataclass
+class _Job:
+    """One claim's tally on one frame: the applicable points (``mask``), the value judged against the claimed
+    range, the column whose range is shown (default: the value), and extra minima/maxima over the applicable
+    points.  ``counted``: the points judged, when fewer than ``mask`` (the rest still count in ``all``)."""
 
-        def value_of(code: int, cats: list[str] | None = cats) -> Any:
-            if code == -1:
-                return None
-            return cats[code] if cats is not None else code
+    claim: Claim
+    mask: pl.Expr
+    value: pl.Expr
+    shown: pl.Expr | None = None
+    extra: dict[str, tuple[pl.Expr, str]] = field(default_factory=dict)
+    counted: pl.Expr | None = None
 
-        if f"p_{d}" in row:
-            pairs = [(value_of(x // 2), x % 2) for x in row[f"p_{d}"]]
+
+_BITS = 32  # claims per 64-bit word: 2 bits each (01 agrees, 10 disagrees, 00 not judged)
+
+
+def _tally_many(lazy: pl.LazyFrame, jobs: list[_Job], dims: list[str]) -> list[dict[str, Any]]:
+    """Per job: counts and the shown value's range over its judged points and, per dimension, the distinct values
+    over all / agreeing / disagreeing points.  All jobs at once: one pass computes each point's status per job
+    (0 not applicable, 1 within, 2 below, 3 above, 4 applicable but not judged) as a small integer column;
+    counts and ranges read those columns, and per dimension one group-by ORs a word packing every job's
+    "agrees"/"disagrees" bits, so the values each job's agreeing and disagreeing points take come out together."""
+    if not jobs:
+        return []
+    cols: list[pl.Expr] = []
+    aggs: list[pl.Expr] = []
+    words: list[pl.Expr] = []
+    for i, job in enumerate(jobs):
+        below, above = _bounds(job.claim, job.value)
+        judged = job.mask if job.counted is None else job.mask & job.counted
+        side = pl.when(below).then(pl.lit(2, pl.UInt8)).when(above).then(pl.lit(3, pl.UInt8)) \
+            .otherwise(pl.lit(1, pl.UInt8))
+        status = pl.when(judged).then(side).when(job.mask).then(pl.lit(4, pl.UInt8)) if job.counted is not None \
+            else pl.when(judged).then(side)
+        cols.append(status.otherwise(pl.lit(0, pl.UInt8)).alias(f"_s{i}"))
+        cols.append((job.value if job.shown is None else job.shown).alias(f"_v{i}"))
+        cols += [e.alias(f"_x{i}_{k}") for k, (e, _) in job.extra.items()]
+        s = pl.col(f"_s{i}")
+        hit = s.is_between(1, 3)
+        aggs += [hit.sum().alias(f"n{i}"), (s == 1).sum().alias(f"h{i}"), (s == 2).sum().alias(f"nb{i}"),
+                 (s == 3).sum().alias(f"na{i}"), (s > 0).sum().alias(f"all{i}"),
+                 pl.col(f"_v{i}").filter(hit).min().alias(f"vmin{i}"),
+                 pl.col(f"_v{i}").filter(hit).max().alias(f"vmax{i}"),
+                 *(getattr(pl.col(f"_x{i}_{k}").filter(hit), how)().alias(f"x{i}_{k}")
+                   for k, (_, how) in job.extra.items())]
+        shift = 2 * (i % _BITS)
+        term = pl.when(s == 1).then(pl.lit(1 << shift, pl.UInt64)).when(hit).then(pl.lit(2 << shift, pl.UInt64)) \
+            .otherwise(pl.lit(0, pl.UInt64))
+        if i % _BITS == 0:
+            words.append(term)
         else:
-            pairs = [(x["v"], int(x["ok"])) for x in row[f"s_{d}"]]
-        out[f"a_{d}"] = list({v for v, _ in pairs})
-        out[f"h_{d}"] = [v for v, agrees in pairs if agrees]
-        out[f"f_{d}"] = [v for v, agrees in pairs if not agrees]
+            words[-1] = words[-1] | term
+    names = [f"_w{k}" for k in range(len(words))]
+    narrow = lazy.select(*dims, *cols).collect().lazy()  # each status computed once; dimensions are not copied
+    queries = [narrow.select(aggs)]
+    if dims:
+        packed = narrow.select(*dims, *(w.alias(n) for w, n in zip(words, names, strict=True))).collect().lazy()
+        queries += [packed.group_by(d).agg(pl.col(n).bitwise_or() for n in names) for d in dims]
+    results = pl.collect_all(queries)
+    row = results[0].row(0, named=True)
+    out = []
+    for i, job in enumerate(jobs):
+        t = {k: row[f"{k}{i}"] for k in ("n", "h", "nb", "na", "all", "vmin", "vmax")}
+        for k in ("vmin", "vmax"):  # the value judged is a float: show its range as one
+            t[k] = None if t[k] is None else float(t[k])
+        t.update({k: row[f"x{i}_{k}"] for k in job.extra})
+        word, shift = names[i // _BITS], 2 * (i % _BITS)
+        for d, per in zip(dims, results[1:], strict=True):
+            pairs = [(v, (w >> shift) & 3) for v, w in zip(per.get_column(d).to_list(), per.get_column(word).to_list(),
+                                                           strict=True)]
+            t[f"a_{d}"] = [v for v, s in pairs if s]
+            t[f"h_{d}"] = [v for v, s in pairs if s & 1]
+            t[f"f_{d}"] = [v for v, s in pairs if s & 2]
+        out.append(t)
     return out
 
 
-def judge(df: pl.DataFrame | Frame, claim: Claim, dims: list[str] | None = None) -> Verdict:
+def _plan(frame: Frame, claim: Claim, dims: list[str], swept: bool) -> Verdict | tuple[pl.LazyFrame, _Job, str]:
+    """A claim's verdict when it needs no data, else what to tally: the frame, the job and what the claim
+    needs (for "this grid has no ...")."""
     if not claim.computable:
         return Verdict(claim, "not computable", "-", 0, 0, "",
                        f"capacity arithmetic cannot settle a {claim.kind} claim; {claim.settle}")
-    frame = df if isinstance(df, Frame) else Frame(df)
-    swept = dims is not None
-    dims = [d for d in (dims if dims is not None else SEPARATORS) if d in frame.schema]
     assert claim.metric is not None
     need = ", ".join(_applies_text(k, v) for k, v in claim.applies_to.items()) or "matching points"
     cond = _applies(frame, claim)
@@ -332,22 +369,22 @@ def judge(df: pl.DataFrame | Frame, claim: Claim, dims: list[str] | None = None)
     if cond is None:
         return Verdict(claim, "not applicable", "-", 0, 0, "", f"this grid has no {need}")
     if claim.pair:
-        lazy, mask, value = _pair_frame(frame, claim, cond, dims, swept).lazy(), pl.lit(True), pl.col("value")
+        value = pl.col("value")  # finite wherever a pair exists: a column mask, so its sum counts rows
+        lazy, mask = _pair_frame(frame, claim, cond, dims, swept).lazy(), value.is_not_null()
     else:
         value = pl.col(claim.metric).cast(pl.Float64)
         lazy, mask = frame.df.lazy(), cond & value.is_not_null()
-    if claim.over_lengths:
-        several = lazy.select((mask & frame.helper("_several_lengths")).sum().alias("several"),
-                              mask.sum().alias("all")).collect().row(0)
-        if several[0] == 0:
-            if several[1] == 0:
-                return Verdict(claim, "not applicable", "-", 0, 0, "", f"this grid has no {need}")
-            return Verdict(claim, "not applicable", "-", 0, 0, "",
-                           "an average over many lengths; one length's tail is its remainder mod the block "
-                           "size (0 when block-aligned)")
-        mask = mask & frame.helper("_several_lengths")
-    t = _tally(lazy, mask, value, claim, dims)
+    shown = None if claim.pair else pl.col(claim.metric)
+    counted = frame.helper("_several_lengths") if claim.over_lengths else None
+    return lazy, _Job(claim, mask, value, shown, counted=counted), need
+
+
+def _verdict(claim: Claim, t: dict[str, Any], dims: list[str], need: str) -> Verdict:
     n, h = int(t["n"]), int(t["h"])
+    if claim.over_lengths and n == 0 and t["all"]:
+        return Verdict(claim, "not applicable", "-", 0, 0, "",
+                       "an average over many lengths; one length's tail is its remainder mod the block "
+                       "size (0 when block-aligned)")
     if n == 0:
         return Verdict(claim, "not applicable", "-", 0, 0, "", f"this grid has no {need}")
     computed = _range_text(t["vmin"], t["vmax"])
@@ -364,14 +401,63 @@ def judge(df: pl.DataFrame | Frame, claim: Claim, dims: list[str] | None = None)
     return Verdict(claim, verdict, computed, n, h, where, claim.scope, below=int(t["nb"]), above=int(t["na"]))
 
 
+def _dims(frame: Frame, dims: list[str] | None) -> list[str]:
+    return [d for d in (dims if dims is not None else SEPARATORS) if d in frame.schema]
+
+
+def judge(df: pl.DataFrame | Frame, claim: Claim, dims: list[str] | None = None) -> Verdict:
+    frame = df if isinstance(df, Frame) else Frame(df)
+    return _judge_many(frame, [claim], dims, [])[0][0]
+
+
 def judge_joint(frame: Frame, members: list[Claim], dims: list[str]) -> Verdict:
     """Claims from one source about one setting, judged on the same configuration: a point agrees when
     every member's metric is within its range there."""
-    dims = [d for d in dims if d in frame.schema]
+    return _judge_many(frame, [], dims, [members])[1][0]
+
+
+def _judge_many(frame: Frame, claims: list[Claim], dims: list[str] | None,
+                joints: list[list[Claim]]) -> tuple[list[Verdict], list[Verdict]]:
+    """Verdicts of ``claims`` and of each joint group in ``joints``; everything judged on the results frame
+    itself is tallied together in one pass (a pair's points are paired on a frame of their own)."""
+    swept = dims is not None
+    dims = _dims(frame, dims)
+    out: list[Verdict | None] = []
+    main: list[tuple[int, _Job, Any]] = []
+    for claim in claims:
+        planned = _plan(frame, claim, dims, swept)
+        if isinstance(planned, Verdict):
+            out.append(planned)
+            continue
+        lazy, job, need = planned
+        if claim.pair:
+            out.append(_verdict(claim, _tally_many(lazy, [job], dims)[0], dims, need))
+        else:
+            out.append(None)
+            main.append((len(out) - 1, job, need))
+    joint_out: list[Verdict | None] = []
+    for members in joints:
+        planned_joint = _joint_job(frame, members)
+        joint_out.append(planned_joint if isinstance(planned_joint, Verdict) else None)
+        if not isinstance(planned_joint, Verdict):
+            main.append((-len(joint_out), planned_joint, members))
+    for (i, job, need), t in zip(main, _tally_many(frame.df.lazy(), [j for _, j, _ in main], dims), strict=True):
+        if i >= 0:
+            out[i] = _verdict(job.claim, t, dims, need)
+        else:
+            joint_out[-i - 1] = _joint_verdict(need, t, dims)
+    return [v for v in out if v is not None], [v for v in joint_out if v is not None]
+
+
+def _joint_claim(members: list[Claim]) -> Claim:
     text = " and ".join(f"`{c.id}`" for c in members)
-    joint = Claim(id=members[0].joint, claim=f"Both at once, on one configuration: {text}.",
-                  source=members[0].source, conditions=members[0].conditions, kind=members[0].kind,
-                  metric=" + ".join(c.metric or "" for c in members))
+    return Claim(id=members[0].joint, claim=f"Both at once, on one configuration: {text}.",
+                 source=members[0].source, conditions=members[0].conditions, kind=members[0].kind,
+                 metric=" + ".join(c.metric or "" for c in members))
+
+
+def _joint_job(frame: Frame, members: list[Claim]) -> Verdict | _Job:
+    joint = _joint_claim(members)
     conds = [_applies(frame, c) for c in members]
     if any(c is None for c in conds) or any(c.pair for c in members):
         return Verdict(joint, "not applicable", "-", 0, 0, "", "this grid has no configuration both apply to")
@@ -384,15 +470,17 @@ def judge_joint(frame: Frame, members: list[Claim], dims: list[str]) -> Verdict:
     # judge "all members within" as one claim of a 0/1 value: within [1, 1]
     proxy = Claim(id=joint.id, claim="", source="", conditions="", kind="capacity", metric="_joint",
                   claimed=(1, 1))
-    t = _tally(frame.df.lazy(), mask, ok.cast(pl.Float64), proxy, dims)
+    extra = {f"lo{i}": (pl.col(c.metric or ""), "min") for i, c in enumerate(members)} | \
+        {f"hi{i}": (pl.col(c.metric or ""), "max") for i, c in enumerate(members)}
+    return _Job(proxy, mask, ok.cast(pl.Float64), pl.lit(None, pl.Float64), extra)  # its range is not shown
+
+
+def _joint_verdict(members: list[Claim], t: dict[str, Any], dims: list[str]) -> Verdict:
+    joint = _joint_claim(members)
     n, h = int(t["n"]), int(t["h"])
     if n == 0:
         return Verdict(joint, "not applicable", "-", 0, 0, "", "this grid has no configuration both apply to")
-    ranges = frame.df.lazy().filter(mask).select(
-        *[pl.col(c.metric or "").min().alias(f"lo{i}") for i, c in enumerate(members)],
-        *[pl.col(c.metric or "").max().alias(f"hi{i}") for i, c in enumerate(members)]).collect().row(0)
-    k = len(members)
-    computed = "; ".join(_range_text(ranges[i], ranges[k + i]) for i in range(k))
+    computed = "; ".join(_range_text(t[f"lo{i}"], t[f"hi{i}"]) for i in range(len(members)))
     where = _where_text(*({d: t[f"{p}_{d}"] for d in dims} for p in ("a", "h", "f"))) if 0 < h < n else ""
     verdict = "holds" if h == n else ("contradicted" if h == 0 else "holds only where")
     return Verdict(joint, verdict, computed, n, h, where, "no configuration meets both" if h == 0 else "")
@@ -404,20 +492,20 @@ SEPARATORS = ("model", "workload", "kv_dtype", "block_size", "tp", "pp", "gpu", 
 def judge_all(df: pl.DataFrame, ids: list[str] | None = None, dims: list[str] | None = None,
               models: dict[str, Any] | None = None) -> list[Verdict]:
     """Every selected claim's verdict; ``dims``: the swept dimensions (result column names) a "holds where"
-    may name; ``models``: name -> Architecture, for claims that apply by model properties."""
+    may name; ``models``: name -> Architecture, for claims that apply by model properties.  A joint group's
+    verdict follows its last member."""
     claims = load_claims()
     if ids is not None:
         claims = [c for c in claims if c.id in ids]
     dims = list(dims if dims is not None else SEPARATORS)
     frame = Frame(df, model_properties(models) if models else None)
-    out = []
     joints: dict[str, list[Claim]] = {}
     for c in claims:
-        out.append(judge(frame, c, dims))
         if c.joint:
             joints.setdefault(c.joint, []).append(c)
-    for members in joints.values():
-        if len(members) > 1:
-            at = max(i for i, v in enumerate(out) if v.claim in members)
-            out.insert(at + 1, judge_joint(frame, members, dims))
+    groups = [members for members in joints.values() if len(members) > 1]
+    out, joint_verdicts = _judge_many(frame, claims, dims, groups)
+    for members, verdict in zip(groups, joint_verdicts, strict=True):
+        at = max(i for i, v in enumerate(out) if v.claim in members)
+        out.insert(at + 1, verdict)
     return out

@@ -310,6 +310,27 @@ DEFAULT_WORKLOAD = Workload(f"tutorial-{D.LENGTH}", (D.LENGTH,), (D.LENGTH,), D.
                             f"{D.LENGTH:,} tokens held, {D.RESERVATION:,} reserved")
 
 
+def referenced_files(path: Path, text: str) -> list[Path]:
+    """The files a grid reads besides itself, resolved as :func:`parse_grid` resolves them (relative to the grid
+    file's folder): each model's ``config:`` (a config.json), its ``safetensors_index:``, or without one the
+    ``model.safetensors.index.json`` beside the config that the loader picks up when it exists (listed whether
+    it exists or not: adding it changes the weights).  Presets and explicit shapes read no file.  A grid that is
+    not valid YAML references nothing here (sweeping it reports the error).  No file is opened but the grid."""
+    try:
+        data = safeyaml.load(text, str(path))
+    except (InputError, yaml.YAMLError):
+        return []
+    models = data.get("models") if isinstance(data, dict) else None
+    out: list[Path] = []
+    for entry in models if isinstance(models, list) else []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("config"), str | int | float):
+            continue
+        config = path.parent / str(entry["config"])
+        index = entry.get("safetensors_index")
+        out += [config, path.parent / str(index) if index else config.parent / "model.safetensors.index.json"]
+    return list(dict.fromkeys(out))
+
+
 def parse_grid(path: Path, text: str | None = None) -> GridSpec:
     """Read and validate a grid file."""
     name = str(path)
@@ -482,8 +503,8 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
             if dim in DIMENSIONS and dim not in columns:
                 raise c.fail(p + ("where", dim), dim, "a gate selects points by a result column; allowed: "
                              + ", ".join(d for d in DIMENSIONS if d in columns), key=True)
-        where = {dim: values(dim, raw, p + ("where", dim)) for dim, raw in where_raw.items()}
-        gates.append(Gate(str(g.get("name", f"{metric} gate {i}")), metric, lo, hi, where))
+        scope = {dim: values(dim, raw, p + ("where", dim)) for dim, raw in where_raw.items()}
+        gates.append(Gate(str(g.get("name", f"{metric} gate {i}")), metric, lo, hi, scope))
 
     objective = Objective()
     if "objective" in top:
@@ -528,7 +549,8 @@ def _simulate_section(c: Checker, raw: Any) -> SimSpec:
     for key in ("prompt", "output"):
         if key in sim:
             try:
-                w = replace(w, **{key: parse_lengths_spec(str(sim[key]), key)}, note="custom lengths")
+                w = replace(w, **{key: parse_lengths_spec(str(sim[key]), key)},  # type: ignore[arg-type]
+                            note="custom lengths")
             except InputError as exc:
                 raise c.fail(p + (key,), sim[key], exc.allowed) from exc
     requests = c.positive_int(sim.get("requests", 1000), p + ("requests",))
