@@ -11,7 +11,6 @@ import typer
 
 from kvdash import defaults as D
 from kvdash.commands.common import (
-    MIN_INTERVAL,
     BlockSizeOpt,
     BudgetModeOpt,
     BudgetOpt,
@@ -20,8 +19,10 @@ from kvdash.commands.common import (
     EngineTimeoutOpt,
     GpusOpt,
     GpuUtilOpt,
+    IntervalOpt,
     KvDtypeOpt,
     LengthsOpt,
+    MaxFileSizeOpt,
     MaxReservedOpt,
     ModelOpt,
     ReserveOpt,
@@ -35,6 +36,7 @@ from kvdash.commands.common import (
     parse_block_size,
     parse_budget,
     parse_lengths,
+    parse_max_file_size,
 )
 from kvdash.errors import InputError
 
@@ -74,7 +76,7 @@ def live(
     demo: DemoOpt = False,
     replay: Annotated[Optional[Path], Opt(help="Play back snapshots recorded by kvdash record. Default: none (NVML).")] = None,
     engine: Annotated[Optional[str], Opt(help="A vLLM or SGLang Prometheus endpoint, e.g. localhost:8000. Default: none.")] = None,
-    engine_timeout: EngineTimeoutOpt = 2.0,
+    engine_timeout: EngineTimeoutOpt = D.ENGINE_TIMEOUT,
     model: ModelOpt = D.LIVE_MODEL,
     config: ConfigOpt = None,
     kv_dtype: KvDtypeOpt = D.KV_DTYPE,
@@ -87,7 +89,7 @@ def live(
     budget_mode: BudgetModeOpt = None,
     length: LengthsOpt = str(D.LENGTH),
     max_reserved: MaxReservedOpt = None,
-    interval: Annotated[float, Opt(help=f"Seconds between polls (at least {MIN_INTERVAL}).")] = 1.0,
+    interval: IntervalOpt = D.INTERVAL,
     once: Annotated[bool, Opt("--once", help="Print one snapshot as tables and exit.")] = False,
     as_json: Annotated[bool, Opt("--json", help="Print one snapshot as JSON and exit.")] = False,
     seed: SeedOpt = 7,
@@ -98,16 +100,14 @@ def live(
                                                 "none (the analytical map).")] = None,
     prometheus: Annotated[Optional[str], Opt(help="Fleet view: hosts, GPUs and engines from a Prometheus server "
                                                   "(http://HOST:9090). Default: none (this machine).")] = None,
-
-    max_file_size: Annotated[str, Opt(help="Largest --replay file read (streamed line by line).")] = "256MiB",
+    max_file_size: MaxFileSizeOpt = D.MAX_FILE_SIZE,
 ) -> None:
     """Live GPU memory beside the analytical KV pool (a Textual dashboard; --once/--json for scripts)."""
     from kvdash.live.analysis import analyze
     from kvdash.sources.engine import fetch, from_snapshot
-    from kvdash.units import parse_size
-
     check_interval(interval)
     check_engine_timeout(engine_timeout)
+    max_bytes = parse_max_file_size(max_file_size)
     cfg = live_config(model, config, kv_dtype, block_size, tp, gpu_util, weights, reserve, budget, budget_mode,
                       length, max_reserved)
     mode = cfg.budget_mode
@@ -119,7 +119,7 @@ def live(
         return run_fleet(prometheus, cfg, once, as_json, interval)
     if not (once or as_json):
         check_snapshot_dir(snapshot_dir)
-    source = _source(demo, replay, seed, gpus, parse_size(max_file_size, "--max-file-size"), json_out=as_json)
+    source = _source(demo, replay, seed, gpus, max_bytes, json_out=as_json)
     engine_fetch = (lambda: fetch(engine, timeout=engine_timeout)) if engine else None
     if once or as_json:
         from kvdash.sources.base import SourceUnavailable
@@ -213,7 +213,7 @@ def check_snapshot_dir(path: Path) -> None:
 
 def record(
     out: Annotated[Path, Opt(help="JSON-lines file to write (appended).")],
-    interval: Annotated[float, Opt(help=f"Seconds between snapshots (at least {MIN_INTERVAL}).")] = 1.0,
+    interval: IntervalOpt = D.INTERVAL,
     count: Annotated[int, Opt(help="Number of snapshots.")] = 10,
     demo: DemoOpt = False,
     seed: SeedOpt = 7,
