@@ -363,8 +363,8 @@ PER_COMMAND = {
     "--engine": "live shows one engine, exporter publishes several (repeat it), calibrate measures one vLLM "
                 "(required)",
     "--seed": "two generators: live, record and exporter seed the demo GPUs (7), simulate the drawn workload (0)",
-    "--length": "calc: one length (a mix is --group); live packs a list as one group (calc --group); exporter "
-                "publishes each length of a list on its own (calc --length each): test_length_lists_by_command",
+    "--length": "one length everywhere; exporter takes it repeated to publish several lengths, each on its own "
+                "(calc and live pack several lengths as one --group): test_length_means_one_length_everywhere",
 }
 
 
@@ -449,23 +449,26 @@ def test_default_file_size_limit_is_the_stream_cap():
     assert parse_size(D.MAX_FILE_SIZE) == safeio.STREAM_CAP == 256 * 2**20
 
 
-def test_length_lists_by_command(capsys):
-    """--length is one length in calc and a list in live and exporter, each for a reason (PER_COMMAND); the test
-    pins what each means against calc. Tutorial model, 12 GiB: 327,680 B per token, blocks of 16 tokens =
-    5,242,880 B, floor(12,884,901,888 / 5,242,880) = 2,457 blocks; contiguous: 39,321 token slots.
+def test_length_means_one_length_everywhere(capsys):
+    """--length is the tokens one request holds in calc, live and exporter; several lengths packed together are
+    --group (calc, live), and exporter publishes each repeated --length on its own. Pinned against calc with the
+    tutorial model in 12 GiB: 327,680 B per token, blocks of 16 tokens = 5,242,880 B, floor(12,884,901,888 /
+    5,242,880) = 2,457 blocks; contiguous: 39,321 token slots.
 
-    live --length 200,825,1525 is calc --group 200,825,1525: 13 + 52 + 96 = 161 blocks a group, floor(2,457 /
-    161) = 15 groups = 45 requests paged; 3 x 2,048 reserved a group, floor(39,321 / 6,144) = 6 groups = 18.
-    exporter --length 200,825 is calc --length 200 and calc --length 825 on their own: floor(2,457 / 13) = 189
-    and floor(2,457 / 52) = 47 paged; floor(39,321 / 2,048) = 19 contiguous each."""
+    live --group 200,825,1525 is calc --group 200,825,1525: 13 + 52 + 96 = 161 blocks a group, floor(2,457 / 161)
+    = 15 groups = 45 requests paged; 3 x 2,048 reserved a group, floor(39,321 / 6,144) = 6 groups = 18.
+    live --length 825 and exporter --length 200 --length 825 are calc --length 200 and calc --length 825: floor(2,457
+    / 13) = 189 and floor(2,457 / 52) = 47 paged; floor(39,321 / 2,048) = 19 contiguous each."""
     pool = ["--model", D.MODEL, "--tp", "1", "--budget-mode", "explicit", "--budget", "12GiB"]
-    _, out, _ = run(["live", "--demo", "--json", *pool, "--length", "200,825,1525"], capsys)
+    _, out, _ = run(["live", "--demo", "--json", *pool, "--group", "200,825,1525"], capsys)
     live = json.loads(out)["kv_pool"]
     _, out, _ = run(["calc", "--group", "200,825,1525", "--json"], capsys)
     group = json.loads(out)["group"]
     assert (45, 18) == (live["paged_requests"], live["contiguous_requests"])
     assert (15, 6) == (group["complete_groups"], group["contiguous_complete_groups"])
-    code, page, _ = run(["exporter", "--demo", "--once", *pool, "--length", "200,825"], capsys)
+    _, out, _ = run(["live", "--demo", "--json", *pool, "--length", "825"], capsys)
+    assert (47, 19) == (json.loads(out)["kv_pool"]["paged_requests"], json.loads(out)["kv_pool"]["contiguous_requests"])
+    code, page, _ = run(["exporter", "--demo", "--once", *pool, "--length", "200", "--length", "825"], capsys)
     assert 0 == code
     for n, paged in ((200, 189), (825, 47)):
         _, out, _ = run(["calc", "--length", str(n), "--json"], capsys)
@@ -473,3 +476,38 @@ def test_length_lists_by_command(capsys):
         assert (paged, 19) == (capacity["paged_requests"], capacity["contiguous_requests"])
         assert f'kvdash_kv_requests_fit{{layout="paged",length="{n}"}} {paged}.0' in page
         assert f'kvdash_kv_requests_fit{{layout="contiguous",length="{n}"}} 19.0' in page
+
+
+def test_length_list_is_the_old_spelling_for_one_release(capsys):
+    """live --length A,B,C (before issue 15) still reads as --group A,B,C, and exporter --length A,B as
+    --length A --length B: the same figures, with one note on stderr saying what to write."""
+    pool = ["--model", D.MODEL, "--tp", "1", "--budget-mode", "explicit", "--budget", "12GiB"]
+    _, new, err_new = run(["live", "--demo", "--json", *pool, "--group", "200,825,1525"], capsys)
+    _, old, err_old = run(["live", "--demo", "--json", *pool, "--length", "200,825,1525"], capsys)
+    assert json.loads(new)["kv_pool"] == json.loads(old)["kv_pool"] and "" == err_new
+    assert 1 == len(err_old.splitlines()) and err_old.startswith("kvdash: note: --length 200,825,1525:")
+    assert "write --group 200,825,1525" in err_old
+    _, new, err_new = run(["exporter", "--demo", "--once", *pool, "--length", "200", "--length", "825"], capsys)
+    _, old, err_old = run(["exporter", "--demo", "--once", *pool, "--length", "200,825"], capsys)
+    fits = [line for line in new.splitlines() if line.startswith("kvdash_kv_requests_fit")]
+    assert 4 == len(fits) and fits == [line for line in old.splitlines() if line.startswith("kvdash_kv_requests_fit")]
+    assert "" == err_new and 1 == len(err_old.splitlines()) and "write --length 200 --length 825" in err_old
+
+
+@pytest.mark.parametrize("command", [["calc", "--json"], ["live", "--demo", "--json"],
+                                     ["exporter", "--demo", "--once"]])
+@pytest.mark.parametrize("value", ["x", "1.5", "1" * 19])
+def test_length_one_parser(capsys, command, value):
+    """Every command refuses a --length that is no whole number with the same line."""
+    code, _, err = run([*command, "--length", value], capsys)
+    assert 2 == code and err.startswith("kvdash: error: --length:") and err.count("\n") == 1
+    assert "expected a whole number of tokens (requests of several lengths: --group)" in err
+
+
+def test_live_length_and_group_together_are_refused(capsys):
+    """live draws one request length or one group: both at once is one error (calc uses --length beside a group
+    for its snapshot figures, so it takes both)."""
+    code, _, err = run(["live", "--demo", "--once", "--length", "100", "--group", "200,300"], capsys)
+    assert 2 == code and "give --length or --group, not both" in err
+    code, _, err = run(["live", "--demo", "--once", "--length", "200,300", "--group", "200,300"], capsys)
+    assert 2 == code and "give them only as --group" in err

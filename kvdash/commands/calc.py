@@ -15,6 +15,7 @@ from kvdash.commands.common import (
     GpuMemoryOpt,
     GpuOpt,
     GpuUtilOpt,
+    GroupOpt,
     KvDtypeOpt,
     LengthOpt,
     MaxBatchedTokensOpt,
@@ -26,6 +27,7 @@ from kvdash.commands.common import (
     TpOpt,
     WeightsOpt,
     given,
+    length_or_group,
     parse_block_size,
     parse_budget,
     parse_lengths,
@@ -102,7 +104,7 @@ def calc(
     used_old: Annotated[Optional[int], Opt("--used", hidden=True, help="Old name of --length.")] = None,
     max_reserved: MaxReservedOpt = None,
     final: Annotated[Optional[int], Opt(help="Final length of the request, for the Pow2 and Oracle policies (default: --length).")] = None,
-    group: Annotated[Optional[str], Opt(help="A group of request lengths packed repeatedly, e.g. 200,825,1525. Default: none (one request of --length).")] = None,
+    group: GroupOpt = None,
     prefix: PrefixOpt = 0,
     tp: TpOpt = D.TP,
     pp: PpOpt = D.PP,
@@ -131,8 +133,9 @@ def calc(
             raise InputError(option, exc.value, exc.allowed, exc.hint) from exc
     else:
         arch = resolve_model(model, config, safetensors_index)
-    used = pick_alias(used, used_old, "--length", "--used")  # type: ignore[assignment]
-    used = D.LENGTH if used is None else used
+    length, group = length_or_group(used, group)
+    length = pick_alias(length, used_old, "--length", "--used")  # type: ignore[assignment]
+    used = D.LENGTH if length is None else length
     warnings = check_budget_options(budget, gpu, gpu_memory, gpu_util, util_policy, weights, reserve)
     if max_reserved is None:  # the reservation the question implies: at least the longest length asked about
         max_reserved = D.reservation(arch.max_context, used, final or 0, *(parse_lengths(group) or ()))

@@ -58,10 +58,17 @@ MaxBatchedTokensOpt = Annotated[int, Opt(help="vLLM's max_num_batched_tokens (ca
                                                "activation term of --reserve auto; calibrate: the engine's, "
                                                "recorded with the entry).")]
 # --- the requests -----------------------------------------------------------------------------------
-LengthOpt = Annotated[Optional[int], Opt("--length", help=f"Tokens each request holds now (the snapshot). Default: "
-                                                          f"{D.LENGTH} (the tutorial's).")]
-LengthsOpt = Annotated[str, Opt("--length", help="Tokens per request, or comma-separated lengths such as "
-                                                 "200,825,1525 (requests that fit, for each).")]
+# --length is one length everywhere (its value: tokens one request holds); several lengths packed together are
+# --group (calc, live); exporter publishes several lengths each on its own, so there --length repeats
+LengthOpt = Annotated[Optional[str], Opt("--length", metavar="<int>", help=f"Tokens each request holds now (the snapshot). Default: "
+                                                          f"{D.LENGTH} (the tutorial's). Requests of several lengths: "
+                                                          "--group.")]
+ExporterLengthOpt = Annotated[Optional[list[str]], Opt("--length", metavar="<int>", help=f"Tokens each request holds now; repeat it to "
+                                                                        "publish several lengths, each on its own "
+                                                                        "(--length 2048 --length 8192). Default: "
+                                                                        f"{D.LENGTH} (the tutorial's).")]
+GroupOpt = Annotated[Optional[str], Opt(help="A group of request lengths packed repeatedly, e.g. 200,825,1525. "
+                                             "Default: none (one request of --length).")]
 PrefixOpt = Annotated[int, Opt(help="Tokens of a prompt prefix every request shares (simulate: stored once by "
                                     "paged-prefix; paged on the same requests is the no-sharing baseline).")]
 MaxReservedOpt = Annotated[Optional[int], Opt(help=f"Tokens a contiguous allocator reserves per request (Max "
@@ -152,6 +159,37 @@ def parse_lengths(text: str | None, field: str = "--group") -> tuple[int, ...] |
             raise InputError(field, text, "expected comma-separated positive token counts, e.g. 200,825,1525")
         out.append(int(p))
     return tuple(out)
+
+
+def note(message: str) -> None:
+    """One line on stderr; the command goes on."""
+    import sys
+
+    print(f"kvdash: note: {message}", file=sys.stderr)
+
+
+def parse_length(text: str | None) -> int | None:
+    """``--length``: a whole number of tokens (its range is checked where the model is known)."""
+    if text is None:
+        return None
+    import re
+
+    value = text.strip().replace("_", "")
+    if not re.fullmatch(r"[+-]?[0-9]{1,18}", value):  # 18 digits: no 4,300-digit int()
+        raise InputError("--length", text, "expected a whole number of tokens (requests of several lengths: --group)")
+    return int(value)
+
+
+def length_or_group(length: str | None, group: str | None) -> tuple[int | None, str | None]:
+    """``--length`` and ``--group`` as (one length, the group's text).  ``--length 200,825,1525``, live's list
+    before issue 15, is read as ``--group 200,825,1525`` for one release, with a note."""
+    if length is not None and "," in length:
+        if group is not None:
+            raise InputError("--length", length, "several lengths are a --group; give them only as --group")
+        note(f"--length {length.strip()}: several lengths are a group (the list form of --length is kept for one "
+             f"release); write --group {length.strip()}")
+        return None, length
+    return parse_length(length), group
 
 
 def parse_on_off(text: str, field: str) -> bool:

@@ -19,9 +19,10 @@ from kvdash.commands.common import (
     EngineTimeoutOpt,
     GpusOpt,
     GpuUtilOpt,
+    GroupOpt,
     IntervalOpt,
     KvDtypeOpt,
-    LengthsOpt,
+    LengthOpt,
     MaxFileSizeOpt,
     MaxReservedOpt,
     ModelOpt,
@@ -33,6 +34,7 @@ from kvdash.commands.common import (
     check_demo_gpus,
     check_engine_timeout,
     check_interval,
+    length_or_group,
     parse_block_size,
     parse_budget,
     parse_lengths,
@@ -87,7 +89,8 @@ def live(
     reserve: ReserveOpt = D.RESERVE,
     budget: BudgetOpt = None,
     budget_mode: BudgetModeOpt = None,
-    length: LengthsOpt = str(D.LENGTH),
+    length: LengthOpt = None,
+    group: GroupOpt = None,
     max_reserved: MaxReservedOpt = None,
     interval: IntervalOpt = D.INTERVAL,
     once: Annotated[bool, Opt("--once", help="Print one snapshot as tables and exit.")] = False,
@@ -109,7 +112,7 @@ def live(
     check_engine_timeout(engine_timeout)
     max_bytes = parse_max_file_size(max_file_size)
     cfg = live_config(model, config, kv_dtype, block_size, tp, gpu_util, weights, reserve, budget, budget_mode,
-                      length, max_reserved)
+                      live_lengths(length, group), max_reserved)
     mode = cfg.budget_mode
     if prometheus:  # the fleet view (kvdash/commands/fleet.py)
         if demo or replay or engine:
@@ -168,9 +171,19 @@ def live(
         source.close()
 
 
+def live_lengths(length: Optional[str], group: Optional[str]) -> tuple[int, ...]:
+    """live's ``--length`` (one request) or ``--group`` (several lengths packed together), as calc reads them;
+    live draws one of them, so both at once is refused."""
+    one, group = length_or_group(length, group)
+    if one is not None and group is not None:
+        raise InputError("--length", one, "give --length or --group, not both (live shows one request length or one "
+                         "group)")
+    return parse_lengths(group, "--group") or (D.LENGTH if one is None else one,)
+
+
 def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: str, tp: int,  # type: ignore[no-untyped-def]
                 gpu_util: Optional[str], weights: Optional[str], reserve: str, budget: Optional[str],
-                budget_mode: Optional[str], length: str, max_reserved: Optional[int]):
+                budget_mode: Optional[str], lengths: tuple[int, ...], max_reserved: Optional[int]):
     """live's and exporter's analytical-pool options as a LiveConfig, validated the same way for both."""
     from kvdash.core.model import load_config
     from kvdash.live.analysis import LiveConfig
@@ -182,7 +195,6 @@ def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: s
     cfg = LiveConfig(model=model, arch=load_config(config) if config else None, kv_dtype=kv_dtype, tp=tp,
                      gpu_util=gpu_util)
     arch = cfg.architecture()
-    lengths = parse_lengths(length, "--length") or (D.LENGTH,)
     cfg = replace(
         cfg, arch=cfg.arch, block_size=block_size_of(size, arch),
         weights=parse_size(weights, "--weights", allow_zero=True) if weights else None,
