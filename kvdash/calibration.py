@@ -155,6 +155,25 @@ def measure(reading: EngineReading, arch: Architecture, total: int, gpu: str, tp
     }
 
 
+def served_preset(served: str) -> str:
+    """The preset named like the model an engine serves (its ``model_name`` label), ``kvdash calibrate``'s
+    default ``--model``: organisation, case, punctuation and a chat/instruct suffix are ignored, so
+    ``meta-llama/Llama-3.1-70B-Instruct`` is ``llama-3.1-70b``.  Exactly one preset must match."""
+    from kvdash.core.model import preset_names
+    from kvdash.live.analysis import same_model
+
+    if not served:
+        raise InputError("--model", None, "the model the engine serves (its metrics carry no model_name label): "
+                         "give --model or --config")
+    found = [name for name in preset_names() if same_model(served, name)]
+    if len(found) != 1:
+        shown = served if len(served) <= 80 else served[:77] + "..."
+        raise InputError("--model", None, f"the model the engine serves: {shown!r} names "
+                         + ("no preset (kvdash models)" if not found else f"{len(found)} presets ({', '.join(found)})")
+                         + "; give --model or --config")
+    return found[0]
+
+
 def dated(entry: dict[str, Any], now: datetime.datetime | None = None) -> dict[str, Any]:
     """The entry with its ``date`` (UTC, to the second), as it is saved."""
     when = now or datetime.datetime.now(datetime.UTC)

@@ -30,6 +30,12 @@ BUDGET_TEXT = "12GiB"  # the tutorial's declared KV budget, when no GPU gives on
 BUDGET_BYTES = 12 * 2**30
 MAX_BATCHED_TOKENS = 8192  # vLLM's max_num_batched_tokens default for online serving
 
+ENGINE_TIMEOUT = 2.0  # seconds one engine /metrics read may take (live, exporter, calibrate)
+MIN_INTERVAL = 0.1  # the shortest --interval (seconds between readings)
+INTERVAL = 1.0  # live and record: a reading a second
+EXPORTER_INTERVAL = 5.0  # exporter: background readings for Prometheus (scrapes every 15 s or more)
+MAX_FILE_SIZE = "256MiB"  # largest --replay / --trace file read (kvdash.safeio.STREAM_CAP)
+
 # the exception (see the module docstring): live and exporter describe the engine their --demo runs
 LIVE_MODEL = "llama-3.1-70b"
 LIVE_TP = 8

@@ -14,7 +14,7 @@ from pathlib import Path
 
 DATA = Path(__file__).parent / "data"
 GOOD = (DATA / "vllm_v1.prom").read_bytes()
-MODES = ("good", "nan", "inf", "neg-inf", "500", "garbage", "drip", "hang", "big", "usage-1.7")
+MODES = ("good", "nan", "inf", "neg-inf", "500", "garbage", "drip", "hang", "big", "usage-1.7", "other-model")
 
 
 def body_for(mode: str) -> bytes:
@@ -27,6 +27,8 @@ def body_for(mode: str) -> bytes:
         return text.replace("} 3.0", "} -Inf").encode()
     if mode == "usage-1.7":
         return text.replace("} 0.4213", "} 1.7").encode()
+    if mode == "other-model":  # a served model kvdash has no preset for
+        return text.replace("meta-llama/Llama-3.1-70B-Instruct", "acme/Mystery-13B-Instruct").encode()
     if mode == "garbage":
         return b"<html><body>502 Bad Gateway {{{ not metrics</body></html>\n"
     if mode == "big":

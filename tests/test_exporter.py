@@ -37,7 +37,7 @@ def value(fams, name, **labels):
 def test_demo_metrics_follow_prometheus_naming(capsys):
     """kvdash_ prefix; counters end in _total; byte figures end in _bytes; seconds in _seconds;
     kvdash_info carries version, model, dtype, block size and the mirrored vLLM version."""
-    code, out, _ = run(["exporter", "--demo", "--once", "--length", "2048,8192"], capsys)
+    code, out, _ = run(["exporter", "--demo", "--once", "--length", "2048", "--length", "8192"], capsys)
     assert code == 0
     fams = families(out)
     assert fams and all(name.startswith("kvdash") for name in fams)
@@ -60,11 +60,11 @@ def test_demo_figures_exact(capsys):
     gpu_memory_utilization): floor(0.92 x 150,754,820,096 = 138,694,434,488.32) = 138,694,434,488 B;
     minus weights 141.2e9 / 8 = 17,650,000,000 -> budget 121,044,434,488 B; // 655,360 B per block
     (2 x 80 layers x 8/8 KV heads x 128 x 2 B x 16 tokens) = 184,699 blocks (184,699 x 655,360 =
-    121,044,090,880, remainder 343,608 < one block) = 2,955,184 token slots. --length 2048,8192 implies
+    121,044,090,880, remainder 343,608 < one block) = 2,955,184 token slots. --length 2048 --length 8192 implies
     --max-reserved 8192 (the longest length asked about). 2,048-token requests take 128 blocks:
     184,699 // 128 = 1,442 paged; contiguous, each reserves 8,192 slots (512 blocks): 184,699 // 512 = 360;
     8,192-token requests take 512 blocks paged too: 360."""
-    code, out, _ = run(["exporter", "--demo", "--once", "--length", "2048,8192"], capsys)
+    code, out, _ = run(["exporter", "--demo", "--once", "--length", "2048", "--length", "8192"], capsys)
     fams = families(out)
     assert value(fams, "kvdash_gpu_memory_total_bytes", gpu="0") == 150_754_820_096
     assert value(fams, "kvdash_gpu_memory_reserved_bytes", gpu="0") == 512 * MiB

@@ -65,7 +65,7 @@ WORKED = ["--gpu-util", "0.9", "--max-reserved", "8192"]
 
 def _start_exporter() -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen([sys.executable, "-m", "kvdash.cli", "exporter", "--demo", "--port", "0",
-                             "--interval", "1", "--length", "2048,8192"],
+                             "--interval", "1", "--length", "2048", "--length", "8192"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     line: list[str] = []
     reader = threading.Thread(target=lambda: line.append(proc.stdout.readline() if proc.stdout else ""), daemon=True)
@@ -243,7 +243,8 @@ def test_exporter_series_in_prometheus(prom):
     fit = {(r["metric"]["length"], r["metric"]["layout"]): float(r["value"][1])
            for r in prom.query("kvdash_kv_requests_fit")["data"]["result"]}
     # the exporter at the defaults (0.92): pool 184,699 blocks; paged 2,048-token requests take 128 blocks ->
-    # 1,442; --length 2048,8192 implies --max-reserved 8192: contiguous 512 blocks each -> 360 for either length
+    # 1,442; --length 2048 --length 8192 implies --max-reserved 8192: contiguous 512 blocks each -> 360 for
+    # either length
     assert fit == {("2048", "paged"): 1442.0, ("2048", "contiguous"): 360.0, ("8192", "paged"): 360.0,
                    ("8192", "contiguous"): 360.0}
 

@@ -46,7 +46,8 @@ def test_calc_group_of_nine_refused(capsys):
 
 
 def test_grid_group_of_nine_refused(tmp_path: Path):
-    """A sweep grid's workload of 9 lengths: refused at workloads.w.group with the same limit; 8 parse."""
+    """A sweep grid's workload of 9 lengths: refused at workloads.w.group (the key named lengths before issue 15)
+    with the same limit; 8 parse."""
     path = tmp_path / "grid.yaml"
     path.write_text(f"workloads:\n  w: {{group: [{NINE}]}}\n")
     with pytest.raises(InputError) as e:
@@ -57,7 +58,7 @@ def test_grid_group_of_nine_refused(tmp_path: Path):
 
 
 def test_live_group_of_nine_refused(capsys):
-    """kvdash live --length with 9 lengths: one line on --length, exit 2."""
-    code, _, err = run(["live", "--demo", "--once", "--length", NINE], capsys)
+    """kvdash live --group with 9 lengths: one line on --group, exit 2 (as calc --group)."""
+    code, _, err = run(["live", "--demo", "--once", "--group", NINE], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert err.startswith("kvdash: error: --length: ") and "at most 8 lengths per group (got 9)" in err
+    assert err.startswith("kvdash: error: --group: ") and "at most 8 lengths per group (got 9)" in err

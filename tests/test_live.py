@@ -503,7 +503,7 @@ def test_snapshot_200x60(snap_compare):
 def test_once_and_json(capsys):
     code, out, _ = run(["live", "--demo", "--once"], capsys)
     assert 0 == code and "Llama-3.1-70B" in out and "paged / contiguous" in out
-    code, out, _ = run(["live", "--demo", "--json", "--length", "200,825,1525", "--max-reserved", "2048"], capsys)
+    code, out, _ = run(["live", "--demo", "--json", "--group", "200,825,1525", "--max-reserved", "2048"], capsys)
     data = json.loads(out)
     assert 8 == len(data["snapshot"]["gpus"]) and data["kv_pool"]["lengths"] == [200, 825, 1525]
     assert data["kv_pool"]["engine"]["engine_tokens"] > 0

@@ -194,6 +194,61 @@ def test_calibrate_unreachable_engine_is_one_line(calib, capsys):
     assert not calib.exists()
 
 
+def test_calibrate_model_defaults_to_the_served_preset(calib, capsys):
+    """Without --model or --config, calibrate takes the preset named like the engine's model_name label:
+    tests/data/vllm_v1.prom serves meta-llama/Llama-3.1-70B-Instruct -> llama-3.1-70b, so the entry is the one
+    test_calibrate_against_loopback_metrics works by hand (reserve 129,305 B at TP 8 on H100-80GB)."""
+    with FaultServer("good") as server:
+        code, out, err = run(["calibrate", "--engine", server.url, "--gpu", "h100-80gb", "--tp", "8", "--dry-run"],
+                             capsys)
+        assert 0 == code, err
+        assert ("model llama-3.1-70b: the preset named like the engine's model_name "
+                "'meta-llama/Llama-3.1-70B-Instruct'") in out
+        assert "= 129,305 B" in out
+        code, doc, _ = run(["calibrate", "--engine", server.url, "--gpu", "h100-80gb", "--tp", "8", "--dry-run",
+                            "--json"], capsys)
+        code_m, doc_m, _ = run(["calibrate", "--engine", server.url, "-m", "llama-3.1-70b", "--gpu", "h100-80gb",
+                                "--tp", "8", "--dry-run", "--json"], capsys)
+    a, b = json.loads(doc), json.loads(doc_m)
+    assert 0 == code == code_m and 129_305 == a["reserve_bytes"]
+    assert {k: v for k, v in a.items() if k != "date"} == {k: v for k, v in b.items() if k != "date"}
+    assert not calib.exists()  # --dry-run
+
+
+def test_calibrate_unknown_served_model_names_the_label(calib, capsys):
+    """A served model with no preset of its name: one line naming the label and the options that fix it."""
+    with FaultServer("other-model") as server:
+        code, _, err = run(["calibrate", "--engine", server.url, "--gpu", "h100-80gb", "--tp", "8"], capsys)
+    assert 2 == code and err.count("\n") == 1
+    assert "--model" in err and "'acme/Mystery-13B-Instruct' names no preset" in err and "--config" in err
+    assert not calib.exists()
+
+
+def test_calibrate_checks_options_before_reading_the_engine(calib, capsys):
+    """A bad --model, --gpu, --gpu-memory, --weights or --engine-timeout is refused before any scrape (the
+    server counts none)."""
+    with FaultServer("good") as server:
+        for args in (["-m", "no-such-model"], ["--gpu", "no-such-gpu"], ["--gpu-memory", "lots"],
+                     ["--weights", "-1"], ["--engine-timeout", "0"]):
+            code, _, err = run(["calibrate", "--engine", server.url, *args], capsys)
+            assert 2 == code and args[0] in err and err.count("\n") == 1, (args, err)
+        assert 0 == server.requests
+
+
+def test_calibrate_timeout_is_the_old_name_of_engine_timeout(calib, capsys):
+    """--timeout (calibrate's name before issue 15) still works, hidden; with a different --engine-timeout it is
+    one error. Both bound the same scrape: 0.1 to 60 seconds."""
+    with FaultServer("good") as server:
+        args = ["calibrate", "--engine", server.url, "-m", "llama-3.1-70b", "--gpu", "h100-80gb", "--tp", "8",
+                "--dry-run", "--json"]
+        code, out, err = run([*args, "--timeout", "3"], capsys)
+        assert 0 == code and 129_305 == json.loads(out)["reserve_bytes"], err
+        code, _, err = run([*args, "--timeout", "3", "--engine-timeout", "4"], capsys)
+        assert 2 == code and "old name of --engine-timeout" in err
+        code, _, err = run([*args, "--timeout", "61"], capsys)
+        assert 2 == code and "--engine-timeout" in err and "0.1 to 60" in err
+
+
 def test_sweep_report_states_reserve_basis(tmp_path):
     """A grid with reserve: [0, auto] on a GPU: the report says upper bound under the title and names auto's basis."""
     grid = tmp_path / "g.yaml"

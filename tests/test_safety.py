@@ -511,3 +511,42 @@ def test_metrics_sum_that_overflows_is_missing():
                                "vllm:num_requests_running NaN\n")
     reading = reading_from_samples("http://x/metrics", samples)
     assert (None, None, "") == (reading.kv_usage, reading.running, reading.error)
+
+
+class TestDeferredInterrupt:
+    """While a grid is evaluated and its report built, Ctrl-C is raised between steps, never inside polars
+    (a KeyboardInterrupt inside a polars call that runs Python code makes polars' Rust side panic and print a
+    Rust panic message: seen on the Ctrl-C test above once the claims were judged in a thread)."""
+
+    def test_first_ctrl_c_waits_for_the_checkpoint(self):
+        from kvdash.report.outdir import deferred_interrupt
+
+        reached = []
+        with pytest.raises(KeyboardInterrupt), deferred_interrupt() as checkpoint:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler has run: only noted
+            reached.append("after the signal")
+            checkpoint()
+            reached.append("after the checkpoint")
+        assert ["after the signal"] == reached
+
+    def test_second_ctrl_c_raises_at_once(self):
+        from kvdash.report.outdir import deferred_interrupt
+
+        reached = []
+        with pytest.raises(KeyboardInterrupt), deferred_interrupt():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            reached.append("first noted")
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            reached.append("second did not raise")
+        assert ["first noted"] == reached
+
+    def test_handler_restored(self):
+        from kvdash.report.outdir import deferred_interrupt
+
+        before = signal.getsignal(signal.SIGINT)
+        with deferred_interrupt() as checkpoint:
+            checkpoint()  # nothing pending: returns
+        assert before is signal.getsignal(signal.SIGINT)

@@ -19,7 +19,9 @@ CANONICAL = {
     "length": "--length", "reservation": "--max-reserved", "model": "--model", "config": "--config",
     "dtype": "--kv-dtype", "block size": "--block-size", "tensor parallel": "--tp", "gpu": "--gpu",
     "utilization": "--gpu-util", "weights": "--weights", "reserve": "--reserve", "budget": "--budget",
-    "group": "--group",
+    "group": "--group", "engine timeout": "--engine-timeout", "interval": "--interval",
+    "file size limit": "--max-file-size", "prefix": "--prefix", "max batched tokens": "--max-batched-tokens",
+    "gpu memory": "--gpu-memory",
 }
 # other spellings of the same concepts (ours of old, and the engines' own)
 SPELLINGS = {
@@ -29,10 +31,14 @@ SPELLINGS = {
     "--block": "block size", "--tensor-parallel": "tensor parallel", "--tensor-parallel-size": "tensor parallel",
     "--gpu-preset": "gpu", "--gpu-memory-utilization": "utilization", "--util": "utilization",
     "--weight-bytes": "weights", "--runtime-reserve": "reserve", "--kv-budget": "budget",
-    "--lengths": "group", "--preset": "model",
+    "--lengths": "group", "--preset": "model", "--timeout": "engine timeout", "--scrape-timeout": "engine timeout",
+    "--poll": "interval", "--period": "interval", "--max-size": "file size limit", "--max-bytes": "file size limit",
+    "--prefix-len": "prefix", "--max-num-batched-tokens": "max batched tokens", "--gpu-mem": "gpu memory",
+    "--gpu-total": "gpu memory",
 }
 # hidden aliases kept for one release: (command, old option, canonical option)
-ALIASES = [("calc", "--used", "--length"), ("simulate", "--max-len", "--max-reserved")]
+ALIASES = [("calc", "--used", "--length"), ("simulate", "--max-len", "--max-reserved"),
+           ("calibrate", "--timeout", "--engine-timeout")]
 
 
 def options():
@@ -169,8 +175,11 @@ def test_old_and_new_grid_key_together_are_an_error(tmp_path):
 
 # option -> the default every command gives it (None-default options state it in their help text instead)
 DEFAULTS = {"--model": D.MODEL, "--kv-dtype": D.KV_DTYPE, "--block-size": str(D.BLOCK_SIZE), "--tp": D.TP,
-            "--pp": D.PP, "--reserve": D.RESERVE, "--length": D.LENGTH}
-HELP_DEFAULTS = {"--gpu-util": D.GPU_UTIL, "--max-reserved": f"{D.RESERVATION}", "--budget": D.BUDGET_TEXT}
+            "--pp": D.PP, "--reserve": D.RESERVE, "--length": D.LENGTH, "--interval": D.INTERVAL,
+            "--engine-timeout": D.ENGINE_TIMEOUT, "--max-file-size": D.MAX_FILE_SIZE,
+            "--max-batched-tokens": D.MAX_BATCHED_TOKENS, "--prefix": 0}
+HELP_DEFAULTS = {"--gpu-util": D.GPU_UTIL, "--max-reserved": f"{D.RESERVATION}", "--budget": D.BUDGET_TEXT,
+                 "--gpu": "Default: none", "--gpu-memory": "Default: none", "--config": "Default: none"}
 # (command, option) whose default differs, each for a reason (kvdash/defaults.py says why)
 EXCEPTIONS = {
     ("live", "--model"): "live reads a running engine: the default is the engine --demo runs (Llama-3.1-70B); "
@@ -179,6 +188,10 @@ EXCEPTIONS = {
     ("live", "--tp"): "Llama-3.1-70B's 141.2 GB of bf16 weights do not fit one H200 (TP 1 leaves no KV budget); "
                       "the --demo engine runs TP 8",
     ("exporter", "--tp"): "as live",
+    ("exporter", "--interval"): "readings for Prometheus, whose scrape_interval is typically 15 s or more; each "
+                                "reading also scrapes every --engine (live and record: a reading a second)",
+    ("calibrate", "--model"): "calibrate measures a running engine: its default is the preset named like the model "
+                              "the engine serves (a preset default would name a model the engine may not serve)",
 }
 
 
@@ -213,9 +226,10 @@ def test_one_default_per_concept_across_commands():
     assert seen > 25 and [] == wrong
 
 
-def test_exceptions_are_the_live_pair():
+def test_exceptions_are_the_live_pair_exporter_interval_and_calibrate_model():
     assert (D.LIVE_MODEL, D.LIVE_TP) == ("llama-3.1-70b", 8)
-    assert {cmd for cmd, _ in EXCEPTIONS} == {"live", "exporter"}
+    assert set(EXCEPTIONS) == {("live", "--model"), ("exporter", "--model"), ("live", "--tp"), ("exporter", "--tp"),
+                               ("exporter", "--interval"), ("calibrate", "--model")}
 
 
 def test_grid_defaults_are_the_commands_defaults():
@@ -280,14 +294,6 @@ def test_reports_and_calc_print_ratios_with_one_precision(capsys):
 
 # --- every --help states every option's default -------------------------------------------------------------
 
-# (command, option): options whose help is another issue's to fix (their files are being changed there)
-HELP_PENDING = {
-    ("calibrate", "--model"): "kvdash/commands/calibrate.py belongs to issue 16 this round",
-    ("calibrate", "--config"): "as above", ("calibrate", "--gpu"): "as above",
-    ("calibrate", "--gpu-memory"): "as above",
-}
-
-
 def help_entries(command: str, capsys) -> dict[str, str]:
     """``kvdash COMMAND --help`` as shown, one entry per option: first option name -> its whole text."""
     code, out, _ = run([command, "--help"], capsys)
@@ -322,10 +328,8 @@ def test_every_help_names_every_default(capsys):
             checked += 1
             text = entries.get(long, "")
             assert text, (name, long)  # the option is shown, whole
-            if "default" not in text.lower() and (name, long) not in HELP_PENDING:
+            if "default" not in text.lower():
                 missing.append((name, long))
-            if (name, long) in HELP_PENDING:
-                assert "default" not in text.lower(), f"{name} {long} names its default now: leave HELP_PENDING"
     assert checked > 100 and [] == missing
 
 
@@ -346,3 +350,164 @@ def test_old_grid_key_noted_once_per_file(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert [w.lengths for w in spec.workloads.values()] == [(100,), (200,), (300,)]
     assert 1 == len(err) and "g.yaml:2:7: workloads.a.used (and 2 more) is the old name of length" in err[0]
+
+
+# --- one declaration per shared option (kvdash/commands/common.py) -------------------------------------------
+
+# options several commands declare differently, each for a reason
+PER_COMMAND = {
+    "--json": "a flag; its help says what this command prints as JSON",
+    "--once": "a flag; live prints one snapshot as tables, exporter the metrics page",
+    "--dry-run": "a flag; sweep prints the first points, calibrate the entry",
+    "--out": "sweep writes a folder of reports, record appends to one JSON-lines file",
+    "--engine": "live shows one engine, exporter publishes several (repeat it), calibrate measures one vLLM "
+                "(required)",
+    "--seed": "two generators: live, record and exporter seed the demo GPUs (7), simulate the drawn workload (0)",
+    "--length": "one length everywhere; exporter takes it repeated to publish several lengths, each on its own "
+                "(calc and live pack several lengths as one --group): test_length_means_one_length_everywhere",
+}
+
+
+def declarations() -> dict[str, dict[str, tuple]]:
+    """option -> command -> (its names, type, help) for every visible option."""
+    out: dict[str, dict[str, tuple]] = {}
+    for cmd, opt, param in all_options():
+        out.setdefault(opt, {})[cmd] = (tuple(param.opts), param.type.name, param.help or "")
+    return out
+
+
+def test_each_shared_option_is_one_declaration():
+    """An option several commands take is declared once: the same names, type and help text in every command
+    (an option whose default differs for a listed reason, calibrate's --model, adds one sentence stating its
+    default), or it is listed in PER_COMMAND with a reason."""
+    shared = {opt: decls for opt, decls in declarations().items() if len(decls) > 1}
+    assert {"--model", "--config", "--gpu", "--gpu-memory", "--weights", "--tp", "--pp", "--max-batched-tokens",
+            "--engine-timeout", "--interval", "--max-file-size", "--prefix"} <= set(shared)
+    split = {}
+    for opt, decls in shared.items():
+        if opt in PER_COMMAND:
+            continue
+        excepted = any((cmd, opt) in EXCEPTIONS for cmd in decls)  # compared up to the sentence on the default
+        forms = {(names, kind, text.split(" Default: ")[0] if excepted else text)
+                 for names, kind, text in decls.values()}
+        if len(forms) > 1:
+            split[opt] = sorted(decls)
+    assert {} == split
+    # a listed option that is one declaration now must leave the list
+    assert [] == [opt for opt in PER_COMMAND if len(set(declarations()[opt].values())) == 1]
+
+
+def test_calibrate_takes_the_shared_options():
+    """calibrate's model, GPU, weights, parallelism and engine-timeout options are the declarations calc, live,
+    exporter and simulate use (issue 15: the pending exception for calibrate is gone)."""
+    decls = declarations()
+    for opt, other in (("--config", "calc"), ("--gpu", "calc"), ("--gpu-memory", "calc"), ("--weights", "calc"),
+                       ("--tp", "calc"), ("--pp", "calc"), ("--max-batched-tokens", "calc"),
+                       ("--engine-timeout", "live")):
+        assert decls[opt]["calibrate"] == decls[opt][other], opt
+    names, kind, text = decls["--model"]["calibrate"]
+    assert (names, kind) == decls["--model"]["calc"][:2] and text.startswith(decls["--model"]["calc"][2])
+    assert "--timeout" not in decls  # the old name is hidden
+
+
+@pytest.mark.parametrize("command", [["live", "--demo", "--once"], ["record", "--demo", "--count", "1"],
+                                     ["exporter", "--demo", "--once"]])
+def test_interval_one_check(tmp_path, capsys, command):
+    """--interval: one declaration, one check, the same line in live, record and exporter (at least 0.1 s)."""
+    extra = ["--out", str(tmp_path / "r.jsonl")] if command[0] == "record" else []
+    code, _, err = run([*command, *extra, "--interval", "0.05"], capsys)
+    assert 2 == code and "kvdash: error: --interval: 0.05 is not allowed; at least 0.1 seconds" in err
+
+
+@pytest.mark.parametrize("command", [["live", "--demo", "--once"], ["simulate", "--requests", "5", "--json"]])
+@pytest.mark.parametrize("value", ["0", "lots", "-1MiB"])
+def test_max_file_size_one_parser(capsys, command, value):
+    """--max-file-size: one parser in live and simulate, checked even when no --replay/--trace is read."""
+    code, _, err = run([*command, "--max-file-size", value], capsys)
+    assert 2 == code and err.startswith("kvdash: error: --max-file-size:") and err.count("\n") == 1
+
+
+def test_max_file_size_bounds_replay_and_trace_alike(tmp_path, capsys):
+    """The same limit stops a --replay file and a --trace file larger than it, naming the option that raises it."""
+    replay, trace = tmp_path / "r.jsonl", tmp_path / "t.csv"
+    code, _, _ = run(["record", "--demo", "--count", "2", "--interval", "0.1", "--out", str(replay)], capsys)
+    assert 0 == code
+    trace.write_text("prompt,output\n" + "100,50\n" * 200)
+    size = 1000  # both files are larger: one demo snapshot alone is several KB; the trace is 1,414 bytes
+    assert replay.stat().st_size > size and trace.stat().st_size > size
+    for args in (["live", "--replay", str(replay), "--once"], ["simulate", "--trace", str(trace), "--requests", "5"]):
+        code, _, err = run([*args, "--max-file-size", str(size)], capsys)
+        assert 2 == code and "--max-file-size" in err and err.count("\n") == 1, (args, err)
+        code, _, err = run([*args, "--max-file-size", "1MiB"], capsys)
+        assert 0 == code, (args, err)
+
+
+def test_default_file_size_limit_is_the_stream_cap():
+    from kvdash import safeio
+    from kvdash.units import parse_size
+
+    assert parse_size(D.MAX_FILE_SIZE) == safeio.STREAM_CAP == 256 * 2**20
+
+
+def test_length_means_one_length_everywhere(capsys):
+    """--length is the tokens one request holds in calc, live and exporter; several lengths packed together are
+    --group (calc, live), and exporter publishes each repeated --length on its own. Pinned against calc with the
+    tutorial model in 12 GiB: 327,680 B per token, blocks of 16 tokens = 5,242,880 B, floor(12,884,901,888 /
+    5,242,880) = 2,457 blocks; contiguous: 39,321 token slots.
+
+    live --group 200,825,1525 is calc --group 200,825,1525: 13 + 52 + 96 = 161 blocks a group, floor(2,457 / 161)
+    = 15 groups = 45 requests paged; 3 x 2,048 reserved a group, floor(39,321 / 6,144) = 6 groups = 18.
+    live --length 825 and exporter --length 200 --length 825 are calc --length 200 and calc --length 825: floor(2,457
+    / 13) = 189 and floor(2,457 / 52) = 47 paged; floor(39,321 / 2,048) = 19 contiguous each."""
+    pool = ["--model", D.MODEL, "--tp", "1", "--budget-mode", "explicit", "--budget", "12GiB"]
+    _, out, _ = run(["live", "--demo", "--json", *pool, "--group", "200,825,1525"], capsys)
+    live = json.loads(out)["kv_pool"]
+    _, out, _ = run(["calc", "--group", "200,825,1525", "--json"], capsys)
+    group = json.loads(out)["group"]
+    assert (45, 18) == (live["paged_requests"], live["contiguous_requests"])
+    assert (15, 6) == (group["complete_groups"], group["contiguous_complete_groups"])
+    _, out, _ = run(["live", "--demo", "--json", *pool, "--length", "825"], capsys)
+    assert (47, 19) == (json.loads(out)["kv_pool"]["paged_requests"], json.loads(out)["kv_pool"]["contiguous_requests"])
+    code, page, _ = run(["exporter", "--demo", "--once", *pool, "--length", "200", "--length", "825"], capsys)
+    assert 0 == code
+    for n, paged in ((200, 189), (825, 47)):
+        _, out, _ = run(["calc", "--length", str(n), "--json"], capsys)
+        capacity = json.loads(out)["capacity"]
+        assert (paged, 19) == (capacity["paged_requests"], capacity["contiguous_requests"])
+        assert f'kvdash_kv_requests_fit{{layout="paged",length="{n}"}} {paged}.0' in page
+        assert f'kvdash_kv_requests_fit{{layout="contiguous",length="{n}"}} 19.0' in page
+
+
+def test_length_list_is_the_old_spelling_for_one_release(capsys):
+    """live --length A,B,C (before issue 15) still reads as --group A,B,C, and exporter --length A,B as
+    --length A --length B: the same figures, with one note on stderr saying what to write."""
+    pool = ["--model", D.MODEL, "--tp", "1", "--budget-mode", "explicit", "--budget", "12GiB"]
+    _, new, err_new = run(["live", "--demo", "--json", *pool, "--group", "200,825,1525"], capsys)
+    _, old, err_old = run(["live", "--demo", "--json", *pool, "--length", "200,825,1525"], capsys)
+    assert json.loads(new)["kv_pool"] == json.loads(old)["kv_pool"] and "" == err_new
+    assert 1 == len(err_old.splitlines()) and err_old.startswith("kvdash: note: --length 200,825,1525:")
+    assert "write --group 200,825,1525" in err_old
+    _, new, err_new = run(["exporter", "--demo", "--once", *pool, "--length", "200", "--length", "825"], capsys)
+    _, old, err_old = run(["exporter", "--demo", "--once", *pool, "--length", "200,825"], capsys)
+    fits = [line for line in new.splitlines() if line.startswith("kvdash_kv_requests_fit")]
+    assert 4 == len(fits) and fits == [line for line in old.splitlines() if line.startswith("kvdash_kv_requests_fit")]
+    assert "" == err_new and 1 == len(err_old.splitlines()) and "write --length 200 --length 825" in err_old
+
+
+@pytest.mark.parametrize("command", [["calc", "--json"], ["live", "--demo", "--json"],
+                                     ["exporter", "--demo", "--once"]])
+@pytest.mark.parametrize("value", ["x", "1.5", "1" * 19])
+def test_length_one_parser(capsys, command, value):
+    """Every command refuses a --length that is no whole number with the same line."""
+    code, _, err = run([*command, "--length", value], capsys)
+    assert 2 == code and err.startswith("kvdash: error: --length:") and err.count("\n") == 1
+    assert "expected a whole number of tokens (requests of several lengths: --group)" in err
+
+
+def test_live_length_and_group_together_are_refused(capsys):
+    """live draws one request length or one group: both at once is one error (calc uses --length beside a group
+    for its snapshot figures, so it takes both)."""
+    code, _, err = run(["live", "--demo", "--once", "--length", "100", "--group", "200,300"], capsys)
+    assert 2 == code and "give --length or --group, not both" in err
+    code, _, err = run(["live", "--demo", "--once", "--length", "200,300", "--group", "200,300"], capsys)
+    assert 2 == code and "give them only as --group" in err

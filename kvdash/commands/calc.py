@@ -12,16 +12,22 @@ from kvdash.commands.common import (
     BlockSizeOpt,
     BudgetOpt,
     ConfigOpt,
+    GpuMemoryOpt,
     GpuOpt,
     GpuUtilOpt,
+    GroupOpt,
     KvDtypeOpt,
     LengthOpt,
+    MaxBatchedTokensOpt,
     MaxReservedOpt,
     ModelOpt,
     PpOpt,
+    PrefixOpt,
     ReserveOpt,
     TpOpt,
     WeightsOpt,
+    given,
+    length_or_group,
     parse_block_size,
     parse_budget,
     parse_lengths,
@@ -71,12 +77,6 @@ def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | 
     return []
 
 
-def given(ctx: typer.Context, name: str) -> bool:
-    """Whether option ``name`` was on the command line (a preset default cannot tell by its value)."""
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name != "DEFAULT"
-
-
 def calc(
     ctx: typer.Context,
     model: ModelOpt = D.MODEL,
@@ -93,7 +93,7 @@ def calc(
     kv_scales: Annotated[str, Opt(help="Scale storage: 'tensor' (none per token) or 'token_head' (fp32 per token per KV head, K and V).")] = "tensor",
     budget: BudgetOpt = None,
     gpu: GpuOpt = None,
-    gpu_memory: Annotated[Optional[str], Opt(help="GPU total memory, instead of a preset. Default: none.")] = None,
+    gpu_memory: GpuMemoryOpt = None,
     gpu_util: GpuUtilOpt = None,
     util_policy: Annotated[str, Opt(help="'vllm': fraction of total memory; 'trtllm': fraction of memory free after weights.")] = "vllm",
     weights: WeightsOpt = None,
@@ -104,12 +104,12 @@ def calc(
     used_old: Annotated[Optional[int], Opt("--used", hidden=True, help="Old name of --length.")] = None,
     max_reserved: MaxReservedOpt = None,
     final: Annotated[Optional[int], Opt(help="Final length of the request, for the Pow2 and Oracle policies (default: --length).")] = None,
-    group: Annotated[Optional[str], Opt(help="A group of request lengths packed repeatedly, e.g. 200,825,1525. Default: none (one request of --length).")] = None,
-    prefix: Annotated[int, Opt(help="Tokens of a prompt prefix every request shares.")] = 0,
+    group: GroupOpt = None,
+    prefix: PrefixOpt = 0,
     tp: TpOpt = D.TP,
     pp: PpOpt = D.PP,
     max_model_len: Annotated[Optional[int], Opt(help="vLLM view: max_model_len (default: --max-reserved).")] = None,
-    max_batched_tokens: Annotated[int, Opt(help="vLLM view: max_num_batched_tokens.")] = D.MAX_BATCHED_TOKENS,
+    max_batched_tokens: MaxBatchedTokensOpt = D.MAX_BATCHED_TOKENS,
     target: Annotated[Optional[int], Opt(help="Planning: requests that must fit; adds budget, min utilization, min TP and longest length. Default: none (no planning).")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
@@ -133,8 +133,9 @@ def calc(
             raise InputError(option, exc.value, exc.allowed, exc.hint) from exc
     else:
         arch = resolve_model(model, config, safetensors_index)
-    used = pick_alias(used, used_old, "--length", "--used")  # type: ignore[assignment]
-    used = D.LENGTH if used is None else used
+    length, group = length_or_group(used, group)
+    length = pick_alias(length, used_old, "--length", "--used")  # type: ignore[assignment]
+    used = D.LENGTH if length is None else length
     warnings = check_budget_options(budget, gpu, gpu_memory, gpu_util, util_policy, weights, reserve)
     if max_reserved is None:  # the reservation the question implies: at least the longest length asked about
         max_reserved = D.reservation(arch.max_context, used, final or 0, *(parse_lengths(group) or ()))

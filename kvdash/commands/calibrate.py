@@ -17,52 +17,73 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvdash import defaults as D
+from kvdash.commands.common import (
+    ConfigOpt,
+    EngineTimeoutOpt,
+    GpuMemoryOpt,
+    GpuOpt,
+    MaxBatchedTokensOpt,
+    PpOpt,
+    ServedModelOpt,
+    TpOpt,
+    WeightsOpt,
+    check_engine_timeout,
+    given,
+)
 from kvdash.errors import InputError
 
 Opt = typer.Option
 
 
 def calibrate(
+    ctx: typer.Context,
     engine: Annotated[str, Opt(help="The vLLM server's address or /metrics URL, e.g. localhost:8000.")],
-    model: Annotated[Optional[str], Opt("--model", "-m", help="Model preset or config.json path the engine serves.")] = None,
-    config: Annotated[Optional[Path], Opt(help="Hugging Face config.json of the model.")] = None,
-    gpu: Annotated[Optional[str], Opt(help="GPU preset (kvdash gpus) instead of reading GPU 0 through NVML.")] = None,
-    gpu_memory: Annotated[Optional[str], Opt(help="GPU total memory, instead of a preset or NVML.")] = None,
-    weights: Annotated[Optional[str], Opt(help="Weight bytes of the whole model (default: the preset's figure).")] = None,
-    tp: Annotated[int, Opt(help="Tensor-parallel degree the engine runs with.")] = 1,
-    pp: Annotated[int, Opt(help="Pipeline-parallel degree the engine runs with.")] = 1,
+    model: ServedModelOpt = None,
+    config: ConfigOpt = None,
+    gpu: GpuOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
+    weights: WeightsOpt = None,
+    tp: TpOpt = D.TP,
+    pp: PpOpt = D.PP,
     vllm_version: Annotated[str, Opt(help="vLLM version of the engine, recorded with the entry.")] = "0.33.0",
-    max_batched_tokens: Annotated[int, Opt(help="The engine's max_num_batched_tokens, recorded with the entry.")] = 8192,
+    max_batched_tokens: MaxBatchedTokensOpt = D.MAX_BATCHED_TOKENS,
     calibration_file: Annotated[Optional[Path], Opt(help="JSON-lines file to append to (default: $KVDASH_CALIBRATION, else ~/.local/share/kvdash/calibration.jsonl).")] = None,
-    timeout: Annotated[float, Opt(help="Seconds the metrics scrape may take in all.")] = 5.0,
+    engine_timeout: EngineTimeoutOpt = D.ENGINE_TIMEOUT,
+    timeout_old: Annotated[Optional[float], Opt("--timeout", hidden=True, help="Old name of --engine-timeout.")] = None,
     dry_run: Annotated[bool, Opt("--dry-run", help="Print the entry without saving it.")] = False,
     as_json: Annotated[bool, Opt("--json", help="Print the entry as JSON.")] = False,
 ) -> None:
     """Measure the runtime reserve a running vLLM kept and save it for --reserve auto."""
-    from kvdash.calibration import append_entry, calibration_path, dated, entry_text, measure
+    from kvdash.calibration import append_entry, calibration_path, dated, entry_text, measure, served_preset
     from kvdash.core.gpus import get_gpu
     from kvdash.core.model import resolve_model
     from kvdash.sources.engine import fetch
     from kvdash.units import parse_size
 
-    if not model and not config:
-        raise InputError("--model", None, "name the model the engine serves (a preset or a config.json path)")
-    if not 0.1 <= timeout <= 60:
-        raise InputError("--timeout", timeout, "expected 0.1 to 60 seconds")
-    arch = resolve_model(model, config, None)
-    reading = fetch(engine, timeout)
+    if timeout_old is not None:  # the old name, kept for one release
+        if given(ctx, "engine_timeout") and engine_timeout != timeout_old:
+            raise InputError("--timeout", timeout_old, "is the old name of --engine-timeout; give only --engine-timeout")
+        engine_timeout = timeout_old
+    check_engine_timeout(engine_timeout)
+    # every option checked before the engine is read
+    arch = resolve_model(model, config, None) if model or config else None
+    total_given = parse_size(gpu_memory, "--gpu-memory") if gpu_memory is not None else None
+    preset = get_gpu(gpu) if gpu is not None and gpu_memory is None else None
+    weight_bytes = None if weights is None else parse_size(weights, "--weights", allow_zero=True)
+    reading = fetch(engine, engine_timeout)
     if reading.error:
         raise InputError("--engine", engine, f"a reachable vLLM /metrics page (the scrape failed: {reading.error})")
-    if gpu_memory is not None:
-        total, gpu_name = parse_size(gpu_memory, "--gpu-memory"), "custom"
-    elif gpu is not None:
-        preset = get_gpu(gpu)
-        total, gpu_name = preset.memory_bytes, gpu
+    if arch is None:  # the default: the preset named like the model the engine serves
+        model = served_preset(reading.served_model)
+        arch = resolve_model(model)
+    if total_given is not None:
+        total, gpu_name = total_given, "custom"
+    elif preset is not None:
+        total, gpu_name = preset.memory_bytes, str(gpu)
     else:
         total, gpu_name = _nvml_total()
-    entry = dated(measure(reading, arch, total, gpu_name, tp, pp,
-                          None if weights is None else parse_size(weights, "--weights", allow_zero=True),
-                          vllm_version, max_batched_tokens))
+    entry = dated(measure(reading, arch, total, gpu_name, tp, pp, weight_bytes, vllm_version, max_batched_tokens))
     path = calibration_path(calibration_file)
     if not dry_run:
         append_entry(path, entry)
@@ -71,6 +92,8 @@ def calibrate(
         return
     print(f"engine {reading.url}: {entry['num_gpu_blocks']:,} blocks x {entry['block_bytes']:,} B "
           f"= {entry['pool_bytes']:,} B of KV per rank")
+    if not given(ctx, "model") and config is None:
+        print(f"model {model}: the preset named like the engine's model_name {reading.served_model!r}")
     print(entry_text(entry))
     print(("not saved (--dry-run)" if dry_run else f"saved to {path}") +
           f"; kvdash calc -m {model or config} --gpu ... --tp {tp} --reserve auto uses it")

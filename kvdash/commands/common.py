@@ -21,20 +21,31 @@ UNIT_HINT = "write a unit: 12GiB (2^30 B), 80GB (10^9 B), 512MiB"
 DTYPES_TEXT = "fp32, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8, fp8_ds_mla (auto = bf16)"
 
 # --- the model --------------------------------------------------------------------------------------
-ModelOpt = Annotated[str, Opt("--model", "-m", help="Model preset (kvdash models) or a config.json path.")]
+MODEL_HELP = "Model preset (kvdash models) or a config.json path."
+ModelOpt = Annotated[str, Opt("--model", "-m", help=MODEL_HELP)]
+# calibrate's --model: the same option, whose default is read from the engine (a preset default would name a
+# model the engine may not serve; tests/test_vocabulary.py lists the difference with this reason)
+ServedModelOpt = Annotated[Optional[str], Opt("--model", "-m", help=f"{MODEL_HELP} Default: the preset named like "
+                                                                   "the model the engine serves (its model_name "
+                                                                   "label: meta-llama/Llama-3.1-70B-Instruct is "
+                                                                   "llama-3.1-70b).")]
 ConfigOpt = Annotated[Optional[Path], Opt(help="A Hugging Face config.json instead of --model. Default: none "
                                                 "(--model's preset).")]
 KvDtypeOpt = Annotated[str, Opt(help=f"KV dtype: {DTYPES_TEXT}.")]
 BlockSizeOpt = Annotated[str, Opt(help=D.BLOCK_SIZE_HELP)]
 TpOpt = Annotated[int, Opt(help="Tensor-parallel degree (live, exporter: the first TP readable GPUs are the "
-                                "ranks).")]
+                                "ranks; calibrate: the engine's).")]
 PpOpt = Annotated[int, Opt(help="Pipeline-parallel degree.")]
 # --- the budget -------------------------------------------------------------------------------------
 BudgetOpt = Annotated[Optional[str], Opt(help=f"KV budget per rank: 12GiB, 80GB, 512MiB or bytes. Default: derived "
                                               f"from the GPU (--gpu, or the GPUs live reads), else "
                                               f"{D.BUDGET_TEXT} (the tutorial's).")]
-GpuOpt = Annotated[Optional[str], Opt(help="GPU preset (kvdash gpus): derive the budget as an engine does. Default: "
-                                           "none (the budget is --budget).")]
+GpuOpt = Annotated[Optional[str], Opt(help="GPU preset (kvdash gpus): its total memory, from which the budget is "
+                                           "derived as an engine does. Default: none (calc, simulate: the budget is "
+                                           "--budget; calibrate: GPU 0's total read through NVML).")]
+GpuMemoryOpt = Annotated[Optional[str], Opt(help="GPU total memory (80GB, 141GiB or bytes) instead of a --gpu preset. "
+                                                 "Default: none (--gpu's figure; calibrate without either reads GPU 0 "
+                                                 "through NVML).")]
 GpuUtilOpt = Annotated[Optional[str], Opt(help=f"Fraction of GPU memory for the engine. Default: {D.GPU_UTIL} "
                                                f"(vLLM 0.33's gpu_memory_utilization); {D.TRTLLM_UTIL} with "
                                                "--util-policy trtllm (free_gpu_memory_fraction).")]
@@ -43,11 +54,23 @@ WeightsOpt = Annotated[Optional[str], Opt(help="Weight bytes of the whole model 
                                                "from config.json.")]
 ReserveOpt = Annotated[str, Opt(help="Runtime reserve per rank: activations, CUDA graphs, workspace; 'auto': a "
                                      "kvdash calibrate entry, else published terms.")]
+MaxBatchedTokensOpt = Annotated[int, Opt(help="vLLM's max_num_batched_tokens (calc: the vLLM view and the "
+                                               "activation term of --reserve auto; calibrate: the engine's, "
+                                               "recorded with the entry).")]
 # --- the requests -----------------------------------------------------------------------------------
-LengthOpt = Annotated[Optional[int], Opt("--length", help=f"Tokens each request holds now (the snapshot). Default: "
-                                                          f"{D.LENGTH} (the tutorial's).")]
-LengthsOpt = Annotated[str, Opt("--length", help="Tokens per request, or comma-separated lengths such as "
-                                                 "200,825,1525 (requests that fit, for each).")]
+# --length is one length everywhere (its value: tokens one request holds); several lengths packed together are
+# --group (calc, live); exporter publishes several lengths each on its own, so there --length repeats
+LengthOpt = Annotated[Optional[str], Opt("--length", metavar="<int>", help=f"Tokens each request holds now (the snapshot). Default: "
+                                                          f"{D.LENGTH} (the tutorial's). Requests of several lengths: "
+                                                          "--group.")]
+ExporterLengthOpt = Annotated[Optional[list[str]], Opt("--length", metavar="<int>", help=f"Tokens each request holds now; repeat it to "
+                                                                        "publish several lengths, each on its own "
+                                                                        "(--length 2048 --length 8192). Default: "
+                                                                        f"{D.LENGTH} (the tutorial's).")]
+GroupOpt = Annotated[Optional[str], Opt(help="A group of request lengths packed repeatedly, e.g. 200,825,1525. "
+                                             "Default: none (one request of --length).")]
+PrefixOpt = Annotated[int, Opt(help="Tokens of a prompt prefix every request shares (simulate: stored once by "
+                                    "paged-prefix; paged on the same requests is the no-sharing baseline).")]
 MaxReservedOpt = Annotated[Optional[int], Opt(help=f"Tokens a contiguous allocator reserves per request (Max "
                                                    f"policy). Default: the largest of {D.RESERVATION} (capped at the "
                                                    "model's context) and every length asked about.")]
@@ -58,15 +81,36 @@ SeedOpt = Annotated[int, Opt(help="Seed of the demo.")]
 GpusOpt = Annotated[int, Opt(help="Number of demo GPUs (1 to 64).")]
 EngineTimeoutOpt = Annotated[float, Opt(help="Seconds one engine read may take in all (connect + read + parse; 0.1 "
                                              "to 60).")]
+IntervalOpt = Annotated[float, Opt(help=f"Seconds between readings (at least {D.MIN_INTERVAL}): live redraws, record "
+                                        f"writes a snapshot, exporter refreshes in the background (scrapes never "
+                                        f"trigger one). Default: {D.INTERVAL:g}; exporter {D.EXPORTER_INTERVAL:g}, "
+                                        f"as a Prometheus scrape_interval is typically 15 s or more and each "
+                                        f"reading also scrapes every --engine.")]
+# --- input files ------------------------------------------------------------------------------------
+MaxFileSizeOpt = Annotated[str, Opt(help="Largest input file read, streamed line by line (live --replay, simulate "
+                                         "--trace): a size such as 256MiB, 1GB.")]
 BudgetModeOpt = Annotated[Optional[str], Opt(help="vllm (from each GPU's total), explicit, or engine. Default: "
                                                   "explicit when --budget is given, else vllm.")]
-MIN_INTERVAL = 0.1
+MIN_INTERVAL = D.MIN_INTERVAL
 
 
 def check_interval(seconds: float) -> float:
     if not seconds >= MIN_INTERVAL:
         raise InputError("--interval", seconds, f"at least {MIN_INTERVAL} seconds")
     return seconds
+
+
+def parse_max_file_size(text: str) -> int:
+    """``--max-file-size``: a size in bytes, at least one byte (live --replay and simulate --trace)."""
+    from kvdash.units import parse_size
+
+    return parse_size(text, "--max-file-size")
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was on the command line (a default cannot tell by its value)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
 
 
 def check_engine_timeout(seconds: float) -> float:
@@ -115,6 +159,37 @@ def parse_lengths(text: str | None, field: str = "--group") -> tuple[int, ...] |
             raise InputError(field, text, "expected comma-separated positive token counts, e.g. 200,825,1525")
         out.append(int(p))
     return tuple(out)
+
+
+def note(message: str) -> None:
+    """One line on stderr; the command goes on."""
+    import sys
+
+    print(f"kvdash: note: {message}", file=sys.stderr)
+
+
+def parse_length(text: str | None) -> int | None:
+    """``--length``: a whole number of tokens (its range is checked where the model is known)."""
+    if text is None:
+        return None
+    import re
+
+    value = text.strip().replace("_", "")
+    if not re.fullmatch(r"[+-]?[0-9]{1,18}", value):  # 18 digits: no 4,300-digit int()
+        raise InputError("--length", text, "expected a whole number of tokens (requests of several lengths: --group)")
+    return int(value)
+
+
+def length_or_group(length: str | None, group: str | None) -> tuple[int | None, str | None]:
+    """``--length`` and ``--group`` as (one length, the group's text).  ``--length 200,825,1525``, live's list
+    before issue 15, is read as ``--group 200,825,1525`` for one release, with a note."""
+    if length is not None and "," in length:
+        if group is not None:
+            raise InputError("--length", length, "several lengths are a --group; give them only as --group")
+        note(f"--length {length.strip()}: several lengths are a group (the list form of --length is kept for one "
+             f"release); write --group {length.strip()}")
+        return None, length
+    return parse_length(length), group
 
 
 def parse_on_off(text: str, field: str) -> bool:

@@ -16,10 +16,11 @@ from kvdash.commands.common import (
     ConfigOpt,
     DemoOpt,
     EngineTimeoutOpt,
+    ExporterLengthOpt,
     GpusOpt,
     GpuUtilOpt,
+    IntervalOpt,
     KvDtypeOpt,
-    LengthsOpt,
     MaxReservedOpt,
     ModelOpt,
     ReserveOpt,
@@ -29,6 +30,8 @@ from kvdash.commands.common import (
     check_demo_gpus,
     check_engine_timeout,
     check_interval,
+    note,
+    parse_length,
 )
 from kvdash.errors import InputError
 
@@ -51,10 +54,10 @@ def exporter(
     reserve: ReserveOpt = D.RESERVE,
     budget: BudgetOpt = None,
     budget_mode: BudgetModeOpt = None,
-    length: LengthsOpt = str(D.LENGTH),
+    length: ExporterLengthOpt = None,
     max_reserved: MaxReservedOpt = None,
-    interval: Annotated[float, Opt(help="Seconds between background readings (scrapes never trigger one).")] = 5.0,
-    engine_timeout: EngineTimeoutOpt = 2.0,
+    interval: IntervalOpt = D.EXPORTER_INTERVAL,
+    engine_timeout: EngineTimeoutOpt = D.ENGINE_TIMEOUT,
     hostname: Annotated[Optional[str], Opt(help="The hostname label of GPU series (default: this host's name).")] = None,
     seed: SeedOpt = 7,
     gpus: GpusOpt = 8,
@@ -72,7 +75,7 @@ def exporter(
         raise InputError("--port", port, "expected 0 to 65535")
     check_demo_gpus(gpus)
     cfg = live_config(model, config, kv_dtype, block_size, tp, gpu_util, weights, reserve, budget, budget_mode,
-                      length, max_reserved)
+                      exporter_lengths(length or []), max_reserved)
     cfg = replace(cfg, arch=cfg.architecture())  # read the preset once, not on every scrape
     source = _source(demo, seed, gpus)
     state = ExporterState(source, cfg, list(engine or []), interval=interval, engine_timeout=engine_timeout,
@@ -105,6 +108,19 @@ def exporter(
     finally:
         server.shutdown()
         state.stop()
+
+
+def exporter_lengths(values: list[str]) -> tuple[int, ...]:
+    """Each ``--length`` published on its own; ``--length 2048,8192`` (before issue 15) is read as
+    ``--length 2048 --length 8192`` for one release, with a note."""
+    out: list[int] = []
+    for text in values:
+        parts = [p for p in text.split(",") if p.strip()] or [text]
+        if "," in text:
+            note(f"--length {text.strip()}: write --length {' --length '.join(p.strip() for p in parts)} (each length "
+                 "is published on its own; the list form is kept for one release)")
+        out += [n for p in parts if (n := parse_length(p)) is not None]
+    return tuple(out) or (D.LENGTH,)
 
 
 def _source(demo: bool, seed: int, gpus: int):  # type: ignore[no-untyped-def]

@@ -11,7 +11,6 @@ import typer
 
 from kvdash import defaults as D
 from kvdash.commands.common import (
-    MIN_INTERVAL,
     BlockSizeOpt,
     BudgetModeOpt,
     BudgetOpt,
@@ -20,8 +19,11 @@ from kvdash.commands.common import (
     EngineTimeoutOpt,
     GpusOpt,
     GpuUtilOpt,
+    GroupOpt,
+    IntervalOpt,
     KvDtypeOpt,
-    LengthsOpt,
+    LengthOpt,
+    MaxFileSizeOpt,
     MaxReservedOpt,
     ModelOpt,
     ReserveOpt,
@@ -32,9 +34,11 @@ from kvdash.commands.common import (
     check_demo_gpus,
     check_engine_timeout,
     check_interval,
+    length_or_group,
     parse_block_size,
     parse_budget,
     parse_lengths,
+    parse_max_file_size,
 )
 from kvdash.errors import InputError
 
@@ -74,7 +78,7 @@ def live(
     demo: DemoOpt = False,
     replay: Annotated[Optional[Path], Opt(help="Play back snapshots recorded by kvdash record. Default: none (NVML).")] = None,
     engine: Annotated[Optional[str], Opt(help="A vLLM or SGLang Prometheus endpoint, e.g. localhost:8000. Default: none.")] = None,
-    engine_timeout: EngineTimeoutOpt = 2.0,
+    engine_timeout: EngineTimeoutOpt = D.ENGINE_TIMEOUT,
     model: ModelOpt = D.LIVE_MODEL,
     config: ConfigOpt = None,
     kv_dtype: KvDtypeOpt = D.KV_DTYPE,
@@ -85,9 +89,10 @@ def live(
     reserve: ReserveOpt = D.RESERVE,
     budget: BudgetOpt = None,
     budget_mode: BudgetModeOpt = None,
-    length: LengthsOpt = str(D.LENGTH),
+    length: LengthOpt = None,
+    group: GroupOpt = None,
     max_reserved: MaxReservedOpt = None,
-    interval: Annotated[float, Opt(help=f"Seconds between polls (at least {MIN_INTERVAL}).")] = 1.0,
+    interval: IntervalOpt = D.INTERVAL,
     once: Annotated[bool, Opt("--once", help="Print one snapshot as tables and exit.")] = False,
     as_json: Annotated[bool, Opt("--json", help="Print one snapshot as JSON and exit.")] = False,
     seed: SeedOpt = 7,
@@ -98,18 +103,16 @@ def live(
                                                 "none (the analytical map).")] = None,
     prometheus: Annotated[Optional[str], Opt(help="Fleet view: hosts, GPUs and engines from a Prometheus server "
                                                   "(http://HOST:9090). Default: none (this machine).")] = None,
-
-    max_file_size: Annotated[str, Opt(help="Largest --replay file read (streamed line by line).")] = "256MiB",
+    max_file_size: MaxFileSizeOpt = D.MAX_FILE_SIZE,
 ) -> None:
     """Live GPU memory beside the analytical KV pool (a Textual dashboard; --once/--json for scripts)."""
     from kvdash.live.analysis import analyze
     from kvdash.sources.engine import fetch, from_snapshot
-    from kvdash.units import parse_size
-
     check_interval(interval)
     check_engine_timeout(engine_timeout)
+    max_bytes = parse_max_file_size(max_file_size)
     cfg = live_config(model, config, kv_dtype, block_size, tp, gpu_util, weights, reserve, budget, budget_mode,
-                      length, max_reserved)
+                      live_lengths(length, group), max_reserved)
     mode = cfg.budget_mode
     if prometheus:  # the fleet view (kvdash/commands/fleet.py)
         if demo or replay or engine:
@@ -119,7 +122,7 @@ def live(
         return run_fleet(prometheus, cfg, once, as_json, interval)
     if not (once or as_json):
         check_snapshot_dir(snapshot_dir)
-    source = _source(demo, replay, seed, gpus, parse_size(max_file_size, "--max-file-size"), json_out=as_json)
+    source = _source(demo, replay, seed, gpus, max_bytes, json_out=as_json)
     engine_fetch = (lambda: fetch(engine, timeout=engine_timeout)) if engine else None
     if once or as_json:
         from kvdash.sources.base import SourceUnavailable
@@ -168,9 +171,19 @@ def live(
         source.close()
 
 
+def live_lengths(length: Optional[str], group: Optional[str]) -> tuple[int, ...]:
+    """live's ``--length`` (one request) or ``--group`` (several lengths packed together), as calc reads them;
+    live draws one of them, so both at once is refused."""
+    one, group = length_or_group(length, group)
+    if one is not None and group is not None:
+        raise InputError("--length", one, "give --length or --group, not both (live shows one request length or one "
+                         "group)")
+    return parse_lengths(group, "--group") or (D.LENGTH if one is None else one,)
+
+
 def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: str, tp: int,  # type: ignore[no-untyped-def]
                 gpu_util: Optional[str], weights: Optional[str], reserve: str, budget: Optional[str],
-                budget_mode: Optional[str], length: str, max_reserved: Optional[int]):
+                budget_mode: Optional[str], lengths: tuple[int, ...], max_reserved: Optional[int]):
     """live's and exporter's analytical-pool options as a LiveConfig, validated the same way for both."""
     from kvdash.core.model import load_config
     from kvdash.live.analysis import LiveConfig
@@ -182,7 +195,6 @@ def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: s
     cfg = LiveConfig(model=model, arch=load_config(config) if config else None, kv_dtype=kv_dtype, tp=tp,
                      gpu_util=gpu_util)
     arch = cfg.architecture()
-    lengths = parse_lengths(length, "--length") or (D.LENGTH,)
     cfg = replace(
         cfg, arch=cfg.arch, block_size=block_size_of(size, arch),
         weights=parse_size(weights, "--weights", allow_zero=True) if weights else None,
@@ -213,7 +225,7 @@ def check_snapshot_dir(path: Path) -> None:
 
 def record(
     out: Annotated[Path, Opt(help="JSON-lines file to write (appended).")],
-    interval: Annotated[float, Opt(help=f"Seconds between snapshots (at least {MIN_INTERVAL}).")] = 1.0,
+    interval: IntervalOpt = D.INTERVAL,
     count: Annotated[int, Opt(help="Number of snapshots.")] = 10,
     demo: DemoOpt = False,
     seed: SeedOpt = 7,

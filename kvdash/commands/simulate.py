@@ -16,14 +16,17 @@ from kvdash.commands.common import (
     GpuOpt,
     GpuUtilOpt,
     KvDtypeOpt,
+    MaxFileSizeOpt,
     MaxReservedOpt,
     ModelOpt,
+    PrefixOpt,
     ReserveOpt,
     TpOpt,
     WeightsOpt,
     block_size_of,
     parse_block_size,
     parse_budget,
+    parse_max_file_size,
 )
 from kvdash.errors import InputError
 from kvdash.simulate.lengths import parse_lengths_spec
@@ -62,8 +65,7 @@ def simulate(
     latency_bound: Annotated[float, Opt(help="Normalized latency bound for --rates, steps per output token "
                                              "(1.0 is an unloaded pool).")] = 2.0,
     concurrency: Annotated[Optional[int], Opt(help="Closed loop: keep this many requests in the system instead. Default: none (Poisson arrivals at --rate).")] = None,
-    prefix: Annotated[int, Opt(help="Tokens of a prompt prefix all requests share (stored once by paged-prefix; "
-                                    "paged on the same requests is the no-sharing baseline).")] = 0,
+    prefix: PrefixOpt = 0,
     max_reserved: MaxReservedOpt = None,
     max_len_old: Annotated[Optional[int], Opt("--max-len", hidden=True, help="Old name of --max-reserved.")] = None,
     clip: Annotated[bool, Opt("--clip", help="Cut requests longer than --max-reserved instead of refusing them "
@@ -75,7 +77,7 @@ def simulate(
                                          "(vLLM's KVCacheManager watermark; 0 by default).")] = 0.0,
     seed: Annotated[int, Opt(help="Seed of the workload.")] = 0,
     trace_every: Annotated[int, Opt(help="Keep a per-step trace every N steps in --json (0: none).")] = 0,
-    max_file_size: Annotated[str, Opt(help="Largest --trace file read (streamed line by line).")] = "256MiB",
+    max_file_size: MaxFileSizeOpt = D.MAX_FILE_SIZE,
     as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
 ) -> None:
     """Simulate KV pool occupancy over time under contiguous and paged allocation."""
@@ -103,6 +105,7 @@ def simulate(
         raise InputError("--watermark", watermark, "expected a fraction from 0 to below 1")
     if trace_every < 0:
         raise InputError("--trace-every", trace_every, "expected 0 (no trace) or a positive number of steps")
+    max_bytes = parse_max_file_size(max_file_size)  # checked even without --trace
     size = parse_block_size(block_size)
     if max_len is not None and max_len < 2:
         raise InputError("--max-reserved", max_len, "expected at least 2")
@@ -161,7 +164,7 @@ def simulate(
         raise InputError("--workload", workload, "expected one of: " + ", ".join(PRESETS))
     w = PRESETS[workload]
     if trace is not None:
-        prompts, outputs = read_trace(str(trace), requests, parse_size(max_file_size, "--max-file-size"))
+        prompts, outputs = read_trace(str(trace), requests, max_bytes)
         w = replace(w, name=f"trace {trace.name}", prompt=Lengths("trace", values=prompts),
                     output=Lengths("trace", values=outputs), synthetic=False, note=f"lengths from {trace.name}")
     if prompt:

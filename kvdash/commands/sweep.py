@@ -64,8 +64,11 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
         from rich.console import Console
 
         err = Console(stderr=True)
-    with err.status("evaluating the grid", spinner="dots") if show else _null():
+    from kvdash.report.outdir import deferred_interrupt
+
+    with err.status("evaluating the grid", spinner="dots") if show else _null(), deferred_interrupt() as checkpoint:
         expanded = expand(spec, max_points)
+        checkpoint()  # Ctrl-C during evaluation: raised here, not inside polars
     from kvdash.report.build import results_formats, write_report
 
     formats = results_formats(expanded.frame.height, csv=csv, parquet=parquet)

@@ -46,12 +46,13 @@ class LiveConfig:
             raise InputError("--budget-mode", self.budget_mode, "expected one of: " + ", ".join(BUDGET_MODES))
         if self.budget_mode == "explicit" and not self.budget:
             raise InputError("--budget", self.budget, "an explicit budget needs --budget SIZE")
+        option = "--length" if len(self.lengths) == 1 else "--group"
         problem = group_size_problem(len(self.lengths))
         if problem:
-            raise InputError("--length", ",".join(map(str, self.lengths)), problem)
+            raise InputError(option, ",".join(map(str, self.lengths)), problem)
         for n in self.lengths:
             if n <= 0 or n > self.max_reserved:
-                raise InputError("--length", n, f"expected 1 to --max-reserved={self.max_reserved}")
+                raise InputError(option, n, f"expected 1 to --max-reserved={self.max_reserved}")
         arch = self.architecture()
         rank_shapes(arch, self.kv_dtype, "tensor", self.tp, 1, self.block_size)
         if self.max_reserved > arch.max_context:

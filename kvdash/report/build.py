@@ -996,7 +996,19 @@ def write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[s
     ``formats``: ``csv`` and/or ``parquet`` (default: :func:`results_formats`)."""
     from kvdash.report import outdir
 
-    step = progress or (lambda _msg: None)
+    with outdir.deferred_interrupt() as checkpoint:  # Ctrl-C lands between steps, never inside polars
+        return _write_report(spec, expanded, out, formats, progress, force, checkpoint)
+
+
+def _write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[str, ...] | None,
+                  progress: Callable[[str], None] | None, force: bool, checkpoint: Callable[[], None]) -> list[Path]:
+    from kvdash.report import outdir
+
+    def step(msg: str) -> None:
+        checkpoint()
+        if progress is not None:
+            progress(msg)
+
     formats = formats or results_formats(expanded.frame.height)
     target = outdir.plan(out, force)
     outdir.clean_leftovers(target.out)
@@ -1030,6 +1042,7 @@ def write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[s
         svgs = {name: _strip_xml_header((tmp / name).read_text(encoding="utf-8")) for name in charts_for(spec)}
         step("report.html")
         (tmp / "report.html").write_text(render_html(ctx, svgs), encoding="utf-8")
+        checkpoint()
         return outdir.commit(tmp, outdir.plan(target.out, force))  # planned again: the folder may have changed
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

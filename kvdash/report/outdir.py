@@ -32,7 +32,7 @@ import signal
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,6 +203,38 @@ def exchange(a: Path, b: Path) -> bool:
     if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
         return False  # the kernel or file system cannot exchange
     raise OSError(err, os.strerror(err), str(b))
+
+
+@contextmanager
+def deferred_interrupt() -> Iterator[Callable[[], None]]:
+    """Ctrl-C noted, then raised as KeyboardInterrupt at the next checkpoint the caller runs.
+
+    A KeyboardInterrupt raised while polars runs Python code for a call (it does, e.g. when it builds a
+    dtype) makes polars' Rust side panic and print a Rust panic message on stderr; so while the grid is
+    evaluated and the report built, the first Ctrl-C only sets a flag that ``checkpoint()`` turns into the
+    usual KeyboardInterrupt between steps.  A second Ctrl-C raises at once."""
+    import threading
+
+    pending: list[bool] = []
+
+    def checkpoint() -> None:
+        if pending:
+            raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield checkpoint
+        return
+
+    def noted(signum: int, frame: object) -> None:
+        if pending:
+            raise KeyboardInterrupt
+        pending.append(True)
+
+    previous = signal.signal(signal.SIGINT, noted)
+    try:
+        yield checkpoint
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager
