@@ -237,6 +237,20 @@ class TestVerdictRules:
         v = judge(_frame([70.0, 99.0, 99.0, 99.0], tp=[1, 2, 4, 8], pp=[1, 1, 2, 2]), _claim(), ["tp", "pp"])
         assert v.where == "tp = 1 AND pp = 1"
 
+    def test_where_names_what_the_disagreeing_points_share(self):
+        """The 'everywhere except' side of the where rule reads the disagreeing points' values.  tp x pp in
+        {1, 2} x {1, 2}, only (tp 2, pp 2) at 99 (above 60-90): the agreeing points take every value of both
+        dimensions (no text), the disagreeing one shares tp = 2 and pp = 2, so the where text is
+        'everywhere except where tp = 2 AND pp = 2' (if the disagreeing side read every point's or only the
+        agreeing points' values it would name nothing and fall back to 'no single swept dimension ...')."""
+        v = judge(_frame([70.0, 70.0, 70.0, 99.0], tp=[1, 1, 2, 2], pp=[1, 2, 1, 2]), _claim(), ["tp", "pp"])
+        assert (v.verdict, v.points, v.holding, v.above) == ("holds only where", 4, 3, 1)
+        assert v.where == "everywhere except where tp = 2 AND pp = 2"
+        j = _claim(id="j1", joint="J", tolerance=0, claimed=(0, 100))
+        v = judge_joint(Frame(_frame([70.0, 70.0, 70.0, 99.0], tp=[1, 1, 2, 2], pp=[1, 2, 1, 2])),
+                        [_claim(id="j0", joint="J"), j], ["tp", "pp"])
+        assert (v.verdict, v.holding, v.where) == ("holds only where", 3, "everywhere except where tp = 2 AND pp = 2")
+
 
 class TestSharedText:
     def test_edges(self):
@@ -329,3 +343,55 @@ class TestJoint:
                          "prefix-sharing-40-60"]
         order = [v.claim.id for v in judge_all(df, ids=ids[:1], dims=["tp"], models=models)]
         assert order == ["70b-8xh100-contiguous-20"]
+
+
+class TestManyClaimsInOnePass:
+    """judge_all tallies every claim and joint group on the results frame in one pass, packing each one's
+    agree/disagree bits two to a claim, 32 claims to a 64-bit word: with 46 jobs the second word holds jobs 32
+    to 45, so a verdict there is right only if the packing puts each job's bits in its own word and place."""
+
+    N = 40
+
+    def claims(self) -> list[Claim]:
+        """c1 .. c40: claim k says x is exactly k.  Then two joint groups, judged as jobs 44 and 45: A (x in
+        [1, 2] and x in [2, 3], both only at x = 2) and B (x in [39, 40] and x in [38, 39], both only at
+        x = 39)."""
+        exact = [_claim(id=f"c{k}", kind="capacity", metric="x", claimed=(k, k), tolerance=0)
+                 for k in range(1, self.N + 1)]
+        def member(name: str, joint: str, lo: int) -> Claim:
+            return _claim(id=name, joint=joint, kind="capacity", metric="x", claimed=(lo, lo + 1), tolerance=0)
+        return [*exact, member("a1", "A", 1), member("a2", "A", 2), member("b1", "B", 39), member("b2", "B", 38)]
+
+    def test_every_claim_judged_with_its_own_bits(self, monkeypatch):
+        """40 points, block_size = x = 1 .. 40.  Claim ck holds at exactly one point, x = k: 'holds only where
+        block_size = k' (1 value of 40 is not above 40 / 2 + 1, so it is listed, and it is shorter than
+        'everywhere except where block_size ≠ k'), 1 of 40 within, k - 1 below, 40 - k above.  Joint A holds
+        only where block_size = 2 and joint B only where block_size = 39, each inserted after its last member
+        (a joint group's verdict landing on the other group's slot would swap the two where texts)."""
+        import kvdash.sweep.claims as claims_mod
+
+        monkeypatch.setattr(claims_mod, "load_claims", self.claims)
+        xs = list(range(1, self.N + 1))
+        verdicts = judge_all(pl.DataFrame({"block_size": xs, "x": xs}), dims=["block_size"])
+        got = [(v.claim.id, v.verdict, v.points, v.holding, v.below, v.above, v.where) for v in verdicts]
+        want = [(f"c{k}", "holds only where", 40, 1, k - 1, 40 - k, f"block_size = {k}") for k in xs]
+        want += [("a1", "holds only where", 40, 2, 0, 38, "block_size in {1, 2}"),
+                 ("a2", "holds only where", 40, 2, 1, 37, "block_size in {2, 3}"),
+                 ("A", "holds only where", 40, 1, 0, 0, "block_size = 2"),
+                 ("b1", "holds only where", 40, 2, 38, 0, "block_size in {39, 40}"),
+                 ("b2", "holds only where", 40, 2, 37, 1, "block_size in {38, 39}"),
+                 ("B", "holds only where", 40, 1, 0, 0, "block_size = 39")]
+        assert got == want
+
+    def test_two_joint_groups_keep_their_own_verdicts(self, monkeypatch):
+        """Only the four joint members (jobs 0-3) and their groups A and B (jobs 4 and 5, tallied after every
+        claim): each group's tally goes back to its own slot, so A (both members within only at x = 2) reads
+        'block_size = 2' and B (only at x = 39) reads 'block_size = 39', each right after its last member."""
+        import kvdash.sweep.claims as claims_mod
+
+        monkeypatch.setattr(claims_mod, "load_claims", lambda: self.claims()[self.N:])
+        xs = list(range(1, self.N + 1))
+        verdicts = judge_all(pl.DataFrame({"block_size": xs, "x": xs}), dims=["block_size"])
+        assert [(v.claim.id, v.holding, v.where) for v in verdicts if v.claim.id in ("A", "B")] == \
+               [("A", 1, "block_size = 2"), ("B", 1, "block_size = 39")]
+        assert [v.claim.id for v in verdicts] == ["a1", "a2", "A", "b1", "b2", "B"]
