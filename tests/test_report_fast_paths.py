@@ -91,3 +91,15 @@ def test_point_id_hex_table_is_every_four_digit_hex_in_order():
     table = _hex4()
     assert table.len() == 65_536 and (table[0], table[43_981], table[65_535]) == ("0000", "abcd", "ffff")
     assert table.to_list() == [f"{i:04x}" for i in range(65_536)]
+
+
+@given(frames(), st.integers(1, 8), st.booleans())
+def test_best_per_workload_with_text_workloads(df, k, maximize):
+    """The same with a plain text workload column (the threshold joined, not gathered by Enum code): workloads
+    in the order they first appear."""
+    df = df.with_columns(pl.col("workload").cast(pl.Utf8))
+    got = _best_per_workload(_Spec(_Objective("m", maximize)), df, k)  # type: ignore[arg-type]
+    plain = [df.filter((pl.col("workload") == w) & pl.col("m").is_not_null())
+             .sort(["m", "_row"], descending=[maximize, False]).head(k)
+             for w in dict.fromkeys(df.get_column("workload").to_list())]
+    assert pl.concat(plain).equals(got)

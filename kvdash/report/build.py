@@ -205,9 +205,17 @@ def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int) -> pl.DataFr
     m = pl.col(metric)
     kth = frame.lazy().filter(m.is_not_null()).group_by("workload").agg(
         (m.top_k(k).min() if desc[0] else m.bottom_k(k).max()).alias("_kth"))
-    rows = frame.lazy().join(kth, on="workload", how="inner").filter(
-        m >= pl.col("_kth") if desc[0] else m <= pl.col("_kth")).drop("_kth") \
-        .sort(by, descending=desc).group_by("workload", maintain_order=True).head(k).collect()
+    wtype = frame.schema["workload"]
+    if isinstance(wtype, pl.Enum):  # each point's threshold gathered by its workload's code: no join
+        table = kth.collect()
+        codes = table.get_column("workload").to_physical()
+        thr = pl.lit(pl.Series([None] * len(wtype.categories), dtype=table.schema["_kth"]).scatter(
+            codes, table.get_column("_kth"))).gather(pl.col("workload").to_physical())
+        rows = frame.lazy().filter(m >= thr if desc[0] else m <= thr)
+    else:
+        rows = frame.lazy().join(kth, on="workload", how="inner").filter(
+            m >= pl.col("_kth") if desc[0] else m <= pl.col("_kth")).drop("_kth")
+    rows = rows.sort(by, descending=desc).group_by("workload", maintain_order=True).head(k).collect()
     rows = rows.select(frame.columns)
     order = {w: i for i, w in enumerate(_workloads(frame))}
     return rows.with_columns(pl.col("workload").cast(pl.Utf8).replace_strict(order, return_dtype=pl.UInt32)
