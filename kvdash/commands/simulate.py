@@ -234,7 +234,7 @@ def simulate(
                   + f"; max length {max_len:,}; contiguous allocator {allocator}; watermark {watermark:g}; seed {seed}")
     # kvdash's own tables: numbers are never cut, headers wrap, 80 columns hold them
     shares = Table(title="Share of the KV pool over time, % (paper Fig. 2 in brackets)")
-    for col in ("policy", "token states", "reser- vation", "internal frag.", "ext. frag.", "free",
+    for col in ("policy", "token states", "reser- vation", "internal frag.", "ext frag", "free",
                 "ext.+free (paper: external & others)"):
         shares.add_column(col, "left" if col == "policy" else "right", wrap=False)
     # two tables, so that each fits 80 columns with every value whole
