@@ -398,21 +398,23 @@ class TestUpperBoundLine:
 
     MHA64 has no model_type, so the reserve is the dense family base 2.00 GiB = 2,147,483,648 B plus the
     non-torch overhead at TP 1 / PP 1, 0.27 GiB = 0.27 x 1,073,741,824 = 289,910,292.48 -> 289,910,292 B
-    (half-up), plus 0 B of CUDA graphs: 2,437,393,940 B = 2.27 GiB."""
+    (half-up), plus the CUDA-graph term for its 1 layer at the all-run median 25.23 MiB per layer
+    (kvdash.core.reserve, no runs of its own): 25.23 x 1,048,576 = 26,455,572.48 -> 26,455,572 B; in all
+    2,147,483,648 + 289,910,292 + 26,455,572 = 2,463,849,512 B = 2.29 GiB (2,463,849,512 / 2^30 = 2.2946)."""
 
-    EST = 2_437_393_940
+    EST = 2_463_849_512
 
     def test_share_is_100_x_estimate_over_budget_one_decimal(self):
-        """The upper-bound line's share is 100 x estimate / budget, one decimal.  A GPU of 4 x 2,437,393,940 =
-        9,749,575,760 B at util 1 with 0 B of weights: budget 9,749,575,760 B, share 100 x 1 / 4 = 25.0 %
+        """The upper-bound line's share is 100 x estimate / budget, one decimal.  A GPU of 4 x 2,463,849,512 =
+        9,855,398,048 B at util 1 with 0 B of weights: budget 9,855,398,048 B, share 100 x 1 / 4 = 25.0 %
         (101 x would give 25.2, 99 x 24.8, 100 // estimate 0.0)."""
         r = calculate(CalcInput(MHA64, used=16, max_reserved=16,
                                 budget=BudgetSpec(gpu_memory=4 * self.EST, weights=0, util="1")))
-        assert r["budget"]["per_rank_bytes"] == 9_749_575_760
+        assert r["budget"]["per_rank_bytes"] == 9_855_398_048
         assert r["assumptions"][0] == (
             "UPPER BOUND: this GPU-derived budget assumes a runtime reserve of 0 B per rank; --reserve auto "
-            "would lower it by about 2,437,393,940 bytes (2.27 GiB, 25.0% of it): activation peak "
-            "2,147,483,648 B, non-torch overhead 289,910,292 B, CUDA-graph memory 0 B")
+            "would lower it by about 2,463,849,512 bytes (2.29 GiB, 25.0% of it): activation peak "
+            "2,147,483,648 B, non-torch overhead 289,910,292 B, CUDA-graph memory 26,455,572 B")
         assert r["budget"]["auto_reserve_estimate_bytes"] == self.EST
 
     def test_line_comes_first(self):
@@ -422,21 +424,21 @@ class TestUpperBoundLine:
                                 budget=BudgetSpec(gpu_memory=4 * self.EST, weights=0, util="1")))
         a = r["assumptions"]
         assert a[0].startswith("UPPER BOUND: ") and a[1].startswith("model: mha64 ")
-        assert a[-1].startswith("GPU: custom, 9,749,575,760 bytes")
+        assert a[-1].startswith("GPU: custom, 9,855,398,048 bytes")
         assert sum(line.startswith("UPPER BOUND") for line in a) == 1 and len(a) == 9
 
     def test_one_byte_budget_still_gets_a_share(self):
         """A budget of 1 B (GPU 1,000 B at util 0.5, weights 499 B: 500 - 499 = 1) is positive, so the share is
-        printed: 100 x 2,437,393,940 / 1 = 243,739,394,000.0 %."""
+        printed: 100 x 2,463,849,512 / 1 = 246,384,951,200.0 %."""
         r = calculate(CalcInput(MHA64, used=16, max_reserved=16,
                                 budget=BudgetSpec(gpu_memory=1000, weights=499, util="0.5")))
-        assert "(2.27 GiB, 243739394000.0% of it)" in r["assumptions"][0]
+        assert "(2.29 GiB, 246384951200.0% of it)" in r["assumptions"][0]
 
     def test_zero_budget_has_no_share(self):
         """A budget of 0 B (a sweep point where nothing is left) has no share (no division by 0): the
         parenthesis holds the GiB figure alone."""
         line = upper_bound_line(CalcInput(MHA64), {"per_rank_bytes": 0})
-        assert "(2.27 GiB): activation peak" in line and "% of it" not in line
+        assert "(2.29 GiB): activation peak" in line and "% of it" not in line
 
     def test_no_line_with_a_reserve(self):
         """--reserve given (1 B): the budget is no longer an upper bound of this kind: no line."""
