@@ -46,13 +46,14 @@ def test_calc_group_of_nine_refused(capsys):
 
 
 def test_grid_group_of_nine_refused(tmp_path: Path):
-    """A sweep grid's workload of 9 lengths: refused at workloads.w.lengths with the same limit; 8 parse."""
+    """A sweep grid's workload of 9 lengths: refused at workloads.w.group (the key's name since issue 15) with
+    the same limit; 8 parse."""
     path = tmp_path / "grid.yaml"
-    path.write_text(f"workloads:\n  w: {{lengths: [{NINE}]}}\n")
+    path.write_text(f"workloads:\n  w: {{group: [{NINE}]}}\n")
     with pytest.raises(InputError) as e:
         parse_grid(path)
-    assert "workloads.w.lengths" in str(e.value) and "at most 8 lengths per group (got 9)" in str(e.value)
-    path.write_text(f"workloads:\n  w: {{lengths: [{','.join(['100'] * 8)}]}}\n")
+    assert "workloads.w.group" in str(e.value) and "at most 8 lengths per group (got 9)" in str(e.value)
+    path.write_text(f"workloads:\n  w: {{group: [{','.join(['100'] * 8)}]}}\n")
     assert parse_grid(path).workloads["w"].lengths == (100,) * 8
 
 
