@@ -398,9 +398,9 @@ class TestUpperBoundLine:
 
     MHA64 has no model_type, so the reserve is the dense family base 2.00 GiB = 2,147,483,648 B plus the
     non-torch overhead at TP 1 / PP 1, 0.27 GiB = 0.27 x 1,073,741,824 = 289,910,292.48 -> 289,910,292 B
-    (half-up), plus the CUDA-graph term at the median of all runs (no architecture of its own, kvdash/core/
-    reserve.py CUDA_GRAPH_MIB_PER_LAYER_ALL), 25.23 MiB x 1 layer = 26,455,572.48 -> 26,455,572 B:
-    2,463,849,512 B = 2.2946 GiB -> 2.29 GiB."""
+    (half-up), plus the CUDA-graph term for its 1 layer at the all-run median 25.23 MiB per layer
+    (kvdash.core.reserve, no runs of its own): 25.23 x 1,048,576 = 26,455,572.48 -> 26,455,572 B; in all
+    2,147,483,648 + 289,910,292 + 26,455,572 = 2,463,849,512 B = 2.29 GiB (2,463,849,512 / 2^30 = 2.2946)."""
 
     EST = 2_463_849_512
 

@@ -206,6 +206,24 @@ class TestPrefix:
         assert metrics(6_000, (40,), prefix=32)["requests_with_prefix_sharing"] == 0
 
 
+    def test_group_with_prefix_counts_requests_not_groups(self):
+        """Lengths (40, 40), prefix 32: a group of k = 2 requests holds 2 x 3 = 6 blocks, 2 x 2 of them the
+        shared prefix, so it owns (6 - 2 x 2) x 3,200 = 6,400 B; the prefix is 2 blocks = 6,400 B, stored once.
+        Budget 100,000: (100,000 - 6,400) // 6,400 = 93,600 // 6,400 = 14 groups, x 2 = 28 requests (the
+        rule multiplies by the group size; 14 // 2 would give 7)."""
+        m = metrics(100_000, (40, 40), prefix=32)
+        assert (m["prefix_shared_bytes"], m["prefix_own_bytes"]) == (6_400, 6_400)
+        assert m["requests_with_prefix_sharing"] == 28
+
+    def test_budget_equal_to_the_prefix_leaves_no_request(self):
+        """A shape of 1 B per token and 1-token blocks, length 2, prefix 1: the prefix is 1 block = 1 B, each
+        request owns 1 block = 1 B.  Budget 1 B = the prefix: max(1 - 1, 0) // 1 = 0 requests with sharing
+        (the floor is 0 bytes left, not 1); budget 2 B: (2 - 1) // 1 = 1."""
+        one_byte = {"block_size": 1, "layer_token_bytes": 1, "group_size": 1, "full_token_bytes": 1}
+        assert metrics(1, (2,), prefix=1, **one_byte)["requests_with_prefix_sharing"] == 0
+        assert metrics(2, (2,), prefix=1, **one_byte)["requests_with_prefix_sharing"] == 1
+
+
 @pytest.mark.parametrize(("n", "expected"), [(825, 1024), (1024, 1024), (1025, 2048), (1, 1), (2, 2), (3, 4)])
 def test_next_pow2(n, expected):
     """Smallest power of two >= n, at and around the powers."""

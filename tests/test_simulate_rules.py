@@ -277,6 +277,34 @@ class TestDraw:
         assert 50 == reqs.final[0], "rule: a redrawn request of exactly max-len is kept"
         assert int(reqs.final.max()) <= 50
 
+    REDRAW = Workload("r", Lengths("trace", values=(370,) + (10,) * 19), Lengths("lognormal", 100, 0.3), requests=20)
+
+    @staticmethod
+    def _first_fitting_redraw(seed: int) -> int:
+        """Replays REDRAW's generator: the 20 first outputs, then one output per redraw of request 0 (its trace
+        prompt 370 draws no number); the redraw whose output is at most 410 - 370 = 40 tokens."""
+        rng = np.random.default_rng(seed)
+        first = Lengths("lognormal", 100, 0.3).draw(rng, 20)
+        assert first[0] > 40 and (first[1:] <= 400).all(), "only request 0 is too long at first"
+        return next(k for k in range(1, 2000) if Lengths("lognormal", 100, 0.3).draw(rng, 1)[0] <= 40)
+
+    def test_redraw_tries_1000_draws_and_keeps_the_last(self):
+        """A too-long lognormal request is drawn again at most 1,000 times, each draw checked.  REDRAW: prompt
+        370 for request 0 and 10 for the others, outputs lognormal (mean 100, sigma 0.3), max-len 410, so
+        request 0 fits only with an output of at most 40 (about 0.2 % of draws: mu = ln 100 - 0.3^2 / 2 =
+        4.560, (ln 40.5 - 4.560) / 0.3 = -2.86).  Seed 264: its first output of at most 40 is redraw 1,000
+        (40 tokens): kept, final 370 + 40 = 410 (the loop used to end without checking its last draw)."""
+        assert 1000 == self._first_fitting_redraw(264)
+        reqs = draw_requests(self.REDRAW, 264, 410)
+        assert 1 == reqs.redrawn and 410 == reqs.final[0], "rule: the 1,000th redraw is checked and kept"
+
+    def test_redraw_gives_up_after_1000_draws(self):
+        """Seed 1,698: the first output of at most 40 would be redraw 1,001, one past the limit: refused with
+        the one-line error on --max-reserved (REDRAW and the arithmetic as in the test above)."""
+        assert 1001 == self._first_fitting_redraw(1698)
+        with pytest.raises(InputError, match="the lengths drawn do not fit"):
+            draw_requests(self.REDRAW, 1698, 410)
+
     def test_nothing_redrawn_or_clipped(self):
         """Requests that fit are neither redrawn nor clipped (both counts 0), with or without --clip."""
         for clip in (False, True):
