@@ -475,3 +475,34 @@ def test_measured_reserve_reproduces_the_engines_blocks(blocks, util, tp):
     assert e["requested_bytes"] == e["weights_per_rank_bytes"] + e["pool_bytes"] + e["reserve_bytes"]
     budget = e["requested_bytes"] - e["weights_per_rank_bytes"] - e["reserve_bytes"]
     assert blocks == f.pool_blocks(budget, e["block_bytes"])
+
+
+def test_simulate_gpu_budget_says_upper_bound_first(capsys):
+    """kvdash simulate with a GPU-derived budget says first, as calc does, that it assumes a 0 B reserve and
+    how much --reserve auto would take: Llama-3.1-8B on H100-80GB at TP 1,
+    activation 2,029,372,047 + non-torch 289,910,292 + CUDA graphs 26.88 MiB x 32 layers
+    (26.88 x 32 x 1,048,576 = 901,943,132.16 -> 901,943,132) = 3,221,225,471 B."""
+    code, out, _ = run(["simulate", "--gpu", "h100-80gb", "--model", "llama-3.1-8b", "--requests", "50"], capsys)
+    assert 0 == code
+    first = " ".join(out.split())
+    assert first.startswith("UPPER BOUND: this GPU-derived budget assumes a runtime reserve of 0 B per rank; "
+                            "--reserve auto would lower it by about 3,221,225,471 bytes")
+    assert "CUDA-graph memory 901,943,132 B" in first
+
+
+def test_simulate_reserve_auto_states_its_basis_and_lowers_the_pool(capsys):
+    """--reserve auto: the first line names the reserve and its basis; the pool is the budget less it:
+    (62,619,145,186 - 3,221,225,471) // 131,072 B per token = 59,397,919,715 // 131,072 = 453,170 slots."""
+    code, out, _ = run(["simulate", "--gpu", "h100-80gb", "--model", "llama-3.1-8b", "--reserve", "auto",
+                        "--requests", "50", "--json"], capsys)
+    assert 0 == code
+    setup = json.loads(out)["setup"]
+    assert 59_397_919_715 == setup["budget_bytes"] and 453_170 == setup["capacity_slots"]
+    assert 1 == len(setup["budget_notes"])
+    assert setup["budget_notes"][0].startswith("runtime reserve 3,221,225,471 B per rank (--reserve auto: ")
+
+
+def test_simulate_explicit_budget_has_no_reserve_note(capsys):
+    """An explicit --budget is taken as the KV pool itself: nothing to say about a runtime reserve."""
+    code, out, _ = run(["simulate", "--budget", "12GiB", "--requests", "50", "--json"], capsys)
+    assert 0 == code and [] == json.loads(out)["setup"]["budget_notes"]

@@ -143,7 +143,16 @@ def simulate(
         bytes=parse_budget(budget),  # neither: the 12 GiB default
         gpu=gpu, util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None)
     spec = with_reserve(spec, reserve_spec(reserve, arch, gpu, tp, 1, D.MAX_BATCHED_TOKENS))
-    b = resolve_budget(spec, arch, tp, 1)["per_rank_bytes"]
+    binfo = resolve_budget(spec, arch, tp, 1)
+    b = binfo["per_rank_bytes"]
+    budget_lines = []  # a GPU-derived budget says first what it assumes of the runtime reserve (as calc does)
+    if "gpu_memory_bytes" in binfo:
+        if spec.reserve or spec.reserve_basis:
+            budget_lines.append(f"runtime reserve {binfo['reserve_bytes']:,} B per rank ({binfo['reserve_basis']})")
+        else:
+            from kvdash.core.calc import CalcInput, upper_bound_line
+
+            budget_lines.append(upper_bound_line(CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec), binfo))
     for line in notes:
         warn(line)
     capacity = b // shape.bytes_per_token
@@ -214,7 +223,7 @@ def simulate(
              "bytes_per_token": shape.bytes_per_token, "capacity_slots": capacity, "workload": w.name,
              "workload_note": w.note, "requests": requests, "arrival": w.arrival, "rate": rate,
              "concurrency": concurrency, "prefix": prefix, "max_len": max_len, "allocator": allocator, "seed": seed,
-             "watermark": watermark, "clipped": reqs.clipped, "redrawn": reqs.redrawn,
+             "watermark": watermark, "clipped": reqs.clipped, "redrawn": reqs.redrawn, "budget_notes": budget_lines,
              "scheduler": "vLLM v1 Scheduler.schedule() rules (vllm/v1/core/sched/scheduler.py, vLLM 0.33.0)"}
     if as_json:
         out = {"setup": setup, "results": [r.to_json(traces=bool(trace_every)) for r in results],
@@ -227,6 +236,8 @@ def simulate(
     from kvdash.render.table import Table, print_tables
 
     console = Console()
+    for line in budget_lines:
+        console.print(line, markup=False, highlight=False)
     console.print(f"[bold]{arch.name}[/bold], {kv_dtype}, block {block_size}, TP {tp}: {capacity:,} token slots "
                   f"({b:,} B / {shape.bytes_per_token:,} B per token); {w.name} ({w.note}; {lengths}); "
                   f"{requests:,} requests, "
