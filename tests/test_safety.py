@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.hostile import billion_laughs  # the one alias bomb, timed by that benchmark
 from kvdash.cli import main
 from kvdash.core import limits
 from kvdash.report import outdir
@@ -302,14 +303,6 @@ def test_a_line_longer_than_1_mib_is_refused(tmp_path, capsys):
 
 
 # --- YAML bombs and hostile grids ---------------------------------------------------------------
-
-def billion_laughs() -> str:
-    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
-    for i in range(1, 10):
-        prev, cur = chr(ord("a") + i - 1), chr(ord("a") + i)
-        lines.append(f"{cur}: &{cur} [{', '.join(['*' + prev] * 9)}]")
-    return "\n".join(lines) + "\n"
-
 
 GRID_CASES = {
     # name: (text, words of the one-line error)
