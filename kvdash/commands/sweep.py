@@ -66,9 +66,12 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
         err = Console(stderr=True)
     from kvdash.report.outdir import deferred_interrupt
 
+    warm = _warm_up() if spec.size() >= WARM_UP_POINTS else None
     with err.status("evaluating the grid", spinner="dots") if show else _null(), deferred_interrupt() as checkpoint:
         expanded = expand(spec, max_points)
         checkpoint()  # Ctrl-C during evaluation: raised here, not inside polars
+    if warm is not None:
+        warm.join()
     from kvdash.report.build import results_formats, write_report
 
     formats = results_formats(expanded.frame.height, csv=csv, parquet=parquet)
@@ -88,6 +91,27 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
     if not quiet:
         print(f"{expanded.frame.height:,} points -> {target}/ ({', '.join(f.name for f in files)})")
     return expanded.frame, files
+
+
+WARM_UP_POINTS = 100_000  # from here on evaluation takes long enough (0.05 s and up) to hide the warm-up
+
+
+def _warm_up():  # type: ignore[no-untyped-def]
+    """Start loading the report's templates while polars evaluates the grid (see report.build.warm_up).  A
+    failure here is left to the real use, which reports it properly."""
+    import threading
+
+    def run() -> None:
+        try:
+            from kvdash.report.build import warm_up
+
+            warm_up()
+        except Exception:  # noqa: BLE001,S110  (rendering raises the same error where it is handled)
+            pass
+
+    thread = threading.Thread(target=run, name="kvdash-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 class _null:

@@ -10,6 +10,7 @@ Two runs over the same grid write byte-identical files.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -969,6 +970,7 @@ def _bytecode_cache() -> Any:
     return jinja2.FileSystemBytecodeCache(str(base))
 
 
+@functools.cache  # one environment per kind per process: templates load once (see warm_up)
 def _env(autoescape: bool) -> Any:
     import jinja2
 
@@ -999,6 +1001,16 @@ def _inline(text: str, mark: str, tag: str) -> Any:
     pieces = str(markupsafe.escape(str(text))).split(mark)
     out = "".join(p if i % 2 == 0 else f"<{tag}>{p}</{tag}>" for i, p in enumerate(pieces))
     return markupsafe.Markup(out)
+
+
+def warm_up() -> None:
+    """Load what rendering needs (jinja2, both templates) and the claims registry ahead of use.
+
+    ``kvdash sweep`` runs this in a thread while polars evaluates a large grid: evaluation releases the GIL
+    and leaves part of a core idle, so this Python-only work costs no wall time there."""
+    _env(False).get_template("report.md.j2")
+    _env(True).get_template("report.html.j2")
+    import markupsafe  # noqa: F401  (the HTML filters import it on first use)
 
 
 def render_markdown(ctx: dict[str, Any]) -> str:
@@ -1066,13 +1078,13 @@ def _write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[
                 if spec.simulate.rates:
                     write_capacity_chart(spec, expanded.frame, tmp)
             ctx = build_context(spec, expanded, main, verdicts)
+            step("report.md")  # rendered while the results file may still be being written
+            (tmp / "report.md").write_text(render_markdown(ctx), encoding="utf-8")
+            svgs = {name: _strip_xml_header((tmp / name).read_text(encoding="utf-8")) for name in charts_for(spec)}
+            step("report.html")
+            (tmp / "report.html").write_text(render_html(ctx, svgs), encoding="utf-8")
             for job in jobs:
                 job.result()
-        step("report.md")
-        (tmp / "report.md").write_text(render_markdown(ctx), encoding="utf-8")
-        svgs = {name: _strip_xml_header((tmp / name).read_text(encoding="utf-8")) for name in charts_for(spec)}
-        step("report.html")
-        (tmp / "report.html").write_text(render_html(ctx, svgs), encoding="utf-8")
         checkpoint()
         return outdir.commit(tmp, outdir.plan(target.out, force))  # planned again: the folder may have changed
     except BaseException:
