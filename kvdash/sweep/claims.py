@@ -188,16 +188,32 @@ def _applies(frame: Frame, claim: Claim) -> pl.Expr | None:
     return cond
 
 
-def _pair_frame(frame: Frame, claim: Claim, cond: pl.Expr, dims: list[str], swept: bool) -> pl.DataFrame:
+def _never(frame: Frame, claim: Claim) -> bool:
+    """Whether ``applies_to`` allows none of a text column's categories: then no point applies, known without
+    a pass over the points (e.g. a claim about a model the grid does not have)."""
+    for col, allowed in claim.applies_to.items():
+        cats = frame.categories(col)
+        if col != "params_b" and cats is not None and not {str(a) for a in allowed} & set(cats):
+            return True
+    return False
+
+
+def _pair_keys(frame: Frame, claim: Claim, dims: list[str], swept: bool) -> list[str]:
+    """The columns a pair's two points share: every other swept dimension (every other parameter that varies,
+    when ``dims`` are not the swept ones)."""
+    assert claim.pair is not None
+    df, dim = frame.df, claim.pair["dimension"]
+    if swept:
+        return [c for c in dims if c != dim] or ["prefix"]
+    return [c for c in PARAMS if c in df.columns and c != dim and df.get_column(c).n_unique() > 1] or ["prefix"]
+
+
+def _pair_frame(frame: Frame, claim: Claim, cond: pl.Expr, dims: list[str], keys: list[str]) -> pl.DataFrame:
     """Rows with a ``value`` column: the ratio of the metric at the pair's first value over its second, for
-    points alike in every other parameter (every other swept dimension, when ``dims`` are the swept ones)."""
+    points alike in every column of ``keys``."""
     assert claim.metric is not None and claim.pair is not None
     df = frame.df
     dim, (first, second) = claim.pair["dimension"], claim.pair["over"]
-    if swept:
-        keys = [c for c in dims if c != dim] or ["prefix"]
-    else:
-        keys = [c for c in PARAMS if c in df.columns and c != dim and df.get_column(c).n_unique() > 1] or ["prefix"]
     partner = pl.struct(keys).hash(seed=0).alias("_partner")  # one join key instead of many columns
     keep = list(dict.fromkeys(d for d in dims if d in df.columns))
     base = df.lazy().filter(cond)
@@ -207,6 +223,33 @@ def _pair_frame(frame: Frame, claim: Claim, cond: pl.Expr, dims: list[str], swep
     return a.join(b, on="_partner", how="inner").select(
         *keep, (pl.col(claim.metric) / pl.col("_base")).alias("value")).filter(pl.col("value").is_finite()) \
         .collect()
+
+
+def _exact_key(dtype: pl.DataType) -> bool:
+    """Whether ``==`` on a column of this type matches exactly what a hash join matches (not floats: -0.0)."""
+    return dtype.is_integer() or isinstance(dtype, pl.Enum | pl.Categorical) or dtype in (pl.Utf8, pl.Boolean)
+
+
+def _pair_by_position(frame: Frame, claim: Claim, cond: pl.Expr, keys: list[str]) -> pl.Expr | None:
+    """The pair's ratio on the results frame itself (null off the first value's points), when every point at
+    the first value has its partner a fixed number of rows on (a grid expanded in order, nothing excluded):
+    one pass checks that the row there is at the second value and alike in every key column.  None when not
+    (then :func:`_pair_frame` pairs the points by a join)."""
+    assert claim.metric is not None and claim.pair is not None
+    df = frame.df
+    if any(not _exact_key(df.schema[k]) for k in keys):
+        return None
+    dim, (first, second) = claim.pair["dimension"], claim.pair["over"]
+    a = (cond & frame.is_in(dim, [first])).fill_null(False)
+    b = (cond & frame.is_in(dim, [second])).fill_null(False)
+    start_a, start_b = df.select(a.arg_max(), b.arg_max().alias("b")).row(0)
+    off = (start_b or 0) - (start_a or 0)  # arg_max: the first true row (0 when none, None on no rows)
+    alike = b.shift(-off).fill_null(False)
+    for k in keys:
+        alike = alike & (pl.col(k) == pl.col(k).shift(-off)).fill_null(False)
+    if not df.select((~a | alike).all()).item():
+        return None
+    return pl.when(a).then(pl.col(claim.metric) / pl.col(claim.metric).shift(-off))
 
 
 def shown_value(v: Any) -> str:
@@ -331,13 +374,21 @@ def _tally_many(lazy: pl.LazyFrame, jobs: list[_Job], dims: list[str]) -> list[d
         else:
             words[-1] = words[-1] | term
     names = [f"_w{k}" for k in range(len(words))]
-    narrow = lazy.select(*dims, *cols).collect().lazy()  # each status computed once; dimensions are not copied
-    queries = [narrow.select(aggs)]
+    narrow = lazy.select(*dims, *cols).collect()  # each status computed once; dimensions are not copied
+    chunks, plain = _enum_chunks(narrow.schema, dims)
+    queries = [narrow.lazy().select(aggs)]
     if dims:
-        packed = narrow.select(*dims, *(w.alias(n) for w, n in zip(words, names, strict=True))).collect().lazy()
-        queries += [packed.group_by(d).agg(pl.col(n).bitwise_or() for n in names) for d in dims]
+        packed = narrow.lazy().select(*plain, *(_chunk_key(chunk).alias(f"_k{c}") for c, chunk in enumerate(chunks)),
+                                      *(w.alias(n) for w, n in zip(words, names, strict=True))).collect().lazy()
+        queries += [packed.group_by(d).agg(pl.col(n).bitwise_or() for n in names) for d in plain]
+        queries += [packed.group_by(f"_k{c}").agg(pl.col(n).bitwise_or() for n in names) for c in range(len(chunks))]
     results = pl.collect_all(queries)
     row = results[0].row(0, named=True)
+    per = {d: (res.get_column(d).to_list(), {n: res.get_column(n).to_list() for n in names})
+           for d, res in zip(plain, results[1:1 + len(plain)], strict=True)}
+    for c, (chunk, res) in enumerate(zip(chunks, results[1 + len(plain):], strict=True)):
+        per.update(_split_chunk(chunk, res.get_column(f"_k{c}").to_list(), {n: res.get_column(n).to_list()
+                                                                             for n in names}))
     out = []
     for i, job in enumerate(jobs):
         t = {k: row[f"{k}{i}"] for k in ("n", "h", "nb", "na", "all", "vmin", "vmax")}
@@ -345,9 +396,9 @@ def _tally_many(lazy: pl.LazyFrame, jobs: list[_Job], dims: list[str]) -> list[d
             t[k] = None if t[k] is None else float(t[k])
         t.update({k: row[f"x{i}_{k}"] for k in job.extra})
         word, shift = names[i // _BITS], 2 * (i % _BITS)
-        for d, per in zip(dims, results[1:], strict=True):
-            pairs = [(v, (w >> shift) & 3) for v, w in zip(per.get_column(d).to_list(), per.get_column(word).to_list(),
-                                                           strict=True)]
+        for d in dims:
+            values, ors = per[d]
+            pairs = [(v, (w >> shift) & 3) for v, w in zip(values, ors[word], strict=True)]
             t[f"a_{d}"] = [v for v, s in pairs if s]
             t[f"h_{d}"] = [v for v, s in pairs if s & 1]
             t[f"f_{d}"] = [v for v, s in pairs if s & 2]
@@ -355,9 +406,58 @@ def _tally_many(lazy: pl.LazyFrame, jobs: list[_Job], dims: list[str]) -> list[d
     return out
 
 
-def _plan(frame: Frame, claim: Claim, dims: list[str], swept: bool) -> Verdict | tuple[pl.LazyFrame, _Job, str]:
-    """A claim's verdict when it needs no data, else what to tally: the frame, the job and what the claim
-    needs (for "this grid has no ...")."""
+_CHUNK = 1 << 12  # at most this many key values in one combined group-by
+
+
+def _enum_chunks(schema: pl.Schema, dims: list[str]) -> tuple[list[list[tuple[str, list[str]]]], list[str]]:
+    """The Enum dimensions in chunks whose category counts (plus one, for null) multiply to at most
+    :data:`_CHUNK`, each chunk grouped by one small integer key instead of one group-by per dimension; and
+    the other dimensions, grouped by their own column."""
+    chunks: list[list[tuple[str, list[str]]]] = []
+    plain: list[str] = []
+    size = _CHUNK + 1
+    for d in dims:
+        dtype = schema[d]
+        if not isinstance(dtype, pl.Enum):
+            plain.append(d)
+            continue
+        cats = dtype.categories.to_list()
+        if size * (len(cats) + 1) > _CHUNK:
+            chunks.append([])
+            size = 1
+        chunks[-1].append((d, cats))
+        size *= len(cats) + 1
+    return chunks, plain
+
+
+def _chunk_key(chunk: list[tuple[str, list[str]]]) -> pl.Expr:
+    """Mixed radix of the chunk's category codes, null as the code after the last category."""
+    key = pl.lit(0, pl.UInt32)
+    for d, cats in chunk:
+        key = key * (len(cats) + 1) + pl.col(d).to_physical().cast(pl.UInt32).fill_null(len(cats))
+    return key
+
+
+def _split_chunk(chunk: list[tuple[str, list[str]]], keys: list[int],
+                 ors: dict[str, list[int]]) -> dict[str, tuple[list[Any], dict[str, list[int]]]]:
+    """Per dimension of a chunk: its values and, per word, the OR over the combined keys holding each value."""
+    out = {}
+    stride = 1
+    for d, cats in reversed(chunk):
+        acc: dict[int, dict[str, int]] = {}
+        for r, key in enumerate(keys):
+            words = acc.setdefault(key // stride % (len(cats) + 1), dict.fromkeys(ors, 0))
+            for n, col in ors.items():
+                words[n] |= col[r]
+        out[d] = ([cats[code] if code < len(cats) else None for code in acc],
+                  {n: [words[n] for words in acc.values()] for n in ors})
+        stride *= len(cats) + 1
+    return out
+
+
+def _plan(frame: Frame, claim: Claim, dims: list[str], swept: bool) -> Verdict | tuple[pl.LazyFrame | None, _Job, str]:
+    """A claim's verdict when it needs no data, else what to tally: the frame (None: the results frame), the
+    job and what the claim needs (for "this grid has no ...")."""
     if not claim.computable:
         return Verdict(claim, "not computable", "-", 0, 0, "",
                        f"capacity arithmetic cannot settle a {claim.kind} claim; {claim.settle}")
@@ -366,14 +466,20 @@ def _plan(frame: Frame, claim: Claim, dims: list[str], swept: bool) -> Verdict |
     cond = _applies(frame, claim)
     if claim.pair:
         need = f"points with {claim.pair['dimension']} = {' and '.join(claim.pair['over'])}"
-    if cond is None:
+    if cond is None or _never(frame, claim):
         return Verdict(claim, "not applicable", "-", 0, 0, "", f"this grid has no {need}")
+    lazy: pl.LazyFrame | None = None
     if claim.pair:
-        value = pl.col("value")  # finite wherever a pair exists: a column mask, so its sum counts rows
-        lazy, mask = _pair_frame(frame, claim, cond, dims, swept).lazy(), value.is_not_null()
+        keys = _pair_keys(frame, claim, dims, swept)
+        ratio = _pair_by_position(frame, claim, cond, keys)
+        if ratio is None:
+            value = pl.col("value")  # finite wherever a pair exists: a column mask, so its sum counts rows
+            lazy, mask = _pair_frame(frame, claim, cond, dims, keys).lazy(), value.is_not_null()
+        else:
+            value, mask = ratio, ratio.is_finite()
     else:
         value = pl.col(claim.metric).cast(pl.Float64)
-        lazy, mask = frame.df.lazy(), cond & value.is_not_null()
+        mask = cond & value.is_not_null()
     shown = None if claim.pair else pl.col(claim.metric)
     counted = frame.helper("_several_lengths") if claim.over_lengths else None
     return lazy, _Job(claim, mask, value, shown, counted=counted), need
@@ -430,7 +536,7 @@ def _judge_many(frame: Frame, claims: list[Claim], dims: list[str] | None,
             out.append(planned)
             continue
         lazy, job, need = planned
-        if claim.pair:
+        if lazy is not None:
             out.append(_verdict(claim, _tally_many(lazy, [job], dims)[0], dims, need))
         else:
             out.append(None)
@@ -459,7 +565,7 @@ def _joint_claim(members: list[Claim]) -> Claim:
 def _joint_job(frame: Frame, members: list[Claim]) -> Verdict | _Job:
     joint = _joint_claim(members)
     conds = [_applies(frame, c) for c in members]
-    if any(c is None for c in conds) or any(c.pair for c in members):
+    if any(c is None for c in conds) or any(_never(frame, c) or c.pair for c in members):
         return Verdict(joint, "not applicable", "-", 0, 0, "", "this grid has no configuration both apply to")
     mask, ok = pl.lit(True), pl.lit(True)
     for claim, cond in zip(members, conds, strict=True):
