@@ -334,52 +334,46 @@ class _Job:
     counted: pl.Expr | None = None
 
 
-_BITS = 32  # claims per 64-bit word: 2 bits each (01 agrees, 10 disagrees, 00 not judged)
+# A point's status per job, one bit each, so that ORing statuses tells which kinds of points a value has
+WITHIN, BELOW, ABOVE, UNJUDGED = 1, 2, 4, 8  # (UNJUDGED: applicable but not judged; 0: not applicable)
+_BYTES = 8  # jobs per 64-bit word: one status byte each
 
 
 def _tally_many(lazy: pl.LazyFrame, jobs: list[_Job], dims: list[str]) -> list[dict[str, Any]]:
     """Per job: counts and the shown value's range over its judged points and, per dimension, the distinct values
     over all / agreeing / disagreeing points.  All jobs at once: one pass computes each point's status per job
-    (0 not applicable, 1 within, 2 below, 3 above, 4 applicable but not judged) as a small integer column;
-    counts and ranges read those columns, and per dimension one group-by ORs a word packing every job's
-    "agrees"/"disagrees" bits, so the values each job's agreeing and disagreeing points take come out together."""
+    (:data:`WITHIN`, :data:`BELOW`, :data:`ABOVE`, :data:`UNJUDGED` or 0) as a byte column; counts and ranges
+    read those columns, and the bytes, packed eight to a 64-bit word, are ORed per value of each dimension, so
+    the values each job's agreeing and disagreeing points take come out together."""
     if not jobs:
         return []
     cols: list[pl.Expr] = []
     aggs: list[pl.Expr] = []
-    words: list[pl.Expr] = []
     for i, job in enumerate(jobs):
         below, above = _bounds(job.claim, job.value)
         judged = job.mask if job.counted is None else job.mask & job.counted
-        side = pl.when(below).then(pl.lit(2, pl.UInt8)).when(above).then(pl.lit(3, pl.UInt8)) \
-            .otherwise(pl.lit(1, pl.UInt8))
-        status = pl.when(judged).then(side).when(job.mask).then(pl.lit(4, pl.UInt8)) if job.counted is not None \
-            else pl.when(judged).then(side)
+        side = pl.when(below).then(pl.lit(BELOW, pl.UInt8)).when(above).then(pl.lit(ABOVE, pl.UInt8)) \
+            .otherwise(pl.lit(WITHIN, pl.UInt8))
+        status = pl.when(judged).then(side).when(job.mask).then(pl.lit(UNJUDGED, pl.UInt8)) \
+            if job.counted is not None else pl.when(judged).then(side)
         cols.append(status.otherwise(pl.lit(0, pl.UInt8)).alias(f"_s{i}"))
         cols.append((job.value if job.shown is None else job.shown).alias(f"_v{i}"))
         cols += [e.alias(f"_x{i}_{k}") for k, (e, _) in job.extra.items()]
         s = pl.col(f"_s{i}")
-        hit = s.is_between(1, 3)
-        aggs += [hit.sum().alias(f"n{i}"), (s == 1).sum().alias(f"h{i}"), (s == 2).sum().alias(f"nb{i}"),
-                 (s == 3).sum().alias(f"na{i}"), (s > 0).sum().alias(f"all{i}"),
+        hit = (s & (WITHIN | BELOW | ABOVE)) > 0
+        aggs += [(s == WITHIN).sum().alias(f"h{i}"), (s == BELOW).sum().alias(f"nb{i}"),
+                 (s == ABOVE).sum().alias(f"na{i}"), (s > 0).sum().alias(f"all{i}"),
                  pl.col(f"_v{i}").filter(hit).min().alias(f"vmin{i}"),
                  pl.col(f"_v{i}").filter(hit).max().alias(f"vmax{i}"),
                  *(getattr(pl.col(f"_x{i}_{k}").filter(hit), how)().alias(f"x{i}_{k}")
                    for k, (_, how) in job.extra.items())]
-        shift = 2 * (i % _BITS)
-        term = pl.when(s == 1).then(pl.lit(1 << shift, pl.UInt64)).when(hit).then(pl.lit(2 << shift, pl.UInt64)) \
-            .otherwise(pl.lit(0, pl.UInt64))
-        if i % _BITS == 0:
-            words.append(term)
-        else:
-            words[-1] = words[-1] | term
-    names = [f"_w{k}" for k in range(len(words))]
     narrow = lazy.select(*dims, *cols).collect()  # each status computed once; dimensions are not copied
-    chunks, plain = _enum_chunks(narrow.schema, dims)
     queries = [narrow.lazy().select(aggs)]
+    chunks, plain = _enum_chunks(narrow.schema, dims)
+    names = [f"_w{k}" for k in range(-(-len(jobs) // _BYTES))]
     if dims:
-        packed = narrow.lazy().select(*plain, *(_chunk_key(chunk).alias(f"_k{c}") for c, chunk in enumerate(chunks)),
-                                      *(w.alias(n) for w, n in zip(words, names, strict=True))).collect().lazy()
+        packed = narrow.select(*plain, *(_chunk_key(chunk).alias(f"_k{c}") for c, chunk in enumerate(chunks))) \
+            .hstack(_pack(narrow, len(jobs), names)).lazy()
         queries += [packed.group_by(d).agg(pl.col(n).bitwise_or() for n in names) for d in plain]
         queries += [packed.group_by(f"_k{c}").agg(pl.col(n).bitwise_or() for n in names) for c in range(len(chunks))]
     results = pl.collect_all(queries)
@@ -391,19 +385,32 @@ def _tally_many(lazy: pl.LazyFrame, jobs: list[_Job], dims: list[str]) -> list[d
                                                                              for n in names}))
     out = []
     for i, job in enumerate(jobs):
-        t = {k: row[f"{k}{i}"] for k in ("n", "h", "nb", "na", "all", "vmin", "vmax")}
+        t = {k: row[f"{k}{i}"] for k in ("h", "nb", "na", "all", "vmin", "vmax")}
+        t["n"] = t["h"] + t["nb"] + t["na"]
         for k in ("vmin", "vmax"):  # the value judged is a float: show its range as one
             t[k] = None if t[k] is None else float(t[k])
         t.update({k: row[f"x{i}_{k}"] for k in job.extra})
-        word, shift = names[i // _BITS], 2 * (i % _BITS)
+        word, shift = names[i // _BYTES], 8 * (i % _BYTES)
         for d in dims:
             values, ors = per[d]
-            pairs = [(v, (w >> shift) & 3) for v, w in zip(values, ors[word], strict=True)]
-            t[f"a_{d}"] = [v for v, s in pairs if s]
-            t[f"h_{d}"] = [v for v, s in pairs if s & 1]
-            t[f"f_{d}"] = [v for v, s in pairs if s & 2]
+            pairs = [(v, w >> shift) for v, w in zip(values, ors[word], strict=True)]
+            t[f"a_{d}"] = [v for v, s in pairs if s & (WITHIN | BELOW | ABOVE)]
+            t[f"h_{d}"] = [v for v, s in pairs if s & WITHIN]
+            t[f"f_{d}"] = [v for v, s in pairs if s & (BELOW | ABOVE)]
         out.append(t)
     return out
+
+
+def _pack(narrow: pl.DataFrame, jobs: int, names: list[str]) -> list[pl.Series]:
+    """The status columns ``_s0`` ... as 64-bit words, job ``i``'s status in byte ``i % 8`` (the lowest byte
+    first) of word ``i // 8``: a copy into a points x bytes array read back as little-endian words."""
+    import numpy as np
+
+    out = np.zeros((narrow.height, _BYTES * len(names)), dtype=np.uint8)
+    for i in range(jobs):
+        out[:, i] = narrow.get_column(f"_s{i}").to_numpy()
+    words = out.view("<u8")
+    return [pl.Series(n, words[:, k]) for k, n in enumerate(names)]
 
 
 _CHUNK = 1 << 12  # at most this many key values in one combined group-by
