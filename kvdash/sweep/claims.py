@@ -152,12 +152,16 @@ class Frame:
         return dtype.categories.to_list() if isinstance(dtype, pl.Enum) else None
 
     def per_category(self, col: str, fn: Any, dtype: Any) -> pl.Expr:
-        """``fn(value)`` at every point, computed once per distinct value of a text column."""
+        """``fn(value)`` at every point, computed once per distinct value of a text column.  A true/false
+        ``fn`` on an Enum column is a test of the category codes where it is true (a gather costs more)."""
         cats = self.categories(col)
         if cats is None:
             values = [str(v) for v in self.df.get_column(col).unique().to_list()]
             return pl.col(col).cast(pl.Utf8).replace_strict(values, [fn(v) for v in values], return_dtype=dtype)
-        return pl.lit(pl.Series([fn(c) for c in cats], dtype=dtype)).gather(pl.col(col).to_physical())
+        results = [fn(c) for c in cats]
+        if dtype == pl.Boolean and all(isinstance(r, bool) for r in results):
+            return pl.col(col).to_physical().is_in([i for i, r in enumerate(results) if r])
+        return pl.lit(pl.Series(results, dtype=dtype)).gather(pl.col(col).to_physical())
 
     def column(self, col: str) -> pl.Expr | None:
         if col in self.HELPERS and (col != "params_b" and col != "attention" or self.props):
@@ -182,10 +186,21 @@ def _applies(frame: Frame, claim: Claim) -> pl.Expr | None:
         if expr is None:
             return None
         if col == "params_b":  # a parameter class: [low, high] billions
-            cond = cond & expr.is_between(allowed[0], allowed[1]).fill_null(False)
+            cond = cond & _params_in(frame, expr, allowed)
         else:
             cond = cond & frame.is_in(col, allowed)
     return cond
+
+
+def _params_in(frame: Frame, expr: pl.Expr, bounds: list[float]) -> pl.Expr:
+    """Points whose model has ``bounds[0]`` to ``bounds[1]`` billion parameters, both ends included (a model with
+    no parameter count: not); on an Enum model column, a test of the category codes."""
+    cats = frame.categories("model")
+    if cats is None or "params_b" in frame.schema:
+        return expr.is_between(bounds[0], bounds[1]).fill_null(False)
+    sizes = [frame.props.get(m, {}).get("params_b") for m in cats]
+    return pl.col("model").to_physical().is_in(
+        [i for i, x in enumerate(sizes) if x is not None and bounds[0] <= x <= bounds[1]]).fill_null(False)
 
 
 def _never(frame: Frame, claim: Claim) -> bool:
@@ -230,26 +245,32 @@ def _exact_key(dtype: pl.DataType) -> bool:
     return dtype.is_integer() or isinstance(dtype, pl.Enum | pl.Categorical) or dtype in (pl.Utf8, pl.Boolean)
 
 
-def _pair_by_position(frame: Frame, claim: Claim, cond: pl.Expr, keys: list[str]) -> pl.Expr | None:
-    """The pair's ratio on the results frame itself (null off the first value's points), when every point at
-    the first value has its partner a fixed number of rows on (a grid expanded in order, nothing excluded):
-    one pass checks that the row there is at the second value and alike in every key column.  None when not
-    (then :func:`_pair_frame` pairs the points by a join)."""
+def _pair_by_position(frame: Frame, claim: Claim, cond: pl.Expr, keys: list[str]) -> tuple[pl.Expr, pl.Expr] | None:
+    """The points at the pair's first value and, there, the pair's ratio, on the results frame itself, when
+    every point at the first value has its partner a fixed number of rows on (a grid expanded in order,
+    nothing excluded): the row there must be at the second value and alike in every key column.  None when
+    not (then :func:`_pair_frame` pairs the points by a join)."""
+    import numpy as np
+
     assert claim.metric is not None and claim.pair is not None
     df = frame.df
     if any(not _exact_key(df.schema[k]) for k in keys):
         return None
     dim, (first, second) = claim.pair["dimension"], claim.pair["over"]
     a = (cond & frame.is_in(dim, [first])).fill_null(False)
-    b = (cond & frame.is_in(dim, [second])).fill_null(False)
-    start_a, start_b = df.select(a.arg_max(), b.arg_max().alias("b")).row(0)
-    off = (start_b or 0) - (start_a or 0)  # arg_max: the first true row (0 when none, None on no rows)
-    alike = b.shift(-off).fill_null(False)
-    for k in keys:
-        alike = alike & (pl.col(k) == pl.col(k).shift(-off)).fill_null(False)
-    if not df.select((~a | alike).all()).item():
+    masks = df.select(a.alias("a"), (cond & frame.is_in(dim, [second])).fill_null(False).alias("b"))
+    at_second = masks.get_column("b").to_numpy()
+    rows = np.flatnonzero(masks.get_column("a").to_numpy())
+    off = int(np.argmax(at_second)) - int(rows[0]) if len(rows) else 0  # the first second-value row: 0 if none
+    partners = rows + off
+    if len(rows) and (partners[-1] >= df.height or not at_second[partners].all()):
         return None
-    return pl.when(a).then(pl.col(claim.metric) / pl.col(claim.metric).shift(-off))
+    for k in keys:
+        col = df.get_column(k).to_physical()
+        values = col.to_numpy()
+        if col.null_count() or not np.array_equal(values[rows], values[partners]):
+            return None
+    return a, pl.col(claim.metric) / pl.col(claim.metric).shift(-off)
 
 
 def shown_value(v: Any) -> str:
@@ -478,12 +499,13 @@ def _plan(frame: Frame, claim: Claim, dims: list[str], swept: bool) -> Verdict |
     lazy: pl.LazyFrame | None = None
     if claim.pair:
         keys = _pair_keys(frame, claim, dims, swept)
-        ratio = _pair_by_position(frame, claim, cond, keys)
-        if ratio is None:
+        paired = _pair_by_position(frame, claim, cond, keys)
+        if paired is None:
             value = pl.col("value")  # finite wherever a pair exists: a column mask, so its sum counts rows
             lazy, mask = _pair_frame(frame, claim, cond, dims, keys).lazy(), value.is_not_null()
         else:
-            value, mask = ratio, ratio.is_finite()
+            first, value = paired
+            mask = first & value.is_finite()
     else:
         value = pl.col(claim.metric).cast(pl.Float64)
         mask = cond & value.is_not_null()
