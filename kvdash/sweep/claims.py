@@ -250,26 +250,20 @@ def _pair_by_position(frame: Frame, claim: Claim, cond: pl.Expr, keys: list[str]
     every point at the first value has its partner a fixed number of rows on (a grid expanded in order,
     nothing excluded): the row there must be at the second value and alike in every key column.  None when
     not (then :func:`_pair_frame` pairs the points by a join)."""
-    import numpy as np
-
     assert claim.metric is not None and claim.pair is not None
-    df = frame.df
-    if any(not _exact_key(df.schema[k]) for k in keys):
+    if any(not _exact_key(frame.schema[k]) for k in keys):
         return None
     dim, (first, second) = claim.pair["dimension"], claim.pair["over"]
     a = (cond & frame.is_in(dim, [first])).fill_null(False)
-    masks = df.select(a.alias("a"), (cond & frame.is_in(dim, [second])).fill_null(False).alias("b"))
-    at_second = masks.get_column("b").to_numpy()
-    rows = np.flatnonzero(masks.get_column("a").to_numpy())
-    off = int(np.argmax(at_second)) - int(rows[0]) if len(rows) else 0  # the first second-value row: 0 if none
-    partners = rows + off
-    if len(rows) and (partners[-1] >= df.height or not at_second[partners].all()):
+    sub = frame.df.select(*keys, a.alias("_a"), (cond & frame.is_in(dim, [second])).fill_null(False).alias("_b"))
+    at_first = sub.get_column("_a")
+    off = (sub.get_column("_b").arg_max() or 0) - (at_first.arg_max() or 0)  # first rows at each value (0: none)
+    n = sub.height - abs(off)
+    here, there = sub.slice(max(-off, 0), n), sub.slice(max(off, 0), n)  # row r of here pairs with row r of there
+    alike = pl.select(pl.all_horizontal(there.get_column("_b"), *(here.get_column(k) == there.get_column(k)
+                                                                 for k in keys)).fill_null(False)).to_series()
+    if here.get_column("_a").sum() < at_first.sum() or not (~here.get_column("_a") | alike).all():
         return None
-    for k in keys:
-        col = df.get_column(k).to_physical()
-        values = col.to_numpy()
-        if col.null_count() or not np.array_equal(values[rows], values[partners]):
-            return None
     return a, pl.col(claim.metric) / pl.col(claim.metric).shift(-off)
 
 
