@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -53,6 +54,12 @@ def fmt(x: float | None) -> str:
 
 
 def load_claims() -> list[Claim]:
+    """The registry (kvdash/data/claims.yaml), read once per process: a new list of the same claims each call."""
+    return list(_registry())
+
+
+@functools.cache
+def _registry() -> tuple[Claim, ...]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
     raw = yaml.load((resources.files("kvdash") / "data" / "claims.yaml").read_text(encoding="utf-8"), Loader=loader)
     out = []
@@ -66,7 +73,7 @@ def load_claims() -> list[Claim]:
             scope=item.get("scope", ""), over_lengths=bool(item.get("over_lengths", False)),
             circular=item.get("circular", ""), joint=item.get("joint", ""),
         ))
-    return out
+    return tuple(out)
 
 
 @dataclass
