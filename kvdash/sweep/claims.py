@@ -389,15 +389,20 @@ def _tally_many(lazy: pl.LazyFrame, jobs: list[_Job], dims: list[str]) -> list[d
                  pl.col(f"_v{i}").filter(hit).max().alias(f"vmax{i}"),
                  *(getattr(pl.col(f"_x{i}_{k}").filter(hit), how)().alias(f"x{i}_{k}")
                    for k, (_, how) in job.extra.items())]
-    narrow = lazy.select(*dims, *cols).collect()  # each status computed once; dimensions are not copied
+    chunks, plain = _enum_chunks(lazy.collect_schema(), dims)
+    keys = [f"_k{c}" for c in range(len(chunks))]
+    # each status computed once; dimensions are not copied
+    narrow = lazy.select(*plain, *(_chunk_key(chunk).alias(k) for k, chunk in zip(keys, chunks, strict=True)),
+                         *cols).collect()
     queries = [narrow.lazy().select(aggs)]
-    chunks, plain = _enum_chunks(narrow.schema, dims)
     names = [f"_w{k}" for k in range(-(-len(jobs) // _BYTES))]
     if dims:
-        packed = narrow.select(*plain, *(_chunk_key(chunk).alias(f"_k{c}") for c, chunk in enumerate(chunks))) \
-            .hstack(_pack(narrow, len(jobs), names)).lazy()
+        # a frame of the columns themselves: a select on ``narrow`` would first copy every column into one chunk
+        # (its status columns come out of the pass in unequal chunks)
+        packed = pl.DataFrame([*(narrow.get_column(c) for c in (*plain, *keys)),
+                               *_pack(narrow, len(jobs), names)]).lazy()
         queries += [packed.group_by(d).agg(pl.col(n).bitwise_or() for n in names) for d in plain]
-        queries += [packed.group_by(f"_k{c}").agg(pl.col(n).bitwise_or() for n in names) for c in range(len(chunks))]
+        queries += [packed.group_by(k).agg(pl.col(n).bitwise_or() for n in names) for k in keys]
     results = pl.collect_all(queries)
     row = results[0].row(0, named=True)
     per = {d: (res.get_column(d).to_list(), {n: res.get_column(n).to_list() for n in names})
