@@ -472,8 +472,11 @@ class TestPairByPosition:
 
     def test_partner_after(self):
         """fp8 first, bf16 one row on (a positive offset): 6 / 3 = 2 and 5 / 1 = 5 (above 2.75)."""
+        from kvdash.sweep.claims import _pair_by_position
+
         df = pl.DataFrame({"kv_dtype": ["fp8", "bf16", "fp8", "bf16"], "block_size": [8, 8, 16, 16],
                            "paged_requests": [6, 3, 5, 1]})
+        assert _pair_by_position(Frame(df), self.C, pl.lit(True), ["block_size"]) is not None
         v = judge(df, self.C, ["kv_dtype", "block_size"])
         assert (v.points, v.holding, v.above, v.computed) == (2, 1, 1, "2 to 5")
         assert _verdict_fields(v) == _verdict_fields(_by_join(df, self.C, ["kv_dtype", "block_size"]))
@@ -515,6 +518,16 @@ class TestPairByPosition:
     def test_no_first_value_point(self):
         """No fp8 point at all: nothing to pair (positionally, with nothing checked); not applicable."""
         df = pl.DataFrame({"kv_dtype": ["bf16", "bf16"], "block_size": [8, 16], "paged_requests": [1, 2]})
+        v = judge(df, self.C, ["block_size"])
+        assert (v.verdict, v.points) == ("not applicable", 0)
+        assert _verdict_fields(v) == _verdict_fields(_by_join(df, self.C, ["block_size"]))
+
+
+    def test_no_points_at_all(self):
+        """An empty results frame: nothing to pair, not applicable (as the join finds)."""
+        df = pl.DataFrame({"kv_dtype": [], "block_size": [], "prefix": [], "paged_requests": []},
+                          schema={"kv_dtype": pl.Utf8, "block_size": pl.Int64, "prefix": pl.Int64,
+                                  "paged_requests": pl.Int64})
         v = judge(df, self.C, ["block_size"])
         assert (v.verdict, v.points) == ("not applicable", 0)
         assert _verdict_fields(v) == _verdict_fields(_by_join(df, self.C, ["block_size"]))
@@ -607,6 +620,20 @@ def _dim_frames(draw: Any) -> pl.DataFrame:
 
 
 class TestTallyAgainstReference:
+    def test_enum_dimension_without_categories_first(self):
+        """An Enum dimension with no categories (a grid without GPUs: gpu all null) as the first of a chunk:
+        its one value is None, and the next dimension's values still come out.  x 70 within [60, 90] at
+        tp 1, 99 above at tp 2: holds only where tp = 1."""
+        df = pl.DataFrame({"gpu": pl.Series([None, None], dtype=pl.Enum([])),
+                           "kv_dtype": pl.Series(["fp8", "bf16"], dtype=pl.Enum(["fp8", "bf16"])),
+                           "tp": [1, 2], "x": [70.0, 99.0]})
+        from kvdash.sweep.claims import _Job, _tally_many
+
+        value = pl.col("x")
+        t = _tally_many(df.lazy(), [_Job(_claim(metric="x"), value.is_not_null(), value)], ["gpu", "kv_dtype", "tp"])[0]
+        assert (t["a_gpu"], t["h_gpu"], t["f_gpu"]) == ([None], [None], [None])
+        assert (t["h_kv_dtype"], t["f_kv_dtype"], t["h_tp"], t["f_tp"]) == (["fp8"], ["bf16"], [1], [2])
+
     @settings(max_examples=60, deadline=None)
     @given(_dim_frames(), st.integers(0, 10), st.integers(0, 10))
     def test_values_per_dimension(self, df: pl.DataFrame, lo: int, span: int):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -449,26 +450,25 @@ def _enum_chunks(schema: pl.Schema, dims: list[str]) -> tuple[list[list[tuple[st
     the other dimensions, grouped by their own column."""
     chunks: list[list[tuple[str, list[str]]]] = []
     plain: list[str] = []
-    size = _CHUNK + 1
     for d in dims:
         dtype = schema[d]
         if not isinstance(dtype, pl.Enum):
             plain.append(d)
             continue
         cats = dtype.categories.to_list()
-        if size * (len(cats) + 1) > _CHUNK:
+        if not chunks or math.prod(len(c) + 1 for _, c in chunks[-1]) * (len(cats) + 1) > _CHUNK:
             chunks.append([])
-            size = 1
         chunks[-1].append((d, cats))
-        size *= len(cats) + 1
     return chunks, plain
 
 
 def _chunk_key(chunk: list[tuple[str, list[str]]]) -> pl.Expr:
     """Mixed radix of the chunk's category codes, null as the code after the last category."""
-    key = pl.lit(0, pl.UInt32)
+    key = None
     for d, cats in chunk:
-        key = key * (len(cats) + 1) + pl.col(d).to_physical().cast(pl.UInt32).fill_null(len(cats))
+        code = pl.col(d).to_physical().cast(pl.UInt32).fill_null(len(cats))
+        key = code if key is None else key * (len(cats) + 1) + code
+    assert key is not None  # a chunk has at least one dimension
     return key
 
 
