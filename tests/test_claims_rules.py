@@ -619,7 +619,44 @@ def _dim_frames(draw: Any) -> pl.DataFrame:
     return pl.DataFrame(list(cols.values()))
 
 
+def _check_against_reference(df: pl.DataFrame, dims: list[str], lo: float, hi: float) -> None:
+    """_tally_many of the claim x in [lo, hi] equals a row-by-row reference: counts, and per dimension the
+    values over the applicable / agreeing / disagreeing points."""
+    from kvdash.sweep.claims import _Job, _tally_many
+
+    value = pl.col("x")
+    t = _tally_many(df.lazy(), [_Job(_claim(metric="x", claimed=(lo, hi), tolerance=0), value.is_not_null(), value)],
+                    dims)[0]
+    rows = df.to_dicts()
+    marks = [_status(r["x"], lo, hi) for r in rows]
+    assert (t["n"], t["h"], t["nb"] + t["na"]) == (sum(m != "" for m in marks), marks.count("h"), marks.count("f"))
+    for d in dims:
+        for prefix, wanted in (("a", "hf"), ("h", "h"), ("f", "f")):
+            want = {r[d] for r, m in zip(rows, marks, strict=True) if m and m in wanted}
+            assert sorted(t[f"{prefix}_{d}"], key=str) == sorted(want, key=str), (prefix, d)
+
+
 class TestTallyAgainstReference:
+    @pytest.mark.parametrize("sizes", [
+        # no category (all null), one, then three of 2,000: chunks [e0, e1, e2] (1 x 2 x 2,001 = 4,002 key
+        # values), [e3], [e4]; all five in one key would need 4,002 x 2,001^2, past 2^32
+        [0, 1, 2000, 2000, 2000],
+        # 1 category, then 3,000: [e0], [e1] (2 x 3,001 is past 4,096); each later 2,000 alone, since the
+        # last chunk's own size (3,001) decides, not the first's (2)
+        [1, 3000, 2000, 2000, 2000],
+    ])
+    def test_many_categories_stay_in_32_bit_keys(self, sizes: list[int]):
+        """Enum dimensions with many categories: chunks keep each combined key under 2^32 (a chunk that grew
+        past it would wrap and decode wrong values).  Four points at the last categories, x 1 to 4 against
+        [2, 3]: the values per dimension equal the reference."""
+        cols = {}
+        for k, size in enumerate(sizes):
+            cats = [f"c{j}" for j in range(size)]
+            vals = [cats[-1 - r % size] if size else None for r in range(4)]
+            cols[f"e{k}"] = pl.Series(vals, dtype=pl.Enum(cats))
+        df = pl.DataFrame({**cols, "x": [1.0, 2.0, 3.0, 4.0]})
+        _check_against_reference(df, list(cols), 2, 3)
+
     def test_enum_dimension_without_categories_first(self):
         """An Enum dimension with no categories (a grid without GPUs: gpu all null) as the first of a chunk:
         its one value is None, and the next dimension's values still come out.  x 70 within [60, 90] at
@@ -640,17 +677,4 @@ class TestTallyAgainstReference:
         """Property: for a claim x in [lo, lo + span], the counts and, per dimension, the values over the
         applicable / agreeing / disagreeing points equal a row-by-row reference (Enum dimensions through
         the combined-key group-bys, nulls included)."""
-        from kvdash.sweep.claims import _Job, _tally_many
-
-        hi = lo + span
-        claim = _claim(metric="x", claimed=(lo, hi), tolerance=0)
-        value = pl.col("x")
-        dims = ["e1", "e2", "e3", "i"]
-        t = _tally_many(df.lazy(), [_Job(claim, value.is_not_null(), value)], dims)[0]
-        rows = df.to_dicts()
-        marks = [_status(r["x"], lo, hi) for r in rows]
-        assert (t["n"], t["h"], t["nb"] + t["na"]) == (sum(m != "" for m in marks), marks.count("h"), marks.count("f"))
-        for d in dims:
-            for prefix, wanted in (("a", "hf"), ("h", "h"), ("f", "f")):
-                want = {r[d] for r, m in zip(rows, marks, strict=True) if m and m in wanted}
-                assert sorted(t[f"{prefix}_{d}"], key=str) == sorted(want, key=str), (prefix, d)
+        _check_against_reference(df, ["e1", "e2", "e3", "i"], lo, lo + span)
