@@ -644,6 +644,10 @@ class TestTallyAgainstReference:
         # 1 category, then 3,000: [e0], [e1] (2 x 3,001 is past 4,096); each later 2,000 alone, since the
         # last chunk's own size (3,001) decides, not the first's (2)
         [1, 3000, 2000, 2000, 2000],
+        # 2,000 categories, then 22 dimensions of one: [e0, e1] (2,001 x 2 = 4,002), then chunks of up to 12
+        # one-category dimensions; each counted as one key value (not two) would join them all: 2,001 x 2^22,
+        # past 2^32
+        [2000] + [1] * 22,
     ])
     def test_many_categories_stay_in_32_bit_keys(self, sizes: list[int]):
         """Enum dimensions with many categories: chunks keep each combined key under 2^32 (a chunk that grew
