@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvdash.sweep.claims import (
     Claim,
@@ -347,8 +350,8 @@ class TestJoint:
 
 class TestManyClaimsInOnePass:
     """judge_all tallies every claim and joint group on the results frame in one pass, packing each one's
-    agree/disagree bits two to a claim, 32 claims to a 64-bit word: with 46 jobs the second word holds jobs 32
-    to 45, so a verdict there is right only if the packing puts each job's bits in its own word and place."""
+    status byte eight to a 64-bit word: with 46 jobs six words hold them (the last, jobs 40 to 45), so a
+    verdict is right only if the packing puts each job's byte in its own word and place."""
 
     N = 40
 
@@ -395,3 +398,287 @@ class TestManyClaimsInOnePass:
         assert [(v.claim.id, v.holding, v.where) for v in verdicts if v.claim.id in ("A", "B")] == \
                [("A", 1, "block_size = 2"), ("B", 1, "block_size = 39")]
         assert [v.claim.id for v in verdicts] == ["a1", "a2", "A", "b1", "b2", "B"]
+
+
+# ---- the fast paths of judging (issue 12): each against the plain path it replaces ----
+
+PAIR = {"dimension": "kv_dtype", "over": ["fp8", "bf16"]}
+
+
+def _verdict_fields(v: Verdict) -> tuple[Any, ...]:
+    return (v.claim.id, v.verdict, v.computed, v.points, v.holding, v.where, v.note, v.below, v.above)
+
+
+def _by_join(df: pl.DataFrame | Frame, claim: Claim, dims: list[str] | None) -> Verdict:
+    """The verdict with the positional pairing switched off: every pair found by the hash join."""
+    import kvdash.sweep.claims as claims_mod
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(claims_mod, "_pair_by_position", lambda *a: None)
+        return judge(df, claim, dims)
+
+
+@st.composite
+def _pair_grids(draw: Any) -> tuple[pl.DataFrame, list[str]]:
+    """A cross product of kv_dtype (Enum, 1-3 values), block_size (1-3 ints) and model (1-2 texts) in a random
+    nesting order (prefix 0 throughout, as in every results frame), metric paged_requests a small integer (0 gives
+    inf or nan ratios, dropped); then maybe some points
+    removed (an exclude rule) and maybe the rows shuffled."""
+    import itertools
+
+    kinds = draw(st.lists(st.sampled_from(["bf16", "fp8", "int8"]), min_size=1, max_size=3, unique=True))
+    values = {"kv_dtype": kinds,
+              "block_size": draw(st.lists(st.sampled_from([8, 16, 32]), min_size=1, max_size=3, unique=True)),
+              "model": draw(st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2, unique=True))}
+    order = draw(st.permutations(list(values)))
+    rows = [dict(zip(order, combo, strict=True)) for combo in itertools.product(*(values[d] for d in order))]
+    if draw(st.booleans()):
+        keep = draw(st.lists(st.booleans(), min_size=len(rows), max_size=len(rows)))
+        rows = [r for r, k in zip(rows, keep, strict=True) if k] or rows[:1]
+    if draw(st.booleans()):
+        rows = draw(st.permutations(rows))
+    xs = draw(st.lists(st.integers(0, 4), min_size=len(rows), max_size=len(rows)))
+    df = pl.DataFrame({"kv_dtype": pl.Series([r["kv_dtype"] for r in rows], dtype=pl.Enum(["bf16", "fp8", "int8"])),
+                       "block_size": [r["block_size"] for r in rows], "model": [r["model"] for r in rows],
+                       "prefix": [0] * len(rows), "paged_requests": xs})
+    return df, list(order)
+
+
+class TestPairByPosition:
+    C = _claim(metric="paged_requests", kind="capacity", pair=PAIR, claimed=(1.5, 2.5), tolerance=0.25)
+
+    @settings(max_examples=60, deadline=None)
+    @given(_pair_grids())
+    def test_same_verdict_as_the_join(self, grid: tuple[pl.DataFrame, list[str]]):
+        """Property: on any grid (complete or with points removed, in order or shuffled) the verdict with the
+        positional pairing equals the verdict of the hash join alone, swept dimensions or not."""
+        df, dims = grid
+        for swept in (dims, None):
+            assert _verdict_fields(judge(df, self.C, swept)) == _verdict_fields(_by_join(df, self.C, swept))
+
+    def test_complete_grid_in_order_is_paired_by_position(self):
+        """bf16 rows first, then fp8 (the partner 2 rows back: a negative offset); x fp8 4, 6 over bf16 2, 2:
+        ratios 2 and 3, claimed 1.5-2.5 +/- 0.25: 1 of 2 within (block 8), 1 above."""
+        from kvdash.sweep.claims import _applies, _pair_by_position
+
+        df = pl.DataFrame({"kv_dtype": ["bf16", "bf16", "fp8", "fp8"], "block_size": [8, 16, 8, 16],
+                           "paged_requests": [2, 2, 4, 6]}, schema_overrides={"kv_dtype": pl.Enum(["bf16", "fp8"])})
+        frame = Frame(df)
+        cond = _applies(frame, self.C)
+        assert cond is not None and _pair_by_position(frame, self.C, cond, ["block_size"]) is not None
+        v = judge(frame, self.C, ["kv_dtype", "block_size"])
+        assert (v.verdict, v.points, v.holding, v.above, v.computed, v.where) == \
+               ("holds only where", 2, 1, 1, "2 to 3", "block_size = 8")
+
+    def test_partner_after(self):
+        """fp8 first, bf16 one row on (a positive offset): 6 / 3 = 2 and 5 / 1 = 5 (above 2.75)."""
+        from kvdash.sweep.claims import _pair_by_position
+
+        df = pl.DataFrame({"kv_dtype": ["fp8", "bf16", "fp8", "bf16"], "block_size": [8, 8, 16, 16],
+                           "paged_requests": [6, 3, 5, 1]})
+        assert _pair_by_position(Frame(df), self.C, pl.lit(True), ["block_size"]) is not None
+        v = judge(df, self.C, ["kv_dtype", "block_size"])
+        assert (v.points, v.holding, v.above, v.computed) == (2, 1, 1, "2 to 5")
+        assert _verdict_fields(v) == _verdict_fields(_by_join(df, self.C, ["kv_dtype", "block_size"]))
+
+    @pytest.mark.parametrize(("case", "cols"), [
+        # the last fp8 point has no row one on: not every first-value point has its partner there
+        ("unpaired last point", {"kv_dtype": ["fp8", "bf16", "fp8"], "block_size": [8, 8, 16]}),
+        # the first partner is 1 row on, the second 2: block sizes differ there
+        ("partner further on", {"kv_dtype": ["fp8", "bf16", "fp8", "int8", "bf16"],
+                                "block_size": [8, 8, 16, 16, 16]}),
+        # the row one on is at bf16 but another block size
+        ("key differs", {"kv_dtype": ["fp8", "bf16", "fp8", "bf16"], "block_size": [8, 8, 16, 32]}),
+        # the row there is not at the second value
+        ("not the second value", {"kv_dtype": ["fp8", "bf16", "fp8", "int8"], "block_size": [8, 8, 16, 16]}),
+    ])
+    def test_falls_back_to_the_join(self, case: str, cols: dict[str, list[Any]]):
+        """Where some first-value point's partner is not the row a fixed offset on, no positional pairing
+        (None) and the join decides: the verdict is the join's."""
+        from kvdash.sweep.claims import _pair_by_position
+
+        n = len(cols["kv_dtype"])
+        df = pl.DataFrame({**cols, "paged_requests": [4 - i % 3 for i in range(n)]})
+        frame = Frame(df)
+        assert _pair_by_position(frame, self.C, pl.lit(True), ["block_size"]) is None, case
+        assert _verdict_fields(judge(frame, self.C, None)) == _verdict_fields(_by_join(frame, self.C, None))
+
+    def test_keys_that_equality_cannot_pair(self):
+        """A float key (where == and the hash differ on -0.0) or a null key: the join decides."""
+        from kvdash.sweep.claims import _pair_by_position
+
+        base = {"kv_dtype": ["fp8", "bf16"], "paged_requests": [4, 2]}
+        floats = Frame(pl.DataFrame({**base, "gpu_util": [0.9, 0.9]}))
+        assert _pair_by_position(floats, self.C, pl.lit(True), ["gpu_util"]) is None
+        nulls = Frame(pl.DataFrame({**base, "block_size": [None, None]}, schema_overrides={"block_size": pl.Int64}))
+        assert _pair_by_position(nulls, self.C, pl.lit(True), ["block_size"]) is None
+        ints = Frame(pl.DataFrame({**base, "block_size": [8, 8]}))
+        assert _pair_by_position(ints, self.C, pl.lit(True), ["block_size"]) is not None
+
+    def test_no_first_value_point(self):
+        """No fp8 point at all: nothing to pair (positionally, with nothing checked); not applicable."""
+        df = pl.DataFrame({"kv_dtype": ["bf16", "bf16"], "block_size": [8, 16], "paged_requests": [1, 2]})
+        v = judge(df, self.C, ["block_size"])
+        assert (v.verdict, v.points) == ("not applicable", 0)
+        assert _verdict_fields(v) == _verdict_fields(_by_join(df, self.C, ["block_size"]))
+
+
+    def test_no_points_at_all(self):
+        """An empty results frame: nothing to pair, not applicable (as the join finds)."""
+        df = pl.DataFrame({"kv_dtype": [], "block_size": [], "prefix": [], "paged_requests": []},
+                          schema={"kv_dtype": pl.Utf8, "block_size": pl.Int64, "prefix": pl.Int64,
+                                  "paged_requests": pl.Int64})
+        v = judge(df, self.C, ["block_size"])
+        assert (v.verdict, v.points) == ("not applicable", 0)
+        assert _verdict_fields(v) == _verdict_fields(_by_join(df, self.C, ["block_size"]))
+
+
+class TestNeverApplies:
+    def test_absent_category_is_not_tallied(self, monkeypatch):
+        """applies_to model [opt-13b] on an Enum model column without that category: not applicable with the
+        usual note, decided before any pass (the tally never sees the claim); on a text column the same
+        verdict comes from the tally."""
+        import kvdash.sweep.claims as claims_mod
+
+        seen: list[str] = []
+        tally = claims_mod._tally_many
+        monkeypatch.setattr(claims_mod, "_tally_many", lambda lazy, jobs, dims: (
+            seen.extend(j.claim.id for j in jobs), tally(lazy, jobs, dims))[1])
+        c = _claim(id="opt", applies_to={"model": ["opt-13b"]})
+        enum = _frame([70.0]).with_columns(pl.col("model").cast(pl.Enum(["m"])))
+        for df, tallied in ((enum, []), (_frame([70.0]), ["opt"])):
+            seen.clear()
+            v = judge(df, c, [])
+            assert (v.verdict, v.points, v.note) == ("not applicable", 0, "this grid has no model in {opt-13b}")
+            assert seen == tallied
+
+    def test_joint_member_on_absent_category(self):
+        """A joint group one of whose members names no category of an Enum column: not applicable."""
+        df = pl.DataFrame({"tp": [1], "x": [15], "y": [1.5]}).with_columns(model=pl.lit("m", pl.Enum(["m"])))
+        member = _claim(id="b", joint="j", metric="y", claimed=(1, 2), tolerance=0, applies_to={"model": ["z"]})
+        v = judge_joint(Frame(df), [TestJoint.A, member], ["tp"])
+        assert (v.verdict, v.points, v.note) == ("not applicable", 0, "this grid has no configuration both apply to")
+
+    def test_params_class_is_not_a_category_test(self):
+        """params_b is a class of parameter counts, never a text column's categories: a class naming no Enum
+        model's *name* still applies (70B model 'a' in [65, 75])."""
+        models = {"a": FakeArch(weight_basis="70B published parameters")}
+        df = _frame([70.0]).with_columns(pl.col("model").cast(pl.Enum(["m", "a"])).alias("model")) \
+            .with_columns(pl.lit("a").cast(pl.Enum(["m", "a"])).alias("model"))
+        v = judge(Frame(df, model_properties(models)), _claim(applies_to={"params_b": [65, 75]}), [])
+        assert (v.verdict, v.points) == ("holds", 1)
+
+
+class TestCategoryCodes:
+    def test_params_class_on_enum_models_inclusive(self):
+        """The parameter class on an Enum model column (a test of the model codes): 8B and 70B in [8, 70]
+        (both ends included), 405B and the model with no count out: as on a text column."""
+        models = {"a": FakeArch(weight_basis="8B published parameters"),
+                  "b": FakeArch(weight_basis="70B published parameters"),
+                  "c": FakeArch(weight_basis="405B published parameters"), "d": FakeArch()}
+        text = _frame([70.0, 99.0, 70.0, 70.0], model=["a", "b", "c", "d"])
+        enum = text.with_columns(pl.col("model").cast(pl.Enum(["a", "b", "c", "d"])))
+        for df in (text, enum):
+            v = judge(Frame(df, model_properties(models)), _claim(applies_to={"params_b": [8, 70]}), ["model"])
+            assert (v.verdict, v.points, v.holding, v.where) == ("holds only where", 2, 1, "model = a")
+
+    def test_boolean_helper_by_codes_keeps_nulls(self):
+        """_several_lengths on an Enum lengths column (codes where the text has a comma) equals the lookup on a
+        text column, null where lengths is null."""
+        lengths = ["100", "1,2", None, "3,4,5"]
+        text = pl.DataFrame({"lengths": lengths})
+        enum = text.with_columns(pl.col("lengths").cast(pl.Enum(["100", "1,2", "3,4,5"])))
+        got = [df.select(Frame(df).helper("_several_lengths")).to_series().to_list() for df in (text, enum)]
+        assert got == [[False, True, None, True]] * 2
+
+    def test_registry_read_once_new_list_each_call(self):
+        """load_claims: the same claims on every call, in a list of its own (changing one changes no other)."""
+        first, second = load_claims(), load_claims()
+        assert first == second and first is not second
+        first.clear()
+        assert load_claims() == second
+
+
+def _status(v: float | None, lo: float, hi: float) -> str:
+    return "" if v is None else ("f" if v < lo or v > hi else "h")
+
+
+@st.composite
+def _dim_frames(draw: Any) -> pl.DataFrame:
+    """Three Enum dimensions of up to 20 categories each (21^3 key values, over the 4,096 of one combined
+    group-by: two chunks), values possibly null, an integer dimension, and a metric possibly null."""
+    n = draw(st.integers(1, 30))
+    cols: dict[str, pl.Series] = {}
+    for name in ("e1", "e2", "e3"):
+        cats = [f"{name}-{k}" for k in range(draw(st.integers(1, 20)))]
+        vals = draw(st.lists(st.one_of(st.none(), st.sampled_from(cats)), min_size=n, max_size=n))
+        cols[name] = pl.Series(name, vals, dtype=pl.Enum(cats))
+    cols["i"] = pl.Series("i", draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)))
+    cols["x"] = pl.Series("x", draw(st.lists(st.one_of(st.none(), st.integers(0, 10)), min_size=n, max_size=n)),
+                          dtype=pl.Float64)
+    return pl.DataFrame(list(cols.values()))
+
+
+def _check_against_reference(df: pl.DataFrame, dims: list[str], lo: float, hi: float) -> None:
+    """_tally_many of the claim x in [lo, hi] equals a row-by-row reference: counts, and per dimension the
+    values over the applicable / agreeing / disagreeing points."""
+    from kvdash.sweep.claims import _Job, _tally_many
+
+    value = pl.col("x")
+    t = _tally_many(df.lazy(), [_Job(_claim(metric="x", claimed=(lo, hi), tolerance=0), value.is_not_null(), value)],
+                    dims)[0]
+    rows = df.to_dicts()
+    marks = [_status(r["x"], lo, hi) for r in rows]
+    assert (t["n"], t["h"], t["nb"] + t["na"]) == (sum(m != "" for m in marks), marks.count("h"), marks.count("f"))
+    for d in dims:
+        for prefix, wanted in (("a", "hf"), ("h", "h"), ("f", "f")):
+            want = {r[d] for r, m in zip(rows, marks, strict=True) if m and m in wanted}
+            assert sorted(t[f"{prefix}_{d}"], key=str) == sorted(want, key=str), (prefix, d)
+
+
+class TestTallyAgainstReference:
+    @pytest.mark.parametrize("sizes", [
+        # no category (all null), one, then three of 2,000: chunks [e0, e1, e2] (1 x 2 x 2,001 = 4,002 key
+        # values), [e3], [e4]; all five in one key would need 4,002 x 2,001^2, past 2^32
+        [0, 1, 2000, 2000, 2000],
+        # 1 category, then 3,000: [e0], [e1] (2 x 3,001 is past 4,096); each later 2,000 alone, since the
+        # last chunk's own size (3,001) decides, not the first's (2)
+        [1, 3000, 2000, 2000, 2000],
+        # 2,000 categories, then 22 dimensions of one: [e0, e1] (2,001 x 2 = 4,002), then chunks of up to 12
+        # one-category dimensions; each counted as one key value (not two) would join them all: 2,001 x 2^22,
+        # past 2^32
+        [2000] + [1] * 22,
+    ])
+    def test_many_categories_stay_in_32_bit_keys(self, sizes: list[int]):
+        """Enum dimensions with many categories: chunks keep each combined key under 2^32 (a chunk that grew
+        past it would wrap and decode wrong values).  Four points at the last categories, x 1 to 4 against
+        [2, 3]: the values per dimension equal the reference."""
+        cols = {}
+        for k, size in enumerate(sizes):
+            cats = [f"c{j}" for j in range(size)]
+            vals = [cats[-1 - r % size] if size else None for r in range(4)]
+            cols[f"e{k}"] = pl.Series(vals, dtype=pl.Enum(cats))
+        df = pl.DataFrame({**cols, "x": [1.0, 2.0, 3.0, 4.0]})
+        _check_against_reference(df, list(cols), 2, 3)
+
+    def test_enum_dimension_without_categories_first(self):
+        """An Enum dimension with no categories (a grid without GPUs: gpu all null) as the first of a chunk:
+        its one value is None, and the next dimension's values still come out.  x 70 within [60, 90] at
+        tp 1, 99 above at tp 2: holds only where tp = 1."""
+        df = pl.DataFrame({"gpu": pl.Series([None, None], dtype=pl.Enum([])),
+                           "kv_dtype": pl.Series(["fp8", "bf16"], dtype=pl.Enum(["fp8", "bf16"])),
+                           "tp": [1, 2], "x": [70.0, 99.0]})
+        from kvdash.sweep.claims import _Job, _tally_many
+
+        value = pl.col("x")
+        t = _tally_many(df.lazy(), [_Job(_claim(metric="x"), value.is_not_null(), value)], ["gpu", "kv_dtype", "tp"])[0]
+        assert (t["a_gpu"], t["h_gpu"], t["f_gpu"]) == ([None], [None], [None])
+        assert (t["h_kv_dtype"], t["f_kv_dtype"], t["h_tp"], t["f_tp"]) == (["fp8"], ["bf16"], [1], [2])
+
+    @settings(max_examples=60, deadline=None)
+    @given(_dim_frames(), st.integers(0, 10), st.integers(0, 10))
+    def test_values_per_dimension(self, df: pl.DataFrame, lo: int, span: int):
+        """Property: for a claim x in [lo, lo + span], the counts and, per dimension, the values over the
+        applicable / agreeing / disagreeing points equal a row-by-row reference (Enum dimensions through
+        the combined-key group-bys, nulls included)."""
+        _check_against_reference(df, ["e1", "e2", "e3", "i"], lo, lo + span)

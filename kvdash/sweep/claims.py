@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -53,6 +55,12 @@ def fmt(x: float | None) -> str:
 
 
 def load_claims() -> list[Claim]:
+    """The registry (kvdash/data/claims.yaml), read once per process: a new list of the same claims each call."""
+    return list(_registry())
+
+
+@functools.cache
+def _registry() -> tuple[Claim, ...]:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
     raw = yaml.load((resources.files("kvdash") / "data" / "claims.yaml").read_text(encoding="utf-8"), Loader=loader)
     out = []
@@ -66,7 +74,7 @@ def load_claims() -> list[Claim]:
             scope=item.get("scope", ""), over_lengths=bool(item.get("over_lengths", False)),
             circular=item.get("circular", ""), joint=item.get("joint", ""),
         ))
-    return out
+    return tuple(out)
 
 
 @dataclass
@@ -152,12 +160,16 @@ class Frame:
         return dtype.categories.to_list() if isinstance(dtype, pl.Enum) else None
 
     def per_category(self, col: str, fn: Any, dtype: Any) -> pl.Expr:
-        """``fn(value)`` at every point, computed once per distinct value of a text column."""
+        """``fn(value)`` at every point, computed once per distinct value of a text column.  A true/false
+        ``fn`` on an Enum column is a test of the category codes where it is true (a gather costs more)."""
         cats = self.categories(col)
         if cats is None:
             values = [str(v) for v in self.df.get_column(col).unique().to_list()]
             return pl.col(col).cast(pl.Utf8).replace_strict(values, [fn(v) for v in values], return_dtype=dtype)
-        return pl.lit(pl.Series([fn(c) for c in cats], dtype=dtype)).gather(pl.col(col).to_physical())
+        results = [fn(c) for c in cats]
+        if dtype == pl.Boolean and all(isinstance(r, bool) for r in results):
+            return pl.col(col).to_physical().is_in([i for i, r in enumerate(results) if r])
+        return pl.lit(pl.Series(results, dtype=dtype)).gather(pl.col(col).to_physical())
 
     def column(self, col: str) -> pl.Expr | None:
         if col in self.HELPERS and (col != "params_b" and col != "attention" or self.props):
@@ -182,22 +194,49 @@ def _applies(frame: Frame, claim: Claim) -> pl.Expr | None:
         if expr is None:
             return None
         if col == "params_b":  # a parameter class: [low, high] billions
-            cond = cond & expr.is_between(allowed[0], allowed[1]).fill_null(False)
+            cond = cond & _params_in(frame, expr, allowed)
         else:
             cond = cond & frame.is_in(col, allowed)
     return cond
 
 
-def _pair_frame(frame: Frame, claim: Claim, cond: pl.Expr, dims: list[str], swept: bool) -> pl.DataFrame:
+def _params_in(frame: Frame, expr: pl.Expr, bounds: list[float]) -> pl.Expr:
+    """Points whose model has ``bounds[0]`` to ``bounds[1]`` billion parameters, both ends included (a model with
+    no parameter count: not); on an Enum model column, a test of the category codes."""
+    cats = frame.categories("model")
+    if cats is None or "params_b" in frame.schema:
+        return expr.is_between(bounds[0], bounds[1]).fill_null(False)
+    sizes = [frame.props.get(m, {}).get("params_b") for m in cats]
+    return pl.col("model").to_physical().is_in(
+        [i for i, x in enumerate(sizes) if x is not None and bounds[0] <= x <= bounds[1]]).fill_null(False)
+
+
+def _never(frame: Frame, claim: Claim) -> bool:
+    """Whether ``applies_to`` allows none of a text column's categories: then no point applies, known without
+    a pass over the points (e.g. a claim about a model the grid does not have)."""
+    for col, allowed in claim.applies_to.items():
+        cats = frame.categories(col)
+        if col != "params_b" and cats is not None and not {str(a) for a in allowed} & set(cats):
+            return True
+    return False
+
+
+def _pair_keys(frame: Frame, claim: Claim, dims: list[str], swept: bool) -> list[str]:
+    """The columns a pair's two points share: every other swept dimension (every other parameter that varies,
+    when ``dims`` are not the swept ones)."""
+    assert claim.pair is not None
+    df, dim = frame.df, claim.pair["dimension"]
+    if swept:
+        return [c for c in dims if c != dim] or ["prefix"]
+    return [c for c in PARAMS if c in df.columns and c != dim and df.get_column(c).n_unique() > 1] or ["prefix"]
+
+
+def _pair_frame(frame: Frame, claim: Claim, cond: pl.Expr, dims: list[str], keys: list[str]) -> pl.DataFrame:
     """Rows with a ``value`` column: the ratio of the metric at the pair's first value over its second, for
-    points alike in every other parameter (every other swept dimension, when ``dims`` are the swept ones)."""
+    points alike in every column of ``keys``."""
     assert claim.metric is not None and claim.pair is not None
     df = frame.df
     dim, (first, second) = claim.pair["dimension"], claim.pair["over"]
-    if swept:
-        keys = [c for c in dims if c != dim] or ["prefix"]
-    else:
-        keys = [c for c in PARAMS if c in df.columns and c != dim and df.get_column(c).n_unique() > 1] or ["prefix"]
     partner = pl.struct(keys).hash(seed=0).alias("_partner")  # one join key instead of many columns
     keep = list(dict.fromkeys(d for d in dims if d in df.columns))
     base = df.lazy().filter(cond)
@@ -207,6 +246,33 @@ def _pair_frame(frame: Frame, claim: Claim, cond: pl.Expr, dims: list[str], swep
     return a.join(b, on="_partner", how="inner").select(
         *keep, (pl.col(claim.metric) / pl.col("_base")).alias("value")).filter(pl.col("value").is_finite()) \
         .collect()
+
+
+def _exact_key(dtype: pl.DataType) -> bool:
+    """Whether ``==`` on a column of this type matches exactly what a hash join matches (not floats: -0.0)."""
+    return dtype.is_integer() or isinstance(dtype, pl.Enum | pl.Categorical) or dtype in (pl.Utf8, pl.Boolean)
+
+
+def _pair_by_position(frame: Frame, claim: Claim, cond: pl.Expr, keys: list[str]) -> tuple[pl.Expr, pl.Expr] | None:
+    """The points at the pair's first value and, there, the pair's ratio, on the results frame itself, when
+    every point at the first value has its partner a fixed number of rows on (a grid expanded in order,
+    nothing excluded): the row there must be at the second value and alike in every key column.  None when
+    not (then :func:`_pair_frame` pairs the points by a join)."""
+    assert claim.metric is not None and claim.pair is not None
+    if any(not _exact_key(frame.schema[k]) for k in keys):
+        return None
+    dim, (first, second) = claim.pair["dimension"], claim.pair["over"]
+    a = (cond & frame.is_in(dim, [first])).fill_null(False)
+    sub = frame.df.select(*keys, a.alias("_a"), (cond & frame.is_in(dim, [second])).fill_null(False).alias("_b"))
+    at_first = sub.get_column("_a")
+    off = (sub.get_column("_b").arg_max() or 0) - (at_first.arg_max() or 0)  # first rows at each value (0: none)
+    n = sub.height - abs(off)
+    here, there = sub.slice(max(-off, 0), n), sub.slice(max(off, 0), n)  # row r of here pairs with row r of there
+    alike = pl.select(pl.all_horizontal(there.get_column("_b"), *(here.get_column(k) == there.get_column(k)
+                                                                 for k in keys)).fill_null(False)).to_series()
+    if here.get_column("_a").sum() < at_first.sum() or not (~here.get_column("_a") | alike).all():
+        return None
+    return a, pl.col(claim.metric) / pl.col(claim.metric).shift(-off)
 
 
 def shown_value(v: Any) -> str:
@@ -291,73 +357,141 @@ class _Job:
     counted: pl.Expr | None = None
 
 
-_BITS = 32  # claims per 64-bit word: 2 bits each (01 agrees, 10 disagrees, 00 not judged)
+# A point's status per job, one bit each, so that ORing statuses tells which kinds of points a value has
+WITHIN, BELOW, ABOVE, UNJUDGED = 1, 2, 4, 8  # (UNJUDGED: applicable but not judged; 0: not applicable)
+_BYTES = 8  # jobs per 64-bit word: one status byte each
 
 
 def _tally_many(lazy: pl.LazyFrame, jobs: list[_Job], dims: list[str]) -> list[dict[str, Any]]:
     """Per job: counts and the shown value's range over its judged points and, per dimension, the distinct values
     over all / agreeing / disagreeing points.  All jobs at once: one pass computes each point's status per job
-    (0 not applicable, 1 within, 2 below, 3 above, 4 applicable but not judged) as a small integer column;
-    counts and ranges read those columns, and per dimension one group-by ORs a word packing every job's
-    "agrees"/"disagrees" bits, so the values each job's agreeing and disagreeing points take come out together."""
+    (:data:`WITHIN`, :data:`BELOW`, :data:`ABOVE`, :data:`UNJUDGED` or 0) as a byte column; counts and ranges
+    read those columns, and the bytes, packed eight to a 64-bit word, are ORed per value of each dimension, so
+    the values each job's agreeing and disagreeing points take come out together."""
     if not jobs:
         return []
     cols: list[pl.Expr] = []
     aggs: list[pl.Expr] = []
-    words: list[pl.Expr] = []
     for i, job in enumerate(jobs):
         below, above = _bounds(job.claim, job.value)
         judged = job.mask if job.counted is None else job.mask & job.counted
-        side = pl.when(below).then(pl.lit(2, pl.UInt8)).when(above).then(pl.lit(3, pl.UInt8)) \
-            .otherwise(pl.lit(1, pl.UInt8))
-        status = pl.when(judged).then(side).when(job.mask).then(pl.lit(4, pl.UInt8)) if job.counted is not None \
-            else pl.when(judged).then(side)
+        side = pl.when(below).then(pl.lit(BELOW, pl.UInt8)).when(above).then(pl.lit(ABOVE, pl.UInt8)) \
+            .otherwise(pl.lit(WITHIN, pl.UInt8))
+        status = pl.when(judged).then(side).when(job.mask).then(pl.lit(UNJUDGED, pl.UInt8)) \
+            if job.counted is not None else pl.when(judged).then(side)
         cols.append(status.otherwise(pl.lit(0, pl.UInt8)).alias(f"_s{i}"))
         cols.append((job.value if job.shown is None else job.shown).alias(f"_v{i}"))
         cols += [e.alias(f"_x{i}_{k}") for k, (e, _) in job.extra.items()]
         s = pl.col(f"_s{i}")
-        hit = s.is_between(1, 3)
-        aggs += [hit.sum().alias(f"n{i}"), (s == 1).sum().alias(f"h{i}"), (s == 2).sum().alias(f"nb{i}"),
-                 (s == 3).sum().alias(f"na{i}"), (s > 0).sum().alias(f"all{i}"),
+        hit = (s & (WITHIN | BELOW | ABOVE)) > 0
+        aggs += [(s == WITHIN).sum().alias(f"h{i}"), (s == BELOW).sum().alias(f"nb{i}"),
+                 (s == ABOVE).sum().alias(f"na{i}"), (s > 0).sum().alias(f"all{i}"),
                  pl.col(f"_v{i}").filter(hit).min().alias(f"vmin{i}"),
                  pl.col(f"_v{i}").filter(hit).max().alias(f"vmax{i}"),
                  *(getattr(pl.col(f"_x{i}_{k}").filter(hit), how)().alias(f"x{i}_{k}")
                    for k, (_, how) in job.extra.items())]
-        shift = 2 * (i % _BITS)
-        term = pl.when(s == 1).then(pl.lit(1 << shift, pl.UInt64)).when(hit).then(pl.lit(2 << shift, pl.UInt64)) \
-            .otherwise(pl.lit(0, pl.UInt64))
-        if i % _BITS == 0:
-            words.append(term)
-        else:
-            words[-1] = words[-1] | term
-    names = [f"_w{k}" for k in range(len(words))]
-    narrow = lazy.select(*dims, *cols).collect().lazy()  # each status computed once; dimensions are not copied
-    queries = [narrow.select(aggs)]
+    chunks, plain = _enum_chunks(lazy.collect_schema(), dims)
+    keys = [f"_k{c}" for c in range(len(chunks))]
+    # each status computed once; dimensions are not copied
+    narrow = lazy.select(*plain, *(_chunk_key(chunk).alias(k) for k, chunk in zip(keys, chunks, strict=True)),
+                         *cols).collect()
+    queries = [narrow.lazy().select(aggs)]
+    names = [f"_w{k}" for k in range(-(-len(jobs) // _BYTES))]
     if dims:
-        packed = narrow.select(*dims, *(w.alias(n) for w, n in zip(words, names, strict=True))).collect().lazy()
-        queries += [packed.group_by(d).agg(pl.col(n).bitwise_or() for n in names) for d in dims]
+        # a frame of the columns themselves: a select on ``narrow`` would first copy every column into one chunk
+        # (its status columns come out of the pass in unequal chunks)
+        packed = pl.DataFrame([*(narrow.get_column(c) for c in (*plain, *keys)),
+                               *_pack(narrow, len(jobs), names)]).lazy()
+        queries += [packed.group_by(d).agg(pl.col(n).bitwise_or() for n in names) for d in plain]
+        queries += [packed.group_by(k).agg(pl.col(n).bitwise_or() for n in names) for k in keys]
     results = pl.collect_all(queries)
     row = results[0].row(0, named=True)
+    per = {d: (res.get_column(d).to_list(), {n: res.get_column(n).to_list() for n in names})
+           for d, res in zip(plain, results[1:1 + len(plain)], strict=True)}
+    for c, (chunk, res) in enumerate(zip(chunks, results[1 + len(plain):], strict=True)):
+        per.update(_split_chunk(chunk, res.get_column(f"_k{c}").to_list(), {n: res.get_column(n).to_list()
+                                                                             for n in names}))
     out = []
     for i, job in enumerate(jobs):
-        t = {k: row[f"{k}{i}"] for k in ("n", "h", "nb", "na", "all", "vmin", "vmax")}
+        t = {k: row[f"{k}{i}"] for k in ("h", "nb", "na", "all", "vmin", "vmax")}
+        t["n"] = t["h"] + t["nb"] + t["na"]
         for k in ("vmin", "vmax"):  # the value judged is a float: show its range as one
             t[k] = None if t[k] is None else float(t[k])
         t.update({k: row[f"x{i}_{k}"] for k in job.extra})
-        word, shift = names[i // _BITS], 2 * (i % _BITS)
-        for d, per in zip(dims, results[1:], strict=True):
-            pairs = [(v, (w >> shift) & 3) for v, w in zip(per.get_column(d).to_list(), per.get_column(word).to_list(),
-                                                           strict=True)]
-            t[f"a_{d}"] = [v for v, s in pairs if s]
-            t[f"h_{d}"] = [v for v, s in pairs if s & 1]
-            t[f"f_{d}"] = [v for v, s in pairs if s & 2]
+        word, shift = names[i // _BYTES], 8 * (i % _BYTES)
+        for d in dims:
+            values, ors = per[d]
+            pairs = [(v, w >> shift) for v, w in zip(values, ors[word], strict=True)]
+            t[f"a_{d}"] = [v for v, s in pairs if s & (WITHIN | BELOW | ABOVE)]
+            t[f"h_{d}"] = [v for v, s in pairs if s & WITHIN]
+            t[f"f_{d}"] = [v for v, s in pairs if s & (BELOW | ABOVE)]
         out.append(t)
     return out
 
 
-def _plan(frame: Frame, claim: Claim, dims: list[str], swept: bool) -> Verdict | tuple[pl.LazyFrame, _Job, str]:
-    """A claim's verdict when it needs no data, else what to tally: the frame, the job and what the claim
-    needs (for "this grid has no ...")."""
+def _pack(narrow: pl.DataFrame, jobs: int, names: list[str]) -> list[pl.Series]:
+    """The status columns ``_s0`` ... as 64-bit words, job ``i``'s status in byte ``i % 8`` (the lowest byte
+    first) of word ``i // 8``: a copy into a points x bytes array read back as little-endian words."""
+    import numpy as np
+
+    out = np.zeros((narrow.height, _BYTES * len(names)), dtype=np.uint8)
+    for i in range(jobs):
+        out[:, i] = narrow.get_column(f"_s{i}").to_numpy()
+    words = out.view("<u8")
+    return [pl.Series(n, words[:, k]) for k, n in enumerate(names)]
+
+
+_CHUNK = 1 << 12  # at most this many key values in one combined group-by
+
+
+def _enum_chunks(schema: pl.Schema, dims: list[str]) -> tuple[list[list[tuple[str, list[str]]]], list[str]]:
+    """The Enum dimensions in chunks whose category counts (plus one, for null) multiply to at most
+    :data:`_CHUNK`, each chunk grouped by one small integer key instead of one group-by per dimension; and
+    the other dimensions, grouped by their own column."""
+    chunks: list[list[tuple[str, list[str]]]] = []
+    plain: list[str] = []
+    for d in dims:
+        dtype = schema[d]
+        if not isinstance(dtype, pl.Enum):
+            plain.append(d)
+            continue
+        cats = dtype.categories.to_list()
+        if not chunks or math.prod(len(c) + 1 for _, c in chunks[-1]) * (len(cats) + 1) > _CHUNK:
+            chunks.append([])
+        chunks[-1].append((d, cats))
+    return chunks, plain
+
+
+def _chunk_key(chunk: list[tuple[str, list[str]]]) -> pl.Expr:
+    """Mixed radix of the chunk's category codes, null as the code after the last category."""
+    key = None
+    for d, cats in chunk:
+        code = pl.col(d).to_physical().cast(pl.UInt32).fill_null(len(cats))
+        key = code if key is None else key * (len(cats) + 1) + code
+    assert key is not None  # a chunk has at least one dimension
+    return key
+
+
+def _split_chunk(chunk: list[tuple[str, list[str]]], keys: list[int],
+                 ors: dict[str, list[int]]) -> dict[str, tuple[list[Any], dict[str, list[int]]]]:
+    """Per dimension of a chunk: its values and, per word, the OR over the combined keys holding each value."""
+    out = {}
+    stride = 1
+    for d, cats in reversed(chunk):
+        acc: dict[int, dict[str, int]] = {}
+        for r, key in enumerate(keys):
+            words = acc.setdefault(key // stride % (len(cats) + 1), dict.fromkeys(ors, 0))
+            for n, col in ors.items():
+                words[n] |= col[r]
+        out[d] = ([cats[code] if code < len(cats) else None for code in acc],
+                  {n: [words[n] for words in acc.values()] for n in ors})
+        stride *= len(cats) + 1
+    return out
+
+
+def _plan(frame: Frame, claim: Claim, dims: list[str], swept: bool) -> Verdict | tuple[pl.LazyFrame | None, _Job, str]:
+    """A claim's verdict when it needs no data, else what to tally: the frame (None: the results frame), the
+    job and what the claim needs (for "this grid has no ...")."""
     if not claim.computable:
         return Verdict(claim, "not computable", "-", 0, 0, "",
                        f"capacity arithmetic cannot settle a {claim.kind} claim; {claim.settle}")
@@ -366,14 +500,21 @@ def _plan(frame: Frame, claim: Claim, dims: list[str], swept: bool) -> Verdict |
     cond = _applies(frame, claim)
     if claim.pair:
         need = f"points with {claim.pair['dimension']} = {' and '.join(claim.pair['over'])}"
-    if cond is None:
+    if cond is None or _never(frame, claim):
         return Verdict(claim, "not applicable", "-", 0, 0, "", f"this grid has no {need}")
+    lazy: pl.LazyFrame | None = None
     if claim.pair:
-        value = pl.col("value")  # finite wherever a pair exists: a column mask, so its sum counts rows
-        lazy, mask = _pair_frame(frame, claim, cond, dims, swept).lazy(), value.is_not_null()
+        keys = _pair_keys(frame, claim, dims, swept)
+        paired = _pair_by_position(frame, claim, cond, keys)
+        if paired is None:
+            value = pl.col("value")  # finite wherever a pair exists: a column mask, so its sum counts rows
+            lazy, mask = _pair_frame(frame, claim, cond, dims, keys).lazy(), value.is_not_null()
+        else:
+            first, value = paired
+            mask = first & value.is_finite()
     else:
         value = pl.col(claim.metric).cast(pl.Float64)
-        lazy, mask = frame.df.lazy(), cond & value.is_not_null()
+        mask = cond & value.is_not_null()
     shown = None if claim.pair else pl.col(claim.metric)
     counted = frame.helper("_several_lengths") if claim.over_lengths else None
     return lazy, _Job(claim, mask, value, shown, counted=counted), need
@@ -430,7 +571,7 @@ def _judge_many(frame: Frame, claims: list[Claim], dims: list[str] | None,
             out.append(planned)
             continue
         lazy, job, need = planned
-        if claim.pair:
+        if lazy is not None:
             out.append(_verdict(claim, _tally_many(lazy, [job], dims)[0], dims, need))
         else:
             out.append(None)
@@ -459,7 +600,7 @@ def _joint_claim(members: list[Claim]) -> Claim:
 def _joint_job(frame: Frame, members: list[Claim]) -> Verdict | _Job:
     joint = _joint_claim(members)
     conds = [_applies(frame, c) for c in members]
-    if any(c is None for c in conds) or any(c.pair for c in members):
+    if any(c is None for c in conds) or any(_never(frame, c) or c.pair for c in members):
         return Verdict(joint, "not applicable", "-", 0, 0, "", "this grid has no configuration both apply to")
     mask, ok = pl.lit(True), pl.lit(True)
     for claim, cond in zip(members, conds, strict=True):
