@@ -207,10 +207,17 @@ def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int) -> pl.DataFr
         (m.top_k(k).min() if desc[0] else m.bottom_k(k).max()).alias("_kth"))
     wtype = frame.schema["workload"]
     if isinstance(wtype, pl.Enum):  # each point's threshold gathered by its workload's code: no join
-        table = kth.collect()
-        codes = table.get_column("workload").to_physical()
-        thr = pl.lit(pl.Series([None] * len(wtype.categories), dtype=table.schema["_kth"]).scatter(
-            codes, table.get_column("_kth"))).gather(pl.col("workload").to_physical())
+        code = pl.col("workload").to_physical()
+        if len(wtype.categories) <= 64:  # one filtered top-k per category (a few): cheaper than a group-by
+            one = [m.filter((code == i) & m.is_not_null()) for i in range(len(wtype.categories))]
+            firsts = frame.select([(v.top_k(k).min() if desc[0] else v.bottom_k(k).max()).alias(str(i))
+                                   for i, v in enumerate(one)]).row(0) if one else ()
+            series = pl.Series(firsts, dtype=frame.schema[metric])
+        else:
+            table = kth.collect()
+            series = pl.Series([None] * len(wtype.categories), dtype=table.schema["_kth"]).scatter(
+                table.get_column("workload").to_physical(), table.get_column("_kth"))
+        thr = pl.lit(series).gather(code)
         rows = frame.lazy().filter(m >= thr if desc[0] else m <= thr)
     else:
         rows = frame.lazy().join(kth, on="workload", how="inner").filter(
@@ -222,7 +229,75 @@ def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int) -> pl.DataFr
                              .alias("_w")).sort(["_w", *by], descending=[False, *desc]).drop("_w")
 
 
-def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
+DECISION_K = 8  # the decision reads each workload's best 8: the best, its ties and the runner-up
+
+
+class _Picks:
+    """The points several tables name, each search done once per report, on the few columns it reads (the row,
+    the objective, the workload or ``fits``); the columns a table shows are gathered for those rows afterwards.
+
+    * :meth:`best`: each workload's best by the objective over every point, searched once for
+      :data:`DECISION_K` (the decision of a grid without gates reads them; the headline its first ``each``,
+      which are the same rows in the same order: both orders are (objective, grid order));
+    * :meth:`chart`: a chart's best half and worst half that fit, searched once for :data:`CHART_POINTS` and
+      taken from it for smaller charts (the Mermaid chart), and :meth:`worst` (the headline's worst).  Only
+      when the grid has more than CHART_POINTS points and the objective no nulls (``charts``), else each
+      table searches as :func:`_chart_points` does."""
+
+    def __init__(self, spec: GridSpec, df: pl.DataFrame) -> None:
+        self.spec, self.df = spec, df
+        by, desc = _order(spec)
+        self.metric, self.desc = by[0], desc[0]
+        self.charts = df.height > CHART_POINTS and df.get_column(self.metric).null_count() == 0
+        self._best: tuple[int, pl.DataFrame] | None = None
+        self._chart: tuple[pl.DataFrame, pl.DataFrame] | None = None
+
+    def rows(self, picked: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+        """The rows of ``df.select(cols).with_row_index("_row")`` that ``picked`` names by ``_row``, in its order."""
+        idx = picked.get_column("_row")
+        return pl.DataFrame([idx]).hstack(self.df.select(cols).gather(idx))
+
+    def best(self, k: int) -> pl.DataFrame:
+        """:func:`_best_per_workload` of every point, as ``_row``, ``workload`` and the objective."""
+        if self._best is None or self._best[0] < k:
+            narrow = self.df.select("workload", self.metric).with_row_index("_row")
+            self._best = (max(k, DECISION_K), _best_per_workload(self.spec, narrow, max(k, DECISION_K)))
+        found, best = self._best
+        return best if k == found else best.group_by("workload", maintain_order=True).head(k)
+
+    def chart(self, limit: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The best ``limit // 2`` points and the worst ``limit // 2`` that fit, the best left out of the worst
+        (``_row``, the objective, ``fits``), each in its own order as :func:`_chart_points` finds them.
+
+        For a smaller half h the best are the first h of CHART_POINTS' best (the same order), and the worst are
+        the first h of the points that fit and are not among those h best: either among CHART_POINTS' worst
+        (its first h of the points outside its best) or among its best after the first h."""
+        if self._chart is None:
+            narrow = self.df.select(self.metric, "fits").with_row_index("_row")
+            half = CHART_POINTS // 2
+            top = _first_k(narrow, half, self.metric, self.desc, False)
+            bottom = _first_k(narrow, half, self.metric, not self.desc, True,
+                              pl.col("fits") & ~pl.col("_row").is_in(top.get_column("_row").implode()))
+            self._chart = (top, bottom)
+        top, bottom = self._chart
+        h = limit // 2
+        assert h <= top.height
+        return (top, bottom) if h == top.height else (top.head(h), self._worst(h, top.slice(h)))
+
+    def worst(self, k: int) -> pl.DataFrame:
+        """The first ``k`` points that fit in the order (objective reversed, later point first): ``_first_k`` with
+        the ``fits`` mask, from the chart's halves (k <= CHART_POINTS // 2)."""
+        top, _ = self.chart(CHART_POINTS)
+        return self._worst(k, top)
+
+    def _worst(self, k: int, more: pl.DataFrame) -> pl.DataFrame:
+        _, bottom = self.chart(CHART_POINTS)
+        assert k <= CHART_POINTS // 2
+        return pl.concat([bottom, more.filter(pl.col("fits"))]).sort(
+            [self.metric, "_row"], descending=[not self.desc, True]).head(k)
+
+
+def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | None = None) -> dict[str, Any]:
     """One or two computed sentences: what passes, the best per workload, its margin, the runner-up."""
     o = spec.objective
     cols = list(dict.fromkeys(["id", "workload", "paged_requests", "gpus", *labels.data_columns, o.metric]))
@@ -239,7 +314,8 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
         head = f"No gates in this grid: all {frame.height:,} configurations are candidates."
     by, desc = _order(spec)
     lines = []
-    tops = _best_per_workload(spec, passing, 8)
+    tops = picks.rows(picks.best(DECISION_K), frame.columns[1:]) if picks is not None and not spec.gates else \
+        _best_per_workload(spec, passing, DECISION_K)
     for w in _workloads(frame):
         top = tops.filter(pl.col("workload").cast(pl.Utf8) == w).to_dicts()
         if not top:
@@ -354,7 +430,7 @@ def _gates(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> list[list[str]]:
 
 # --- tables --------------------------------------------------------------------------------------
 
-def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
+def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | None = None) -> dict[str, Any]:
     """The points by the objective: every point of a small grid (per workload), else the best and the worst
     that fit.  Label columns with one value everywhere are stated once above the table."""
     gpus = df.get_column("gpus")
@@ -385,10 +461,15 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
         shown = [ordered.sort(["_w", *by], descending=[False, *desc], nulls_last=True)]
     else:
         each = max(2, HEADLINE_EACH // len(_workloads(narrow)))  # per workload: 2k and 128k do not compare
-        worst = _first_k(narrow, HEADLINE_WORST, by[0], not desc[0], True, pl.col("fits")) \
-            if narrow.get_column(by[0]).null_count() == 0 else \
-            narrow.filter(pl.col("fits")).bottom_k(HEADLINE_WORST, by=by, reverse=reverse)
-        shown = [_best_per_workload(spec, narrow, each), worst.sort(by, descending=desc, nulls_last=True)]
+        shared = picks is not None and not spec.gates  # searched once for the decision and the charts
+        if shared and picks.charts:  # type: ignore[union-attr]
+            worst = picks.rows(picks.worst(HEADLINE_WORST), cols)  # type: ignore[union-attr]
+        elif narrow.get_column(by[0]).null_count() == 0:
+            worst = _first_k(narrow, HEADLINE_WORST, by[0], not desc[0], True, pl.col("fits"))
+        else:
+            worst = narrow.filter(pl.col("fits")).bottom_k(HEADLINE_WORST, by=by, reverse=reverse)
+        best = picks.rows(picks.best(each), cols) if shared else _best_per_workload(spec, narrow, each)  # type: ignore[union-attr]
+        shown = [best, worst.sort(by, descending=desc, nulls_last=True)]
     every = pl.concat(shown)
     varying, constant = [], []
     for c in labels.columns:
@@ -413,52 +494,90 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
                      if unfit else ""}
 
 
-def _pair_key(df: pl.DataFrame, col: str) -> list[pl.Expr]:
+U32 = 1 << 32
+
+
+def _pair_key(df: pl.DataFrame, col: str, bounds: tuple[Any, Any] | None = None) -> list[pl.Expr]:
     """Group keys for (``col``, workload): one integer ``code x workloads + workload code`` where that is exact
-    (an Enum's codes or non-negative integers small enough, no nulls): polars groups one integer key about twice
-    as fast as two columns, with the same groups in the same order of first appearance.  Else the two columns."""
+    (an Enum's codes or integers, no nulls): polars groups one integer key about twice as fast as two columns,
+    with the same groups in the same order of first appearance.  Else the two columns.
+
+    The key is a UInt32 (hashed about a quarter faster than an Int64) where every pair's number stays below 2^32:
+    an Enum's codes, or an integer's offset from the column's minimum ``(value - lo)`` when ``(hi - lo) x
+    workloads + (workloads - 1) < 2^32``.  Else an Int64 ``value x workloads + workload code`` for non-negative
+    integers below 2^62 / workloads.  ``bounds``: the column's (min, max) when already known."""
     wtype, ctype = df.schema["workload"], df.schema[col]
     pair = [pl.col(col), pl.col("workload")]
     if not isinstance(wtype, pl.Enum) or df.get_column(col).null_count() or df.get_column("workload").null_count():
         return pair
     n = max(1, len(wtype.categories))
-    workload = pl.col("workload").to_physical().cast(pl.Int64)
     if isinstance(ctype, pl.Enum):
-        return [(pl.col(col).to_physical().cast(pl.Int64) * n + workload).alias("_key")]
+        if len(ctype.categories) * n <= U32:
+            return [(pl.col(col).to_physical().cast(pl.UInt32) * n
+                     + pl.col("workload").to_physical().cast(pl.UInt32)).alias("_key")]
+        return [(pl.col(col).to_physical().cast(pl.Int64) * n
+                 + pl.col("workload").to_physical().cast(pl.Int64)).alias("_key")]
     if ctype.is_integer() and df.height:
-        lo, hi = df.select(pl.col(col).min().alias("lo"), pl.col(col).max().alias("hi")).row(0)
+        lo, hi = bounds or df.select(pl.col(col).min().alias("lo"), pl.col(col).max().alias("hi")).row(0)
+        if (hi - lo) * n + (n - 1) < U32:  # every pair's number fits 32 bits, each pair apart
+            return [((pl.col(col) - lo).cast(pl.UInt32) * n
+                     + pl.col("workload").to_physical().cast(pl.UInt32)).alias("_key")]
         if lo >= 0 and hi < (1 << 62) // n:  # hi x n + (n - 1) stays below 2^62: no overflow, each pair apart
-            return [(pl.col(col).cast(pl.Int64) * n + workload).alias("_key")]
+            return [(pl.col(col).cast(pl.Int64) * n + pl.col("workload").to_physical().cast(pl.Int64)).alias("_key")]
     return pair
 
 
 def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
     """For every swept dimension: median paged requests per value, per workload (a median over workloads of 2k
-    and 128k tokens would mean nothing); for models also the median paged / contiguous ratio."""
+    and 128k tokens would mean nothing); for models also the median paged / contiguous ratio.
+
+    One pass first reads every integer dimension's range, the paged requests' range and whether a ratio is NaN
+    or infinite.  Paged requests between 0 and 2^32 are grouped as UInt32 (exact: the same values, so the same
+    medians as floats).  The models' ratio median is taken in the models' own group-by when every ratio is
+    finite or null (polars' median then equals the value-count median of :func:`_range_median`, which is kept
+    for NaN and infinities)."""
     workloads = _workloads(df)
     dims = [c for c in labels.swept if c != "workload"]  # the GPU and the TP degree apart: fewer rows
-    narrow = df.lazy().select(*dims, "workload", "paged_requests", "request_capacity_ratio")
+    ints = [c for c in dims if df.schema[c].is_integer() and not isinstance(df.schema[c], pl.Enum)]
+    paged, ratio = pl.col("paged_requests"), pl.col("request_capacity_ratio")
+    rtype = df.schema["request_capacity_ratio"]
+    probe = [x for c in ints for x in (pl.col(c).min(), pl.col(c).max())] + [paged.min(), paged.max()] + (
+        [(ratio.is_nan() | ratio.is_infinite()).any()] if rtype.is_float() else [])
+    seen = df.select([e.alias(str(i)) for i, e in enumerate(probe)]).row(0) if df.height else ()
+    bounds = {c: (seen[2 * i], seen[2 * i + 1]) for i, c in enumerate(ints)}
+    plo, phi = seen[2 * len(ints):2 * len(ints) + 2] if seen else (None, None)
+    if plo is not None and plo >= 0 and phi < U32 and df.schema["paged_requests"].is_integer():
+        paged = paged.cast(pl.UInt32)
+    odd_ratio = bool(seen[-1]) if seen and rtype.is_float() else False
+    lazy = df.lazy()
     queries = []
+    joined = False  # the models' ratio median taken in their paged-requests group-by
     for col in dims:
-        key = _pair_key(df, col)
+        key = _pair_key(df, col, bounds.get(col))
         named = [] if len(key) == 2 else [pl.col(col).first(), pl.col("workload").first()]
-        queries.append(narrow.group_by(*key, maintain_order=True).agg(
-            *named, pl.col("paged_requests").median().alias("med")).select(col, "workload", "med"))
-    # the models' ratio medians from value counts (few distinct ratios per model and workload)
-    queries.append(_range_median(narrow, ["model", "workload"], "request_capacity_ratio", ("_lo", "_hi", "ratio"))
-                   if "model" in dims else pl.LazyFrame({"model": [], "workload": [], "ratio": []}))
+        extra = []
+        if col == "model" and not odd_ratio:
+            extra, joined = [ratio.median().alias("ratio")], True
+        queries.append(lazy.group_by(*key, maintain_order=True).agg(
+            *named, paged.median().alias("med"), *extra).select(col, "workload", "med", *(["ratio"] if extra else [])))
+    # else the models' ratio medians from value counts (few distinct ratios per model and workload)
+    queries.append(_range_median(lazy, ["model", "workload"], "request_capacity_ratio", ("_lo", "_hi", "ratio"))
+                   if "model" in dims and not joined else pl.LazyFrame({"model": [], "workload": [], "ratio": []}))
     *results, model_ratio = pl.collect_all(queries)  # in parallel
-    ratios = {(str(m), str(w)): r for m, w, r in model_ratio.select("model", "workload", "ratio").iter_rows()}
+    if joined:
+        model_ratio = results[dims.index("model")]
+    ratios = {(str(m), str(w)): r for m, w, r in model_ratio.select("model", "workload", "ratio").iter_rows()
+              if r is not None}
     tables = []
     for col, stats in zip(dims, results, strict=True):
         values = stats.get_column(col).unique(maintain_order=True)  # groups in order: the values as they appear
         if values.len() < 2:
             continue
         cells: dict[Any, dict[str, str]] = {}
-        for r in stats.iter_rows(named=True):
-            value = ratios.get((str(r[col]), str(r["workload"]))) if col == "model" else None
-            ratio = "" if value is None else f" ({ratio_text(value)})"
-            cells.setdefault(r[col], {})[str(r["workload"])] = f"{r['med']:,.0f}{ratio}"
+        for v, w, med, *_ in stats.iter_rows():
+            value = ratios.get((str(v), str(w))) if col == "model" else None
+            text = "" if value is None else f" ({ratio_text(value)})"
+            cells.setdefault(v, {})[str(w)] = f"{med:,.0f}{text}"
         rows = [[cell(col, v), *[cells[v].get(w, "-") for w in workloads]] for v in values.to_list()]
         tables.append({"dimension": "GPU" if col == "gpu" else HEADERS[col], "rows": rows})
     return {"workloads": workloads, "tables": tables}
@@ -498,11 +617,15 @@ def _groups(df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
     return {"headers": [HEADERS[c] for c in labels.columns] + GROUP_HEADERS, "rows": rows, "total": total}
 
 
-def _chart_points(spec: GridSpec, df: pl.DataFrame, labels: Labels, limit: int) -> tuple[pl.DataFrame, str]:
+def _chart_points(spec: GridSpec, df: pl.DataFrame, labels: Labels, limit: int,
+                  picks: _Picks | None = None) -> tuple[pl.DataFrame, str]:
     """Up to ``limit`` points for a chart, by the objective: the best half and the worst half of those that fit
     (a point without KV memory says nothing on a chart), and a note saying how many were left out."""
     by, desc = _order(spec)
     cols = list(dict.fromkeys(["id", *labels.data_columns, "paged_requests", "contiguous_requests", by[0], "fits"]))
+    if picks is not None and picks.charts and limit <= CHART_POINTS:
+        top, bottom = (picks.rows(half, cols) for half in picks.chart(limit))
+        return _chart_note(df, top, bottom, by, desc)
     narrow = df.select(cols).with_row_index("_row")
     if narrow.height <= limit:
         return narrow.sort(by, descending=desc, nulls_last=True), ""
@@ -517,17 +640,22 @@ def _chart_points(spec: GridSpec, df: pl.DataFrame, labels: Labels, limit: int) 
         top = narrow.top_k(half, by=by, reverse=reverse)
         bottom = narrow.filter(fits & ~pl.col("_row").is_in(top.get_column("_row").implode())).bottom_k(
             half, by=by, reverse=reverse)
+    return _chart_note(df, top, bottom, by, desc)
+
+
+def _chart_note(df: pl.DataFrame, top: pl.DataFrame, bottom: pl.DataFrame, by: list[str],
+                desc: list[bool]) -> tuple[pl.DataFrame, str]:
     picked = pl.concat([top, bottom]).sort(by, descending=desc, nulls_last=True)
-    unfit = narrow.height - int(narrow.get_column("fits").sum())
+    unfit = df.height - int(df.get_column("fits").sum())
     return picked, (f"the {top.height} best and the {bottom.height} worst that fit by {by[0]}; "
-                    f"{narrow.height - picked.height:,} of {narrow.height:,} points left out"
+                    f"{df.height - picked.height:,} of {df.height:,} points left out"
                     + (f" ({unfit:,} leave no KV memory)" if unfit else ""))
 
 
-def _mermaid(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
+def _mermaid(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | None = None) -> dict[str, Any]:
     """Data for a GitHub-rendered ``xychart-beta``: paged (bars) and contiguous (line) requests, x labels from
     the swept dimensions' values (their order named under the chart)."""
-    picked, note = _chart_points(spec, df, labels, MERMAID_POINTS)
+    picked, note = _chart_points(spec, df, labels, MERMAID_POINTS, picks)
     rows = list(picked.iter_rows(named=True))
     constant = tuple(c for c in labels.columns if len({labels.part(c, r) for r in rows}) == 1 and len(rows) > 1)
     order = ", ".join(HEADERS[c] for c in labels.columns if c not in constant)
@@ -811,6 +939,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
     (being judged in another thread: it is waited for only after every other table is built)."""
     df = expanded.frame
     labels = Labels(spec, df)
+    picks = _Picks(spec, df)
     n = df.height
     ctx = {
         "title": spec.title,
@@ -824,7 +953,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "results": results,
         "results_note": (f"Parquet: the grid has more than {PARQUET_ABOVE:,} points (--csv writes CSV)"
                          if results.endswith(".parquet") else ""),
-        "decision": _decision(spec, df, labels),
+        "decision": _decision(spec, df, labels, picks),
         "gates": _gates(spec, df, labels),
         "mechanism": _mechanism(spec, df),
         "label_names": labels.names,
@@ -835,9 +964,9 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
                        + ("" if w.finals == w.lengths else f" (final {', '.join(f'{x:,}' for x in w.finals)})"),
                        f"{w.max_reserved:,}", f"{w.prefix:,}", w.description] for w in spec.workloads.values()],
         "dimensions": _dimensions(spec),
-        "headline": _headline(spec, df, labels),
+        "headline": _headline(spec, df, labels, picks),
         "groups": _groups(df, labels),
-        "mermaid": _mermaid(spec, df, labels),
+        "mermaid": _mermaid(spec, df, labels, picks),
         "sensitivity": _sensitivity(spec, df, labels),
         "waste": _waste(df, spec),
         "charts": charts_for(spec),
@@ -915,7 +1044,7 @@ def _write(path: Path, text: str) -> None:
 def write_charts(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
     labels = Labels(spec, df)
     # 1. paged vs contiguous requests, points named by the swept dimensions
-    picked, note = _chart_points(spec, df, labels, CHART_POINTS)
+    picked, note = _chart_points(spec, df, labels, CHART_POINTS, _Picks(spec, df))
     rows = list(picked.iter_rows(named=True))
     values = [v for r in rows for v in (r["paged_requests"], r["contiguous_requests"]) if v and v > 0]
     log = bool(values) and max(values) / min(values) > 100
