@@ -111,12 +111,14 @@ DTYPES = pl.Enum(["bf16", "fp8", "int8"])
 @st.composite
 def dimension_frames(draw: st.DrawFn) -> tuple[pl.DataFrame, str]:
     """A workload column and one dimension column: an Enum, small integers, integers near the 2^62 / workloads
-    limit of one combined key, negative integers, or with nulls (the last three keep the two-column key)."""
+    limit of one combined key, small negative integers, negative and positive integers 2^62 apart, or with
+    nulls (the last two keep the two-column key)."""
     n = draw(st.integers(1, 60))
-    kind = draw(st.sampled_from(["enum", "small", "huge", "negative", "nulls"]))
+    kind = draw(st.sampled_from(["enum", "small", "huge", "negative", "wide", "nulls"]))
     values = {"enum": st.sampled_from(DTYPES.categories.to_list()), "small": st.integers(0, 5),
               "huge": st.sampled_from([0, (1 << 62) // 3 - 1, (1 << 62) // 3, 2**63 - 1]),
-              "negative": st.integers(-3, 3), "nulls": st.one_of(st.none(), st.integers(0, 3))}[kind]
+              "negative": st.integers(-3, 3), "wide": st.sampled_from([-(2**62), 0, 2**62]),
+              "nulls": st.one_of(st.none(), st.integers(0, 3))}[kind]
     column = pl.Series("d", draw(st.lists(values, min_size=n, max_size=n)),
                        dtype=DTYPES if kind == "enum" else pl.Int64)
     return pl.DataFrame({
