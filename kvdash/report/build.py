@@ -534,15 +534,15 @@ def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, 
     One pass first reads every integer dimension's range, the paged requests' range and whether a ratio is NaN
     or infinite.  Paged requests between 0 and 2^32 are grouped as UInt32 (exact: the same values, so the same
     medians as floats).  The models' ratio median is taken in the models' own group-by when every ratio is
-    finite or null (polars' median then equals the value-count median of :func:`_range_median`, which is kept
-    for NaN and infinities)."""
+    finite or null and none is -0.0 (polars' median then equals the value-count median of :func:`_range_median`,
+    which is kept for NaN, infinities and -0.0: 1 / -0.0 = -inf finds it)."""
     workloads = _workloads(df)
     dims = [c for c in labels.swept if c != "workload"]  # the GPU and the TP degree apart: fewer rows
     ints = [c for c in dims if df.schema[c].is_integer() and not isinstance(df.schema[c], pl.Enum)]
     paged, ratio = pl.col("paged_requests"), pl.col("request_capacity_ratio")
     rtype = df.schema["request_capacity_ratio"]
     probe = [x for c in ints for x in (pl.col(c).min(), pl.col(c).max())] + [paged.min(), paged.max()] + (
-        [(ratio.is_nan() | ratio.is_infinite()).any()] if rtype.is_float() else [])
+        [(ratio.is_nan() | ratio.is_infinite() | (1.0 / ratio == float("-inf"))).any()] if rtype.is_float() else [])
     seen = df.select([e.alias(str(i)) for i, e in enumerate(probe)]).row(0) if df.height else ()
     bounds = {c: (seen[2 * i], seen[2 * i + 1]) for i, c in enumerate(ints)}
     plo, phi = seen[2 * len(ints):2 * len(ints) + 2] if seen else (None, None)
