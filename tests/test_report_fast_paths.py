@@ -149,3 +149,107 @@ def test_one_integer_key_groups_as_the_two_columns(case):
     got = df.group_by(*key, maintain_order=True).agg(*named, pl.col("m").median()).select("d", "workload", "m")
     plain = df.group_by("d", "workload", maintain_order=True).agg(pl.col("m").median())
     assert plain.equals(got)
+
+
+MANY = pl.Enum([f"w{i}" for i in range(70)])  # more than 64 categories: the thresholds by one group-by
+
+
+@given(frames(), st.integers(1, 8), st.booleans())
+def test_best_per_workload_with_many_workload_categories(df, k, maximize):
+    """Each workload's k-th best found by a group-by (an Enum of 70 categories) instead of one filtered top-k per
+    category: the same head of each workload's full sort, workloads in the Enum's order."""
+    df = df.with_columns(pl.col("workload").cast(pl.Utf8).replace({"rag": "w69", "long": "w3", "chat": "w0"})
+                         .cast(MANY))
+    got = _best_per_workload(_Spec(_Objective("m", maximize)), df, k)  # type: ignore[arg-type]
+    plain = [df.filter((pl.col("workload") == w) & pl.col("m").is_not_null())
+             .sort(["m", "_row"], descending=[maximize, False]).head(k) for w in MANY.categories]
+    assert pl.concat(plain).equals(got)
+
+
+@st.composite
+def grids(draw: st.DrawFn) -> pl.DataFrame:
+    """More points than CHART_POINTS (24), objective values from a few integers (ties), some points unfit."""
+    n = draw(st.integers(25, 70))
+    return pl.DataFrame({
+        "workload": pl.Series(draw(st.lists(st.sampled_from(WORKLOADS.categories.to_list()), min_size=n,
+                                            max_size=n)), dtype=WORKLOADS),
+        "m": pl.Series(draw(st.lists(st.integers(0, 5), min_size=n, max_size=n)), dtype=pl.Float64),
+        "fits": draw(st.lists(st.booleans(), min_size=n, max_size=n)),
+        "id": [f"p{i}" for i in range(n)],
+    })
+
+
+@given(grids(), st.booleans())
+def test_one_chart_search_gives_every_chart_and_the_headline(df, maximize):
+    """The report searches the chart's points once for CHART_POINTS (24) and takes the smaller charts from it.
+    Plain definitions on every point (``rows``: the point's order in the grid):
+
+    * a chart of L points: its best L/2 are the first L/2 by (objective, row) best first; its worst L/2 are the
+      first L/2 of the points that fit and are not among those best, by (objective reversed, later row first);
+    * the headline's worst 2: the first 2 of the points that fit in that same reversed order;
+    * the headline's best ``each`` per workload: the first ``each`` of the decision's best 8 per workload.
+    """
+    from kvdash.report.build import CHART_POINTS, HEADLINE_WORST, MERMAID_POINTS, _Picks
+
+    spec = _Spec(_Objective("m", maximize))
+    picks = _Picks(spec, df)  # type: ignore[arg-type]
+    assert picks.charts
+    rows = df.with_row_index("_row").select("_row", "m", "fits")
+    for limit in (CHART_POINTS, MERMAID_POINTS, 2):
+        half = limit // 2
+        top = rows.sort(["m", "_row"], descending=[maximize, False]).head(half)
+        bottom = rows.filter(pl.col("fits") & ~pl.col("_row").is_in(top.get_column("_row").implode())) \
+            .sort(["m", "_row"], descending=[not maximize, True]).head(half)
+        got_top, got_bottom = picks.chart(limit)
+        assert got_top.equals(top) and got_bottom.equals(bottom), limit
+    worst = rows.filter(pl.col("fits")).sort(["m", "_row"], descending=[not maximize, True]).head(HEADLINE_WORST)
+    assert picks.worst(HEADLINE_WORST).equals(worst)
+    wide = df.with_row_index("_row")
+    for each in (2, 6, 8):
+        plain = _best_per_workload(spec, wide, each)  # type: ignore[arg-type]
+        assert picks.rows(picks.best(each), ["workload", "m", "fits", "id"]).equals(plain)
+
+
+MODELS = pl.Enum(["m1", "m2", "m3"])
+
+
+@st.composite
+def model_frames(draw: st.DrawFn) -> pl.DataFrame:
+    """Models x workloads with paged requests (small integers, ties) and ratios that may be null, and sometimes
+    NaN, infinite or -0.0 (where the models' ratio median keeps the value-count path)."""
+    n = draw(st.integers(1, 40))
+    ratio = st.one_of(st.none(), st.sampled_from([0.0, 0.5, 1.25, 2.0, 3.0]),
+                      st.sampled_from([-0.0, float("nan"), float("inf")]) if draw(st.booleans()) else st.none())
+    return pl.DataFrame({
+        "model": pl.Series(draw(st.lists(st.sampled_from(MODELS.categories.to_list()), min_size=n, max_size=n)),
+                           dtype=MODELS),
+        "workload": pl.Series(draw(st.lists(st.sampled_from(WORKLOADS.categories.to_list()), min_size=n,
+                                            max_size=n)), dtype=WORKLOADS),
+        "paged_requests": pl.Series(draw(st.lists(st.integers(0, 6), min_size=n, max_size=n)), dtype=pl.Int64),
+        "request_capacity_ratio": pl.Series(draw(st.lists(ratio, min_size=n, max_size=n)), dtype=pl.Float64),
+    })
+
+
+@given(model_frames())
+def test_models_ratio_median_in_their_group_by_equals_value_counts(df):
+    """The sensitivity table's model rows: per (model, workload) polars' median of paged requests and, in
+    brackets, the value-count median of the ratio (:func:`_range_median`, nulls left out): taken in the models'
+    own group-by when no ratio is NaN, infinite or -0.0, and by value counts otherwise; the same text."""
+    from types import SimpleNamespace
+
+    from kvdash.report.build import _sensitivity
+    from kvdash.units import ratio_text
+
+    got = _sensitivity(None, df, SimpleNamespace(swept=["model", "workload"]))  # type: ignore[arg-type]
+    paged = {(m, w): v for m, w, v in df.group_by("model", "workload").agg(
+        pl.col("paged_requests").median()).iter_rows()}
+    ratios = {(m, w): v for m, w, v in _range_median(df.lazy(), ["model", "workload"], "request_capacity_ratio",
+                                                     ("lo", "hi", "med")).select("model", "workload", "med")
+              .collect().iter_rows()}
+    workloads = [w for w in WORKLOADS.categories if w in set(df.get_column("workload").to_list())]
+    models = list(dict.fromkeys(df.get_column("model").to_list()))
+    rows = [[m, *[f"{paged[(m, w)]:,.0f}" + (f" ({ratio_text(ratios[(m, w)])})" if ratios.get((m, w)) is not None
+                                             else "") if (m, w) in paged else "-" for w in workloads]]
+            for m in models]
+    assert got["workloads"] == workloads
+    assert got["tables"] == ([{"dimension": "model", "rows": rows}] if len(models) > 1 else [])
