@@ -230,26 +230,85 @@ def model_frames(draw: st.DrawFn) -> pl.DataFrame:
     })
 
 
+def plain_sensitivity(df: pl.DataFrame, dims: list[str]) -> dict[str, object]:
+    """The sensitivity tables by their definition: per (value, workload) polars' median of paged requests and,
+    for models, in brackets the value-count median of the ratio (:func:`_range_median`, nulls left out); values
+    in the order they appear, workloads in the Enum's order, "-" for a pair without points."""
+    from kvdash.report.build import HEADERS, cell
+    from kvdash.units import ratio_text
+
+    workloads = [w for w in df.schema["workload"].categories if w in set(df.get_column("workload").to_list())]
+    ratios = {(m, w): v for m, w, v in _range_median(df.lazy(), ["model", "workload"], "request_capacity_ratio",
+                                                     ("lo", "hi", "med")).select("model", "workload", "med")
+              .collect().iter_rows()} if "model" in dims else {}
+    tables = []
+    for d in dims:
+        med = {(v, w): m for v, w, m in df.group_by(d, "workload").agg(pl.col("paged_requests").median()).iter_rows()}
+        values = list(dict.fromkeys(df.get_column(d).to_list()))
+        if len(values) < 2:
+            continue
+        rows = [[cell(d, v), *[f"{med[(v, w)]:,.0f}" + (f" ({ratio_text(ratios[(v, w)])})"
+                                                         if d == "model" and ratios.get((v, w)) is not None else "")
+                               if (v, w) in med else "-" for w in workloads]] for v in values]
+        tables.append({"dimension": HEADERS[d], "rows": rows})
+    return {"workloads": workloads, "tables": tables}
+
+
 @given(model_frames())
 def test_models_ratio_median_in_their_group_by_equals_value_counts(df):
-    """The sensitivity table's model rows: per (model, workload) polars' median of paged requests and, in
-    brackets, the value-count median of the ratio (:func:`_range_median`, nulls left out): taken in the models'
-    own group-by when no ratio is NaN, infinite or -0.0, and by value counts otherwise; the same text."""
+    """The sensitivity table's model rows: per (model, workload) polars' median of paged requests and the
+    ratio's value-count median, taken in the models' own group-by when no ratio is NaN, infinite or -0.0, and
+    by value counts otherwise: the same text as the definition (:func:`plain_sensitivity`)."""
     from types import SimpleNamespace
 
     from kvdash.report.build import _sensitivity
-    from kvdash.units import ratio_text
 
     got = _sensitivity(None, df, SimpleNamespace(swept=["model", "workload"]))  # type: ignore[arg-type]
-    paged = {(m, w): v for m, w, v in df.group_by("model", "workload").agg(
-        pl.col("paged_requests").median()).iter_rows()}
-    ratios = {(m, w): v for m, w, v in _range_median(df.lazy(), ["model", "workload"], "request_capacity_ratio",
-                                                     ("lo", "hi", "med")).select("model", "workload", "med")
-              .collect().iter_rows()}
-    workloads = [w for w in WORKLOADS.categories if w in set(df.get_column("workload").to_list())]
-    models = list(dict.fromkeys(df.get_column("model").to_list()))
-    rows = [[m, *[f"{paged[(m, w)]:,.0f}" + (f" ({ratio_text(ratios[(m, w)])})" if ratios.get((m, w)) is not None
-                                             else "") if (m, w) in paged else "-" for w in workloads]]
-            for m in models]
-    assert got["workloads"] == workloads
-    assert got["tables"] == ([{"dimension": "model", "rows": rows}] if len(models) > 1 else [])
+    assert got == plain_sensitivity(df, ["model"])
+
+
+@st.composite
+def block_grids(draw: st.DrawFn) -> tuple[pl.DataFrame, bool]:
+    """A grid as ``expand`` writes it: models x block sizes x workloads, the workloads varying fastest (blocks
+    of one point per workload); paged requests and ratios drawn per point.  Sometimes two points swap their
+    block size or workload, so blocks are no longer whole (the per-point group-by then)."""
+    models = draw(st.lists(st.sampled_from(MODELS.categories.to_list()), min_size=1, max_size=3, unique=True))
+    sizes = draw(st.lists(st.sampled_from([8, 16, 32, 64]), min_size=1, max_size=3, unique=True))
+    loads = draw(st.lists(st.sampled_from(WORKLOADS.categories.to_list()), min_size=1, max_size=3, unique=True))
+    keys = [(m, b, w) for m in models for b in sizes for w in loads]
+    n = len(keys)
+    ratio = st.one_of(st.none(), st.sampled_from([0.5, 1.25, 2.0, 3.0]),
+                      st.sampled_from([-0.0, float("nan")]) if draw(st.booleans()) else st.none())
+    df = pl.DataFrame({
+        "model": pl.Series([k[0] for k in keys], dtype=MODELS),
+        "block_size": [k[1] for k in keys],
+        "workload": pl.Series([k[2] for k in keys], dtype=WORKLOADS),
+        "paged_requests": draw(st.lists(st.integers(0, 6), min_size=n, max_size=n)),
+        "request_capacity_ratio": pl.Series(draw(st.lists(ratio, min_size=n, max_size=n)), dtype=pl.Float64),
+    })
+    whole = True
+    if n > 1 and draw(st.booleans()):
+        col = draw(st.sampled_from(["block_size", "workload"]))
+        i, j = draw(st.integers(0, n - 1)), draw(st.integers(0, n - 1))
+        values = df.get_column(col).to_list()
+        values[i], values[j] = values[j], values[i]
+        df = df.with_columns(pl.Series(col, values, dtype=df.schema[col]))
+        whole = values == [k[1] if col == "block_size" else k[2] for k in keys]
+    return df, whole
+
+
+@given(block_grids())
+def test_sensitivity_from_workload_blocks_equals_the_definition(case):
+    """Where points come in blocks of one point per workload and every dimension is the same across a block,
+    the sensitivity medians come from one group-by of the blocks (workload j's from the j-th point of each
+    block); the text equals the definition (:func:`plain_sensitivity`), blocks whole or broken."""
+    from types import SimpleNamespace
+
+    from kvdash.report.build import _blocks, _sensitivity
+
+    df, whole = case
+    dims = ["model", "block_size"]
+    if whole:
+        assert _blocks(df, dims) is not None
+    got = _sensitivity(None, df, SimpleNamespace(swept=[*dims, "workload"]))  # type: ignore[arg-type]
+    assert got == plain_sensitivity(df, dims)

@@ -527,9 +527,40 @@ def _pair_key(df: pl.DataFrame, col: str, bounds: tuple[Any, Any] | None = None)
     return pair
 
 
+def _blocks(df: pl.DataFrame, dims: list[str]) -> list[int] | None:
+    """The workloads' Enum codes in block order when the points come in blocks of one point per workload (W
+    workloads, the same ones in the same order in every block: the grid's workloads varying fastest, as
+    ``expand`` writes a grid without ``exclude:`` rules) and every dimension in ``dims`` (Enums or integers, no
+    nulls) is the same on every point of a block.  Then the points of (value, workload ``j``) are the ``j``-th
+    points of the blocks of that value, and one group-by of the blocks serves every workload.  None otherwise
+    (checked on every point)."""
+    col = df.get_column("workload")
+    if not isinstance(col.dtype, pl.Enum) or col.null_count() or df.height == 0:
+        return None
+    n = len(_workloads(df))
+    first = col.head(n).to_physical().to_list()
+    if df.height % n or len(set(first)) != n:
+        return None
+    for d in dims:
+        t = df.schema[d]
+        if not (isinstance(t, pl.Enum) or t.is_integer()) or df.get_column(d).null_count():
+            return None
+    code = pl.col("workload").to_physical()
+    checks = [(code == pl.lit(pl.Series(first, dtype=col.to_physical().dtype)).gather(pl.int_range(pl.len()) % n))
+              .all().alias("_w")]
+    for d in dims if n > 1 else []:
+        block = (pl.col(d).to_physical() if isinstance(df.schema[d], pl.Enum) else pl.col(d)).reshape((-1, n))
+        checks.append((block.arr.min() == block.arr.max()).all().alias(d))
+    return first if all(df.select(checks).row(0)) else None
+
+
 def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
     """For every swept dimension: median paged requests per value, per workload (a median over workloads of 2k
     and 128k tokens would mean nothing); for models also the median paged / contiguous ratio.
+
+    Where the points come in workload blocks (:func:`_blocks`), one group-by of the blocks (a tenth of the
+    points for ten workloads) by each dimension's value takes every workload's median at once, workload ``j``'s
+    over the ``j``-th point of each block: the same points, so the same medians.
 
     One pass first reads every integer dimension's range, the paged requests' range and whether a ratio is NaN
     or infinite.  Paged requests between 0 and 2^32 are grouped as UInt32 (exact: the same values, so the same
@@ -538,6 +569,9 @@ def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, 
     which is kept for NaN, infinities and -0.0: 1 / -0.0 = -inf finds it)."""
     workloads = _workloads(df)
     dims = [c for c in labels.swept if c != "workload"]  # the GPU and the TP degree apart: fewer rows
+    blocks = _blocks(df, dims) if df.get_column("paged_requests").null_count() == 0 else None
+    if blocks is not None:
+        return {"workloads": workloads, "tables": _sensitivity_blocks(df, dims, blocks)}
     ints = [c for c in dims if df.schema[c].is_integer() and not isinstance(df.schema[c], pl.Enum)]
     paged, ratio = pl.col("paged_requests"), pl.col("request_capacity_ratio")
     rtype = df.schema["request_capacity_ratio"]
@@ -581,6 +615,48 @@ def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, 
         rows = [[cell(col, v), *[cells[v].get(w, "-") for w in workloads]] for v in values.to_list()]
         tables.append({"dimension": "GPU" if col == "gpu" else HEADERS[col], "rows": rows})
     return {"workloads": workloads, "tables": tables}
+
+
+def _sensitivity_blocks(df: pl.DataFrame, dims: list[str], blocks: list[int]) -> list[dict[str, Any]]:
+    n = len(blocks)
+    wtype = df.schema["workload"]
+    assert isinstance(wtype, pl.Enum)
+    names = [str(wtype.categories[c]) for c in blocks]
+    order = [names.index(w) for w in _workloads(df)]  # the table's workload columns, in the grid's order
+    ratio = pl.col("request_capacity_ratio")
+    odd_ratio = df.schema["request_capacity_ratio"].is_float() and df.select(
+        (ratio.is_nan() | ratio.is_infinite() | (1.0 / ratio == float("-inf"))).any()).item()
+    has_model = "model" in dims
+    wide = df.select(*[pl.col(d).gather_every(n) for d in dims], pl.col("paged_requests").reshape((-1, n)).alias("_p"),
+                     *([ratio.reshape((-1, n)).alias("_r")] if has_model and not odd_ratio else []))
+    wide = wide.select(*dims, *[pl.col("_p").arr.get(j).alias(f"_p{j}") for j in range(n)],
+                       *[pl.col("_r").arr.get(j).alias(f"_r{j}") for j in range(n) if "_r" in wide.columns])
+    lazy = wide.lazy()
+    queries = [lazy.group_by(d, maintain_order=True).agg(
+        *[pl.col(f"_p{j}").median() for j in range(n)],
+        *[pl.col(f"_r{j}").median() for j in range(n) if d == "model" and f"_r{j}" in wide.columns]) for d in dims]
+    if has_model and odd_ratio:  # the ratio's value-count median (NaN, infinities, -0.0)
+        queries.append(_range_median(df.lazy(), ["model", "workload"], "request_capacity_ratio", ("_lo", "_hi", "r")))
+    results = pl.collect_all(queries)
+    ratios: dict[tuple[str, int], float] = {}
+    if has_model and odd_ratio:
+        found = results[-1].select("model", "workload", "r").iter_rows()
+        ratios = {(str(m), names.index(str(w))): r for m, w, r in found if r is not None}
+    tables = []
+    for d, stats in zip(dims, results[:len(dims)], strict=True):
+        if stats.height < 2:
+            continue
+        rows = []
+        for r in stats.iter_rows():
+            if d == "model" and not odd_ratio:
+                ratios.update({(str(r[0]), j): r[1 + n + j] for j in range(n) if r[1 + n + j] is not None})
+            texts = []
+            for j in order:
+                value = ratios.get((str(r[0]), j)) if d == "model" else None
+                texts.append(f"{r[1 + j]:,.0f}" + ("" if value is None else f" ({ratio_text(value)})"))
+            rows.append([cell(d, r[0]), *texts])
+        tables.append({"dimension": "GPU" if d == "gpu" else HEADERS[d], "rows": rows})
+    return tables
 
 
 def _waste(df: pl.DataFrame, spec: GridSpec) -> list[list[str]]:
