@@ -545,13 +545,12 @@ def _blocks(df: pl.DataFrame, dims: list[str]) -> list[int] | None:
         t = df.schema[d]
         if not (isinstance(t, pl.Enum) or t.is_integer()) or df.get_column(d).null_count():
             return None
-    code = pl.col("workload").to_physical()
-    checks = [(code == pl.lit(pl.Series(first, dtype=col.to_physical().dtype)).gather(pl.int_range(pl.len()) % n))
-              .all().alias("_w")]
-    for d in dims if n > 1 else []:
-        block = (pl.col(d).to_physical() if isinstance(df.schema[d], pl.Enum) else pl.col(d)).reshape((-1, n))
-        checks.append((block.arr.min() == block.arr.max()).all().alias(d))
-    return first if all(df.select(checks).row(0)) else None
+    code, pos = pl.col("workload").to_physical(), pl.int_range(pl.len()) % n  # pos: the point's place in its block
+    checks = [(code == pl.lit(pl.Series(first, dtype=col.to_physical().dtype)).gather(pos)).all().alias("_w")]
+    if n > 1 and dims:  # each point equals the next one, but for the last point of a block
+        same = pl.all_horizontal([pl.col(d) == pl.col(d).shift(-1) for d in dims])
+        checks.append((same | (pos == n - 1)).all().alias("_d"))
+    return first if all(df.lazy().select(checks).collect().row(0)) else None  # lazy: pos computed once
 
 
 def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
@@ -686,9 +685,9 @@ GROUP_HEADERS = ["useful slots/group", "allocated slots/group", "tail waste slot
 def _groups(df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
     """Workloads of several requests: the tutorial exercise's figures (at most HEADLINE_ALL rows)."""
     cols = list(dict.fromkeys([*labels.data_columns, *GROUP_COLS]))
-    several = Frame(df).helper("_several_lengths")
-    total = df.select(several.sum()).item()
-    multi = df.lazy().filter(several).select(cols).head(HEADLINE_ALL).collect()
+    several = df.select(Frame(df).helper("_several_lengths").alias("m")).to_series()  # once: counted, then the first
+    total = several.sum()
+    multi = df.select(cols).gather(several.arg_true().head(HEADLINE_ALL))
     rows = [labels.cells(r) + [cell(c, r[c]) for c in GROUP_COLS] for r in multi.iter_rows(named=True)]
     return {"headers": [HEADERS[c] for c in labels.columns] + GROUP_HEADERS, "rows": rows, "total": total}
 
