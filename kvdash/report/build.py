@@ -196,7 +196,8 @@ def _first_k(frame: pl.DataFrame, k: int, metric: str, desc_metric: bool, desc_r
                                                                                                    desc_row]).head(k)
 
 
-def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int) -> pl.DataFrame:
+def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int, workloads: list[str] | None = None
+                       ) -> pl.DataFrame:
     """The ``k`` best points of every workload by the objective (ties: the earlier point), in one pass; rows
     in the grid's workload order, best first.  ``frame`` needs ``_row``.  Each workload's k-th best value is
     found first, so only the points at or beyond it are sorted."""
@@ -224,7 +225,7 @@ def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int) -> pl.DataFr
             m >= pl.col("_kth") if desc[0] else m <= pl.col("_kth")).drop("_kth")
     rows = rows.sort(by, descending=desc).group_by("workload", maintain_order=True).head(k).collect()
     rows = rows.select(frame.columns)
-    order = {w: i for i, w in enumerate(_workloads(frame))}
+    order = {w: i for i, w in enumerate(_workloads(frame) if workloads is None else workloads)}
     return rows.with_columns(pl.col("workload").cast(pl.Utf8).replace_strict(order, return_dtype=pl.UInt32)
                              .alias("_w")).sort(["_w", *by], descending=[False, *desc]).drop("_w")
 
@@ -248,8 +249,11 @@ class _Picks:
         self.spec, self.df = spec, df
         by, desc = _order(spec)
         self.metric, self.desc = by[0], desc[0]
-        self.charts = df.height > CHART_POINTS and df.get_column(self.metric).null_count() == 0
+        metric = df.get_column(self.metric)
+        self.charts = df.height > CHART_POINTS and metric.null_count() == 0 and not (
+            metric.dtype.is_float() and metric.is_nan().any())
         self._best: tuple[int, pl.DataFrame] | None = None
+        self.workloads = _workloads(df)  # the workloads present, in the grid's order (every table reads them)
         self._chart: tuple[pl.DataFrame, pl.DataFrame] | None = None
 
     def rows(self, picked: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
@@ -261,7 +265,8 @@ class _Picks:
         """:func:`_best_per_workload` of every point, as ``_row``, ``workload`` and the objective."""
         if self._best is None or self._best[0] < k:
             narrow = self.df.select("workload", self.metric).with_row_index("_row")
-            self._best = (max(k, DECISION_K), _best_per_workload(self.spec, narrow, max(k, DECISION_K)))
+            self._best = (max(k, DECISION_K), _best_per_workload(self.spec, narrow, max(k, DECISION_K),
+                                                                 self.workloads))
         found, best = self._best
         return best if k == found else best.group_by("workload", maintain_order=True).head(k)
 
@@ -269,15 +274,28 @@ class _Picks:
         """The best ``limit // 2`` points and the worst ``limit // 2`` that fit, the best left out of the worst
         (``_row``, the objective, ``fits``), each in its own order as :func:`_chart_points` finds them.
 
-        For a smaller half h the best are the first h of CHART_POINTS' best (the same order), and the worst are
+        Both halves of CHART_POINTS from one pass for two thresholds: the half-th best value, and the
+        (2 x half)-th worst value of the points that fit (the first half of those outside the best lie among the
+        first 2 x half that fit, since at most half of the best fit); then only the points at or beyond them are
+        sorted.  For a smaller half h the best are the first h of CHART_POINTS' best (the same order), and the worst are
         the first h of the points that fit and are not among those h best: either among CHART_POINTS' worst
         (its first h of the points outside its best) or among its best after the first h."""
         if self._chart is None:
+            # both thresholds in one pass: the half-th best value, and the (2 x half)-th worst value of the points
+            # that fit (the worst half outside the best lie among those: at most half of them are among the best)
             narrow = self.df.select(self.metric, "fits").with_row_index("_row")
             half = CHART_POINTS // 2
-            top = _first_k(narrow, half, self.metric, self.desc, False)
-            bottom = _first_k(narrow, half, self.metric, not self.desc, True,
-                              pl.col("fits") & ~pl.col("_row").is_in(top.get_column("_row").implode()))
+            m, fits = pl.col(self.metric), pl.col("fits")
+            fit = m.filter(fits)
+            best, worst = narrow.select((m.top_k(half).min() if self.desc else m.bottom_k(half).max()).alias("b"),
+                                        (fit.bottom_k(2 * half).max() if self.desc else fit.top_k(2 * half).min())
+                                        .alias("w")).row(0)
+            top = narrow.filter(m >= best if self.desc else m <= best).sort(
+                [self.metric, "_row"], descending=[self.desc, False]).head(half)
+            bottom = narrow.clear() if worst is None else narrow.filter(
+                fits & (m <= worst if self.desc else m >= worst)).filter(
+                ~pl.col("_row").is_in(top.get_column("_row").implode())).sort(
+                [self.metric, "_row"], descending=[not self.desc, True]).head(half)
             self._chart = (top, bottom)
         top, bottom = self._chart
         h = limit // 2
@@ -316,7 +334,7 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
     lines = []
     tops = picks.rows(picks.best(DECISION_K), frame.columns[1:]) if picks is not None and not spec.gates else \
         _best_per_workload(spec, passing, DECISION_K)
-    for w in _workloads(frame):
+    for w in _workloads(frame) if picks is None else picks.workloads:
         top = tops.filter(pl.col("workload").cast(pl.Utf8) == w).to_dicts()
         if not top:
             lines.append(f"**{w}**: no configuration passes every gate.")
@@ -460,7 +478,8 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
             narrow.schema["workload"], pl.Enum) else narrow.with_columns(pl.lit(0).alias("_w"))
         shown = [ordered.sort(["_w", *by], descending=[False, *desc], nulls_last=True)]
     else:
-        each = max(2, HEADLINE_EACH // len(_workloads(narrow)))  # per workload: 2k and 128k do not compare
+        present = _workloads(narrow) if picks is None else picks.workloads
+        each = max(2, HEADLINE_EACH // len(present))  # per workload: 2k and 128k do not compare
         shared = picks is not None and not spec.gates  # searched once for the decision and the charts
         if shared and picks.charts:  # type: ignore[union-attr]
             worst = picks.rows(picks.worst(HEADLINE_WORST), cols)  # type: ignore[union-attr]
@@ -527,7 +546,7 @@ def _pair_key(df: pl.DataFrame, col: str, bounds: tuple[Any, Any] | None = None)
     return pair
 
 
-def _blocks(df: pl.DataFrame, dims: list[str]) -> list[int] | None:
+def _blocks(df: pl.DataFrame, dims: list[str], workloads: list[str] | None = None) -> list[int] | None:
     """The workloads' Enum codes in block order when the points come in blocks of one point per workload (W
     workloads, the same ones in the same order in every block: the grid's workloads varying fastest, as
     ``expand`` writes a grid without ``exclude:`` rules) and every dimension in ``dims`` (Enums or integers, no
@@ -537,7 +556,7 @@ def _blocks(df: pl.DataFrame, dims: list[str]) -> list[int] | None:
     col = df.get_column("workload")
     if not isinstance(col.dtype, pl.Enum) or col.null_count() or df.height == 0:
         return None
-    n = len(_workloads(df))
+    n = len(_workloads(df) if workloads is None else workloads)
     first = col.head(n).to_physical().to_list()
     if df.height % n or len(set(first)) != n:
         return None
@@ -553,7 +572,7 @@ def _blocks(df: pl.DataFrame, dims: list[str]) -> list[int] | None:
     return first if all(df.lazy().select(checks).collect().row(0)) else None  # lazy: pos computed once
 
 
-def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
+def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | None = None) -> dict[str, Any]:
     """For every swept dimension: median paged requests per value, per workload (a median over workloads of 2k
     and 128k tokens would mean nothing); for models also the median paged / contiguous ratio.
 
@@ -566,11 +585,11 @@ def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, 
     medians as floats).  The models' ratio median is taken in the models' own group-by when every ratio is
     finite or null and none is -0.0 (polars' median then equals the value-count median of :func:`_range_median`,
     which is kept for NaN, infinities and -0.0: 1 / -0.0 = -inf finds it)."""
-    workloads = _workloads(df)
+    workloads = _workloads(df) if picks is None else picks.workloads
     dims = [c for c in labels.swept if c != "workload"]  # the GPU and the TP degree apart: fewer rows
-    blocks = _blocks(df, dims) if df.get_column("paged_requests").null_count() == 0 else None
+    blocks = _blocks(df, dims, workloads) if df.get_column("paged_requests").null_count() == 0 else None
     if blocks is not None:
-        return {"workloads": workloads, "tables": _sensitivity_blocks(df, dims, blocks)}
+        return {"workloads": workloads, "tables": _sensitivity_blocks(df, dims, blocks, workloads)}
     ints = [c for c in dims if df.schema[c].is_integer() and not isinstance(df.schema[c], pl.Enum)]
     paged, ratio = pl.col("paged_requests"), pl.col("request_capacity_ratio")
     rtype = df.schema["request_capacity_ratio"]
@@ -616,12 +635,13 @@ def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, 
     return {"workloads": workloads, "tables": tables}
 
 
-def _sensitivity_blocks(df: pl.DataFrame, dims: list[str], blocks: list[int]) -> list[dict[str, Any]]:
+def _sensitivity_blocks(df: pl.DataFrame, dims: list[str], blocks: list[int], workloads: list[str]
+                        ) -> list[dict[str, Any]]:
     n = len(blocks)
     wtype = df.schema["workload"]
     assert isinstance(wtype, pl.Enum)
     names = [str(wtype.categories[c]) for c in blocks]
-    order = [names.index(w) for w in _workloads(df)]  # the table's workload columns, in the grid's order
+    order = [names.index(w) for w in workloads]  # the table's workload columns, in the grid's order
     ratio = pl.col("request_capacity_ratio")
     odd_ratio = df.schema["request_capacity_ratio"].is_float() and df.select(
         (ratio.is_nan() | ratio.is_infinite() | (1.0 / ratio == float("-inf"))).any()).item()
@@ -1042,7 +1062,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "headline": _headline(spec, df, labels, picks),
         "groups": _groups(df, labels),
         "mermaid": _mermaid(spec, df, labels, picks),
-        "sensitivity": _sensitivity(spec, df, labels),
+        "sensitivity": _sensitivity(spec, df, labels, picks),
         "waste": _waste(df, spec),
         "charts": charts_for(spec),
         "columns": RESULT_COLUMNS + (_simulation_columns(spec) if spec.simulate else []),
