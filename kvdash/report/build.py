@@ -210,7 +210,9 @@ def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int, workloads: l
     if isinstance(wtype, pl.Enum):  # each point's threshold gathered by its workload's code: no join
         code = pl.col("workload").to_physical()
         if len(wtype.categories) <= 64:  # one filtered top-k per category (a few): cheaper than a group-by
-            one = [m.filter((code == i) & m.is_not_null()) for i in range(len(wtype.categories))]
+            nulls = frame.get_column(metric).null_count() > 0
+            one = [m.filter((code == i) & m.is_not_null() if nulls else code == i)
+                   for i in range(len(wtype.categories))]
             firsts = frame.select([(v.top_k(k).min() if desc[0] else v.bottom_k(k).max()).alias(str(i))
                                    for i, v in enumerate(one)]).row(0) if one else ()
             series = pl.Series(firsts, dtype=frame.schema[metric])
@@ -643,9 +645,10 @@ def _sensitivity_blocks(df: pl.DataFrame, dims: list[str], blocks: list[int], wo
     names = [str(wtype.categories[c]) for c in blocks]
     order = [names.index(w) for w in workloads]  # the table's workload columns, in the grid's order
     ratio = pl.col("request_capacity_ratio")
-    odd_ratio = df.schema["request_capacity_ratio"].is_float() and df.select(
-        (ratio.is_nan() | ratio.is_infinite() | (1.0 / ratio == float("-inf"))).any()).item()
     has_model = "model" in dims
+    odd_ratio = df.schema["request_capacity_ratio"].is_float() and has_model and not all(df.select(
+        ratio.is_finite().all().alias("finite"), (ratio != 0).all().alias("nonzero")).row(0)) and df.select(
+        (ratio.is_nan() | ratio.is_infinite() | (1.0 / ratio == float("-inf"))).any()).item()  # no zero: no -0.0
     wide = df.select(*[pl.col(d).gather_every(n) for d in dims], pl.col("paged_requests").reshape((-1, n)).alias("_p"),
                      *([ratio.reshape((-1, n)).alias("_r")] if has_model and not odd_ratio else []))
     wide = wide.select(*dims, *[pl.col("_p").arr.get(j).alias(f"_p{j}") for j in range(n)],
