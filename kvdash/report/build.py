@@ -515,36 +515,22 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
                      if unfit else ""}
 
 
-U32 = 1 << 32
-
-
-def _pair_key(df: pl.DataFrame, col: str, bounds: tuple[Any, Any] | None = None) -> list[pl.Expr]:
+def _pair_key(df: pl.DataFrame, col: str) -> list[pl.Expr]:
     """Group keys for (``col``, workload): one integer ``code x workloads + workload code`` where that is exact
-    (an Enum's codes or integers, no nulls): polars groups one integer key about twice as fast as two columns,
-    with the same groups in the same order of first appearance.  Else the two columns.
-
-    The key is a UInt32 (hashed about a quarter faster than an Int64) where every pair's number stays below 2^32:
-    an Enum's codes, or an integer's offset from the column's minimum ``(value - lo)`` when ``(hi - lo) x
-    workloads + (workloads - 1) < 2^32``.  Else an Int64 ``value x workloads + workload code`` for non-negative
-    integers below 2^62 / workloads.  ``bounds``: the column's (min, max) when already known."""
+    (an Enum's codes or non-negative integers small enough, no nulls): polars groups one integer key about twice
+    as fast as two columns, with the same groups in the same order of first appearance.  Else the two columns."""
     wtype, ctype = df.schema["workload"], df.schema[col]
     pair = [pl.col(col), pl.col("workload")]
     if not isinstance(wtype, pl.Enum) or df.get_column(col).null_count() or df.get_column("workload").null_count():
         return pair
     n = max(1, len(wtype.categories))
+    workload = pl.col("workload").to_physical().cast(pl.Int64)
     if isinstance(ctype, pl.Enum):
-        if len(ctype.categories) * n <= U32:
-            return [(pl.col(col).to_physical().cast(pl.UInt32) * n
-                     + pl.col("workload").to_physical().cast(pl.UInt32)).alias("_key")]
-        return [(pl.col(col).to_physical().cast(pl.Int64) * n
-                 + pl.col("workload").to_physical().cast(pl.Int64)).alias("_key")]
+        return [(pl.col(col).to_physical().cast(pl.Int64) * n + workload).alias("_key")]
     if ctype.is_integer() and df.height:
-        lo, hi = bounds or df.select(pl.col(col).min().alias("lo"), pl.col(col).max().alias("hi")).row(0)
-        if (hi - lo) * n + (n - 1) < U32:  # every pair's number fits 32 bits, each pair apart
-            return [((pl.col(col) - lo).cast(pl.UInt32) * n
-                     + pl.col("workload").to_physical().cast(pl.UInt32)).alias("_key")]
+        lo, hi = df.select(pl.col(col).min().alias("lo"), pl.col(col).max().alias("hi")).row(0)
         if lo >= 0 and hi < (1 << 62) // n:  # hi x n + (n - 1) stays below 2^62: no overflow, each pair apart
-            return [(pl.col(col).cast(pl.Int64) * n + pl.col("workload").to_physical().cast(pl.Int64)).alias("_key")]
+            return [(pl.col(col).cast(pl.Int64) * n + workload).alias("_key")]
     return pair
 
 
@@ -582,32 +568,22 @@ def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks
     points for ten workloads) by each dimension's value takes every workload's median at once, workload ``j``'s
     over the ``j``-th point of each block: the same points, so the same medians.
 
-    One pass first reads every integer dimension's range, the paged requests' range and whether a ratio is NaN
-    or infinite.  Paged requests between 0 and 2^32 are grouped as UInt32 (exact: the same values, so the same
-    medians as floats).  The models' ratio median is taken in the models' own group-by when every ratio is
-    finite or null and none is -0.0 (polars' median then equals the value-count median of :func:`_range_median`,
-    which is kept for NaN, infinities and -0.0: 1 / -0.0 = -inf finds it)."""
+    Else one group-by of the points per dimension.  The models' ratio median is then taken in the models' own
+    group-by when every ratio is finite or null and none is -0.0 (polars' median then equals the value-count
+    median of :func:`_range_median`, which is kept for NaN, infinities and -0.0: 1 / -0.0 = -inf finds it)."""
     workloads = _workloads(df) if picks is None else picks.workloads
     dims = [c for c in labels.swept if c != "workload"]  # the GPU and the TP degree apart: fewer rows
     blocks = _blocks(df, dims, workloads) if df.get_column("paged_requests").null_count() == 0 else None
     if blocks is not None:
         return {"workloads": workloads, "tables": _sensitivity_blocks(df, dims, blocks, workloads)}
-    ints = [c for c in dims if df.schema[c].is_integer() and not isinstance(df.schema[c], pl.Enum)]
     paged, ratio = pl.col("paged_requests"), pl.col("request_capacity_ratio")
-    rtype = df.schema["request_capacity_ratio"]
-    probe = [x for c in ints for x in (pl.col(c).min(), pl.col(c).max())] + [paged.min(), paged.max()] + (
-        [(ratio.is_nan() | ratio.is_infinite() | (1.0 / ratio == float("-inf"))).any()] if rtype.is_float() else [])
-    seen = df.select([e.alias(str(i)) for i, e in enumerate(probe)]).row(0) if df.height else ()
-    bounds = {c: (seen[2 * i], seen[2 * i + 1]) for i, c in enumerate(ints)}
-    plo, phi = seen[2 * len(ints):2 * len(ints) + 2] if seen else (None, None)
-    if plo is not None and plo >= 0 and phi < U32 and df.schema["paged_requests"].is_integer():
-        paged = paged.cast(pl.UInt32)
-    odd_ratio = bool(seen[-1]) if seen and rtype.is_float() else False
+    odd_ratio = df.schema["request_capacity_ratio"].is_float() and df.select(
+        (ratio.is_nan() | ratio.is_infinite() | (1.0 / ratio == float("-inf"))).any()).item()
     lazy = df.lazy()
     queries = []
     joined = False  # the models' ratio median taken in their paged-requests group-by
     for col in dims:
-        key = _pair_key(df, col, bounds.get(col))
+        key = _pair_key(df, col)
         named = [] if len(key) == 2 else [pl.col(col).first(), pl.col("workload").first()]
         extra = []
         if col == "model" and not odd_ratio:
