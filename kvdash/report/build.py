@@ -197,7 +197,8 @@ def _first_k(frame: pl.DataFrame, k: int, metric: str, desc_metric: bool, desc_r
                                                                                                    desc_row]).head(k)
 
 
-def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int) -> pl.DataFrame:
+def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int, workloads: list[str] | None = None
+                       ) -> pl.DataFrame:
     """The ``k`` best points of every workload by the objective (ties: the earlier point), in one pass; rows
     in the grid's workload order, best first.  ``frame`` needs ``_row``.  Each workload's k-th best value is
     found first, so only the points at or beyond it are sorted."""
@@ -208,22 +209,116 @@ def _best_per_workload(spec: GridSpec, frame: pl.DataFrame, k: int) -> pl.DataFr
         (m.top_k(k).min() if desc[0] else m.bottom_k(k).max()).alias("_kth"))
     wtype = frame.schema["workload"]
     if isinstance(wtype, pl.Enum):  # each point's threshold gathered by its workload's code: no join
-        table = kth.collect()
-        codes = table.get_column("workload").to_physical()
-        thr = pl.lit(pl.Series([None] * len(wtype.categories), dtype=table.schema["_kth"]).scatter(
-            codes, table.get_column("_kth"))).gather(pl.col("workload").to_physical())
+        code = pl.col("workload").to_physical()
+        if len(wtype.categories) <= 64:  # one filtered top-k per category (a few): cheaper than a group-by
+            nulls = frame.get_column(metric).null_count() > 0
+            one = [m.filter((code == i) & m.is_not_null() if nulls else code == i)
+                   for i in range(len(wtype.categories))]
+            firsts = frame.select([(v.top_k(k).min() if desc[0] else v.bottom_k(k).max()).alias(str(i))
+                                   for i, v in enumerate(one)]).row(0) if one else ()
+            series = pl.Series(firsts, dtype=frame.schema[metric])
+        else:
+            table = kth.collect()
+            series = pl.Series([None] * len(wtype.categories), dtype=table.schema["_kth"]).scatter(
+                table.get_column("workload").to_physical(), table.get_column("_kth"))
+        thr = pl.lit(series).gather(code)
         rows = frame.lazy().filter(m >= thr if desc[0] else m <= thr)
     else:
         rows = frame.lazy().join(kth, on="workload", how="inner").filter(
             m >= pl.col("_kth") if desc[0] else m <= pl.col("_kth")).drop("_kth")
     rows = rows.sort(by, descending=desc).group_by("workload", maintain_order=True).head(k).collect()
     rows = rows.select(frame.columns)
-    order = {w: i for i, w in enumerate(_workloads(frame))}
+    order = {w: i for i, w in enumerate(_workloads(frame) if workloads is None else workloads)}
     return rows.with_columns(pl.col("workload").cast(pl.Utf8).replace_strict(order, return_dtype=pl.UInt32)
                              .alias("_w")).sort(["_w", *by], descending=[False, *desc]).drop("_w")
 
 
-def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
+DECISION_K = 8  # the decision reads each workload's best 8: the best, its ties and the runner-up
+
+
+class _Picks:
+    """The points several tables name, each search done once per report, on the few columns it reads (the row,
+    the objective, the workload or ``fits``); the columns a table shows are gathered for those rows afterwards.
+
+    * :meth:`best`: each workload's best by the objective over every point, searched once for
+      :data:`DECISION_K` (the decision of a grid without gates reads them; the headline its first ``each``,
+      which are the same rows in the same order: both orders are (objective, grid order));
+    * :meth:`chart`: a chart's best half and worst half that fit, searched once for :data:`CHART_POINTS` and
+      taken from it for smaller charts (the Mermaid chart), and :meth:`worst` (the headline's worst).  Only
+      when the grid has more than CHART_POINTS points and the objective no nulls (``charts``), else each
+      table searches as :func:`_chart_points` does."""
+
+    def __init__(self, spec: GridSpec, df: pl.DataFrame) -> None:
+        self.spec, self.df = spec, df
+        by, desc = _order(spec)
+        self.metric, self.desc = by[0], desc[0]
+        metric = df.get_column(self.metric)
+        self.charts = df.height > CHART_POINTS and metric.null_count() == 0 and not (
+            metric.dtype.is_float() and metric.is_nan().any())
+        self._best: tuple[int, pl.DataFrame] | None = None
+        self.workloads = _workloads(df)  # the workloads present, in the grid's order (every table reads them)
+        self._chart: tuple[pl.DataFrame, pl.DataFrame] | None = None
+
+    def rows(self, picked: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+        """The rows of ``df.select(cols).with_row_index("_row")`` that ``picked`` names by ``_row``, in its order."""
+        idx = picked.get_column("_row")
+        return pl.DataFrame([idx]).hstack(self.df.select(cols).gather(idx))
+
+    def best(self, k: int) -> pl.DataFrame:
+        """:func:`_best_per_workload` of every point, as ``_row``, ``workload`` and the objective."""
+        if self._best is None or self._best[0] < k:
+            narrow = self.df.select("workload", self.metric).with_row_index("_row")
+            self._best = (max(k, DECISION_K), _best_per_workload(self.spec, narrow, max(k, DECISION_K),
+                                                                 self.workloads))
+        found, best = self._best
+        return best if k == found else best.group_by("workload", maintain_order=True).head(k)
+
+    def chart(self, limit: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The best ``limit // 2`` points and the worst ``limit // 2`` that fit, the best left out of the worst
+        (``_row``, the objective, ``fits``), each in its own order as :func:`_chart_points` finds them.
+
+        Both halves of CHART_POINTS from one pass for two thresholds: the half-th best value, and the
+        (2 x half)-th worst value of the points that fit (the first half of those outside the best lie among the
+        first 2 x half that fit, since at most half of the best fit); then only the points at or beyond them are
+        sorted.  For a smaller half h the best are the first h of CHART_POINTS' best (the same order), and the worst are
+        the first h of the points that fit and are not among those h best: either among CHART_POINTS' worst
+        (its first h of the points outside its best) or among its best after the first h."""
+        if self._chart is None:
+            # both thresholds in one pass: the half-th best value, and the (2 x half)-th worst value of the points
+            # that fit (the worst half outside the best lie among those: at most half of them are among the best)
+            narrow = self.df.select(self.metric, "fits").with_row_index("_row")
+            half = CHART_POINTS // 2
+            m, fits = pl.col(self.metric), pl.col("fits")
+            fit = m.filter(fits)
+            best, worst = narrow.select((m.top_k(half).min() if self.desc else m.bottom_k(half).max()).alias("b"),
+                                        (fit.bottom_k(2 * half).max() if self.desc else fit.top_k(2 * half).min())
+                                        .alias("w")).row(0)
+            top = narrow.filter(m >= best if self.desc else m <= best).sort(
+                [self.metric, "_row"], descending=[self.desc, False]).head(half)
+            bottom = narrow.clear() if worst is None else narrow.filter(
+                fits & (m <= worst if self.desc else m >= worst)).filter(
+                ~pl.col("_row").is_in(top.get_column("_row").implode())).sort(
+                [self.metric, "_row"], descending=[not self.desc, True]).head(half)
+            self._chart = (top, bottom)
+        top, bottom = self._chart
+        h = limit // 2
+        assert h <= top.height
+        return (top, bottom) if h == top.height else (top.head(h), self._worst(h, top.slice(h)))
+
+    def worst(self, k: int) -> pl.DataFrame:
+        """The first ``k`` points that fit in the order (objective reversed, later point first): ``_first_k`` with
+        the ``fits`` mask, from the chart's halves (k <= CHART_POINTS // 2)."""
+        top, _ = self.chart(CHART_POINTS)
+        return self._worst(k, top)
+
+    def _worst(self, k: int, more: pl.DataFrame) -> pl.DataFrame:
+        _, bottom = self.chart(CHART_POINTS)
+        assert k <= CHART_POINTS // 2
+        return pl.concat([bottom, more.filter(pl.col("fits"))]).sort(
+            [self.metric, "_row"], descending=[not self.desc, True]).head(k)
+
+
+def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | None = None) -> dict[str, Any]:
     """One or two computed sentences: what passes, the best per workload, its margin, the runner-up."""
     o = spec.objective
     cols = list(dict.fromkeys(["id", "workload", "paged_requests", "gpus", *labels.data_columns, o.metric]))
@@ -240,8 +335,9 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
         head = f"No gates in this grid: all {frame.height:,} configurations are candidates."
     by, desc = _order(spec)
     lines = []
-    tops = _best_per_workload(spec, passing, 8)
-    for w in _workloads(frame):
+    tops = picks.rows(picks.best(DECISION_K), frame.columns[1:]) if picks is not None and not spec.gates else \
+        _best_per_workload(spec, passing, DECISION_K)
+    for w in _workloads(frame) if picks is None else picks.workloads:
         top = tops.filter(pl.col("workload").cast(pl.Utf8) == w).to_dicts()
         if not top:
             lines.append(f"**{w}**: no configuration passes every gate.")
@@ -355,7 +451,7 @@ def _gates(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> list[list[str]]:
 
 # --- tables --------------------------------------------------------------------------------------
 
-def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
+def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | None = None) -> dict[str, Any]:
     """The points by the objective: every point of a small grid (per workload), else the best and the worst
     that fit.  Label columns with one value everywhere are stated once above the table."""
     gpus = df.get_column("gpus")
@@ -385,11 +481,17 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any
             narrow.schema["workload"], pl.Enum) else narrow.with_columns(pl.lit(0).alias("_w"))
         shown = [ordered.sort(["_w", *by], descending=[False, *desc], nulls_last=True)]
     else:
-        each = max(2, HEADLINE_EACH // len(_workloads(narrow)))  # per workload: 2k and 128k do not compare
-        worst = _first_k(narrow, HEADLINE_WORST, by[0], not desc[0], True, pl.col("fits")) \
-            if narrow.get_column(by[0]).null_count() == 0 else \
-            narrow.filter(pl.col("fits")).bottom_k(HEADLINE_WORST, by=by, reverse=reverse)
-        shown = [_best_per_workload(spec, narrow, each), worst.sort(by, descending=desc, nulls_last=True)]
+        present = _workloads(narrow) if picks is None else picks.workloads
+        each = max(2, HEADLINE_EACH // len(present))  # per workload: 2k and 128k do not compare
+        shared = picks is not None and not spec.gates  # searched once for the decision and the charts
+        if shared and picks.charts:  # type: ignore[union-attr]
+            worst = picks.rows(picks.worst(HEADLINE_WORST), cols)  # type: ignore[union-attr]
+        elif narrow.get_column(by[0]).null_count() == 0:
+            worst = _first_k(narrow, HEADLINE_WORST, by[0], not desc[0], True, pl.col("fits"))
+        else:
+            worst = narrow.filter(pl.col("fits")).bottom_k(HEADLINE_WORST, by=by, reverse=reverse)
+        best = picks.rows(picks.best(each), cols) if shared else _best_per_workload(spec, narrow, each)  # type: ignore[union-attr]
+        shown = [best, worst.sort(by, descending=desc, nulls_last=True)]
     every = pl.concat(shown)
     varying, constant = [], []
     for c in labels.columns:
@@ -433,36 +535,127 @@ def _pair_key(df: pl.DataFrame, col: str) -> list[pl.Expr]:
     return pair
 
 
-def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
+def _blocks(df: pl.DataFrame, dims: list[str], workloads: list[str] | None = None) -> list[int] | None:
+    """The workloads' Enum codes in block order when the points come in blocks of one point per workload (W
+    workloads, the same ones in the same order in every block: the grid's workloads varying fastest, as
+    ``expand`` writes a grid without ``exclude:`` rules) and every dimension in ``dims`` (Enums or integers, no
+    nulls) is the same on every point of a block.  Then the points of (value, workload ``j``) are the ``j``-th
+    points of the blocks of that value, and one group-by of the blocks serves every workload.  None otherwise
+    (checked on every point)."""
+    col = df.get_column("workload")
+    if not isinstance(col.dtype, pl.Enum) or col.null_count() or df.height == 0:
+        return None
+    n = len(_workloads(df) if workloads is None else workloads)
+    first = col.head(n).to_physical().to_list()
+    if df.height % n or len(set(first)) != n:
+        return None
+    for d in dims:
+        t = df.schema[d]
+        if not (isinstance(t, pl.Enum) or t.is_integer()) or df.get_column(d).null_count():
+            return None
+    code, pos = pl.col("workload").to_physical(), pl.int_range(pl.len()) % n  # pos: the point's place in its block
+    checks = [(code == pl.lit(pl.Series(first, dtype=col.to_physical().dtype)).gather(pos)).all().alias("_w")]
+    if n > 1 and dims:  # each point equals the next one, but for the last point of a block
+        same = pl.all_horizontal([pl.col(d) == pl.col(d).shift(-1) for d in dims])
+        checks.append((same | (pos == n - 1)).all().alias("_d"))
+    return first if all(df.lazy().select(checks).collect().row(0)) else None  # lazy: pos computed once
+
+
+def _sensitivity(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | None = None) -> dict[str, Any]:
     """For every swept dimension: median paged requests per value, per workload (a median over workloads of 2k
-    and 128k tokens would mean nothing); for models also the median paged / contiguous ratio."""
-    workloads = _workloads(df)
+    and 128k tokens would mean nothing); for models also the median paged / contiguous ratio.
+
+    Where the points come in workload blocks (:func:`_blocks`), one group-by of the blocks (a tenth of the
+    points for ten workloads) by each dimension's value takes every workload's median at once, workload ``j``'s
+    over the ``j``-th point of each block: the same points, so the same medians.
+
+    Else one group-by of the points per dimension.  The models' ratio median is then taken in the models' own
+    group-by when every ratio is finite or null and none is -0.0 (polars' median then equals the value-count
+    median of :func:`_range_median`, which is kept for NaN, infinities and -0.0: 1 / -0.0 = -inf finds it)."""
+    workloads = _workloads(df) if picks is None else picks.workloads
     dims = [c for c in labels.swept if c != "workload"]  # the GPU and the TP degree apart: fewer rows
-    narrow = df.lazy().select(*dims, "workload", "paged_requests", "request_capacity_ratio")
+    blocks = _blocks(df, dims, workloads) if df.get_column("paged_requests").null_count() == 0 else None
+    if blocks is not None:
+        return {"workloads": workloads, "tables": _sensitivity_blocks(df, dims, blocks, workloads)}
+    paged, ratio = pl.col("paged_requests"), pl.col("request_capacity_ratio")
+    odd_ratio = df.schema["request_capacity_ratio"].is_float() and df.select(
+        (ratio.is_nan() | ratio.is_infinite() | (1.0 / ratio == float("-inf"))).any()).item()
+    lazy = df.lazy()
     queries = []
+    joined = False  # the models' ratio median taken in their paged-requests group-by
     for col in dims:
         key = _pair_key(df, col)
         named = [] if len(key) == 2 else [pl.col(col).first(), pl.col("workload").first()]
-        queries.append(narrow.group_by(*key, maintain_order=True).agg(
-            *named, pl.col("paged_requests").median().alias("med")).select(col, "workload", "med"))
-    # the models' ratio medians from value counts (few distinct ratios per model and workload)
-    queries.append(_range_median(narrow, ["model", "workload"], "request_capacity_ratio", ("_lo", "_hi", "ratio"))
-                   if "model" in dims else pl.LazyFrame({"model": [], "workload": [], "ratio": []}))
+        extra = []
+        if col == "model" and not odd_ratio:
+            extra, joined = [ratio.median().alias("ratio")], True
+        queries.append(lazy.group_by(*key, maintain_order=True).agg(
+            *named, paged.median().alias("med"), *extra).select(col, "workload", "med", *(["ratio"] if extra else [])))
+    # else the models' ratio medians from value counts (few distinct ratios per model and workload)
+    queries.append(_range_median(lazy, ["model", "workload"], "request_capacity_ratio", ("_lo", "_hi", "ratio"))
+                   if "model" in dims and not joined else pl.LazyFrame({"model": [], "workload": [], "ratio": []}))
     *results, model_ratio = pl.collect_all(queries)  # in parallel
-    ratios = {(str(m), str(w)): r for m, w, r in model_ratio.select("model", "workload", "ratio").iter_rows()}
+    if joined:
+        model_ratio = results[dims.index("model")]
+    ratios = {(str(m), str(w)): r for m, w, r in model_ratio.select("model", "workload", "ratio").iter_rows()
+              if r is not None}
     tables = []
     for col, stats in zip(dims, results, strict=True):
         values = stats.get_column(col).unique(maintain_order=True)  # groups in order: the values as they appear
         if values.len() < 2:
             continue
         cells: dict[Any, dict[str, str]] = {}
-        for r in stats.iter_rows(named=True):
-            value = ratios.get((str(r[col]), str(r["workload"]))) if col == "model" else None
-            ratio = "" if value is None else f" ({ratio_text(value)})"
-            cells.setdefault(r[col], {})[str(r["workload"])] = f"{r['med']:,.0f}{ratio}"
+        for v, w, med, *_ in stats.iter_rows():
+            value = ratios.get((str(v), str(w))) if col == "model" else None
+            text = "" if value is None else f" ({ratio_text(value)})"
+            cells.setdefault(v, {})[str(w)] = f"{med:,.0f}{text}"
         rows = [[cell(col, v), *[cells[v].get(w, "-") for w in workloads]] for v in values.to_list()]
         tables.append({"dimension": "GPU" if col == "gpu" else HEADERS[col], "rows": rows})
     return {"workloads": workloads, "tables": tables}
+
+
+def _sensitivity_blocks(df: pl.DataFrame, dims: list[str], blocks: list[int], workloads: list[str]
+                        ) -> list[dict[str, Any]]:
+    n = len(blocks)
+    wtype = df.schema["workload"]
+    assert isinstance(wtype, pl.Enum)
+    names = [str(wtype.categories[c]) for c in blocks]
+    order = [names.index(w) for w in workloads]  # the table's workload columns, in the grid's order
+    ratio = pl.col("request_capacity_ratio")
+    has_model = "model" in dims
+    odd_ratio = df.schema["request_capacity_ratio"].is_float() and has_model and not all(df.select(
+        ratio.is_finite().all().alias("finite"), (ratio != 0).all().alias("nonzero")).row(0)) and df.select(
+        (ratio.is_nan() | ratio.is_infinite() | (1.0 / ratio == float("-inf"))).any()).item()  # no zero: no -0.0
+    wide = df.select(*[pl.col(d).gather_every(n) for d in dims], pl.col("paged_requests").reshape((-1, n)).alias("_p"),
+                     *([ratio.reshape((-1, n)).alias("_r")] if has_model and not odd_ratio else []))
+    wide = wide.select(*dims, *[pl.col("_p").arr.get(j).alias(f"_p{j}") for j in range(n)],
+                       *[pl.col("_r").arr.get(j).alias(f"_r{j}") for j in range(n) if "_r" in wide.columns])
+    lazy = wide.lazy()
+    queries = [lazy.group_by(d, maintain_order=True).agg(
+        *[pl.col(f"_p{j}").median() for j in range(n)],
+        *[pl.col(f"_r{j}").median() for j in range(n) if d == "model" and f"_r{j}" in wide.columns]) for d in dims]
+    if has_model and odd_ratio:  # the ratio's value-count median (NaN, infinities, -0.0)
+        queries.append(_range_median(df.lazy(), ["model", "workload"], "request_capacity_ratio", ("_lo", "_hi", "r")))
+    results = pl.collect_all(queries)
+    ratios: dict[tuple[str, int], float] = {}
+    if has_model and odd_ratio:
+        found = results[-1].select("model", "workload", "r").iter_rows()
+        ratios = {(str(m), names.index(str(w))): r for m, w, r in found if r is not None}
+    tables = []
+    for d, stats in zip(dims, results[:len(dims)], strict=True):
+        if stats.height < 2:
+            continue
+        rows = []
+        for r in stats.iter_rows():
+            if d == "model" and not odd_ratio:
+                ratios.update({(str(r[0]), j): r[1 + n + j] for j in range(n) if r[1 + n + j] is not None})
+            texts = []
+            for j in order:
+                value = ratios.get((str(r[0]), j)) if d == "model" else None
+                texts.append(f"{r[1 + j]:,.0f}" + ("" if value is None else f" ({ratio_text(value)})"))
+            rows.append([cell(d, r[0]), *texts])
+        tables.append({"dimension": "GPU" if d == "gpu" else HEADERS[d], "rows": rows})
+    return tables
 
 
 def _waste(df: pl.DataFrame, spec: GridSpec) -> list[list[str]]:
@@ -492,18 +685,22 @@ GROUP_HEADERS = ["useful slots/group", "allocated slots/group", "tail waste slot
 def _groups(df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
     """Workloads of several requests: the tutorial exercise's figures (at most HEADLINE_ALL rows)."""
     cols = list(dict.fromkeys([*labels.data_columns, *GROUP_COLS]))
-    several = Frame(df).helper("_several_lengths")
-    total = df.select(several.sum()).item()
-    multi = df.lazy().filter(several).select(cols).head(HEADLINE_ALL).collect()
+    several = df.select(Frame(df).helper("_several_lengths").alias("m")).to_series()  # once: counted, then the first
+    total = several.sum()
+    multi = df.select(cols).gather(several.arg_true().head(HEADLINE_ALL))
     rows = [labels.cells(r) + [cell(c, r[c]) for c in GROUP_COLS] for r in multi.iter_rows(named=True)]
     return {"headers": [HEADERS[c] for c in labels.columns] + GROUP_HEADERS, "rows": rows, "total": total}
 
 
-def _chart_points(spec: GridSpec, df: pl.DataFrame, labels: Labels, limit: int) -> tuple[pl.DataFrame, str]:
+def _chart_points(spec: GridSpec, df: pl.DataFrame, labels: Labels, limit: int,
+                  picks: _Picks | None = None) -> tuple[pl.DataFrame, str]:
     """Up to ``limit`` points for a chart, by the objective: the best half and the worst half of those that fit
     (a point without KV memory says nothing on a chart), and a note saying how many were left out."""
     by, desc = _order(spec)
     cols = list(dict.fromkeys(["id", *labels.data_columns, "paged_requests", "contiguous_requests", by[0], "fits"]))
+    if picks is not None and picks.charts and limit <= CHART_POINTS:
+        top, bottom = (picks.rows(half, cols) for half in picks.chart(limit))
+        return _chart_note(df, top, bottom, by, desc)
     narrow = df.select(cols).with_row_index("_row")
     if narrow.height <= limit:
         return narrow.sort(by, descending=desc, nulls_last=True), ""
@@ -518,17 +715,22 @@ def _chart_points(spec: GridSpec, df: pl.DataFrame, labels: Labels, limit: int) 
         top = narrow.top_k(half, by=by, reverse=reverse)
         bottom = narrow.filter(fits & ~pl.col("_row").is_in(top.get_column("_row").implode())).bottom_k(
             half, by=by, reverse=reverse)
+    return _chart_note(df, top, bottom, by, desc)
+
+
+def _chart_note(df: pl.DataFrame, top: pl.DataFrame, bottom: pl.DataFrame, by: list[str],
+                desc: list[bool]) -> tuple[pl.DataFrame, str]:
     picked = pl.concat([top, bottom]).sort(by, descending=desc, nulls_last=True)
-    unfit = narrow.height - int(narrow.get_column("fits").sum())
+    unfit = df.height - int(df.get_column("fits").sum())
     return picked, (f"the {top.height} best and the {bottom.height} worst that fit by {by[0]}; "
-                    f"{narrow.height - picked.height:,} of {narrow.height:,} points left out"
+                    f"{df.height - picked.height:,} of {df.height:,} points left out"
                     + (f" ({unfit:,} leave no KV memory)" if unfit else ""))
 
 
-def _mermaid(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> dict[str, Any]:
+def _mermaid(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | None = None) -> dict[str, Any]:
     """Data for a GitHub-rendered ``xychart-beta``: paged (bars) and contiguous (line) requests, x labels from
     the swept dimensions' values (their order named under the chart)."""
-    picked, note = _chart_points(spec, df, labels, MERMAID_POINTS)
+    picked, note = _chart_points(spec, df, labels, MERMAID_POINTS, picks)
     rows = list(picked.iter_rows(named=True))
     constant = tuple(c for c in labels.columns if len({labels.part(c, r) for r in rows}) == 1 and len(rows) > 1)
     order = ", ".join(HEADERS[c] for c in labels.columns if c not in constant)
@@ -812,6 +1014,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
     (being judged in another thread: it is waited for only after every other table is built)."""
     df = expanded.frame
     labels = Labels(spec, df)
+    picks = _Picks(spec, df)
     n = df.height
     ctx = {
         "title": spec.title,
@@ -825,7 +1028,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "results": results,
         "results_note": (f"Parquet: the grid has more than {PARQUET_ABOVE:,} points (--csv writes CSV)"
                          if results.endswith(".parquet") else ""),
-        "decision": _decision(spec, df, labels),
+        "decision": _decision(spec, df, labels, picks),
         "gates": _gates(spec, df, labels),
         "mechanism": _mechanism(spec, df),
         "label_names": labels.names,
@@ -836,10 +1039,10 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
                        + ("" if w.finals == w.lengths else f" (final {', '.join(f'{x:,}' for x in w.finals)})"),
                        f"{w.max_reserved:,}", f"{w.prefix:,}", w.description] for w in spec.workloads.values()],
         "dimensions": _dimensions(spec),
-        "headline": _headline(spec, df, labels),
+        "headline": _headline(spec, df, labels, picks),
         "groups": _groups(df, labels),
-        "mermaid": _mermaid(spec, df, labels),
-        "sensitivity": _sensitivity(spec, df, labels),
+        "mermaid": _mermaid(spec, df, labels, picks),
+        "sensitivity": _sensitivity(spec, df, labels, picks),
         "waste": _waste(df, spec),
         "charts": charts_for(spec),
         "columns": RESULT_COLUMNS + (_simulation_columns(spec) if spec.simulate else []),
@@ -916,7 +1119,7 @@ def _write(path: Path, text: str) -> None:
 def write_charts(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
     labels = Labels(spec, df)
     # 1. paged vs contiguous requests, points named by the swept dimensions
-    picked, note = _chart_points(spec, df, labels, CHART_POINTS)
+    picked, note = _chart_points(spec, df, labels, CHART_POINTS, _Picks(spec, df))
     rows = list(picked.iter_rows(named=True))
     values = [v for r in rows for v in (r["paged_requests"], r["contiguous_requests"]) if v and v > 0]
     log = bool(values) and max(values) / min(values) > 100

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from kvdash.units import ratio_text
+from kvdash.units import RATIO_DECIMALS
 
 FONT = 11  # px
 CHAR_W = 6.3  # average glyph width at FONT px (sans-serif), for the left margin
@@ -165,10 +165,15 @@ def strip_chart(labels: Sequence[str], points: Sequence[Sequence[float]], xlabel
     bottom = c.y(len(labels))
     c.rect(pos(band[0]), c.top - 2, pos(band[1]) - pos(band[0]), bottom - c.top + 2, "#e2e8f0")
     c.axis(ticks, pos)
+    # thousands of dots on a large grid: pos(), _num() and ratio_text() written out in the loop (the same
+    # arithmetic and text), the row's y once per row
+    left, top, width, decimals = c.left, ticks[-1], c.plot_w, RATIO_DECIMALS
+    parts = c.parts
     for i, row in enumerate(points):
+        cy = _num(c.y(i) + ROW / 2)
         for v in row:
-            c.parts.append(f'<circle cx="{_num(pos(v))}" cy="{_num(c.y(i) + ROW / 2)}" r="3.5" fill="#2b6cb0">'
-                           f"<title>{ratio_text(v, suffix='')}</title></circle>")
+            cx = f"{left + v / top * width:.1f}".rstrip("0").rstrip(".")
+            parts.append(f'<circle cx="{cx}" cy="{cy}" r="3.5" fill="#2b6cb0"><title>{v:.{decimals}f}</title></circle>')
     return c.svg()
 
 
