@@ -172,6 +172,8 @@ REQUEST_DIMS = SHAPE_DIMS + ("workload", "max_model_len", "max_batched_tokens")
 BUDGET_DIMS = ("model", "budget", "gpu", "gpu_memory", "gpu_util", "util_policy", "weights", "reserve", "tp", "pp")
 DENSE_LIMIT = 4_000_000  # key spaces larger than this are joined instead of gathered
 LONG_CONTEXT = 131_072
+ENGINE_METRICS = ("vllm_blocks_per_request", "vllm_max_model_len")  # the request figures max_model_len or
+# max_batched_tokens enter (request_metrics' only use of them)
 # parameters shown with every point that the request key fixes (the budget key fixes gpu, util_policy, gpu_util)
 REQUEST_PARAMETERS = (("model", pl.Utf8), ("workload", pl.Utf8), ("kv_dtype", pl.Utf8), ("kv_scales", pl.Utf8),
                       ("tp", pl.Int64), ("pp", pl.Int64))
@@ -285,14 +287,27 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
             rkeys.lookup("max_batched_tokens", pl.Int64).alias("max_batched_tokens"))
     r_exprs = request_metrics({c: pl.col(c) for c in req.columns})
     finite = {name for name, kind, _ in RESULT_COLUMNS if kind == "float"}
-    req = req.lazy().with_columns(
-        (pl.when(e.is_finite()).then(e.cast(pl.Float64)).otherwise(None) if n in finite else e).alias(n)
-        for n, e in r_exprs.items()).with_columns(
+    r_cols = {n: (pl.when(e.is_finite()).then(e.cast(pl.Float64)).otherwise(None) if n in finite else e).alias(n)
+              for n, e in r_exprs.items()}
+    # max_model_len and max_batched_tokens enter only vLLM's start-up figures: the rest (most of the arithmetic)
+    # once per (shape, workload), then joined onto its requests
+    engine = [n for n in r_cols if n in ENGINE_METRICS]
+    req = req.with_columns((pl.col("_req") // keys.space(REQUEST_DIMS[len(SHAPE_DIMS) + 1:])).alias("_group"))
+    groups = req.filter(pl.col("_group").is_first_distinct()) \
+        .select("_group", *(e for n, e in r_cols.items() if n not in ENGINE_METRICS))
+    req = req.join(groups, on="_group", how="left", maintain_order="left").lazy() \
+        .with_columns(r_cols[n] for n in engine).with_columns(
         (pl.lit(0, dtype=pl.UInt64) + sum((pl.lit(_dim_hashes(d, values[d])).gather(rkeys.code(d))
                                            for d in REQUEST_DIMS), pl.lit(0, dtype=pl.UInt64)) % _M61)
         .alias("_hreq"),
         *(rkeys.lookup(name, dtype).alias(name) for name, dtype in REQUEST_PARAMETERS),
-        (rkeys.lookup("tp", pl.Int64) * rkeys.lookup("pp", pl.Int64)).alias("gpus")).collect()
+        (rkeys.lookup("tp", pl.Int64) * rkeys.lookup("pp", pl.Int64)).alias("gpus")).with_columns(
+        # requests per node = paged requests x _node_mult // _node_div: whole replicas per node when a replica fits
+        # in one (x 8 // gpus, // 1), else the replica's requests over its nodes (x 1, // nodes)
+        pl.when(pl.col("gpus") <= GPUS_PER_NODE).then(GPUS_PER_NODE // pl.col("gpus")).otherwise(1)
+        .cast(pl.Int32).alias("_node_mult"),
+        pl.when(pl.col("gpus") <= GPUS_PER_NODE).then(1)
+        .otherwise((pl.col("gpus") + GPUS_PER_NODE - 1) // GPUS_PER_NODE).cast(pl.Int32).alias("_node_div")).collect()
 
     # 3. budgets per (model, budget, GPU, utilization, policy, weights, reserve, tp, pp): Python, once each
     bud_ids = keys.unique(codes, "_budget", BUDGET_DIMS, complete)
@@ -327,7 +342,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     carried = ["k", "block_size", "state_bytes", "max_reserved", "prefix", "max_model_len", "max_batched_tokens",
                "lengths",
                "_kv128k_over_weights",
-               "_hreq", *r_exprs, *(name for name, _ in REQUEST_PARAMETERS), "gpus"]
+               "_hreq", *r_exprs, *(name for name, _ in REQUEST_PARAMETERS), "gpus", "_node_mult", "_node_div"]
     bud_carried = ["budget_bytes", "fits", "_hbud", "gpu", "util_policy", "gpu_util"]
     if keys.space(REQUEST_DIMS) <= DENSE_LIMIT and keys.space(BUDGET_DIMS) <= DENSE_LIMIT:
         n_req, n_bud = keys.space(REQUEST_DIMS), keys.space(BUDGET_DIMS)
@@ -351,9 +366,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     metrics["kv_128k_over_weights"] = pl.col("_kv128k_over_weights")
     gpus = pl.col("gpus")
     metrics["paged_requests_per_gpu"] = c_exprs["paged_requests"] / gpus
-    nodes = (gpus + GPUS_PER_NODE - 1) // GPUS_PER_NODE
-    metrics["paged_requests_per_node"] = pl.when(gpus <= GPUS_PER_NODE) \
-        .then(c_exprs["paged_requests"] * (GPUS_PER_NODE // gpus)).otherwise(c_exprs["paged_requests"] // nodes)
+    metrics["paged_requests_per_node"] = c_exprs["paged_requests"] * pl.col("_node_mult") // pl.col("_node_div")
     out = []
     for name, kind, _ in RESULT_COLUMNS:
         expr = metrics.get(name, pl.col(name))
