@@ -10,7 +10,7 @@ from :func:`kvdash.core.point.point_metrics` evaluated on polars expressions -- 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
@@ -140,22 +140,21 @@ def _hex4() -> pl.Series:
         .select(pl.concat_str("hi", "lo")).to_series()
 
 
-def _hex_by_pair() -> np.ndarray:
-    """The four hex digits of every 16-bit value as 4 ASCII bytes (one ``uint32``), indexed by the value as a
-    native ``uint16`` reads its two big-endian bytes (so the index is the pair exactly as it lies in memory)."""
+def _hex4_ascii() -> np.ndarray:
+    """The four lowercase hex digits of every 16-bit value ``0000`` .. ``ffff`` as 4 ASCII bytes (one
+    ``uint32`` each: its bytes in memory are the digits in order)."""
     n = np.arange(65_536, dtype=np.uint32)
     digits = np.stack([(n >> s) & 15 for s in (12, 8, 4, 0)], axis=1).astype(np.uint8)
-    text = (digits + ord("0") + (digits > 9) * (ord("a") - ord("0") - 10)).astype(np.uint8).view(np.uint32)
-    table = np.empty(65_536, dtype=np.uint32)
-    table[np.arange(65_536, dtype=">u2").view(np.uint16)] = text.ravel()
-    return table
+    return (digits + ord("0") + (digits > 9) * (ord("a") - ord("0") - 10)).astype(np.uint8).view(np.uint32).ravel()
 
 
-def _hex16(acc: np.ndarray, name: str) -> pl.Series:
-    """``f"{x:016x}"`` of every ``uint64`` ``x``: one table lookup per 16 bits into a fixed 16-byte row, then
-    one cast to text (30 ms for a million, where formatting four gathered strings per row took 70 ms)."""
-    rows = _hex_by_pair()[acc.astype(">u8").view(np.uint16)].view(np.uint8).reshape(acc.size, 16)
-    return pl.Series(name, rows).cast(pl.List(pl.UInt8)).cast(pl.Binary).cast(pl.Utf8)
+def _hex16(values: pl.Series) -> pl.Series:
+    """``f"{x:016x}"`` of every ``UInt64`` ``x``: its four 16-bit chunks, most significant first, looked up in
+    :func:`_hex4_ascii` as one 16-byte row per value, then cast to text (30 ms for a million values, where
+    formatting four gathered strings per row took 70 ms)."""
+    chunks = values.to_numpy().astype("<u8", copy=False).view("<u2").reshape(-1, 4)[:, ::-1]
+    rows = _hex4_ascii()[chunks].view(np.uint8).reshape(-1, 16)
+    return pl.Series(values.name, rows).cast(pl.List(pl.UInt8)).cast(pl.Binary).cast(pl.Utf8)
 
 
 def _product(parts: list[np.ndarray], op: np.ufunc) -> np.ndarray:
@@ -234,7 +233,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     req_ids = req_ids.with_columns(
         pl.Series("_shape", [0] * req_ids.height, dtype=pl.UInt64) if req_ids.height == 0 else
         _Keys(values, set(req_ids.columns)).expr(SHAPE_DIMS).alias("_shape"))
-    by_base: dict[tuple[Any, ...], PoolShape] = {}
+    by_base: dict[tuple[Any, ...], dict[str, Any]] = {}  # shape inputs and per-rank figures of each base
     shape_rows: list[dict[str, Any]] = []
     hybrid: dict[str, bool] = {}  # Architecture.is_hybrid scans every layer: once per model, not per point shape
     for key in req_ids.get_column("_shape").unique().sort().to_list():
@@ -251,17 +250,19 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         try:
             check_positive("block_size", block_size)
             if base not in by_base:
-                by_base[base] = dominant_stage(rank_shapes(arch, p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"],
-                                                           block_size), "pp")
+                stage = dominant_stage(rank_shapes(arch, p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"],
+                                                   block_size), "pp")
+                weights_rank = f.weights_per_rank(arch.weight_bytes, p["tp"] * p["pp"])
+                kv128 = f.contiguous_request_bytes(LONG_CONTEXT, stage.full_token_bytes, stage.window_token_bytes,
+                                                   stage.window, stage.state_bytes)
+                by_base[base] = {**shape_inputs(stage), "_max_context": arch.max_context,
+                                 "_kv128k_over_weights": kv128 / weights_rank if weights_rank else None}
         except InputError as exc:
             raise InputError(f"{spec.path}: {point_label(p)}: {exc.field}", exc.value, exc.allowed,
                              exc.hint or "add an exclude: rule for it") from exc
-        stage = by_base[base] if is_hybrid else replace(by_base[base], block_size=block_size)
-        weights_rank = f.weights_per_rank(arch.weight_bytes, p["tp"] * p["pp"])
-        kv128 = f.contiguous_request_bytes(LONG_CONTEXT, stage.full_token_bytes, stage.window_token_bytes,
-                                           stage.window, stage.state_bytes)
-        shape_rows.append({"_shape": key, **shape_inputs(stage), "_max_context": arch.max_context,
-                           "_kv128k_over_weights": kv128 / weights_rank if weights_rank else None})
+        # outside hybrids only the block size itself differs between the block sizes of a base
+        shape_rows.append({"_shape": key, **by_base[base]} if is_hybrid else
+                          {"_shape": key, **by_base[base], "block_size": block_size})
     for w in (spec.workloads[name] for name in values["workload"]):
         for model in sorted({base[0] for base in by_base}):
             if w.max_reserved > arch_of(model).max_context:
@@ -358,8 +359,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
             .collect()
     # the id: the sum of one hash term per parameter, modulo 2^61 - 1, as 16 hex digits (both terms are below
     # 2^61 - 1, so the sum fits in 64 bits)
-    acc = points.get_column("_hreq").to_numpy() + points.get_column("_hbud").to_numpy()
-    points = points.with_columns(_hex16(acc % np.uint64(_M61), "id"))
+    points = points.with_columns(_hex16(points.select(((pl.col("_hreq") + pl.col("_hbud")) % _M61).alias("id"))
+                                        .to_series()))
     c_exprs = capacity_metrics(pl.col("budget_bytes"), pl.col("k"), pl.col("block_size"),
                                {n: pl.col(n) for n in r_exprs})
     metrics: dict[str, pl.Expr] = {n: pl.col(n) for n in r_exprs} | c_exprs
