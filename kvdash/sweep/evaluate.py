@@ -62,6 +62,18 @@ def dominant_stage(shapes: list[PoolShape], where: str) -> PoolShape:
                      "sweep cannot take one stage for all; evaluate it with kvdash calc --pp")
 
 
+class _Reads(dict[str, Any]):
+    """A mapping that records which keys were read (the request figures the budget divisions use)."""
+
+    def __init__(self, items: dict[str, Any]) -> None:
+        super().__init__(items)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
 class _Keys:
     """Mixed-radix keys over dimension codes, and dense lookup tables indexed by them.
 
@@ -340,10 +352,18 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         .then(bkeys.lookup("gpu_util", pl.Utf8)).otherwise(None).alias("gpu_util"))
 
     # 4. gather request and budget figures onto every point; the budget divisions; ids; parameters
-    carried = ["k", "block_size", "state_bytes", "max_reserved", "prefix", "max_model_len", "max_batched_tokens",
-               "lengths",
-               "_kv128k_over_weights",
-               "_hreq", *r_exprs, *(name for name, _ in REQUEST_PARAMETERS), "gpus", "_node_mult", "_node_div"]
+    # the request figures a point needs: its result columns and those the budget divisions read (each million-row
+    # column costs 8 MB of fresh memory); a figure that is one of its inputs unchanged (vLLM's max_model_len) is
+    # read from that input's column
+    source = {n: e.meta.output_name() if e.meta.is_column() else n for n, e in r_exprs.items()}
+    reads = _Reads({n: pl.col(source[n]) for n in r_exprs})
+    c_exprs = capacity_metrics(pl.col("budget_bytes"), pl.col("k"), pl.col("block_size"), reads)
+    outputs = {name for name, _, _ in RESULT_COLUMNS}
+    needed = [n for n in r_exprs if n in outputs or n in reads.read]
+    carried = list(dict.fromkeys([
+        "k", "block_size", "state_bytes", "max_reserved", "prefix", "max_model_len", "max_batched_tokens", "lengths",
+        "_kv128k_over_weights", "_hreq", *(source[n] for n in needed), *(name for name, _ in REQUEST_PARAMETERS),
+        "gpus", "_node_mult", "_node_div"]))
     bud_carried = ["budget_bytes", "fits", "_hbud", "gpu", "util_policy", "gpu_util"]
     if keys.space(REQUEST_DIMS) <= DENSE_LIMIT and keys.space(BUDGET_DIMS) <= DENSE_LIMIT:
         n_req, n_bud = keys.space(REQUEST_DIMS), keys.space(BUDGET_DIMS)
@@ -361,9 +381,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     # 2^61 - 1, so the sum fits in 64 bits)
     points = points.with_columns(_hex16(points.select(((pl.col("_hreq") + pl.col("_hbud")) % _M61).alias("id"))
                                         .to_series()))
-    c_exprs = capacity_metrics(pl.col("budget_bytes"), pl.col("k"), pl.col("block_size"),
-                               {n: pl.col(n) for n in r_exprs})
-    metrics: dict[str, pl.Expr] = {n: pl.col(n) for n in r_exprs} | c_exprs
+    metrics: dict[str, pl.Expr] = {n: pl.col(source[n]) for n in r_exprs} | c_exprs
     metrics["kv_128k_over_weights"] = pl.col("_kv128k_over_weights")
     gpus = pl.col("gpus")
     metrics["paged_requests_per_gpu"] = c_exprs["paged_requests"] / gpus
