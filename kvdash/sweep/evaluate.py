@@ -352,40 +352,52 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         .then(bkeys.lookup("gpu_util", pl.Utf8)).otherwise(None).alias("gpu_util"))
 
     # 4. gather request and budget figures onto every point; the budget divisions; ids; parameters
-    # the request figures a point needs: its result columns and those the budget divisions read (each million-row
-    # column costs 8 MB of fresh memory); a figure that is one of its inputs unchanged (vLLM's max_model_len) is
-    # read from that input's column
+    # the request figures a point needs: its result columns and those the budget divisions read; a figure that is
+    # one of its inputs unchanged (vLLM's max_model_len) is read from that input's column
     source = {n: e.meta.output_name() if e.meta.is_column() else n for n, e in r_exprs.items()}
     reads = _Reads({n: pl.col(source[n]) for n in r_exprs})
-    c_exprs = capacity_metrics(pl.col("budget_bytes"), pl.col("k"), pl.col("block_size"), reads)
+    capacity_metrics(pl.col("budget_bytes"), pl.col("k"), pl.col("block_size"), reads)
     outputs = {name for name, _, _ in RESULT_COLUMNS}
-    needed = [n for n in r_exprs if n in outputs or n in reads.read]
-    carried = list(dict.fromkeys([
-        "k", "block_size", "state_bytes", "max_reserved", "prefix", "max_model_len", "max_batched_tokens", "lengths",
-        "_kv128k_over_weights", "_hreq", *(source[n] for n in needed), *(name for name, _ in REQUEST_PARAMETERS),
-        "gpus", "_node_mult", "_node_div"]))
-    bud_carried = ["budget_bytes", "fits", "_hbud", "gpu", "util_policy", "gpu_util"]
+    shown = list(dict.fromkeys([
+        "block_size", "state_bytes", "max_reserved", "prefix", "max_model_len", "max_batched_tokens", "lengths",
+        "_kv128k_over_weights", *(source[n] for n in r_exprs if n in outputs),
+        *(name for name, _ in REQUEST_PARAMETERS), "gpus"]))
+    # the rest only feed the divisions: gathered inside the final query (a million-row column is 8 MB of fresh
+    # memory; a gather there is a temporary whose memory the next one reuses)
+    feeds = [c for c in dict.fromkeys(["k", "_hreq", *(source[n] for n in reads.read), "_node_mult", "_node_div"])
+             if c not in shown]
+    bud_shown, bud_feeds = ["budget_bytes", "fits", "gpu", "util_policy", "gpu_util"], ["_hbud"]
+    at: dict[str, pl.Expr] = {}
     if keys.space(REQUEST_DIMS) <= DENSE_LIMIT and keys.space(BUDGET_DIMS) <= DENSE_LIMIT:
         n_req, n_bud = keys.space(REQUEST_DIMS), keys.space(BUDGET_DIMS)
+        dense_req = _dense_frame(req, "_req", n_req, shown + feeds)
+        dense_bud = _dense_frame(bud, "_budget", n_bud, bud_shown + bud_feeds)
         # one gather of each dense table (a single index conversion) rather than one per column
-        points = pl.concat([_dense_frame(req, "_req", n_req, carried).gather(codes.get_column("_req")),
-                            _dense_frame(bud, "_budget", n_bud, bud_carried).gather(codes.get_column("_budget"))],
-                           how="horizontal")
+        points = pl.concat([codes, dense_req.select(shown).gather(codes.get_column("_req")),
+                            dense_bud.select(bud_shown).gather(codes.get_column("_budget"))], how="horizontal")
+        at = {c: pl.lit(dense_req.get_column(c)).gather(pl.col("_req")) for c in feeds} | \
+            {c: pl.lit(dense_bud.get_column(c)).gather(pl.col("_budget")) for c in bud_feeds}
     else:
         # in the points' order, as the gathers above (a join's output order is otherwise not guaranteed)
-        points = codes.lazy().join(req.lazy().select(["_req", *carried]), on="_req", how="left",
-                                   maintain_order="left") \
-            .join(bud.lazy().select("_budget", *bud_carried), on="_budget", how="left", maintain_order="left") \
-            .collect()
+        points = codes.lazy().join(req.lazy().select(["_req", *shown, *feeds]), on="_req",
+                                   how="left", maintain_order="left") \
+            .join(bud.lazy().select("_budget", *bud_shown, *bud_feeds), on="_budget", how="left",
+                  maintain_order="left").collect()
+
+    def col(name: str) -> pl.Expr:
+        return at.get(name, pl.col(name))
+
     # the id: the sum of one hash term per parameter, modulo 2^61 - 1, as 16 hex digits (both terms are below
     # 2^61 - 1, so the sum fits in 64 bits)
-    points = points.with_columns(_hex16(points.select(((pl.col("_hreq") + pl.col("_hbud")) % _M61).alias("id"))
+    points = points.with_columns(_hex16(points.select(((col("_hreq") + col("_hbud")) % _M61).alias("id"))
                                         .to_series()))
+    c_exprs = capacity_metrics(pl.col("budget_bytes"), col("k"), pl.col("block_size"),
+                               {n: col(source[n]) for n in r_exprs})
     metrics: dict[str, pl.Expr] = {n: pl.col(source[n]) for n in r_exprs} | c_exprs
     metrics["kv_128k_over_weights"] = pl.col("_kv128k_over_weights")
     gpus = pl.col("gpus")
     metrics["paged_requests_per_gpu"] = c_exprs["paged_requests"] / gpus
-    metrics["paged_requests_per_node"] = c_exprs["paged_requests"] * pl.col("_node_mult") // pl.col("_node_div")
+    metrics["paged_requests_per_node"] = c_exprs["paged_requests"] * col("_node_mult") // col("_node_div")
     out = []
     for name, kind, _ in RESULT_COLUMNS:
         expr = metrics.get(name, pl.col(name))
