@@ -144,14 +144,6 @@ def _dim_hashes(dim: str, values: list[Any]) -> pl.Series:
     return pl.Series([_h(f"{dim}={v!r}", 8) * mult % _M61 for v in values], dtype=pl.UInt64)
 
 
-def _hex4() -> pl.Series:
-    """The 65,536 four-digit hex strings ``0000`` .. ``ffff`` in order: 256 x 256 pairs of two digits crossed
-    in polars (5 ms; a Python list of 65,536 formatted strings takes 20-30 ms, a tenth of a small sweep)."""
-    two = pl.DataFrame({"hi": [f"{i:02x}" for i in range(256)]})
-    return two.join(two.rename({"hi": "lo"}), how="cross", maintain_order="left_right") \
-        .select(pl.concat_str("hi", "lo")).to_series()
-
-
 def _hex4_ascii() -> np.ndarray:
     """The four lowercase hex digits of every 16-bit value ``0000`` .. ``ffff`` as 4 ASCII bytes (one
     ``uint32`` each: its bytes in memory are the digits in order)."""
