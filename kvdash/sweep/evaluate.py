@@ -10,6 +10,7 @@ from :func:`kvdash.core.point.point_metrics` evaluated on polars expressions -- 
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
@@ -379,10 +380,11 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     def col(name: str) -> pl.Expr:
         return at.get(name, pl.col(name))
 
-    # the id: the sum of one hash term per parameter, modulo 2^61 - 1, as 16 hex digits (both terms are below
-    # 2^61 - 1, so the sum fits in 64 bits)
-    points = points.with_columns(_hex16(points.select(((col("_hreq") + col("_hbud")) % _M61).alias("id"))
-                                        .to_series()))
+    def spell_ids() -> pl.Series:
+        """The id: the sum of one hash term per parameter, modulo 2^61 - 1, as 16 hex digits (both terms are
+        below 2^61 - 1, so the sum fits in 64 bits)."""
+        return _hex16(points.select(((col("_hreq") + col("_hbud")) % _M61).alias("id")).to_series())
+
     c_exprs = capacity_metrics(pl.col("budget_bytes"), col("k"), pl.col("block_size"),
                                {n: col(source[n]) for n in r_exprs})
     metrics: dict[str, pl.Expr] = {n: pl.col(source[n]) for n in r_exprs} | c_exprs
@@ -392,11 +394,17 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     metrics["paged_requests_per_node"] = c_exprs["paged_requests"] * col("_node_mult") // col("_node_div")
     out = []
     for name, kind, _ in RESULT_COLUMNS:
+        if name == "id":
+            continue
         expr = metrics.get(name, pl.col(name))
         if kind == "float" and name in c_exprs:  # request-level floats were made finite on the small table
             expr = pl.when(expr.is_finite()).then(expr.cast(pl.Float64)).otherwise(None)
         out.append(expr.alias(name))
-    frame = points.lazy().select(out).collect()
+    # the ids (numpy and single casts, one thread) are spelled while polars computes the rest on its threads
+    with ThreadPoolExecutor(1) as pool:
+        ids = pool.submit(spell_ids)
+        frame = points.lazy().select(out).collect()
+        frame.insert_column([name for name, _, _ in RESULT_COLUMNS].index("id"), ids.result())
     if spec.simulate is not None:
         from kvdash.sweep.simulation import add_simulation
 
