@@ -1,6 +1,6 @@
-"""The evaluator's fast paths (issue 12, item 7) give exactly what the plain definitions give: point ids spelled
-by a 16-bit table, point keys summed over the factors' product in numpy, exclude rules applied to that product,
-request figures computed once per (shape, workload), requests per node from a multiplier and a divisor."""
+"""The evaluator's fast paths (issue 12, item 7) give exactly what the plain definitions give: point keys summed
+over the factors' product (no per-dimension columns), exclude rules applied to that product, ids, request
+figures computed once per (shape, workload), requests per node from a multiplier and a divisor."""
 
 from __future__ import annotations
 
@@ -10,14 +10,13 @@ from functools import reduce
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvdash.core.calc import BudgetSpec, CalcInput, calculate
-from kvdash.sweep.evaluate import DEFAULTS, _hex4_ascii, _hex16, _product, expand
+from kvdash.sweep.evaluate import DEFAULTS, _cross_sum, expand
 from kvdash.sweep.gridfile import DIMENSIONS, parse_grid
 
 M61 = 2**61 - 1
@@ -29,47 +28,22 @@ def grid(tmp_path: Path, text: str, name: str = "grid.yaml") -> Path:
     return path
 
 
-def test_hex_table_is_every_four_digit_hex_in_order():
-    """Entry i holds the 4 ASCII bytes of i in lowercase hex: 0 -> '0000', 43,981 -> 'abcd', 65,535 -> 'ffff'."""
-    table = _hex4_ascii()
-    text = table.view(np.uint8).tobytes().decode("ascii")
-    assert (text[:4], text[4 * 43_981:4 * 43_982], text[-4:]) == ("0000", "abcd", "ffff")
-    assert text == "".join(f"{i:04x}" for i in range(65_536))
-
-
-def test_hex16_worked_values():
-    """Sixteen lowercase digits, zero-padded, most significant first: 0 -> 16 zeros; 2^61 - 2 (the largest id
-    term sum mod 2^61 - 1) -> 1fff...fe; 0x0123456789abcdef spelled as written; 2^64 - 1 -> 16 f's."""
-    values = pl.Series("id", [0, M61 - 1, 0x0123456789ABCDEF, 2**64 - 1], dtype=pl.UInt64)
-    got = _hex16(values)
-    assert got.dtype == pl.Utf8 and got.name == "id"
-    assert got.to_list() == ["0000000000000000", "1ffffffffffffffe", "0123456789abcdef", "ffffffffffffffff"]
-
-
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.integers(0, 2**64 - 1), min_size=0, max_size=200))
-def test_hex16_equals_format(values):
-    """Every UInt64, in any number (none included), spelled exactly as Python's f'{x:016x}'."""
-    got = _hex16(pl.Series("id", values, dtype=pl.UInt64))
-    assert got.to_list() == [f"{x:016x}" for x in values]
-
-
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.integers(1, 4), min_size=1, max_size=5), st.data())
-def test_product_is_the_cross_join_order(sizes, data):
+def test_cross_sum_is_the_cross_join_order(sizes, data):
     """The points are polars' cross join of the factors' code tables in written order (left rows outer): the
-    key of point j, summed in numpy over the factors, equals the key summed over that join's row j; an
-    exclude condition (logical and over the factors) lines up the same way."""
+    key of point j, summed over the factors' shares, equals the key summed over that join's row j, and an
+    exclude condition (and-ed over the factors) lines up the same way."""
     weights = [data.draw(st.integers(0, 1_000)) for _ in sizes]
-    masks = [np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n))) for n in sizes]
-    tables = [pl.DataFrame({f"c{i}": pl.Series(range(n), dtype=pl.UInt32)}) for i, n in enumerate(sizes)]
-    joined = reduce(lambda a, b: a.join(b, how="cross", maintain_order="left_right"), tables)
-    want_keys = sum(joined.get_column(f"c{i}").cast(pl.UInt64).to_numpy() * np.uint64(w)
-                    for i, w in enumerate(weights))
-    want_hit = np.logical_and.reduce([masks[i][joined.get_column(f"c{i}").to_numpy()] for i in range(len(sizes))])
-    parts = [np.arange(n, dtype=np.uint64) * np.uint64(w) for n, w in zip(sizes, weights, strict=True)]
-    assert _product(parts, np.add).tolist() == want_keys.tolist()
-    assert _product(masks, np.logical_and).tolist() == want_hit.tolist()
+    masks = [data.draw(st.lists(st.booleans(), min_size=n, max_size=n)) for n in sizes]
+    codes = [pl.DataFrame({f"c{i}": pl.Series(range(n), dtype=pl.UInt32)}) for i, n in enumerate(sizes)]
+    joined = reduce(lambda a, b: a.join(b, how="cross", maintain_order="left_right"), codes).rows()
+    want = [(sum(c * w for c, w in zip(row, weights, strict=True)), all(m[c] for c, m in zip(row, masks, strict=True)))
+            for row in joined]
+    tables = [pl.DataFrame({"key": pl.Series([i * w for i in range(n)], dtype=pl.UInt64),
+                            "hit": pl.Series(m, dtype=pl.Boolean)})
+              for n, w, m in zip(sizes, weights, masks, strict=True)]
+    assert _cross_sum(tables, ["key"], ["hit"]).rows() == want
 
 
 def _h(text: str, digits: int) -> int:

@@ -83,6 +83,16 @@ def test_median_of_an_even_count_by_hand():
     assert got.rows() == [("chat", 1.0, 10.0, 3.0), ("rag", 7.0, 7.0, 7.0)]
 
 
+def test_point_id_hex_table_is_every_four_digit_hex_in_order():
+    """The table point ids are spelled from: entry i is i in four lowercase hex digits (0 -> 0000, 43,981 ->
+    abcd, 65,535 -> ffff), built by crossing 256 two-digit strings with themselves."""
+    from kvdash.sweep.evaluate import _hex4
+
+    table = _hex4()
+    assert table.len() == 65_536 and (table[0], table[43_981], table[65_535]) == ("0000", "abcd", "ffff")
+    assert table.to_list() == [f"{i:04x}" for i in range(65_536)]
+
+
 @given(frames(), st.integers(1, 8), st.booleans())
 def test_best_per_workload_with_text_workloads(df, k, maximize):
     """The same with a plain text workload column (the threshold joined, not gathered by Enum code): workloads
