@@ -345,11 +345,21 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         "block_size", "state_bytes", "max_reserved", "prefix", "max_model_len", "max_batched_tokens", "lengths",
         "_kv128k_over_weights", *(source[n] for n in r_exprs if n in outputs),
         *(name for name, _ in REQUEST_PARAMETERS), "gpus"]))
+    # a parameter with one value in the whole grid is one literal, not a gathered column
+    literal = {name: keys.lookup(name, dtype) for name, dtype in (*REQUEST_PARAMETERS, ("gpu", pl.Utf8),
+                                                                  ("util_policy", pl.Utf8)) if len(values[name]) == 1}
+    if "tp" in literal and "pp" in literal:
+        literal["gpus"] = keys.lookup("tp", pl.Int64) * keys.lookup("pp", pl.Int64)
+    if all(len(values[d]) == 1 for d in ("gpu", "gpu_memory", "gpu_util")):
+        derived = values["gpu"][0] is not None or values["gpu_memory"][0] is not None
+        literal["gpu_util"] = pl.when(pl.lit(derived)).then(keys.lookup("gpu_util", pl.Utf8)).otherwise(None)
+    shown = [c for c in shown if c not in literal]
     # the rest only feed the divisions: gathered inside the final query (a million-row column is 8 MB of fresh
     # memory; a gather there is a temporary whose memory the next one reuses)
     feeds = [c for c in dict.fromkeys(["k", "_hreq", *(source[n] for n in reads.read), "_node_mult", "_node_div"])
              if c not in shown]
-    bud_shown, bud_feeds = ["budget_bytes", "fits", "gpu", "util_policy", "gpu_util"], ["_hbud"]
+    bud_shown = [c for c in ("budget_bytes", "fits", "gpu", "util_policy", "gpu_util") if c not in literal]
+    bud_feeds = ["_hbud"]
     at: dict[str, pl.Expr] = {}
     if keys.space(REQUEST_DIMS) <= DENSE_LIMIT and keys.space(BUDGET_DIMS) <= DENSE_LIMIT:
         n_req, n_bud = keys.space(REQUEST_DIMS), keys.space(BUDGET_DIMS)
@@ -368,13 +378,14 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
                   maintain_order="left").collect()
 
     def col(name: str) -> pl.Expr:
-        return at.get(name, pl.col(name))
+        return pl.col(name)
 
     c_exprs = capacity_metrics(pl.col("budget_bytes"), col("k"), pl.col("block_size"),
                                {n: col(source[n]) for n in r_exprs})
     metrics: dict[str, pl.Expr] = {n: pl.col(source[n]) for n in r_exprs} | c_exprs
     metrics["kv_128k_over_weights"] = pl.col("_kv128k_over_weights")
-    gpus = pl.col("gpus")
+    metrics |= literal
+    gpus = metrics.get("gpus", pl.col("gpus"))
     metrics["paged_requests_per_gpu"] = c_exprs["paged_requests"] / gpus
     metrics["paged_requests_per_node"] = c_exprs["paged_requests"] * col("_node_mult") // col("_node_div")
     # the id: the sum of one hash term per parameter, modulo 2^61 - 1, as 16 hex digits
@@ -388,7 +399,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         if kind == "float" and name in c_exprs:  # request-level floats were made finite on the small table
             expr = pl.when(expr.is_finite()).then(expr.cast(pl.Float64)).otherwise(None)
         out.append(expr.alias(name))
-    frame = points.lazy().select(out).collect()
+    # the feeds as columns of the query (common subexpressions are found among column expressions only)
+    frame = points.lazy().with_columns(e.alias(c) for c, e in at.items()).select(out).collect()
     if spec.simulate is not None:
         from kvdash.sweep.simulation import add_simulation
 
