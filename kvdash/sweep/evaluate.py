@@ -301,9 +301,9 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         # requests per node = paged requests x _node_mult // _node_div: whole replicas per node when a replica fits
         # in one (x 8 // gpus, // 1), else the replica's requests over its nodes (x 1, // nodes)
         pl.when(pl.col("gpus") <= GPUS_PER_NODE).then(GPUS_PER_NODE // pl.col("gpus")).otherwise(1)
-        .cast(pl.Int32).alias("_node_mult"),
+        .alias("_node_mult"),
         pl.when(pl.col("gpus") <= GPUS_PER_NODE).then(1)
-        .otherwise((pl.col("gpus") + GPUS_PER_NODE - 1) // GPUS_PER_NODE).cast(pl.Int32).alias("_node_div")).collect()
+        .otherwise((pl.col("gpus") + GPUS_PER_NODE - 1) // GPUS_PER_NODE).alias("_node_div")).collect()
 
     # 3. budgets per (model, budget, GPU, utilization, policy, weights, reserve, tp, pp): Python, once each
     bud_ids = keys.unique(codes, "_budget", BUDGET_DIMS, complete)
