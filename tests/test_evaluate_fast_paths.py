@@ -174,3 +174,15 @@ def test_requests_per_node_multiplier_and_divisor(tmp_path):
         mult, div = factor[row["gpus"]]
         assert row["paged_requests_per_node"] == row["paged_requests"] * mult // div
         assert row["paged_requests_per_gpu"] == row["paged_requests"] / row["gpus"]
+
+
+def test_single_point_grid_with_exclude_rules(tmp_path):
+    """A grid of one point (no dimension with two values): a rule naming its values removes it (one clear error,
+    as any grid the rules empty), a rule naming another value keeps it."""
+    from kvdash.errors import InputError
+
+    base = "models: [llama-3.1-8b]\nworkloads:\n  a: {length: 100, max_reserved: 4096}\n"
+    with pytest.raises(InputError, match="the exclude rules remove every point"):
+        expand(parse_grid(grid(tmp_path, base + "exclude:\n  - {block_size: [16]}\n", "a.yaml")))
+    kept = expand(parse_grid(grid(tmp_path, base + "exclude:\n  - {block_size: [32]}\n", "b.yaml"))).frame
+    assert kept.height == 1 and kept.get_column("block_size").to_list() == [16]

@@ -209,8 +209,10 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
             table[f"_x{r}"] = pl.Series([all(values[d][i] in rule[d] for d in factor if d in rule) for i in range(n)],
                                         dtype=pl.Boolean)
         tables.append(pl.DataFrame(table))
-    codes = _cross_sum(tables, list(weights), [f"_x{r}" for r in range(len(rules))]) if tables else \
-        pl.DataFrame({name: pl.Series([0], dtype=pl.UInt64) for name in weights})
+    if not tables:  # a single point: every key share 0, and every rule that applies matches it
+        tables = [pl.DataFrame({**{name: pl.Series([0], dtype=pl.UInt64) for name in weights},
+                                **{f"_x{r}": pl.Series([True]) for r in range(len(rules))}})]
+    codes = _cross_sum(tables, list(weights), [f"_x{r}" for r in range(len(rules))])
     if rules:
         codes = codes.filter(~pl.any_horizontal(f"_x{r}" for r in range(len(rules)))).select(*weights)
     if spec.excludes and codes.height == 0:
@@ -354,8 +356,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         derived = values["gpu"][0] is not None or values["gpu_memory"][0] is not None
         literal["gpu_util"] = pl.when(pl.lit(derived)).then(keys.lookup("gpu_util", pl.Utf8)).otherwise(None)
     shown = [c for c in shown if c not in literal]
-    # the rest only feed the divisions: gathered inside the final query (a million-row column is 8 MB of fresh
-    # memory; a gather there is a temporary whose memory the next one reuses)
+    # the rest only feed the divisions and the id: gathered as columns of the final query, not into the points
+    # frame (fewer page faults: each million-row column is 8 MB of fresh memory)
     feeds = [c for c in dict.fromkeys(["k", "_hreq", *(source[n] for n in reads.read), "_node_mult", "_node_div"])
              if c not in shown]
     bud_shown = [c for c in ("budget_bytes", "fits", "gpu", "util_policy", "gpu_util") if c not in literal]
@@ -377,19 +379,16 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
             .join(bud.lazy().select("_budget", *bud_shown, *bud_feeds), on="_budget", how="left",
                   maintain_order="left").collect()
 
-    def col(name: str) -> pl.Expr:
-        return pl.col(name)
-
-    c_exprs = capacity_metrics(pl.col("budget_bytes"), col("k"), pl.col("block_size"),
-                               {n: col(source[n]) for n in r_exprs})
+    c_exprs = capacity_metrics(pl.col("budget_bytes"), pl.col("k"), pl.col("block_size"),
+                               {n: pl.col(source[n]) for n in r_exprs})
     metrics: dict[str, pl.Expr] = {n: pl.col(source[n]) for n in r_exprs} | c_exprs
     metrics["kv_128k_over_weights"] = pl.col("_kv128k_over_weights")
     metrics |= literal
     gpus = metrics.get("gpus", pl.col("gpus"))
     metrics["paged_requests_per_gpu"] = c_exprs["paged_requests"] / gpus
-    metrics["paged_requests_per_node"] = c_exprs["paged_requests"] * col("_node_mult") // col("_node_div")
+    metrics["paged_requests_per_node"] = c_exprs["paged_requests"] * pl.col("_node_mult") // pl.col("_node_div")
     # the id: the sum of one hash term per parameter, modulo 2^61 - 1, as 16 hex digits
-    acc = (col("_hreq") + col("_hbud")) % _M61
+    acc = (pl.col("_hreq") + pl.col("_hbud")) % _M61
     chunks = _hex4()
     metrics["id"] = pl.format("{}{}{}{}", *[pl.lit(chunks).gather((acc // (1 << (16 * (3 - i)))) % (1 << 16))
                                             for i in range(4)])  # format: 30 % faster than concat_str here
@@ -399,7 +398,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         if kind == "float" and name in c_exprs:  # request-level floats were made finite on the small table
             expr = pl.when(expr.is_finite()).then(expr.cast(pl.Float64)).otherwise(None)
         out.append(expr.alias(name))
-    # the feeds as columns of the query (common subexpressions are found among column expressions only)
+    # the feeds as columns of the query: common subexpressions are found among column expressions only (gathers
+    # inside the expressions made paged_requests be computed seven times)
     frame = points.lazy().with_columns(e.alias(c) for c, e in at.items()).select(out).collect()
     if spec.simulate is not None:
         from kvdash.sweep.simulation import add_simulation
