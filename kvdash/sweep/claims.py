@@ -430,15 +430,15 @@ def _tally_many(lazy: pl.LazyFrame, jobs: list[_Job], dims: list[str]) -> list[d
 
 
 def _pack(narrow: pl.DataFrame, jobs: int, names: list[str]) -> list[pl.Series]:
-    """The status columns ``_s0`` ... as 64-bit words, job ``i``'s status in byte ``i % 8`` (the lowest byte
-    first) of word ``i // 8``: a copy into a points x bytes array read back as little-endian words."""
-    import numpy as np
-
-    out = np.zeros((narrow.height, _BYTES * len(names)), dtype=np.uint8)
-    for i in range(jobs):
-        out[:, i] = narrow.get_column(f"_s{i}").to_numpy()
-    words = out.view("<u8")
-    return [pl.Series(n, words[:, k]) for k, n in enumerate(names)]
+    """Status columns ``_s0``... as 64-bit words, job ``i``'s status in byte ``i % 8`` (lowest first) of word ``i // 8``
+    in polars (numpy's copy saves 20 ms at 1M points, its import costs 0.1 s), read from the status columns alone."""
+    words = []
+    for k, name in enumerate(names):
+        word = pl.lit(0, dtype=pl.UInt64)
+        for i in range(_BYTES * k, min(_BYTES * (k + 1), jobs)):
+            word = word | pl.col(f"_s{i}").cast(pl.UInt64) * (1 << (8 * (i % _BYTES)))
+        words.append(word.alias(name))
+    return pl.DataFrame([narrow.get_column(f"_s{i}") for i in range(jobs)]).select(words).get_columns()
 
 
 _CHUNK = 1 << 12  # at most this many key values in one combined group-by
