@@ -130,7 +130,27 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         _quiet_pipe()
         raise SystemExit(0) from None
-    raise SystemExit(code if isinstance(code, int) else 0)
+    code = code if isinstance(code, int) else 0
+    if argv is None and args[0] in FAST_EXIT:
+        _exit_now(code)
+    raise SystemExit(code)
+
+
+FAST_EXIT = {"sweep"}  # commands whose process ends at once when they are done (see _exit_now)
+
+
+def _exit_now(code: int) -> None:
+    """End the process now that the command is done: its files are written and closed, stdout is flushed.
+    The interpreter's own teardown (freeing a million-point frame, unloading polars and ~500 modules) takes
+    60-90 ms of a 1.2 s sweep and leaves nothing behind that matters.  Only for a real process (``argv`` not
+    given): in-process callers such as the tests get SystemExit as usual."""
+    import os
+
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):  # pragma: no cover - stderr closed
+        pass
+    os._exit(code)
 
 
 def _quiet_pipe() -> None:

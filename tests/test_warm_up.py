@@ -12,7 +12,7 @@ from kvdash.report import build
 from tests.cli_run import run
 
 REPO = Path(__file__).resolve().parents[1]
-TUTORIAL = REPO / "sweeps" / "tutorial.yaml"  # 1 point
+TUTORIAL = REPO / "sweeps" / "tutorial.yaml"  # 16 points
 COMMITTED = REPO / "reports" / "tutorial"
 
 
@@ -34,7 +34,7 @@ def test_warm_up_loads_both_templates_into_the_renderers_environments():
 
 
 def test_small_grids_start_no_warm_up(tmp_path, capsys, monkeypatch):
-    """A 1-point grid is below WARM_UP_POINTS (100,000): no thread is started."""
+    """A 16-point grid is below WARM_UP_POINTS (100,000): no thread is started."""
     started = []
     monkeypatch.setattr(sweep_cmd, "_warm_up", lambda: started.append(1))
     code, _, err = run(["sweep", TUTORIAL, "--out", tmp_path / "r", "-q"], capsys)
@@ -43,7 +43,7 @@ def test_small_grids_start_no_warm_up(tmp_path, capsys, monkeypatch):
 
 
 def test_warm_up_at_the_threshold_changes_no_byte(tmp_path, capsys, monkeypatch):
-    """With the threshold at 1 point the tutorial grid warms up first; its report is still the committed one."""
+    """With the threshold at 1 point the 16-point tutorial grid warms up first; the report is the committed one."""
     monkeypatch.setattr(sweep_cmd, "WARM_UP_POINTS", 1)
     threads = []
     real = sweep_cmd._warm_up

@@ -1,0 +1,55 @@
+"""A finished ``kvdash sweep`` process ends with ``os._exit`` (kvdash.cli._exit_now), skipping the interpreter's
+teardown.  The rule: nothing it printed or wrote is lost, and its exit code is the command's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvdash import cli
+from tests.cli_run import run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _kvdash(*args: object, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    # stdout and stderr are pipes here: block-buffered, so a skipped flush would lose the text
+    return subprocess.run([sys.executable, "-m", "kvdash.cli", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_sweep_process_keeps_its_summary_and_its_report(tmp_path):
+    proc = _kvdash("sweep", "sweeps/tutorial.yaml", "--out", tmp_path / "r")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"16 points -> {tmp_path / 'r'}/ (")  # the one-line summary, flushed
+    committed = REPO / "reports" / "tutorial"
+    for f in committed.iterdir():
+        assert (tmp_path / "r" / f.name).read_bytes() == f.read_bytes(), f.name
+
+
+def test_failed_gates_keep_exit_code_1_and_every_line(tmp_path):
+    """chat-256's gate needs 256 requests: the bf16 points of Llama-3.1-70B fail it (170 on 8 x H100, 146 on
+    4 x H200), so --check exits 1 and lists each failing point on stderr, written before the process ends."""
+    inproc = REPO / "sweeps" / "chat-256.yaml"
+    proc = _kvdash("sweep", inproc, "--out", tmp_path / "r", "--check")
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert lines and all(line.startswith("gate '256 concurrent chats' failed at ") for line in lines)
+    assert any("paged_requests = 170, needs ≥ 256" in line for line in lines)
+
+
+def test_in_process_callers_get_system_exit(tmp_path, capsys, monkeypatch):
+    """main(argv) (the tests, an embedding program) never ends the process: os._exit is not reached."""
+    monkeypatch.setattr(cli, "_exit_now", lambda code: pytest.fail("os._exit reached in-process"))
+    code, out, _ = run(["sweep", REPO / "sweeps" / "tutorial.yaml", "--out", tmp_path / "r"], capsys)
+    assert code == 0 and out.startswith("16 points -> ")
+
+
+def test_only_sweep_exits_early():
+    """Other commands keep the normal teardown (an exporter's or a dashboard's threads end their own way)."""
+    assert cli.FAST_EXIT == {"sweep"}
+    proc = _kvdash("calc", "--json")
+    assert proc.returncode == 0 and proc.stdout.lstrip().startswith("{")
