@@ -2,11 +2,14 @@
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from kvdash.errors import InputError, Interrupted
+
+if TYPE_CHECKING:
+    import threading
 
 Opt = typer.Option
 
@@ -96,7 +99,7 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
 WARM_UP_POINTS = 100_000  # from here on evaluation takes long enough (0.05 s and up) to hide the warm-up
 
 
-def _warm_up():  # type: ignore[no-untyped-def]
+def _warm_up() -> "threading.Thread":
     """Start loading the report's templates while polars evaluates the grid (see report.build.warm_up).  A
     failure here is left to the real use, which reports it properly."""
     import threading

@@ -483,14 +483,14 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
     else:
         present = _workloads(narrow) if picks is None else picks.workloads
         each = max(2, HEADLINE_EACH // len(present))  # per workload: 2k and 128k do not compare
-        shared = picks is not None and not spec.gates  # searched once for the decision and the charts
-        if shared and picks.charts:  # type: ignore[union-attr]
-            worst = picks.rows(picks.worst(HEADLINE_WORST), cols)  # type: ignore[union-attr]
+        shared = picks if not spec.gates else None  # searched once for the decision and the charts
+        if shared is not None and shared.charts:
+            worst = shared.rows(shared.worst(HEADLINE_WORST), cols)
         elif narrow.get_column(by[0]).null_count() == 0:
             worst = _first_k(narrow, HEADLINE_WORST, by[0], not desc[0], True, pl.col("fits"))
         else:
             worst = narrow.filter(pl.col("fits")).bottom_k(HEADLINE_WORST, by=by, reverse=reverse)
-        best = picks.rows(picks.best(each), cols) if shared else _best_per_workload(spec, narrow, each)  # type: ignore[union-attr]
+        best = shared.rows(shared.best(each), cols) if shared is not None else _best_per_workload(spec, narrow, each)
         shown = [best, worst.sort(by, descending=desc, nulls_last=True)]
     every = pl.concat(shown)
     varying, constant = [], []
