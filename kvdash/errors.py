@@ -29,9 +29,36 @@ class InputError(ValueError):
 
 
 class Interrupted(Exception):
-    """Ctrl-C, with what it left behind; the CLI prints the message as one line and exits 130.
+    """Ctrl-C (or SIGTERM, SIGHUP), with what it left behind; the CLI prints the message as one line and exits
+    ``code`` (128 + the signal's number: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
 
     (A bare KeyboardInterrupt would be turned into a silent exit 130 by typer.)"""
+
+    def __init__(self, message: str, code: int = 130) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C's KeyboardInterrupt where kvdash catches those signals."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def signal_code(exc: BaseException) -> int:
+    """The exit code for an interruption: 128 + the signal's number (SIGINT: 130)."""
+    return 128 + getattr(exc, "signum", 2)
+
+
+def signal_name(exc: BaseException) -> str:
+    import signal
+
+    try:
+        return signal.Signals(getattr(exc, "signum", 2)).name
+    except ValueError:  # pragma: no cover
+        return f"signal {getattr(exc, 'signum', 2)}"
 
 
 SHOWN_CHARS = 80
