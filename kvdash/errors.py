@@ -118,6 +118,32 @@ def shorten_words(text: str, limit: int = SHOWN_CHARS) -> str:
 _LINES = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]+")
 
 
+# characters that hide, reorder or control text: C0 and C1 controls (tab and newline kept), DEL, the soft
+# hyphen, bidi marks, embeddings, overrides and isolates (Unicode UAX #9), zero-width characters, word
+# joiners and invisible operators, the BOM, line/paragraph separators, interlinear annotation, tag characters
+HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+                     "\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb"
+                     "\U000e0000-\U000e0fff\ud800-\udfff]")
+
+
+def _shown(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" if c < 0x10000 else f"\\U{c:08x}"
+
+
+def visible(text: str) -> str:
+    r"""``text`` with every character that could hide, reorder or restyle what is shown (controls, bidi
+    overrides and isolates, zero-width characters, the BOM, the soft hyphen) written as an escape, so that
+    what every output shows is what the text holds.  Tab and newline are kept.
+
+    >>> visible("model\u202eevil\x1b[31m\u200b")
+    'model\\u202eevil\\x1b[31m\\u200b'
+    >>> visible("plain é 💥")
+    'plain é 💥'
+    """
+    return HIDDEN.sub(_shown, text) if HIDDEN.search(text) else text
+
+
 def flat(text: object) -> str:
     """``text`` as one line of prose (Markdown, diffs): every run of line breaks and control characters
     becomes one space (error lines use :func:`one_line`, which shows them escaped instead)."""

@@ -71,6 +71,10 @@ def exporter(
 
     check_interval(interval)
     check_engine_timeout(engine_timeout)
+    from kvdash.netaddr import check_url
+
+    for address in engine or []:
+        check_url("--engine", address, "a vLLM or SGLang server, e.g. localhost:8000")
     if not 0 <= port <= 65535:
         raise InputError("--port", port, "expected 0 to 65535")
     check_demo_gpus(gpus)

@@ -114,6 +114,12 @@ def live(
     cfg = live_config(model, config, kv_dtype, block_size, tp, gpu_util, weights, reserve, budget, budget_mode,
                       live_lengths(length, group), max_reserved)
     mode = cfg.budget_mode
+    from kvdash.netaddr import check_url
+
+    if engine is not None:
+        check_url("--engine", engine, "a vLLM or SGLang server, e.g. localhost:8000")
+    if prometheus is not None:
+        check_url("--prometheus", prometheus, "a Prometheus server, e.g. http://HOST:9090")
     if prometheus:  # the fleet view (kvdash/commands/fleet.py)
         if demo or replay or engine:
             raise InputError("--prometheus", prometheus, "give it without --demo, --replay or --engine")

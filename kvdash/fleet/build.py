@@ -22,6 +22,7 @@ Matching rules, stated once:
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -30,7 +31,7 @@ from kvdash.errors import InputError
 from kvdash.fleet.client import Series
 from kvdash.live.analysis import LiveConfig, analyze, compare_engine
 from kvdash.sources.base import GPUReading, Snapshot
-from kvdash.sources.engine import EngineReading
+from kvdash.sources.engine import EngineReading, _Checker
 
 MiB = 2**20
 DCGM_FIELD = {"DCGM_FI_DEV_FB_USED": "used", "DCGM_FI_DEV_FB_FREE": "free", "DCGM_FI_DEV_FB_RESERVED": "reserved"}
@@ -62,8 +63,21 @@ def instance_host(instance: str) -> str:
     return instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance
 
 
-def _int(x: float | None) -> int | None:
-    return None if x is None else int(round(x))
+MAX_GPU_BYTES = 2**53  # a figure above this is no GPU's memory (and no longer exact in a float)
+
+
+def _memory(value: float, scale: int) -> tuple[int | None, str]:
+    """A GPU memory figure in bytes from a sample (``scale`` bytes per unit); None and the reason when the
+    sample is not a finite, non-negative, whole number of units up to 2^53 bytes."""
+    if not math.isfinite(value):
+        return None, f"{value} is not a finite number"
+    if value < 0:
+        return None, f"{value:g} is negative"
+    if value * scale > MAX_GPU_BYTES:
+        return None, f"{value:g} x {scale:,} B is over 2^53 bytes"
+    if value != int(value):
+        return None, f"{value:g} is not a whole number"
+    return int(value) * scale, ""
 
 
 def _gpus(series: list[Series], fields: dict[str, str], scale: int, hostname_label: str,
@@ -89,19 +103,30 @@ def _gpus(series: list[Series], fields: dict[str, str], scale: int, hostname_lab
             aliases.setdefault(instance_host(inst), host)
             aliases.setdefault(host, host)
             index = labels.get("gpu", "")
-            gpu = {"index": int(index) if index.isdigit() else -1, "uuid": uuid, "name": labels.get(name_label, "")}
+            gpu = {"index": int(index) if index.isascii() and index.isdigit() and len(index) <= 6 else -1,
+                   "uuid": uuid, "name": labels.get(name_label, ""), "invalid": {}}
             by_key[(inst, uuid or index)] = hosts.setdefault(host, {}).setdefault(uuid or index, gpu)
-        gpu[field] = int(round(s.value)) * scale
+        value, why = _memory(s.value, scale)
+        if why:
+            gpu["invalid"][f"{field}_bytes"] = why
+            gpu.pop(field, None)
+        elif f"{field}_bytes" not in gpu["invalid"]:
+            gpu[field] = value
     return hosts
 
 
 def _gpu_row(g: dict[str, Any]) -> dict[str, Any]:
     """One GPU of the fleet document, bytes exact; total = used + free + reserved where not published."""
     total = g.get("total")
-    if total is None and "used" in g and "free" in g:
+    invalid = dict(g.get("invalid", {}))
+    if total is None and "total_bytes" not in invalid and "used" in g and "free" in g \
+            and "reserved_bytes" not in invalid:
         total = g["used"] + g["free"] + g.get("reserved", 0)
+    elif total is None and ("used" in g or "free" in g):
+        invalid.setdefault("total_bytes", "used + free + reserved needs all three figures valid")
     return {"gpu": g["index"], "uuid": g["uuid"], "name": g["name"], "total_bytes": total,
-            "used_bytes": g.get("used"), "free_bytes": g.get("free"), "reserved_bytes": g.get("reserved")}
+            "used_bytes": g.get("used"), "free_bytes": g.get("free"), "reserved_bytes": g.get("reserved"),
+            "invalid": invalid}
 
 
 def _gpu_reading(row: dict[str, Any]) -> GPUReading:
@@ -134,36 +159,48 @@ def _engines(series: list[Series]) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def _reading(url: str, e: dict[str, Any]) -> EngineReading:
+    """The engine's figures, each checked as :mod:`kvdash.sources.engine` checks a /metrics page: a
+    fraction 0-1, counts whole from 0 to 2^53; anything else is None with its reason in ``invalid``."""
     v: dict[str, float] = e.get("values", {})
+    check = _Checker()
     if e["kind"] == "vllm":
         info = e.get("cache_config", {})
-        blocks = int(float(info["num_gpu_blocks"])) if info.get("num_gpu_blocks", "").replace(".", "").isdigit() \
-            else None
-        bs = int(info["block_size"]) if info.get("block_size", "").isdigit() else None
-        usage = v.get("vllm:kv_cache_usage_perc", v.get("vllm:gpu_cache_usage_perc"))
+        blocks = check.count("num_gpu_blocks", info.get("num_gpu_blocks")) \
+            if info.get("num_gpu_blocks") not in (None, "", "None") else None
+        bs = check.count("block_size", info.get("block_size"), low=1) if info.get("block_size") else None
+        usage = check.fraction("kv_usage", v.get("vllm:kv_cache_usage_perc", v.get("vllm:gpu_cache_usage_perc")))
         total = blocks * bs if blocks is not None and bs else None
-        return EngineReading(url=url, kind="vllm", kv_usage=usage, running=_int(v.get("vllm:num_requests_running")),
-                             waiting=_int(v.get("vllm:num_requests_waiting")), num_gpu_blocks=blocks, block_size=bs,
+        return EngineReading(url=url, kind="vllm", kv_usage=usage,
+                             running=check.count("running", v.get("vllm:num_requests_running")),
+                             waiting=check.count("waiting", v.get("vllm:num_requests_waiting")),
+                             num_gpu_blocks=blocks, block_size=bs,
                              total_tokens=total, used_tokens=None if usage is None or total is None
-                             else int(round(usage * total)), cache_dtype=info.get("cache_dtype", ""),
-                             gpu_memory_utilization=info.get("gpu_memory_utilization", ""))
+                             else int(round(usage * total)), cache_dtype=info.get("cache_dtype", "")[:40],
+                             gpu_memory_utilization=info.get("gpu_memory_utilization", "")[:40],
+                             invalid=check.invalid)
     if e["kind"] == "exporter":  # an engine as kvdash exporter read it
-        total = _int(v.get("kvdash_engine_kv_pool_tokens"))
-        blocks = _int(v.get("kvdash_engine_kv_pool_blocks"))
-        usage = v.get("kvdash_engine_kv_usage_ratio")
+        total = check.count("total_tokens", v.get("kvdash_engine_kv_pool_tokens"))
+        blocks = check.count("num_gpu_blocks", v.get("kvdash_engine_kv_pool_blocks"))
+        usage = check.fraction("kv_usage", v.get("kvdash_engine_kv_usage_ratio"))
         return EngineReading(url=url, kind="exporter", kv_usage=usage, num_gpu_blocks=blocks,
                              block_size=total // blocks if total is not None and blocks else None,
-                             running=_int(v.get("kvdash_engine_requests_running")),
-                             waiting=_int(v.get("kvdash_engine_requests_waiting")), total_tokens=total,
-                             used_tokens=None if usage is None or total is None else int(round(usage * total)))
-    total = _int(v.get("sglang:max_total_num_tokens"))
-    usage = v.get("sglang:token_usage")
-    used = _int(v.get("sglang:num_used_tokens"))
-    if used is None and usage is not None and total is not None:
+                             running=check.count("running", v.get("kvdash_engine_requests_running")),
+                             waiting=check.count("waiting", v.get("kvdash_engine_requests_waiting")),
+                             total_tokens=total,
+                             used_tokens=None if usage is None or total is None else int(round(usage * total)),
+                             invalid=check.invalid)
+    total = check.count("total_tokens", v.get("sglang:max_total_num_tokens"))
+    usage = check.fraction("kv_usage", v.get("sglang:token_usage"))
+    used = check.count("used_tokens", v.get("sglang:num_used_tokens"))
+    if used is not None and total is not None and used > total:
+        check.invalid["used_tokens"] = f"{used:,} is more than the pool's {total:,} tokens"
+        used = None
+    if used is None and usage is not None and total is not None and "used_tokens" not in check.invalid:
         used = int(round(usage * total))
-    return EngineReading(url=url, kind="sglang", kv_usage=usage, running=_int(v.get("sglang:num_running_reqs")),
-                         waiting=_int(v.get("sglang:num_queue_reqs")), block_size=1, total_tokens=total,
-                         used_tokens=used)
+    return EngineReading(url=url, kind="sglang", kv_usage=usage,
+                         running=check.count("running", v.get("sglang:num_running_reqs")),
+                         waiting=check.count("waiting", v.get("sglang:num_queue_reqs")), block_size=1,
+                         total_tokens=total, used_tokens=used, invalid=check.invalid)
 
 
 def _compare(cache: dict[Any, dict[str, Any]], reading: EngineReading, kv: dict[str, Any]) -> dict[str, Any]:
@@ -220,7 +257,7 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
     for s in results.get("targets", []):
         inst = s.labels.get("instance", "")
         h = host(aliases.get(instance_host(inst), instance_host(inst)))
-        if s.value == 0:
+        if s.value != 1:  # up is 1 or 0; anything else (NaN, -1) is no sign of a working scrape
             h["down_targets"].append({"job": s.labels.get("job", ""), "instance": inst})
         else:
             h["targets_up"] += 1
@@ -247,6 +284,7 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
             "running": reading.running, "waiting": reading.waiting,
             "cache_dtype": reading.cache_dtype, "gpu_memory_utilization": reading.gpu_memory_utilization,
             "kvdash_ok": bool(kv.get("ok")), "kvdash_notes": list(kv.get("notes", [])),
+            "invalid": dict(reading.invalid),
         }
         if kv.get("ok"):
             cmp = _compare(compared, reading, kv)
