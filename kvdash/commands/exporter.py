@@ -64,7 +64,7 @@ def exporter(
     once: Annotated[bool, Opt("--once", help="Print the metrics page once and exit (no server).")] = False,
 ) -> None:
     """Publish GPU memory, kvdash's analytical KV pool and the engines' pools for Prometheus."""
-    from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+    from prometheus_client import CollectorRegistry, generate_latest
 
     from kvdash.commands.live import live_config
     from kvdash.exporter.collector import ExporterState, KvdashCollector
@@ -94,7 +94,9 @@ def exporter(
         source.close()
         return
     try:
-        server, _ = start_http_server(port, addr=host, registry=registry)
+        from kvdash.exporter.server import serve
+
+        server, _ = serve(port, host, registry)  # each request bounded in time, concurrent ones capped
     except OSError as exc:
         source.close()
         raise InputError("--port", port, f"cannot listen on {host}:{port} ({exc.strerror or exc})") from exc
@@ -111,6 +113,7 @@ def exporter(
         pass
     finally:
         server.shutdown()
+        server.server_close()
         state.stop()
 
 

@@ -46,4 +46,8 @@ def run_fleet(url: str, cfg, once: bool, as_json: bool, interval: float) -> None
         return
     from kvdash.tui.fleet import FleetApp
 
-    FleetApp(source, cfg, interval=interval).run()
+    from kvdash.commands.live import end_signalled
+
+    app = FleetApp(source, cfg, interval=interval)
+    app.run()
+    end_signalled(app)
