@@ -332,22 +332,29 @@ def test_sigkill_leftovers_are_removed_by_a_sweep_into_another_out(tmp_path, cap
 
 def test_ctrl_c_during_start_up_is_one_line():
     """Issue 25: SIGINT in the first 50 ms printed a 16-34-line KeyboardInterrupt traceback from imports.
-    The console script's entry (kvdash.launch) catches it around the imports: over 24 runs, each SIGINT sent
-    0-120 ms after the start, no traceback, and every run that caught it printed the one line, exit 130."""
-    caught = 0
-    for i in range(24):
+    The console script's entry (kvdash.launch) catches it around kvdash's imports: over 30 runs, each SIGINT
+    sent 0-435 ms after the start, every run that reached kvdash's code and caught it printed the one line,
+    exit 130.  Not kvdash's to fix: a SIGINT while the interpreter itself still runs ``site`` (before any
+    kvdash code; up to about 140 ms on this loaded machine with the editable install's path finder, which
+    imports pathlib) is Python's own "Fatal Python error: init_import_site", exit 1."""
+    caught = interpreter = 0
+    for i in range(30):
         proc = subprocess.Popen([*LAUNCH, "calc", "--model", "llama-3.1-8b"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
-        time.sleep(0.005 * i)
+        time.sleep(0.015 * i)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
+        if err.startswith("Fatal Python error: init_import_site"):  # the interpreter's start-up, not kvdash's
+            assert "kvdash" not in err.split("__editable__")[0].replace("/kvdash/", "/"), err
+            interpreter += 1
+            continue
         assert "Traceback" not in err, err
         if proc.returncode == 130:
             assert "kvdash: error: interrupted\n" == err
             caught += 1
         else:  # before Python installed its handler (killed by the signal), or after calc was done
             assert proc.returncode in (-signal.SIGINT, 0), (proc.returncode, err)
-    assert caught >= 4
+    assert caught >= 4, (caught, interpreter)
 
 
 # --- 4. only kvdash's own work folders are removed ----------------------------------------------
@@ -565,6 +572,7 @@ def tmux():
     sock = f"h4test-{os.getpid()}"
     yield sock
     subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
+    Path(f"/tmp/{sock}.sh").unlink(missing_ok=True)
 
 
 def _wait(pred, seconds: float) -> bool:
@@ -576,58 +584,59 @@ def _wait(pred, seconds: float) -> bool:
     return pred()
 
 
+def start_in_tmux(sock: str, args: str) -> tuple[str, int]:
+    """``kvdash ARGS`` (through the console script's entry) in a new tmux session at 100x30; the pane and
+    the kvdash process' PID (the child of the pane's shell, found in /proc)."""
+    script = Path(f"/tmp/{sock}.sh")
+    script.write_text(f"{sys.executable} -c 'from kvdash.launch import main; main()' {args}\necho rc=$?\nsleep 60\n")
+    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-x", "100", "-y", "30", "-s", "t",
+                    f"bash {script}"], check=True)
+    pane = "t:0.0"
+    shell = int(subprocess.run(["tmux", "-L", sock, "display-message", "-p", "-t", pane, "#{pane_pid}"],
+                               capture_output=True, text=True, check=True).stdout)
+    children = Path(f"/proc/{shell}/task/{shell}/children")
+    assert _wait(lambda: children.read_text().split() != [], 20)
+    return pane, int(children.read_text().split()[0])
+
+
+def pane_text(sock: str, pane: str) -> str:
+    return subprocess.run(["tmux", "-L", sock, "capture-pane", "-p", "-J", "-t", pane], capture_output=True,
+                          text=True).stdout
+
+
 @pytest.mark.parametrize("sig", ["TERM", "HUP", "INT"])
-def test_dashboard_restores_the_terminal_on_signals(sig, tmux, tmp_path):
+def test_dashboard_restores_the_terminal_on_signals(sig, tmux):
     """Issue 25: after SIGTERM (4/5) or SIGHUP (5/5) the shell came back in the alternate screen, mouse
     reporting on, cursor hidden, autowrap off.  Now each signal ends the app through Textual's own exit:
-    main screen, mouse off, cursor shown, autowrap on; the process ends with 128 + N and one line."""
-    pidfile, errfile = tmp_path / "pid", tmp_path / "err"
-    script = (f"echo $$ > {pidfile}; exec {sys.executable} -c 'from kvdash.launch import main; main()' "
-              f"live --demo 2> {errfile}")
-    subprocess.run(["tmux", "-L", tmux, "new-session", "-d", "-x", "100", "-y", "30", "-s", "t",
-                    f"bash -c \"{script}; echo rc=$?; sleep 30\""], check=True)
-    pane = "t:0.0"
-    assert _wait(lambda: pidfile.exists() and tmux_modes(tmux, pane)["alternate_on"] == "1", 60), "app never started"
+    main screen, mouse off, cursor shown, autowrap on; SIGTERM/SIGHUP end with 128 + N and one line."""
+    pane, pid = start_in_tmux(tmux, "live --demo")
+    assert _wait(lambda: tmux_modes(tmux, pane)["alternate_on"] == "1", 60), "the app never started"
+    assert _wait(lambda: tmux_modes(tmux, pane)["mouse_any_flag"] == "1", 30)  # the app had the modes on
     time.sleep(1.0)
-    assert tmux_modes(tmux, pane)["mouse_any_flag"] == "1"  # the app had the modes on
-    os.kill(int(pidfile.read_text()), getattr(signal, f"SIG{sig}"))
-
-    def ended() -> bool:
-        text = subprocess.run(["tmux", "-L", tmux, "capture-pane", "-p", "-t", pane], capture_output=True,
-                              text=True).stdout
-        return "rc=" in text
-
-    assert _wait(ended, 20), "the app did not end"
+    os.kill(pid, getattr(signal, f"SIG{sig}"))
+    assert _wait(lambda: "rc=" in pane_text(tmux, pane), 20), "the app did not end"
     modes = tmux_modes(tmux, pane)
     assert (modes["alternate_on"], modes["mouse_any_flag"], modes["cursor_flag"], modes["wrap_flag"]) == \
         ("0", "0", "1", "1"), modes
-    text = subprocess.run(["tmux", "-L", tmux, "capture-pane", "-p", "-t", pane], capture_output=True,
-                          text=True).stdout
+    text = pane_text(tmux, pane)
+    assert "Traceback" not in text, text
     code = int(text.split("rc=")[1].split()[0])
     if sig != "INT":
-        assert 128 + getattr(signal, f"SIG{sig}") == code
-        assert f"kvdash: error: interrupted by SIG{sig}\n" == errfile.read_text()
-    assert "Traceback" not in errfile.read_text()
+        assert 128 + getattr(signal, f"SIG{sig}") == code, text
+        assert f"kvdash: error: interrupted by SIG{sig}" in text, text
 
 
 def test_q_quits_the_fleet_dashboard_while_prometheus_trickles(tmux, tmp_path):
     """Issue 25: with a Prometheus that trickles its headers the dashboard ignored q.  Now each reading
     ends at its deadline (2 s), so q quits within it."""
     with RawServer(trickle_headers) as srv:
-        script = f"exec {sys.executable} -c 'from kvdash.launch import main; main()' live --prometheus {srv.url}"
-        subprocess.run(["tmux", "-L", tmux, "new-session", "-d", "-x", "100", "-y", "30", "-s", "t",
-                        f"bash -c \"{script}; echo rc=$?; sleep 30\""], check=True)
-        pane = "t:0.0"
+        pane, _ = start_in_tmux(tmux, f"live --prometheus {srv.url}")
         assert _wait(lambda: tmux_modes(tmux, pane)["alternate_on"] == "1", 60)
         time.sleep(1.5)
         subprocess.run(["tmux", "-L", tmux, "send-keys", "-t", pane, "q"], check=True)
         started = time.monotonic()
 
-        def ended() -> bool:
-            return "rc=0" in subprocess.run(["tmux", "-L", tmux, "capture-pane", "-p", "-t", pane],
-                                            capture_output=True, text=True).stdout
-
-        assert _wait(ended, 10), "q did not quit"
+        assert _wait(lambda: "rc=0" in pane_text(tmux, pane), 10), "q did not quit"
         assert time.monotonic() - started < 4
         assert tmux_modes(tmux, pane)["alternate_on"] == "0"
 
