@@ -152,7 +152,7 @@ class PrometheusClient:
         result = data.get("result")
         kind = data.get("resultType")
         if kind == "vector" and isinstance(result, list):
-            out = []
+            out: list[Series] = []
             bad: dict[str, int] = {}
             for item in result:
                 why = _sample(item, out)

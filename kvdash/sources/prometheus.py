@@ -2,9 +2,10 @@
 interface as NVML, the demo and a replay.
 
 Each :meth:`FleetSource.read` sends the named queries of :mod:`kvdash.fleet.queries` together (one
-total deadline for the reading: connect, headers, bodies, parse) and builds the fleet with :func:`kvdash.fleet.build.build_fleet`; the fleet rides in
-``Snapshot.extra["fleet"]``.  An unreachable Prometheus or a query error is a snapshot with
-``error`` set (the dashboard shows it in a panel and keeps polling), never an exception.
+total deadline for the reading: connect, headers, bodies, parse) and builds the fleet with
+:func:`kvdash.fleet.build.build_fleet`; the fleet rides in ``Snapshot.extra["fleet"]``.  An
+unreachable Prometheus or a query error is a snapshot with ``error`` set (the dashboard shows it in a
+panel and keeps polling), never an exception.
 """
 
 from __future__ import annotations
