@@ -105,11 +105,10 @@ def engine_pages(draw: st.DrawFn) -> bytes:
             lines.append(f"# TYPE {family} {draw(st.sampled_from(['gauge', 'counter', 'untyped', 'histogram', 'x']))}")
         ranks = draw(st.integers(1, 64))
         value = draw(ENGINE_VALUES)
-        for r in range(ranks):
-            labels = {"dp_rank": str(r)} if ranks > 1 else {}
-            labels.update(draw(st.dictionaries(st.sampled_from(["engine", "model_name", "num_gpu_blocks",
-                                                                "block_size", "cache_dtype"]),
-                                               ENGINE_LABEL_VALUES, max_size=3)))
+        shared = draw(st.dictionaries(st.sampled_from(["engine", "model_name", "num_gpu_blocks", "block_size",
+                                                       "cache_dtype"]), ENGINE_LABEL_VALUES, max_size=3))
+        for r in range(ranks):  # one label set per family (drawn once), one series per rank
+            labels = {"dp_rank": str(r), **shared} if ranks > 1 else shared
             body = ",".join(f'{k}="{v}"' for k, v in labels.items())
             lines.append(family + ("{" + body + "}" if body else "") + " " + value)
     if draw(st.booleans()):
