@@ -1,7 +1,7 @@
 """Fuzzing the whole command line with Hypothesis: never a traceback, one line for bad input.
 
 Each suite generates hostile input for one entry point (calc options, grid documents, replay lines,
-trace lines, engine /metrics bodies) and runs the real command in-process, asserting the promise of
+trace lines, engine /metrics bodies, Prometheus answers, engine pages with their HTTP framing) and runs the real command in-process, asserting the promise of
 the README's "Safety" section:
 
 * the exit code is 0, 2 (bad input) or, where the command defines it, 1 (live: no GPU readings);
@@ -11,7 +11,8 @@ the README's "Safety" section:
 
 The seed is fixed (``derandomize=True``, no example database), so CI runs the same cases every time.
 Case counts: ``KVDASH_FUZZ_EXAMPLES`` (default 400) is the number for each suite with a weight of 1; the
-default run is 1,840 cases.  ``KVDASH_FUZZ_EXAMPLES=20000 pytest tests/test_fuzz.py`` digs deeper.
+default run is 2,480 cases (calc 640, grids 320, replays 320, traces 320, metrics bodies 240, Prometheus
+answers 320, engine pages 320).  ``KVDASH_FUZZ_EXAMPLES=20000 pytest tests/test_fuzz.py`` digs deeper.
 """
 
 from __future__ import annotations

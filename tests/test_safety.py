@@ -439,10 +439,10 @@ def test_replay_line_of_the_wrong_shape(line, tmp_path, capsys):
 
 
 def test_engine_url_with_a_broken_ipv6_host(capsys):
-    """`--engine 'http://[::1'` with --once raised ValueError; now the engine reading carries the error."""
+    """`--engine 'http://[::1'` with --once raised ValueError; then the reading carried the error (exit 0);
+    since issue 25 the option itself is refused: one line, exit 2."""
     code, out, err = run(["live", "--demo", "--engine", "http://[::1", "--json"], capsys)
-    assert 0 == code and "Traceback" not in err
-    assert "unreachable (Invalid IPv6 URL)" == json.loads(out)["kv_pool"]["engine"]["reading"]["error"]
+    one_line_error(code, err, "--engine", "Invalid IPv6 URL")
 
 
 def test_5000_digit_trace_line(tmp_path, capsys):
