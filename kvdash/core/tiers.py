@@ -125,18 +125,22 @@ def transfer_seconds(nbytes: int, link: Link) -> float:
     return nbytes / link.bytes_per_s
 
 
-def parse_offload(text: str, field: str = "--offload") -> dict[str, int]:
-    """``cpu:100GiB`` or ``cpu:100GiB,disk:2TiB``: bytes per tier (GiB = 2^30 B, GB = 10^9 B).  ``disk``
+def parse_offload(text: str, field: str = "--offload") -> dict[str, int | None]:
+    """``cpu:100GiB`` or ``cpu:100GiB,disk:2TiB``: bytes per tier (GiB = 2^30 B, GB = 10^9 B); ``inf``
+    (unbounded, None) is allowed for the disk tier (vLLM's filesystem tier evicts nothing).  ``disk``
     needs ``cpu`` (vLLM's secondary tiers sit behind the CPU tier; LMCache's local disk behind its
     CPU backend)."""
     from kvdash.units import parse_size
 
-    out: dict[str, int] = {}
-    allowed = "expected cpu:SIZE or cpu:SIZE,disk:SIZE (for example cpu:100GiB,disk:2TB)"
+    out: dict[str, int | None] = {}
+    allowed = "expected cpu:SIZE or cpu:SIZE,disk:SIZE (for example cpu:100GiB,disk:2TB; disk:inf)"
     for part in str(text).split(","):
         name, sep, size = part.strip().partition(":")
         if not sep or name not in TIERS or name in out:
             raise InputError(field, text, allowed)
+        if name == "disk" and size.strip().lower() in ("inf", "unbounded"):
+            out[name] = None
+            continue
         value = parse_size(size.strip(), field)
         if value <= 0:
             raise InputError(field, text, "every tier size must be positive; " + allowed)

@@ -301,17 +301,19 @@ class GpuPool:
     cached block and need no order."""
 
     def __init__(self, blocks: int) -> None:
-        self.total = blocks
+        self.total = blocks - 1  # block 0 is vLLM's null block (``BlockPool.__init__``: never handed out)
         self.ref: dict[int, int] = {}
         self.free: OrderedDict[int, None] = OrderedDict()
         self.plain = 0  # unhashed blocks held by requests
         self.evictions = 0
+        self.shadow = 0  # shadow keys (second copies) count down from -1; block keys are never negative
 
     def free_blocks(self) -> int:
         return self.total - len(self.ref) - self.plain
 
     def used(self) -> int:
-        return len(self.ref) + self.plain
+        """Blocks holding content: held by requests, or retained in the prefix cache."""
+        return len(self.ref) + len(self.free) + self.plain
 
     def hit(self, keys: list[int], limit: int) -> int:
         h = 0
@@ -356,11 +358,15 @@ class GpuPool:
         if ref.keys().isdisjoint(new) and free.keys().isdisjoint(new) and len(set(new)) == len(new):
             ref.update(zip(new, repeat(1)))
             held = keys
-        else:  # a block whose content is cached elsewhere (not on the hit path) stays unhashed
+        else:
+            # a block whose content is cached already (past the hit limit, or after a gap) is cached a
+            # second time by vLLM (``_insert_block_hash``: the map holds both; lookups return the first):
+            # a shadow key, never hit, that takes its place in the free queue like any cached block
             held = list(hit_keys)
             for k in new:
                 if k in ref or k in free:
-                    continue
+                    self.shadow -= 1
+                    k = self.shadow
                 ref[k] = 1
                 held.append(k)
         plain = blocks - len(held)
@@ -579,6 +585,7 @@ class TierSpec:
     bytes_per_token: int = 0  # all ranks: bytes moved per token
     cpu_link_bps: int = 0
     disk_link_bps: int = 0
+    ranks: int = 1  # each rank moves its share over its own GPU link (bytes / ranks / bandwidth); a disk is shared
     concurrency: int = 1
     series_points: int = 100
 
@@ -624,7 +631,7 @@ def _replay_lmcache(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], l
         tiers.append(disk_stats)
     every = _sample_every(len(w), spec.series_points)
     hit_tokens = hit_requests = 0
-    cpu_bps, disk_bps, ub = spec.cpu_link_bps, spec.disk_link_bps, cpu_stats.unit_bytes
+    cpu_bps, disk_bps, ub = spec.cpu_link_bps * spec.ranks, spec.disk_link_bps, cpu_stats.unit_bytes
     d = cpu.d
     for i, ks in enumerate(keys):
         h = 0
@@ -689,7 +696,7 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list
     gpu_blocks = _units(spec.gpu_tokens, B)
     gstats = TierStats("gpu", B, gpu_blocks, B * spec.bytes_per_token)
     big = sum(w.prompt) + sum(w.output)
-    pool = GpuPool(gpu_blocks if gpu_blocks is not None else -(-big // B) + len(w))
+    pool = GpuPool(gpu_blocks if gpu_blocks is not None else -(-big // B) + len(w) + 1)
     tiers = [gstats]
     ct = B * spec.blocks_per_chunk
     cpu: LruTier | ArcTier | None = None
@@ -708,7 +715,7 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list
     inflight: list[tuple[int, list[int], int, list[int], set[int], set[int]]] = []
     every = _sample_every(len(w), spec.series_points)
     hit_tokens = hit_requests = skipped = waits = 0
-    cpu_bps, disk_bps = spec.cpu_link_bps, spec.disk_link_bps
+    cpu_bps, disk_bps = spec.cpu_link_bps * spec.ranks, spec.disk_link_bps
 
     def finish(entry: tuple[int, list[int], int, list[int], set[int], set[int]]) -> None:
         _, held, plain, ck, ins, reused = entry
