@@ -39,8 +39,8 @@ def main() -> None:
     sys.path.insert(0, sys.argv[1])
     from lmcache.tools.cache_simulator.simulator import simulate
 
-    out: dict[str, object] = {"producer": "LMCache 0.5.6 lmcache/tools/cache_simulator/simulator.py simulate(fast=True)",
-                              "traces": {}}
+    producer = "LMCache 0.5.6 lmcache/tools/cache_simulator/simulator.py simulate(fast=True)"
+    out: dict[str, object] = {"producer": producer, "traces": {}}
     for name in ("conversation", "synthetic"):
         ev = events(name)
         rows = []

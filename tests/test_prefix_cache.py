@@ -39,7 +39,8 @@ def test_vllm_cpu_tier_pads_to_the_page() -> None:
 
 
 def test_lmcache_tier() -> None:
-    # 327,680 B per token (70B, all ranks) x 256 = 83,886,080 B per chunk; 100 GiB // that = 1,280 chunks = 327,680 tokens
+    # 327,680 B per token (70B, all ranks) x 256 = 83,886,080 B per chunk;
+    # 100 GiB // that = 1,280 chunks = 327,680 tokens
     t = T.lmcache_tier(100 * GiB, 327_680)
     assert (t.chunk_bytes, t.chunks, t.tokens) == (83_886_080, 1_280, 327_680)
 
@@ -288,3 +289,58 @@ def test_read_mooncake_refuses_bad_lines(tmp_path: Path) -> None:
     f.write_text("not json\n")
     with pytest.raises(InputError):
         P.read_mooncake(str(f))
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+def test_calc_offload_issue_example(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.cli_run import run
+
+    code, out, _ = run(["calc", "--model", "llama-3.1-70b", "--tp", "8", "--offload", "cpu:100GiB", "--json"], capsys)
+    assert code in (0, None)
+    o = json.loads(out)["offload_tiers"]
+    cpu = o["tiers"]["cpu"]
+    assert (cpu["chunks"], cpu["chunk_bytes"], cpu["tokens"]) == (20_480, 5_242_880, 327_680)
+    # the default request, 825 tokens: 51 full 16-token chunks (816 tokens) x 5,242,880 B = 267,386,880 B;
+    # 33,423,360 B per rank over PCIe Gen5 x16 (64 GB/s, no --gpu): 0.522 ms; 20,480 // 51 = 401 prefixes
+    assert (o["request_chunks"], o["request_bytes"], o["request_bytes_per_rank"]) == (51, 267_386_880, 33_423_360)
+    assert o["reload_cpu_s"] == pytest.approx(33_423_360 / 64e9)
+    assert o["requests_held"] == {"cpu": 401} and o["requests_held_total"] == 401
+    code, out, _ = run(["calc", "--model", "llama-3.1-70b", "--tp", "8", "--offload", "cpu:100GiB"], capsys)
+    assert "20,480 chunks" in out and "327,680 tokens" in out
+
+
+@pytest.mark.parametrize("args, field", [
+    (["calc", "--offload", "disk:1TB"], "--offload"),
+    (["calc", "--link", "pcie5-x16"], "--offload"),
+    (["calc", "--offload", "cpu:1GiB", "--link", "warp"], "--link"),
+    (["simulate", "--prefix-workload", "chat:1"], "--prefix-workload"),
+    (["simulate", "--prefix-workload", "multi-turn:2,2,10,10,10", "--rules", "sglang"], "--rules"),
+    (["simulate", "--prefix-workload", "multi-turn:2,2,10,10,10", "--capacities", "3M,1M"], "--capacities"),
+    (["simulate", "--prefix-workload", "multi-turn:2,2,10,10,10", "--offload", "cpu:1GiB", "--cpu-policy", "lfu"],
+     "--cpu-policy"),
+    (["simulate", "--hash-trace", "/nonexistent.jsonl"], "--hash-trace"),
+])
+def test_bad_input_is_one_line(args: list[str], field: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.cli_run import run
+
+    code, out, err = run(args, capsys)
+    assert code == 2
+    assert field in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_simulate_prefix_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.cli_run import run
+
+    args = ["simulate", "--model", "llama-3.1-8b", "--budget", "2GiB", "--prefix-workload",
+            "system-prompts:4,2000,100,50,400", "--offload", "cpu:4GiB,disk:inf", "--capacities", "10k,100k,inf"]
+    code, out, _ = run([*args, "--json"], capsys)
+    assert code in (0, None)
+    d = json.loads(out)
+    assert [t["tier"] for t in d["result"]["tiers"]] == ["gpu", "cpu", "disk"]
+    assert d["result"]["hit_tokens"] == sum(t["hit_tokens"] for t in d["result"]["tiers"])
+    assert [p["capacity_tokens"] for p in d["capacity_curve"]["points"]] == [10_000, 100_000, None]
+    code, out, _ = run(args, capsys)
+    assert code in (0, None)
+    assert "Per tier" in out and "Hit rate against disk tier capacity" in out
+    assert max(len(line) for line in out.splitlines()) <= 80

@@ -148,3 +148,50 @@ def parse_offload(text: str, field: str = "--offload") -> dict[str, int | None]:
     if "disk" in out and "cpu" not in out:
         raise InputError(field, text, "a disk tier sits behind the CPU tier; " + allowed)
     return out
+
+
+def offload_view(sizes: dict[str, int | None], block_bytes_per_rank: int, tp: int, block_size: int,
+                 request_tokens: int, link: Link, disk_link: Link, rules: str = "vllm",
+                 blocks_per_chunk: int = 1) -> dict[str, object]:
+    """``kvdash calc --offload``: each tier's chunks and tokens, the bytes and time of reloading one
+    request of ``request_tokens`` prompt tokens (its full chunks), and how many such requests' prefixes
+    the tiers hold together.  The GPU-host link is per GPU (each rank moves its share); a disk tier is
+    shared by the ranks and read through the CPU tier."""
+    bytes_per_token_all = block_bytes_per_rank * tp // block_size
+    tiers: dict[str, object] = {}
+    chunk: ChunkTier | None = None
+    held_total: int | None = 0
+    for name in ("cpu", "disk"):
+        if name not in sizes:
+            continue
+        size = sizes[name]
+        if size is None:
+            tiers[name] = {"size_bytes": None, "chunks": None, "tokens": None, "unbounded": True}
+            held_total = None
+            continue
+        t = (vllm_cpu_tier(size, block_bytes_per_rank, tp, block_size, blocks_per_chunk) if rules == "vllm"
+             else lmcache_tier(size, bytes_per_token_all))
+        chunk = chunk or t
+        tiers[name] = {"size_bytes": size, "chunk_tokens": t.chunk_tokens, "chunk_bytes": t.chunk_bytes,
+                       "unpadded_chunk_bytes": t.unpadded_chunk_bytes, "chunks": t.chunks, "tokens": t.tokens,
+                       "used_bytes": t.used_bytes, "unbounded": False}
+    if chunk is None:  # only an unbounded disk: not allowed by parse_offload (disk needs cpu)
+        raise InputError("--offload", sizes, "expected a CPU tier size")
+    n = reload_blocks(request_tokens, chunk.chunk_tokens, True)
+    nbytes = n * chunk.chunk_bytes
+    per_rank = nbytes // tp
+    cpu_s = per_rank / link.bytes_per_s
+    held: dict[str, int | None] = {}
+    for name, entry in tiers.items():
+        assert isinstance(entry, dict)
+        held[name] = None if entry["chunks"] is None else (entry["chunks"] // n if n else None)
+        count = held[name]
+        if held_total is not None and count is not None:
+            held_total += count
+    return {"rules": rules, "tiers": tiers, "request_tokens": request_tokens, "request_chunks": n,
+            "request_stored_tokens": n * chunk.chunk_tokens, "request_bytes": nbytes,
+            "request_bytes_per_rank": per_rank,
+            "link": {"name": link.name, "bytes_per_s": link.bytes_per_s, "source": link.source},
+            "disk_link": {"name": disk_link.name, "bytes_per_s": disk_link.bytes_per_s, "source": disk_link.source},
+            "reload_cpu_s": cpu_s, "reload_disk_s": nbytes / disk_link.bytes_per_s + cpu_s if "disk" in tiers else None,
+            "requests_held": held, "requests_held_total": held_total if n else None}
