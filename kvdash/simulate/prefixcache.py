@@ -218,8 +218,10 @@ def system_prompts(requests: int, prompts: Sequence[int], shares: Sequence[float
 def block_keys(w: Workload, size: int, with_output: bool) -> list[list[int]]:
     """The key of every full block of ``size`` tokens of each request: prompt blocks, then (when
     ``with_output``) the blocks that end in the output (generated tokens are cached too under vLLM's
-    rules).  A block's key is the segment holding its last token and that token's end offset in it."""
-    out: list[list[int]] = []
+    rules).  A block is identified by the segment holding its last token and that token's end offset in
+    it; the pairs are numbered densely (``np.unique``), so keys are small ints that Python's dicts spread
+    without collisions and that convert fast."""
+    raw: list[np.ndarray] = []
     for i in range(len(w)):
         p, ends, segs = w.prompt[i], w.seg_ends[i], w.segs[i]
         total = p + w.output[i] if with_output else p
@@ -231,19 +233,17 @@ def block_keys(w: Workload, size: int, with_output: bool) -> list[list[int]]:
         if with_output and len(e) > len(inside):
             tail = e[len(inside):] - p
             keys = np.concatenate((keys, (np.int64(w.out_seg[i]) << SEG_SHIFT) | tail))
-        out.append(_mix(keys).tolist())
+        raw.append(keys)
+    counts = [len(k) for k in raw]
+    flat = np.concatenate(raw) if raw else np.zeros(0, dtype=np.int64)
+    _, dense = np.unique(flat, return_inverse=True)
+    ids = dense.astype(np.int64).tolist()
+    out: list[list[int]] = []
+    at = 0
+    for n in counts:
+        out.append(ids[at:at + n])
+        at += n
     return out
-
-
-_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying by it is a bijection of 64-bit words
-
-
-def _mix(keys: np.ndarray) -> np.ndarray:
-    """A bijection of the packed (segment, offset) words that spreads them over the low bits: Python's
-    dict indexes by the low bits of an int's hash, and packed offsets (multiples of the block size)
-    would all collide there.  Distinct blocks keep distinct keys (both steps are invertible)."""
-    x = keys.astype(np.uint64) * _MIX
-    return x ^ (x >> np.uint64(32))
 
 
 # --- tiers ----------------------------------------------------------------------------------------

@@ -583,9 +583,10 @@ def _prefix_cache_section(c: Checker, raw: Any, path: Path) -> PrefixCacheSpec:
     policy = str(sec.get("cpu_policy", "lru"))
     if policy not in P.CPU_POLICIES:
         raise c.fail(p + ("cpu_policy",), policy, "expected lru or arc")
+    offload: dict[str, int | None] = {"cpu": None} if rules == "lmcache" else {}
     try:
-        offload = parse_offload(str(sec["offload"]), "offload") if "offload" in sec else \
-            ({"cpu": None} if rules == "lmcache" else {})
+        if "offload" in sec:
+            offload = parse_offload(str(sec["offload"]), "offload")
         caps = P.parse_capacities(",".join(str(x) for x in c.seq(sec.get("capacities", []), p + ("capacities",),
                                                                  allow_scalar=True)), "capacities") \
             if sec.get("capacities") else []
