@@ -194,8 +194,38 @@ class HopperPlatform(CudaPlatformBase):
     def get_device_numa_node(cls, device_id: int = 0):
         return None
 
+    @classmethod
+    def num_compute_units(cls, device_id: int = 0) -> int:
+        return 132  # streaming multiprocessors of an H100 SXM / H200
+
+    @classmethod
+    def is_integrated_gpu(cls, device_id: int = 0) -> bool:
+        return False
+
+    @classmethod
+    def current_device(cls):
+        # Layers that place a tensor on "the current device" explicitly (e.g. the GDN layer's
+        # RMSNormGated in qwen_gdn_linear_attn.py) get the device this harness builds on.
+        return torch.device("meta")
+
 
 _platforms.current_platform = HopperPlatform()
+
+
+class _NoStream:
+    """Some layers create CUDA streams or events while being built (e.g. shared experts'
+    ``aux_stream()`` in vllm/utils/torch_utils.py); no work is ever queued on them here."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, item):
+        return lambda *a, **k: None
+
+
+torch.cuda.Stream = _NoStream  # type: ignore[misc]
+torch.cuda.Event = _NoStream  # type: ignore[misc]
+torch.cuda.current_stream = lambda *a, **k: _NoStream()  # type: ignore[assignment]
 _patch_kernel_queries()
 _patch_kernel_handles()
 
@@ -258,6 +288,19 @@ BUDGETS = (12 * 2**30, 40 * 2**30)
 # --- parallel groups: the model code asks them its rank and world size ------------------------
 
 
+class FakeProcessGroup:
+    """What model code asks a torch ProcessGroup while building (``size()``, ``rank()``)."""
+
+    def __init__(self, world_size: int):
+        self._size = world_size
+
+    def size(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return 0
+
+
 class FakeGroup:
     """Stands in for a ``GroupCoordinator``: rank 0 of ``world_size`` ranks. Model code reads
     ``world_size`` / ``rank_in_group`` while building layers (e.g. heads per rank); nothing
@@ -272,8 +315,8 @@ class FakeGroup:
         self.ranks = list(range(world_size))
         self.is_first_rank = True
         self.is_last_rank = world_size == 1
-        self.device_group = None
-        self.cpu_group = None
+        self.device_group = FakeProcessGroup(world_size)
+        self.cpu_group = FakeProcessGroup(world_size)
         self.device_communicator = None
         self.use_device_communicator = False
         self.mq_broadcaster = None
@@ -629,11 +672,19 @@ def main() -> int:
     ap.add_argument("--fresh", action="store_true",
                     help="build the model for every case (no reuse; slow, for checking reuse)")
     ap.add_argument("--partial-out", help="write only these configs' cases to this file")
+    ap.add_argument("--quick", action="store_true",
+                    help="tp 1, block auto and max_model_len 2,048 only (a smoke test; with --partial-out)")
+    ap.add_argument("--shard", default="0/1", help="K/N: run every N-th config from the K-th")
     args = ap.parse_args()
+    if args.quick:
+        global TPS, BLOCKS, MAX_MODEL_LENS
+        TPS, BLOCKS, MAX_MODEL_LENS = (1,), (None,), (2048,)
     root = Path(args.configs)
     names = sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
     if args.only:
         names = [n for n in names if n in set(args.only)]
+    k, n = (int(x) for x in args.shard.split("/"))
+    names = names[k::n]
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
