@@ -3,7 +3,9 @@
 Runs in the vLLM side virtualenv (run.sh --registry). The list is vLLM's own
 ``_TEXT_GENERATION_MODELS`` (``vllm/model_executor/models/registry.py``) and, beside it, the
 multimodal ``_MULTIMODAL_MODELS`` (Gemma 3, Llama 4, Qwen3.5 and Qwen3-VL configs name those
-architectures). For each architecture it also records the ``model_type`` values whose
+architectures), the ones served through the Transformers backend (``_TRANSFORMERS_SUPPORTED_MODELS``:
+OLMo 2, StarCoder2 ...) and the ones vLLM no longer serves (``_PREVIOUSLY_SUPPORTED_MODELS``, with
+the last release that did: e.g. Bamba, 0.23.0). For each architecture it also records the ``model_type`` values whose
 ``transformers`` auto class (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` and the image-text mappings, from
 the side venv's transformers) is that architecture, so kvdash's CI can count coverage by
 ``model_type`` without vLLM: ``tests/test_conformance_coverage.py``.
@@ -41,6 +43,10 @@ def main() -> int:
         "source": "vllm/model_executor/models/registry.py: _TEXT_GENERATION_MODELS, _MULTIMODAL_MODELS",
         "text_generation": table(reg._TEXT_GENERATION_MODELS),
         "multimodal": table(reg._MULTIMODAL_MODELS),
+        # served through vLLM's Transformers backend (vllm/model_executor/models/transformers/)
+        "transformers_backend": table(reg._TRANSFORMERS_SUPPORTED_MODELS),
+        # architecture -> the last vLLM release that served it
+        "previously_supported": dict(sorted(reg._PREVIOUSLY_SUPPORTED_MODELS.items())),
     }
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "conformance/vllm/registry.json")
     out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
