@@ -26,7 +26,7 @@ RESULT_COLUMNS: list[tuple[str, str, str]] = [
     ("bytes_per_token", "int", "KV bytes one token takes on the tightest rank"),
     ("block_bytes", "int", "bytes of one pool block"),
     ("state_bytes", "int", "pool bytes of one request's fixed Mamba/linear-attention state, whatever its length "
-     "(vLLM 0.33 prefix caching on: 2 blocks per state group, 3 for gated delta net; 0: no state layers)"),
+     "(vLLM 0.33 prefix caching on: 2 blocks per state group, 3 for Mamba-2 and gated delta net; 0: no state layers)"),
     ("kv_token_slots", "int", "floor(budget / bytes_per_token)"),
     ("whole_pool_blocks", "int", "floor(budget / block_bytes)"),
     ("block_backed_token_slots", "int", "pool blocks / KV-cache groups x block size"),
