@@ -9,8 +9,11 @@ import typer
 
 from kvdash import defaults as D
 from kvdash.commands.common import (
+    AllowLongOpt,
+    AsyncSchedulingOpt,
     BlockSizeOpt,
     BudgetOpt,
+    ChunkedPrefillOpt,
     ConfigOpt,
     GpuMemoryOpt,
     GpuOpt,
@@ -18,14 +21,11 @@ from kvdash.commands.common import (
     GroupOpt,
     KvDtypeOpt,
     LengthOpt,
-    AllowLongOpt,
-    AsyncSchedulingOpt,
-    ChunkedPrefillOpt,
     MaxBatchedTokensOpt,
     MaxNumSeqsOpt,
-    PerformanceModeOpt,
     MaxReservedOpt,
     ModelOpt,
+    PerformanceModeOpt,
     PpOpt,
     PrefixOpt,
     ReserveOpt,

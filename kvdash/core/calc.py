@@ -1014,7 +1014,8 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
     """One line that answers "how many requests of this length fit, paged and contiguous, and why"."""
     cap, pool, req = r["capacity"], r["pool"], r["request"]
     line = (f"{cap['paged_requests']:,} requests of {inp.used:,} tokens fit {running_text(r['engine'])}"
-            f"{cap['contiguous_requests']:,} contiguous{running_tail(r['engine'])}: a KV budget of {pool['budget_bytes']:,} B "
+            f"{cap['contiguous_requests']:,} contiguous{running_tail(r['engine'])}: "
+            f"a KV budget of {pool['budget_bytes']:,} B "
             f"({human_bytes(pool['budget_bytes'])}) per rank "
             f"holds {r['whole_pool_blocks']:,} blocks of {pool['block_size']} tokens "
             f"({r['bytes_per_token']:,} B per token); paged, a request takes {req['paged_blocks']:,} blocks")

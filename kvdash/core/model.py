@@ -80,7 +80,8 @@ class Architecture:
 
     @property
     def derived_max_len(self) -> Any:
-        """The longest max_model_len vLLM 0.33 accepts for this model (:func:`kvdash.core.vllm.derived_max_model_len`)."""
+        """The longest max_model_len vLLM 0.33 accepts for this model
+        (:func:`kvdash.core.vllm.derived_max_model_len`)."""
         from kvdash.core.vllm import DerivedMaxLen
 
         if self.max_len_rule is not None:

@@ -156,7 +156,8 @@ def cuda_graph_term(model_type: str, layers: int, pp: int, other_gpu: bool, cont
                   "VllmConfig._set_cudagraph_sizes, vllm/config/vllm.py)") if scaled else \
         f" ({graphs} capture sizes, as in the measured runs)"
     return ReserveTerm("CUDA-graph memory", total,
-                       f"{whose} x {n} layers per stage{per_graphs}; added because vLLM 0.33.0 subtracts it by default: "
+                       f"{whose} x {n} layers per stage{per_graphs}; "
+                       "added because vLLM 0.33.0 subtracts it by default: "
                        "Worker.determine_available_memory (vllm/v1/worker/gpu_worker.py) takes "
                        "profile_cudagraph_memory() off the KV budget when cudagraph_mode is not NONE (O2 default "
                        "FULL_AND_PIECEWISE) and VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 (vllm/envs.py default, "
