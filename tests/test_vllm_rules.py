@@ -308,7 +308,8 @@ class TestSweepCaps:
         (7.99x at 32,768, as calc --no-async-scheduling)."""
         grid = tmp_path / "g.yaml"
         grid.write_text("models: [mistral-7b-v0.1]\nworkloads:\n  w: {length: 100, max_reserved: 32768}\n"
-                        "defaults:\n  max_num_seqs: 64\n  max_model_len: 32768\ngrid:\n  async_scheduling: [true, false]\n")
+                        "defaults:\n  max_num_seqs: 64\n  max_model_len: 32768\n"
+                        "grid:\n  async_scheduling: [true, false]\n")
         f = expand(parse_grid(grid)).frame
         assert f.get_column("running_requests").to_list() == [64, 64]
         assert [round(x, 2) for x in f.get_column("vllm_max_concurrency").to_list()] == [4.80, 7.99]
