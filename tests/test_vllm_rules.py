@@ -122,15 +122,16 @@ class TestInFlightTokens:
 
 class TestMaxModelLen:
     def test_gemma2_at_32k_is_refused(self):
-        """Gemma-2-9B: max_position_embeddings 8,192 and no model_max_length, so vLLM 0.33 raises "User-specified
-        max_model_len (32768) is greater than the derived max_model_len (max_position_embeddings=8192 or
+        """Gemma-2-9B: max_position_embeddings 8,192 (8192.0 once the RoPE factor 1.0 is applied) and no
+        model_max_length, so vLLM 0.33 raises "User-specified max_model_len (32768) is greater than the derived
+        max_model_len (max_position_embeddings=8192.0 or
         model_max_length=None in model's config.json)"."""
         with pytest.raises(InputError) as exc:
             view(config("gemma-2-9b"), 32768)
         text = str(exc.value)
         assert exc.value.field == "--max-model-len"
         assert ("User-specified max_model_len (32768) is greater than the derived max_model_len "
-                "(max_position_embeddings=8192 or model_max_length=None in model's config.json)") in text
+                "(max_position_embeddings=8192.0 or model_max_length=None in model's config.json)") in text
         assert "--allow-long-max-model-len" in text and "\n" not in text
 
     def test_the_limit_itself_and_the_override_are_accepted(self):
@@ -318,3 +319,64 @@ class TestSweepCaps:
         from kvdash.sweep.gridfile import Objective
 
         assert Objective().metric == "running_requests_per_gpu"
+
+
+# --- against vLLM 0.33.0's own code (conformance/vllm/rules/*.json, written by the probes beside them) -----------
+
+RULES = Path(__file__).resolve().parent.parent / "conformance" / "vllm" / "rules"
+
+
+class TestAgainstVllmCode:
+    def test_caps_equal_vllm_engine_args(self):
+        """EngineArgs._set_default_max_num_seqs_and_batched_tokens_args run by vLLM 0.33.0 with each preset's
+        device name and memory: 11 GPUs x 2 performance modes x chunked prefill on/off, every pair equal."""
+        from kvdash.core.gpus import gpu_presets
+
+        doc = json.loads((RULES / "caps.json").read_text())
+        assert doc["vllm_version"] == "0.33.0" and len(doc["cases"]) == 44
+        for case, (seqs, tokens) in doc["cases"].items():
+            gpu, perf, chunked, length = case.split("/")
+            g = gpu_presets()[gpu]
+            caps = vllm.scheduler_caps(g.memory_bytes, g.name, int(length[2:]), performance_mode=perf,
+                                       chunked_prefill=chunked == "chunked=True")
+            assert (caps.max_num_seqs, caps.max_num_batched_tokens) == (seqs, tokens), case
+
+    def test_window_blocks_equal_vllm_specs(self):
+        """SlidingWindowSpec (W 4,096) and ChunkedLocalAttentionSpec (C 8,192) of block 16 under a VllmConfig with
+        2,048 / 8,192 / 16,384 batched tokens, async on and off, max_model_len 2,048 and 32,768: kvdash's
+        point formula gives vLLM's blocks per request (its max_memory_usage_bytes / page) in all 24 cases."""
+        from kvdash.core.point import request_metrics
+
+        doc = json.loads((RULES / "rules.json").read_text())
+        assert doc["vllm_version"] == "0.33.0" and len(doc["windows"]) == 24
+        for w in doc["windows"]:
+            in_flight = vllm.max_in_flight_tokens(w["max_num_batched_tokens"], w["async_scheduling"])
+            assert in_flight == w["in_flight"]
+            chunked = int(w["kind"] == "chunked")
+            x = {"block_size": 16, "layer_token_bytes": 1, "group_size": 1, "full_groups": 0, "window_groups": 1,
+                 "window": 8192 if chunked else 4096, "full_token_bytes": 0, "window_token_bytes": 1,
+                 "state_bytes": 0, "state_blocks": 0, "chunked": chunked, "k": 1, "max_reserved": 1, "prefix": 0,
+                 "max_model_len": w["max_model_len"], "max_batched_tokens": w["max_num_batched_tokens"],
+                 "in_flight_tokens": in_flight, "l0": 1, "f0": 1}
+            assert request_metrics(x)["vllm_blocks_per_request"] == w["blocks"], w
+
+    def test_mamba_pages_equal_vllm_spec(self):
+        """MambaSpec.max_memory_usage_bytes / page: align 2 (+1 with a checkpoint block), none 1; and
+        MambaMixer2.get_kv_cache_spec sets num_prefill_checkpoint_blocks=1 in vLLM 0.33.0's source."""
+        doc = json.loads((RULES / "rules.json").read_text())
+        pages = {(m["mode"], m["checkpoint_blocks"]): m["pages"] for m in doc["mamba"]}
+        assert pages == {("align", 0): 2, ("align", 1): 3, ("none", 0): 1, ("none", 1): 1}
+        assert doc["mamba_mixer2_sets_checkpoint"] is True
+
+    def test_derived_max_model_len_and_refusal_equal_vllm(self):
+        """ModelConfig's derived max_model_len for each probed config, and kvdash's refusal one token above it
+        quotes vLLM's message word for word."""
+        doc = json.loads((RULES / "rules.json").read_text())
+        assert len(doc["max_len"]) >= 10
+        for name, got in doc["max_len"].items():
+            arch = config(name)
+            assert arch.derived_max_len.value == got["derived"], name
+            with pytest.raises(InputError) as exc:
+                vllm.check_max_model_len(got["derived"] + 1, arch.derived_max_len, False)
+            quoted = got["refusal_above"].split("Value error, ", 1)[1].rstrip(".")
+            assert f'"{quoted}"' in str(exc.value), name
