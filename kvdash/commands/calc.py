@@ -51,7 +51,8 @@ def warn(message: str) -> None:
 
 
 def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | None, gpu_util: str | None,
-                         util_policy: str, weights: str | None, reserve: str) -> list[str]:
+                         util_policy: str, weights: str | None, reserve: str,
+                         reserve_given: bool = True) -> list[str]:
     """Validate every budget option, even one the mode ignores; return one warning line about those it ignores
     (printed once the whole command line is known to be valid)."""
     from kvdash.units import parse_fraction, parse_size
@@ -69,7 +70,8 @@ def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | 
         unused = [name for name, given in (("--gpu-util", gpu_util is not None),
                                            ("--util-policy", util_policy != "vllm"),
                                            ("--weights", weights is not None),
-                                           ("--reserve", reserve.strip() not in ("0", ""))) if given]
+                                           ("--reserve", reserve_given and reserve.strip().lower()
+                                            not in ("0", "", "auto"))) if given]
         if unused:
             return [f"{', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect without --gpu or "
                  "--gpu-memory (the KV budget is " + ("--budget" if budget is not None else "the 12 GiB default")
@@ -136,7 +138,8 @@ def calc(
     length, group = length_or_group(used, group)
     length = pick_alias(length, used_old, "--length", "--used")  # type: ignore[assignment]
     used = D.LENGTH if length is None else length
-    warnings = check_budget_options(budget, gpu, gpu_memory, gpu_util, util_policy, weights, reserve)
+    warnings = check_budget_options(budget, gpu, gpu_memory, gpu_util, util_policy, weights, reserve,
+                                    given(ctx, "reserve"))
     if max_reserved is None:  # the reservation the question implies: at least the longest length asked about
         max_reserved = D.reservation(arch.max_context, used, final or 0, *(parse_lengths(group) or ()))
     spec = BudgetSpec(
@@ -147,9 +150,9 @@ def calc(
         policy=util_policy,
         weights=parse_size(weights, "--weights", allow_zero=True) if weights is not None else None,
     )
-    from kvdash.calibration import reserve_spec, with_reserve
+    from kvdash.calibration import reserve_for
 
-    spec = with_reserve(spec, reserve_spec(reserve, arch, gpu, tp, pp, max_batched_tokens))
+    spec = reserve_for(spec, reserve, given(ctx, "reserve"), arch, tp, pp, max_batched_tokens)
     result = calculate(CalcInput(
         arch=arch, kv_dtype=kv_dtype, kv_scales=kv_scales, block_size=parse_block_size(block_size), budget=spec,
         prefix_caching=parse_on_off(prefix_caching, "--prefix-caching"),

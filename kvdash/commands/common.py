@@ -52,8 +52,10 @@ GpuUtilOpt = Annotated[Optional[str], Opt(help=f"Fraction of GPU memory for the 
 WeightsOpt = Annotated[Optional[str], Opt(help="Weight bytes of the whole model (split over tp x pp ranks). Default: "
                                                "the preset's figure, the safetensors index, or an estimate counted "
                                                "from config.json.")]
-ReserveOpt = Annotated[str, Opt(help="Runtime reserve per rank: activations, CUDA graphs, workspace; 'auto': a "
-                                     "kvdash calibrate entry, else published terms.")]
+ReserveOpt = Annotated[str, Opt(help="Runtime reserve per rank of a GPU-derived budget (activations, CUDA graphs, "
+                                     "non-torch memory): 'auto', a kvdash calibrate entry, else the published "
+                                     "terms; 0 asks for the upper bound; or a size (4GiB). A declared --budget "
+                                     "takes none.")]
 MaxBatchedTokensOpt = Annotated[int, Opt(help="vLLM's max_num_batched_tokens (calc: the vLLM view and the "
                                                "activation term of --reserve auto; calibrate: the engine's, "
                                                "recorded with the entry).")]

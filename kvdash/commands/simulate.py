@@ -42,6 +42,7 @@ HARD_MAX_REQUESTS = 50_000_000  # about 2 GB of arrays per policy
 
 
 def simulate(
+    ctx: typer.Context,
     model: ModelOpt = D.MODEL,
     config: ConfigOpt = None,
     kv_dtype: KvDtypeOpt = D.KV_DTYPE,
@@ -136,13 +137,15 @@ def simulate(
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
     from kvdash.commands.calc import check_budget_options, warn
 
-    notes = check_budget_options(budget, gpu, None, gpu_util, "vllm", weights, reserve)
-    from kvdash.calibration import reserve_spec, with_reserve
+    from kvdash.commands.common import given
+
+    notes = check_budget_options(budget, gpu, None, gpu_util, "vllm", weights, reserve, given(ctx, "reserve"))
+    from kvdash.calibration import reserve_for
 
     spec = BudgetSpec(
         bytes=parse_budget(budget),  # neither: the 12 GiB default
         gpu=gpu, util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None)
-    spec = with_reserve(spec, reserve_spec(reserve, arch, gpu, tp, 1, D.MAX_BATCHED_TOKENS))
+    spec = reserve_for(spec, reserve, given(ctx, "reserve"), arch, tp, 1, D.MAX_BATCHED_TOKENS)
     binfo = resolve_budget(spec, arch, tp, 1)
     b = binfo["per_rank_bytes"]
     budget_lines = []  # a GPU-derived budget says first what it assumes of the runtime reserve (as calc does)

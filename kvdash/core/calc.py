@@ -692,21 +692,31 @@ def _min_util(needed: int, total: int, fixed: int, policy: str) -> float | None:
 
 def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info: dict[str, Any]) -> dict[str, Any]:
     """Budget, utilization and TP degree for ``target`` requests at ``used`` tokens, or, with a group,
-    for ``target`` requests of the mix (whole groups: ``ceil(target / k)`` of them)."""
+    for ``target`` requests of the mix (whole groups: ``ceil(target / k)`` of them).  With ``--prefix`` the
+    shared prefix counts: its whole blocks are stored once, so ``needed = shared bytes + groups x own bytes``
+    (the inverse of ``requests_with_prefix_sharing = floor((budget - shared) / own) x k``)."""
     target = inp.target
     assert target is not None
     lengths = inp.group or (inp.used,)
     groups = f.cdiv(target, len(lengths))
-    needed = max(groups * int(evaluate(inp, [sh], 1, lengths)["paged_bytes"]) for sh in shapes)
+    key = "requests_with_prefix_sharing" if inp.prefix else "paged_requests"
+
+    def needs(sh: PoolShape) -> int:
+        m = evaluate(inp, [sh], 1, lengths)
+        if inp.prefix:
+            return int(m["prefix_shared_bytes"]) + groups * int(m["prefix_own_bytes"])
+        return groups * int(m["paged_bytes"])
+    needed = max(needs(sh) for sh in shapes)
     plan: dict[str, Any] = {
         "target_requests": target,
         "at_tokens": inp.used if inp.group is None else list(lengths),
+        "prefix_tokens": inp.prefix,
         "budget_needed_per_rank_bytes": needed,
         "fits_current_budget": needed <= budget,
     }
 
     def fits(sh: Sequence[PoolShape], b: int) -> bool:
-        return int(evaluate(inp, sh, b, lengths)["paged_requests"]) >= target
+        return int(evaluate(inp, sh, b, lengths)[key]) >= target
     if "gpu_memory_bytes" in budget_info:
         total = budget_info["gpu_memory_bytes"]
         fixed = budget_info["weights_per_rank_bytes"] + budget_info["reserve_bytes"]
@@ -717,7 +727,7 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
         try:
             tp_shapes = rank_shapes(inp.arch, inp.kv_dtype, inp.kv_scales, tp, inp.pp, int(inp.block_size),
                                     inp.prefix_caching)
-            tp_budget = resolve_budget(inp.budget, inp.arch, tp, inp.pp)["per_rank_bytes"]
+            tp_budget = resolve_budget(_at_tp(inp, tp), inp.arch, tp, inp.pp)["per_rank_bytes"]
         except InputError:
             continue
         if fits(tp_shapes, tp_budget):
@@ -728,7 +738,7 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
     lo, hi = inp.prefix, inp.arch.max_context  # a request is at least the shared prefix (shorter ones hold 0 bytes)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if paged_capacity(inp, shapes, budget, mid) >= target:
+        if int(evaluate(inp, shapes, budget, (mid,))[key]) >= target:
             lo = mid
         else:
             hi = mid - 1
@@ -736,6 +746,16 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
     plan["longest_uniform_tokens"] = lo
     plan["longest_limited_by_context"] = lo == inp.arch.max_context
     return plan
+
+
+def _at_tp(inp: CalcInput, tp: int) -> BudgetSpec:
+    """The budget spec at another TP degree: ``--reserve auto``'s published terms depend on TP (non-torch
+    overhead), so they are taken again; a measured (calibration) or given reserve stays as it is."""
+    spec = inp.budget
+    if not spec.reserve_basis.startswith("--reserve auto: published"):
+        return spec
+    est = auto_reserve(inp.arch.model_type, tp, inp.pp, inp.max_batched_tokens, spec.gpu, layers=inp.arch.num_layers)
+    return replace(spec, reserve=est["bytes"])
 
 
 def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
@@ -870,6 +890,10 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     out["assumptions"] = assumptions(inp, budget_info, shapes)
     if "gpu_memory_bytes" in budget_info and not inp.budget.reserve_basis and not inp.budget.reserve:
         out["assumptions"].insert(0, upper_bound_line(inp, budget_info))
+        est = budget_info["auto_reserve_estimate_bytes"]  # what the default (--reserve auto) would leave
+        auto_info = resolve_budget(replace(inp.budget, reserve=est), inp.arch, inp.tp, inp.pp, strict=False)
+        auto_m = evaluate(inp, shapes, auto_info["per_rank_bytes"], inp.group or (inp.used,))
+        budget_info["auto_reserve_requests"] = int(auto_m["paged_requests"])
     out["inputs"] = {
         "model": inp.arch.name,
         "kv_dtype": get_dtype(inp.kv_dtype).name,
@@ -887,6 +911,12 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     out["budget"] = budget_info
     m = evaluate(inp, shapes, budget, (inp.used,), (inp.final or inp.used,))
     out.update(_core(inp, m))
+    s0 = shapes[0]
+    if s0.attention_groups > 1:  # one request's blocks in each kind of KV-cache group (gpt-oss: 52 full + 9 sliding)
+        local = "chunked" if s0.chunked else "sliding"
+        out["request"]["paged_blocks_per_group"] = {
+            kind: int(f.request_blocks(inp.used, s0.block_size, int(kind == "full"), int(kind != "full"), s0.window))
+            for kind, n in (("full", s0.full_groups), (local, s0.window_groups)) if n}
     out["pool"] = _pool(shapes, budget, m)
     out["policies"] = _policies(inp, m)
     out["sensitivity"] = _sensitivity(inp, budget)
@@ -901,19 +931,109 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     return out
 
 
+def reserve_mode(budget_info: dict[str, Any]) -> str:
+    """How the budget treats the runtime reserve: ``declared`` (an explicit or default budget: none taken
+    off), ``calibration`` / ``published`` (``--reserve auto``), ``given`` (a size) or ``upper bound``
+    (a GPU-derived budget with ``--reserve 0``)."""
+    if "gpu_memory_bytes" not in budget_info:
+        return "declared"
+    basis = budget_info.get("reserve_basis", "")
+    if basis.startswith("--reserve auto: calibration"):
+        return "calibration"
+    if basis.startswith("--reserve auto"):
+        return "published"
+    return "given" if budget_info.get("reserve_bytes") else "upper bound"
+
+
+def reserve_text(budget_info: dict[str, Any]) -> str:
+    """The reserve basis in a few words, for the first line of every face (calc, simulate, live, exporter).
+
+    >>> reserve_text({"per_rank_bytes": 1, "source": "default"})
+    "the tutorial's 12 GiB KV budget, declared: no runtime reserve taken off"
+    """
+    mode = reserve_mode(budget_info)
+    if mode == "declared":
+        return ("the tutorial's 12 GiB KV budget, declared" if budget_info.get("source") == "default"
+                else "a declared KV budget") + ": no runtime reserve taken off"
+    size = human_bytes(int(budget_info["reserve_bytes"]))
+    if mode == "upper bound":
+        return "UPPER BOUND: --reserve 0, no runtime reserve"
+    if mode == "given":
+        return f"runtime reserve {size} per rank, given with --reserve"
+    extrapolated = any(t.get("extrapolated") for t in budget_info.get("reserve_terms", []))
+    return (f"runtime reserve {size} per rank, --reserve auto: "
+            + ("a kvdash calibrate entry" if mode == "calibration" else
+               "published terms" + (", extrapolated" if extrapolated else "")))
+
+
 def summary(inp: CalcInput, r: dict[str, Any]) -> str:
-    """One line that answers "how many requests of this length fit, paged and contiguous, and why"."""
+    """One line that answers the question asked: how many requests of this length fit, paged and contiguous
+    (groups that fit with ``--group``, with and without sharing with ``--prefix``, the plan with ``--target``,
+    the check of a logged figure with ``--logged-tokens``), on which reserve basis, and why."""
     cap, pool, req = r["capacity"], r["pool"], r["request"]
-    line = (f"{cap['paged_requests']:,} requests of {inp.used:,} tokens fit paged, "
-            f"{cap['contiguous_requests']:,} contiguous: a KV budget of {pool['budget_bytes']:,} B "
-            f"({human_bytes(pool['budget_bytes'])}) per rank "
-            f"holds {r['whole_pool_blocks']:,} blocks of {pool['block_size']} tokens "
-            f"({r['bytes_per_token']:,} B per token); paged, a request takes {req['paged_blocks']:,} blocks")
-    groups = pool["full_groups"] + pool["window_groups"]
-    if groups > 1:
-        line += f" in each of its {groups} KV-cache groups"
+    bud = r["budget"]
+    basis = reserve_text(bud)
+    if "group" in r:
+        g = r["group"]
+        k = len(g["lengths"])
+        lead = (f"{g['complete_groups']:,} groups of {' + '.join(f'{n:,}' for n in g['lengths'])} tokens fit paged "
+                f"({g['complete_groups'] * k:,} requests), {g['contiguous_complete_groups']:,} contiguous")
+    elif "prefix" in r:
+        p = r["prefix"]
+        lead = (f"{p['requests_with_sharing']:,} requests of {inp.used:,} tokens fit paged sharing a "
+                f"{p['prefix_tokens']:,}-token prefix, {p['requests_without_sharing']:,} without sharing, "
+                f"{cap['contiguous_requests']:,} contiguous")
+    else:
+        lead = (f"{cap['paged_requests']:,} requests of {inp.used:,} tokens fit paged, "
+                f"{cap['contiguous_requests']:,} contiguous")
+    if reserve_mode(bud) == "upper bound":
+        auto = bud.get("auto_reserve_requests")
+        line = (f"UPPER BOUND (--reserve 0, no runtime reserve"
+                + (f"; the default --reserve auto gives {auto:,}" if auto is not None else "") + f"): {lead}")
+    else:
+        line = f"{lead} ({basis})"
+    if "planning" in r:
+        p = r["planning"]
+        what = (f"{p['target_requests']:,} requests of {inp.used:,} tokens" if "group" not in r else
+                f"{p['target_requests']:,} requests of the group")
+        if inp.prefix:
+            what += f" sharing a {inp.prefix:,}-token prefix"
+        plan = (f"For {what}: {p['budget_needed_per_rank_bytes']:,} B of KV per rank, "
+                + ("which the budget holds" if p["fits_current_budget"] else "more than the budget holds")
+                + (f"; minimum --tp {p['min_tp']}" if p["min_tp"] else "; no --tp up to 64 holds them"))
+        if "min_gpu_util" in p:
+            plan += (f", minimum --gpu-util {p['min_gpu_util']:.2f} at this --tp" if p["min_gpu_util"] is not None
+                     else ", no --gpu-util fits them at this --tp")
+        line = f"{plan}. {line}"
+    if "log_check" in r:
+        line = f"{r['log_check']['text']} {line}"
+    line += (f": a KV budget of {pool['budget_bytes']:,} B ({human_bytes(pool['budget_bytes'])}) per rank "
+             f"holds {r['whole_pool_blocks']:,} blocks of {pool['block_size']} tokens "
+             f"({r['bytes_per_token']:,} B per token)")
+    if "group" in r:
+        g = r["group"]
+        off = g["offload"]
+        line += (f"; a group takes {g['blocks_per_group']:,} blocks, {g['useful_slots']:,} useful of "
+                 f"{g['allocated_slots']:,} allocated slots ({g['tail_waste_slots']:,} in block tails); offloading "
+                 f"its longest request ({off['tokens']:,} tokens) moves {off['useful_bytes']:,} B of KV "
+                 f"({off['allocated_bytes']:,} B in whole blocks)")
+        if inp.max_reserved > max(g["lengths"]) or inp.max_reserved > min(g["lengths"]):
+            line += f"; contiguous, each request reserves --max-reserved {inp.max_reserved:,} tokens up front"
+        return line + "."
+    line += f"; paged, a request takes {req['paged_blocks']:,} blocks"
+    per = req.get("paged_blocks_per_group")
+    if per:  # several KV-cache groups: the request's blocks in each kind of group (gpt-oss-120b: 52 + 9)
+        parts = []
+        for kind, blocks in per.items():
+            n = pool["full_groups"] if kind == "full" else pool["window_groups"]
+            parts.append(f"{blocks:,} in its {kind} group" if n == 1 else f"{blocks:,} in each of its {n} {kind} groups")
+        line += f" ({' + '.join(parts)})"
     if pool["state_layers"]:
         line += f" plus {pool['state_bytes_per_request']:,} B of recurrent state"
+    if "prefix" in r:
+        p = r["prefix"]
+        line += (f"; sharing, {p['shared_blocks']:,} prefix blocks are stored once and each request owns "
+                 f"{p['own_blocks_per_request']:,}")
     if inp.max_reserved > inp.used:
         line += (f"; contiguous, it reserves --max-reserved {inp.max_reserved:,} tokens up front, "
                  f"{inp.max_reserved - inp.used:,} of them unused now")
@@ -923,12 +1043,4 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
         if v["variant"].startswith("kv dtype"):
             line += (f"; with the KV cache in {v['kv_dtype']}, {v['paged_requests']:,} would fit paged"
                      + (" (idealized: no scales)" if "idealized" in v["variant"] else ""))
-    if "planning" in r:
-        p = r["planning"]
-        line += (f". For {p['target_requests']:,} requests: {p['budget_needed_per_rank_bytes']:,} B of KV per rank, "
-                 + ("which the budget holds" if p["fits_current_budget"] else "more than the budget holds")
-                 + (f"; minimum --tp {p['min_tp']}" if p["min_tp"] else "; no --tp up to 64 holds them"))
-        if "min_gpu_util" in p:
-            line += (f", minimum --gpu-util {p['min_gpu_util']:.2f} at this --tp" if p["min_gpu_util"] is not None
-                     else ", no --gpu-util fits them at this --tp")
     return line + "."
