@@ -345,11 +345,7 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, stric
         return {"per_rank_bytes": 0, "fits": False, "source": spec.policy, "formula": formula,
                 "shortfall_bytes": -budget}
     if budget <= 0:
-        raise InputError(
-            "--gpu-util", str(util),
-            f"no memory is left for the KV cache: {formula} = {budget} bytes; raise --gpu-util or --tp, "
-            "or lower --weights/--reserve",
-        )
+        raise no_kv_memory(spec, arch, gpu, total, util, weights, weights_basis, tp, pp, budget)
     return {
         "per_rank_bytes": budget,
         "source": spec.policy,
@@ -369,6 +365,57 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, stric
                                                 "or non-torch overhead)"),
         "reserve_terms": [t.as_dict() for t in spec.reserve_terms],
     }
+
+
+def no_kv_memory(spec: BudgetSpec, arch: Architecture, gpu: GPU | None, total: int, util: Decimal, weights: int,
+                 weights_basis: str, tp: int, pp: int, budget: int) -> InputError:
+    """The one-line error for a GPU-derived budget that leaves no KV memory: it names the option the user
+    typed (or the default the value came from) and only fixes that can work (issue 23)."""
+    wr = f.weights_per_rank(weights, tp * pp)
+    reserve_given = bool(spec.reserve) and not spec.reserve_basis
+    if spec.util is not None:
+        field, value = "--gpu-util", spec.util
+    elif spec.weights is not None:
+        field, value = "--weights", spec.weights
+    elif reserve_given:
+        field, value = "--reserve", f"{spec.reserve:,} B"
+    else:
+        field, value = ("--gpu", spec.gpu) if gpu is not None and spec.gpu_memory is None else ("--gpu-memory", total)
+    default = "" if spec.util is not None else f", vLLM {VLLM_VERSION}'s default gpu_memory_utilization"
+    if spec.policy == "vllm":
+        how = (f"floor({total:,} x {util}{default}) - weights/rank {wr:,} - reserve {spec.reserve:,} = "
+               f"{budget:,} B")
+    else:
+        how = f"floor(({total:,} - weights/rank {wr:,} - reserve {spec.reserve:,}) x {util}) = {budget:,} B"
+    reserve_how = spec.reserve_basis.split(" (")[0] if spec.reserve_basis else "given with --reserve"
+    fixes = []
+    for more in TP_CANDIDATES:  # the smallest TP (same GPU, utilization, reserve) that leaves KV memory
+        if more <= tp:
+            continue
+        try:
+            check_parallel(arch, more, pp)
+        except InputError:
+            continue
+        reserve = spec.reserve  # --reserve auto's published terms are taken again at that TP
+        if spec.reserve_basis.startswith("--reserve auto: published"):
+            reserve = auto_reserve(arch.model_type, more, pp, gpu=spec.gpu, layers=arch.num_layers)["bytes"]
+        left = (scale_floor(total, util) if spec.policy == "vllm" else total) - f.weights_per_rank(weights, more * pp) \
+            - reserve
+        if left > 0:
+            fixes.append(f"--tp {more} (weights/rank {f.weights_per_rank(weights, more * pp):,} B)")
+            break
+    if spec.policy == "vllm" and total - wr - spec.reserve > 0:
+        need = (Decimal(wr + spec.reserve + 1) / Decimal(total)).quantize(Decimal("0.01"), rounding=ROUND_CEILING)
+        while need <= 1 and scale_floor(total, need) - wr - spec.reserve <= 0:
+            need += Decimal("0.01")
+        if need <= 1:
+            fixes.append(f"--gpu-util {need} or more")
+    if spec.reserve and scale_floor(total, util) - wr > 0 and spec.policy == "vllm":
+        fixes.append(f"--reserve under {scale_floor(total, util) - wr:,} B (now {spec.reserve:,} B: {reserve_how})")
+    fixes.append(f"a GPU with more memory than {total:,} B" if not fixes else "a larger GPU")
+    what = (f"the weights alone ({wr:,} B per rank: {weights_basis}) exceed the GPU's {total:,} B" if wr >= total
+            else "no memory is left for the KV cache")
+    return InputError(field, value, f"{what}: {how}; fix: {' or '.join(fixes)}")
 
 
 # --- inputs -----------------------------------------------------------------------------------
