@@ -148,14 +148,19 @@ def simulate(
     spec = reserve_for(spec, reserve, given(ctx, "reserve"), arch, tp, 1, D.MAX_BATCHED_TOKENS)
     binfo = resolve_budget(spec, arch, tp, 1)
     b = binfo["per_rank_bytes"]
-    budget_lines = []  # a GPU-derived budget says first what it assumes of the runtime reserve (as calc does)
+    from kvdash.core.calc import reserve_text
+
+    budget_lines = []  # every output says first what it assumes of the runtime reserve (as calc does)
     if "gpu_memory_bytes" in binfo:
         if spec.reserve or spec.reserve_basis:
-            budget_lines.append(f"runtime reserve {binfo['reserve_bytes']:,} B per rank ({binfo['reserve_basis']})")
+            budget_lines.append(f"{reserve_text(binfo)}: {binfo['reserve_bytes']:,} B per rank "
+                                f"({binfo['reserve_basis']})")
         else:
             from kvdash.core.calc import CalcInput, upper_bound_line
 
             budget_lines.append(upper_bound_line(CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec), binfo))
+    else:
+        budget_lines.append(f"KV budget {b:,} B per rank: {reserve_text(binfo)}")
     for line in notes:
         warn(line)
     capacity = b // shape.bytes_per_token
