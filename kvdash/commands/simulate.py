@@ -153,8 +153,7 @@ def simulate(
     budget_lines = []  # every output says first what it assumes of the runtime reserve (as calc does)
     if "gpu_memory_bytes" in binfo:
         if spec.reserve or spec.reserve_basis:
-            budget_lines.append(f"{reserve_text(binfo)}: {binfo['reserve_bytes']:,} B per rank "
-                                f"({binfo['reserve_basis']})")
+            budget_lines.append(f"runtime reserve {binfo['reserve_bytes']:,} B per rank ({binfo['reserve_basis']})")
         else:
             from kvdash.core.calc import CalcInput, upper_bound_line
 
