@@ -79,6 +79,31 @@ def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | 
     return []
 
 
+LOG_TOKENS = r"GPU KV cache size:\s*([0-9][0-9,_]*)\s*tokens"
+LOG_LENGTH = r"Maximum concurrency for\s*([0-9][0-9,_]*)\s*tokens per request"
+
+
+def logged_figure(tokens: int | None, line: str | None, max_model_len: int | None) -> tuple[int | None, int | None]:
+    """``--logged-tokens`` and ``--from-log`` as (logged tokens, max_model_len): the line's ``Maximum concurrency
+    for L tokens`` gives max_model_len unless ``--max-model-len`` is given."""
+    import re
+
+    if line is None:
+        return tokens, max_model_len
+    text = line if len(line) <= 4096 else line[:4096]
+    found = re.search(LOG_TOKENS, text)
+    if found is None:
+        raise InputError("--from-log", line, "vLLM's start-up line, e.g. 'GPU KV cache size: 1,059,056 tokens, "
+                         "Maximum concurrency for 8,192 tokens per request: 129.28x' (or give --logged-tokens N)")
+    value = int(found.group(1).replace(",", "").replace("_", "")[:19])
+    if tokens is not None and tokens != value:
+        raise InputError("--logged-tokens", tokens, f"the --from-log line says {value:,}; give one of them")
+    length = re.search(LOG_LENGTH, text)
+    if length is not None and max_model_len is None:
+        max_model_len = int(length.group(1).replace(",", "").replace("_", "")[:19])
+    return value, max_model_len
+
+
 def calc(
     ctx: typer.Context,
     model: ModelOpt = D.MODEL,
@@ -113,6 +138,13 @@ def calc(
     max_model_len: Annotated[Optional[int], Opt(help="vLLM view: max_model_len (default: --max-reserved).")] = None,
     max_batched_tokens: MaxBatchedTokensOpt = D.MAX_BATCHED_TOKENS,
     target: Annotated[Optional[int], Opt(help="Planning: requests that must fit; adds budget, min utilization, min TP and longest length. Default: none (no planning).")] = None,
+    logged_tokens: Annotated[Optional[int], Opt(help="Check a logged figure: the 'GPU KV cache size: N tokens' vLLM "
+                                                      "logged; says which reserve (or budget) it implies, whether "
+                                                      "that is plausible, and what kvdash predicts. Default: none.")] = None,
+    from_log: Annotated[Optional[str], Opt(help="The same, from vLLM's log line as text: 'GPU KV cache size: "
+                                                "1,059,056 tokens, Maximum concurrency for 8,192 tokens per "
+                                                "request: 129.28x' (its max_model_len is taken unless "
+                                                "--max-model-len is given). Default: none.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
 ) -> None:
@@ -142,6 +174,7 @@ def calc(
                                     given(ctx, "reserve"))
     if max_reserved is None:  # the reservation the question implies: at least the longest length asked about
         max_reserved = D.reservation(arch.max_context, used, final or 0, *(parse_lengths(group) or ()))
+    logged_tokens, max_model_len = logged_figure(logged_tokens, from_log, max_model_len)
     spec = BudgetSpec(
         bytes=parse_budget(budget),
         gpu=gpu,
@@ -158,7 +191,7 @@ def calc(
         prefix_caching=parse_on_off(prefix_caching, "--prefix-caching"),
         tp=tp, pp=pp, used=used, max_reserved=max_reserved, final=final,
         group=parse_lengths(group), prefix=prefix, max_model_len=max_model_len,
-        max_batched_tokens=max_batched_tokens, target=target,
+        max_batched_tokens=max_batched_tokens, target=target, logged_tokens=logged_tokens,
     ))
     pool = result["pool"]
     if result["whole_pool_blocks"] == 0:

@@ -437,6 +437,7 @@ class CalcInput:
     max_model_len: int | None = None  # vLLM view; default: max_reserved
     max_batched_tokens: int = defaults.MAX_BATCHED_TOKENS  # vLLM max_num_batched_tokens (chunked prefill)
     target: int | None = None  # planning: requests that must fit
+    logged_tokens: int | None = None  # a logged "GPU KV cache size: N tokens" to check
     prefix_caching: bool = True  # vLLM 0.33's default; puts state layers in mamba_cache_mode 'align'
 
     def validate(self) -> None:
@@ -478,6 +479,8 @@ class CalcInput:
         check_positive("--max-batched-tokens", self.max_batched_tokens)
         if self.target is not None:
             check_positive("--target", self.target)
+        if self.logged_tokens is not None:
+            check_positive("--logged-tokens", self.logged_tokens)
 
 
 # --- evaluation -------------------------------------------------------------------------------
@@ -805,6 +808,87 @@ def _at_tp(inp: CalcInput, tp: int) -> BudgetSpec:
     return replace(spec, reserve=est["bytes"])
 
 
+def implied_budgets(inp: CalcInput, shapes: Sequence[PoolShape], tokens: int) -> tuple[int, int] | None:
+    """The KV budgets per rank for which vLLM 0.33 logs exactly ``tokens`` as its GPU KV cache size (the same
+    formula as :func:`_vllm_view`: ``int(num_gpu_blocks / blocks per request x max_model_len)``, monotone in the
+    budget), as ``(lowest, highest)``; ``None`` when no budget gives exactly that figure."""
+    def logged(b: int) -> int:
+        return int(evaluate(inp, shapes, b, (inp.used,))["vllm_kv_cache_tokens"])
+
+    def first_at_least(n: int) -> int:
+        lo, hi = 0, 1
+        while logged(hi) < n:
+            lo, hi = hi, hi * 2
+            if hi > limits.MAX_BYTES:
+                return limits.MAX_BYTES + 1
+        while lo < hi:  # logged(hi) >= n > logged(lo) (or lo = 0)
+            mid = (lo + hi) // 2
+            if logged(mid) >= n:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+    low = first_at_least(tokens)
+    if low > limits.MAX_BYTES or logged(low) != tokens:
+        return None
+    return low, first_at_least(tokens + 1) - 1
+
+
+def log_check(inp: CalcInput, shapes: Sequence[PoolShape], budget_info: dict[str, Any],
+              view: dict[str, Any]) -> dict[str, Any]:
+    """What a logged ``GPU KV cache size: N tokens`` implies for this configuration (issue 23): the KV budget
+    per rank it needs, the runtime reserve that budget leaves on a GPU-derived budget
+    (``floor(total x util) - weights/rank - budget``), whether that reserve is possible and plausible, and
+    what kvdash predicts."""
+    from kvdash.core.reserve import SMALLEST_PUBLISHED_RESERVE_GIB, gib_bytes
+
+    tokens = int(inp.logged_tokens or 0)
+    predicted = int(view["gpu_kv_cache_tokens"])
+    diff = 100 * (predicted - tokens) / tokens
+    out: dict[str, Any] = {"logged_tokens": tokens, "max_model_len": view["max_model_len"],
+                           "predicted_tokens": predicted, "predicted_difference_percent": diff}
+    span = implied_budgets(inp, shapes, tokens)
+    said = f"The logged {tokens:,} tokens (at max_model_len {view['max_model_len']:,})"
+    pred = (f"kvdash predicts {predicted:,} tokens ({diff:+.1f}%) with "
+            + ("the declared budget" if "gpu_memory_bytes" not in budget_info else reserve_text(budget_info)))
+    if span is None:
+        out.update(verdict="impossible", budget_range_bytes=None, reserve_range_bytes=None,
+                   text=f"{said}: no KV budget gives exactly that figure for this configuration (another model, "
+                        f"KV dtype, block size, --tp or --max-model-len?); {pred}.")
+        return out
+    lo, hi = span
+    out["budget_range_bytes"] = [lo, hi]
+    budget_text = f"a KV budget of {lo:,} to {hi:,} B per rank" if lo != hi else f"a KV budget of {lo:,} B per rank"
+    if "gpu_memory_bytes" not in budget_info or budget_info.get("source") != "vllm":
+        out.update(verdict="budget only", reserve_range_bytes=None,
+                   text=f"{said} imply {budget_text} (declared here: {budget_info['per_rank_bytes']:,} B); {pred}.")
+        return out
+    most = budget_info["requested_bytes"] - budget_info["weights_per_rank_bytes"]  # all vLLM can give the KV cache
+    r_lo, r_hi = most - hi, most - lo
+    out["reserve_range_bytes"] = [r_lo, r_hi]
+    smallest = gib_bytes(SMALLEST_PUBLISHED_RESERVE_GIB)
+    reserve = (f"a runtime reserve of {r_lo:,} B per rank" if r_lo == r_hi else
+               f"a runtime reserve of at most {r_hi:,} B per rank" if r_lo < 0 else
+               f"a runtime reserve of {r_lo:,} to {r_hi:,} B per rank")
+    if r_hi < 0:
+        verdict = "impossible"
+        why = (f"more than vLLM can have: at gpu_memory_utilization {budget_info['utilization']} it can give the KV "
+               f"cache at most floor({budget_info['gpu_memory_bytes']:,} x {budget_info['utilization']}) - "
+               f"{budget_info['weights_per_rank_bytes']:,} B of weights = {most:,} B per rank (another --gpu-util, "
+               "--weights, --tp or GPU?)")
+        reserve = f"a negative runtime reserve ({r_lo:,} to {r_hi:,} B per rank)" if r_lo != r_hi else             f"a negative runtime reserve ({r_lo:,} B per rank)"
+    elif r_hi < smallest:
+        verdict = "implausible"
+        why = (f"implausibly small: every published vLLM start-up kept at least {SMALLEST_PUBLISHED_RESERVE_GIB} GiB "
+               f"({smallest:,} B) for its activation peak and non-torch memory, and vLLM 0.33 also takes CUDA graphs "
+               "off (check --gpu-util, --weights, --tp, --kv-dtype)")
+    else:
+        verdict = "plausible"
+        why = "plausible"
+    out.update(verdict=verdict, text=f"{said} imply {reserve} ({budget_text}): {why}; {pred}.")
+    return out
+
+
 def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
     arch = inp.arch
     attn = arch.first("full", "sliding")
@@ -974,6 +1058,8 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     out["vllm_view"] = _vllm_view(inp, shapes, m, block_reason)
     if inp.target is not None:
         out["planning"] = _planning(inp, shapes, budget, budget_info)
+    if inp.logged_tokens is not None:
+        out["log_check"] = log_check(inp, shapes, budget_info, out["vllm_view"])
     out["summary"] = summary(inp, out)
     return out
 
