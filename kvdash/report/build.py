@@ -1019,8 +1019,8 @@ def reserve_line(spec: GridSpec, df: Any, has_gpu: bool, short: bool = False) ->
             span, share = _auto_span(spec, df)
             parts.append(f"reserve auto, {span} per rank, published terms")
             long_parts.append(
-                f"auto, {span} per rank" + (f" ({share} of the memory left after the weights)" if share else "")
-                + (" (kvdash's default)" if not any("reserve" in f for f in spec.factors) else "")
+                "auto" + (" (kvdash's default)" if not any("reserve" in f for f in spec.factors) else "")
+                + f", {span} per rank" + (f" ({share} of the memory left after the weights)" if share else "")
                 + ": published activation-peak and non-torch terms (llm-d-planner's calibration, vLLM 0.19.0 on "
                 "H100-80GB) and the CUDA-graph estimate vLLM 0.33 subtracts by default (per architecture and layer, "
                 "from the same runs' logs); extrapolated on other GPUs")
