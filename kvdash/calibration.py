@@ -193,3 +193,17 @@ def with_reserve(spec: BudgetSpec, reserve: tuple[int, str, tuple[ReserveTerm, .
     if reserve[1] and spec.gpu is None and spec.gpu_memory is None:
         raise InputError("--reserve", "auto", "auto needs a GPU-derived budget: give --gpu or --gpu-memory")
     return replace(spec, reserve=reserve[0], reserve_basis=reserve[1], reserve_terms=reserve[2])
+
+
+def reserve_for(spec: BudgetSpec, text: str, explicit: bool, arch: Architecture, tp: int, pp: int,
+                max_batched_tokens: int, field: str = "--reserve", graphs: int = MEASURED_GRAPHS) -> BudgetSpec:
+    """``spec`` with the runtime reserve ``--reserve`` asks for (issue 23: realistic by default).
+
+    A budget derived from a GPU takes ``text`` (default ``auto``: a calibration entry, else the published
+    terms; ``0``: the upper bound, labelled so).  A declared budget is the KV memory itself: the default
+    takes nothing off it, so the tutorial's figures stay exact; ``--reserve auto`` given explicitly with it
+    is refused (there is nothing to subtract from)."""
+    if spec.gpu is None and spec.gpu_memory is None and not explicit:
+        parse_size("0", field, allow_zero=True)
+        return spec
+    return with_reserve(spec, reserve_spec(text, arch, spec.gpu, tp, pp, max_batched_tokens, field, graphs=graphs))

@@ -25,7 +25,10 @@ TRTLLM_UTIL = "0.9"  # TensorRT-LLM's free_gpu_memory_fraction, for --util-polic
 UTIL_BY_POLICY = {"vllm": GPU_UTIL, "trtllm": TRTLLM_UTIL}
 LENGTH = 825  # tokens each request holds: the tutorial's request
 RESERVATION = 2048  # tokens a contiguous allocator reserves per request: the tutorial's
-RESERVE = "0"  # runtime reserve per rank (activations, CUDA graphs): none unless asked
+# runtime reserve per rank (activations, CUDA graphs, non-torch memory) of a budget derived from a GPU: 'auto' is
+# a kvdash calibrate entry, else the published terms (kvdash/core/reserve.py); '0' asks for the upper bound.  A
+# declared --budget is the KV memory itself: no reserve is taken off it.
+RESERVE = "auto"
 BUDGET_TEXT = "12GiB"  # the tutorial's declared KV budget, when no GPU gives one
 BUDGET_BYTES = 12 * 2**30
 # vLLM 0.33's max_num_batched_tokens for `vllm serve` on an H100/H200 (EngineArgs.get_batch_defaults): where no GPU

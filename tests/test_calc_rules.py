@@ -521,18 +521,25 @@ class TestAssumptionText:
 
 class TestSummaryText:
     def test_groups_are_full_plus_window(self):
-        """3 full + 2 sliding layers: group size 2, cdiv(3, 2) = 2 full groups + 1 window group = 3: a request's
-        blocks are 'in each of its 3 KV-cache groups' (2 - 1 would be 1: no such phrase)."""
+        """3 full + 2 sliding layers: group size 2, cdiv(3, 2) = 2 full groups + 1 window group = 3.  An 825-token
+        request takes cdiv(825, 16) = 52 blocks in each full group and min(52, cdiv(1,023, 16) + 1 = 65) = 52 in
+        the sliding group: 2 x 52 + 52 = 156, said per kind (issue 23: a total is not "in each" group)."""
         arch = Architecture("3f2s", (FULL8,) * 3 + (SLIDE4,) * 2, 64, 4096)
-        assert " in each of its 3 KV-cache groups;" in calculate(CalcInput(arch))["summary"]
+        r = calculate(CalcInput(arch))
+        assert {"full": 52, "sliding": 52} == r["request"]["paged_blocks_per_group"]
+        assert ("a request takes 156 blocks (52 in each of its 2 full groups + 52 in its sliding group);"
+                in r["summary"])
 
     def test_two_groups_named_one_group_not(self):
-        """One full + one sliding layer: 2 groups (> 1): the phrase is there; the tutorial model's single group
-        gets none ('52 blocks; contiguous')."""
+        """One full + one sliding layer (window 1,024): 2 groups (> 1), 52 + 52 blocks at 825 tokens; at 2,048
+        tokens the sliding group holds min(128, 65) = 65 of the 128 + 65 = 193; the tutorial model's single
+        group gets no breakdown ('52 blocks; contiguous')."""
         two = calculate(CalcInput(Architecture("two", (FULL8, SLIDE4), 64, 4096)))["summary"]
-        assert " in each of its 2 KV-cache groups;" in two
+        assert " takes 104 blocks (52 in its full group + 52 in its sliding group);" in two
+        long = calculate(CalcInput(Architecture("two", (FULL8, SLIDE4), 64, 4096), used=2048))["summary"]
+        assert " takes 193 blocks (128 in its full group + 65 in its sliding group);" in long
         one = calculate(CalcInput(TUTORIAL))["summary"]
-        assert "paged, a request takes 52 blocks; contiguous" in one and "KV-cache groups" not in one
+        assert "paged, a request takes 52 blocks; contiguous" in one and " group" not in one.split("paged,")[1]
 
     def test_unused_reservation(self):
         """825 tokens held, --max-reserved 2,048: 2,048 - 825 = 1,223 reserved tokens unused now."""

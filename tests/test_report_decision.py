@@ -49,7 +49,7 @@ class TestDecision:
         assert "> Which configuration serves 256 concurrent 8k-token chats" in d
         assert "8 of 16 configurations pass every gate (those with kv_dtype = fp8)." in d
         assert ("**chat-8k**: best is llama-3.1-70b, 4 x h200, fp8, block 16 with 73.0 running_requests_per_gpu "
-                "(292 requests running at once on 4 GPUs), 36 inside the gate '256 concurrent chats' "
+                "(292 requests on 4 GPUs), 36 inside the gate '256 concurrent chats' "
                 "(running_requests ≥ 256); "
                 "block 32 tie; runner-up qwen2.5-72b with 72.2 (-1.0%).") in d
 

@@ -52,8 +52,10 @@ GpuUtilOpt = Annotated[Optional[str], Opt(help=f"Fraction of GPU memory for the 
 WeightsOpt = Annotated[Optional[str], Opt(help="Weight bytes of the whole model (split over tp x pp ranks). Default: "
                                                "the preset's figure, the safetensors index, or an estimate counted "
                                                "from config.json.")]
-ReserveOpt = Annotated[str, Opt(help="Runtime reserve per rank: activations, CUDA graphs, workspace; 'auto': a "
-                                     "kvdash calibrate entry, else published terms.")]
+ReserveOpt = Annotated[str, Opt(help="Runtime reserve per rank of a GPU-derived budget (activations, CUDA graphs, "
+                                     "non-torch memory): 'auto', a kvdash calibrate entry, else the published "
+                                     "terms; 0 asks for the upper bound; or a size (4GiB). A declared --budget "
+                                     "takes none.")]
 CAPS_DEFAULT = ("vLLM 0.33's for the GPU (EngineArgs.get_batch_defaults: from 160 GiB 16,384 tokens / 1,024 "
                 "sequences; from 70 GiB and not an A100 8,192 / 1,024; else 2,048 / 256; without a GPU 8,192 / 1,024)")
 MaxBatchedTokensOpt = Annotated[Optional[int], Opt(help="vLLM's max_num_batched_tokens (calc: sliding-window sizing, "

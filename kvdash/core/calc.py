@@ -369,11 +369,7 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, stric
         return {"per_rank_bytes": 0, "fits": False, "source": spec.policy, "formula": formula,
                 "shortfall_bytes": -budget}
     if budget <= 0:
-        raise InputError(
-            "--gpu-util", str(util),
-            f"no memory is left for the KV cache: {formula} = {budget} bytes; raise --gpu-util or --tp, "
-            "or lower --weights/--reserve",
-        )
+        raise no_kv_memory(spec, arch, gpu, total, util, weights, weights_basis, tp, pp, budget)
     return {
         "per_rank_bytes": budget,
         "source": spec.policy,
@@ -395,6 +391,59 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, stric
     }
 
 
+def no_kv_memory(spec: BudgetSpec, arch: Architecture, gpu: GPU | None, total: int, util: Decimal, weights: int,
+                 weights_basis: str, tp: int, pp: int, budget: int) -> InputError:
+    """The one-line error for a GPU-derived budget that leaves no KV memory: it names the option the user
+    typed (or the default the value came from) and only fixes that can work (issue 23)."""
+    wr = f.weights_per_rank(weights, tp * pp)
+    reserve_given = bool(spec.reserve) and not spec.reserve_basis
+    field: str
+    value: object
+    if spec.util is not None:
+        field, value = "--gpu-util", spec.util
+    elif spec.weights is not None:
+        field, value = "--weights", spec.weights
+    elif reserve_given:
+        field, value = "--reserve", f"{spec.reserve:,} B"
+    else:
+        field, value = ("--gpu", spec.gpu) if gpu is not None and spec.gpu_memory is None else ("--gpu-memory", total)
+    default = "" if spec.util is not None else f", vLLM {VLLM_VERSION}'s default gpu_memory_utilization"
+    if spec.policy == "vllm":
+        how = (f"floor({total:,} x {util}{default}) - weights/rank {wr:,} - reserve {spec.reserve:,} = "
+               f"{budget:,} B")
+    else:
+        how = f"floor(({total:,} - weights/rank {wr:,} - reserve {spec.reserve:,}) x {util}) = {budget:,} B"
+    reserve_how = spec.reserve_basis.split(" (")[0] if spec.reserve_basis else "given with --reserve"
+    fixes = []
+    for more in TP_CANDIDATES:  # the smallest TP (same GPU, utilization, reserve) that leaves KV memory
+        if more <= tp:
+            continue
+        try:
+            check_parallel(arch, more, pp)
+        except InputError:
+            continue
+        reserve = spec.reserve  # --reserve auto's published terms are taken again at that TP
+        if spec.reserve_basis.startswith("--reserve auto: published"):
+            reserve = auto_reserve(arch.model_type, more, pp, gpu=spec.gpu, layers=arch.num_layers)["bytes"]
+        left = (scale_floor(total, util) if spec.policy == "vllm" else total) - f.weights_per_rank(weights, more * pp) \
+            - reserve
+        if left > 0:
+            fixes.append(f"--tp {more} (weights/rank {f.weights_per_rank(weights, more * pp):,} B)")
+            break
+    if spec.policy == "vllm" and total - wr - spec.reserve > 0:
+        need = (Decimal(wr + spec.reserve + 1) / Decimal(total)).quantize(Decimal("0.01"), rounding=ROUND_CEILING)
+        while need <= 1 and scale_floor(total, need) - wr - spec.reserve <= 0:
+            need += Decimal("0.01")
+        if need <= 1:
+            fixes.append(f"--gpu-util {need} or more")
+    if spec.reserve and scale_floor(total, util) - wr > 0 and spec.policy == "vllm":
+        fixes.append(f"--reserve under {scale_floor(total, util) - wr:,} B (now {spec.reserve:,} B: {reserve_how})")
+    fixes.append(f"a GPU with more memory than {total:,} B" if not fixes else "a larger GPU")
+    what = (f"the weights alone ({wr:,} B per rank: {weights_basis}) exceed the GPU's {total:,} B" if wr >= total
+            else "no memory is left for the KV cache")
+    return InputError(field, value, f"{what}: {how}; fix: {' or '.join(fixes)}")
+
+
 # --- inputs -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -414,6 +463,7 @@ class CalcInput:
     max_model_len: int | None = None  # vLLM view; default: max_reserved
     max_batched_tokens: int | None = None  # vLLM max_num_batched_tokens; None: vLLM 0.33's default for the GPU
     target: int | None = None  # planning: requests that must fit
+    logged_tokens: int | None = None  # a logged "GPU KV cache size: N tokens" to check
     prefix_caching: bool = True  # vLLM 0.33's default; puts state layers in mamba_cache_mode 'align'
     max_num_seqs: int | None = None  # vLLM max_num_seqs; None: vLLM 0.33's default for the GPU
     performance_mode: str = "balanced"  # vLLM --performance-mode: 'throughput' doubles both defaults
@@ -464,6 +514,8 @@ class CalcInput:
             check_positive("--max-num-seqs", self.max_num_seqs)
         if self.target is not None:
             check_positive("--target", self.target)
+        if self.logged_tokens is not None:
+            check_positive("--logged-tokens", self.logged_tokens)
 
 
 # --- evaluation -------------------------------------------------------------------------------
@@ -731,23 +783,33 @@ def _min_util(needed: int, total: int, fixed: int, policy: str) -> float | None:
 
 def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info: dict[str, Any]) -> dict[str, Any]:
     """Budget, utilization and TP degree for ``target`` requests at ``used`` tokens, or, with a group,
-    for ``target`` requests of the mix (whole groups: ``ceil(target / k)`` of them)."""
+    for ``target`` requests of the mix (whole groups: ``ceil(target / k)`` of them).  With ``--prefix`` the
+    shared prefix counts: its whole blocks are stored once, so ``needed = shared bytes + groups x own bytes``
+    (the inverse of ``requests_with_prefix_sharing = floor((budget - shared) / own) x k``)."""
     target = inp.target
     assert target is not None
     lengths = inp.group or (inp.used,)
     groups = f.cdiv(target, len(lengths))
-    needed = max(groups * int(evaluate(inp, [sh], 1, lengths)["paged_bytes"]) for sh in shapes)
+    key = "requests_with_prefix_sharing" if inp.prefix else "paged_requests"
+
+    def needs(sh: PoolShape) -> int:
+        m = evaluate(inp, [sh], 1, lengths)
+        if inp.prefix:
+            return int(m["prefix_shared_bytes"]) + groups * int(m["prefix_own_bytes"])
+        return groups * int(m["paged_bytes"])
+    needed = max(needs(sh) for sh in shapes)
     plan: dict[str, Any] = {
         "target_requests": target,
         "max_num_seqs": inp.max_num_seqs,
         "runs_at_once": inp.max_num_seqs is None or target <= inp.max_num_seqs,
         "at_tokens": inp.used if inp.group is None else list(lengths),
+        "prefix_tokens": inp.prefix,
         "budget_needed_per_rank_bytes": needed,
         "fits_current_budget": needed <= budget,
     }
 
     def fits(sh: Sequence[PoolShape], b: int) -> bool:
-        return int(evaluate(inp, sh, b, lengths)["paged_requests"]) >= target
+        return int(evaluate(inp, sh, b, lengths)[key]) >= target
     if "gpu_memory_bytes" in budget_info:
         total = budget_info["gpu_memory_bytes"]
         fixed = budget_info["weights_per_rank_bytes"] + budget_info["reserve_bytes"]
@@ -758,7 +820,7 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
         try:
             tp_shapes = rank_shapes(inp.arch, inp.kv_dtype, inp.kv_scales, tp, inp.pp, int(inp.block_size),
                                     inp.prefix_caching)
-            tp_budget = resolve_budget(inp.budget, inp.arch, tp, inp.pp)["per_rank_bytes"]
+            tp_budget = resolve_budget(_at_tp(inp, tp), inp.arch, tp, inp.pp)["per_rank_bytes"]
         except InputError:
             continue
         if fits(tp_shapes, tp_budget):
@@ -769,7 +831,7 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
     lo, hi = inp.prefix, inp.arch.max_context  # a request is at least the shared prefix (shorter ones hold 0 bytes)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if paged_capacity(inp, shapes, budget, mid) >= target:
+        if int(evaluate(inp, shapes, budget, (mid,))[key]) >= target:
             lo = mid
         else:
             hi = mid - 1
@@ -777,6 +839,99 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
     plan["longest_uniform_tokens"] = lo
     plan["longest_limited_by_context"] = lo == inp.arch.max_context
     return plan
+
+
+def _at_tp(inp: CalcInput, tp: int) -> BudgetSpec:
+    """The budget spec at another TP degree: ``--reserve auto``'s published terms depend on TP (non-torch
+    overhead), so they are taken again; a measured (calibration) or given reserve stays as it is."""
+    spec = inp.budget
+    if not spec.reserve_basis.startswith("--reserve auto: published"):
+        return spec
+    caps = engine_caps(inp)
+    est = auto_reserve(inp.arch.model_type, tp, inp.pp, caps.max_num_batched_tokens, spec.gpu,
+                       layers=inp.arch.num_layers, graphs=capture_graphs(inp, caps))
+    return replace(spec, reserve=est["bytes"])
+
+
+def implied_budgets(inp: CalcInput, shapes: Sequence[PoolShape], tokens: int) -> tuple[int, int] | None:
+    """The KV budgets per rank for which vLLM 0.33 logs exactly ``tokens`` as its GPU KV cache size (the same
+    formula as :func:`_vllm_view`: ``int(num_gpu_blocks / blocks per request x max_model_len)``, monotone in the
+    budget), as ``(lowest, highest)``; ``None`` when no budget gives exactly that figure."""
+    def logged(b: int) -> int:
+        return int(evaluate(inp, shapes, b, (inp.used,))["vllm_kv_cache_tokens"])
+
+    def first_at_least(n: int) -> int:
+        lo, hi = 0, 1
+        while logged(hi) < n:
+            lo, hi = hi, hi * 2
+            if hi > limits.MAX_BYTES:
+                return limits.MAX_BYTES + 1
+        while lo < hi:  # logged(hi) >= n > logged(lo) (or lo = 0)
+            mid = (lo + hi) // 2
+            if logged(mid) >= n:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+    low = first_at_least(tokens)
+    if low > limits.MAX_BYTES or logged(low) != tokens:
+        return None
+    return low, first_at_least(tokens + 1) - 1
+
+
+def log_check(inp: CalcInput, shapes: Sequence[PoolShape], budget_info: dict[str, Any],
+              view: dict[str, Any]) -> dict[str, Any]:
+    """What a logged ``GPU KV cache size: N tokens`` implies for this configuration (issue 23): the KV budget
+    per rank it needs, the runtime reserve that budget leaves on a GPU-derived budget
+    (``floor(total x util) - weights/rank - budget``), whether that reserve is possible and plausible, and
+    what kvdash predicts."""
+    from kvdash.core.reserve import SMALLEST_PUBLISHED_RESERVE_GIB, gib_bytes
+
+    tokens = int(inp.logged_tokens or 0)
+    predicted = int(view["gpu_kv_cache_tokens"])
+    diff = 100 * (predicted - tokens) / tokens
+    out: dict[str, Any] = {"logged_tokens": tokens, "max_model_len": view["max_model_len"],
+                           "predicted_tokens": predicted, "predicted_difference_percent": diff}
+    span = implied_budgets(inp, shapes, tokens)
+    said = f"The logged {tokens:,} tokens (at max_model_len {view['max_model_len']:,})"
+    pred = (f"kvdash predicts {predicted:,} tokens ({diff:+.1f}%) with "
+            + ("the declared budget" if "gpu_memory_bytes" not in budget_info else reserve_text(budget_info)))
+    if span is None:
+        out.update(verdict="impossible", budget_range_bytes=None, reserve_range_bytes=None,
+                   text=f"{said}: no KV budget gives exactly that figure for this configuration (another model, "
+                        f"KV dtype, block size, --tp or --max-model-len?); {pred}.")
+        return out
+    lo, hi = span
+    out["budget_range_bytes"] = [lo, hi]
+    budget_text = f"a KV budget of {lo:,} to {hi:,} B per rank" if lo != hi else f"a KV budget of {lo:,} B per rank"
+    if "gpu_memory_bytes" not in budget_info or budget_info.get("source") != "vllm":
+        out.update(verdict="budget only", reserve_range_bytes=None,
+                   text=f"{said} imply {budget_text} (declared here: {budget_info['per_rank_bytes']:,} B); {pred}.")
+        return out
+    most = budget_info["requested_bytes"] - budget_info["weights_per_rank_bytes"]  # all vLLM can give the KV cache
+    r_lo, r_hi = most - hi, most - lo
+    out["reserve_range_bytes"] = [r_lo, r_hi]
+    smallest = gib_bytes(SMALLEST_PUBLISHED_RESERVE_GIB)
+    reserve = (f"a runtime reserve of {r_lo:,} B per rank" if r_lo == r_hi else
+               f"a runtime reserve of at most {r_hi:,} B per rank" if r_lo < 0 else
+               f"a runtime reserve of {r_lo:,} to {r_hi:,} B per rank")
+    if r_hi < 0:
+        verdict = "impossible"
+        why = (f"more than vLLM can have: at gpu_memory_utilization {budget_info['utilization']} it can give the KV "
+               f"cache at most floor({budget_info['gpu_memory_bytes']:,} x {budget_info['utilization']}) - "
+               f"{budget_info['weights_per_rank_bytes']:,} B of weights = {most:,} B per rank (another --gpu-util, "
+               "--weights, --tp or GPU?)")
+        reserve = f"a negative runtime reserve ({r_lo:,} to {r_hi:,} B per rank)" if r_lo != r_hi else             f"a negative runtime reserve ({r_lo:,} B per rank)"
+    elif r_hi < smallest:
+        verdict = "implausible"
+        why = (f"implausibly small: every published vLLM start-up kept at least {SMALLEST_PUBLISHED_RESERVE_GIB} GiB "
+               f"({smallest:,} B) for its activation peak and non-torch memory, and vLLM 0.33 also takes CUDA graphs "
+               "off (check --gpu-util, --weights, --tp, --kv-dtype)")
+    else:
+        verdict = "plausible"
+        why = "plausible"
+    out.update(verdict=verdict, text=f"{said} imply {reserve} ({budget_text}): {why}; {pred}.")
+    return out
 
 
 def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
@@ -971,6 +1126,10 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     out["assumptions"] = assumptions(inp, budget_info, shapes)
     if "gpu_memory_bytes" in budget_info and not inp.budget.reserve_basis and not inp.budget.reserve:
         out["assumptions"].insert(0, upper_bound_line(inp, budget_info))
+        est = budget_info["auto_reserve_estimate_bytes"]  # what the default (--reserve auto) would leave
+        auto_info = resolve_budget(replace(inp.budget, reserve=est), inp.arch, inp.tp, inp.pp, strict=False)
+        auto_m = evaluate(inp, shapes, auto_info["per_rank_bytes"], inp.group or (inp.used,))
+        budget_info["auto_reserve_requests"] = int(auto_m["paged_requests"])
     out["inputs"] = {
         "model": inp.arch.name,
         "kv_dtype": get_dtype(inp.kv_dtype).name,
@@ -994,6 +1153,12 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     out["budget"] = budget_info
     m = evaluate(inp, shapes, budget, (inp.used,), (inp.final or inp.used,))
     out.update(_core(inp, m))
+    s0 = shapes[0]
+    if s0.attention_groups > 1:  # one request's blocks in each kind of KV-cache group (gpt-oss: 52 full + 9 sliding)
+        local = "chunked" if s0.chunked else "sliding"
+        out["request"]["paged_blocks_per_group"] = {
+            kind: int(f.request_blocks(inp.used, s0.block_size, int(kind == "full"), int(kind != "full"), s0.window))
+            for kind, n in (("full", s0.full_groups), (local, s0.window_groups)) if n}
     out["engine"] = _engine(inp, caps, int(m["paged_requests"]))
     out["assumptions"].insert(1 if out["assumptions"][0].startswith("UPPER BOUND") else 0, caps_line(out["engine"]))
     out["pool"] = _pool(shapes, budget, m)
@@ -1006,24 +1171,118 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     out["vllm_view"] = _vllm_view(inp, shapes, m, block_reason)
     if inp.target is not None:
         out["planning"] = _planning(inp, shapes, budget, budget_info)
+    if inp.logged_tokens is not None:
+        out["log_check"] = log_check(inp, shapes, budget_info, out["vllm_view"])
     out["summary"] = summary(inp, out)
     return out
 
 
+def reserve_mode(budget_info: dict[str, Any]) -> str:
+    """How the budget treats the runtime reserve: ``declared`` (an explicit or default budget: none taken
+    off), ``calibration`` / ``published`` (``--reserve auto``), ``given`` (a size) or ``upper bound``
+    (a GPU-derived budget with ``--reserve 0``)."""
+    if "gpu_memory_bytes" not in budget_info:
+        return "declared"
+    basis = budget_info.get("reserve_basis", "")
+    if basis.startswith("--reserve auto: calibration"):
+        return "calibration"
+    if basis.startswith("--reserve auto"):
+        return "published"
+    return "given" if budget_info.get("reserve_bytes") else "upper bound"
+
+
+def reserve_text(budget_info: dict[str, Any]) -> str:
+    """The reserve basis in a few words, for the first line of every face (calc, simulate, live, exporter).
+
+    >>> reserve_text({"per_rank_bytes": 1, "source": "default"})
+    "the tutorial's 12 GiB KV budget, declared: no runtime reserve taken off"
+    """
+    mode = reserve_mode(budget_info)
+    if mode == "declared":
+        return ("the tutorial's 12 GiB KV budget, declared" if budget_info.get("source") == "default"
+                else "a declared KV budget") + ": no runtime reserve taken off"
+    size = human_bytes(int(budget_info["reserve_bytes"]))
+    if mode == "upper bound":
+        return "UPPER BOUND: --reserve 0, no runtime reserve"
+    if mode == "given":
+        return f"runtime reserve {size} per rank, given with --reserve"
+    extrapolated = any(t.get("extrapolated") for t in budget_info.get("reserve_terms", []))
+    return (f"runtime reserve {size} per rank, --reserve auto: "
+            + ("a kvdash calibrate entry" if mode == "calibration" else
+               "published terms" + (", extrapolated" if extrapolated else "")))
+
+
 def summary(inp: CalcInput, r: dict[str, Any]) -> str:
-    """One line that answers "how many requests of this length fit, paged and contiguous, and why"."""
+    """One line that answers the question asked: how many requests of this length fit, paged and contiguous
+    (groups that fit with ``--group``, with and without sharing with ``--prefix``, the plan with ``--target``,
+    the check of a logged figure with ``--logged-tokens``), on which reserve basis, and why."""
     cap, pool, req = r["capacity"], r["pool"], r["request"]
-    line = (f"{cap['paged_requests']:,} requests of {inp.used:,} tokens fit {running_text(r['engine'])}"
-            f"{cap['contiguous_requests']:,} contiguous{running_tail(r['engine'])}: "
-            f"a KV budget of {pool['budget_bytes']:,} B "
-            f"({human_bytes(pool['budget_bytes'])}) per rank "
-            f"holds {r['whole_pool_blocks']:,} blocks of {pool['block_size']} tokens "
-            f"({r['bytes_per_token']:,} B per token); paged, a request takes {req['paged_blocks']:,} blocks")
-    groups = pool["full_groups"] + pool["window_groups"]
-    if groups > 1:
-        line += f" in each of its {groups} KV-cache groups"
+    bud = r["budget"]
+    basis = reserve_text(bud)
+    if "group" in r:
+        g = r["group"]
+        k = len(g["lengths"])
+        lead = (f"{g['complete_groups']:,} groups of {' + '.join(f'{n:,}' for n in g['lengths'])} tokens fit paged "
+                f"({g['complete_groups'] * k:,} requests), {g['contiguous_complete_groups']:,} contiguous")
+    elif "prefix" in r:
+        p = r["prefix"]
+        lead = (f"{p['requests_with_sharing']:,} requests of {inp.used:,} tokens fit paged sharing a "
+                f"{p['prefix_tokens']:,}-token prefix, {p['requests_without_sharing']:,} without sharing, "
+                f"{cap['contiguous_requests']:,} contiguous")
+    else:
+        lead = (f"{cap['paged_requests']:,} requests of {inp.used:,} tokens fit {running_text(r['engine'])}"
+                f"{cap['contiguous_requests']:,} contiguous{running_tail(r['engine'])}")
+    if reserve_mode(bud) == "upper bound":
+        auto = bud.get("auto_reserve_requests")
+        line = (f"UPPER BOUND (--reserve 0, no runtime reserve"
+                + (f"; the default --reserve auto gives {auto:,}" if auto is not None else "") + f"): {lead}")
+    else:
+        line = f"{lead} ({basis})"
+    if "planning" in r:
+        p = r["planning"]
+        what = (f"{p['target_requests']:,} requests of {inp.used:,} tokens" if "group" not in r else
+                f"{p['target_requests']:,} requests of the group")
+        if inp.prefix:
+            what += f" sharing a {inp.prefix:,}-token prefix"
+        plan = (f"For {what}: {p['budget_needed_per_rank_bytes']:,} B of KV per rank, "
+                + ("which the budget holds" if p["fits_current_budget"] else "more than the budget holds")
+                + (f"; minimum --tp {p['min_tp']}" if p["min_tp"] else "; no --tp up to 64 holds them"))
+        if "min_gpu_util" in p:
+            plan += (f", minimum --gpu-util {p['min_gpu_util']:.2f} at this --tp" if p["min_gpu_util"] is not None
+                     else ", no --gpu-util fits them at this --tp")
+        if not p["runs_at_once"]:
+            plan += (f"; vLLM runs at most {p['max_num_seqs']:,} at once (max_num_seqs), so {p['target_requests']:,} "
+                     f"at once need --max-num-seqs {p['target_requests']:,}")
+        line = f"{plan}. {line}"
+    if "log_check" in r:
+        line = f"{r['log_check']['text']} {line}"
+    line += (f": a KV budget of {pool['budget_bytes']:,} B ({human_bytes(pool['budget_bytes'])}) per rank "
+             f"holds {r['whole_pool_blocks']:,} blocks of {pool['block_size']} tokens "
+             f"({r['bytes_per_token']:,} B per token)")
+    if "group" in r:
+        g = r["group"]
+        off = g["offload"]
+        line += (f"; a group takes {g['blocks_per_group']:,} blocks, {g['useful_slots']:,} useful of "
+                 f"{g['allocated_slots']:,} allocated slots ({g['tail_waste_slots']:,} in block tails); offloading "
+                 f"its longest request ({off['tokens']:,} tokens) moves {off['useful_bytes']:,} B of KV "
+                 f"({off['allocated_bytes']:,} B in whole blocks)")
+        if inp.max_reserved > max(g["lengths"]) or inp.max_reserved > min(g["lengths"]):
+            line += f"; contiguous, each request reserves --max-reserved {inp.max_reserved:,} tokens up front"
+        return line + "."
+    line += f"; paged, a request takes {req['paged_blocks']:,} blocks"
+    per = req.get("paged_blocks_per_group")
+    if per:  # several KV-cache groups: the request's blocks in each kind of group (gpt-oss-120b: 52 + 9)
+        parts = []
+        for kind, blocks in per.items():
+            n = pool["full_groups"] if kind == "full" else pool["window_groups"]
+            parts.append(f"{blocks:,} in its {kind} group" if n == 1 else f"{blocks:,} in each of its {n} {kind} groups")
+        line += f" ({' + '.join(parts)})"
     if pool["state_layers"]:
         line += f" plus {pool['state_bytes_per_request']:,} B of recurrent state"
+    if "prefix" in r:
+        p = r["prefix"]
+        line += (f"; sharing, {p['shared_blocks']:,} prefix blocks are stored once and each request owns "
+                 f"{p['own_blocks_per_request']:,}")
     if inp.max_reserved > inp.used:
         line += (f"; contiguous, it reserves --max-reserved {inp.max_reserved:,} tokens up front, "
                  f"{inp.max_reserved - inp.used:,} of them unused now")
@@ -1033,17 +1292,6 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
         if v["variant"].startswith("kv dtype"):
             line += (f"; with the KV cache in {v['kv_dtype']}, {v['paged_requests']:,} would fit paged"
                      + (" (idealized: no scales)" if "idealized" in v["variant"] else ""))
-    if "planning" in r:
-        p = r["planning"]
-        line += (f". For {p['target_requests']:,} requests: {p['budget_needed_per_rank_bytes']:,} B of KV per rank, "
-                 + ("which the budget holds" if p["fits_current_budget"] else "more than the budget holds")
-                 + (f"; minimum --tp {p['min_tp']}" if p["min_tp"] else "; no --tp up to 64 holds them"))
-        if "min_gpu_util" in p:
-            line += (f", minimum --gpu-util {p['min_gpu_util']:.2f} at this --tp" if p["min_gpu_util"] is not None
-                     else ", no --gpu-util fits them at this --tp")
-        if not p["runs_at_once"]:
-            line += (f"; vLLM runs at most {p['max_num_seqs']:,} at once (max_num_seqs), so {p['target_requests']:,} "
-                     f"at once need --max-num-seqs {p['target_requests']:,}")
     return line + "."
 
 

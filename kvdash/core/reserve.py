@@ -96,6 +96,12 @@ CUDA_GRAPH_MIB_PER_LAYER: dict[str, tuple[str, int]] = {
 }
 CUDA_GRAPH_MIB_PER_LAYER_ALL = ("25.23", 49)  # the median over all 49 distinct runs
 
+# the smallest reserve (activation peak + non-torch memory) any of the 49 distinct published vLLM 0.19.0 H100-80GB
+# start-ups kept: codellama/CodeLlama-7b-hf at TP 1, 0.77 + 0.25 GiB (benchmarks/data/llmd_vllm0190_h100_runs.csv,
+# from llm-d-planner's accuracy/results/v0.19.0/results_raw.csv @d3121e0; tests/test_reserve.py recomputes it).
+# vLLM 0.33 subtracts CUDA graphs besides, so a logged pool that leaves less is implausible.
+SMALLEST_PUBLISHED_RESERVE_GIB = "1.02"
+
 # config.json model_type -> the vLLM architecture class it resolves to
 ARCH_CLASS: dict[str, str] = {
     "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",

@@ -40,7 +40,7 @@ DEFAULT_MAX_POINTS = 2_000_000
 
 DEFAULTS: dict[str, Any] = {  # a dimension the grid leaves out: kvdash/defaults.py, as every command
     "kv_dtype": D.KV_DTYPE, "kv_scales": "tensor", "block_size": D.BLOCK_SIZE, "budget": None, "gpu": None,
-    "gpu_memory": None, "gpu_util": D.GPU_UTIL, "util_policy": "vllm", "weights": None, "reserve": int(D.RESERVE),
+    "gpu_memory": None, "gpu_util": D.GPU_UTIL, "util_policy": "vllm", "weights": None, "reserve": D.RESERVE,
     "tp": D.TP, "pp": D.PP, "max_model_len": None,
     # the engine caps: None is vLLM 0.33's default for the point's GPU (kvdash.core.vllm.scheduler_caps)
     "max_batched_tokens": None, "max_num_seqs": None, "performance_mode": "balanced", "async_scheduling": True,
@@ -239,9 +239,12 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     values: dict[str, list[Any]] = {}
     for factor in spec.factors:
         values.update(factor)
+    given = set(values)
     for dim in DIMENSIONS:
         if dim not in values:
             values[dim] = [DEFAULTS[dim]]
+    if "reserve" not in given and all(v is None for d in ("gpu", "gpu_memory") for v in values[d]):
+        values["reserve"] = [0]  # declared budgets only: nothing to take off (and the points' ids stay as they were)
     # the points: the product of the factors with more than one value, in written order (a zip group is one
     # factor).  A point needs only its request and budget keys: each factor's table holds its share of both
     # keys (and whether each exclude rule matches it), and the product sums the shares (no per-dimension columns)
