@@ -35,9 +35,16 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "qwen3_next": ("Qwen3-Next", "full + linear (gated delta net)"),
     "qwen3_5": ("Qwen3.5 (multimodal config, text_config)", "full + linear (gated delta net)"),
     "qwen3_5_text": ("Qwen3.5 text model", "full + linear (gated delta net)"),
+    "qwen3_5_moe": ("Qwen3.5-MoE (multimodal config, text_config)", "full + linear (gated delta net)"),
+    "qwen3_5_moe_text": ("Qwen3.5-MoE text model", "full + linear (gated delta net)"),
+    "qwen3_vl": ("Qwen3-VL (multimodal config, text_config)", "full"),
+    "qwen3_vl_moe": ("Qwen3-VL-MoE (multimodal config, text_config)", "full"),
+    "minimax_m2": ("MiniMax-M2, M2.5", "full"),
     "deepseek_v2": ("DeepSeek-V2, V2-Lite", "mla"),
     "deepseek_v3": ("DeepSeek-V3, Kimi-K2", "mla"),
     "kimi_k2": ("Kimi-K2", "mla"),
+    "kimi_k25": ("Kimi-K2.5 (multimodal config, text_config)", "mla"),
+    "glm4_moe_lite": ("GLM-4.7-Flash", "mla"),
     "glm4_moe": ("GLM-4.5", "full"),
     "chatglm": ("ChatGLM2/3, GLM-4 (chatglm format)", "full"),
     "phi3": ("Phi-3, Phi-4", "full or sliding"),
@@ -54,10 +61,58 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "granitemoehybrid": ("Granite 4.0 hybrid", "full + mamba (Mamba-2)"),
     "olmo": ("OLMo", "full"),
     "olmo2": ("OLMo 2", "full"),
+    "olmo3": ("OLMo 3", "full + sliding (layer_types)"),
+    "smollm3": ("SmolLM3 (NoPE layers hold KV too)", "full (sliding where layer_types says so)"),
+    "seed_oss": ("Seed-OSS", "full"),
+    "exaone4": ("EXAONE 4.0", "full + sliding (layer_types)"),
+    "ernie4_5": ("ERNIE 4.5 dense", "full"),
+    "ernie4_5_moe": ("ERNIE 4.5 MoE", "full"),
+    "hunyuan_v1_dense": ("Hunyuan dense V1", "full"),
+    "hunyuan_v1_moe": ("Hunyuan MoE V1", "full"),
     "starcoder2": ("StarCoder2", "full or sliding"),
     "cohere": ("Command-R", "full"),
     "cohere2": ("Command-R7B / Command A", "full + sliding"),
     "opt": ("OPT", "full"),
+}
+# model_type -> the published configs in tests/data/configs/ that conformance-check it against vLLM 0.33.0's own
+# code (conformance/vllm/expected.json holds planned cases for each); a type without one is modelled by a rule that
+# no real config has checked yet, and the README's table says so.  tests/test_modeltypes.py keeps this honest.
+CONFORMANCE: dict[str, tuple[str, ...]] = {
+    "llama": ("llama-2-13b", "llama-2-70b", "llama-3.1-70b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b"),
+    "llama4": ("llama-4-scout-17b-16e-instruct",),
+    "mistral": ("mistral-7b-v0.1", "mistral-7b-v0.3"),
+    "mixtral": ("mixtral-8x22b-v0.1", "mixtral-8x7b-v0.1"),
+    "qwen2": ("qwen2-7b-instruct", "qwen2.5-14b", "qwen2.5-7b"),
+    "qwen2_moe": ("qwen1.5-moe-a2.7b",),
+    "qwen3": ("qwen3-32b", "qwen3-8b"),
+    "qwen3_moe": ("qwen3-235b-a22b", "qwen3-30b-a3b"),
+    "qwen3_next": ("qwen3-next-80b-a3b-thinking",),
+    "qwen3_5": ("qwen3.5-27b",),
+    "qwen3_5_moe": ("qwen3.5-35b-a3b",),
+    "qwen3_vl": ("qwen3-vl-8b-instruct",),
+    "qwen3_vl_moe": ("qwen3-vl-30b-a3b-instruct",),
+    "minimax_m2": ("minimax-m2.5",),
+    "deepseek_v2": ("deepseek-v2-lite",),
+    "deepseek_v3": ("deepseek-v3",),
+    "kimi_k2": ("kimi-k2-instruct",),
+    "kimi_k25": ("kimi-k2.5",),
+    "glm4_moe_lite": ("glm-4.7-flash",),
+    "glm4_moe": ("glm-4.5-air",),
+    "chatglm": ("chatglm3-6b", "glm-4-9b-chat"),
+    "phi3": ("phi-3-mini-4k-instruct", "phi-4-mini-instruct"),
+    "gemma": ("gemma-2b",),
+    "gemma2": ("gemma-2-27b", "gemma-2-9b"),
+    "gemma3": ("gemma-3-27b-it", "gemma-3-4b-it"),
+    "gemma3_text": ("gemma-3-1b-it",),
+    "gpt_oss": ("gpt-oss-120b", "gpt-oss-20b"),
+    "falcon": ("falcon-40b-instruct", "falcon-7b-instruct"),
+    "jamba": ("jamba-1.5-mini",),
+    "nemotron_h": ("nemotron-3-nano-30b-a3b", "nemotron-h-56b-base-8k"),
+    "olmo2": ("olmo-2-7b",),
+    "smollm3": ("smollm3-3b",),
+    "starcoder2": ("starcoder2-7b",),
+    "cohere": ("aya-23-8b",),
+    "opt": ("opt-125m",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {
@@ -66,7 +121,36 @@ REFUSED_BY_VLLM: dict[str, str] = {
     "minicpm": "vLLM 0.33 reads this config only with the model's remote code (trust_remote_code), which kvdash "
                "does not run",
 }
-HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "nemotron_h", "bamba", "granitemoehybrid", "falcon_h1")
+# model types vLLM 0.33 serves whose KV layout kvdash does not model yet: refused in one line that says why and what
+# to pass instead (the README's table lists them)
+_INSTEAD = "; give the shape with --layers/--kv-heads/--head-dim instead (a uniform model)"
+NOT_MODELLED: dict[str, str] = {
+    "mimo_v2_flash": "MiMo-V2-Flash's full and sliding layers have different KV heads (4 and 8, "
+                     "vllm/model_executor/models/mimo_v2.py, MiMoV2DecoderLayer), so their pages differ in size and "
+                     "vLLM 0.33 gives the groups different block sizes (vllm/v1/core/kv_cache_planning.py, "
+                     "unify_kv_cache_spec_page_size); kvdash models one block size per pool",
+    "deepseek_v32": "sparse MLA keeps a second cache beside the latent in every layer (the indexer's fp8 keys, 132 B "
+                    "per token: vllm/models/deepseek_v32/attention.py, DeepseekV32Indexer) and Hopper's sparse MLA "
+                    "backends take only 64-token blocks; kvdash does not model the indexer cache yet",
+    "glm_moe_dsa": "GLM-5 is sparse MLA (vllm/models/deepseek_v32, GlmMoeDsaForCausalLM): a second cache beside the "
+                   "latent in every layer (the indexer's fp8 keys, 132 B per token) and 64-token blocks on Hopper; "
+                   "kvdash does not model the indexer cache yet",
+    "mamba": "attention-free (only Mamba-1 state layers, vllm/model_executor/models/mamba.py); kvdash's pool needs "
+             "at least one attention layer",
+    "falcon_mamba": "attention-free (only Mamba-1 state layers, vllm/model_executor/models/mamba.py serves "
+                    "FalconMambaForCausalLM); kvdash's pool needs at least one attention layer",
+    "mamba2": "attention-free (only Mamba-2 state layers, vllm/model_executor/models/mamba2.py); kvdash's pool needs "
+              "at least one attention layer",
+    "lfm2": "LFM2's short-convolution state layers (vllm/model_executor/layers/mamba/short_conv.py) are not modelled "
+            "yet",
+    "lfm2_moe": "LFM2-MoE's short-convolution state layers (vllm/model_executor/layers/mamba/short_conv.py) are not "
+                "modelled yet",
+    "zamba2": "Zamba2's Mamba-2 layers with shared attention blocks at hybrid_layer_ids "
+              "(vllm/model_executor/models/zamba2.py) are not modelled yet",
+    "gemma3n": "Gemma 3n's last num_kv_shared_layers layers reuse earlier layers' KV "
+               "(vllm/model_executor/models/gemma3n.py, kv_sharing_target_layer_name); not modelled yet",
+}
+HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "bamba", "granitemoehybrid", "falcon_h1")
 # model types transformers does not define (remote code): read as published, with the rules below
 RAW_TYPES = {"chatglm", "kimi_k2"}
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
@@ -89,6 +173,9 @@ def normalise(raw: Any, where: str) -> dict[str, Any]:
     if model_type in REFUSED_BY_VLLM:
         raise InputError(f"{where}: model_type", model_type,
                          REFUSED_BY_VLLM[model_type] + "; supported: " + supported_text())
+    if model_type in NOT_MODELLED:
+        raise InputError(f"{where}: model_type", model_type,
+                         "vLLM 0.33 serves it but " + NOT_MODELLED[model_type] + _INSTEAD)
     if model_type not in SUPPORTED:
         raise InputError(f"{where}: model_type", model_type,
                          "kvdash cannot model this type exactly; supported: " + supported_text())
@@ -210,7 +297,9 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
         mamba = Layer("mamba", state_family="mamba1",
                       state=(inter, _pos(cfg, "mamba_d_state", where), _pos(cfg, "mamba_d_conv", where)))
         return [full if i % period == offset else ("mamba", mamba) for i in range(n_layers)]
-    if model_type in ("qwen3_next", "qwen3_5_text"):  # gated delta net: vllm/model_executor/models/qwen3_next.py
+    # gated delta net: vllm/model_executor/models/qwen3_next.py; Qwen3.5 and Qwen3.5-MoE reuse its layer
+    # (vllm/model_executor/models/qwen3_5.py, Qwen3_5DecoderLayer: layer_types[i] == "linear_attention")
+    if model_type in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"):
         ssm_dtype = str(cfg.get("mamba_ssm_dtype") or "bfloat16")  # Qwen3.5 keeps the recurrent state in float32
         gdn = Layer("linear", state_family="gdn", ssm_bytes=4 if ssm_dtype == "float32" else 2, state=(
             _pos(cfg, "linear_num_key_heads", where), _pos(cfg, "linear_num_value_heads", where),
@@ -280,7 +369,7 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
 # --- weights ------------------------------------------------------------------------------------
 
 GATED_MLP = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
-             "kimi_k2", "glm4_moe", "chatglm", "phi3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "cohere",
+             "kimi_k2", "glm4_moe_lite", "smollm3", "glm4_moe", "chatglm", "phi3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "cohere",
              "cohere2"}
 PLAIN_MLP = {"opt", "starcoder2", "falcon"}
 
@@ -296,7 +385,7 @@ def _moe(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tup
         shared = cfg.get("shared_expert_intermediate_size") or 0
         experts = cfg.get("num_experts") or cfg["num_local_experts"]  # transformers 5 names it num_local_experts
         return experts, cfg["moe_intermediate_size"], shared
-    if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe"):
+    if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe", "glm4_moe_lite"):
         if not cfg.get("n_routed_experts") or layer < (cfg.get("first_k_dense_replace") or 0) \
                 or layer % (cfg.get("moe_layer_freq") or 1):
             return None
@@ -386,10 +475,16 @@ def readme_table() -> str:
     """The README's table of supported model types and layer kinds, from :data:`SUPPORTED`."""
     from kvdash.core.model import KINDS
 
-    lines = [README_START, "", "| `model_type` | models | layer kinds |", "|---|---|---|"]
+    lines = [README_START, "", "| `model_type` | models | layer kinds | conformance-checked on |", "|---|---|---|---|"]
     for model_type, (models, kinds) in SUPPORTED.items():
         estimate = "" if model_type in GATED_MLP | PLAIN_MLP else " (no weight estimate)"
-        lines.append(f"| `{model_type}` | {models}{estimate} | {kinds} |")
+        checked = ", ".join(f"`{name}`" for name in CONFORMANCE.get(model_type, ())) or "not yet (no published config here)"
+        lines.append(f"| `{model_type}` | {models}{estimate} | {kinds} | {checked} |")
+    checked_types = [t for t in SUPPORTED if t in CONFORMANCE]
+    lines += ["", f"{len(checked_types)} of these {len(SUPPORTED)} model types are conformance-checked against vLLM "
+              "0.33.0's own code on a published config (`tests/data/configs/`, `conformance/vllm/expected.json`)."]
+    refused = ", ".join(f"`{t}`" for t in NOT_MODELLED)
+    lines += ["", f"Served by vLLM 0.33 but not modelled (refused in one line that says why): {refused}."]
     lines += ["", "Layer kinds: " + ", ".join(f"`{k}`" for k in KINDS) + ".", "", README_END]
     return "\n".join(lines)
 
