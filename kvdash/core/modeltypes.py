@@ -150,7 +150,8 @@ NOT_MODELLED: dict[str, str] = {
     "gemma3n": "Gemma 3n's last num_kv_shared_layers layers reuse earlier layers' KV "
                "(vllm/model_executor/models/gemma3n.py, kv_sharing_target_layer_name); not modelled yet",
 }
-HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "bamba", "granitemoehybrid", "falcon_h1")
+HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "bamba", "granitemoehybrid",
+                "falcon_h1")
 # model types transformers does not define (remote code): read as published, with the rules below
 RAW_TYPES = {"chatglm", "kimi_k2"}
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
@@ -369,7 +370,8 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
 # --- weights ------------------------------------------------------------------------------------
 
 GATED_MLP = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
-             "kimi_k2", "glm4_moe_lite", "smollm3", "glm4_moe", "chatglm", "phi3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "cohere",
+             "kimi_k2", "glm4_moe_lite", "smollm3",
+             "glm4_moe", "chatglm", "phi3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "cohere",
              "cohere2"}
 PLAIN_MLP = {"opt", "starcoder2", "falcon"}
 
@@ -478,7 +480,8 @@ def readme_table() -> str:
     lines = [README_START, "", "| `model_type` | models | layer kinds | conformance-checked on |", "|---|---|---|---|"]
     for model_type, (models, kinds) in SUPPORTED.items():
         estimate = "" if model_type in GATED_MLP | PLAIN_MLP else " (no weight estimate)"
-        checked = ", ".join(f"`{name}`" for name in CONFORMANCE.get(model_type, ())) or "not yet (no published config here)"
+        names = CONFORMANCE.get(model_type, ())
+        checked = ", ".join(f"`{name}`" for name in names) or "not yet (no published config here)"
         lines.append(f"| `{model_type}` | {models}{estimate} | {kinds} | {checked} |")
     checked_types = [t for t in SUPPORTED if t in CONFORMANCE]
     lines += ["", f"{len(checked_types)} of these {len(SUPPORTED)} model types are conformance-checked against vLLM "
