@@ -125,9 +125,9 @@ REFUSED_BY_VLLM: dict[str, str] = {
 # to pass instead (the README's table lists them)
 _INSTEAD = "; give the shape with --layers/--kv-heads/--head-dim instead (a uniform model)"
 NOT_MODELLED: dict[str, str] = {
-    "mimo_v2_flash": "MiMo-V2-Flash's full and sliding layers have different KV heads (4 and 8, "
-                     "vllm/model_executor/models/mimo_v2.py, MiMoV2DecoderLayer), so their pages differ in size and "
-                     "vLLM 0.33 gives the groups different block sizes (vllm/v1/core/kv_cache_planning.py, "
+    "mimo_v2_flash": "MiMo-V2-Flash's full layers (4 KV heads) and sliding layers (8 KV heads, window 128) have "
+                     "pages of two sizes (vllm/model_executor/models/mimo_v2.py, MiMoV2DecoderLayer), so vLLM 0.33 "
+                     "doubles the full layers' block (32 tokens beside 16: vllm/v1/core/kv_cache_planning.py, "
                      "unify_kv_cache_spec_page_size); kvdash models one block size per pool",
     "deepseek_v32": "sparse MLA keeps a second cache beside the latent in every layer (the indexer's fp8 keys, 132 B "
                     "per token: vllm/models/deepseek_v32/attention.py, DeepseekV32Indexer) and Hopper's sparse MLA "
