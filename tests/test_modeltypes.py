@@ -130,6 +130,25 @@ class TestNewTypes:
         assert 2_146_304 == state_page_bytes(layer.state_family, layer.state, 1, layer.conv_bytes, layer.ssm_bytes)
 
 
+    def test_gemma3n_shared_layers_hold_no_cache(self):
+        """Gemma 3n (vllm/model_executor/models/gemma3n.py, Gemma3nAttention): with 35 layers and
+        num_kv_shared_layers 15, layers 20..34 read the KV of layer 18 (sliding) or 19 (full) and hold none, so
+        the pool has the first 20: transformers' default pattern (4 sliding, 1 full) gives 16 sliding(512) + 4
+        full, each 2 KV heads x (256 + 256) x 2 B = 2,048 B per token: 40,960 B/token."""
+        cfg = modeltypes.normalise({"model_type": "gemma3n_text", "num_hidden_layers": 35, "num_kv_shared_layers": 15},
+                                   "x")
+        arch = from_hf_config(cfg, "g3n")
+        assert ("4 full + 16 sliding(512)", 20, 35) == (arch.pattern(), arch.num_layers, arch.decoder_layers)
+        assert 40_960 == calculate(CalcInput(arch=arch))["bytes_per_token"]
+
+    def test_gemma3n_sharing_needs_a_target(self):
+        """vLLM shares only when the target index first - 2 (sliding) or first - 1 (full) is >= 0: with one
+        unshared layer (full), a shared sliding layer keeps its own cache, a shared full one does not."""
+        cfg = modeltypes.normalise({"model_type": "gemma3n_text", "num_hidden_layers": 3, "num_kv_shared_layers": 2,
+                                    "layer_types": ["full_attention", "sliding_attention", "full_attention"]}, "x")
+        assert "1 full + 1 sliding(512)" == from_hf_config(cfg, "g3n").pattern()
+
+
 class TestConformanceMap:
     """The README's "conformance-checked on" column (modeltypes.CONFORMANCE) names real configs that check each type."""
 

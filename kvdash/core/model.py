@@ -260,6 +260,7 @@ def from_hf_config(
             kinds = [kind for kind, _ in hybrid]
         else:
             kinds = _layer_kinds(cfg, n_layers, where)
+            kinds = modeltypes.cache_holders(cfg, model_type, kinds, where)
             if any(kind in STATE_KINDS for kind in kinds) and state_bytes <= 0:
                 raise InputError(
                     f"{where}: _kvdash.state_bytes_per_layer", state_bytes or None,

@@ -52,6 +52,10 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "gemma2": ("Gemma 2", "full + sliding"),
     "gemma3": ("Gemma 3 (multimodal config, text_config)", "full + sliding"),
     "gemma3_text": ("Gemma 3 text model", "full + sliding"),
+    "gemma3n": ("Gemma 3n (multimodal config, text_config)",
+                "full + sliding; the last num_kv_shared_layers layers read earlier layers' KV and hold none"),
+    "gemma3n_text": ("Gemma 3n text model",
+                     "full + sliding; the last num_kv_shared_layers layers read earlier layers' KV and hold none"),
     "gpt_oss": ("gpt-oss", "full + sliding"),
     "falcon": ("Falcon 7B/40B/180B", "full"),
     "falcon_h1": ("Falcon-H1", "full + mamba (Mamba-2), both in every layer"),
@@ -147,8 +151,6 @@ NOT_MODELLED: dict[str, str] = {
                 "modelled yet",
     "zamba2": "Zamba2's Mamba-2 layers with shared attention blocks at hybrid_layer_ids "
               "(vllm/model_executor/models/zamba2.py) are not modelled yet",
-    "gemma3n": "Gemma 3n's last num_kv_shared_layers layers reuse earlier layers' KV "
-               "(vllm/model_executor/models/gemma3n.py, kv_sharing_target_layer_name); not modelled yet",
 }
 HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "bamba", "granitemoehybrid",
                 "falcon_h1")
@@ -261,6 +263,24 @@ def head_size(cfg: dict[str, Any], heads: int, where: str) -> int:
                          f"vLLM's ChatGLM uses hidden_size // num_attention_heads = {size}; a different "
                          "kv_channels is not modeled")
     return size
+
+
+def cache_holders(cfg: dict[str, Any], model_type: str, kinds: list[str], where: str) -> list[str]:
+    """The kinds of the decoder layers that hold a KV cache of their own (all of them, but for Gemma 3n).
+
+    Gemma 3n: a layer ``i >= first = num_hidden_layers - num_kv_shared_layers`` reads the cache of layer
+    ``first - 2`` (sliding) or ``first - 1`` (full) when that index is ``>= 0``, through its
+    ``kv_sharing_target_layer_name``, and ``GPUModelRunner.get_kv_cache_spec`` leaves such layers out
+    (vllm/model_executor/models/gemma3n.py, ``Gemma3nAttention.__init__``)."""
+    if model_type != "gemma3n_text":
+        return kinds
+    n_layers = len(kinds)
+    shared = cfg.get("num_kv_shared_layers") or 0
+    if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared < n_layers:
+        raise InputError(f"{where}: num_kv_shared_layers", shared, f"expected an integer from 0 to {n_layers - 1}")
+    first = n_layers - shared
+    return [kind for i, kind in enumerate(kinds)
+            if i < first or first - (2 if kind == "sliding" else 1) < 0]
 
 
 def _nemotron_pattern(cfg: dict[str, Any]) -> str:
