@@ -139,11 +139,12 @@ NOT_MODELLED: dict[str, str] = {
     "glm_moe_dsa": "GLM-5 is sparse MLA (vllm/models/deepseek_v32, GlmMoeDsaForCausalLM): a second cache beside the "
                    "latent in every layer (the indexer's fp8 keys, 132 B per token) and 64-token blocks on Hopper; "
                    "kvdash does not model the indexer cache yet",
-    "mamba": "attention-free (only Mamba-1 state layers, vllm/model_executor/models/mamba.py); kvdash's pool needs "
-             "at least one attention layer",
-    "falcon_mamba": "attention-free (only Mamba-1 state layers, vllm/model_executor/models/mamba.py serves "
-                    "FalconMambaForCausalLM); kvdash's pool needs at least one attention layer",
-    "mamba2": "attention-free (only Mamba-2 state layers, vllm/model_executor/models/mamba2.py); kvdash's pool needs "
+    "mamba": "attention-free: vLLM 0.33 plans only Mamba-1 state pages, one group of every layer "
+             "(vllm/model_executor/models/mamba.py), and kvdash's pool needs at least one attention layer",
+    "falcon_mamba": "attention-free: vLLM 0.33 serves FalconMambaForCausalLM as MambaForCausalLM "
+                    "(vllm/model_executor/models/mamba.py) and plans only Mamba-1 state pages; kvdash's pool needs "
+                    "at least one attention layer",
+    "mamba2": "attention-free: only Mamba-2 state pages (vllm/model_executor/models/mamba2.py); kvdash's pool needs "
               "at least one attention layer",
     "lfm2": "LFM2's short-convolution state layers (vllm/model_executor/layers/mamba/short_conv.py) are not modelled "
             "yet",
