@@ -149,6 +149,23 @@ class TestNewTypes:
         assert "1 full + 1 sliding(512)" == from_hf_config(cfg, "g3n").pattern()
 
 
+    def test_zamba2_mamba_everywhere_attention_in_hybrid_layers(self):
+        """Zamba2 (vllm/model_executor/models/zamba2.py) with transformers' default Zamba2Config (54 layers, 9
+        "hybrid"): a Mamba-2 mixer in every layer (intermediate 2 x 2,560 = 5,120, 8 heads of 640, 1 group, d_state
+        64, d_conv 4: conv 3 x (5,120 + 2 x 64) = 15,744 + ssm 8 x 640 x 64 = 327,680 elements = 686,848 B) and
+        an Attention of its own in each hybrid layer (32 heads of attention_head_dim 160, as many KV heads:
+        32 x 320 x 2 = 20,480 B per token).  Block 16 x ceil(686,848 / (16 x 20,480)) = 48; groups of 9: 1 full
+        + 6 mamba; 12 GiB / (48 x 20,480 x 9) = 1,456 blocks; at 2,048 tokens 43 + 6 x 3 (align mode, Mamba-2
+        checkpoint block) = 61 -> 23.87x, what vLLM 0.33's own Zamba2 layers gave (measured, README)."""
+        arch = from_hf_config(modeltypes.normalise({"model_type": "zamba2"}, "x"), "zamba2")
+        assert ("9 full + 54 mamba(mamba2)", 32, 160) == (arch.pattern(), arch.kv_heads, arch.head_dim)
+        layer = arch.state_layers[0]
+        assert 686_848 == state_page_bytes(layer.state_family, layer.state, 1, 2, 2)
+        r = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048))
+        assert (48, 1_456) == (r["pool"]["block_size"], r["vllm_view"]["num_gpu_blocks"])
+        assert r["vllm_view"]["log_lines"][0].endswith("23.87x")
+
+
 class TestConformanceMap:
     """The README's "conformance-checked on" column (modeltypes.CONFORMANCE) names real configs that check each type."""
 

@@ -63,6 +63,7 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "nemotron_h": ("Nemotron-H", "full + mamba (Mamba-2)"),
     "bamba": ("Bamba", "full + mamba (Mamba-2)"),
     "granitemoehybrid": ("Granite 4.0 hybrid", "full + mamba (Mamba-2)"),
+    "zamba2": ("Zamba2", "mamba (Mamba-2) in every layer + full in each hybrid layer"),
     "olmo": ("OLMo", "full"),
     "olmo2": ("OLMo 2", "full"),
     "olmo3": ("OLMo 3", "full + sliding (layer_types)"),
@@ -150,11 +151,9 @@ NOT_MODELLED: dict[str, str] = {
             "yet",
     "lfm2_moe": "LFM2-MoE's short-convolution state layers (vllm/model_executor/layers/mamba/short_conv.py) are not "
                 "modelled yet",
-    "zamba2": "Zamba2's Mamba-2 layers with shared attention blocks at hybrid_layer_ids "
-              "(vllm/model_executor/models/zamba2.py) are not modelled yet",
 }
 HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "bamba", "granitemoehybrid",
-                "falcon_h1")
+                "falcon_h1", "zamba2")
 # model types transformers does not define (remote code): read as published, with the rules below
 RAW_TYPES = {"chatglm", "kimi_k2"}
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
@@ -306,7 +305,8 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
                   where: str) -> list[tuple[str, Layer | None]] | None:
     """Layer kinds of a hybrid model, each state layer with its shape; ``None`` for other types.
 
-    Attention entries are ``("full", None)``: the caller builds them from the attention fields."""
+    Attention entries are ``("full", None)``: the caller builds them from the attention fields (Zamba2's, whose
+    heads and head size are its own, come built)."""
     from kvdash.core.model import Layer
 
     if model_type not in HYBRID_TYPES:
@@ -359,6 +359,30 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
             elif code not in "-E":
                 raise InputError(f"{where}: hybrid_override_pattern[{i}]", code,
                                  "expected M (mamba), * (attention), - (MLP) or E (MoE)")
+        return out
+    if model_type == "zamba2":
+        # vllm/model_executor/models/zamba2.py: every layer has a MambaMixer2 (Zamba2MambaDecoderLayer: intermediate
+        # mamba_expand x hidden_size, n_mamba_heads heads of intermediate / n_mamba_heads, mamba_ngroups groups);
+        # a "hybrid" layer (layers_block_type) adds the shared transformer block, whose Attention is its own per
+        # hybrid layer (Zamba2Attention.dpa_list: KV cache unique for every attention layer), built with
+        # num_attention_heads heads of attention_head_dim and no num_kv_heads (so as many KV heads as heads)
+        inter = _pos(cfg, "mamba_expand", where) * hidden
+        heads = _pos(cfg, "n_mamba_heads", where)
+        if inter % heads:
+            raise InputError(f"{where}: n_mamba_heads", heads, f"must divide mamba_expand x hidden_size = {inter}")
+        mamba = Layer("mamba", state_family="mamba2", state=(
+            inter, _pos(cfg, "mamba_ngroups", where), heads, inter // heads, _pos(cfg, "mamba_d_state", where),
+            _pos(cfg, "mamba_d_conv", where)))
+        attn_heads, attn_dim = _pos(cfg, "num_attention_heads", where), _pos(cfg, "attention_head_dim", where)
+        attention = Layer("full", kv_heads=attn_heads, head_dim=attn_dim, head_dim_v=attn_dim)
+        types = cfg.get("layers_block_type")
+        if not isinstance(types, list) or len(types) != n_layers:
+            raise InputError(f"{where}: layers_block_type", types, f"expected a list of {n_layers} layer kinds")
+        out = []
+        for name in types:
+            if name == "hybrid":
+                out.append(("full", attention))
+            out.append(("mamba", mamba))
         return out
     if model_type == "falcon_h1" and cfg.get("mamba_d_ssm") is not None:
         inter = _pos(cfg, "mamba_d_ssm", where)
