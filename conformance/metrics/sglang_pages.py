@@ -70,7 +70,7 @@ LAYOUTS = [
      "ranks": [rank(600000, 0.50, 21, 4, by_priority_running={0: 15, 1: 6}, by_priority_waiting={0: 1, 1: 3})]},
     {"name": "page64", "model": "llama-3.1-8b", "tp": 1, "pp": 1, "dp": 1, "page_size": 64,
      "ranks": [rank(599936, 0.40, 12, 0)]},
-    {"name": "swa", "model": "gpt-oss-20b", "tp": 1, "pp": 1, "dp": 1,
+    {"name": "swa", "model": "gemma-2-9b", "tp": 1, "pp": 1, "dp": 1,
      "ranks": [rank(900000, 0.45, 30, 2, swa_pool=180000, swa_usage=0.70, full_usage=0.45)]},
     {"name": "mamba", "model": "qwen3-next-80b-a3b-thinking", "tp": 4, "pp": 1, "dp": 1,
      "ranks": [rank(2000000, 0.30, 40, 5, mamba_usage=0.62, full_usage=0.30)]},
@@ -92,6 +92,8 @@ def server_args(layout: dict) -> ServerArgs:
         kw["page_size"] = layout["page_size"]
     if layout.get("hicache"):
         kw["enable_hierarchical_cache"] = True
+    if layout["name"] == "mamba":  # the CPU platform has no Mamba state snapshots (arg_groups/mamba_hook.py)
+        kw["mamba_radix_cache_strategy"] = "no_buffer"
     return ServerArgs(model_path=str(d), **kw)
 
 
