@@ -94,6 +94,7 @@ def server_args(layout: dict) -> ServerArgs:
         kw["enable_hierarchical_cache"] = True
     if layout["name"] == "mamba":  # the CPU platform has no Mamba state snapshots (arg_groups/mamba_hook.py)
         kw["mamba_radix_cache_strategy"] = "no_buffer"
+        kw["disable_overlap_schedule"] = True  # no_buffer's requirement (validate_mamba_no_buffer)
     return ServerArgs(model_path=str(d), **kw)
 
 

@@ -38,6 +38,8 @@ KVDASH_FIELD = {"kvdash_gpu_memory_used_bytes": "used", "kvdash_gpu_memory_free_
                 "kvdash_gpu_memory_reserved_bytes": "reserved", "kvdash_gpu_memory_total_bytes": "total"}
 
 
+ENGINE_STALE_S = 30.0  # an exporter's engine reading older than this is shown stale and left out of totals
+
 ASSUMPTIONS = [
     "DCGM framebuffer figures are MiB (2^20 B); a GPU's total is used + free + reserved",
     "a host is named by its Hostname/hostname label, else by the host part of instance; an engine joins the "
@@ -47,7 +49,12 @@ ASSUMPTIONS = [
     "free KV = each engine's pool minus its used tokens (the engine's own figures); in bytes at kvdash's bytes "
     "per token of the model on one rank x --tp",
     "requests that fit now = free // (ceil(length / B) x B) per engine, B its block size (SGLang: 1)",
-    "a target whose last scrape failed (up == 0) is listed as down under its host",
+    "a target whose last scrape failed (up == 0) is listed as down under its host (named as in the last hour)",
+    "an engine is read as kvdash live reads it: each vLLM engine and each SGLang DP rank is one pool (never "
+    "summed or averaged); an engine kvdash exporter reports down, or whose reading is older than "
+    f"{ENGINE_STALE_S:g} s, is listed but left out of the totals",
+    "an engine serving another model than --model is not comparable: no kvdash pool beside it, its free KV "
+    "not converted to bytes",
 ]
 
 
@@ -110,7 +117,9 @@ def _gpu_reading(row: dict[str, Any]) -> GPUReading:
                       reserved_bytes=row["reserved_bytes"])
 
 
-ENGINE_STALE_S = 30.0  # an exporter's engine reading older than this is shown stale and left out of totals
+POOL_SERIES = frozenset({"kvdash_engine_kv_pool_tokens", "kvdash_engine_kv_pool_blocks", "kvdash_engine_kv_used_tokens",
+                         "kvdash_engine_kv_usage_ratio", "kvdash_engine_requests_running",
+                         "kvdash_engine_requests_waiting"})
 
 
 def _engines(series: list[Series]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -150,7 +159,7 @@ def _exporter_reading(url: str, e: dict[str, Any]) -> tuple[EngineReading, str]:
             age = s.value
         elif s.name == "kvdash_engine_block_size_tokens":
             block_size = _int(s.value)
-        else:
+        elif s.name in POOL_SERIES:
             by_rank.setdefault(s.labels.get("rank", "0"), {})[s.name] = s.value
     pools = []
     for rank in sorted(by_rank, key=lambda r: (len(r), r)):
@@ -230,6 +239,10 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
         h = host(name)
         h["source"] = kind
         h["gpus"] = sorted((_gpu_row(g) for g in per_gpu.values()), key=lambda r: (r["gpu"], r["uuid"]))
+    for s in results.get("host_names", []):  # names seen in the last hour: a stopped exporter's host keeps its own
+        named = s.labels.get("hostname") or s.labels.get("Hostname")
+        if named:
+            aliases.setdefault(instance_host(s.labels.get("instance", "")), named)
     for s in results.get("targets", []):
         inst = s.labels.get("instance", "")
         h = host(aliases.get(instance_host(inst), instance_host(inst)))
@@ -266,9 +279,9 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
             if used is None and pool.kv_usage is not None and pool.total_tokens is not None:
                 used = int(round(pool.kv_usage * pool.total_tokens))
             row: dict[str, Any] = {
-                "host": name, "instance": inst, "engine": label or (pool.rank if reading.ranks or e["kind"] == "vllm"
+                "host": name, "instance": inst, "engine": label or (pool.rank if len(pools) > 1 or e["kind"] == "vllm"
                                                                      else ""),
-                "job": e["job"], "kind": e["kind"], "model_name": served, "state": state, "reading_age_s": age,
+                "rank": pool.rank, "job": e["job"], "kind": e["kind"], "model_name": served, "state": state, "reading_age_s": age,
                 "comparable": comparable,
                 "num_gpu_blocks": pool.num_gpu_blocks, "block_size": reading.block_size,
                 "pool_tokens": pool.total_tokens, "usage": pool.kv_usage, "used_tokens": used,
@@ -280,7 +293,7 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
                     f"not comparable: the engine serves {served}, kvdash's pool is for {model_name} (choose the "
                     "served model with m or --model)"]),
             }
-            if label and reading.ranks:
+            if label and len(pools) > 1:
                 row["engine"] = f"{label} rank {pool.rank}"
             if kv.get("ok") and comparable:
                 cmp = _compare(compared, one, kv)

@@ -241,7 +241,7 @@ def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = 
         if model_differs:
             row["model_note"] = (f"the engine serves {engine.served_model}, kvdash analyses {model_name}: "
                                  "their pools are not comparable (choose the served model with m or --model)")
-    if engine.ranks:
+    if len(engine.ranks) > 1:
         row["dp_ranks"] = [{"rank": r.rank, "total_tokens": r.total_tokens, "used_tokens": r.used_tokens,
                             "kv_usage": r.kv_usage} for r in engine.ranks]
     if engine.total_tokens is None:

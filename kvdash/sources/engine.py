@@ -65,7 +65,7 @@ class EngineReading:
     cache_dtype: str = ""
     gpu_memory_utilization: str = ""
     served_model: str = ""  # the model_name label of its metrics
-    ranks: tuple[RankReading, ...] = ()  # every pool, when more than one
+    ranks: tuple[RankReading, ...] = ()  # every pool (one per vLLM engine / SGLang DP rank)
     invalid: dict[str, str] = field(default_factory=dict)  # field -> why it reads n/a
     error: str = ""
     elapsed_s: float | None = None  # how long the scrape took
@@ -354,7 +354,7 @@ def _vllm(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
         total_tokens=tight.total_tokens if tight else None, used_tokens=tight.used_tokens if tight else None,
         cache_dtype=first.get("cache_dtype", "")[:40],
         gpu_memory_utilization=first.get("gpu_memory_utilization", "")[:40],
-        served_model=_served_model(samples)[:200], ranks=tuple(units) if len(units) > 1 else (),
+        served_model=_served_model(samples)[:200], ranks=tuple(units),
         invalid=check.invalid, prefix_queries=check.count("prefix_queries", queries),
         prefix_hits=check.count("prefix_hits", hits), external_queries=check.count("external_queries", ext_q),
         external_hits=check.count("external_hits", ext_h), waiting_by_reason=reasons, offload=offload,
@@ -428,7 +428,7 @@ def _sglang(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
         total_tokens=tight.total_tokens if tight else None, used_tokens=tight.used_tokens if tight else None,
         num_gpu_blocks=tight.num_gpu_blocks if tight else None,
         block_size=page or 1, served_model=_served_model(samples)[:200],
-        ranks=tuple(per_rank) if len(per_rank) > 1 else (), invalid=check.invalid,
+        ranks=tuple(per_rank), invalid=check.invalid,
         evictable_tokens=_sum_of([r.evictable_tokens for r in per_rank]), offload=offload,
     )
 
