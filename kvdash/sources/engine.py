@@ -576,3 +576,38 @@ def from_snapshot(snapshot_extra: dict[str, Any]) -> EngineReading | None:
                          served_model=str(e.get("served_model", ""))[:200], invalid=check.invalid,
                          gpu_memory_utilization="" if not util else f"{util:g}",
                          cache_dtype=str(e.get("cache_dtype", ""))[:40])
+
+
+WINDOW = 10  # readings the windowed rates cover (the dashboard's last 10 engine readings)
+
+
+def windowed(history: list[EngineReading]) -> dict[str, Any]:
+    """Rates over the last readings, from the engines' counters (vLLM's prefix_cache_{queries,hits},
+    external_prefix_cache_*, num_preemptions; SGLang's num_retracted_requests): the change from the
+    oldest to the newest good reading.  A counter that went down (an engine restarted) starts the window
+    again after the drop.  ``None`` where fewer than two readings carry the counter.
+
+    >>> a = EngineReading(url="u", prefix_queries=1000, prefix_hits=100, preemptions=2)
+    >>> b = replace(a, prefix_queries=3000, prefix_hits=1100, preemptions=5)
+    >>> w = windowed([a, b]); (w["prefix_hit_rate"], w["preemptions"], w["readings"])
+    (0.5, 3, 2)
+    """
+    good = [r for r in history if not r.error]
+
+    def delta(attr: str) -> int | None:
+        vals = [getattr(r, attr) for r in good]
+        run: list[int] = []
+        for v in vals:
+            if v is None:
+                continue
+            if run and v < run[-1]:
+                run = []  # a restart: the counter began again
+            run.append(v)
+        return run[-1] - run[0] if len(run) >= 2 else None
+
+    q, h = delta("prefix_queries"), delta("prefix_hits")
+    eq, eh = delta("external_queries"), delta("external_hits")
+    return {"readings": len(good), "prefix_queries": q, "prefix_hits": h,
+            "prefix_hit_rate": h / q if q and h is not None else None,
+            "external_hit_rate": eh / eq if eq and eh is not None else None,
+            "preemptions": delta("preemptions")}
