@@ -546,6 +546,23 @@ def fetch(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> EngineReading:
     return asyncio.run(fetch_async(url, timeout))
 
 
+def snapshot_engine(reading: EngineReading) -> dict[str, Any]:
+    """A reading as ``kvdash record --engine`` stores it in a snapshot (``extra["engine"]``): the fields
+    :func:`from_snapshot` reads back (the tightest pool, as live shows it), plus the url, error and
+    every pool under ``ranks``."""
+    out: dict[str, Any] = {k: getattr(reading, k) for k in (
+        "kind", "kv_usage", "running", "waiting", "preemptions", "prefix_hit_rate", "num_gpu_blocks", "block_size",
+        "served_model", "cache_dtype", "url", "error")}
+    util = reading.gpu_memory_utilization
+    try:
+        out["gpu_memory_utilization"] = float(util) if util else None
+    except ValueError:
+        out["gpu_memory_utilization"] = None
+    out["total_tokens"] = reading.total_tokens
+    out["ranks"] = [asdict(r) for r in reading.ranks]
+    return {k: v for k, v in out.items() if v not in (None, "", [])}
+
+
 def from_snapshot(snapshot_extra: dict[str, Any]) -> EngineReading | None:
     """The simulated engine a demo or replayed snapshot carries (``extra["engine"]``), validated."""
     e = snapshot_extra.get("engine")
@@ -564,10 +581,15 @@ def from_snapshot(snapshot_extra: dict[str, Any]) -> EngineReading | None:
 
     blocks, size = check.count("num_gpu_blocks", num("num_gpu_blocks")), check.count("block_size", num("block_size"),
                                                                                      low=1)
-    total = blocks * size if blocks is not None and size else None
+    total = check.count("total_tokens", num("total_tokens"))  # a recorded engine's own pool (kvdash record)
+    if total is None:
+        total = blocks * size if blocks is not None and size else None
     usage = check.fraction("kv_usage", num("kv_usage"))
     util = check.fraction("gpu_memory_utilization", num("gpu_memory_utilization"))
-    return EngineReading(url="(demo engine)", kind=str(e.get("kind", ""))[:40], kv_usage=usage,
+    if e.get("error"):
+        return EngineReading(url=str(e.get("url", "(recorded engine)"))[:200], error=str(e["error"])[:200])
+    return EngineReading(url=str(e.get("url", "(demo engine)"))[:200], kind=str(e.get("kind", ""))[:40],
+                         kv_usage=usage,
                          running=check.count("running", num("running")), waiting=check.count("waiting", num("waiting")),
                          preemptions=check.count("preemptions", num("preemptions")),
                          prefix_hit_rate=check.fraction("prefix_hit_rate", num("prefix_hit_rate")),
