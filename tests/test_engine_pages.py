@@ -141,7 +141,8 @@ def test_fleet_reads_each_pool_as_the_engine_wrote_it(page):
     assert (t["running"], t["waiting"]) == (sum(p["running"] for p in want), sum(p["waiting"] for p in want))
 
 
-def exporter_series(page: Path, url: str = "localhost:8000", up: bool = True) -> list[Series]:
+def exporter_series(page: Path, url: str = "localhost:8000", up: bool = True,
+                    families: set[str] | None = set(KVDASH_ENGINE_SERIES)) -> list[Series]:
     """kvdash exporter reading the page (its own engine thread's reading), scraped by Prometheus."""
     reading = read(page)
     state = ExporterState(DemoSource(seed=1), LiveConfig(), [url], fetch_engine=lambda u, t: reading,
@@ -153,7 +154,7 @@ def exporter_series(page: Path, url: str = "localhost:8000", up: bool = True) ->
     out = []
     for fam in KvdashCollector(state).collect():
         for s in fam.samples:
-            if s.name in KVDASH_ENGINE_SERIES:
+            if families is None or s.name in families:
                 out.append(Series({"__name__": s.name, **s.labels, "instance": "node-b:9847", "job": "kvdash"},
                                   s.value))
     return out
@@ -204,3 +205,14 @@ def test_a_stopped_exporters_host_keeps_its_name():
                          "host_names": [Series({"instance": "10.0.0.7:9847", "hostname": "gpu-7"}, 1)]}, LiveConfig())
     (h,) = fleet["hosts"]
     assert (h["host"], h["status"]) == ("gpu-7", "down")
+
+
+def test_exporter_publishes_the_offload_tier():
+    """SGLang HiCache (host pool 2,400,000 tokens, 900,000 used) and vLLM's --kv-offloading-size 64 (GiB):
+    the series the Grafana dashboard's offload panel plots."""
+    got = {(s.labels["__name__"], s.labels.get("what")): s.value
+           for s in exporter_series(PAGES / "sglang-0.5.23-hicache.prom", families=None)}
+    assert got[("kvdash_engine_offload_tokens", "host_total")] == 2_400_000
+    assert got[("kvdash_engine_offload_tokens", "host_used")] == 900_000
+    got = {s.labels["__name__"]: s.value for s in exporter_series(PAGES / "vllm-0.33.0-offload.prom", families=None)}
+    assert got["kvdash_engine_offload_size_bytes"] == 64 * 2**30

@@ -266,10 +266,13 @@ def test_every_dashboard_panel_query_has_data(prom):
     board = json.loads((ROOT / "dashboards" / "kvdash.json").read_text())
     exprs = [(p["title"], t["expr"]) for p in board["panels"] for t in p.get("targets", [])]
     assert len(exprs) >= 6
+    # series only an SGLang HiCache engine gives (the demo engine is vLLM): their exporter output is checked on
+    # SGLang 0.5.23's own HiCache page in tests/test_engine_pages.py (test_exporter_publishes_the_offload_tier)
+    hicache_only = {'kvdash_engine_offload_tokens{hostname=~"$hostname"}'}
     for title, expr in exprs:
         doc = prom.query(expr.replace("$hostname", ".*").replace("$__rate_interval", "1m"))
         assert doc["status"] == "success", (title, doc)
-        assert doc["data"]["result"], (title, expr)
+        assert doc["data"]["result"] or expr in hicache_only, (title, expr)
 
 
 def test_unreachable_prometheus_is_one_line_exit_1(capsys):

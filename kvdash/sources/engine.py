@@ -552,7 +552,8 @@ def snapshot_engine(reading: EngineReading) -> dict[str, Any]:
     every pool under ``ranks``."""
     out: dict[str, Any] = {k: getattr(reading, k) for k in (
         "kind", "kv_usage", "running", "waiting", "preemptions", "prefix_hit_rate", "num_gpu_blocks", "block_size",
-        "served_model", "cache_dtype", "url", "error")}
+        "served_model", "cache_dtype", "url", "error", "prefix_queries", "prefix_hits", "external_queries", "external_hits", "waiting_by_reason",
+        "offload")}
     util = reading.gpu_memory_utilization
     try:
         out["gpu_memory_utilization"] = float(util) if util else None
@@ -560,7 +561,7 @@ def snapshot_engine(reading: EngineReading) -> dict[str, Any]:
         out["gpu_memory_utilization"] = None
     out["total_tokens"] = reading.total_tokens
     out["ranks"] = [asdict(r) for r in reading.ranks]
-    return {k: v for k, v in out.items() if v not in (None, "", [])}
+    return {k: v for k, v in out.items() if v not in (None, "", [], {})}
 
 
 def from_snapshot(snapshot_extra: dict[str, Any]) -> EngineReading | None:
@@ -588,6 +589,12 @@ def from_snapshot(snapshot_extra: dict[str, Any]) -> EngineReading | None:
     util = check.fraction("gpu_memory_utilization", num("gpu_memory_utilization"))
     if e.get("error"):
         return EngineReading(url=str(e.get("url", "(recorded engine)"))[:200], error=str(e["error"])[:200])
+    reasons = e.get("waiting_by_reason")
+    by_reason = {str(k)[:20]: n for k, v in reasons.items() if (n := check.count(f"waiting {k}", v)) is not None} \
+        if isinstance(reasons, dict) else {}
+    off = e.get("offload")
+    offload = {str(k)[:40]: (v if isinstance(v, int | float) and not isinstance(v, bool) else str(v)[:80])
+               for k, v in off.items()} if isinstance(off, dict) else {}
     return EngineReading(url=str(e.get("url", "(demo engine)"))[:200], kind=str(e.get("kind", ""))[:40],
                          kv_usage=usage,
                          running=check.count("running", num("running")), waiting=check.count("waiting", num("waiting")),
@@ -596,6 +603,11 @@ def from_snapshot(snapshot_extra: dict[str, Any]) -> EngineReading | None:
                          num_gpu_blocks=blocks, block_size=size, total_tokens=total,
                          used_tokens=None if usage is None or total is None else int(usage * total),
                          served_model=str(e.get("served_model", ""))[:200], invalid=check.invalid,
+                         prefix_queries=check.count("prefix_queries", num("prefix_queries")),
+                         prefix_hits=check.count("prefix_hits", num("prefix_hits")),
+                         external_queries=check.count("external_queries", num("external_queries")),
+                         external_hits=check.count("external_hits", num("external_hits")),
+                         waiting_by_reason=by_reason, offload=offload,
                          gpu_memory_utilization="" if not util else f"{util:g}",
                          cache_dtype=str(e.get("cache_dtype", ""))[:40])
 
