@@ -94,7 +94,7 @@ def test_live_reads_each_pool_as_the_engine_wrote_it(page):
         assert r.preemptions == sum(x["retractions"] for x in fig["ranks"])
         assert [p.evictable_tokens for p in r.pools()] == [x["evictable_tokens"] for x in fig["ranks"]]
         assert [p.used_tokens for p in r.pools()] == [x["used_tokens"] for x in fig["ranks"]]
-        for p, x in zip(r.pools(), fig["ranks"]):
+        for p, x in zip(r.pools(), fig["ranks"], strict=True):
             kinds = {k: x[f"{k}_usage"] for k in ("swa", "mamba") if x.get(f"{k}_usage")}
             assert {k: v for k, v in p.usage_by_kind.items() if k != "full"} == kinds
         if fig["ranks"][0].get("host_total_tokens"):
@@ -142,7 +142,7 @@ def test_fleet_reads_each_pool_as_the_engine_wrote_it(page):
 
 
 def exporter_series(page: Path, url: str = "localhost:8000", up: bool = True,
-                    families: set[str] | None = set(KVDASH_ENGINE_SERIES)) -> list[Series]:
+                    families: frozenset[str] | None = frozenset(KVDASH_ENGINE_SERIES)) -> list[Series]:
     """kvdash exporter reading the page (its own engine thread's reading), scraped by Prometheus."""
     reading = read(page)
     state = ExporterState(DemoSource(seed=1), LiveConfig(), [url], fetch_engine=lambda u, t: reading,

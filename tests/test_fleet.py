@@ -203,7 +203,7 @@ def test_engine_seen_through_the_kvdash_exporter(fleet):
     assert (d["kind"], d["engine"]) == ("exporter", "demo")
     assert (d["pool_tokens"], d["num_gpu_blocks"], d["block_size"]) == (2_837_216, 177_326, 16)
     assert d["kvdash_tokens"] == 2_881_568 and d["difference_tokens"] == 2_837_216 - 2_881_568 == -44_352
-    assert 0 <= d["usage"] <= 1 and d["used_tokens"] == int(d["usage"] * 2_837_216)  # the reading's own floor, published by the exporter
+    assert 0 <= d["usage"] <= 1 and d["used_tokens"] == int(d["usage"] * 2_837_216)  # the reading's floor
     assert d["free_tokens"] == 2_837_216 - d["used_tokens"]
 
 

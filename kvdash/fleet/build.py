@@ -281,7 +281,8 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
             row: dict[str, Any] = {
                 "host": name, "instance": inst, "engine": label or (pool.rank if len(pools) > 1 or e["kind"] == "vllm"
                                                                      else ""),
-                "rank": pool.rank, "job": e["job"], "kind": e["kind"], "model_name": served, "state": state, "reading_age_s": age,
+                "rank": pool.rank, "job": e["job"], "kind": e["kind"], "model_name": served, "state": state,
+                "reading_age_s": age,
                 "comparable": comparable,
                 "num_gpu_blocks": pool.num_gpu_blocks, "block_size": reading.block_size,
                 "pool_tokens": pool.total_tokens, "usage": pool.kv_usage, "used_tokens": used,

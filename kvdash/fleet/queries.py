@@ -61,6 +61,7 @@ FLEET: dict[str, str] = {
     # every target Prometheus scrapes: 1 when the last scrape worked, 0 when it failed
     "targets": "up",
     # the host name each exporter target had in the last hour, so a stopped exporter's host keeps its name
-    "host_names": 'max by (instance, hostname, Hostname) (last_over_time({__name__=~"kvdash_info|DCGM_FI_DEV_FB_USED"}[1h]))',
+    "host_names": 'max by (instance, hostname, Hostname) '
+                  '(last_over_time({__name__=~"kvdash_info|DCGM_FI_DEV_FB_USED"}[1h]))',
 }
 

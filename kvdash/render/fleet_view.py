@@ -93,7 +93,7 @@ def engine_details(fleet: dict[str, Any] | None) -> Text:
         out.append(f"{e['host']} {e['instance']}{' #' + e['engine'] if e['engine'] else ''}\n", style="bold")
         out.append(f"  {e['kind']} {e.get('model_name') or '(model not published)'}: {e.get('state', 'up')}"
                    f"{f', reading {age:,.1f} s old' if age is not None else ''}"
-                   f"{'' if e.get('comparable', True) else ', not comparable with kvdash ' + fleet['config']['model']}\n")
+                   f"{'' if e.get('comparable', True) else ', not comparable with ' + fleet['config']['model']}\n")
         out.append(f"  pool {_n(e['pool_tokens'])} tokens ({_n(e['num_gpu_blocks'])} blocks of "
                    f"{e['block_size'] or '-'}), usage {_pct(e['usage'])}, running {e['running']}, "
                    f"waiting {e['waiting']}\n")

@@ -552,7 +552,8 @@ def snapshot_engine(reading: EngineReading) -> dict[str, Any]:
     every pool under ``ranks``."""
     out: dict[str, Any] = {k: getattr(reading, k) for k in (
         "kind", "kv_usage", "running", "waiting", "preemptions", "prefix_hit_rate", "num_gpu_blocks", "block_size",
-        "served_model", "cache_dtype", "url", "error", "prefix_queries", "prefix_hits", "external_queries", "external_hits", "waiting_by_reason",
+        "served_model", "cache_dtype", "url", "error", "prefix_queries", "prefix_hits", "external_queries",
+        "external_hits", "waiting_by_reason",
         "offload")}
     util = reading.gpu_memory_utilization
     try:
