@@ -215,6 +215,21 @@ def _na(r: dict[str, Any], key: str, text: str | None = None) -> str:
     return f"n/a ({why})" if why else "n/a"
 
 
+def offload_text(off: dict[str, Any]) -> str:
+    """``vLLM native offloading (native): 64.0 GiB``; ``SGLang HiCache (host memory): 900,000 of 2,400,000
+    tokens``; transfer counters where the engine publishes them."""
+    parts = []
+    if off.get("size_gib") is not None:
+        parts.append(f"{off['size_gib']} GiB")
+    if off.get("host_total_tokens") is not None:
+        used = off.get("host_used_tokens")
+        parts.append(f"{'n/a' if used is None else f'{used:,}'} of {off['host_total_tokens']:,} tokens used")
+    for key, word in (("loaded_bytes", "loaded"), ("stored_bytes", "stored")):
+        if isinstance(off.get(key), int | float):
+            parts.append(f"{word} {int(off[key]):,} B")
+    return f"{off.get('tier', 'offload')}: " + (", ".join(parts) or "on")
+
+
 def _opt(v: Any) -> str:
     return "n/a" if v is None else f"{v:,}"
 
@@ -268,9 +283,7 @@ def engine_rows(eng: dict[str, Any]) -> list[tuple[str, str, str]]:
             rows.append((f"  usage by kind, rank {p['rank']}" if len(r["ranks"]) > 1 else "usage by kind", kinds, ""))
     off = r.get("offload") or {}
     if off:
-        parts = [f"{k.replace('_', ' ')} {v:,}" if isinstance(v, int | float) else f"{k.replace('_', ' ')} {v}"
-                 for k, v in off.items() if k != "tier"]
-        rows.append(("offload tier", f"{off.get('tier', '')}: " + ", ".join(parts), ""))
+        rows.append(("offload tier", offload_text(off), ""))
     for rank in eng.get("dp_ranks", []):
         u = "n/a" if rank["kv_usage"] is None else f"{100 * rank['kv_usage']:.1f}%"
         pool = "n/a" if rank["total_tokens"] is None else f"{rank['total_tokens']:,}"
