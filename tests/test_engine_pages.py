@@ -111,6 +111,8 @@ def test_vllm_dp_front_end_sums_num_gpu_blocks_and_kvdash_does_not():
     assert (r.total_tokens, r.num_gpu_blocks) == (2_837_216, 177_326)
     assert [p.kv_usage for p in r.ranks] == [0.1, 0.9] and r.kv_usage == 0.9
     assert any("front end's sum" in n for n in r.notes)
+    # of equal pools the fullest describes the server: 0.9 x 2,837,216 = 2,553,494.4 -> 2,553,494 used tokens
+    assert r.used_tokens == 2_553_494
 
 
 def test_sglang_tp8_writes_its_pool_eight_times_and_kvdash_counts_it_once():

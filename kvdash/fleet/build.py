@@ -30,7 +30,7 @@ from kvdash.errors import InputError
 from kvdash.fleet.client import Series
 from kvdash.live.analysis import LiveConfig, analyze, compare_engine, same_model
 from kvdash.sources.base import GPUReading, Snapshot
-from kvdash.sources.engine import EngineReading, RankReading, Sample, reading_from_samples
+from kvdash.sources.engine import EngineReading, RankReading, Sample, tightest, reading_from_samples
 
 MiB = 2**20
 DCGM_FIELD = {"DCGM_FI_DEV_FB_USED": "used", "DCGM_FI_DEV_FB_FREE": "free", "DCGM_FI_DEV_FB_RESERVED": "reserved"}
@@ -174,7 +174,7 @@ def _exporter_reading(url: str, e: dict[str, Any]) -> tuple[EngineReading, str]:
                                  running=_int(v.get("kvdash_engine_requests_running")),
                                  waiting=_int(v.get("kvdash_engine_requests_waiting"))))
     state = "down" if up == 0 else "stale" if age is not None and age > ENGINE_STALE_S else "up"
-    tight = min((p for p in pools if p.total_tokens is not None), key=lambda p: p.total_tokens or 0, default=None)
+    tight = tightest(pools)
     reading = EngineReading(url=url, kind="exporter", block_size=block_size,
                             served_model=e["model_name"], ranks=tuple(pools) if len(pools) > 1 else (),
                             total_tokens=tight.total_tokens if tight else None,

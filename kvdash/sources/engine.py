@@ -257,6 +257,13 @@ def _worst(vals: list[float | None]) -> float | None:
     return max(known) if known else None
 
 
+def tightest(pools: list[RankReading]) -> RankReading | None:
+    """The pool a server's top-level figures describe: the smallest (the one compared with kvdash's), of
+    equal ones the fullest, so its used blocks and the server's (worst) usage speak of one pool."""
+    known = [p for p in pools if p.total_tokens is not None]
+    return min(known, key=lambda p: (p.total_tokens or 0, -(p.kv_usage or 0.0)), default=None)
+
+
 def reading_from_samples(url: str, samples: list[Sample]) -> EngineReading:
     samples = _wanted(samples)
     names = {s.name for s in samples}
@@ -342,7 +349,7 @@ def _vllm(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
         if v is not None:
             offload.setdefault("tier", "vLLM native offloading")
             offload[key] = v
-    tight = min((u for u in units if u.total_tokens is not None), key=lambda u: u.total_tokens or 0, default=None)
+    tight = tightest(units)
     ext_q = _sum(check, "external_queries", samples, "vllm:external_prefix_cache_queries_total")
     ext_h = _sum(check, "external_hits", samples, "vllm:external_prefix_cache_hits_total")
     return EngineReading(
@@ -418,7 +425,7 @@ def _sglang(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
     if any(v is not None for v in host_total):
         offload = {"tier": "SGLang HiCache (host memory)", "host_total_tokens": _sum_of(host_total),
                    "host_used_tokens": _sum_of(host_used)}
-    tight = min((r for r in per_rank if r.total_tokens is not None), key=lambda r: r.total_tokens or 0, default=None)
+    tight = tightest(per_rank)
     known_hits = [h for h in hit_rates if h is not None]
     return EngineReading(
         url=url, kind="sglang", kv_usage=_worst([r.kv_usage for r in per_rank]),
