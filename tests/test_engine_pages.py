@@ -177,6 +177,7 @@ def test_an_engine_the_exporter_says_is_down_is_listed_and_left_out_of_totals():
     t = fleet["totals"]
     assert (t["engines"], t["engines_down"], t["running"], t["engine_pool_tokens"], t["free_kv_tokens"]) == (
         0, 1, 0, 0, 0)
+    assert fleet["hosts"][0]["status"] == "degraded"  # its exporter answers, its engine does not
 
 
 def test_a_stale_exporter_reading_is_left_out_of_totals():

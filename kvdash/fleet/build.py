@@ -310,8 +310,10 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
         h = hosts[name]
         h["engines"].sort(key=lambda e: (e["instance"], e["engine"]))
         h["down_targets"].sort(key=lambda t: (t["job"], t["instance"]))
-        h["status"] = "down" if h["down_targets"] and not h["targets_up"] and not h["gpus"] else \
-            "degraded" if h["down_targets"] else "up"
+        dead = any(e.get("state", "up") != "up" for e in h["engines"])
+        h["status"] = "down" if h["down_targets"] and not h["targets_up"] and not h["gpus"] and not \
+            any(e.get("state", "up") == "up" for e in h["engines"]) else \
+            "degraded" if h["down_targets"] or dead else "up"
         gs = h["gpus"]
         h["total_bytes"] = sum(g["total_bytes"] or 0 for g in gs)
         h["used_bytes"] = sum(g["used_bytes"] or 0 for g in gs)
