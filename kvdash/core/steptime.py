@@ -149,6 +149,7 @@ class ModelCompute:
     window: int
     state_bytes: int  # per request, every state layer of the rank (calc.layer_state_bytes)
     weights_per_rank: int = 0  # resident weight bytes per rank (for the memory budget)
+    dp: int = 1  # attention data-parallel ranks sharing the experts (their tokens reach every expert rank)
     basis: tuple[str, ...] = field(default=(), compare=False)
 
     def kv_read_bytes(self, context: Any) -> Any:
@@ -200,18 +201,22 @@ def _moe_shape(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) 
 
 
 def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights: str = "bf16",
-                  experts_weights: str | None = None, kv_dtype: str = "bf16", scales: str = "tensor") -> ModelCompute:
+                  experts_weights: str | None = None, kv_dtype: str = "bf16", scales: str = "tensor",
+                  dp: int = 1) -> ModelCompute:
     """The per-rank figures of a model from its ``config.json`` (``text_config`` for multimodal ones)
     and its kvdash :class:`Architecture`: ``weights`` / ``experts_weights`` name the storage format of
     the dense and routed-expert weights (``bf16``, ``fp8``, ``nvfp4``, ``mxfp4``, ``int4_wo``);
-    attention projections of gpt-oss stay bf16 (its checkpoint quantizes only the experts)."""
+    attention projections of gpt-oss stay bf16 (its checkpoint quantizes only the experts).  With ``dp``
+    attention data-parallel ranks of ``tp`` GPUs each, the routed experts are split over all ``tp x dp``
+    GPUs (expert parallelism) and every rank's tokens reach them."""
     from kvdash.core.model import _text_config
     from kvdash.core.modeltypes import aliases, parameter_parts
 
     for name, value in (("weights", weights), ("experts weights", experts_weights or weights)):
         if value not in WEIGHT_BYTES:
             raise InputError(f"--{name.replace(' ', '-')}", value, "expected one of: " + ", ".join(WEIGHT_BYTES))
-    c = aliases(_text_config(cfg))
+    # the language model only: a vision encoder runs on images, which a text request does not send
+    c = {k: v for k, v in aliases(_text_config(cfg)).items() if k not in ("vision_config", "audio_config")}
     parts = parameter_parts(c, arch)
     if parts is None:
         raise InputError("--model", arch.name, "the time model needs a config kvdash can count parameters of "
@@ -247,10 +252,12 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
         name=arch.name, tp=tp, layers=arch.decoder_layers or arch.num_layers, hidden=h,
         dense_weight_bytes=dense_bytes, dense_params=(dense_linear + lm_head) / tp,
         moe_layers=parts["moe_layers"], experts=parts["experts"], top_k=parts["top_k"],
-        expert_bytes=parts["expert_params"] * expert_b / tp, expert_params=parts["expert_params"] / tp,
+        expert_bytes=parts["expert_params"] * expert_b / (tp * dp), expert_params=parts["expert_params"] / tp,
         gemm=GEMM_RATE[ew if parts["moe_layers"] else weights], attention=tuple(attention),
         kv_full_bytes=full, kv_window_bytes=win, window=win_layers[0].window if win_layers else 0,
-        state_bytes=state, weights_per_rank=math.ceil(resident / tp),
+        state_bytes=state, dp=dp,
+        weights_per_rank=math.ceil(resident / tp - parts["experts_total"] * parts["expert_params"] * expert_b
+                                   * (1 / tp - 1 / (tp * dp))),
         basis=(f"weights {dense_fmt} (experts {ew}): {WEIGHT_BYTES[dense_fmt]:g} / {WEIGHT_BYTES[ew]:g} B per "
                "parameter, parameters counted from config.json",))
 
@@ -260,7 +267,7 @@ def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: flo
     """The step's terms before the constants: (memory s, compute s, 1, layers, all-reduces, link s) at
     the spec figures, for ``tokens`` scheduled tokens, ``decode_kv_bytes`` of KV the decode tokens read,
     the causal query-key pairs of the prefill chunks (full and window layers) and the KV they read."""
-    moe_bytes = mc.moe_layers * mc.touched_experts(tokens) * mc.expert_bytes
+    moe_bytes = mc.moe_layers * mc.touched_experts(tokens * mc.dp) * mc.expert_bytes
     mem = (mc.dense_weight_bytes + moe_bytes + decode_kv_bytes + prefill_kv_bytes) / gpu.hbm_bytes_per_s
     linear = 2 * (mc.dense_params + mc.moe_layers * mc.top_k * mc.expert_params) * tokens
     full, win = mc.attn_pair_flops()
