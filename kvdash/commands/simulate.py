@@ -79,6 +79,15 @@ def simulate(
     trace_every: Annotated[int, Opt(help="Keep a per-step trace every N steps in --json (0: none).")] = 0,
     max_file_size: MaxFileSizeOpt = D.MAX_FILE_SIZE,
     as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
+    time_model: Annotated[bool, Opt("--time", help="Simulate in seconds (paged, vLLM's scheduler, the fitted step-time "
+                                                   "model; needs --gpu): TTFT, TPOT, E2E, tokens/s. --rate is then "
+                                                   "requests per second.")] = False,
+    weight_format: Annotated[str, Opt(help="--time: storage format of the weights: bf16, fp8, nvfp4, mxfp4, int4_wo.")] = "bf16",
+    max_num_seqs: Annotated[Optional[int], Opt(help="--time: vLLM's max_num_seqs. Default: vLLM 0.33's for the GPU.")] = None,
+    max_num_batched_tokens: Annotated[Optional[int], Opt(help="--time: vLLM's max_num_batched_tokens. Default: vLLM "
+                                                              "0.33's for the GPU.")] = None,
+    slo: Annotated[Optional[str], Opt(help="--time: e.g. ttft=2s,tpot=50ms: the highest concurrency and request rate "
+                                           "whose p90 meets it, and the limit that binds. Default: none.")] = None,
 ) -> None:
     """Simulate KV pool occupancy over time under contiguous and paged allocation."""
     from kvdash.commands.common import pick_alias
@@ -132,6 +141,11 @@ def simulate(
     if not 1 <= block_size <= max_len:
         raise InputError("--block-size", _short(block_size), f"expected 1 to --max-reserved ({max_len:,}) tokens")
     shape = rank_shapes(arch, kv_dtype, "tensor", tp, 1, block_size)[0]
+    if time_model or slo:
+        from kvdash.commands.simulate_time import main as timed_main
+
+        timed_main(locals())
+        return
     if shape.groups != 1 or shape.window_groups or shape.state_bytes:
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
     from kvdash.commands.calc import check_budget_options, warn
