@@ -101,7 +101,7 @@ def pow2_output_reservation(prompt: Any, final: Any, max_reserved: Any) -> Any:
     >>> pow2_output_reservation(40, 65, 2048), pow2_output_reservation(1000, 1600, 2048)
     (72, 2048)
     """
-    return imin(prompt + next_pow2(final - prompt), max_reserved)
+    return imin(prompt + next_pow2(imax(final - prompt, 1)), max_reserved)
 
 
 def _xp(a: Any, b: Any) -> Any:
