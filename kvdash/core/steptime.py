@@ -10,6 +10,9 @@ GPU figure, with a few constants fitted in the open (``benchmarks/steptime_fit.p
       + c_step + c_layer x layers + c_allreduce x all-reduces
       + all-reduce bytes / NVLink bandwidth
 
+and every request's first token comes ``c_request`` seconds later than the steps alone say (the API server's
+request handling and tokenization, and sampling's return to it: time outside the engine's steps).
+
 * weights read: every dense weight of the rank (attention, dense MLPs, shared experts, router, LM head)
   plus, on MoE layers, the routed experts the step's tokens touch: ``E x (1 - (1 - k/E)^T)`` of ``E``
   experts for ``T`` tokens routed to ``k`` each, the expected number of distinct experts when tokens
@@ -101,6 +104,7 @@ class Constants:
     c_step: float = 0.003
     c_layer: float = 0.0
     c_allreduce: float = 1e-5
+    c_request: float = 0.0  # seconds every request spends outside the engine's steps before its first token
     fitted_on: str = "not fitted"
 
     def vector(self) -> tuple[float, float, float, float, float]:
@@ -113,7 +117,8 @@ def fitted_constants() -> Constants:
     if not path.is_file():
         return Constants()
     raw = json.loads(path.read_text(encoding="utf-8"))
-    return Constants(**{k: raw[k] for k in ("c_mem", "c_flop", "c_step", "c_layer", "c_allreduce", "fitted_on")})
+    return Constants(**{k: raw[k] for k in ("c_mem", "c_flop", "c_step", "c_layer", "c_allreduce", "c_request",
+                                            "fitted_on")})
 
 
 @dataclass(frozen=True)

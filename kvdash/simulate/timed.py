@@ -431,11 +431,11 @@ def summarize(s: Schedule, consts: Constants, output: np.ndarray, tp: int, polic
         arrive = np.where(s.arrival_seg < 0, 0.0, t[np.maximum(s.arrival_seg, 0)])
     else:
         arrive = s.arrival_s
-    ttft = first - arrive
+    ttft = first - arrive + consts.c_request
     O = output.astype(np.int64)
     multi = O > 1
     tpot = (finish[multi] - first[multi]) / (O[multi] - 1)
-    e2e = finish - arrive
+    e2e = finish - arrive + consts.c_request
     span = float(t[-1]) or 1e-12
     total = float(O.sum())
     per_user = float((1.0 / tpot[tpot > 0]).mean()) if (tpot > 0).any() else 0.0
