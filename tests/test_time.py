@@ -206,3 +206,43 @@ def test_simulate_slo_bad_input_one_line(capsys):
 def test_simulate_time_needs_gpu(capsys):
     code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--time"], capsys)
     assert code == 2 and "--gpu" in err
+
+
+def test_parse_slo():
+    from kvdash.commands.simulate_time import parse_slo
+
+    assert parse_slo("ttft=2s,tpot=50ms") == {"ttft": 2.0, "tpot": 0.05}
+    for bad in ("ttft", "ttft=0s", "speed=1s", "ttft=1s,ttft=2s", "tpot=-5ms"):
+        with pytest.raises(InputError, match="--slo"):
+            parse_slo(bad)
+
+
+def test_batch_defaults_mirror_vllm_033():
+    """vLLM 0.33 EngineArgs.get_batch_defaults, `vllm serve`: H100 80 GB -> (1024, 8192); B300 (>= 160 GiB)
+    -> (1024, 16384); A100 80 GB -> (256, 2048) (A100 excluded by name); L4 -> (256, 2048)."""
+    from kvdash.commands.simulate_time import vllm_batch_defaults
+    from kvdash.core.gpus import get_gpu
+
+    got = [vllm_batch_defaults(get_gpu(k).memory_bytes, get_gpu(k).name) for k in ("h100-80gb", "b300", "a100-80gb", "l4")]
+    assert got == [(1024, 8192), (1024, 16384), (256, 2048), (256, 2048)]
+
+
+def test_slo_search_finds_a_boundary():
+    """A TPOT bound between the one-user TPOT and the 64-user TPOT: the search stops between 1 and 64 users,
+    and the answer meets the bound while one more user does not."""
+    from kvdash.commands.simulate_time import meets, run_point, slo_search
+
+    mc, pool, g = _llama8b()
+    c = Constants(1.3, 2.0, 0.002, 1e-5, 1e-5)
+    setup = {"pool": pool, "mc": mc, "gpu": g, "consts": c, "max_num_seqs": 256, "max_batched": 8192, "tp": 1,
+             "kv_requests": 100}
+    P, O = np.full(200, 200), np.full(200, 100)
+    one = run_point(setup, P, O, concurrency=1).tpot_ms["p90"]
+    many = run_point(setup, P, O, concurrency=64).tpot_ms["p90"]
+    bound = (one + many) / 2 / 1000
+    out = slo_search(setup, P, O, {"tpot": bound})
+    k = out["max_concurrency"]
+    assert 1 <= k < 64
+    assert meets(run_point(setup, P, O, concurrency=k), {"tpot": bound})
+    assert not meets(run_point(setup, P, O, concurrency=k + 1), {"tpot": bound})
+    assert out["max_rate_per_s"] > 0

@@ -113,6 +113,10 @@ def calc(
     target: Annotated[Optional[int], Opt(help="Planning: requests that must fit; adds budget, min utilization, min TP and longest length. Default: none (no planning).")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
+    slo: Annotated[Optional[str], Opt(help="e.g. ttft=2s,tpot=50ms: a short timed simulation (1,000 ShareGPT-shaped "
+                                           "requests, needs --gpu) gives the highest concurrency and rate whose p90 "
+                                           "meets it, and the limit that binds. Default: none.")] = None,
+    weight_format: Annotated[str, Opt(help="--slo: storage format of the weights: bf16, fp8, nvfp4, mxfp4, int4_wo.")] = "bf16",
 ) -> None:
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
     from kvdash.core.calc import BudgetSpec, CalcInput, calculate
@@ -165,6 +169,11 @@ def calc(
                          "sizes take a unit: 12GiB (2^30 B), 80GB (10^9 B), 512MiB")
     for line in warnings:
         warn(line)
+    if slo is not None:
+        from kvdash.commands.simulate_time import calc_slo
+
+        result["slo"] = calc_slo(result, arch, model, str(config) if config else None, gpu, tp, kv_dtype, slo,
+                                 weight_format)
     if as_json:
         if brief:
             warn("--brief has no effect with --json (the JSON document starts with its summary)")
@@ -181,3 +190,8 @@ def calc(
     from kvdash.render.calc_view import render
 
     render(result)
+    if "slo" in result:
+        s = result["slo"]
+        rate = "none" if s["max_rate_per_s"] is None else f"{s['max_rate_per_s']:g} requests/s"
+        print(f"SLO {slo} at p90 ({s['workload']}): at most {s['max_concurrency']:,} users, {rate}; KV holds about "
+              f"{s['kv_capacity_requests']:,} of them at once; binds: {s['binding_limit']}")

@@ -87,21 +87,26 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
                seed: int = 0) -> dict[str, Any]:
     """The highest closed-loop concurrency and the highest Poisson rate whose p90 latencies meet ``slo``
     (doubling, then bisection), and which limit binds just above the concurrency found."""
+    seen: dict[int, Any] = {}
+
     def ok_c(c: int) -> tuple[bool, Any]:
-        r = run_point(setup, prompt, output, concurrency=c, seed=seed)
-        return meets(r, slo), r
+        if c not in seen:
+            seen[c] = run_point(setup, prompt, output, concurrency=c, seed=seed)
+        return meets(seen[c], slo), seen[c]
 
     cap = len(prompt)  # more users than requests would all start at once
-    lo, hi = 0, 1
+    lo, hi, c = 0, 0, 1
     last = None
-    while hi <= cap:
-        good, r = ok_c(hi)
+    while True:
+        c = min(c, cap)
+        good, r = ok_c(c)
         if not good:
+            hi = c
             break
-        lo, last = hi, r
-        hi *= 2
-    if hi > cap:
-        hi = 0
+        lo, last = c, r
+        if c == cap:
+            break
+        c *= 2
     while hi and hi - lo > 1:
         mid = (lo + hi) // 2
         good, r = ok_c(mid)
@@ -109,9 +114,9 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
             lo, last = mid, r
         else:
             hi = mid
-    binds = f"none up to {cap:,} users (--requests)"
+    binds = f"none up to {cap:,} users (the requests simulated)"
     if hi:
-        above = run_point(setup, prompt, output, concurrency=hi, seed=seed)
+        above = ok_c(hi)[1]
         if hi > setup["max_num_seqs"]:
             binds = f"max_num_seqs ({setup['max_num_seqs']:,})"
         elif above.preemptions or hi > setup["kv_requests"]:
@@ -240,3 +245,41 @@ def main(o: dict[str, Any]) -> None:
                       f"{search['binding_limit']}", highlight=False)
     console.print(f"constants: {consts.fitted_on}; measured error: {info['measured_error']}", highlight=False,
                   markup=False)
+
+
+CALC_SLO_REQUESTS = 1000  # calc's short simulation: 1,000 ShareGPT-shaped requests
+
+
+def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, gpu_key: str | None, tp: int,
+             kv_dtype: str, slo_text: str, weight_format: str = "bf16") -> dict[str, Any]:
+    """``kvdash calc --slo``: :func:`slo_search` over calc's own pool (its budget per rank, blocks and
+    block rule) with 1,000 ShareGPT-shaped requests (kvdash's synthetic preset, seed 0)."""
+    from dataclasses import replace
+
+    from kvdash.core.gpus import get_gpu
+    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
+    from kvdash.simulate.engine import PRESETS, draw_requests
+    from kvdash.simulate.timed import Pool
+
+    slo = parse_slo(slo_text)
+    if not gpu_key:
+        raise InputError("--gpu", None, "--slo needs a GPU preset with bandwidth and FLOP/s figures (e.g. h100-80gb)")
+    if result["pool"]["stages"] if isinstance(result["pool"].get("stages"), int) and result["pool"]["stages"] > 1 \
+            else False:
+        raise InputError("--pp", "> 1", "--slo simulates one pipeline stage: use --pp 1")
+    gpu = get_gpu(gpu_key)
+    perf = gpu_perf(gpu.key)
+    p = result["pool"]
+    mc = model_compute(model_config(model, config), arch, tp, weight_format, None, kv_dtype)
+    pool = Pool(int(result["whole_pool_blocks"]), int(p["block_size"]), int(p["full_groups"]), int(p["window_groups"]),
+                int(p["window"] or 0), int(p["state_blocks_per_request"] or 0))
+    seqs, batched = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
+    w = replace(PRESETS["sharegpt"], requests=CALC_SLO_REQUESTS, arrival="closed", concurrency=1, clip=True)
+    reqs = draw_requests(w, 0, min(arch.max_context, 8192))
+    mean_len = int(round(float(reqs.final.mean())))
+    setup = {"pool": pool, "mc": mc, "gpu": perf, "consts": fitted_constants(), "max_num_seqs": seqs,
+             "max_batched": batched, "tp": tp, "kv_requests": pool.blocks // int(pool.request_blocks(mean_len))}
+    out = slo_search(setup, reqs.prompt, reqs.output, slo)
+    out["workload"] = f"{CALC_SLO_REQUESTS:,} ShareGPT-shaped requests (synthetic: lognormal means 161 in, 338 out)"
+    out.pop("at_max_concurrency", None)
+    return out
