@@ -120,12 +120,12 @@ def simulate_row(row: dict[str, str], per_user: int) -> dict[str, Any]:
     isl, osl = int(row["isl"]), int(row["osl"])
     rng = np.random.default_rng(0)
     P = np.maximum(1, np.rint(isl * rng.uniform(1 - JITTER, 1 + JITTER, n))).astype(np.int64)
-    O = np.maximum(2, np.rint(osl * rng.uniform(1 - JITTER, 1 + JITTER, n))).astype(np.int64)
-    sched = simulate_timed(P, O, s["pool"], s["mc"], s["gpu"], Constants(), MAX_SEQS, MAX_BATCHED, concurrency=users)
+    OUT = np.maximum(2, np.rint(osl * rng.uniform(1 - JITTER, 1 + JITTER, n))).astype(np.int64)
+    sched = simulate_timed(P, OUT, s["pool"], s["mc"], s["gpu"], Constants(), MAX_SEQS, MAX_BATCHED, concurrency=users)
     cum = sched.cum
     arrive = np.where(sched.arrival_seg < 0, 0, sched.arrival_seg)
     ttft_f = (cum[sched.first_seg] - np.where(sched.arrival_seg[:, None] < 0, 0, cum[arrive])).mean(axis=0)
-    tpot_f = ((cum[sched.finish_seg] - cum[sched.first_seg]) / (O - 1)[:, None]).mean(axis=0)
+    tpot_f = ((cum[sched.finish_seg] - cum[sched.first_seg]) / (OUT - 1)[:, None]).mean(axis=0)
     return {"ttft_f": ttft_f, "tpot_f": tpot_f, "capacity": s["capacity"], "preemptions": sched.preemptions}
 
 
@@ -157,7 +157,7 @@ def cliffs(series: list[tuple[int, float]]) -> set[int]:
     """Concurrency steps (the higher concurrency) where TTFT jumps CLIFF x or more."""
     out = set()
     s = sorted(series)
-    for (c0, t0), (c1, t1) in itertools.pairwise(s):
+    for (_, t0), (c1, t1) in itertools.pairwise(s):
         if t0 > 0 and t1 / t0 >= CLIFF:
             out.add(c1)
     return out
@@ -217,7 +217,8 @@ def main() -> None:
                                  "Llama-3.1-70B, Llama-3.1-8B-FP8, Qwen3-32B (aiconfigurator 0.12 silicon_sample)")
     lines = [f"Constants fitted on {len(cal)} calibration rows: c_mem {coef[0]:.4g} (achieved "
              f"{100 / coef[0] if coef[0] else float('inf'):.0f} % of HBM bandwidth), c_flop {coef[1]:.4g}, "
-             f"c_step {coef[2] * 1e3:.4g} ms, c_layer {coef[3] * 1e6:.4g} us, c_allreduce {coef[4] * 1e6:.4g} us, c_request {coef[5] * 1e3:.4g} ms", ""]
+             f"c_step {coef[2] * 1e3:.4g} ms, c_layer {coef[3] * 1e6:.4g} us, c_allreduce {coef[4] * 1e6:.4g} us, "
+             f"c_request {coef[5] * 1e3:.4g} ms", ""]
     aic: dict[str, tuple[float, float]] = {}
     aic_path = ROOT / "benchmarks/results/aic_estimates.csv"
     if aic_path.exists():
@@ -287,7 +288,8 @@ def main() -> None:
                      f"**{mape(t['pf'], t['mf']):.1f}** | {c[0]} | {c[1]} | {c[2]} |")
     t = totals["cmp"]
     if t["kt"]:
-        cmp.append(f"| **all** | {len(t['kt'])} | **{mape(t['kt'], t['mt']):.1f}** | **{mape(t['at'], t['mt']):.1f}** | "
+        cmp.append(f"| **all** | {len(t['kt'])} | **{mape(t['kt'], t['mt']):.1f}** | "
+                   f"**{mape(t['at'], t['mt']):.1f}** | "
                    f"**{mape(t['kf'], t['mf']):.1f}** | **{mape(t['af'], t['mf']):.1f}** |")
     out = "\n".join(lines + ["kvdash's time model against the measured rows (mean absolute percentage error):", ""]
                     + table + ["", "The same validation rows, kvdash against aiconfigurator 0.12 (its default "

@@ -545,7 +545,7 @@ class TestContiguousByHand:
         rounded the whole 9 up to 16 before); Oracle 9 (free 23)."""
         reqs = given([8], [9])
         assert (9, 0, 23, 0, 0) == shares(both("max", 32, 4, 32, reqs)), "rule: Max reserves max-len"
-        assert (9, 0, 0, 0, 23) == shares(both("pow2", 32, 4, 32, reqs)), "rule: Pow2 reserves prompt + next_pow2(output)"
+        assert (9, 0, 0, 0, 23) == shares(both("pow2", 32, 4, 32, reqs)), "rule: Pow2 = prompt + next_pow2(output)"
         assert (9, 0, 0, 0, 23) == shares(both("oracle", 32, 4, 32, reqs)), "rule: Oracle reserves the final length"
 
     def test_reservation_and_external_fragmentation(self):

@@ -127,12 +127,12 @@ def test_stretches_agree_with_single_steps():
     mc, pool, g = _llama8b()
     c = Constants(1.2, 1.5, 0.002, 1e-5, 0)
     P = np.array([50, 300, 20, 700])
-    O = np.array([40, 5, 90, 33])
-    a = summarize(simulate_timed(P, O, pool, mc, g, c, 256, 8192, concurrency=2), c, O, 1)
+    OUT = np.array([40, 5, 90, 33])
+    a = summarize(simulate_timed(P, OUT, pool, mc, g, c, 256, 8192, concurrency=2), c, OUT, 1)
     # a pool with room for exactly what the requests need at their longest cuts every stretch at block
     # boundaries (more, shorter stretches): the same times
-    tight = Pool(int(sum(f.cdiv(P + O, 16))), 16, 1, 0, 0, 0)
-    b = summarize(simulate_timed(P, O, tight, mc, g, c, 256, 8192, concurrency=2), c, O, 1)
+    tight = Pool(int(sum(f.cdiv(P + OUT, 16))), 16, 1, 0, 0, 0)
+    b = summarize(simulate_timed(P, OUT, tight, mc, g, c, 256, 8192, concurrency=2), c, OUT, 1)
     assert a.steps == b.steps and a.preemptions == b.preemptions == 0
     for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
         assert getattr(a, key) == pytest.approx(getattr(b, key), rel=1e-9)
@@ -223,7 +223,8 @@ def test_batch_defaults_mirror_vllm_033():
     from kvdash.commands.simulate_time import vllm_batch_defaults
     from kvdash.core.gpus import get_gpu
 
-    got = [vllm_batch_defaults(get_gpu(k).memory_bytes, get_gpu(k).name) for k in ("h100-80gb", "b300", "a100-80gb", "l4")]
+    keys = ("h100-80gb", "b300", "a100-80gb", "l4")
+    got = [vllm_batch_defaults(get_gpu(k).memory_bytes, get_gpu(k).name) for k in keys]
     assert got == [(1024, 8192), (1024, 16384), (256, 2048), (256, 2048)]
 
 
@@ -236,13 +237,13 @@ def test_slo_search_finds_a_boundary():
     c = Constants(1.3, 2.0, 0.002, 1e-5, 1e-5)
     setup = {"pool": pool, "mc": mc, "gpu": g, "consts": c, "max_num_seqs": 256, "max_batched": 8192, "tp": 1,
              "kv_requests": 100}
-    P, O = np.full(200, 200), np.full(200, 100)
-    one = run_point(setup, P, O, concurrency=1).tpot_ms["p90"]
-    many = run_point(setup, P, O, concurrency=64).tpot_ms["p90"]
+    P, OUT = np.full(200, 200), np.full(200, 100)
+    one = run_point(setup, P, OUT, concurrency=1).tpot_ms["p90"]
+    many = run_point(setup, P, OUT, concurrency=64).tpot_ms["p90"]
     bound = (one + many) / 2 / 1000
-    out = slo_search(setup, P, O, {"tpot": bound})
+    out = slo_search(setup, P, OUT, {"tpot": bound})
     k = out["max_concurrency"]
     assert 1 <= k < 64
-    assert meets(run_point(setup, P, O, concurrency=k), {"tpot": bound})
-    assert not meets(run_point(setup, P, O, concurrency=k + 1), {"tpot": bound})
+    assert meets(run_point(setup, P, OUT, concurrency=k), {"tpot": bound})
+    assert not meets(run_point(setup, P, OUT, concurrency=k + 1), {"tpot": bound})
     assert out["max_rate_per_s"] > 0

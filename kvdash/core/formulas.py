@@ -98,7 +98,7 @@ def pow2_output_reservation(prompt: Any, final: Any, max_reserved: Any) -> Any:
     output length, capped at the maximum reservation.  A prompt of 40 and an output of 25 reserve
     40 + 32 = 72 (rounding the whole 65 up would reserve 128).
 
-    >>> pow2_output_reservation(40, 65, 2048), pow2_output_reservation(1000, 1600, 2048)
+    >>> pow2_output_reservation(40, 65, 2048), pow2_output_reservation(1000, 2100, 2048)
     (72, 2048)
     """
     return imin(prompt + next_pow2(imax(final - prompt, 1)), max_reserved)

@@ -130,10 +130,10 @@ def simulate_timed(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: Model
         raise InputError("--max-num-batched-tokens", max_batched_tokens,
                          f"at least --max-num-seqs ({max_num_seqs}), as vLLM requires")
     P = prompt.astype(np.int64)
-    O = output.astype(np.int64)
-    if int(pool.request_blocks(int((P + O).max()))) > pool.blocks:
+    OUT = output.astype(np.int64)
+    if int(pool.request_blocks(int((P + OUT).max()))) > pool.blocks:
         raise InputError("--budget", f"{pool.blocks:,} blocks",
-                         f"the pool cannot hold the longest request ({int((P + O).max()):,} tokens)")
+                         f"the pool cannot hold the longest request ({int((P + OUT).max()):,} tokens)")
     closed = arrivals_s is None
     coef = np.array(consts.vector() + (1.0,))
     full_pf, win_pf = mc.attn_pair_flops()
@@ -197,11 +197,12 @@ def simulate_timed(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: Model
         c = len(running)
         if c and not _prefilling(running, computed, generated, P):
             ids = np.asarray(running, dtype=np.int64)
-            can_admit = bool(waiting) and c < max_num_seqs and max_batched_tokens > c and \
-                int(pool.request_blocks(min(int(P[waiting[0]] + generated[waiting[0]]), max_batched_tokens - c))) <= free
+            head = waiting[0] if waiting else -1
+            can_admit = head >= 0 and c < max_num_seqs and max_batched_tokens > c and int(
+                pool.request_blocks(min(int(P[head] + generated[head]), max_batched_tokens - c))) <= free
             if not can_admit:
                 ctx = computed[ids] + 1  # tokens each decode token attends to (its own included)
-                k_fin = int((O[ids] - generated[ids]).min())
+                k_fin = int((OUT[ids] - generated[ids]).min())
                 k = _fit_blocks(pool, computed[ids], held[ids], free, k_fin)
                 if k >= 1:
                     xb = base(c)
@@ -218,7 +219,7 @@ def simulate_timed(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: Model
                         steps += k
                         token_steps += k * c
                         end_segment(x)
-                        fin = ids[generated[ids] >= O[ids]]
+                        fin = ids[generated[ids] >= OUT[ids]]
                         if len(fin):
                             running, free, done, next_req = _finish(fin, running, held, free, finish_seg, seg, done,
                                                                     closed, waiting, next_req, n, arrival_seg)
@@ -289,7 +290,7 @@ def simulate_timed(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: Model
         new_first = sampled[first_seg[sampled] < 0]
         first_seg[new_first] = seg
         peak = max(peak, len(running))
-        fin = sampled[generated[sampled] >= O[sampled]]
+        fin = sampled[generated[sampled] >= OUT[sampled]]
         if len(fin):
             running, free, done, next_req = _finish(fin, running, held, free, finish_seg, seg, done, closed,
                                                     waiting, next_req, n, arrival_seg)
@@ -432,16 +433,17 @@ def summarize(s: Schedule, consts: Constants, output: np.ndarray, tp: int, polic
     else:
         arrive = s.arrival_s
     ttft = first - arrive + consts.c_request
-    O = output.astype(np.int64)
-    multi = O > 1
-    tpot = (finish[multi] - first[multi]) / (O[multi] - 1)
+    OUT = output.astype(np.int64)
+    multi = OUT > 1
+    tpot = (finish[multi] - first[multi]) / (OUT[multi] - 1)
     e2e = finish - arrive + consts.c_request
     span = float(t[-1]) or 1e-12
-    total = float(O.sum())
+    total = float(OUT.sum())
     per_user = float((1.0 / tpot[tpot > 0]).mean()) if (tpot > 0).any() else 0.0
-    return TimedResult(policy=policy, requests=len(O), ttft_ms=_stats(ttft), tpot_ms=_stats(tpot), e2e_ms=_stats(e2e),
+    return TimedResult(policy=policy, requests=len(OUT), ttft_ms=_stats(ttft), tpot_ms=_stats(tpot),
+                       e2e_ms=_stats(e2e),
                        tokens_per_s=round(total / span, 3), tokens_per_s_per_gpu=round(total / span / tp, 3),
-                       tokens_per_s_per_user=round(per_user, 3), requests_per_s=round(len(O) / span, 6),
+                       tokens_per_s_per_user=round(per_user, 3), requests_per_s=round(len(OUT) / span, 6),
                        makespan_s=round(span, 6), steps=s.steps, preemptions=s.preemptions,
                        peak_running=s.peak_running, avg_running=round(s.token_steps / max(s.steps, 1), 3),
                        constants=consts.fitted_on)
