@@ -9,8 +9,11 @@ import typer
 
 from kvdash import defaults as D
 from kvdash.commands.common import (
+    AllowLongOpt,
+    AsyncSchedulingOpt,
     BlockSizeOpt,
     BudgetOpt,
+    ChunkedPrefillOpt,
     ConfigOpt,
     GpuMemoryOpt,
     GpuOpt,
@@ -19,8 +22,10 @@ from kvdash.commands.common import (
     KvDtypeOpt,
     LengthOpt,
     MaxBatchedTokensOpt,
+    MaxNumSeqsOpt,
     MaxReservedOpt,
     ModelOpt,
+    PerformanceModeOpt,
     PpOpt,
     PrefixOpt,
     ReserveOpt,
@@ -51,7 +56,8 @@ def warn(message: str) -> None:
 
 
 def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | None, gpu_util: str | None,
-                         util_policy: str, weights: str | None, reserve: str) -> list[str]:
+                         util_policy: str, weights: str | None, reserve: str,
+                         reserve_given: bool = True) -> list[str]:
     """Validate every budget option, even one the mode ignores; return one warning line about those it ignores
     (printed once the whole command line is known to be valid)."""
     from kvdash.units import parse_fraction, parse_size
@@ -69,12 +75,38 @@ def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | 
         unused = [name for name, given in (("--gpu-util", gpu_util is not None),
                                            ("--util-policy", util_policy != "vllm"),
                                            ("--weights", weights is not None),
-                                           ("--reserve", reserve.strip() not in ("0", ""))) if given]
+                                           ("--reserve", reserve_given and reserve.strip().lower()
+                                            not in ("0", "", "auto"))) if given]
         if unused:
             return [f"{', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect without --gpu or "
                  "--gpu-memory (the KV budget is " + ("--budget" if budget is not None else "the 12 GiB default")
                  + ")"]
     return []
+
+
+LOG_TOKENS = r"GPU KV cache size:\s*([0-9][0-9,_]*)\s*tokens"
+LOG_LENGTH = r"Maximum concurrency for\s*([0-9][0-9,_]*)\s*tokens per request"
+
+
+def logged_figure(tokens: int | None, line: str | None, max_model_len: int | None) -> tuple[int | None, int | None]:
+    """``--logged-tokens`` and ``--from-log`` as (logged tokens, max_model_len): the line's ``Maximum concurrency
+    for L tokens`` gives max_model_len unless ``--max-model-len`` is given."""
+    import re
+
+    if line is None:
+        return tokens, max_model_len
+    text = line if len(line) <= 4096 else line[:4096]
+    found = re.search(LOG_TOKENS, text)
+    if found is None:
+        raise InputError("--from-log", line, "vLLM's start-up line, e.g. 'GPU KV cache size: 1,059,056 tokens, "
+                         "Maximum concurrency for 8,192 tokens per request: 129.28x' (or give --logged-tokens N)")
+    value = int(found.group(1).replace(",", "").replace("_", "")[:19])
+    if tokens is not None and tokens != value:
+        raise InputError("--logged-tokens", tokens, f"the --from-log line says {value:,}; give one of them")
+    length = re.search(LOG_LENGTH, text)
+    if length is not None and max_model_len is None:
+        max_model_len = int(length.group(1).replace(",", "").replace("_", "")[:19])
+    return value, max_model_len
 
 
 def calc(
@@ -99,7 +131,7 @@ def calc(
     weights: WeightsOpt = None,
     reserve: ReserveOpt = D.RESERVE,
     block_size: BlockSizeOpt = str(D.BLOCK_SIZE),
-    prefix_caching: Annotated[str, Opt(help="vLLM prefix caching: 'on' (vLLM 0.33's default; state layers in mamba_cache_mode 'align', 2 blocks per request per state group, 3 for gated delta net) or 'off'.")] = "on",
+    prefix_caching: Annotated[str, Opt(help="vLLM prefix caching: 'on' (vLLM 0.33's default; state layers in mamba_cache_mode 'align', 2 blocks per request per state group, 3 for Mamba-2 and gated delta net) or 'off'.")] = "on",
     used: LengthOpt = None,
     used_old: Annotated[Optional[int], Opt("--used", hidden=True, help="Old name of --length.")] = None,
     max_reserved: MaxReservedOpt = None,
@@ -109,8 +141,20 @@ def calc(
     tp: TpOpt = D.TP,
     pp: PpOpt = D.PP,
     max_model_len: Annotated[Optional[int], Opt(help="vLLM view: max_model_len (default: --max-reserved).")] = None,
-    max_batched_tokens: MaxBatchedTokensOpt = D.MAX_BATCHED_TOKENS,
+    max_batched_tokens: MaxBatchedTokensOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    performance_mode: PerformanceModeOpt = "balanced",
+    async_scheduling: AsyncSchedulingOpt = True,
+    chunked_prefill: ChunkedPrefillOpt = True,
+    allow_long_max_model_len: AllowLongOpt = False,
     target: Annotated[Optional[int], Opt(help="Planning: requests that must fit; adds budget, min utilization, min TP and longest length. Default: none (no planning).")] = None,
+    logged_tokens: Annotated[Optional[int], Opt(help="Check a logged figure: the 'GPU KV cache size: N tokens' vLLM "
+                                                      "logged; says which reserve (or budget) it implies, whether "
+                                                      "that is plausible, and what kvdash predicts. Default: none.")] = None,
+    from_log: Annotated[Optional[str], Opt(help="The same, from vLLM's log line as text: 'GPU KV cache size: "
+                                                "1,059,056 tokens, Maximum concurrency for 8,192 tokens per "
+                                                "request: 129.28x' (its max_model_len is taken unless "
+                                                "--max-model-len is given). Default: none.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
     slo: Annotated[Optional[str], Opt(help="e.g. ttft=2s,tpot=50ms: a short timed simulation (1,000 ShareGPT-shaped "
@@ -119,7 +163,7 @@ def calc(
     weight_format: Annotated[str, Opt(help="--slo: storage format of the weights: bf16, fp8, nvfp4, mxfp4, int4_wo.")] = "bf16",
 ) -> None:
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
-    from kvdash.core.calc import BudgetSpec, CalcInput, calculate
+    from kvdash.core.calc import BudgetSpec, CalcInput, calculate, capture_graphs, engine_caps
     from kvdash.core.model import model_from_spec, resolve_model
     from kvdash.units import parse_size
 
@@ -140,9 +184,11 @@ def calc(
     length, group = length_or_group(used, group)
     length = pick_alias(length, used_old, "--length", "--used")  # type: ignore[assignment]
     used = D.LENGTH if length is None else length
-    warnings = check_budget_options(budget, gpu, gpu_memory, gpu_util, util_policy, weights, reserve)
+    warnings = check_budget_options(budget, gpu, gpu_memory, gpu_util, util_policy, weights, reserve,
+                                    given(ctx, "reserve"))
     if max_reserved is None:  # the reservation the question implies: at least the longest length asked about
         max_reserved = D.reservation(arch.max_context, used, final or 0, *(parse_lengths(group) or ()))
+    logged_tokens, max_model_len = logged_figure(logged_tokens, from_log, max_model_len)
     spec = BudgetSpec(
         bytes=parse_budget(budget),
         gpu=gpu,
@@ -151,16 +197,24 @@ def calc(
         policy=util_policy,
         weights=parse_size(weights, "--weights", allow_zero=True) if weights is not None else None,
     )
-    from kvdash.calibration import reserve_spec, with_reserve
+    from kvdash.calibration import reserve_for
 
-    spec = with_reserve(spec, reserve_spec(reserve, arch, gpu, tp, pp, max_batched_tokens))
-    result = calculate(CalcInput(
+    inp = CalcInput(
         arch=arch, kv_dtype=kv_dtype, kv_scales=kv_scales, block_size=parse_block_size(block_size), budget=spec,
         prefix_caching=parse_on_off(prefix_caching, "--prefix-caching"),
         tp=tp, pp=pp, used=used, max_reserved=max_reserved, final=final,
         group=parse_lengths(group), prefix=prefix, max_model_len=max_model_len,
-        max_batched_tokens=max_batched_tokens, target=target,
-    ))
+        max_batched_tokens=max_batched_tokens, target=target, logged_tokens=logged_tokens, max_num_seqs=max_num_seqs,
+        performance_mode=performance_mode, async_scheduling=async_scheduling, chunked_prefill=chunked_prefill,
+        allow_long_max_model_len=allow_long_max_model_len,
+    )
+    inp.validate()
+    caps = engine_caps(inp)  # the reserve's activation and CUDA-graph terms follow the engine's caps
+    spec = reserve_for(spec, reserve, given(ctx, "reserve"), arch, tp, pp, caps.max_num_batched_tokens,
+                       graphs=capture_graphs(inp, caps))
+    from dataclasses import replace
+
+    result = calculate(replace(inp, budget=spec))
     pool = result["pool"]
     if result["whole_pool_blocks"] == 0:
         option = "--budget" if gpu is None and gpu_memory is None else "--gpu-util"

@@ -190,6 +190,8 @@ def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: s
     from kvdash.units import parse_fraction, parse_size
 
     size = parse_block_size(block_size)  # checked before the model is read, as calc does
+    if (budget_mode or ("explicit" if budget else "vllm")) != "vllm" and reserve == D.RESERVE:
+        reserve = "0"  # a declared budget (or the engine's own pool) takes no reserve: the default asks for none
     gpu_util = D.GPU_UTIL if gpu_util is None else gpu_util
     parse_fraction(gpu_util, "--gpu-util")
     cfg = LiveConfig(model=model, arch=load_config(config) if config else None, kv_dtype=kv_dtype, tp=tp,

@@ -42,6 +42,7 @@ HARD_MAX_REQUESTS = 50_000_000  # about 2 GB of arrays per policy
 
 
 def simulate(
+    ctx: typer.Context,
     model: ModelOpt = D.MODEL,
     config: ConfigOpt = None,
     kv_dtype: KvDtypeOpt = D.KV_DTYPE,
@@ -150,23 +151,34 @@ def simulate(
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
     from kvdash.commands.calc import check_budget_options, warn
 
-    notes = check_budget_options(budget, gpu, None, gpu_util, "vllm", weights, reserve)
-    from kvdash.calibration import reserve_spec, with_reserve
+    from kvdash.commands.common import given
+
+    notes = check_budget_options(budget, gpu, None, gpu_util, "vllm", weights, reserve, given(ctx, "reserve"))
+    from kvdash.calibration import reserve_for
 
     spec = BudgetSpec(
         bytes=parse_budget(budget),  # neither: the 12 GiB default
         gpu=gpu, util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None)
-    spec = with_reserve(spec, reserve_spec(reserve, arch, gpu, tp, 1, D.MAX_BATCHED_TOKENS))
+    from kvdash.core.calc import CalcInput, capture_graphs, engine_caps
+
+    caps_inp = CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec)  # vLLM 0.33's caps for the GPU
+    caps = engine_caps(caps_inp)
+    spec = reserve_for(spec, reserve, given(ctx, "reserve"), arch, tp, 1, caps.max_num_batched_tokens,
+                       graphs=capture_graphs(caps_inp, caps))
     binfo = resolve_budget(spec, arch, tp, 1)
     b = binfo["per_rank_bytes"]
-    budget_lines = []  # a GPU-derived budget says first what it assumes of the runtime reserve (as calc does)
+    from kvdash.core.calc import reserve_text
+
+    budget_lines = []  # every output says first what it assumes of the runtime reserve (as calc does)
     if "gpu_memory_bytes" in binfo:
         if spec.reserve or spec.reserve_basis:
             budget_lines.append(f"runtime reserve {binfo['reserve_bytes']:,} B per rank ({binfo['reserve_basis']})")
         else:
-            from kvdash.core.calc import CalcInput, upper_bound_line
+            from kvdash.core.calc import upper_bound_line
 
             budget_lines.append(upper_bound_line(CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec), binfo))
+    else:
+        budget_lines.append(f"KV budget {b:,} B per rank: {reserve_text(binfo)}")
     for line in notes:
         warn(line)
     capacity = b // shape.bytes_per_token

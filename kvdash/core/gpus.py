@@ -18,6 +18,7 @@ class GPU:
     memory_bytes: int
     basis: str  # "nvml" (what the driver reports on such a card) or "nominal" (advertised size)
     detail: str
+    compute_capability: str = ""  # "9.0" (Hopper); "" for a non-CUDA GPU: it picks vLLM's attention backend
     # the time model's figures (kvdash.core.steptime): dense, no sparsity; 0 / empty where not given
     hbm_bytes_per_s: int = 0
     flops: dict[str, int] = field(default_factory=dict, compare=False)  # "bf16", "fp8", "fp4" -> FLOP/s

@@ -154,6 +154,13 @@ def _set(family: GaugeMetricFamily, labels: list[str], value: float | int | None
         family.add_metric(labels, float(value))
 
 
+def reserve_label(cfg: Any) -> str:
+    """The reserve basis of the exporter's KV figures, in a few words (kvdash_info's ``reserve`` label)."""
+    from kvdash.live.analysis import reserve_short
+
+    return reserve_short(cfg, cfg.reserve_basis)
+
+
 class KvdashCollector(Collector):
     def __init__(self, state: ExporterState) -> None:
         self.state = state
@@ -168,10 +175,12 @@ class KvdashCollector(Collector):
         cfg = st.config
         arch = cfg.architecture()
         host = st.hostname
-        info = InfoMetricFamily("kvdash", "kvdash build and the configuration its KV figures are for.")
+        reserve = reserve_label(cfg)
+        info = InfoMetricFamily("kvdash", f"kvdash build and the configuration its KV figures are for; {reserve}.")
         info.add_metric([], {"version": __version__, "model": arch.name, "kv_dtype": cfg.kv_dtype,
                              "block_size": str(cfg.block_size), "tp": str(cfg.tp), "budget_mode": cfg.budget_mode,
-                             "vllm_version": VLLM_MIRRORED, "hostname": host})
+                             "vllm_version": VLLM_MIRRORED, "hostname": host, "reserve": reserve,
+                             "reserve_bytes": str(cfg.reserve)})
         yield info
         yield CounterMetricFamily("kvdash_refreshes", "GPU readings taken by the background refresh.",
                                   value=v["refreshes"])

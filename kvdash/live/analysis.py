@@ -117,9 +117,17 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
                     used=cfg.lengths[0], max_reserved=cfg.max_reserved, budget=BudgetSpec(bytes=max(budget, 1)))
     m = evaluate(inp, shapes, max(budget, 0), cfg.lengths)
     paged, contiguous = int(m["paged_requests"]), int(m["contiguous_requests"])
+    # what vLLM 0.33 runs at once on these GPUs: max_num_seqs of `vllm serve` (EngineArgs.get_batch_defaults)
+    from kvdash.core.vllm import caps_text, scheduler_caps
+
+    gpu0 = ranks_gpus[0] if ranks_gpus else None
+    caps = scheduler_caps(gpu0.total_bytes if gpu0 else None, gpu0.name if gpu0 else None, cfg.max_reserved)
     per_group = int(m["paged_blocks"])
     used_blocks = int(m["complete_groups"]) * per_group
     headroom_blocks = tight.pool_blocks - used_blocks
+    reserve_basis = ({"explicit": "a declared KV budget: no runtime reserve taken off",
+                      "engine": "the engine's own pool: its reserve is already taken off"}.get(cfg.budget_mode)
+                     or cfg.reserve_basis or ("given with --reserve" if cfg.reserve else "0 B: an upper bound"))
     out: dict[str, Any] = {
         "ok": True,
         "model": arch.name,
@@ -139,6 +147,10 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "token_slots": tight.pool_blocks // shape.attention_groups * shape.block_size,
         "state_bytes_per_request": shape.state_bytes,  # fixed, whatever the request's length
         "paged_requests": paged,
+        "max_num_seqs": caps.max_num_seqs,
+        "max_num_batched_tokens": caps.max_num_batched_tokens,
+        "caps_basis": caps_text(caps),
+        "running_requests": min(paged, caps.max_num_seqs),
         "contiguous_requests": contiguous,
         "ratio": (paged / contiguous) if contiguous else None,
         "blocks_per_group": per_group,
@@ -149,7 +161,8 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "gpu_util": cfg.gpu_util,
         "reserve_bytes": cfg.reserve,
         "auto_reserve_estimate_bytes": auto_estimate,  # what --reserve auto takes when the reserve is 0 B
-        "reserve_basis": cfg.reserve_basis or ("given with --reserve" if cfg.reserve else "0 B: an upper bound"),
+        "reserve_basis": reserve_basis,
+        "reserve_text": reserve_short(cfg, reserve_basis),
         "notes": notes,
     }
     if engine is not None:
@@ -157,6 +170,23 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         out["measured_reserve"] = measured
         out["engine"] = compare_engine(engine, out, arch.name, cfg.model, measured)
     return out
+
+
+def reserve_short(cfg: LiveConfig, basis: str) -> str:
+    """The reserve basis in a few words, for the first line of live's KV panel and the exporter's banner."""
+    from kvdash.units import human_bytes
+
+    if cfg.budget_mode == "explicit":
+        return "declared budget, no reserve"
+    if cfg.budget_mode == "engine":
+        return "engine's own pool"
+    if basis.startswith("--reserve auto: calibration"):
+        return f"reserve auto {human_bytes(cfg.reserve)}/rank (calibration)"
+    if basis.startswith("--reserve auto"):
+        return f"reserve auto {human_bytes(cfg.reserve)}/rank (published terms)"
+    if cfg.reserve:
+        return f"reserve {human_bytes(cfg.reserve)}/rank (given)"
+    return "UPPER BOUND: --reserve 0"
 
 
 def measure_engine_reserve(engine: EngineReading, arch: Architecture, cfg: LiveConfig,

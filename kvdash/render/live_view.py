@@ -298,6 +298,7 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
         ("budget per rank", f"{kv['budget_bytes']:,} B ({gib(kv['budget_bytes'])} GiB, "
                              + ("upper bound)" if kv.get("reserve_basis", "").startswith("0 B")
                                 and kv["budget_mode"] == "vllm" else f"{kv['budget_mode']})"), ""),
+        ("runtime reserve", kv.get("reserve_text", ""), ""),
         *([("upper bound: --reserve auto", f"-{gib(kv['auto_reserve_estimate_bytes'])} GiB per rank (published "
                                            "terms)", "yellow")] if kv.get("auto_reserve_estimate_bytes") else []),
         ("KV bytes per token per rank", f"{kv['bytes_per_token']:,} B", ""),
@@ -306,6 +307,8 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
         *([("state per request (fixed)", f"{kv['state_bytes_per_request']:,} B, whatever the length", "")]
           if kv.get("state_bytes_per_request") else []),
         (f"requests of {lengths} tokens, paged", f"{kv['paged_requests']:,}", ""),
+        *([("vLLM runs at once", f"{kv['running_requests']:,} (its max_num_seqs {kv['max_num_seqs']:,})",
+            "yellow" if kv["running_requests"] < kv["paged_requests"] else "")] if "max_num_seqs" in kv else []),
         (f"contiguous (reserve {kv['max_reserved']:,})", f"{kv['contiguous_requests']:,}", ""),
         ("paged / contiguous", ratio_text(kv["ratio"], "n/a", "x (capacity, not throughput)"), ""),
         ("blocks left at capacity", f"{kv['headroom_blocks']:,} (shared out: "
@@ -339,12 +342,16 @@ def kv_summary(kv: dict[str, Any]) -> Text:
     out = Text()
     lengths = ", ".join(f"{n:,}" for n in kv["lengths"])
     out.append("KV pool ", style="bold")
-    out.append(f"{kv['model']} {kv['kv_dtype']} B={kv['block_size']} TP {kv['tp']}: {kv['pool_blocks']:,} blocks = "
-               f"{kv['token_slots']:,} tokens/rank\n")
+    out.append(f"{kv['pool_blocks']:,} blocks = {kv['token_slots']:,} tokens/rank; ")
+    out.append(f"{kv.get('reserve_text', '')}\n", style="yellow" if "UPPER" in kv.get("reserve_text", "") else "")
+    out.append("model   ", style="bold")
+    out.append(f"{kv['model']} {kv['kv_dtype']} B={kv['block_size']} TP {kv['tp']}\n")
     ratio = "" if kv["ratio"] is None else f": {ratio_text(kv['ratio'])}"
     out.append("fit     ", style="bold")
+    capped = kv.get("max_num_seqs") is not None and kv["running_requests"] < kv["paged_requests"]
     out.append(f"{kv['paged_requests']:,} x {lengths} tokens paged, {kv['contiguous_requests']:,} contiguous "
-               f"(reserve {kv['max_reserved']:,}){ratio}\n")
+               f"(reserve {kv['max_reserved']:,}){ratio}"
+               + (f"; vLLM runs at most {kv['max_num_seqs']:,} at once" if capped else "") + "\n")
     eng = kv.get("engine")
     if eng:
         r = eng["reading"]

@@ -776,7 +776,8 @@ def _dimension_values(dim: str, vals: list[Any]) -> str:
                           "weights": "the preset's estimate", "gpu": "none (explicit budget)",
                           "gpu_memory": "the GPU preset's"}.get(dim, "none"))
         elif dim == "reserve" and v == "auto":
-            shown.append("auto (published activation + non-torch terms by model and TP, CUDA graphs by layer)")
+            shown.append("auto on GPU-derived budgets (published activation + non-torch terms by model and TP, CUDA "
+                         "graphs by layer; declared budgets take none)")
         elif dim in ("budget", "gpu_memory", "weights", "reserve"):
             shown.append(f"{v:,} B ({gib(v)})")
         else:
@@ -813,7 +814,8 @@ def reserve_text(spec: GridSpec) -> str:
                              if v == "auto" else gib(v)
                              for v in factor["reserve"])
             return f"runtime reserve {vals} per rank (from the grid)"
-    return "runtime reserve 0 B per rank (the default; vLLM's CUDA graphs and activations need some)"
+    return ("runtime reserve auto per rank (kvdash's default: published activation-peak, non-torch and CUDA-graph "
+            "terms; see kvdash calc --reserve auto)")
 
 
 NO_TUTORIAL_POINT = "the grid has no point of the tutorial's configuration"
@@ -974,13 +976,17 @@ def _claims(verdicts: list[Verdict], reserve: str) -> dict[str, Any]:
     return {"rows": rows, "not_applicable": not_applicable, "not_computable": not_computable, "reserve": reserve}
 
 
-def upper_bound_text(spec: GridSpec, df: Any, has_gpu: bool) -> str:
-    """Under the title of a report whose GPU-derived budgets assume a 0 B reserve: by how much ``auto`` lowers them."""
+def grid_reserves(spec: GridSpec) -> list[Any]:
+    """The grid's ``reserve`` values: those it gives, else kvdash's default (``auto``)."""
+    from kvdash.sweep.evaluate import DEFAULTS
+
+    return next((factor["reserve"] for factor in spec.factors if "reserve" in factor), [DEFAULTS["reserve"]])
+
+
+def _auto_span(spec: GridSpec, df: Any) -> tuple[str, str]:
+    """The range ``reserve: auto`` takes over the grid's GPU points, and its share of the budget before it."""
     from kvdash.core.reserve import auto_reserve
 
-    values = next((factor["reserve"] for factor in spec.factors if "reserve" in factor), [0])
-    if not has_gpu or 0 not in values:
-        return ""
     rows = df.filter(df.get_column("gpu").is_not_null())
     est, shares = [], []
     for r in rows.select("model", "tp", "pp", "gpu", "budget_bytes").unique().iter_rows(named=True):
@@ -991,15 +997,46 @@ def upper_bound_text(spec: GridSpec, df: Any, has_gpu: bool) -> str:
                          layers=entry.arch.num_layers)["bytes"]
         est.append(b)
         if r["budget_bytes"]:
-            shares.append(100 * b / int(r["budget_bytes"]))
+            shares.append(100 * b / (int(r["budget_bytes"]) + b))
     if not est:
-        return ""
+        return "", ""
     span = gib(min(est)) if min(est) == max(est) else f"{gib(min(est))} to {gib(max(est))}"
-    share = (f" ({min(shares):.1f}% to {max(shares):.1f}% of the KV budget)" if shares else "")
-    return (f"Upper bound: the GPU-derived budgets assume a runtime reserve of 0 B per rank; reserve: auto would "
-            f"lower each by about {span} per rank{share}: published activation-peak and non-torch terms "
-            "(llm-d-planner's calibration, vLLM 0.19.0 on H100-80GB) and the CUDA-graph estimate vLLM 0.33 "
-            "subtracts by default (per architecture and layer, from the same runs' logs).")
+    share = f"{min(shares):.1f}% to {max(shares):.1f}%" if shares else ""
+    return span, share
+
+
+def reserve_line(spec: GridSpec, df: Any, has_gpu: bool, short: bool = False) -> str:
+    """The report's first line under the title (and ``kvdash sweep``'s and ``--check``'s, with ``short``):
+    the runtime reserve the GPU-derived budgets take, and what it is based on; an upper bound said first."""
+    if not has_gpu:
+        return ("no reserve: declared KV budgets" if short else
+                "Runtime reserve: none: every KV budget in this grid is declared (the KV memory itself), so nothing "
+                "is taken off it.")
+    values = grid_reserves(spec)
+    parts, long_parts = [], []
+    for v in values:
+        if v == "auto":
+            span, share = _auto_span(spec, df)
+            parts.append(f"reserve auto, {span} per rank, published terms")
+            long_parts.append(
+                "auto" + (" (kvdash's default)" if not any("reserve" in f for f in spec.factors) else "")
+                + f", {span} per rank" + (f" ({share} of the memory left after the weights)" if share else "")
+                + ": published activation-peak and non-torch terms (llm-d-planner's calibration, vLLM 0.19.0 on "
+                "H100-80GB) and the CUDA-graph estimate vLLM 0.33 subtracts by default (per architecture and layer, "
+                "from the same runs' logs); extrapolated on other GPUs")
+        elif v == 0:
+            span, share = _auto_span(spec, df)
+            parts.append("reserve 0 B, an UPPER BOUND")
+            long_parts.append("0 B, an UPPER BOUND: no activation peak, CUDA graphs or non-torch memory"
+                              + (f"; reserve: auto would lower each budget by about {span} per rank" if span else ""))
+        else:
+            parts.append(f"reserve {gib(v)} per rank, from the grid")
+            long_parts.append(f"{gib(v)} per rank, from the grid")
+    if short:
+        return "; ".join(parts)
+    head = "Upper bound where reserve is 0 B. " if 0 in values else ""
+    return (f"{head}Runtime reserve of the GPU-derived budgets: " + "; ".join(long_parts) + "."
+            + " Declared budgets take none." * (df.get_column("gpu").null_count() > 0))
 
 
 def judge_claims(spec: GridSpec, df: pl.DataFrame) -> list[Verdict]:
@@ -1019,7 +1056,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
     ctx = {
         "title": spec.title,
         "description": spec.description,
-        "upper_bound": upper_bound_text(spec, df, labels.has_gpu),
+        "reserve_line": reserve_line(spec, df, labels.has_gpu),
         "version": __version__,
         "grid_name": spec.path.name,
         "grid_sha256": hashlib.sha256(spec.text.encode()).hexdigest(),
