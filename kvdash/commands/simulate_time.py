@@ -39,16 +39,13 @@ def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:
     return out
 
 
-def vllm_batch_defaults(memory_bytes: int, gpu_name: str) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens) vLLM 0.33 picks for ``vllm serve`` on a GPU:
-    ``EngineArgs.get_batch_defaults`` in ``vllm/engine/arg_utils.py`` (vLLM 0.33.0): 1,024 and 16,384 at
-    160 GiB or more; 1,024 and 8,192 at 70 GiB or more except A100; else 256 and 2,048."""
-    gib = 2**30
-    if memory_bytes >= 160 * gib:
-        return 1024, 16384
-    if memory_bytes >= 70 * gib and "a100" not in gpu_name.lower():
-        return 1024, 8192
-    return 256, 2048
+def vllm_batch_defaults(memory_bytes: int, gpu_name: str, max_model_len: int = 131072) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) vLLM 0.33 picks for ``vllm serve`` on a GPU: kvdash's one mirror,
+    :func:`kvdash.core.vllm.scheduler_caps` (``EngineArgs`` in ``vllm/engine/arg_utils.py``)."""
+    from kvdash.core.vllm import scheduler_caps
+
+    caps = scheduler_caps(memory_bytes, gpu_name, max_model_len)
+    return caps.max_num_seqs, caps.max_num_batched_tokens
 
 
 def model_config(model: str, config: str | None) -> dict[str, Any]:
