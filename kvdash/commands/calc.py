@@ -29,7 +29,9 @@ from kvdash.commands.common import (
     PpOpt,
     PrefixOpt,
     ReserveOpt,
+    SloOpt,
     TpOpt,
+    WeightFormatOpt,
     WeightsOpt,
     given,
     length_or_group,
@@ -157,10 +159,8 @@ def calc(
                                                 "--max-model-len is given). Default: none.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
-    slo: Annotated[Optional[str], Opt(help="e.g. ttft=2s,tpot=50ms: a short timed simulation (1,000 ShareGPT-shaped "
-                                           "requests, needs --gpu) gives the highest concurrency and rate whose p90 "
-                                           "meets it, and the limit that binds. Default: none.")] = None,
-    weight_format: Annotated[str, Opt(help="--slo: storage format of the weights: bf16, fp8, nvfp4, mxfp4, int4_wo.")] = "bf16",
+    slo: SloOpt = None,
+    weight_format: WeightFormatOpt = "bf16",
 ) -> None:
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
     from kvdash.core.calc import BudgetSpec, CalcInput, calculate, capture_graphs, engine_caps

@@ -16,12 +16,16 @@ from kvdash.commands.common import (
     GpuOpt,
     GpuUtilOpt,
     KvDtypeOpt,
+    MaxBatchedTokensOpt,
     MaxFileSizeOpt,
+    MaxNumSeqsOpt,
     MaxReservedOpt,
     ModelOpt,
     PrefixOpt,
     ReserveOpt,
+    SloOpt,
     TpOpt,
+    WeightFormatOpt,
     WeightsOpt,
     block_size_of,
     parse_block_size,
@@ -101,12 +105,10 @@ def simulate(
     time_model: Annotated[bool, Opt("--time", help="Simulate in seconds (paged, vLLM's scheduler, the fitted step-time "
                                                    "model; needs --gpu): TTFT, TPOT, E2E, tokens/s. --rate is then "
                                                    "requests per second.")] = False,
-    weight_format: Annotated[str, Opt(help="--time: storage format of the weights: bf16, fp8, nvfp4, mxfp4, int4_wo.")] = "bf16",
-    max_num_seqs: Annotated[Optional[int], Opt(help="--time: vLLM's max_num_seqs. Default: vLLM 0.33's for the GPU.")] = None,
-    max_num_batched_tokens: Annotated[Optional[int], Opt(help="--time: vLLM's max_num_batched_tokens. Default: vLLM "
-                                                              "0.33's for the GPU.")] = None,
-    slo: Annotated[Optional[str], Opt(help="--time: e.g. ttft=2s,tpot=50ms: the highest concurrency and request rate "
-                                           "whose p90 meets it, and the limit that binds. Default: none.")] = None,
+    weight_format: WeightFormatOpt = "bf16",
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_batched_tokens: MaxBatchedTokensOpt = None,
+    slo: SloOpt = None,
 ) -> None:
     """Simulate KV pool occupancy over time under contiguous and paged allocation."""
     from kvdash.commands.common import pick_alias
@@ -170,7 +172,6 @@ def simulate(
     if shape.groups != 1 or shape.window_groups or shape.state_bytes:
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
     from kvdash.commands.calc import check_budget_options, warn
-
     from kvdash.commands.common import given
 
     notes = check_budget_options(budget, gpu, None, gpu_util, "vllm", weights, reserve, given(ctx, "reserve"))

@@ -162,8 +162,8 @@ def main(o: dict[str, Any]) -> None:
     mc = model_compute(cfg, arch, tp, o["weight_format"], None, o["kv_dtype"])
     seqs_d, tokens_d = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
     seqs = o["max_num_seqs"] or seqs_d
-    batched = o["max_num_batched_tokens"] or tokens_d
-    for name, value in (("--max-num-seqs", seqs), ("--max-num-batched-tokens", batched)):
+    batched = o["max_batched_tokens"] or tokens_d
+    for name, value in (("--max-num-seqs", seqs), ("--max-batched-tokens", batched)):
         if value < 1:
             raise InputError(name, value, "expected a positive integer")
     notes = check_budget_options(o["budget"], o["gpu"], None, o["gpu_util"], "vllm", o["weights"], o["reserve"])

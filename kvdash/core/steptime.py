@@ -130,6 +130,8 @@ class AttentionKind:
     qk_dim: int
     v_dim: int
     window: int  # 0: full attention
+    prefill_qk_dim: int = 0  # MLA prefills un-absorbed (qk_nope + qk_rope, v_head_dim); 0: as decode
+    prefill_v_dim: int = 0
 
 
 @dataclass(frozen=True)
@@ -168,10 +170,16 @@ class ModelCompute:
             return 0.0
         return self.experts * (1 - (1 - self.top_k / self.experts) ** tokens)
 
-    def attn_pair_flops(self) -> tuple[float, float]:
-        """FLOPs per query-key pair, summed over the rank's (full, window) attention layers."""
-        full = sum(2 * a.count * a.q_heads * (a.qk_dim + a.v_dim) for a in self.attention if not a.window)
-        win = sum(2 * a.count * a.q_heads * (a.qk_dim + a.v_dim) for a in self.attention if a.window)
+    def attn_pair_flops(self, prefill: bool = False) -> tuple[float, float]:
+        """FLOPs per query-key pair, summed over the rank's (full, window) attention layers; ``prefill``: with
+        the dims prefill runs at (MLA: un-absorbed heads)."""
+        def dims(a: AttentionKind) -> int:
+            if prefill and a.prefill_qk_dim:
+                return a.prefill_qk_dim + a.prefill_v_dim
+            return a.qk_dim + a.v_dim
+
+        full = sum(2 * a.count * a.q_heads * dims(a) for a in self.attention if not a.window)
+        win = sum(2 * a.count * a.q_heads * dims(a) for a in self.attention if a.window)
         return float(full), float(win)
 
 
@@ -242,11 +250,17 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
     for (kind, window), count in sorted(kinds.items()):
         layer = arch.first(kind)
         assert layer is not None
-        if kind == "mla":  # absorbed MLA: queries attend over the latent (kv_lora_rank + rope), values are the latent
+        pqk = pv = 0
+        if kind == "mla":  # decode absorbed: queries attend over the latent (kv_lora_rank + rope), values the latent;
+            # prefill un-absorbed (vLLM's MLA prefill path): qk_nope + qk_rope per head, v_head_dim
             qk, v = layer.latent_dim, layer.kv_lora_rank
+            pqk = int(c.get("qk_nope_head_dim") or 0) + layer.qk_rope_head_dim
+            pv = int(c.get("v_head_dim") or 0)
+            if not pqk or not pv:
+                pqk = pv = 0
         else:
             qk, v = layer.head_dim, layer.head_dim_v or layer.head_dim
-        attention.append(AttentionKind(count, q_heads, qk, v, window if kind in ("sliding", "chunked") else 0))
+        attention.append(AttentionKind(count, q_heads, qk, v, window if kind in ("sliding", "chunked") else 0, pqk, pv))
     full = sum(layer_token_bytes(layer, kv_dtype, scales, tp) for layer in arch.layers if layer.kind in ("full", "mla"))
     win_layers = [layer for layer in arch.layers if layer.kind in ("sliding", "chunked")]
     win = sum(layer_token_bytes(layer, kv_dtype, scales, tp) for layer in win_layers)

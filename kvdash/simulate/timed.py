@@ -127,7 +127,7 @@ def simulate_timed(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: Model
     Poisson ``arrivals_s`` (seconds, sorted); return the :class:`Schedule` (times under ``consts``)."""
     n = len(prompt)
     if max_batched_tokens < max_num_seqs:
-        raise InputError("--max-num-batched-tokens", max_batched_tokens,
+        raise InputError("--max-batched-tokens", max_batched_tokens,
                          f"at least --max-num-seqs ({max_num_seqs}), as vLLM requires")
     P = prompt.astype(np.int64)
     OUT = output.astype(np.int64)
@@ -136,7 +136,8 @@ def simulate_timed(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: Model
                          f"the pool cannot hold the longest request ({int((P + OUT).max()):,} tokens)")
     closed = arrivals_s is None
     coef = np.array(consts.vector() + (1.0,))
-    full_pf, win_pf = mc.attn_pair_flops()
+    full_pf, win_pf = mc.attn_pair_flops()  # decode
+    full_pp, win_pp = mc.attn_pair_flops(prefill=True)
     W = mc.window or 1
     bw = gpu.hbm_bytes_per_s
     f_attn = gpu.rate("bf16")
@@ -279,7 +280,7 @@ def simulate_timed(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: Model
         if not decode.all():
             for p0, q in zip(comp0[~decode].tolist(), stake[~decode].tolist(), strict=True):
                 pw = causal_pairs(p0, q, mc.window) if mc.window else 0
-                x[1] += (full_pf * causal_pairs(p0, q) + win_pf * pw) / f_attn
+                x[1] += (full_pp * causal_pairs(p0, q) + win_pp * pw) / f_attn
                 x[0] += float(mc.kv_read_bytes(p0)) / bw
         steps += 1
         token_steps += len(sids)
