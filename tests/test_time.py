@@ -247,3 +247,16 @@ def test_slo_search_finds_a_boundary():
     assert meets(run_point(setup, P, OUT, concurrency=k), {"tpot": bound})
     assert not meets(run_point(setup, P, OUT, concurrency=k + 1), {"tpot": bound})
     assert out["max_rate_per_s"] > 0
+
+
+def test_calc_slo_json(capsys, monkeypatch):
+    """calc --slo adds `slo` to calc's JSON: the highest concurrency and rate, next to the KV capacity."""
+    from kvdash.commands import simulate_time
+
+    monkeypatch.setattr(simulate_time, "CALC_SLO_REQUESTS", 100)
+    code, out, _ = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--slo", "ttft=2s,tpot=50ms",
+                        "--json"], capsys)
+    assert code in (0, None)
+    s = json.loads(out)["slo"]
+    assert s["percentile"] == "p90" and s["slo"] == {"ttft": 2.0, "tpot": 0.05}
+    assert 1 <= s["max_concurrency"] <= 100 and s["kv_capacity_requests"] > 0 and s["binding_limit"]

@@ -56,6 +56,8 @@ class Pool:
     state_blocks: int
 
     def request_blocks(self, tokens: Any) -> Any:
+        if not self.window_groups:  # f.request_blocks without a window group, inlined (the hot path)
+            return self.full_groups * (-(-tokens // self.block_size)) + self.state_blocks
         return f.request_blocks(tokens, self.block_size, self.full_groups, self.window_groups,
                                 self.window) + self.state_blocks
 
@@ -408,13 +410,13 @@ def _steps_before(gap: float, k: int, base_s: float, ctx: np.ndarray, W: int, co
 def _finish(fin: np.ndarray, running: list[int], held: np.ndarray, free: int, finish_seg: np.ndarray, seg: int,
             done: int, closed: bool, waiting: deque[int], next_req: int, n: int,
             arrival_seg: np.ndarray) -> tuple[list[int], int, int, int]:
-    gone = set(fin.tolist())
-    for r in gone:
-        free += int(held[r])
-        held[r] = 0
-        finish_seg[r] = seg
-    done += len(gone)
-    running = [r for r in running if r not in gone]
+    free += int(held[fin].sum())
+    held[fin] = 0
+    finish_seg[fin] = seg
+    done += len(fin)
+    run = np.asarray(running, dtype=np.int64)
+    running = run[finish_seg[run] < 0].tolist()
+    gone = fin
     if closed:
         for _ in range(len(gone)):
             if next_req < n:
