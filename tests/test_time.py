@@ -260,3 +260,14 @@ def test_calc_slo_json(capsys, monkeypatch):
     s = json.loads(out)["slo"]
     assert s["percentile"] == "p90" and s["slo"] == {"ttft": 2.0, "tpot": 0.05}
     assert 1 <= s["max_concurrency"] <= 100 and s["kv_capacity_requests"] > 0 and s["binding_limit"]
+
+
+def test_hybrid_model_simulated_from_its_weight_figure(capsys):
+    """Jamba (attention + mamba layers): kvdash does not count its parameters, so the time model reads the
+    --weights figure every step; its state layers hold their page per request (calc's blocks)."""
+    code, out, _ = run(["simulate", "--config", "tests/data/configs/jamba-1.5-mini/config.json", "--gpu", "h200",
+                        "--tp", "2", "--weights", "104GB", "--time", "--requests", "60", "--concurrency", "8",
+                        "--json"], capsys)
+    assert code in (0, None)
+    d = json.loads(out)
+    assert d["results"][0]["tpot_ms"]["mean"] > 0 and d["setup"]["pool_blocks"] > 0

@@ -159,6 +159,11 @@ def main(o: dict[str, Any]) -> None:
     gpu = get_gpu(o["gpu"])
     perf = gpu_perf(gpu.key)
     cfg = model_config(o["model"], str(o["config"]) if o["config"] else None)
+    from kvdash.units import parse_size
+
+    if o["weights"]:  # the time model reads the weight figure where it cannot count parameters (hybrids)
+        arch = replace(arch, weight_bytes=parse_size(o["weights"], "--weights", allow_zero=True), weights_known=True,
+                       weight_basis="--weights")
     mc = model_compute(cfg, arch, tp, o["weight_format"], None, o["kv_dtype"])
     seqs_d, tokens_d = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
     seqs = o["max_num_seqs"] or seqs_d
@@ -167,7 +172,6 @@ def main(o: dict[str, Any]) -> None:
         if value < 1:
             raise InputError(name, value, "expected a positive integer")
     notes = check_budget_options(o["budget"], o["gpu"], None, o["gpu_util"], "vllm", o["weights"], o["reserve"])
-    from kvdash.units import parse_size
 
     weights = parse_size(o["weights"], "--weights", allow_zero=True) if o["weights"] else mc.weights_per_rank * tp
     spec = BudgetSpec(bytes=parse_budget(o["budget"]), gpu=o["gpu"], util=o["gpu_util"], weights=weights)

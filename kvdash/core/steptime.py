@@ -231,9 +231,20 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
     # the language model only: a vision encoder runs on images, which a text request does not send
     c = {k: v for k, v in aliases(_text_config(cfg)).items() if k not in ("vision_config", "audio_config")}
     parts = parameter_parts(c, arch)
+    fallback = ""
     if parts is None:
-        raise InputError("--model", arch.name, "the time model needs a config kvdash can count parameters of "
-                         "(a supported model_type with its MLP and expert sizes)")
+        if not (arch.weights_known and arch.weight_bytes and arch.hidden_size):
+            raise InputError("--model", arch.name, "the time model needs a config kvdash can count parameters of "
+                             "(a supported model_type with its MLP and expert sizes) or a weight figure (--weights)")
+        # hybrids and other types kvdash does not count: every weight read each step, one FLOP pair per weight
+        # byte pair (bf16); a MoE among them is overstated (all experts read)
+        n = arch.weight_bytes // 2
+        parts = {"embedding": 0, "lm_head": 0, "attention": 0, "dense_mlp": n, "shared": 0, "router": 0,
+                 "experts_total": 0, "expert_params": 0, "moe_layers": 0, "experts": 0, "top_k": 0,
+                 "hidden": arch.hidden_size, "vocab": 0}
+        weights = experts_weights = "bf16"
+        fallback = (f"parameters not counted from config.json ({arch.model_type}): {n:,} taken from the weight "
+                    f"figure ({arch.weight_basis}) at 2 B each, all read every step")
     ew = experts_weights or weights
     dense_fmt = "bf16" if arch.model_type == "gpt_oss" else weights
     attn_fmt = dense_fmt
@@ -277,8 +288,8 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
         state_bytes=state, dp=dp,
         weights_per_rank=math.ceil(resident / tp - parts["experts_total"] * parts["expert_params"] * expert_b
                                    * (1 / tp - 1 / (tp * dp))),
-        basis=(f"weights {dense_fmt} (experts {ew}): {WEIGHT_BYTES[dense_fmt]:g} / {WEIGHT_BYTES[ew]:g} B per "
-               "parameter, parameters counted from config.json",))
+        basis=(fallback or f"weights {dense_fmt} (experts {ew}): {WEIGHT_BYTES[dense_fmt]:g} / "
+               f"{WEIGHT_BYTES[ew]:g} B per parameter, parameters counted from config.json",))
 
 
 def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: float, pairs_full: float,
