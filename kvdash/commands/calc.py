@@ -29,7 +29,9 @@ from kvdash.commands.common import (
     PpOpt,
     PrefixOpt,
     ReserveOpt,
+    SloOpt,
     TpOpt,
+    WeightFormatOpt,
     WeightsOpt,
     given,
     length_or_group,
@@ -157,6 +159,8 @@ def calc(
                                                 "--max-model-len is given). Default: none.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
+    slo: SloOpt = None,
+    weight_format: WeightFormatOpt = "bf16",
 ) -> None:
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
     from kvdash.core.calc import BudgetSpec, CalcInput, calculate, capture_graphs, engine_caps
@@ -219,6 +223,11 @@ def calc(
                          "sizes take a unit: 12GiB (2^30 B), 80GB (10^9 B), 512MiB")
     for line in warnings:
         warn(line)
+    if slo is not None:
+        from kvdash.commands.simulate_time import calc_slo
+
+        result["slo"] = calc_slo(result, arch, model, str(config) if config else None, gpu, tp, kv_dtype, slo,
+                                 weight_format)
     if as_json:
         if brief:
             warn("--brief has no effect with --json (the JSON document starts with its summary)")
@@ -235,3 +244,8 @@ def calc(
     from kvdash.render.calc_view import render
 
     render(result)
+    if "slo" in result:
+        s = result["slo"]
+        rate = "none" if s["max_rate_per_s"] is None else f"{s['max_rate_per_s']:g} requests/s"
+        print(f"SLO {slo} at p90 ({s['workload']}): at most {s['max_concurrency']:,} users, {rate}; KV holds about "
+              f"{s['kv_capacity_requests']:,} of them at once; binds: {s['binding_limit']}")

@@ -432,6 +432,9 @@ def _moe(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tup
         shared = cfg.get("shared_expert_intermediate_size") or 0
         experts = cfg.get("num_experts") or cfg["num_local_experts"]  # transformers 5 names it num_local_experts
         return experts, cfg["moe_intermediate_size"], shared
+    if model_type in TIME_MODEL_MOE:  # gpt-oss, MiniMax-M2: every layer routes to experts of intermediate_size
+        experts = cfg.get("num_local_experts") or cfg["num_experts"]
+        return experts, cfg["intermediate_size"], cfg.get("shared_intermediate_size") or 0
     if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe", "glm4_moe_lite"):
         if not cfg.get("n_routed_experts") or layer < (cfg.get("first_k_dense_replace") or 0) \
                 or layer % (cfg.get("moe_layer_freq") or 1):
@@ -441,21 +444,43 @@ def _moe(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tup
     return None
 
 
+# MoE model types the time model counts (kvdash.core.steptime) beside GATED_MLP: their layers are all MoE
+TIME_MODEL_MOE = {"gpt_oss", "minimax_m2"}
+
+
 def estimate_parameters(cfg: dict[str, Any], arch: Architecture) -> int | None:
     """Parameters of the language model from its config: embeddings (twice unless
     ``tie_word_embeddings``), per layer the attention projections (q, k, v, o; MLA's low-rank ones)
     and the MLP (gated: ``3 x hidden x intermediate``, plain: ``2 x``; MoE: every routed expert, the
     shared experts and the router).  Norms and biases are left out (well under 0.1 %).
     ``None`` where the config does not determine it (hybrids, multimodal, unknown MLP)."""
+    if arch.model_type not in GATED_MLP and arch.model_type not in PLAIN_MLP:
+        return None
+    parts = parameter_parts(cfg, arch)
+    if parts is None:
+        return None
+    return int(parts["embedding"] + parts["lm_head"] + parts["attention"] + parts["dense_mlp"] + parts["shared"]
+               + parts["router"] + parts["experts_total"] * parts["expert_params"])
+
+
+def parameter_parts(cfg: dict[str, Any], arch: Architecture) -> dict[str, int] | None:
+    """The parameters of :func:`estimate_parameters`, by part: ``embedding``, ``lm_head`` (0 when tied),
+    ``attention``, ``dense_mlp``, ``shared`` (shared experts), ``router``, and the routed experts:
+    ``experts_total`` (experts summed over MoE layers) of ``expert_params`` each, ``moe_layers``,
+    ``experts`` and ``top_k`` (experts per token); ``hidden`` and ``vocab``.  The time model
+    (:mod:`kvdash.core.steptime`) reads the same parts."""
     from kvdash.core.model import _text_config
 
     model_type = arch.model_type
-    if model_type in HYBRID_TYPES or (model_type not in GATED_MLP and model_type not in PLAIN_MLP):
+    if model_type in HYBRID_TYPES or (model_type not in GATED_MLP and model_type not in PLAIN_MLP
+                                      and model_type not in TIME_MODEL_MOE):
         return None
     if cfg.get("vision_config") or cfg.get("audio_config"):
         return None
     c = _text_config(cfg)
     c = aliases(c)
+    parts = dict.fromkeys(("attention", "dense_mlp", "shared", "router", "experts_total", "expert_params",
+                           "moe_layers", "experts", "top_k"), 0)
     try:
         h = int(c["hidden_size"])
         vocab = int(c.get("padded_vocab_size") or c["vocab_size"])
@@ -472,9 +497,11 @@ def estimate_parameters(cfg: dict[str, Any], arch: Architecture) -> int | None:
         tied = c.get("tie_word_embeddings")
         if tied is None:
             tied = model_type in {"gemma", "gemma2", "gemma3_text", "opt"}
-        total = vocab * h * (1 if tied else 2)
+        parts["embedding"] = vocab * h
+        parts["lm_head"] = 0 if tied else vocab * h
         if model_type == "opt":
-            total += (int(c.get("max_position_embeddings") or 2048) + 2) * h  # learned positions
+            parts["embedding"] += (int(c.get("max_position_embeddings") or 2048) + 2) * h  # learned positions
+        parts["hidden"], parts["vocab"] = h, vocab
         layer0 = arch.layers[0]
         for i in range(n_layers):
             if layer0.kind == "mla":
@@ -488,15 +515,21 @@ def estimate_parameters(cfg: dict[str, Any], arch: Architecture) -> int | None:
                 attn = h * heads * d + 2 * h * kvh * d + heads * d * h
             moe = _moe(c, model_type, i, n_layers)
             mats = 2 if model_type in PLAIN_MLP else 3
+            parts["attention"] += attn
             if moe is None:
-                mlp = mats * h * inter
+                parts["dense_mlp"] += mats * h * inter
             else:
                 experts, width, shared = moe
-                mlp = experts * 3 * h * width + 3 * h * shared + h * experts
-            total += attn + mlp
+                parts["experts_total"] += experts
+                parts["expert_params"] = 3 * h * width
+                parts["shared"] += 3 * h * shared
+                parts["router"] += h * experts
+                parts["moe_layers"] += 1
+                parts["experts"] = experts
+                parts["top_k"] = int(c.get("num_experts_per_tok") or c.get("experts_per_token") or 1)
     except (KeyError, TypeError, ValueError):
         return None
-    return total
+    return parts
 
 
 def estimate_weights(cfg: dict[str, Any], arch: Architecture) -> tuple[int, str] | None:
