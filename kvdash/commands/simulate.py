@@ -16,12 +16,16 @@ from kvdash.commands.common import (
     GpuOpt,
     GpuUtilOpt,
     KvDtypeOpt,
+    MaxBatchedTokensOpt,
     MaxFileSizeOpt,
+    MaxNumSeqsOpt,
     MaxReservedOpt,
     ModelOpt,
     PrefixOpt,
     ReserveOpt,
+    SloOpt,
     TpOpt,
+    WeightFormatOpt,
     WeightsOpt,
     block_size_of,
     parse_block_size,
@@ -42,6 +46,7 @@ HARD_MAX_REQUESTS = 50_000_000  # about 2 GB of arrays per policy
 
 
 def simulate(
+    ctx: typer.Context,
     model: ModelOpt = D.MODEL,
     config: ConfigOpt = None,
     kv_dtype: KvDtypeOpt = D.KV_DTYPE,
@@ -97,6 +102,13 @@ def simulate(
     capacities: Annotated[Optional[str], Opt(help="Hit rate against capacity of the outermost tier, tokens: "
                                                   "1M,3M,10M,50M,inf. Default: none.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
+    time_model: Annotated[bool, Opt("--time", help="Simulate in seconds (paged, vLLM's scheduler, the fitted step-time "
+                                                   "model; needs --gpu): TTFT, TPOT, E2E, tokens/s. --rate is then "
+                                                   "requests per second.")] = False,
+    weight_format: WeightFormatOpt = "bf16",
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_batched_tokens: MaxBatchedTokensOpt = None,
+    slo: SloOpt = None,
 ) -> None:
     """Simulate KV pool occupancy over time under contiguous and paged allocation."""
     from kvdash.commands.common import pick_alias
@@ -152,27 +164,42 @@ def simulate(
     if not 1 <= block_size <= max_len:
         raise InputError("--block-size", _short(block_size), f"expected 1 to --max-reserved ({max_len:,}) tokens")
     shape = rank_shapes(arch, kv_dtype, "tensor", tp, 1, block_size)[0]
+    if time_model or slo:
+        from kvdash.commands.simulate_time import main as timed_main
+
+        timed_main(locals())
+        return
     if shape.groups != 1 or shape.window_groups or shape.state_bytes:
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
     from kvdash.commands.calc import check_budget_options, warn
+    from kvdash.commands.common import given
 
-    notes = check_budget_options(budget, gpu, None, gpu_util, "vllm", weights, reserve)
-    from kvdash.calibration import reserve_spec, with_reserve
+    notes = check_budget_options(budget, gpu, None, gpu_util, "vllm", weights, reserve, given(ctx, "reserve"))
+    from kvdash.calibration import reserve_for
 
     spec = BudgetSpec(
         bytes=parse_budget(budget),  # neither: the 12 GiB default
         gpu=gpu, util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None)
-    spec = with_reserve(spec, reserve_spec(reserve, arch, gpu, tp, 1, D.MAX_BATCHED_TOKENS))
+    from kvdash.core.calc import CalcInput, capture_graphs, engine_caps
+
+    caps_inp = CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec)  # vLLM 0.33's caps for the GPU
+    caps = engine_caps(caps_inp)
+    spec = reserve_for(spec, reserve, given(ctx, "reserve"), arch, tp, 1, caps.max_num_batched_tokens,
+                       graphs=capture_graphs(caps_inp, caps))
     binfo = resolve_budget(spec, arch, tp, 1)
     b = binfo["per_rank_bytes"]
-    budget_lines = []  # a GPU-derived budget says first what it assumes of the runtime reserve (as calc does)
+    from kvdash.core.calc import reserve_text
+
+    budget_lines = []  # every output says first what it assumes of the runtime reserve (as calc does)
     if "gpu_memory_bytes" in binfo:
         if spec.reserve or spec.reserve_basis:
             budget_lines.append(f"runtime reserve {binfo['reserve_bytes']:,} B per rank ({binfo['reserve_basis']})")
         else:
-            from kvdash.core.calc import CalcInput, upper_bound_line
+            from kvdash.core.calc import upper_bound_line
 
             budget_lines.append(upper_bound_line(CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec), binfo))
+    else:
+        budget_lines.append(f"KV budget {b:,} B per rank: {reserve_text(binfo)}")
     for line in notes:
         warn(line)
     capacity = b // shape.bytes_per_token
