@@ -30,24 +30,37 @@ class TestAnswerFirst:
 
         Worked by hand: fp8 Llama-3.1-70B at TP 4 holds 2 x 80 layers x (8 / 4) KV heads x 128 x 1 B
         = 40,960 B per token.  Budget per rank: floor(85,520,809,984 B x 0.92) - 141.2e9 / 4 B of weights
-        = 78,679,145,185 - 35,300,000,000 = 43,379,145,185 B.  Paged: a block is 16 x 40,960 = 655,360 B,
-        floor(43,379,145,185 / 655,360) = 66,191 blocks, a request of 8,192 tokens takes 512 blocks,
-        floor(66,191 / 512) = 129 requests.  Contiguous: 8,192 x 40,960 = 335,544,320 B per request,
-        floor(43,379,145,185 / 335,544,320) = 129 requests."""
+        = 78,679,145,185 - 35,300,000,000 = 43,379,145,185 B before the runtime reserve.  The default reserve
+        (issue 23: auto, the published terms at TP 4): activation 1.89 GiB = 2,029,372,047 B + non-torch (TP > 1)
+        2.10 GiB = 2,254,857,830 B + CUDA graphs 26.88 MiB x 80 layers = 2,254,857,830 B = 6,539,087,707 B, so
+        the budget is 43,379,145,185 - 6,539,087,707 = 36,840,057,478 B.  Paged: a block is 16 x 40,960 =
+        655,360 B, floor(36,840,057,478 / 655,360) = 56,213 blocks, a request of 8,192 tokens takes 512 blocks,
+        floor(56,213 / 512) = 109 requests.  Contiguous: 8,192 x 40,960 = 335,544,320 B per request,
+        floor(36,840,057,478 / 335,544,320) = 109 requests."""
         code, out, err = run([*QUESTION, "--json"], capsys)
         assert (0, "") == (code, err)
         r = json.loads(out)
         assert 8192 == r["inputs"]["max_reserved_tokens"]
-        assert (43_379_145_185, 40_960, 66_191) == (r["budget"]["per_rank_bytes"], r["bytes_per_token"],
+        assert (36_840_057_478, 40_960, 56_213) == (r["budget"]["per_rank_bytes"], r["bytes_per_token"],
                                                     r["whole_pool_blocks"])
-        assert (129, 129) == (r["capacity"]["paged_requests"], r["capacity"]["contiguous_requests"])
+        assert (109, 109) == (r["capacity"]["paged_requests"], r["capacity"]["contiguous_requests"])
         assert "summary" == next(iter(r))  # the answer is the first key
-        assert r["summary"].startswith("129 requests of 8,192 tokens fit paged, 129 contiguous")
+        assert r["summary"].startswith("109 requests of 8,192 tokens fit paged, 109 contiguous (runtime reserve "
+                                       "6.09 GiB per rank, --reserve auto: published terms)")
+
+    def test_upper_bound_is_asked_for_and_labelled(self, capsys):
+        """--reserve 0 asks for the upper bound: 43,379,145,185 B, 66,191 blocks, floor(66,191 / 512) = 129, and
+        the first words say so, with what the default gives (109, above)."""
+        code, out, _ = run([*QUESTION, "--reserve", "0", "--json"], capsys)
+        r = json.loads(out)
+        assert (0, 43_379_145_185, 129) == (code, r["budget"]["per_rank_bytes"], r["capacity"]["paged_requests"])
+        assert r["summary"].startswith("UPPER BOUND (--reserve 0, no runtime reserve; the default --reserve auto "
+                                       "gives 109): 129 requests of 8,192 tokens fit paged")
 
     def test_table_starts_with_the_answer(self, capsys):
         code, out, _ = run(QUESTION, capsys)
         assert 0 == code
-        assert out.startswith("129 requests of 8,192 tokens fit paged, 129 contiguous")
+        assert out.startswith("109 requests of 8,192 tokens fit paged, 109 contiguous")
 
     def test_summary_says_why_contiguous_fits_fewer(self, capsys):
         """The tutorial: 47 paged, 19 contiguous, because Max reserves 2,048 tokens and 1,223 sit unused."""
@@ -116,7 +129,11 @@ class TestConsistentFigures:
     def test_min_gpu_util_is_a_number(self, capsys):
         code, out, _ = run(["calc", "--model", "llama-3.1-70b", "--tp", "4", "--gpu", "h100-80gb",
                             "--gpu-util", "0.9", "--target", "100", "--json"], capsys)
-        assert 0.5 == json.loads(out)["planning"]["min_gpu_util"]  # worked in test_architectures
+        # 100 requests of 825 tokens: 100 x 52 blocks x 1,310,720 B = 6,815,744,000 B; with the weights per rank
+        # (35,300,000,000) and the default reserve auto at TP 4 (6,539,087,707), (6,815,744,000 + 41,839,087,707)
+        # / 85,520,809,984 = 0.5689 -> 0.57 (floor(85,520,809,984 x 0.57) = 48,746,861,690 holds it); at
+        # --reserve 0 it is 0.50, as worked in test_architectures
+        assert 0.57 == json.loads(out)["planning"]["min_gpu_util"]
 
     def test_ratios_have_one_format(self, capsys):
         """Every paged/contiguous ratio in calc's tables has four decimals: 47 / 19 = 2.4737x.  The line
@@ -171,11 +188,29 @@ class TestDerivedLabelled:
         code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
         r = json.loads(out)
         line = "head_dim 128 derived as hidden_size 4,096 / num_attention_heads 32 (config.json has no head_dim)"
-        assert [line] == r["architecture"]["derived"]
-        assert line in r["assumptions"][0]
-        path.write_text(json.dumps({**cfg, "head_dim": 128}))
+        # the two fields of the weight estimate the file leaves out are transformers' LlamaConfig defaults
+        # (transformers/models/llama/configuration_llama.py: intermediate_size=11008, vocab_size=32000)
+        filled = [f"{f}: transformers' LlamaConfig default" for f in ("intermediate_size 11,008", "vocab_size 32,000")]
+        assert [*filled, line] == r["architecture"]["derived"]
+        assert line in next(a for a in r["assumptions"] if a.startswith("model: "))  # after the engine caps
+        path.write_text(json.dumps({**cfg, "head_dim": 128, "intermediate_size": 14336, "vocab_size": 128256}))
         code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
         assert [] == json.loads(out)["architecture"]["derived"]
+
+    def test_model_type_alone_names_every_default(self, tmp_path, capsys):
+        """Issue 23: {"model_type": "llama"} alone is what transformers' LlamaConfig makes of it: 32 layers, 32
+        heads, hidden_size 4,096 (so head_dim 4,096 / 32 = 128, never "hidden_size 0"), 2,048 positions, and
+        each default is named with the class; the KV heads default to the attention heads (MHA)."""
+        path = tmp_path / "config.json"
+        path.write_text('{"model_type": "llama"}')
+        code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
+        derived = json.loads(out)["architecture"]["derived"]
+        assert 0 == code
+        assert [f"{f}: transformers' LlamaConfig default" for f in (
+            "num_hidden_layers 32", "num_attention_heads 32", "hidden_size 4,096", "max_position_embeddings 2,048",
+            "intermediate_size 11,008", "vocab_size 32,000")] == derived[:6]
+        assert derived[6].startswith("head_dim 128 derived as hidden_size 4,096 / num_attention_heads 32")
+        assert "hidden_size 0" not in out
 
     def test_kv_heads_defaulting_to_attention_heads_is_labelled(self, tmp_path, capsys):
         cfg = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 64,
@@ -183,7 +218,9 @@ class TestDerivedLabelled:
         path = tmp_path / "config.json"
         path.write_text(json.dumps(cfg))
         code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
-        assert ["KV heads 4 derived from num_attention_heads (config.json names no KV heads: multi-head "
+        assert ["intermediate_size 11,008: transformers' LlamaConfig default",
+                "vocab_size 32,000: transformers' LlamaConfig default",
+                "KV heads 4 derived from num_attention_heads (config.json names no KV heads: multi-head "
                 "attention)"] == json.loads(out)["architecture"]["derived"]
 
 

@@ -136,13 +136,16 @@ def test_calc_auto_without_calibration(calib, capsys):
     assert 3_221_225_471 == b["reserve_bytes"]
     assert "published terms" in b["reserve_basis"] and "vLLM 0.19.0" in b["reserve_basis"]
     assert ["activation peak", "non-torch overhead", "CUDA-graph memory"] == [t["name"] for t in b["reserve_terms"]]
-    # the budget: floor(85,520,809,984 x 0.92) - 16,059,999,999 - 3,221,225,471
-    assert 78_679_145_185 - 16_059_999_999 - 3_221_225_471 == b["per_rank_bytes"]
+    # the budget: floor(85,520,809,984 x 0.92) - 16,060,000,000 (8.03e9 parameters x 2 bytes) - 3,221,225,471
+    assert 78_679_145_185 - 16_060_000_000 - 3_221_225_471 == b["per_rank_bytes"]
+    # and auto is the default for a GPU-derived budget (issue 23): the same figures without --reserve
+    code, doc, _ = run(["calc", "-m", "llama-3.1-8b", "--gpu", "h100-80gb", "--json"], capsys)
+    assert b == json.loads(doc)["budget"]
 
 
 def test_calc_zero_reserve_says_upper_bound_first(calib, capsys):
-    """The default 0 B reserve: the first assumption line says upper bound and what auto would take."""
-    code, out, _ = run(["calc", "-m", "llama-3.1-8b", "--gpu", "h100-80gb", "--json"], capsys)
+    """--reserve 0 asks for the upper bound: the first assumption line says so and what auto would take."""
+    code, out, _ = run(["calc", "-m", "llama-3.1-8b", "--gpu", "h100-80gb", "--reserve", "0", "--json"], capsys)
     r = json.loads(out)
     assert r["assumptions"][0].startswith("UPPER BOUND")
     assert "3,221,225,471 bytes" in r["assumptions"][0]
@@ -250,31 +253,58 @@ def test_calibrate_timeout_is_the_old_name_of_engine_timeout(calib, capsys):
 
 
 def test_sweep_report_states_reserve_basis(tmp_path):
-    """A grid with reserve: [0, auto] on a GPU: the report says upper bound under the title and names auto's basis."""
+    """A grid with reserve: [0, auto] on a GPU: the report's first line says upper bound and names auto's basis
+    (Llama-3.1-8B at TP 1: 3,221,225,471 B = 3.0000 GiB, worked in test_calc_auto_without_calibration)."""
     grid = tmp_path / "g.yaml"
     grid.write_text("title: auto\nmodels: [llama-3.1-8b]\ngrid:\n  gpu: [h100-80gb]\n  reserve: [0, auto]\n")
     with pytest.raises(SystemExit) as exc:
         main(["sweep", str(grid), "--out", str(tmp_path / "out")])
     assert 0 == exc.value.code
     md = (tmp_path / "out" / "report.md").read_text()
-    head = md.split("## Decision")[0]
-    assert "Upper bound" in head and "3.00 GiB" in head  # 3,221,225,471 B = 3.0000 GiB
-    assert "auto (published activation + non-torch terms by model and TP, CUDA graphs by layer)" in md
+    first = md.split("\n\n")[1]  # the line under the title
+    assert first.startswith("**Upper bound where reserve is 0 B. Runtime reserve of the GPU-derived budgets: 0 B")
+    assert "auto, 3.00 GiB per rank" in first and "published activation-peak and non-torch terms" in first
+    assert "auto on GPU-derived budgets (published activation + non-torch terms by model and TP" in md
+
+
+def test_sweep_default_reserve_is_auto_on_gpu_budgets(tmp_path, capsys):
+    """A GPU grid that names no reserve takes auto (issue 23): Llama-3.1-8B on H100-80GB at TP 1 has
+    78,679,145,185 - 16,060,000,000 - 3,221,225,471 = 59,397,919,714 B of KV per rank, as calc's default; the
+    report's first line and the sweep's summary line say so."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text("title: default\nmodels: [llama-3.1-8b]\ngrid:\n  gpu: [h100-80gb]\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", str(grid), "--out", str(tmp_path / "out"), "--check"])
+    assert 0 == exc.value.code
+    out = capsys.readouterr().out
+    assert "1 points (reserve auto, 3.00 GiB per rank, published terms) -> " in out
+    assert "gates: none in this grid (reserve auto, 3.00 GiB per rank, published terms)" in out
+    csv = (tmp_path / "out" / "results.csv").read_text().splitlines()
+    row = dict(zip(csv[0].split(","), csv[1].split(","), strict=True))
+    assert "59397919714" == row["budget_bytes"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert md.split("\n\n")[1].startswith(
+        "**Runtime reserve of the GPU-derived budgets: auto (kvdash's default), 3.00 GiB per rank")
 
 
 def test_live_auto_and_upper_bound(calib, capsys):
-    """live --demo (Llama-3.1-70B, TP 8): auto takes 1.89 + 2.10 GiB + 26.88 MiB x 80 layers
-    = 2,029,372,047 + 2,254,857,830 + 2,254,857,830 (.40) = 6,539,087,707 B per rank; without it the
-    0 B budget is marked an upper bound with that estimate."""
-    code, out, _ = run(["live", "--demo", "--json", "--reserve", "auto"], capsys)
+    """live --demo (Llama-3.1-70B, TP 8): auto, the default, takes 1.89 + 2.10 GiB + 26.88 MiB x 80 layers
+    = 2,029,372,047 + 2,254,857,830 + 2,254,857,830 (.40) = 6,539,087,707 B per rank; with --reserve 0 the
+    budget is marked an upper bound with that estimate."""
+    code, out, _ = run(["live", "--demo", "--json"], capsys)
     kv = json.loads(out)["kv_pool"]
     assert 0 == code
     assert 6_539_087_707 == kv["reserve_bytes"]
     assert "published terms" in kv["reserve_basis"] and kv["auto_reserve_estimate_bytes"] is None
-    code, out, _ = run(["live", "--demo", "--json"], capsys)
+    assert "reserve auto 6.09 GiB/rank (published terms)" == kv["reserve_text"]
+    code, out, _ = run(["live", "--demo", "--json", "--reserve", "0"], capsys)
     kv0 = json.loads(out)["kv_pool"]
     assert kv0["reserve_basis"].startswith("0 B") and 6_539_087_707 == kv0["auto_reserve_estimate_bytes"]
     assert kv0["budget_bytes"] - kv["budget_bytes"] == 6_539_087_707
+    assert "UPPER BOUND: --reserve 0" == kv0["reserve_text"]
+    code, out, _ = run(["live", "--demo", "--json", "--budget", "40GiB"], capsys)
+    kv1 = json.loads(out)["kv_pool"]
+    assert (0, 0, "declared budget, no reserve") == (code, kv1["reserve_bytes"], kv1["reserve_text"])
 
 
 # --- kvdash live: the measured reserve and the c key (the same entry kvdash calibrate records) -------
@@ -478,11 +508,13 @@ def test_measured_reserve_reproduces_the_engines_blocks(blocks, util, tp):
 
 
 def test_simulate_gpu_budget_says_upper_bound_first(capsys):
-    """kvdash simulate with a GPU-derived budget says first, as calc does, that it assumes a 0 B reserve and
+    """kvdash simulate with a GPU-derived budget and --reserve 0 says first, as calc does, that it assumes a 0 B
+    reserve and
     how much --reserve auto would take: Llama-3.1-8B on H100-80GB at TP 1,
     activation 2,029,372,047 + non-torch 289,910,292 + CUDA graphs 26.88 MiB x 32 layers
     (26.88 x 32 x 1,048,576 = 901,943,132.16 -> 901,943,132) = 3,221,225,471 B."""
-    code, out, _ = run(["simulate", "--gpu", "h100-80gb", "--model", "llama-3.1-8b", "--requests", "50"], capsys)
+    code, out, _ = run(["simulate", "--gpu", "h100-80gb", "--model", "llama-3.1-8b", "--requests", "50",
+                        "--reserve", "0"], capsys)
     assert 0 == code
     first = " ".join(out.split())
     assert first.startswith("UPPER BOUND: this GPU-derived budget assumes a runtime reserve of 0 B per rank; "
@@ -492,17 +524,23 @@ def test_simulate_gpu_budget_says_upper_bound_first(capsys):
 
 def test_simulate_reserve_auto_states_its_basis_and_lowers_the_pool(capsys):
     """--reserve auto: the first line names the reserve and its basis; the pool is the budget less it:
-    (62,619,145,186 - 3,221,225,471) // 131,072 B per token = 59,397,919,715 // 131,072 = 453,170 slots."""
+    (78,679,145,185 - 16,060,000,000 weights - 3,221,225,471) // 131,072 B per token = 59,397,919,714 // 131,072
+    = 453,170 slots.  auto is the default: the same without --reserve."""
     code, out, _ = run(["simulate", "--gpu", "h100-80gb", "--model", "llama-3.1-8b", "--reserve", "auto",
                         "--requests", "50", "--json"], capsys)
     assert 0 == code
     setup = json.loads(out)["setup"]
-    assert 59_397_919_715 == setup["budget_bytes"] and 453_170 == setup["capacity_slots"]
+    assert 59_397_919_714 == setup["budget_bytes"] and 453_170 == setup["capacity_slots"]
+    _, doc, _ = run(["simulate", "--gpu", "h100-80gb", "--model", "llama-3.1-8b", "--requests", "50", "--json"],
+                    capsys)
+    assert setup["budget_bytes"] == json.loads(doc)["setup"]["budget_bytes"]
     assert 1 == len(setup["budget_notes"])
     assert setup["budget_notes"][0].startswith("runtime reserve 3,221,225,471 B per rank (--reserve auto: ")
 
 
-def test_simulate_explicit_budget_has_no_reserve_note(capsys):
-    """An explicit --budget is taken as the KV pool itself: nothing to say about a runtime reserve."""
+def test_simulate_explicit_budget_says_no_reserve(capsys):
+    """An explicit --budget is taken as the KV pool itself (12 x 2^30 = 12,884,901,888 B): the first line says no
+    reserve is taken off it."""
     code, out, _ = run(["simulate", "--budget", "12GiB", "--requests", "50", "--json"], capsys)
-    assert 0 == code and [] == json.loads(out)["setup"]["budget_notes"]
+    assert 0 == code and ["KV budget 12,884,901,888 B per rank: a declared KV budget: no runtime reserve taken "
+                          "off"] == json.loads(out)["setup"]["budget_notes"]

@@ -177,8 +177,10 @@ def test_old_and_new_grid_key_together_are_an_error(tmp_path):
 DEFAULTS = {"--model": D.MODEL, "--kv-dtype": D.KV_DTYPE, "--block-size": str(D.BLOCK_SIZE), "--tp": D.TP,
             "--pp": D.PP, "--reserve": D.RESERVE, "--length": D.LENGTH, "--interval": D.INTERVAL,
             "--engine-timeout": D.ENGINE_TIMEOUT, "--max-file-size": D.MAX_FILE_SIZE,
-            "--max-batched-tokens": D.MAX_BATCHED_TOKENS, "--prefix": 0}
-HELP_DEFAULTS = {"--gpu-util": D.GPU_UTIL, "--max-reserved": f"{D.RESERVATION}", "--budget": D.BUDGET_TEXT,
+            "--prefix": 0}
+HELP_DEFAULTS = {"--max-batched-tokens": "Default: vLLM 0.33's for the GPU",
+                 "--max-num-seqs": "Default: vLLM 0.33's for the GPU",
+                 "--gpu-util": D.GPU_UTIL, "--max-reserved": f"{D.RESERVATION}", "--budget": D.BUDGET_TEXT,
                  "--gpu": "Default: none", "--gpu-memory": "Default: none", "--config": "Default: none"}
 # (command, option) whose default differs, each for a reason (kvdash/defaults.py says why)
 EXCEPTIONS = {
@@ -234,10 +236,11 @@ def test_exceptions_are_the_live_pair_exporter_interval_and_calibrate_model():
 
 def test_grid_defaults_are_the_commands_defaults():
     """A dimension a grid leaves out takes the commands' default: bf16, block 16, TP 1, PP 1, utilization
-    0.92 (vLLM 0.33's gpu_memory_utilization), reserve 0; a grid without workloads holds one request of 825
-    tokens reserving 2,048, as calc without --length."""
+    0.92 (vLLM 0.33's gpu_memory_utilization), reserve auto (issue 23: on GPU-derived budgets; declared ones
+    take none); a grid without workloads holds one request of 825 tokens reserving 2,048, as calc without
+    --length."""
     assert (GRID_DEFAULTS["kv_dtype"], GRID_DEFAULTS["block_size"], GRID_DEFAULTS["tp"], GRID_DEFAULTS["pp"],
-            GRID_DEFAULTS["gpu_util"], GRID_DEFAULTS["reserve"]) == ("bf16", 16, 1, 1, "0.92", 0)
+            GRID_DEFAULTS["gpu_util"], GRID_DEFAULTS["reserve"]) == ("bf16", 16, 1, 1, "0.92", "auto")
     w = gridfile.DEFAULT_WORKLOAD
     assert (w.lengths, w.max_reserved) == ((D.LENGTH,), D.RESERVATION) == ((825,), 2048)
 

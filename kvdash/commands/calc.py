@@ -9,8 +9,11 @@ import typer
 
 from kvdash import defaults as D
 from kvdash.commands.common import (
+    AllowLongOpt,
+    AsyncSchedulingOpt,
     BlockSizeOpt,
     BudgetOpt,
+    ChunkedPrefillOpt,
     ConfigOpt,
     GpuMemoryOpt,
     GpuOpt,
@@ -19,12 +22,16 @@ from kvdash.commands.common import (
     KvDtypeOpt,
     LengthOpt,
     MaxBatchedTokensOpt,
+    MaxNumSeqsOpt,
     MaxReservedOpt,
     ModelOpt,
+    PerformanceModeOpt,
     PpOpt,
     PrefixOpt,
     ReserveOpt,
+    SloOpt,
     TpOpt,
+    WeightFormatOpt,
     WeightsOpt,
     given,
     length_or_group,
@@ -51,7 +58,8 @@ def warn(message: str) -> None:
 
 
 def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | None, gpu_util: str | None,
-                         util_policy: str, weights: str | None, reserve: str) -> list[str]:
+                         util_policy: str, weights: str | None, reserve: str,
+                         reserve_given: bool = True) -> list[str]:
     """Validate every budget option, even one the mode ignores; return one warning line about those it ignores
     (printed once the whole command line is known to be valid)."""
     from kvdash.units import parse_fraction, parse_size
@@ -69,12 +77,38 @@ def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | 
         unused = [name for name, given in (("--gpu-util", gpu_util is not None),
                                            ("--util-policy", util_policy != "vllm"),
                                            ("--weights", weights is not None),
-                                           ("--reserve", reserve.strip() not in ("0", ""))) if given]
+                                           ("--reserve", reserve_given and reserve.strip().lower()
+                                            not in ("0", "", "auto"))) if given]
         if unused:
             return [f"{', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect without --gpu or "
                  "--gpu-memory (the KV budget is " + ("--budget" if budget is not None else "the 12 GiB default")
                  + ")"]
     return []
+
+
+LOG_TOKENS = r"GPU KV cache size:\s*([0-9][0-9,_]*)\s*tokens"
+LOG_LENGTH = r"Maximum concurrency for\s*([0-9][0-9,_]*)\s*tokens per request"
+
+
+def logged_figure(tokens: int | None, line: str | None, max_model_len: int | None) -> tuple[int | None, int | None]:
+    """``--logged-tokens`` and ``--from-log`` as (logged tokens, max_model_len): the line's ``Maximum concurrency
+    for L tokens`` gives max_model_len unless ``--max-model-len`` is given."""
+    import re
+
+    if line is None:
+        return tokens, max_model_len
+    text = line if len(line) <= 4096 else line[:4096]
+    found = re.search(LOG_TOKENS, text)
+    if found is None:
+        raise InputError("--from-log", line, "vLLM's start-up line, e.g. 'GPU KV cache size: 1,059,056 tokens, "
+                         "Maximum concurrency for 8,192 tokens per request: 129.28x' (or give --logged-tokens N)")
+    value = int(found.group(1).replace(",", "").replace("_", "")[:19])
+    if tokens is not None and tokens != value:
+        raise InputError("--logged-tokens", tokens, f"the --from-log line says {value:,}; give one of them")
+    length = re.search(LOG_LENGTH, text)
+    if length is not None and max_model_len is None:
+        max_model_len = int(length.group(1).replace(",", "").replace("_", "")[:19])
+    return value, max_model_len
 
 
 def calc(
@@ -99,7 +133,7 @@ def calc(
     weights: WeightsOpt = None,
     reserve: ReserveOpt = D.RESERVE,
     block_size: BlockSizeOpt = str(D.BLOCK_SIZE),
-    prefix_caching: Annotated[str, Opt(help="vLLM prefix caching: 'on' (vLLM 0.33's default; state layers in mamba_cache_mode 'align', 2 blocks per request per state group, 3 for gated delta net) or 'off'.")] = "on",
+    prefix_caching: Annotated[str, Opt(help="vLLM prefix caching: 'on' (vLLM 0.33's default; state layers in mamba_cache_mode 'align', 2 blocks per request per state group, 3 for Mamba-2 and gated delta net) or 'off'.")] = "on",
     used: LengthOpt = None,
     used_old: Annotated[Optional[int], Opt("--used", hidden=True, help="Old name of --length.")] = None,
     max_reserved: MaxReservedOpt = None,
@@ -109,13 +143,32 @@ def calc(
     tp: TpOpt = D.TP,
     pp: PpOpt = D.PP,
     max_model_len: Annotated[Optional[int], Opt(help="vLLM view: max_model_len (default: --max-reserved).")] = None,
-    max_batched_tokens: MaxBatchedTokensOpt = D.MAX_BATCHED_TOKENS,
+    max_batched_tokens: MaxBatchedTokensOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    performance_mode: PerformanceModeOpt = "balanced",
+    async_scheduling: AsyncSchedulingOpt = True,
+    chunked_prefill: ChunkedPrefillOpt = True,
+    allow_long_max_model_len: AllowLongOpt = False,
     target: Annotated[Optional[int], Opt(help="Planning: requests that must fit; adds budget, min utilization, min TP and longest length. Default: none (no planning).")] = None,
+    logged_tokens: Annotated[Optional[int], Opt(help="Check a logged figure: the 'GPU KV cache size: N tokens' vLLM "
+                                                      "logged; says which reserve (or budget) it implies, whether "
+                                                      "that is plausible, and what kvdash predicts. Default: none.")] = None,
+    from_log: Annotated[Optional[str], Opt(help="The same, from vLLM's log line as text: 'GPU KV cache size: "
+                                                "1,059,056 tokens, Maximum concurrency for 8,192 tokens per "
+                                                "request: 129.28x' (its max_model_len is taken unless "
+                                                "--max-model-len is given). Default: none.")] = None,
+    offload: Annotated[Optional[str], Opt(help="Tiers below the GPU: cpu:SIZE[,disk:SIZE|disk:inf] (bytes over all ranks, as vLLM's --kv-offloading-size): chunks, tokens, one request's reload bytes and time, requests held. Default: none.")] = None,
+    offload_rules: Annotated[str, Opt(help="Tier sizing for --offload: vllm (native offloading: chunks of --blocks-per-chunk blocks, page-aligned) or lmcache (256-token chunks).")] = "vllm",
+    blocks_per_chunk: Annotated[int, Opt(help="vLLM offloading: GPU blocks per CPU chunk.")] = 1,
+    link: Annotated[Optional[str], Opt(help="GPU-host link for --offload: pcie4-x16, pcie5-x16, nvlink-c2c or a bandwidth (25GB/s). Default: the --gpu preset's (PCIe Gen5 x16 without one).")] = None,
+    disk_link: Annotated[str, Opt(help="Disk tier bandwidth for --offload: nvme-gen4, nvme-gen5 or a bandwidth.")] = "nvme-gen4",
     as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
+    slo: SloOpt = None,
+    weight_format: WeightFormatOpt = "bf16",
 ) -> None:
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
-    from kvdash.core.calc import BudgetSpec, CalcInput, calculate
+    from kvdash.core.calc import BudgetSpec, CalcInput, calculate, capture_graphs, engine_caps
     from kvdash.core.model import model_from_spec, resolve_model
     from kvdash.units import parse_size
 
@@ -136,9 +189,11 @@ def calc(
     length, group = length_or_group(used, group)
     length = pick_alias(length, used_old, "--length", "--used")  # type: ignore[assignment]
     used = D.LENGTH if length is None else length
-    warnings = check_budget_options(budget, gpu, gpu_memory, gpu_util, util_policy, weights, reserve)
+    warnings = check_budget_options(budget, gpu, gpu_memory, gpu_util, util_policy, weights, reserve,
+                                    given(ctx, "reserve"))
     if max_reserved is None:  # the reservation the question implies: at least the longest length asked about
         max_reserved = D.reservation(arch.max_context, used, final or 0, *(parse_lengths(group) or ()))
+    logged_tokens, max_model_len = logged_figure(logged_tokens, from_log, max_model_len)
     spec = BudgetSpec(
         bytes=parse_budget(budget),
         gpu=gpu,
@@ -147,17 +202,31 @@ def calc(
         policy=util_policy,
         weights=parse_size(weights, "--weights", allow_zero=True) if weights is not None else None,
     )
-    from kvdash.calibration import reserve_spec, with_reserve
+    from kvdash.calibration import reserve_for
 
-    spec = with_reserve(spec, reserve_spec(reserve, arch, gpu, tp, pp, max_batched_tokens))
-    result = calculate(CalcInput(
+    inp = CalcInput(
         arch=arch, kv_dtype=kv_dtype, kv_scales=kv_scales, block_size=parse_block_size(block_size), budget=spec,
         prefix_caching=parse_on_off(prefix_caching, "--prefix-caching"),
         tp=tp, pp=pp, used=used, max_reserved=max_reserved, final=final,
         group=parse_lengths(group), prefix=prefix, max_model_len=max_model_len,
-        max_batched_tokens=max_batched_tokens, target=target,
-    ))
+        max_batched_tokens=max_batched_tokens, target=target, logged_tokens=logged_tokens, max_num_seqs=max_num_seqs,
+        performance_mode=performance_mode, async_scheduling=async_scheduling, chunked_prefill=chunked_prefill,
+        allow_long_max_model_len=allow_long_max_model_len,
+    )
+    inp.validate()
+    caps = engine_caps(inp)  # the reserve's activation and CUDA-graph terms follow the engine's caps
+    spec = reserve_for(spec, reserve, given(ctx, "reserve"), arch, tp, pp, caps.max_num_batched_tokens,
+                       graphs=capture_graphs(inp, caps))
+    from dataclasses import replace
+
+    result = calculate(replace(inp, budget=spec))
     pool = result["pool"]
+    if offload is not None:
+        result["offload_tiers"] = _offload(offload, offload_rules, blocks_per_chunk, link, disk_link, gpu, tp, pp,
+                                           pool, used)
+    elif offload_rules != "vllm" or blocks_per_chunk != 1 or link is not None or disk_link != "nvme-gen4":
+        raise InputError("--offload", None, "--offload-rules, --blocks-per-chunk, --link and --disk-link need "
+                                            "--offload cpu:SIZE")
     if result["whole_pool_blocks"] == 0:
         option = "--budget" if gpu is None and gpu_memory is None else "--gpu-util"
         raise InputError(option, f"{pool['budget_bytes']:,} B per rank",
@@ -165,6 +234,11 @@ def calc(
                          "sizes take a unit: 12GiB (2^30 B), 80GB (10^9 B), 512MiB")
     for line in warnings:
         warn(line)
+    if slo is not None:
+        from kvdash.commands.simulate_time import calc_slo
+
+        result["slo"] = calc_slo(result, arch, model, str(config) if config else None, gpu, tp, kv_dtype, slo,
+                                 weight_format)
     if as_json:
         if brief:
             warn("--brief has no effect with --json (the JSON document starts with its summary)")
@@ -181,3 +255,60 @@ def calc(
     from kvdash.render.calc_view import render
 
     render(result)
+    if "slo" in result:
+        s = result["slo"]
+        rate = "none" if s["max_rate_per_s"] is None else f"{s['max_rate_per_s']:g} requests/s"
+        print(f"SLO {slo} at p90 ({s['workload']}): at most {s['max_concurrency']:,} users, {rate}; KV holds about "
+              f"{s['kv_capacity_requests']:,} of them at once; binds: {s['binding_limit']}")
+    if offload is not None:
+        _print_offload(result["offload_tiers"])
+
+
+def _offload(text: str, rules: str, blocks_per_chunk: int, link: str | None, disk_link: str, gpu: str | None, tp: int,
+             pp: int, pool: dict, used: int) -> dict:
+    from kvdash.core import tiers as T
+
+    if rules not in ("vllm", "lmcache"):
+        raise InputError("--offload-rules", rules, "expected vllm or lmcache")
+    if not 1 <= blocks_per_chunk <= 4096:
+        raise InputError("--blocks-per-chunk", blocks_per_chunk, "expected 1 to 4096")
+    if pp != 1:
+        raise InputError("--pp", pp, "--offload sizes tiers for one pipeline stage (--pp 1)")
+    if pool["full_groups"] != 1 or pool["window_groups"] or pool["state_groups"]:
+        raise InputError("--offload", text, "tier sizing handles one full-attention KV-cache group")
+    sizes = T.parse_offload(text)
+    host = T.parse_link(link, "--link") if link else T.gpu_host_link(gpu)
+    return T.offload_view(sizes, pool["block_bytes"], tp, pool["block_size"], used, host,
+                          T.parse_link(disk_link, "--disk-link"), rules, blocks_per_chunk)
+
+
+def _print_offload(o: dict) -> None:
+    from kvdash.render.table import terminal_width, wrap
+    from kvdash.units import human_bytes
+
+    where = "vLLM native offloading, vllm/v1/kv_offload/cpu/spec.py" if o["rules"] == "vllm" else \
+        "LMCache 0.5.6 rules, 256-token chunks"
+    lines = [f"Offload tiers ({where}):"]
+    for name, t in o["tiers"].items():
+        if t["unbounded"]:
+            lines.append(f"  {name}: unbounded (vLLM's filesystem tier evicts nothing)")
+            continue
+        pad = "" if t["chunk_bytes"] == t["unpadded_chunk_bytes"] else \
+            f" ({t['unpadded_chunk_bytes']:,} B padded to 4,096-B pages)"
+        lines.append(f"  {name}: {t['size_bytes']:,} B // {t['chunk_bytes']:,} B per chunk{pad} = {t['chunks']:,} "
+                     f"chunks x {t['chunk_tokens']} tokens = {t['tokens']:,} tokens")
+    s = o["request_bytes"]
+    lines.append(f"  one request of {o['request_tokens']:,} tokens stores {o['request_chunks']:,} full chunks "
+                 f"({o['request_stored_tokens']:,} tokens; a partial tail is not stored) = {s:,} B "
+                 f"({human_bytes(s)}), {o['request_bytes_per_rank']:,} B per rank")
+    lines.append(f"  reload over {o['link']['name']} at {o['link']['bytes_per_s'] / 1e9:g} GB/s per GPU: "
+                 f"{o['reload_cpu_s'] * 1e3:,.3f} ms (bytes per rank / bandwidth, a lower bound; "
+                 f"{o['link']['source']})")
+    if o["reload_disk_s"] is not None:
+        lines.append(f"  from disk over {o['disk_link']['name']} at {o['disk_link']['bytes_per_s'] / 1e9:g} GB/s "
+                     f"(shared), then the host link: {o['reload_disk_s'] * 1e3:,.3f} ms ({o['disk_link']['source']})")
+    held = ", ".join(f"{k} {'unbounded' if v is None else f'{v:,}'}" for k, v in o["requests_held"].items())
+    total = o["requests_held_total"]
+    lines.append(f"  prefixes of such requests the tiers hold: {held}; together "
+                 + ("unbounded" if total is None else f"{total:,}"))
+    print("\n".join(part for line in lines for part in wrap(line, terminal_width())))

@@ -102,8 +102,10 @@ def exporter(
         raise InputError("--port", port, f"cannot listen on {host}:{port} ({exc.strerror or exc})") from exc
     state.start()
     shown = f"[{host}]" if ":" in host else host
+    from kvdash.exporter.collector import reserve_label
+
     print(f"kvdash exporter: serving http://{shown}:{server.server_port}/metrics "
-          f"(readings every {interval:g} s{', demo' if demo else ''})", flush=True)
+          f"({reserve_label(cfg)}; readings every {interval:g} s{', demo' if demo else ''})", flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:

@@ -47,7 +47,7 @@ NO_GPU = "no GPU readings: {why}. To see the dashboard without a GPU, run: kvdas
 
 
 def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int,  # type: ignore[no-untyped-def]
-            max_bytes: int | None = None, json_out: bool = False):
+            max_bytes: int | None = None, json_out: bool = False, engine: Optional[str] = None):
     from kvdash.sources.base import SourceUnavailable
 
     if demo and replay:
@@ -68,6 +68,10 @@ def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int,  # type: i
     except SourceUnavailable as exc:
         if replay:
             raise InputError("--replay", str(replay), str(exc)) from exc
+        if engine:  # no NVML here, but an engine to watch: its own figures, kvdash's pool from --budget
+            from kvdash.sources.base import NoGPUSource
+
+            return NoGPUSource(str(exc))
         print(f"kvdash: {NO_GPU.format(why=exc)}", file=sys.stderr)
         if json_out:  # scripts reading stdout get the reason too
             print(json.dumps({"error": NO_GPU.format(why=exc), "snapshot": None, "kv_pool": None}))
@@ -128,7 +132,7 @@ def live(
         return run_fleet(prometheus, cfg, once, as_json, interval)
     if not (once or as_json):
         check_snapshot_dir(snapshot_dir)
-    source = _source(demo, replay, seed, gpus, max_bytes, json_out=as_json)
+    source = _source(demo, replay, seed, gpus, max_bytes, json_out=as_json, engine=engine)
     engine_fetch = (lambda: fetch(engine, timeout=engine_timeout)) if engine else None
     if once or as_json:
         from kvdash.sources.base import SourceUnavailable
@@ -143,9 +147,9 @@ def live(
             raise InputError("--replay", str(replay), str(exc)) from exc
         finally:
             source.close()
-        if replay is not None and not snap.gpus:  # a file that holds no GPU: bad input, said in one line
-            raise InputError("--replay", str(replay), "its first snapshot has no GPU readings (\"gpus\" is empty); "
-                             "expected a file written by kvdash record")
+        if replay is not None and not snap.gpus and not snap.extra.get("engine"):  # nothing to show: one line
+            raise InputError("--replay", str(replay), "its first snapshot has no GPU readings (\"gpus\" is empty) "
+                             "and no engine reading; expected a file written by kvdash record")
         reading = engine_fetch() if engine_fetch else from_snapshot(snap.extra)
         kv = analyze(snap, cfg, reading)
         if as_json:
@@ -158,7 +162,7 @@ def live(
             console = Console()
             for part in once_view(snap, kv, console.width):
                 console.print(part)
-        if not snap.gpus:
+        if not snap.gpus and (reading is None or bool(reading.error)):
             print(f"kvdash: {NO_GPU.format(why=snap.error or 'the source lists no GPU')}", file=sys.stderr)
             raise typer.Exit(1)
         if mode == "engine" and not kv.get("ok"):
@@ -211,6 +215,8 @@ def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: s
     from kvdash.units import parse_fraction, parse_size
 
     size = parse_block_size(block_size)  # checked before the model is read, as calc does
+    if (budget_mode or ("explicit" if budget else "vllm")) != "vllm" and reserve == D.RESERVE:
+        reserve = "0"  # a declared budget (or the engine's own pool) takes no reserve: the default asks for none
     gpu_util = D.GPU_UTIL if gpu_util is None else gpu_util
     parse_fraction(gpu_util, "--gpu-util")
     cfg = LiveConfig(model=model, arch=load_config(config) if config else None, kv_dtype=kv_dtype, tp=tp,
@@ -270,9 +276,13 @@ def record(
     demo: DemoOpt = False,
     seed: SeedOpt = 7,
     gpus: GpusOpt = 8,
+    engine: Annotated[Optional[str], Opt(help="Also record a vLLM or SGLang engine's readings "
+                                              "(its /metrics, e.g. localhost:8000). Default: none.")] = None,
+    engine_timeout: EngineTimeoutOpt = D.ENGINE_TIMEOUT,
 ) -> None:
-    """Record GPU snapshots as JSON lines, for kvdash live --replay."""
+    """Record GPU snapshots (and an engine's readings) as JSON lines, for kvdash live --replay."""
     check_interval(interval)
+    check_engine_timeout(engine_timeout)
     check_demo_gpus(gpus)
     if count < 1:
         raise InputError("--count", count, "expected a positive integer")
@@ -281,7 +291,14 @@ def record(
 
     if out.exists() and not stat.S_ISREG(os.stat(out).st_mode):  # a FIFO would block the open; a folder fails
         raise InputError("--out", str(out), "expected a regular file (appended) or a new file")
-    source = _source(demo, None, seed, gpus)
+    if demo and engine:
+        raise InputError("--engine", engine, "give --demo or --engine, not both (the demo has its own engine)")
+    if engine is not None:
+        from kvdash.netaddr import check_url
+
+        check_url("--engine", engine, "a vLLM or SGLang server, e.g. localhost:8000")
+    source = _source(demo, None, seed, gpus, engine=engine)
+    failed = 0
     try:
         fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
                      0o644)
@@ -293,7 +310,14 @@ def record(
             raise InputError("--out", str(out), "expected a regular file (appended) or a new file")
         for i in range(count):
             started = time.monotonic()
-            append_line(fd, source.read().dumps())
+            snap = source.read()
+            if engine:
+                from kvdash.sources.engine import fetch, snapshot_engine
+
+                reading = fetch(engine, timeout=engine_timeout)
+                failed += bool(reading.error)
+                snap = replace(snap, extra={**snap.extra, "engine": snapshot_engine(reading)})
+            append_line(fd, snap.dumps())  # one write of a whole line, cut back if it does not fit
             if i + 1 < count:
                 time.sleep(max(0.0, interval - (time.monotonic() - started)))
     except OSError as exc:
@@ -302,4 +326,5 @@ def record(
     finally:
         os.close(fd)
         source.close()
-    print(f"{count} snapshots -> {out}")
+    print(f"{count} snapshots -> {out}" + (f" ({failed} engine readings failed: recorded with their error)"
+                                            if failed else ""))

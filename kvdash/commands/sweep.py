@@ -56,11 +56,13 @@ def sweep(
     if check:
         failures = _gates(spec, frame)
         if failures:
+            print(f"gates failed ({_reserve(spec, frame)}):", file=sys.stderr)
             for line in failures:
                 print(line, file=sys.stderr)
             raise typer.Exit(1)
         if not quiet:
-            print(f"gates: all {len(spec.gates)} passed" if spec.gates else "gates: none in this grid")
+            print((f"gates: all {len(spec.gates)} passed" if spec.gates else "gates: none in this grid")
+                  + f" ({_reserve(spec, frame)})")
 
 
 def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: bool,  # type: ignore[no-untyped-def]
@@ -97,8 +99,17 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
     else:
         files = write_report(spec, expanded, target, formats, force=force)
     if not quiet:
-        print(f"{expanded.frame.height:,} points -> {target}/ ({', '.join(f.name for f in files)})")
+        print(f"{expanded.frame.height:,} points ({_reserve(spec, expanded.frame)}) -> {target}/ "
+              f"({', '.join(f.name for f in files)})")
     return expanded.frame, files
+
+
+def _reserve(spec, frame) -> str:  # type: ignore[no-untyped-def]
+    """The reserve basis of the grid's budgets, in a few words (the report's first line in short)."""
+    from kvdash.report.build import reserve_line
+
+    return reserve_line(spec, frame, frame.height > 0 and frame.get_column("gpu").null_count() < frame.height,
+                        short=True)
 
 
 WARM_UP_POINTS = 100_000  # from here on evaluation takes long enough (0.05 s and up) to hide the warm-up

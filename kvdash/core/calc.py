@@ -19,6 +19,7 @@ from typing import Any
 from kvdash import __version__, defaults
 from kvdash.core import formulas as f
 from kvdash.core import limits
+from kvdash.core import vllm as engine
 from kvdash.core.dtypes import SCALE_BYTES, check_scale_mode, fp8_ds_mla_token_bytes, get_dtype
 from kvdash.core.gpus import GPU, get_gpu
 from kvdash.core.model import KINDS, Architecture, Layer
@@ -47,7 +48,7 @@ class PoolShape:
     holds ``block_size`` tokens for every layer of one group, so it takes
     ``block_size x layer_token_bytes x group_size`` bytes.  State (mamba/linear) layers form groups
     too; their state page is padded to the attention page, and a request holds ``state_blocks``
-    blocks of them whatever its length (1 per state group, 2 in prefix-caching ``align`` mode).
+    blocks of them whatever its length (1 per state group; in prefix-caching ``align`` mode 2, 3 for Mamba-2).
     """
 
     block_size: int
@@ -143,6 +144,23 @@ def exports_checkpoints(arch: Architecture, prefix_caching: bool) -> bool:
     return prefix_caching and bool(states) and all(layer.state_family == "gdn" for layer in states)
 
 
+def takes_prefill_checkpoint(arch: Architecture, prefix_caching: bool) -> bool:
+    """Whether the state layers' ``MambaSpec`` holds a prefill-checkpoint block in align mode
+    (``num_prefill_checkpoint_blocks=1``; ``MambaSpec.max_memory_usage_bytes`` in ``vllm/v1/kv_cache_interface.py``
+    is then page x (2 + speculative + 1) per request):
+
+    * every Mamba-2 layer: ``MambaMixer2.get_kv_cache_spec`` (``vllm/model_executor/layers/mamba/mamba_mixer2.py``)
+      always sets it (Nemotron-H, Nemotron-3, Granite-4.0-H, Falcon-H1, Zamba2, Mamba-2: every model built on
+      ``MambaMixer2``); Mamba-1 (``MambaMixer``, Jamba) keeps 2 blocks;
+    * gated delta net layers when they export checkpoints (:func:`exports_checkpoints`).
+
+    With prefix caching off (mamba_cache_mode 'none') a state layer holds 1 block whatever this says."""
+    states = arch.state_layers
+    if not prefix_caching or not states:
+        return False
+    return all(layer.state_family == "mamba2" for layer in states) or exports_checkpoints(arch, prefix_caching)
+
+
 def aligned_block_size(arch: Architecture, dtype: str, scales: str, tp: int, requested: int,
                        prefix_caching: bool = True) -> tuple[int, int]:
     """The attention block size vLLM 0.33 uses, and the state page it must hold (0: no state layers).
@@ -228,7 +246,8 @@ def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_si
     window_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k != "full")
     layer_bytes = max(max(v) for v in kinds.values())
     state_groups = f.cdiv(n_state, group_size) if n_state else 0
-    # MambaSpec.max_memory_usage_bytes: align mode 2 (+1 prefill checkpoint) pages per request, else 1
+    # MambaSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py): align mode 2 pages per request, + 1 prefill
+    # checkpoint (Mamba-2 layers, checkpointing gated delta nets: takes_prefill_checkpoint), else 1
     state_blocks = state_groups * ((3 if checkpoints else 2) if prefix_caching else 1)
     return PoolShape(
         block_size=block_size,
@@ -259,19 +278,24 @@ def rank_shapes(arch: Architecture, dtype: str = "bf16", scales: str = "tensor",
     get_dtype(dtype)
     check_parallel(arch, tp, pp)
     used, page = aligned_block_size(arch, dtype, scales, tp, block_size, prefix_caching)
-    checkpoints = exports_checkpoints(arch, prefix_caching)
+    checkpoints = takes_prefill_checkpoint(arch, prefix_caching)
     return [shape_of([arch.layers[i] for i in r], dtype, scales, tp, used, page, prefix_caching, block_size,
                      checkpoints) for r in stage_layers(arch.num_layers, pp)]
 
 
-def auto_block_size(arch: Architecture) -> tuple[int, str]:
-    """The block size vLLM 0.33 picks on Hopper when none is given, and why."""
-    if arch.use_mla:
-        return 64, "64: MLA on Hopper runs FlashMLA, which accepts only 64-token blocks"
+def auto_block_size(arch: Architecture, kv_dtype: str = defaults.KV_DTYPE,
+                    compute_capability: str = "") -> tuple[int, str]:
+    """The block size vLLM 0.33 picks when none is given, and why: per GPU generation (the budget's GPU preset;
+    Hopper when there is none) and KV dtype (:func:`kvdash.core.vllm.auto_block_size`); a hybrid's block is
+    then raised to hold its state page (:func:`aligned_block_size`)."""
+    generation = engine.gpu_generation(compute_capability) or "sm90"
+    size, why = engine.auto_block_size(arch.use_mla, get_dtype(kv_dtype).quantized, generation)
+    if compute_capability == "" and generation == "sm90":
+        why += "; no CUDA GPU preset given: Hopper's choice"
     if arch.is_hybrid:
-        return 16, ("16 requested, then raised so one attention page holds a state page "
-                    "(vllm/platforms/interface.py, _align_hybrid_block_size)")
-    return 16, "16: vLLM's default block size for CUDA"
+        why += "; then raised so one attention page holds a state page (vllm/platforms/interface.py, " \
+               "_align_hybrid_block_size)"
+    return size, why
 
 
 def check_positive(field: str, value: object) -> int:
@@ -345,11 +369,7 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, stric
         return {"per_rank_bytes": 0, "fits": False, "source": spec.policy, "formula": formula,
                 "shortfall_bytes": -budget}
     if budget <= 0:
-        raise InputError(
-            "--gpu-util", str(util),
-            f"no memory is left for the KV cache: {formula} = {budget} bytes; raise --gpu-util or --tp, "
-            "or lower --weights/--reserve",
-        )
+        raise no_kv_memory(spec, arch, gpu, total, util, weights, weights_basis, tp, pp, budget)
     return {
         "per_rank_bytes": budget,
         "source": spec.policy,
@@ -371,6 +391,59 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, stric
     }
 
 
+def no_kv_memory(spec: BudgetSpec, arch: Architecture, gpu: GPU | None, total: int, util: Decimal, weights: int,
+                 weights_basis: str, tp: int, pp: int, budget: int) -> InputError:
+    """The one-line error for a GPU-derived budget that leaves no KV memory: it names the option the user
+    typed (or the default the value came from) and only fixes that can work (issue 23)."""
+    wr = f.weights_per_rank(weights, tp * pp)
+    reserve_given = bool(spec.reserve) and not spec.reserve_basis
+    field: str
+    value: object
+    if spec.util is not None:
+        field, value = "--gpu-util", spec.util
+    elif spec.weights is not None:
+        field, value = "--weights", spec.weights
+    elif reserve_given:
+        field, value = "--reserve", f"{spec.reserve:,} B"
+    else:
+        field, value = ("--gpu", spec.gpu) if gpu is not None and spec.gpu_memory is None else ("--gpu-memory", total)
+    default = "" if spec.util is not None else f", vLLM {VLLM_VERSION}'s default gpu_memory_utilization"
+    if spec.policy == "vllm":
+        how = (f"floor({total:,} x {util}{default}) - weights/rank {wr:,} - reserve {spec.reserve:,} = "
+               f"{budget:,} B")
+    else:
+        how = f"floor(({total:,} - weights/rank {wr:,} - reserve {spec.reserve:,}) x {util}) = {budget:,} B"
+    reserve_how = spec.reserve_basis.split(" (")[0] if spec.reserve_basis else "given with --reserve"
+    fixes = []
+    for more in TP_CANDIDATES:  # the smallest TP (same GPU, utilization, reserve) that leaves KV memory
+        if more <= tp:
+            continue
+        try:
+            check_parallel(arch, more, pp)
+        except InputError:
+            continue
+        reserve = spec.reserve  # --reserve auto's published terms are taken again at that TP
+        if spec.reserve_basis.startswith("--reserve auto: published"):
+            reserve = auto_reserve(arch.model_type, more, pp, gpu=spec.gpu, layers=arch.num_layers)["bytes"]
+        left = (scale_floor(total, util) if spec.policy == "vllm" else total) - f.weights_per_rank(weights, more * pp) \
+            - reserve
+        if left > 0:
+            fixes.append(f"--tp {more} (weights/rank {f.weights_per_rank(weights, more * pp):,} B)")
+            break
+    if spec.policy == "vllm" and total - wr - spec.reserve > 0:
+        need = (Decimal(wr + spec.reserve + 1) / Decimal(total)).quantize(Decimal("0.01"), rounding=ROUND_CEILING)
+        while need <= 1 and scale_floor(total, need) - wr - spec.reserve <= 0:
+            need += Decimal("0.01")
+        if need <= 1:
+            fixes.append(f"--gpu-util {need} or more")
+    if spec.reserve and scale_floor(total, util) - wr > 0 and spec.policy == "vllm":
+        fixes.append(f"--reserve under {scale_floor(total, util) - wr:,} B (now {spec.reserve:,} B: {reserve_how})")
+    fixes.append(f"a GPU with more memory than {total:,} B" if not fixes else "a larger GPU")
+    what = (f"the weights alone ({wr:,} B per rank: {weights_basis}) exceed the GPU's {total:,} B" if wr >= total
+            else "no memory is left for the KV cache")
+    return InputError(field, value, f"{what}: {how}; fix: {' or '.join(fixes)}")
+
+
 # --- inputs -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -388,9 +461,15 @@ class CalcInput:
     group: tuple[int, ...] | None = None
     prefix: int = 0  # tokens of a prompt prefix every request shares
     max_model_len: int | None = None  # vLLM view; default: max_reserved
-    max_batched_tokens: int = defaults.MAX_BATCHED_TOKENS  # vLLM max_num_batched_tokens (chunked prefill)
+    max_batched_tokens: int | None = None  # vLLM max_num_batched_tokens; None: vLLM 0.33's default for the GPU
     target: int | None = None  # planning: requests that must fit
+    logged_tokens: int | None = None  # a logged "GPU KV cache size: N tokens" to check
     prefix_caching: bool = True  # vLLM 0.33's default; puts state layers in mamba_cache_mode 'align'
+    max_num_seqs: int | None = None  # vLLM max_num_seqs; None: vLLM 0.33's default for the GPU
+    performance_mode: str = "balanced"  # vLLM --performance-mode: 'throughput' doubles both defaults
+    chunked_prefill: bool = True  # vLLM's default for generative models
+    async_scheduling: bool = True  # vLLM 0.33's default: two batches in flight
+    allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
 
     def validate(self) -> None:
         check_positive("--length", self.used)
@@ -428,9 +507,15 @@ class CalcInput:
                              "the shared prefix owns no block of its own)")
         if self.max_model_len is not None:
             check_positive("--max-model-len", self.max_model_len)
-        check_positive("--max-batched-tokens", self.max_batched_tokens)
+            engine.check_max_model_len(self.max_model_len, self.arch.derived_max_len, self.allow_long_max_model_len)
+        if self.max_batched_tokens is not None:
+            check_positive("--max-batched-tokens", self.max_batched_tokens)
+        if self.max_num_seqs is not None:
+            check_positive("--max-num-seqs", self.max_num_seqs)
         if self.target is not None:
             check_positive("--target", self.target)
+        if self.logged_tokens is not None:
+            check_positive("--logged-tokens", self.logged_tokens)
 
 
 # --- evaluation -------------------------------------------------------------------------------
@@ -455,6 +540,7 @@ def evaluate(inp: CalcInput, shapes: Sequence[PoolShape], budget: int, lengths: 
     common = {
         "budget": budget, "max_reserved": inp.max_reserved, "prefix": inp.prefix,
         "max_model_len": inp.max_model_len or inp.max_reserved, "max_batched_tokens": inp.max_batched_tokens,
+        "in_flight_tokens": engine.max_in_flight_tokens(int(inp.max_batched_tokens or 0), inp.async_scheduling, inp.pp),
         **workload_inputs(lengths, finals),
     }
     stages = [point_metrics(shape_inputs(s) | common) for s in shapes]
@@ -609,7 +695,7 @@ def _prefix(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
 def resolve_block_size(inp: CalcInput) -> tuple[int, str]:
     """The requested block size (``auto``: vLLM 0.33's choice on Hopper) and why."""
     if inp.block_size == "auto":
-        return auto_block_size(inp.arch)
+        return auto_block_size(inp.arch, inp.kv_dtype, budget_gpu(inp.budget)[2])
     if isinstance(inp.block_size, str):
         raise InputError("--block-size", inp.block_size, "expected a positive integer or 'auto'")
     return check_positive("--block-size", inp.block_size), f"{inp.block_size}: requested"
@@ -620,6 +706,10 @@ def _vllm_view(inp: CalcInput, shapes: list[PoolShape], m: dict[str, Any], block
     length = inp.max_model_len or inp.max_reserved
     tokens, concurrency, num_blocks = m["vllm_kv_cache_tokens"], m["vllm_max_concurrency"], m["vllm_num_gpu_blocks"]
     s = shapes[0]
+    batches = engine.max_concurrent_batches(inp.async_scheduling, inp.pp)
+    in_flight = engine.max_in_flight_tokens(int(inp.max_batched_tokens or 0), inp.async_scheduling, inp.pp)
+    flight = (f"T = max_in_flight_tokens = {batches} batch(es) in flight x max_num_batched_tokens "
+              f"{inp.max_batched_tokens:,} = {in_flight:,}; VllmConfig.max_in_flight_tokens, vllm/config/vllm.py")
     notes = [
         f"vLLM's concurrency assumes every request reaches max_model_len={length:,} tokens; "
         f"kvdash's paged figure uses the {inp.used:,} tokens a request holds now.",
@@ -629,14 +719,13 @@ def _vllm_view(inp: CalcInput, shapes: list[PoolShape], m: dict[str, Any], block
     ]
     if s.window_groups and s.chunked:
         notes.append(
-            f"For chunked-local layers vLLM budgets cdiv(min(C+max_num_batched_tokens, L), B) blocks "
-            f"(C={s.window:,}); kvdash's snapshot bound is cdiv(C-1, B)+1 during decode."
+            f"For chunked-local layers vLLM budgets cdiv(min(C+T, L), B) blocks (C={s.window:,}, {flight}); "
+            "kvdash's snapshot bound is cdiv(C-1, B)+1 during decode."
         )
     elif s.window_groups:
         notes.append(
-            f"For sliding layers vLLM budgets cdiv(min(W-1+max_num_batched_tokens, L), B)+1 blocks "
-            f"(W={s.window:,}, max_num_batched_tokens={inp.max_batched_tokens:,}); kvdash's snapshot "
-            "bound is cdiv(W-1, B)+1 during decode."
+            f"For sliding layers vLLM budgets cdiv(min(W-1+T, L), B)+1 blocks (W={s.window:,}, {flight}); "
+            "kvdash's snapshot bound is cdiv(W-1, B)+1 during decode."
         )
     if s.groups > 1:
         notes.append(
@@ -659,6 +748,8 @@ def _vllm_view(inp: CalcInput, shapes: list[PoolShape], m: dict[str, Any], block
         "kv_cache_groups": s.groups,
         "max_model_len": length,
         "max_num_batched_tokens": inp.max_batched_tokens,
+        "max_num_seqs": inp.max_num_seqs,
+        "max_in_flight_tokens": in_flight,
         "num_gpu_blocks": num_blocks,
         "blocks_per_request_at_max_model_len": m["vllm_blocks_per_request"],
         "gpu_kv_cache_tokens": tokens,
@@ -692,21 +783,33 @@ def _min_util(needed: int, total: int, fixed: int, policy: str) -> float | None:
 
 def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info: dict[str, Any]) -> dict[str, Any]:
     """Budget, utilization and TP degree for ``target`` requests at ``used`` tokens, or, with a group,
-    for ``target`` requests of the mix (whole groups: ``ceil(target / k)`` of them)."""
+    for ``target`` requests of the mix (whole groups: ``ceil(target / k)`` of them).  With ``--prefix`` the
+    shared prefix counts: its whole blocks are stored once, so ``needed = shared bytes + groups x own bytes``
+    (the inverse of ``requests_with_prefix_sharing = floor((budget - shared) / own) x k``)."""
     target = inp.target
     assert target is not None
     lengths = inp.group or (inp.used,)
     groups = f.cdiv(target, len(lengths))
-    needed = max(groups * int(evaluate(inp, [sh], 1, lengths)["paged_bytes"]) for sh in shapes)
+    key = "requests_with_prefix_sharing" if inp.prefix else "paged_requests"
+
+    def needs(sh: PoolShape) -> int:
+        m = evaluate(inp, [sh], 1, lengths)
+        if inp.prefix:
+            return int(m["prefix_shared_bytes"]) + groups * int(m["prefix_own_bytes"])
+        return groups * int(m["paged_bytes"])
+    needed = max(needs(sh) for sh in shapes)
     plan: dict[str, Any] = {
         "target_requests": target,
+        "max_num_seqs": inp.max_num_seqs,
+        "runs_at_once": inp.max_num_seqs is None or target <= inp.max_num_seqs,
         "at_tokens": inp.used if inp.group is None else list(lengths),
+        "prefix_tokens": inp.prefix,
         "budget_needed_per_rank_bytes": needed,
         "fits_current_budget": needed <= budget,
     }
 
     def fits(sh: Sequence[PoolShape], b: int) -> bool:
-        return int(evaluate(inp, sh, b, lengths)["paged_requests"]) >= target
+        return int(evaluate(inp, sh, b, lengths)[key]) >= target
     if "gpu_memory_bytes" in budget_info:
         total = budget_info["gpu_memory_bytes"]
         fixed = budget_info["weights_per_rank_bytes"] + budget_info["reserve_bytes"]
@@ -717,7 +820,7 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
         try:
             tp_shapes = rank_shapes(inp.arch, inp.kv_dtype, inp.kv_scales, tp, inp.pp, int(inp.block_size),
                                     inp.prefix_caching)
-            tp_budget = resolve_budget(inp.budget, inp.arch, tp, inp.pp)["per_rank_bytes"]
+            tp_budget = resolve_budget(_at_tp(inp, tp), inp.arch, tp, inp.pp)["per_rank_bytes"]
         except InputError:
             continue
         if fits(tp_shapes, tp_budget):
@@ -728,7 +831,7 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
     lo, hi = inp.prefix, inp.arch.max_context  # a request is at least the shared prefix (shorter ones hold 0 bytes)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if paged_capacity(inp, shapes, budget, mid) >= target:
+        if int(evaluate(inp, shapes, budget, (mid,))[key]) >= target:
             lo = mid
         else:
             hi = mid - 1
@@ -736,6 +839,100 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
     plan["longest_uniform_tokens"] = lo
     plan["longest_limited_by_context"] = lo == inp.arch.max_context
     return plan
+
+
+def _at_tp(inp: CalcInput, tp: int) -> BudgetSpec:
+    """The budget spec at another TP degree: ``--reserve auto``'s published terms depend on TP (non-torch
+    overhead), so they are taken again; a measured (calibration) or given reserve stays as it is."""
+    spec = inp.budget
+    if not spec.reserve_basis.startswith("--reserve auto: published"):
+        return spec
+    caps = engine_caps(inp)
+    est = auto_reserve(inp.arch.model_type, tp, inp.pp, caps.max_num_batched_tokens, spec.gpu,
+                       layers=inp.arch.num_layers, graphs=capture_graphs(inp, caps))
+    return replace(spec, reserve=est["bytes"])
+
+
+def implied_budgets(inp: CalcInput, shapes: Sequence[PoolShape], tokens: int) -> tuple[int, int] | None:
+    """The KV budgets per rank for which vLLM 0.33 logs exactly ``tokens`` as its GPU KV cache size (the same
+    formula as :func:`_vllm_view`: ``int(num_gpu_blocks / blocks per request x max_model_len)``, monotone in the
+    budget), as ``(lowest, highest)``; ``None`` when no budget gives exactly that figure."""
+    def logged(b: int) -> int:
+        return int(evaluate(inp, shapes, b, (inp.used,))["vllm_kv_cache_tokens"])
+
+    def first_at_least(n: int) -> int:
+        lo, hi = 0, 1
+        while logged(hi) < n:
+            lo, hi = hi, hi * 2
+            if hi > limits.MAX_BYTES:
+                return limits.MAX_BYTES + 1
+        while lo < hi:  # logged(hi) >= n > logged(lo) (or lo = 0)
+            mid = (lo + hi) // 2
+            if logged(mid) >= n:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+    low = first_at_least(tokens)
+    if low > limits.MAX_BYTES or logged(low) != tokens:
+        return None
+    return low, first_at_least(tokens + 1) - 1
+
+
+def log_check(inp: CalcInput, shapes: Sequence[PoolShape], budget_info: dict[str, Any],
+              view: dict[str, Any]) -> dict[str, Any]:
+    """What a logged ``GPU KV cache size: N tokens`` implies for this configuration (issue 23): the KV budget
+    per rank it needs, the runtime reserve that budget leaves on a GPU-derived budget
+    (``floor(total x util) - weights/rank - budget``), whether that reserve is possible and plausible, and
+    what kvdash predicts."""
+    from kvdash.core.reserve import SMALLEST_PUBLISHED_RESERVE_GIB, gib_bytes
+
+    tokens = int(inp.logged_tokens or 0)
+    predicted = int(view["gpu_kv_cache_tokens"])
+    diff = 100 * (predicted - tokens) / tokens
+    out: dict[str, Any] = {"logged_tokens": tokens, "max_model_len": view["max_model_len"],
+                           "predicted_tokens": predicted, "predicted_difference_percent": diff}
+    span = implied_budgets(inp, shapes, tokens)
+    said = f"The logged {tokens:,} tokens (at max_model_len {view['max_model_len']:,})"
+    pred = (f"kvdash predicts {predicted:,} tokens ({diff:+.1f}%) with "
+            + ("the declared budget" if "gpu_memory_bytes" not in budget_info else reserve_text(budget_info)))
+    if span is None:
+        out.update(verdict="impossible", budget_range_bytes=None, reserve_range_bytes=None,
+                   text=f"{said}: no KV budget gives exactly that figure for this configuration (another model, "
+                        f"KV dtype, block size, --tp or --max-model-len?); {pred}.")
+        return out
+    lo, hi = span
+    out["budget_range_bytes"] = [lo, hi]
+    budget_text = f"a KV budget of {lo:,} to {hi:,} B per rank" if lo != hi else f"a KV budget of {lo:,} B per rank"
+    if "gpu_memory_bytes" not in budget_info or budget_info.get("source") != "vllm":
+        out.update(verdict="budget only", reserve_range_bytes=None,
+                   text=f"{said} imply {budget_text} (declared here: {budget_info['per_rank_bytes']:,} B); {pred}.")
+        return out
+    most = budget_info["requested_bytes"] - budget_info["weights_per_rank_bytes"]  # all vLLM can give the KV cache
+    r_lo, r_hi = most - hi, most - lo
+    out["reserve_range_bytes"] = [r_lo, r_hi]
+    smallest = gib_bytes(SMALLEST_PUBLISHED_RESERVE_GIB)
+    reserve = (f"a runtime reserve of {r_lo:,} B per rank" if r_lo == r_hi else
+               f"a runtime reserve of at most {r_hi:,} B per rank" if r_lo < 0 else
+               f"a runtime reserve of {r_lo:,} to {r_hi:,} B per rank")
+    if r_hi < 0:
+        verdict = "impossible"
+        why = (f"more than vLLM can have: at gpu_memory_utilization {budget_info['utilization']} it can give the KV "
+               f"cache at most floor({budget_info['gpu_memory_bytes']:,} x {budget_info['utilization']}) - "
+               f"{budget_info['weights_per_rank_bytes']:,} B of weights = {most:,} B per rank (another --gpu-util, "
+               "--weights, --tp or GPU?)")
+        reserve = (f"a negative runtime reserve ({r_lo:,} to {r_hi:,} B per rank)" if r_lo != r_hi else
+                   f"a negative runtime reserve ({r_lo:,} B per rank)")
+    elif r_hi < smallest:
+        verdict = "implausible"
+        why = (f"implausibly small: every published vLLM start-up kept at least {SMALLEST_PUBLISHED_RESERVE_GIB} GiB "
+               f"({smallest:,} B) for its activation peak and non-torch memory, and vLLM 0.33 also takes CUDA graphs "
+               "off (check --gpu-util, --weights, --tp, --kv-dtype)")
+    else:
+        verdict = "plausible"
+        why = "plausible"
+    out.update(verdict=verdict, text=f"{said} imply {reserve} ({budget_text}): {why}; {pred}.")
+    return out
 
 
 def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
@@ -844,8 +1041,9 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
 
 def upper_bound_line(inp: CalcInput, budget_info: dict[str, Any]) -> str:
     """The first line of an output whose GPU-derived budget assumes a 0 B reserve: how much ``auto`` takes."""
-    est = auto_reserve(inp.arch.model_type, inp.tp, inp.pp, inp.max_batched_tokens, budget_info.get("gpu"),
-                      layers=inp.arch.num_layers)
+    caps = engine_caps(inp)
+    est = auto_reserve(inp.arch.model_type, inp.tp, inp.pp, caps.max_num_batched_tokens, budget_info.get("gpu"),
+                       layers=inp.arch.num_layers, graphs=capture_graphs(inp, caps))
     budget_info["auto_reserve_estimate_bytes"] = est["bytes"]
     budget = budget_info["per_rank_bytes"]
     share = f", {100 * est['bytes'] / budget:.1f}% of it" if budget > 0 else ""
@@ -854,9 +1052,68 @@ def upper_bound_line(inp: CalcInput, budget_info: dict[str, Any]) -> str:
             + ", ".join(f"{t['name']} {t['bytes']:,} B" for t in est["terms"]))
 
 
+def budget_gpu(spec: BudgetSpec) -> tuple[int | None, str | None, str]:
+    """The GPU a budget is derived from: (total bytes, name, compute capability); (None, None, '') for a
+    declared budget."""
+    if spec.gpu is None and spec.gpu_memory is None:
+        return None, None, ""
+    gpu = get_gpu(spec.gpu) if spec.gpu is not None else None
+    total = spec.gpu_memory if spec.gpu_memory is not None else gpu.memory_bytes  # type: ignore[union-attr]
+    return total, (gpu.name if gpu else None), (gpu.compute_capability if gpu else "")
+
+
+def capture_graphs(inp: CalcInput, caps: engine.Caps | None = None) -> int:
+    """CUDA graphs vLLM 0.33 captures under the engine's caps on the budget's GPU (the reserve's CUDA-graph
+    term scales with them): :func:`kvdash.core.vllm.cudagraph_capture_sizes`."""
+    caps = caps or engine_caps(inp)
+    blackwell = engine.gpu_generation(budget_gpu(inp.budget)[2]) == "sm100"
+    return len(engine.cudagraph_capture_sizes(caps.max_num_seqs, caps.max_num_batched_tokens, blackwell,
+                                              inp.performance_mode))
+
+
+def engine_caps(inp: CalcInput) -> engine.Caps:
+    """``max_num_seqs`` and ``max_num_batched_tokens`` vLLM 0.33 runs this configuration with
+    (:func:`kvdash.core.vllm.scheduler_caps` for the budget's GPU)."""
+    total, name, _ = budget_gpu(inp.budget)
+    return engine.scheduler_caps(total, name, inp.max_model_len or inp.max_reserved, inp.max_num_seqs,
+                                 inp.max_batched_tokens, inp.performance_mode, inp.chunked_prefill)
+
+
+def _engine(inp: CalcInput, caps: engine.Caps, paged: int) -> dict[str, Any]:
+    """What vLLM 0.33 runs: its scheduler caps, the batches in flight, and the requests running at once."""
+    running = min(paged, caps.max_num_seqs)
+    return {
+        "max_num_seqs": caps.max_num_seqs,
+        "max_num_seqs_basis": caps.seqs_basis,
+        "caps_basis": engine.caps_text(caps),
+        "max_num_batched_tokens": caps.max_num_batched_tokens,
+        "max_num_batched_tokens_basis": caps.tokens_basis,
+        "performance_mode": inp.performance_mode,
+        "chunked_prefill": inp.chunked_prefill,
+        "async_scheduling": inp.async_scheduling,
+        "max_concurrent_batches": engine.max_concurrent_batches(inp.async_scheduling, inp.pp),
+        "max_in_flight_tokens": engine.max_in_flight_tokens(caps.max_num_batched_tokens, inp.async_scheduling, inp.pp),
+        "requests_in_kv_cache": paged,
+        "running_requests": running,
+        "limited_by": "max_num_seqs" if caps.max_num_seqs < paged else "kv_cache",
+    }
+
+
+def caps_line(e: dict[str, Any]) -> str:
+    """The assumption line of the engine caps (what vLLM runs, first after the budget)."""
+    batches = e["max_concurrent_batches"]
+    return (f"engine caps: vLLM {VLLM_VERSION} runs at most {e['max_num_seqs']:,} requests at once and schedules "
+            f"{e['max_num_batched_tokens']:,} tokens per step ({e['caps_basis']}); {batches} "
+            f"batch{'es' if batches > 1 else ''} in flight ("
+            + ("async scheduling, on by default" if e["async_scheduling"] else "--no-async-scheduling")
+            + f"): sliding-window and chunked layers are sized for {e['max_in_flight_tokens']:,} tokens")
+
+
 def calculate(inp: CalcInput) -> dict[str, Any]:
     """Every figure for one configuration, as a JSON-ready dictionary."""
     inp.validate()
+    caps = engine_caps(inp)
+    inp = replace(inp, max_batched_tokens=caps.max_num_batched_tokens, max_num_seqs=caps.max_num_seqs)
     requested, block_reason = resolve_block_size(inp)
     shapes = rank_shapes(inp.arch, inp.kv_dtype, inp.kv_scales, inp.tp, inp.pp, requested, inp.prefix_caching)
     if shapes[0].block_size != requested:
@@ -870,6 +1127,10 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     out["assumptions"] = assumptions(inp, budget_info, shapes)
     if "gpu_memory_bytes" in budget_info and not inp.budget.reserve_basis and not inp.budget.reserve:
         out["assumptions"].insert(0, upper_bound_line(inp, budget_info))
+        est = budget_info["auto_reserve_estimate_bytes"]  # what the default (--reserve auto) would leave
+        auto_info = resolve_budget(replace(inp.budget, reserve=est), inp.arch, inp.tp, inp.pp, strict=False)
+        auto_m = evaluate(inp, shapes, auto_info["per_rank_bytes"], inp.group or (inp.used,))
+        budget_info["auto_reserve_requests"] = int(auto_m["paged_requests"])
     out["inputs"] = {
         "model": inp.arch.name,
         "kv_dtype": get_dtype(inp.kv_dtype).name,
@@ -883,10 +1144,24 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
         "used_tokens": inp.used,
         "max_reserved_tokens": inp.max_reserved,
         "final_tokens": inp.final or inp.used,
+        "max_num_seqs": inp.max_num_seqs,
+        "max_batched_tokens": inp.max_batched_tokens,
+        "performance_mode": inp.performance_mode,
+        "chunked_prefill": inp.chunked_prefill,
+        "async_scheduling": inp.async_scheduling,
+        "allow_long_max_model_len": inp.allow_long_max_model_len,
     }
     out["budget"] = budget_info
     m = evaluate(inp, shapes, budget, (inp.used,), (inp.final or inp.used,))
     out.update(_core(inp, m))
+    s0 = shapes[0]
+    if s0.attention_groups > 1:  # one request's blocks in each kind of KV-cache group (gpt-oss: 52 full + 9 sliding)
+        local = "chunked" if s0.chunked else "sliding"
+        out["request"]["paged_blocks_per_group"] = {
+            kind: int(f.request_blocks(inp.used, s0.block_size, int(kind == "full"), int(kind != "full"), s0.window))
+            for kind, n in (("full", s0.full_groups), (local, s0.window_groups)) if n}
+    out["engine"] = _engine(inp, caps, int(m["paged_requests"]))
+    out["assumptions"].insert(1 if out["assumptions"][0].startswith("UPPER BOUND") else 0, caps_line(out["engine"]))
     out["pool"] = _pool(shapes, budget, m)
     out["policies"] = _policies(inp, m)
     out["sensitivity"] = _sensitivity(inp, budget)
@@ -897,23 +1172,119 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     out["vllm_view"] = _vllm_view(inp, shapes, m, block_reason)
     if inp.target is not None:
         out["planning"] = _planning(inp, shapes, budget, budget_info)
+    if inp.logged_tokens is not None:
+        out["log_check"] = log_check(inp, shapes, budget_info, out["vllm_view"])
     out["summary"] = summary(inp, out)
     return out
 
 
+def reserve_mode(budget_info: dict[str, Any]) -> str:
+    """How the budget treats the runtime reserve: ``declared`` (an explicit or default budget: none taken
+    off), ``calibration`` / ``published`` (``--reserve auto``), ``given`` (a size) or ``upper bound``
+    (a GPU-derived budget with ``--reserve 0``)."""
+    if "gpu_memory_bytes" not in budget_info:
+        return "declared"
+    basis = budget_info.get("reserve_basis", "")
+    if basis.startswith("--reserve auto: calibration"):
+        return "calibration"
+    if basis.startswith("--reserve auto"):
+        return "published"
+    return "given" if budget_info.get("reserve_bytes") else "upper bound"
+
+
+def reserve_text(budget_info: dict[str, Any]) -> str:
+    """The reserve basis in a few words, for the first line of every face (calc, simulate, live, exporter).
+
+    >>> reserve_text({"per_rank_bytes": 1, "source": "default"})
+    "the tutorial's 12 GiB KV budget, declared: no runtime reserve taken off"
+    """
+    mode = reserve_mode(budget_info)
+    if mode == "declared":
+        return ("the tutorial's 12 GiB KV budget, declared" if budget_info.get("source") == "default"
+                else "a declared KV budget") + ": no runtime reserve taken off"
+    size = human_bytes(int(budget_info["reserve_bytes"]))
+    if mode == "upper bound":
+        return "UPPER BOUND: --reserve 0, no runtime reserve"
+    if mode == "given":
+        return f"runtime reserve {size} per rank, given with --reserve"
+    extrapolated = any(t.get("extrapolated") for t in budget_info.get("reserve_terms", []))
+    return (f"runtime reserve {size} per rank, --reserve auto: "
+            + ("a kvdash calibrate entry" if mode == "calibration" else
+               "published terms" + (", extrapolated" if extrapolated else "")))
+
+
 def summary(inp: CalcInput, r: dict[str, Any]) -> str:
-    """One line that answers "how many requests of this length fit, paged and contiguous, and why"."""
+    """One line that answers the question asked: how many requests of this length fit, paged and contiguous
+    (groups that fit with ``--group``, with and without sharing with ``--prefix``, the plan with ``--target``,
+    the check of a logged figure with ``--logged-tokens``), on which reserve basis, and why."""
     cap, pool, req = r["capacity"], r["pool"], r["request"]
-    line = (f"{cap['paged_requests']:,} requests of {inp.used:,} tokens fit paged, "
-            f"{cap['contiguous_requests']:,} contiguous: a KV budget of {pool['budget_bytes']:,} B "
-            f"({human_bytes(pool['budget_bytes'])}) per rank "
-            f"holds {r['whole_pool_blocks']:,} blocks of {pool['block_size']} tokens "
-            f"({r['bytes_per_token']:,} B per token); paged, a request takes {req['paged_blocks']:,} blocks")
-    groups = pool["full_groups"] + pool["window_groups"]
-    if groups > 1:
-        line += f" in each of its {groups} KV-cache groups"
+    bud = r["budget"]
+    basis = reserve_text(bud)
+    if "group" in r:
+        g = r["group"]
+        k = len(g["lengths"])
+        lead = (f"{g['complete_groups']:,} groups of {' + '.join(f'{n:,}' for n in g['lengths'])} tokens fit paged "
+                f"({g['complete_groups'] * k:,} requests), {g['contiguous_complete_groups']:,} contiguous")
+    elif "prefix" in r:
+        p = r["prefix"]
+        lead = (f"{p['requests_with_sharing']:,} requests of {inp.used:,} tokens fit paged sharing a "
+                f"{p['prefix_tokens']:,}-token prefix, {p['requests_without_sharing']:,} without sharing, "
+                f"{cap['contiguous_requests']:,} contiguous")
+    else:
+        lead = (f"{cap['paged_requests']:,} requests of {inp.used:,} tokens fit {running_text(r['engine'])}"
+                f"{cap['contiguous_requests']:,} contiguous{running_tail(r['engine'])}")
+    if reserve_mode(bud) == "upper bound":
+        auto = bud.get("auto_reserve_requests")
+        line = ("UPPER BOUND (--reserve 0, no runtime reserve"
+                + (f"; the default --reserve auto gives {auto:,}" if auto is not None else "") + f"): {lead}")
+    else:
+        line = f"{lead} ({basis})"
+    if "planning" in r:
+        p = r["planning"]
+        what = (f"{p['target_requests']:,} requests of {inp.used:,} tokens" if "group" not in r else
+                f"{p['target_requests']:,} requests of the group")
+        if inp.prefix:
+            what += f" sharing a {inp.prefix:,}-token prefix"
+        plan = (f"For {what}: {p['budget_needed_per_rank_bytes']:,} B of KV per rank, "
+                + ("which the budget holds" if p["fits_current_budget"] else "more than the budget holds")
+                + (f"; minimum --tp {p['min_tp']}" if p["min_tp"] else "; no --tp up to 64 holds them"))
+        if "min_gpu_util" in p:
+            plan += (f", minimum --gpu-util {p['min_gpu_util']:.2f} at this --tp" if p["min_gpu_util"] is not None
+                     else ", no --gpu-util fits them at this --tp")
+        if not p["runs_at_once"]:
+            plan += (f"; vLLM runs at most {p['max_num_seqs']:,} at once (max_num_seqs), so {p['target_requests']:,} "
+                     f"at once need --max-num-seqs {p['target_requests']:,}")
+        line = f"{plan}. {line}"
+    if "log_check" in r:
+        line = f"{r['log_check']['text']} {line}"
+    line += (f": a KV budget of {pool['budget_bytes']:,} B ({human_bytes(pool['budget_bytes'])}) per rank "
+             f"holds {r['whole_pool_blocks']:,} blocks of {pool['block_size']} tokens "
+             f"({r['bytes_per_token']:,} B per token)")
+    if "group" in r:
+        g = r["group"]
+        off = g["offload"]
+        line += (f"; a group takes {g['blocks_per_group']:,} blocks, {g['useful_slots']:,} useful of "
+                 f"{g['allocated_slots']:,} allocated slots ({g['tail_waste_slots']:,} in block tails); offloading "
+                 f"its longest request ({off['tokens']:,} tokens) moves {off['useful_bytes']:,} B of KV "
+                 f"({off['allocated_bytes']:,} B in whole blocks)")
+        if inp.max_reserved > max(g["lengths"]) or inp.max_reserved > min(g["lengths"]):
+            line += f"; contiguous, each request reserves --max-reserved {inp.max_reserved:,} tokens up front"
+        return line + "."
+    line += f"; paged, a request takes {req['paged_blocks']:,} blocks"
+    per = req.get("paged_blocks_per_group")
+    if per:  # several KV-cache groups: the request's blocks in each kind of group (gpt-oss-120b: 52 + 9)
+        parts = []
+        for kind, blocks in per.items():
+            n = pool["full_groups"] if kind == "full" else pool["window_groups"]
+            parts.append(f"{blocks:,} in its {kind} group" if n == 1 else
+                         f"{blocks:,} in each of its {n} {kind} groups")
+        line += f" ({' + '.join(parts)})"
     if pool["state_layers"]:
         line += f" plus {pool['state_bytes_per_request']:,} B of recurrent state"
+    if "prefix" in r:
+        p = r["prefix"]
+        line += (f"; sharing, {p['shared_blocks']:,} prefix blocks are stored once and each request owns "
+                 f"{p['own_blocks_per_request']:,}")
     if inp.max_reserved > inp.used:
         line += (f"; contiguous, it reserves --max-reserved {inp.max_reserved:,} tokens up front, "
                  f"{inp.max_reserved - inp.used:,} of them unused now")
@@ -923,12 +1294,16 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
         if v["variant"].startswith("kv dtype"):
             line += (f"; with the KV cache in {v['kv_dtype']}, {v['paged_requests']:,} would fit paged"
                      + (" (idealized: no scales)" if "idealized" in v["variant"] else ""))
-    if "planning" in r:
-        p = r["planning"]
-        line += (f". For {p['target_requests']:,} requests: {p['budget_needed_per_rank_bytes']:,} B of KV per rank, "
-                 + ("which the budget holds" if p["fits_current_budget"] else "more than the budget holds")
-                 + (f"; minimum --tp {p['min_tp']}" if p["min_tp"] else "; no --tp up to 64 holds them"))
-        if "min_gpu_util" in p:
-            line += (f", minimum --gpu-util {p['min_gpu_util']:.2f} at this --tp" if p["min_gpu_util"] is not None
-                     else ", no --gpu-util fits them at this --tp")
     return line + "."
+
+
+def running_text(e: dict[str, Any]) -> str:
+    """``'in the KV cache paged, '`` when the scheduler cap is below what fits, else ``'paged, '``."""
+    return "in the KV cache paged, " if e["limited_by"] == "max_num_seqs" else "paged, "
+
+
+def running_tail(e: dict[str, Any]) -> str:
+    """``', but vLLM runs at most M at once (max_num_seqs)'`` when the scheduler cap is below what fits."""
+    if e["limited_by"] != "max_num_seqs":
+        return ""
+    return f", but vLLM runs at most {e['max_num_seqs']:,} at once (its max_num_seqs)"

@@ -76,6 +76,18 @@ class Architecture:
     decoder_layers: int = 0  # decoder layers (Falcon-H1 has an attention and a mamba mixer in each)
     derived: tuple[str, ...] = ()  # figures config.json does not state, with the rule that derived them
     counts: dict[str, int] = field(default_factory=dict, compare=False)
+    max_len_rule: Any = None  # kvdash.core.vllm.DerivedMaxLen from config.json; None: max_context
+
+    @property
+    def derived_max_len(self) -> Any:
+        """The longest max_model_len vLLM 0.33 accepts for this model
+        (:func:`kvdash.core.vllm.derived_max_model_len`)."""
+        from kvdash.core.vllm import DerivedMaxLen
+
+        if self.max_len_rule is not None:
+            return self.max_len_rule
+        return DerivedMaxLen(self.max_context, "max_position_embeddings",
+                             f"max_position_embeddings {self.max_context:,}")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "counts", dict(Counter(layer.kind for layer in self.layers)))
@@ -217,6 +229,7 @@ def from_hf_config(
     patterns, state shapes) come from :mod:`kvdash.core.modeltypes`.
     """
     from kvdash.core import modeltypes
+    from kvdash.core.vllm import derived_max_model_len
 
     where = source
     if not isinstance(cfg, dict):
@@ -260,6 +273,7 @@ def from_hf_config(
             kinds = [kind for kind, _ in hybrid]
         else:
             kinds = _layer_kinds(cfg, n_layers, where)
+            kinds = modeltypes.cache_holders(cfg, model_type, kinds, where)
             if any(kind in STATE_KINDS for kind in kinds) and state_bytes <= 0:
                 raise InputError(
                     f"{where}: _kvdash.state_bytes_per_layer", state_bytes or None,
@@ -268,6 +282,7 @@ def from_hf_config(
                 )
         built: list[Layer] = []
         for i, kind in enumerate(kinds):
+            shaped = hybrid[i][1] if hybrid is not None else None  # a layer the model type shapes itself
             if kind in STATE_KINDS:
                 if hybrid is not None:
                     state_layer = hybrid[i][1]
@@ -275,6 +290,8 @@ def from_hf_config(
                     built.append(state_layer)
                 else:
                     built.append(Layer(kind, state_family="fixed", state=(state_bytes,)))
+            elif shaped is not None:  # an attention layer the model type shapes itself (Zamba2)
+                built.append(shaped)
             elif kind == "chunked":
                 if not chunk:
                     raise InputError(f"{where}: attention_chunk_size", None,
@@ -302,6 +319,7 @@ def from_hf_config(
         weights_known=weights_known or "weight_bytes" in meta,
         decoder_layers=n_layers,
         derived=tuple(derived),
+        max_len_rule=derived_max_model_len(cfg),
     )
 
 
@@ -323,16 +341,52 @@ def _read_json(path: Path, field: str) -> Any:
 KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num", "multi_query")
 
 
-def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int) -> list[str]:
-    """The figures ``cfg`` (config.json as written) does not state, each with the rule that derived it."""
+# the config.json fields kvdash reads whose absence transformers' config class fills with its own default
+# (head_dim and the KV heads have their own derived lines)
+DEFAULTED_FIELDS = ("num_hidden_layers", "num_attention_heads", "hidden_size", "max_position_embeddings",
+                    "intermediate_size", "vocab_size", "sliding_window")
+
+
+def library_defaults(raw: Any, cfg: dict[str, Any]) -> list[str]:
+    """Each field kvdash reads that ``raw`` (config.json as written) leaves out and transformers' config class
+    filled in, named with the class: ``hidden_size 4,096: transformers' LlamaConfig default``."""
+    if not isinstance(raw, dict):
+        return []
+    from kvdash.core import modeltypes
+
+    model_type = raw.get("model_type")
+    if model_type in modeltypes.RAW_TYPES:
+        return []
+    try:
+        from transformers import CONFIG_MAPPING
+
+        cls = CONFIG_MAPPING[str(model_type)].__name__
+    except Exception:  # noqa: BLE001 - normalise() already imported it; a name only
+        cls = "config class"
+    out = []
+    for written, read, where in ((raw, cfg, ""), (raw.get("text_config"), cfg.get("text_config"), "text_config.")):
+        if not isinstance(written, dict) or not isinstance(read, dict):
+            continue
+        for key in DEFAULTED_FIELDS:
+            value = read.get(key)
+            if key not in written and isinstance(value, int) and not isinstance(value, bool) and value:
+                out.append(f"{where}{key} {value:,}: transformers' {cls} default")
+    return out
+
+
+def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int, hidden: int = 0) -> list[str]:
+    """The figures ``cfg`` (config.json as written) does not state, each with the rule that derived it
+    (``hidden``: the hidden_size read, the library's default when the file has none)."""
     if not isinstance(cfg, dict):
         return []
     inner = cfg.get("text_config")
     text: dict[str, Any] = inner if isinstance(inner, dict) else cfg
     out = []
-    if text.get("head_dim") is None and not text.get("kv_lora_rank"):
-        out.append(f"head_dim {head_dim} derived as hidden_size {text.get('hidden_size', 0):,} / "
-                   f"num_attention_heads {heads} (config.json has no head_dim)")
+    if text.get("head_dim") is None and text.get("attention_head_dim") is None and not text.get("kv_lora_rank"):
+        hidden = text.get("hidden_size") or hidden
+        out.append(f"head_dim {head_dim} derived as hidden_size {hidden:,} / "
+                   f"num_attention_heads {heads} (config.json has no head_dim)"
+                   if hidden else f"head_dim {head_dim} (config.json has neither head_dim nor hidden_size)")
     if kv_heads == heads and all(text.get(k) is None for k in KV_HEAD_KEYS) and not text.get("kv_lora_rank"):
         out.append(f"KV heads {kv_heads} derived from num_attention_heads (config.json names no KV heads: "
                    "multi-head attention)")
@@ -358,8 +412,8 @@ def load_config(path: str | Path, safetensors_index: str | Path | None = None) -
     name = p.parent.name or p.stem
     arch = from_hf_config(cfg, name=name, source=str(p), weight_bytes=weight_bytes, weight_basis=basis)
     if arch.kv_heads:  # transformers fills head_dim in: what was derived is read from the file as written
-        arch = replace(arch, derived=tuple(derived_figures(raw, arch.num_attention_heads, arch.head_dim,
-                                                           arch.kv_heads)))
+        arch = replace(arch, derived=tuple(library_defaults(raw, cfg) + derived_figures(
+            raw, arch.num_attention_heads, arch.head_dim, arch.kv_heads, arch.hidden_size)))
     if safetensors_index is None:
         estimate = modeltypes.estimate_weights(cfg, arch)
         if estimate is None:

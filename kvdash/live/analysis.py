@@ -110,16 +110,27 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
     else:
         auto_estimate = None
     if not ranks:
-        return {"ok": False, "notes": notes or ["no GPU memory readings"], "model": arch.name}
+        out_bad: dict[str, Any] = {"ok": False, "notes": notes or ["no GPU memory readings"], "model": arch.name}
+        if engine is not None:  # the engine's own figures still show (a machine without NVML)
+            out_bad["engine"] = compare_engine(engine, out_bad, arch.name, cfg.model)
+        return out_bad
     tight = min(ranks, key=lambda r: r.pool_blocks)
     budget = tight.budget_bytes
     inp = CalcInput(arch=arch, kv_dtype=cfg.kv_dtype, block_size=cfg.block_size, tp=cfg.tp,
                     used=cfg.lengths[0], max_reserved=cfg.max_reserved, budget=BudgetSpec(bytes=max(budget, 1)))
     m = evaluate(inp, shapes, max(budget, 0), cfg.lengths)
     paged, contiguous = int(m["paged_requests"]), int(m["contiguous_requests"])
+    # what vLLM 0.33 runs at once on these GPUs: max_num_seqs of `vllm serve` (EngineArgs.get_batch_defaults)
+    from kvdash.core.vllm import caps_text, scheduler_caps
+
+    gpu0 = ranks_gpus[0] if ranks_gpus else None
+    caps = scheduler_caps(gpu0.total_bytes if gpu0 else None, gpu0.name if gpu0 else None, cfg.max_reserved)
     per_group = int(m["paged_blocks"])
     used_blocks = int(m["complete_groups"]) * per_group
     headroom_blocks = tight.pool_blocks - used_blocks
+    reserve_basis = ({"explicit": "a declared KV budget: no runtime reserve taken off",
+                      "engine": "the engine's own pool: its reserve is already taken off"}.get(cfg.budget_mode)
+                     or cfg.reserve_basis or ("given with --reserve" if cfg.reserve else "0 B: an upper bound"))
     out: dict[str, Any] = {
         "ok": True,
         "model": arch.name,
@@ -139,6 +150,10 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "token_slots": tight.pool_blocks // shape.attention_groups * shape.block_size,
         "state_bytes_per_request": shape.state_bytes,  # fixed, whatever the request's length
         "paged_requests": paged,
+        "max_num_seqs": caps.max_num_seqs,
+        "max_num_batched_tokens": caps.max_num_batched_tokens,
+        "caps_basis": caps_text(caps),
+        "running_requests": min(paged, caps.max_num_seqs),
         "contiguous_requests": contiguous,
         "ratio": (paged / contiguous) if contiguous else None,
         "blocks_per_group": per_group,
@@ -149,7 +164,8 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "gpu_util": cfg.gpu_util,
         "reserve_bytes": cfg.reserve,
         "auto_reserve_estimate_bytes": auto_estimate,  # what --reserve auto takes when the reserve is 0 B
-        "reserve_basis": cfg.reserve_basis or ("given with --reserve" if cfg.reserve else "0 B: an upper bound"),
+        "reserve_basis": reserve_basis,
+        "reserve_text": reserve_short(cfg, reserve_basis),
         "notes": notes,
     }
     if engine is not None:
@@ -157,6 +173,23 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         out["measured_reserve"] = measured
         out["engine"] = compare_engine(engine, out, arch.name, cfg.model, measured)
     return out
+
+
+def reserve_short(cfg: LiveConfig, basis: str) -> str:
+    """The reserve basis in a few words, for the first line of live's KV panel and the exporter's banner."""
+    from kvdash.units import human_bytes
+
+    if cfg.budget_mode == "explicit":
+        return "declared budget, no reserve"
+    if cfg.budget_mode == "engine":
+        return "engine's own pool"
+    if basis.startswith("--reserve auto: calibration"):
+        return f"reserve auto {human_bytes(cfg.reserve)}/rank (calibration)"
+    if basis.startswith("--reserve auto"):
+        return f"reserve auto {human_bytes(cfg.reserve)}/rank (published terms)"
+    if cfg.reserve:
+        return f"reserve {human_bytes(cfg.reserve)}/rank (given)"
+    return "UPPER BOUND: --reserve 0"
 
 
 def measure_engine_reserve(engine: EngineReading, arch: Architecture, cfg: LiveConfig,
@@ -241,9 +274,16 @@ def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = 
         if model_differs:
             row["model_note"] = (f"the engine serves {engine.served_model}, kvdash analyses {model_name}: "
                                  "their pools are not comparable (choose the served model with m or --model)")
-    if engine.ranks:
+    if len(engine.ranks) > 1:
         row["dp_ranks"] = [{"rank": r.rank, "total_tokens": r.total_tokens, "used_tokens": r.used_tokens,
-                            "kv_usage": r.kv_usage} for r in engine.ranks]
+                            "kv_usage": r.kv_usage, "running": r.running, "waiting": r.waiting}
+                           for r in engine.ranks]
+    if "token_slots" not in kv:
+        row["explain"] = "kvdash has no pool to compare with (" + "; ".join(kv.get("notes", [])) + \
+            "): give --budget SIZE or --gpu, or --budget-mode engine"
+        if engine.num_gpu_blocks is not None and engine.block_size:
+            row["engine_own_blocks"], row["engine_block_size"] = engine.num_gpu_blocks, engine.block_size
+        return row
     if engine.total_tokens is None:
         why = engine.invalid.get("num_gpu_blocks") or engine.invalid.get("total_tokens")
         row["explain"] = ("the engine does not report its pool size (vLLM: vllm:cache_config_info)"
@@ -260,7 +300,14 @@ def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = 
         row["used_blocks"] = engine.used_tokens // bs * groups + (groups if engine.used_tokens % bs else 0)
     elif engine.kv_usage is not None:
         row["used_blocks"] = int(engine.kv_usage * engine_blocks)
-    row["engine_blocks"] = engine_blocks
+    row["engine_blocks"] = engine_blocks  # in kvdash's blocks, for the bar beside kvdash's pool
+    if engine.num_gpu_blocks is not None and engine.block_size:  # the engine's own, whatever kvdash's b says
+        row["engine_own_blocks"] = engine.num_gpu_blocks
+        row["engine_block_size"] = engine.block_size
+        if engine.used_tokens is not None:
+            row["engine_used_own_blocks"] = -(-engine.used_tokens // engine.block_size)
+        elif engine.kv_usage is not None:
+            row["engine_used_own_blocks"] = int(engine.kv_usage * engine.num_gpu_blocks)
     reasons: list[str] = []
     if model_differs:
         reasons.append("a different model (above)")

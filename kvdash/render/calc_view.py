@@ -85,11 +85,15 @@ def tables(r: dict[str, Any]) -> list[Table]:
         rows.append(("runtime reserve per rank", b(bud["reserve_bytes"]), bud.get("reserve_basis", "")))
         out.append(_kv("Runtime reserve (vLLM 0.33: requested - weights - activation peak - non-torch - CUDA graphs)",
                        rows))
+    per = req.get("paged_blocks_per_group")
+    blocks_how = ("ceil(length / block size)" if not per else "sum over the KV-cache groups: " + " + ".join(
+        f"{n:,} per {kind} group" for kind, n in per.items()))
     out.append(_kv("One request", [
         ("tokens held now", f"{req['used_tokens']:,} tokens", "--length"),
         ("contiguous reservation", f"{req['contiguous_slots']:,} slots", "--max-reserved (Max policy)"),
-        ("paged blocks", f"{req['paged_blocks']:,} blocks", "ceil(length / block size) per full group"),
-        ("paged slots", f"{req['paged_slots']:,} slots", "blocks x block size"),
+        ("paged blocks", f"{req['paged_blocks']:,} blocks", blocks_how),
+        ("paged slots", f"{req['paged_slots']:,} slots", "ceil(length / block size) x block size"
+         + (" (the token slots of one full-attention group)" if per else "")),
         ("unused slots in the last block", f"{req['paged_unused_slots']:,} slots", "paged slots - length"),
         ("internal (tail) waste", f"{req['paged_internal_waste_percent']:.4f} %", "unused / paged slots"),
     ]))
@@ -112,6 +116,8 @@ def tables(r: dict[str, Any]) -> list[Table]:
         ("contiguous requests (Max)", f"{cap['contiguous_requests']:,}", "floor(budget / reservation bytes)"),
         ("paged requests", f"{cap['paged_requests']:,}", "floor(pool blocks / blocks per request)"),
         ("paged / contiguous", ratio(cap["request_capacity_ratio"]), "a capacity ratio, not a throughput ratio"),
+        ("vLLM runs at once", f"{r['engine']['running_requests']:,}",
+         f"min(paged requests, max_num_seqs {r['engine']['max_num_seqs']:,})"),
     ]))
     if "group" in r:
         g = r["group"]
