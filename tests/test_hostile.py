@@ -567,11 +567,15 @@ def tmux_modes(sock: str, pane: str) -> dict[str, str]:
     return dict(zip(["alternate_on", "mouse_any_flag", "cursor_flag", "wrap_flag", "pane_dead"], got, strict=True))
 
 
+_TMUX_RUNS: list[int] = []
+
+
 @pytest.fixture
 def tmux():
     if shutil.which("tmux") is None:
         pytest.skip("LOUD SKIP: tmux is not installed; the terminal-mode checks did not run")
-    sock = f"h4test-{os.getpid()}"
+    _TMUX_RUNS.append(1)  # one private server per test: a server being killed cannot take the next session
+    sock = f"h4test-{os.getpid()}-{len(_TMUX_RUNS)}"
     yield sock
     subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
     Path(f"/tmp/{sock}.sh").unlink(missing_ok=True)
