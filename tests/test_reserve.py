@@ -295,7 +295,7 @@ def test_live_auto_and_upper_bound(calib, capsys):
     assert 0 == code
     assert 6_539_087_707 == kv["reserve_bytes"]
     assert "published terms" in kv["reserve_basis"] and kv["auto_reserve_estimate_bytes"] is None
-    assert "reserve auto 6.09 GiB/rank (published terms)" == kv["reserve_text"]
+    assert "reserve auto 6.09 GiB (published)" == kv["reserve_text"]
     code, out, _ = run(["live", "--demo", "--json", "--reserve", "0"], capsys)
     kv0 = json.loads(out)["kv_pool"]
     assert kv0["reserve_basis"].startswith("0 B") and 6_539_087_707 == kv0["auto_reserve_estimate_bytes"]
