@@ -342,7 +342,7 @@ def library_defaults(raw: Any, cfg: dict[str, Any]) -> list[str]:
     try:
         from transformers import CONFIG_MAPPING
 
-        cls = CONFIG_MAPPING[model_type].__name__
+        cls = CONFIG_MAPPING[str(model_type)].__name__
     except Exception:  # noqa: BLE001 - normalise() already imported it; a name only
         cls = "config class"
     out = []
