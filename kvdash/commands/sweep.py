@@ -51,7 +51,8 @@ def sweep(
     if check:
         failures = _gates(spec, frame)
         if failures:
-            print(f"gates failed ({_reserve(spec, frame)}):", file=sys.stderr)
+            if not quiet:  # stdout: stderr holds one line per failing point (the pull-request Action counts them)
+                print(f"gates failed ({_reserve(spec, frame)}):", flush=True)
             for line in failures:
                 print(line, file=sys.stderr)
             raise typer.Exit(1)
