@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvdash.core.calc import BudgetSpec
 from kvdash.core.model import Architecture
-from kvdash.core.reserve import ReserveTerm, auto_reserve, calibration_matches
+from kvdash.core.reserve import MEASURED_GRAPHS, ReserveTerm, auto_reserve, calibration_matches
 from kvdash.errors import InputError
 from kvdash.units import parse_fraction, parse_size, scale_floor
 
@@ -83,13 +83,13 @@ def find_entry(arch: Architecture, gpu: str | None, tp: int, pp: int,
 
 
 def reserve_spec(text: str, arch: Architecture, gpu: str | None, tp: int, pp: int, max_batched_tokens: int,
-                 field: str = "--reserve") -> tuple[int, str, tuple[ReserveTerm, ...]]:
+                 field: str = "--reserve", graphs: int = MEASURED_GRAPHS) -> tuple[int, str, tuple[ReserveTerm, ...]]:
     """``--reserve`` as (bytes, basis, terms): a size gives itself; ``auto`` a calibration entry or the
     published terms of :mod:`kvdash.core.reserve`."""
     if str(text).strip().lower() != "auto":
         return parse_size(str(text), field, allow_zero=True), "", ()
     entry = find_entry(arch, gpu, tp, pp)
-    est = auto_reserve(arch.model_type, tp, pp, max_batched_tokens, gpu, entry, layers=arch.num_layers)
+    est = auto_reserve(arch.model_type, tp, pp, max_batched_tokens, gpu, entry, layers=arch.num_layers, graphs=graphs)
     terms = tuple(ReserveTerm(t["name"], t["bytes"], t["basis"], t["extrapolated"]) for t in est["terms"])
     basis = (f"--reserve auto: calibration entry from {calibration_path()}" if entry is not None
              else f"--reserve auto: {est['basis']}")
@@ -196,7 +196,7 @@ def with_reserve(spec: BudgetSpec, reserve: tuple[int, str, tuple[ReserveTerm, .
 
 
 def reserve_for(spec: BudgetSpec, text: str, explicit: bool, arch: Architecture, tp: int, pp: int,
-                max_batched_tokens: int, field: str = "--reserve") -> BudgetSpec:
+                max_batched_tokens: int, field: str = "--reserve", graphs: int = MEASURED_GRAPHS) -> BudgetSpec:
     """``spec`` with the runtime reserve ``--reserve`` asks for (issue 23: realistic by default).
 
     A budget derived from a GPU takes ``text`` (default ``auto``: a calibration entry, else the published
@@ -206,4 +206,4 @@ def reserve_for(spec: BudgetSpec, text: str, explicit: bool, arch: Architecture,
     if spec.gpu is None and spec.gpu_memory is None and not explicit:
         parse_size("0", field, allow_zero=True)
         return spec
-    return with_reserve(spec, reserve_spec(text, arch, spec.gpu, tp, pp, max_batched_tokens, field))
+    return with_reserve(spec, reserve_spec(text, arch, spec.gpu, tp, pp, max_batched_tokens, field, graphs=graphs))

@@ -31,7 +31,9 @@ RESERVATION = 2048  # tokens a contiguous allocator reserves per request: the tu
 RESERVE = "auto"
 BUDGET_TEXT = "12GiB"  # the tutorial's declared KV budget, when no GPU gives one
 BUDGET_BYTES = 12 * 2**30
-MAX_BATCHED_TOKENS = 8192  # vLLM's max_num_batched_tokens default for online serving
+# vLLM 0.33's max_num_batched_tokens for `vllm serve` on an H100/H200 (EngineArgs.get_batch_defaults): where no GPU
+# is known (live without one); calc, sweep, simulate and calibrate take the GPU's own (kvdash.core.vllm.batch_tier)
+MAX_BATCHED_TOKENS = 8192
 
 ENGINE_TIMEOUT = 2.0  # seconds one engine /metrics read may take (live, exporter, calibrate)
 MIN_INTERVAL = 0.1  # the shortest --interval (seconds between readings)

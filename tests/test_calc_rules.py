@@ -252,11 +252,44 @@ class TestPoolShape:
         assert (s.block_size, s.window, s.state_page_bytes, s.state_blocks, s.mamba_mode) == (16, 0, 0, 0, "")
 
     def test_auto_block_size(self):
-        """vLLM 0.33 on Hopper: MLA 64 (FlashMLA), hybrid 16 (then aligned), else 16."""
+        """vLLM 0.33 with --block-size unset (vllm/platforms/cuda.py _get_backend_priorities, then
+        Platform.update_block_size_for_backend in vllm/platforms/interface.py): on Hopper MLA with a bf16 KV
+        cache takes FLASH_ATTN_MLA (multiples of 16: mla/flashattn_mla.py) -> 16; with fp8 KV FLASH_ATTN_MLA is
+        invalid (bf16/fp16 KV only), so FlashMLA (64 only: mla/flashmla.py) -> 64; attention FLASH_ATTN -> 16;
+        a hybrid asks 16 and is aligned later."""
         mamba = Layer("mamba", state_family="mamba1", state=(8192, 16, 4))
-        assert auto_block_size(load_preset("deepseek-v3"))[0] == 64
+        deepseek = load_preset("deepseek-v3")
+        assert auto_block_size(deepseek)[0] == 16
+        assert auto_block_size(deepseek, "fp8")[0] == 64
+        assert auto_block_size(deepseek, "fp8", "9.0")[0] == 64
         assert auto_block_size(Architecture("jamba", (FULL8, mamba), 32, 4096))[0] == 16
-        assert auto_block_size(TUTORIAL) == (16, "16: vLLM's default block size for CUDA")
+        assert auto_block_size(TUTORIAL)[0] == 16 and "FLASH_ATTN" in auto_block_size(TUTORIAL)[1]
+
+    def test_auto_block_size_per_gpu_generation(self):
+        """Blackwell (SM100, the B200 preset's compute capability 10.0): MLA takes FLASHINFER_MLA, first in
+        _get_backend_priorities' SM100 order, whose kernel blocks are 32 or 64 (mla/flashinfer_mla.py), so
+        get_preferred_block_size(16) gives the smallest, 32, for bf16 and fp8 alike; attention FLASHINFER
+        accepts 16.  Ampere/Ada (8.x): FLASH_ATTN_MLA and FlashMLA need SM90/SM100, so TRITON_MLA (multiples of
+        16) -> 16."""
+        deepseek = load_preset("deepseek-v3")
+        assert auto_block_size(deepseek, "bf16", "10.0")[0] == 32
+        assert auto_block_size(deepseek, "fp8", "10.0")[0] == 32
+        assert auto_block_size(TUTORIAL, "bf16", "10.0")[0] == 16
+        assert auto_block_size(deepseek, "fp8", "8.0")[0] == 16
+        assert auto_block_size(deepseek, "bf16", "8.9")[0] == 16
+
+    def test_auto_block_size_follows_the_gpu_preset(self):
+        """calc --block-size auto reads the GPU preset's compute capability: DeepSeek-V3 fp8 on an H200 (9.0)
+        -> 64, on a B200 (10.0) -> 32; bf16 on an H200 -> 16."""
+        deepseek = load_preset("deepseek-v3")
+        spec = BudgetSpec(gpu="h200", weights=10**9)
+        assert calculate(CalcInput(deepseek, kv_dtype="fp8", block_size="auto", budget=spec, tp=8))["pool"][
+            "block_size"] == 64
+        assert calculate(CalcInput(deepseek, kv_dtype="bf16", block_size="auto", budget=spec, tp=8))["pool"][
+            "block_size"] == 16
+        b200 = BudgetSpec(gpu="b200", weights=10**9)
+        assert calculate(CalcInput(deepseek, kv_dtype="fp8", block_size="auto", budget=b200, tp=8))["pool"][
+            "block_size"] == 32
 
     def test_group_size_rule(self):
         """The largest count when it is below 1.5 x the smallest: [3, 2] -> 2 (3 = 1.5 x 2), [4, 3] -> 4."""
@@ -418,14 +451,15 @@ class TestUpperBoundLine:
         assert r["budget"]["auto_reserve_estimate_bytes"] == self.EST
 
     def test_line_comes_first(self):
-        """The upper-bound line is inserted at position 0 (before the model line), and only once; the
-        other 8 lines (model ... GPU, the last) keep their order."""
+        """The upper-bound line is inserted at position 0, the engine caps after it (before the model line), and
+        only once; the other 8 lines (model ... GPU, the last) keep their order."""
         r = calculate(CalcInput(MHA64, used=16, max_reserved=16,
                                 budget=BudgetSpec(gpu_memory=4 * self.EST, weights=0, util="1")))
         a = r["assumptions"]
-        assert a[0].startswith("UPPER BOUND: ") and a[1].startswith("model: mha64 ")
+        assert a[0].startswith("UPPER BOUND: ") and a[1].startswith("engine caps: ")
+        assert a[2].startswith("model: mha64 ")
         assert a[-1].startswith("GPU: custom, 9,855,398,048 bytes")
-        assert sum(line.startswith("UPPER BOUND") for line in a) == 1 and len(a) == 9
+        assert sum(line.startswith("UPPER BOUND") for line in a) == 1 and len(a) == 10
 
     def test_one_byte_budget_still_gets_a_share(self):
         """A budget of 1 B (GPU 1,000 B at util 0.5, weights 499 B: 500 - 499 = 1) is positive, so the share is

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvdash.core.calc import BudgetSpec, CalcInput, calculate
-from kvdash.sweep.evaluate import DEFAULTS, _cross_sum, expand
+from kvdash.sweep.evaluate import CAPS_DIMS, DEFAULTS, _cross_sum, expand
 from kvdash.sweep.gridfile import DIMENSIONS, parse_grid
 
 M61 = 2**61 - 1
@@ -50,6 +50,16 @@ def _h(text: str, digits: int) -> int:
     return int(hashlib.sha256(text.encode()).hexdigest()[:digits], 16)
 
 
+def _term(d: str, v: Any) -> int:
+    """One dimension's share of an id; the engine-cap dimensions (issue 23) add 0 at their default, and a null
+    max_batched_tokens hashes as 8,192, its default before it followed the GPU, so older ids stay."""
+    if d in CAPS_DIMS and v == DEFAULTS[d] and type(v) is type(DEFAULTS[d]):
+        return 0
+    if d == "max_batched_tokens" and v is None:
+        v = 8192
+    return _h(f"{d}={v!r}", 8) * (_h(f"dimension:{d}", 7) | 1) % M61
+
+
 def _reference_points(spec: Any) -> list[tuple[dict[str, Any], str]]:
     """Every point in written order (zip groups as one factor, exclude rules dropping points), with its id
     computed in plain Python: the sum over every dimension of sha256 term x (odd dimension multiplier), mod
@@ -69,7 +79,7 @@ def _reference_points(spec: Any) -> list[tuple[dict[str, Any], str]]:
             point.update(part)
         if any(all(point[d] in excluded for d, excluded in rule.items()) for rule in spec.excludes):
             continue
-        total = sum(_h(f"{d}={point[d]!r}", 8) * (_h(f"dimension:{d}", 7) | 1) % M61 for d in DIMENSIONS) % M61
+        total = sum(_term(d, point[d]) for d in DIMENSIONS) % M61
         out.append((point, f"{total:016x}"))
     return out
 

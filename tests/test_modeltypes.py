@@ -185,8 +185,13 @@ class TestGrouping:
 
 
 class TestBlockSizeAuto:
-    def test_mla_64(self):
+    def test_mla_bf16_16_fp8_64(self):
+        """Hopper (no GPU preset: Hopper's choice): vllm/platforms/cuda.py's SM90 MLA order starts with
+        FLASH_ATTN_MLA, which takes bf16/fp16 KV in multiples of 16 -> 16; an fp8 KV cache skips it for FlashMLA,
+        64-token blocks only -> 64 (vllm/v1/attention/backends/mla/flashattn_mla.py, flashmla.py)."""
         r = calculate(CalcInput(arch=config("deepseek-v2-lite"), block_size="auto"))
+        assert 16 == r["pool"]["block_size"] and "FLASH_ATTN_MLA" in r["vllm_view"]["block_size_reason"]
+        r = calculate(CalcInput(arch=config("deepseek-v2-lite"), block_size="auto", kv_dtype="fp8"))
         assert 64 == r["pool"]["block_size"] and "FlashMLA" in r["vllm_view"]["block_size_reason"]
 
     def test_dense_16(self):

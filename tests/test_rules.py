@@ -17,6 +17,7 @@ SMALL = {
     "block_size": 16, "layer_token_bytes": 100, "group_size": 2, "full_groups": 1, "window_groups": 0,
     "window": 0, "full_token_bytes": 200, "window_token_bytes": 0, "state_bytes": 0, "state_blocks": 0, "chunked": 0,
     "max_reserved": 64, "prefix": 0, "max_model_len": 64, "max_batched_tokens": 2048,
+    "in_flight_tokens": 4096,  # vLLM 0.33 max_in_flight_tokens: 2 batches in flight (async scheduling) x 2,048
 }
 
 
@@ -149,16 +150,16 @@ class TestPool:
         assert m["vllm_max_concurrency"] == 7.75
 
     def test_vllm_window_blocks_per_request(self):
-        """One window group, W = 18, max_batched_tokens 10, L 64: cdiv(min(17 + 10, 64), 16) + 1 = 2 + 1 = 3,
+        """One window group, W = 18, in-flight tokens T = 10, L 64: cdiv(min(17 + 10, 64), 16) + 1 = 2 + 1 = 3,
         plus the full group's 4 = 7 blocks."""
-        m = metrics(100_000, (20,), window_groups=1, window=18, window_token_bytes=200, max_batched_tokens=10)
+        m = metrics(100_000, (20,), window_groups=1, window=18, window_token_bytes=200, in_flight_tokens=10)
         assert m["vllm_blocks_per_request"] == 7
 
     def test_vllm_chunked_blocks_per_request(self):
-        """Chunked local attention (chunked = 1), chunk C = 17, max_batched_tokens T = 16, L 64, B 16: vLLM
+        """Chunked local attention (chunked = 1), chunk C = 17, in-flight tokens T = 16, L 64, B 16: vLLM
         0.33 bounds a chunked group by cdiv(min(C + T, L), B) = cdiv(33, 16) = 3 blocks (no "+ 1": a chunk
         starts on its own boundary), plus the full group's cdiv(64, 16) = 4: 7 blocks."""
-        m = metrics(100_000, (20,), window_groups=1, window=17, window_token_bytes=200, max_batched_tokens=16,
+        m = metrics(100_000, (20,), window_groups=1, window=17, window_token_bytes=200, in_flight_tokens=16,
                     chunked=1)
         assert m["vllm_blocks_per_request"] == 7
 
@@ -168,7 +169,7 @@ class TestPool:
         positions = exactly 2 blocks, + 1 = 3; T = 16: 33 positions = 3 blocks, + 1 = 4 (each plus the full
         group's cdiv(64, 16) = 4).  One position more or less on either side of W - 1 would cross the
         boundary, so this pins the "- 1"."""
-        m = metrics(100_000, (20,), window_groups=1, window=18, window_token_bytes=200, max_batched_tokens=batched)
+        m = metrics(100_000, (20,), window_groups=1, window=18, window_token_bytes=200, in_flight_tokens=batched)
         assert m["vllm_blocks_per_request"] == expected
 
 

@@ -177,8 +177,10 @@ def test_old_and_new_grid_key_together_are_an_error(tmp_path):
 DEFAULTS = {"--model": D.MODEL, "--kv-dtype": D.KV_DTYPE, "--block-size": str(D.BLOCK_SIZE), "--tp": D.TP,
             "--pp": D.PP, "--reserve": D.RESERVE, "--length": D.LENGTH, "--interval": D.INTERVAL,
             "--engine-timeout": D.ENGINE_TIMEOUT, "--max-file-size": D.MAX_FILE_SIZE,
-            "--max-batched-tokens": D.MAX_BATCHED_TOKENS, "--prefix": 0}
-HELP_DEFAULTS = {"--gpu-util": D.GPU_UTIL, "--max-reserved": f"{D.RESERVATION}", "--budget": D.BUDGET_TEXT,
+            "--prefix": 0}
+HELP_DEFAULTS = {"--max-batched-tokens": "Default: vLLM 0.33's for the GPU",
+                 "--max-num-seqs": "Default: vLLM 0.33's for the GPU",
+                 "--gpu-util": D.GPU_UTIL, "--max-reserved": f"{D.RESERVATION}", "--budget": D.BUDGET_TEXT,
                  "--gpu": "Default: none", "--gpu-memory": "Default: none", "--config": "Default: none"}
 # (command, option) whose default differs, each for a reason (kvdash/defaults.py says why)
 EXCEPTIONS = {

@@ -9,8 +9,11 @@ import typer
 
 from kvdash import defaults as D
 from kvdash.commands.common import (
+    AllowLongOpt,
+    AsyncSchedulingOpt,
     BlockSizeOpt,
     BudgetOpt,
+    ChunkedPrefillOpt,
     ConfigOpt,
     GpuMemoryOpt,
     GpuOpt,
@@ -19,8 +22,10 @@ from kvdash.commands.common import (
     KvDtypeOpt,
     LengthOpt,
     MaxBatchedTokensOpt,
+    MaxNumSeqsOpt,
     MaxReservedOpt,
     ModelOpt,
+    PerformanceModeOpt,
     PpOpt,
     PrefixOpt,
     ReserveOpt,
@@ -126,7 +131,7 @@ def calc(
     weights: WeightsOpt = None,
     reserve: ReserveOpt = D.RESERVE,
     block_size: BlockSizeOpt = str(D.BLOCK_SIZE),
-    prefix_caching: Annotated[str, Opt(help="vLLM prefix caching: 'on' (vLLM 0.33's default; state layers in mamba_cache_mode 'align', 2 blocks per request per state group, 3 for gated delta net) or 'off'.")] = "on",
+    prefix_caching: Annotated[str, Opt(help="vLLM prefix caching: 'on' (vLLM 0.33's default; state layers in mamba_cache_mode 'align', 2 blocks per request per state group, 3 for Mamba-2 and gated delta net) or 'off'.")] = "on",
     used: LengthOpt = None,
     used_old: Annotated[Optional[int], Opt("--used", hidden=True, help="Old name of --length.")] = None,
     max_reserved: MaxReservedOpt = None,
@@ -136,7 +141,12 @@ def calc(
     tp: TpOpt = D.TP,
     pp: PpOpt = D.PP,
     max_model_len: Annotated[Optional[int], Opt(help="vLLM view: max_model_len (default: --max-reserved).")] = None,
-    max_batched_tokens: MaxBatchedTokensOpt = D.MAX_BATCHED_TOKENS,
+    max_batched_tokens: MaxBatchedTokensOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    performance_mode: PerformanceModeOpt = "balanced",
+    async_scheduling: AsyncSchedulingOpt = True,
+    chunked_prefill: ChunkedPrefillOpt = True,
+    allow_long_max_model_len: AllowLongOpt = False,
     target: Annotated[Optional[int], Opt(help="Planning: requests that must fit; adds budget, min utilization, min TP and longest length. Default: none (no planning).")] = None,
     logged_tokens: Annotated[Optional[int], Opt(help="Check a logged figure: the 'GPU KV cache size: N tokens' vLLM "
                                                       "logged; says which reserve (or budget) it implies, whether "
@@ -149,7 +159,7 @@ def calc(
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
 ) -> None:
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
-    from kvdash.core.calc import BudgetSpec, CalcInput, calculate
+    from kvdash.core.calc import BudgetSpec, CalcInput, calculate, capture_graphs, engine_caps
     from kvdash.core.model import model_from_spec, resolve_model
     from kvdash.units import parse_size
 
@@ -185,14 +195,22 @@ def calc(
     )
     from kvdash.calibration import reserve_for
 
-    spec = reserve_for(spec, reserve, given(ctx, "reserve"), arch, tp, pp, max_batched_tokens)
-    result = calculate(CalcInput(
+    inp = CalcInput(
         arch=arch, kv_dtype=kv_dtype, kv_scales=kv_scales, block_size=parse_block_size(block_size), budget=spec,
         prefix_caching=parse_on_off(prefix_caching, "--prefix-caching"),
         tp=tp, pp=pp, used=used, max_reserved=max_reserved, final=final,
         group=parse_lengths(group), prefix=prefix, max_model_len=max_model_len,
-        max_batched_tokens=max_batched_tokens, target=target, logged_tokens=logged_tokens,
-    ))
+        max_batched_tokens=max_batched_tokens, target=target, logged_tokens=logged_tokens, max_num_seqs=max_num_seqs,
+        performance_mode=performance_mode, async_scheduling=async_scheduling, chunked_prefill=chunked_prefill,
+        allow_long_max_model_len=allow_long_max_model_len,
+    )
+    inp.validate()
+    caps = engine_caps(inp)  # the reserve's activation and CUDA-graph terms follow the engine's caps
+    spec = reserve_for(spec, reserve, given(ctx, "reserve"), arch, tp, pp, caps.max_num_batched_tokens,
+                       graphs=capture_graphs(inp, caps))
+    from dataclasses import replace
+
+    result = calculate(replace(inp, budget=spec))
     pool = result["pool"]
     if result["whole_pool_blocks"] == 0:
         option = "--budget" if gpu is None and gpu_memory is None else "--gpu-util"

@@ -47,7 +47,7 @@ def calibrate(
     tp: TpOpt = D.TP,
     pp: PpOpt = D.PP,
     vllm_version: Annotated[str, Opt(help="vLLM version of the engine, recorded with the entry.")] = "0.33.0",
-    max_batched_tokens: MaxBatchedTokensOpt = D.MAX_BATCHED_TOKENS,
+    max_batched_tokens: MaxBatchedTokensOpt = None,
     calibration_file: Annotated[Optional[Path], Opt(help="JSON-lines file to append to (default: $KVDASH_CALIBRATION, else ~/.local/share/kvdash/calibration.jsonl).")] = None,
     engine_timeout: EngineTimeoutOpt = D.ENGINE_TIMEOUT,
     timeout_old: Annotated[Optional[float], Opt("--timeout", hidden=True, help="Old name of --engine-timeout.")] = None,
@@ -83,6 +83,11 @@ def calibrate(
         total, gpu_name = preset.memory_bytes, str(gpu)
     else:
         total, gpu_name = _nvml_total()
+    if max_batched_tokens is None:  # the engine's default for this GPU (vllm/engine/arg_utils.py get_batch_defaults)
+        from kvdash.core.vllm import batch_tier
+
+        name = preset.name if preset is not None else (None if gpu_name == "custom" else gpu_name)
+        max_batched_tokens = batch_tier(total, name)[0].max_num_batched_tokens
     entry = dated(measure(reading, arch, total, gpu_name, tp, pp, weight_bytes, vllm_version, max_batched_tokens))
     path = calibration_path(calibration_file)
     if not dry_run:

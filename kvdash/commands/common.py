@@ -56,9 +56,26 @@ ReserveOpt = Annotated[str, Opt(help="Runtime reserve per rank of a GPU-derived 
                                      "non-torch memory): 'auto', a kvdash calibrate entry, else the published "
                                      "terms; 0 asks for the upper bound; or a size (4GiB). A declared --budget "
                                      "takes none.")]
-MaxBatchedTokensOpt = Annotated[int, Opt(help="vLLM's max_num_batched_tokens (calc: the vLLM view and the "
-                                               "activation term of --reserve auto; calibrate: the engine's, "
-                                               "recorded with the entry).")]
+CAPS_DEFAULT = ("vLLM 0.33's for the GPU (EngineArgs.get_batch_defaults: from 160 GiB 16,384 tokens / 1,024 "
+                "sequences; from 70 GiB and not an A100 8,192 / 1,024; else 2,048 / 256; without a GPU 8,192 / 1,024)")
+MaxBatchedTokensOpt = Annotated[Optional[int], Opt(help="vLLM's max_num_batched_tokens (calc: sliding-window sizing, "
+                                                         "the CUDA graphs and activation term of --reserve auto; "
+                                                         "calibrate: the engine's, recorded with the entry). "
+                                                         f"Default: {CAPS_DEFAULT}.")]
+MaxNumSeqsOpt = Annotated[Optional[int], Opt(help="vLLM's max_num_seqs: requests it runs at once. Default: "
+                                                  f"{CAPS_DEFAULT}.")]
+PerformanceModeOpt = Annotated[str, Opt(help="vLLM's --performance-mode: balanced, interactivity, or throughput "
+                                             "(doubles both default caps).")]
+AsyncSchedulingOpt = Annotated[bool, Opt("--async-scheduling/--no-async-scheduling",
+                                         help="vLLM's async scheduling (on by default in 0.33): two batches in "
+                                              "flight, so sliding-window and chunked layers hold 2 x "
+                                              "max_num_batched_tokens more.")]
+ChunkedPrefillOpt = Annotated[bool, Opt("--chunked-prefill/--no-chunked-prefill",
+                                        help="vLLM's chunked prefill (on by default); off raises the default "
+                                             "max_num_batched_tokens to max_model_len.")]
+AllowLongOpt = Annotated[bool, Opt("--allow-long-max-model-len",
+                                   help="Accept a --max-model-len above the model's derived limit, as vLLM does with "
+                                        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (it refuses it otherwise).")]
 # --- the requests -----------------------------------------------------------------------------------
 # --length is one length everywhere (its value: tokens one request holds); several lengths packed together are
 # --group (calc, live); exporter publishes several lengths each on its own, so there --length repeats

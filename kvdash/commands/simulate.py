@@ -144,7 +144,12 @@ def simulate(
     spec = BudgetSpec(
         bytes=parse_budget(budget),  # neither: the 12 GiB default
         gpu=gpu, util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None)
-    spec = reserve_for(spec, reserve, given(ctx, "reserve"), arch, tp, 1, D.MAX_BATCHED_TOKENS)
+    from kvdash.core.calc import CalcInput, capture_graphs, engine_caps
+
+    caps_inp = CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec)  # vLLM 0.33's caps for the GPU
+    caps = engine_caps(caps_inp)
+    spec = reserve_for(spec, reserve, given(ctx, "reserve"), arch, tp, 1, caps.max_num_batched_tokens,
+                       graphs=capture_graphs(caps_inp, caps))
     binfo = resolve_budget(spec, arch, tp, 1)
     b = binfo["per_rank_bytes"]
     from kvdash.core.calc import reserve_text
@@ -154,7 +159,7 @@ def simulate(
         if spec.reserve or spec.reserve_basis:
             budget_lines.append(f"runtime reserve {binfo['reserve_bytes']:,} B per rank ({binfo['reserve_basis']})")
         else:
-            from kvdash.core.calc import CalcInput, upper_bound_line
+            from kvdash.core.calc import upper_bound_line
 
             budget_lines.append(upper_bound_line(CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec), binfo))
     else:

@@ -19,6 +19,7 @@ from typing import Any
 from kvdash import __version__, defaults
 from kvdash.core import formulas as f
 from kvdash.core import limits
+from kvdash.core import vllm as engine
 from kvdash.core.dtypes import SCALE_BYTES, check_scale_mode, fp8_ds_mla_token_bytes, get_dtype
 from kvdash.core.gpus import GPU, get_gpu
 from kvdash.core.model import KINDS, Architecture, Layer
@@ -47,7 +48,7 @@ class PoolShape:
     holds ``block_size`` tokens for every layer of one group, so it takes
     ``block_size x layer_token_bytes x group_size`` bytes.  State (mamba/linear) layers form groups
     too; their state page is padded to the attention page, and a request holds ``state_blocks``
-    blocks of them whatever its length (1 per state group, 2 in prefix-caching ``align`` mode).
+    blocks of them whatever its length (1 per state group; in prefix-caching ``align`` mode 2, 3 for Mamba-2).
     """
 
     block_size: int
@@ -143,6 +144,23 @@ def exports_checkpoints(arch: Architecture, prefix_caching: bool) -> bool:
     return prefix_caching and bool(states) and all(layer.state_family == "gdn" for layer in states)
 
 
+def takes_prefill_checkpoint(arch: Architecture, prefix_caching: bool) -> bool:
+    """Whether the state layers' ``MambaSpec`` holds a prefill-checkpoint block in align mode
+    (``num_prefill_checkpoint_blocks=1``; ``MambaSpec.max_memory_usage_bytes`` in ``vllm/v1/kv_cache_interface.py``
+    is then page x (2 + speculative + 1) per request):
+
+    * every Mamba-2 layer: ``MambaMixer2.get_kv_cache_spec`` (``vllm/model_executor/layers/mamba/mamba_mixer2.py``)
+      always sets it (Nemotron-H, Nemotron-3, Granite-4.0-H, Falcon-H1, Zamba2, Mamba-2: every model built on
+      ``MambaMixer2``); Mamba-1 (``MambaMixer``, Jamba) keeps 2 blocks;
+    * gated delta net layers when they export checkpoints (:func:`exports_checkpoints`).
+
+    With prefix caching off (mamba_cache_mode 'none') a state layer holds 1 block whatever this says."""
+    states = arch.state_layers
+    if not prefix_caching or not states:
+        return False
+    return all(layer.state_family == "mamba2" for layer in states) or exports_checkpoints(arch, prefix_caching)
+
+
 def aligned_block_size(arch: Architecture, dtype: str, scales: str, tp: int, requested: int,
                        prefix_caching: bool = True) -> tuple[int, int]:
     """The attention block size vLLM 0.33 uses, and the state page it must hold (0: no state layers).
@@ -228,7 +246,8 @@ def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_si
     window_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k != "full")
     layer_bytes = max(max(v) for v in kinds.values())
     state_groups = f.cdiv(n_state, group_size) if n_state else 0
-    # MambaSpec.max_memory_usage_bytes: align mode 2 (+1 prefill checkpoint) pages per request, else 1
+    # MambaSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py): align mode 2 pages per request, + 1 prefill
+    # checkpoint (Mamba-2 layers, checkpointing gated delta nets: takes_prefill_checkpoint), else 1
     state_blocks = state_groups * ((3 if checkpoints else 2) if prefix_caching else 1)
     return PoolShape(
         block_size=block_size,
@@ -259,19 +278,24 @@ def rank_shapes(arch: Architecture, dtype: str = "bf16", scales: str = "tensor",
     get_dtype(dtype)
     check_parallel(arch, tp, pp)
     used, page = aligned_block_size(arch, dtype, scales, tp, block_size, prefix_caching)
-    checkpoints = exports_checkpoints(arch, prefix_caching)
+    checkpoints = takes_prefill_checkpoint(arch, prefix_caching)
     return [shape_of([arch.layers[i] for i in r], dtype, scales, tp, used, page, prefix_caching, block_size,
                      checkpoints) for r in stage_layers(arch.num_layers, pp)]
 
 
-def auto_block_size(arch: Architecture) -> tuple[int, str]:
-    """The block size vLLM 0.33 picks on Hopper when none is given, and why."""
-    if arch.use_mla:
-        return 64, "64: MLA on Hopper runs FlashMLA, which accepts only 64-token blocks"
+def auto_block_size(arch: Architecture, kv_dtype: str = defaults.KV_DTYPE,
+                    compute_capability: str = "") -> tuple[int, str]:
+    """The block size vLLM 0.33 picks when none is given, and why: per GPU generation (the budget's GPU preset;
+    Hopper when there is none) and KV dtype (:func:`kvdash.core.vllm.auto_block_size`); a hybrid's block is
+    then raised to hold its state page (:func:`aligned_block_size`)."""
+    generation = engine.gpu_generation(compute_capability) or "sm90"
+    size, why = engine.auto_block_size(arch.use_mla, get_dtype(kv_dtype).quantized, generation)
+    if compute_capability == "" and generation == "sm90":
+        why += "; no CUDA GPU preset given: Hopper's choice"
     if arch.is_hybrid:
-        return 16, ("16 requested, then raised so one attention page holds a state page "
-                    "(vllm/platforms/interface.py, _align_hybrid_block_size)")
-    return 16, "16: vLLM's default block size for CUDA"
+        why += "; then raised so one attention page holds a state page (vllm/platforms/interface.py, " \
+               "_align_hybrid_block_size)"
+    return size, why
 
 
 def check_positive(field: str, value: object) -> int:
@@ -373,6 +397,7 @@ def no_kv_memory(spec: BudgetSpec, arch: Architecture, gpu: GPU | None, total: i
     typed (or the default the value came from) and only fixes that can work (issue 23)."""
     wr = f.weights_per_rank(weights, tp * pp)
     reserve_given = bool(spec.reserve) and not spec.reserve_basis
+    field: str
     value: object
     if spec.util is not None:
         field, value = "--gpu-util", spec.util
@@ -436,10 +461,15 @@ class CalcInput:
     group: tuple[int, ...] | None = None
     prefix: int = 0  # tokens of a prompt prefix every request shares
     max_model_len: int | None = None  # vLLM view; default: max_reserved
-    max_batched_tokens: int = defaults.MAX_BATCHED_TOKENS  # vLLM max_num_batched_tokens (chunked prefill)
+    max_batched_tokens: int | None = None  # vLLM max_num_batched_tokens; None: vLLM 0.33's default for the GPU
     target: int | None = None  # planning: requests that must fit
     logged_tokens: int | None = None  # a logged "GPU KV cache size: N tokens" to check
     prefix_caching: bool = True  # vLLM 0.33's default; puts state layers in mamba_cache_mode 'align'
+    max_num_seqs: int | None = None  # vLLM max_num_seqs; None: vLLM 0.33's default for the GPU
+    performance_mode: str = "balanced"  # vLLM --performance-mode: 'throughput' doubles both defaults
+    chunked_prefill: bool = True  # vLLM's default for generative models
+    async_scheduling: bool = True  # vLLM 0.33's default: two batches in flight
+    allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
 
     def validate(self) -> None:
         check_positive("--length", self.used)
@@ -477,7 +507,11 @@ class CalcInput:
                              "the shared prefix owns no block of its own)")
         if self.max_model_len is not None:
             check_positive("--max-model-len", self.max_model_len)
-        check_positive("--max-batched-tokens", self.max_batched_tokens)
+            engine.check_max_model_len(self.max_model_len, self.arch.derived_max_len, self.allow_long_max_model_len)
+        if self.max_batched_tokens is not None:
+            check_positive("--max-batched-tokens", self.max_batched_tokens)
+        if self.max_num_seqs is not None:
+            check_positive("--max-num-seqs", self.max_num_seqs)
         if self.target is not None:
             check_positive("--target", self.target)
         if self.logged_tokens is not None:
@@ -506,6 +540,7 @@ def evaluate(inp: CalcInput, shapes: Sequence[PoolShape], budget: int, lengths: 
     common = {
         "budget": budget, "max_reserved": inp.max_reserved, "prefix": inp.prefix,
         "max_model_len": inp.max_model_len or inp.max_reserved, "max_batched_tokens": inp.max_batched_tokens,
+        "in_flight_tokens": engine.max_in_flight_tokens(int(inp.max_batched_tokens or 0), inp.async_scheduling, inp.pp),
         **workload_inputs(lengths, finals),
     }
     stages = [point_metrics(shape_inputs(s) | common) for s in shapes]
@@ -660,7 +695,7 @@ def _prefix(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
 def resolve_block_size(inp: CalcInput) -> tuple[int, str]:
     """The requested block size (``auto``: vLLM 0.33's choice on Hopper) and why."""
     if inp.block_size == "auto":
-        return auto_block_size(inp.arch)
+        return auto_block_size(inp.arch, inp.kv_dtype, budget_gpu(inp.budget)[2])
     if isinstance(inp.block_size, str):
         raise InputError("--block-size", inp.block_size, "expected a positive integer or 'auto'")
     return check_positive("--block-size", inp.block_size), f"{inp.block_size}: requested"
@@ -671,6 +706,10 @@ def _vllm_view(inp: CalcInput, shapes: list[PoolShape], m: dict[str, Any], block
     length = inp.max_model_len or inp.max_reserved
     tokens, concurrency, num_blocks = m["vllm_kv_cache_tokens"], m["vllm_max_concurrency"], m["vllm_num_gpu_blocks"]
     s = shapes[0]
+    batches = engine.max_concurrent_batches(inp.async_scheduling, inp.pp)
+    in_flight = engine.max_in_flight_tokens(int(inp.max_batched_tokens or 0), inp.async_scheduling, inp.pp)
+    flight = (f"T = max_in_flight_tokens = {batches} batch(es) in flight x max_num_batched_tokens "
+              f"{inp.max_batched_tokens:,} = {in_flight:,}; VllmConfig.max_in_flight_tokens, vllm/config/vllm.py")
     notes = [
         f"vLLM's concurrency assumes every request reaches max_model_len={length:,} tokens; "
         f"kvdash's paged figure uses the {inp.used:,} tokens a request holds now.",
@@ -680,14 +719,13 @@ def _vllm_view(inp: CalcInput, shapes: list[PoolShape], m: dict[str, Any], block
     ]
     if s.window_groups and s.chunked:
         notes.append(
-            f"For chunked-local layers vLLM budgets cdiv(min(C+max_num_batched_tokens, L), B) blocks "
-            f"(C={s.window:,}); kvdash's snapshot bound is cdiv(C-1, B)+1 during decode."
+            f"For chunked-local layers vLLM budgets cdiv(min(C+T, L), B) blocks (C={s.window:,}, {flight}); "
+            "kvdash's snapshot bound is cdiv(C-1, B)+1 during decode."
         )
     elif s.window_groups:
         notes.append(
-            f"For sliding layers vLLM budgets cdiv(min(W-1+max_num_batched_tokens, L), B)+1 blocks "
-            f"(W={s.window:,}, max_num_batched_tokens={inp.max_batched_tokens:,}); kvdash's snapshot "
-            "bound is cdiv(W-1, B)+1 during decode."
+            f"For sliding layers vLLM budgets cdiv(min(W-1+T, L), B)+1 blocks (W={s.window:,}, {flight}); "
+            "kvdash's snapshot bound is cdiv(W-1, B)+1 during decode."
         )
     if s.groups > 1:
         notes.append(
@@ -710,6 +748,8 @@ def _vllm_view(inp: CalcInput, shapes: list[PoolShape], m: dict[str, Any], block
         "kv_cache_groups": s.groups,
         "max_model_len": length,
         "max_num_batched_tokens": inp.max_batched_tokens,
+        "max_num_seqs": inp.max_num_seqs,
+        "max_in_flight_tokens": in_flight,
         "num_gpu_blocks": num_blocks,
         "blocks_per_request_at_max_model_len": m["vllm_blocks_per_request"],
         "gpu_kv_cache_tokens": tokens,
@@ -760,6 +800,8 @@ def _planning(inp: CalcInput, shapes: list[PoolShape], budget: int, budget_info:
     needed = max(needs(sh) for sh in shapes)
     plan: dict[str, Any] = {
         "target_requests": target,
+        "max_num_seqs": inp.max_num_seqs,
+        "runs_at_once": inp.max_num_seqs is None or target <= inp.max_num_seqs,
         "at_tokens": inp.used if inp.group is None else list(lengths),
         "prefix_tokens": inp.prefix,
         "budget_needed_per_rank_bytes": needed,
@@ -805,7 +847,9 @@ def _at_tp(inp: CalcInput, tp: int) -> BudgetSpec:
     spec = inp.budget
     if not spec.reserve_basis.startswith("--reserve auto: published"):
         return spec
-    est = auto_reserve(inp.arch.model_type, tp, inp.pp, inp.max_batched_tokens, spec.gpu, layers=inp.arch.num_layers)
+    caps = engine_caps(inp)
+    est = auto_reserve(inp.arch.model_type, tp, inp.pp, caps.max_num_batched_tokens, spec.gpu,
+                       layers=inp.arch.num_layers, graphs=capture_graphs(inp, caps))
     return replace(spec, reserve=est["bytes"])
 
 
@@ -997,8 +1041,9 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
 
 def upper_bound_line(inp: CalcInput, budget_info: dict[str, Any]) -> str:
     """The first line of an output whose GPU-derived budget assumes a 0 B reserve: how much ``auto`` takes."""
-    est = auto_reserve(inp.arch.model_type, inp.tp, inp.pp, inp.max_batched_tokens, budget_info.get("gpu"),
-                      layers=inp.arch.num_layers)
+    caps = engine_caps(inp)
+    est = auto_reserve(inp.arch.model_type, inp.tp, inp.pp, caps.max_num_batched_tokens, budget_info.get("gpu"),
+                       layers=inp.arch.num_layers, graphs=capture_graphs(inp, caps))
     budget_info["auto_reserve_estimate_bytes"] = est["bytes"]
     budget = budget_info["per_rank_bytes"]
     share = f", {100 * est['bytes'] / budget:.1f}% of it" if budget > 0 else ""
@@ -1007,9 +1052,68 @@ def upper_bound_line(inp: CalcInput, budget_info: dict[str, Any]) -> str:
             + ", ".join(f"{t['name']} {t['bytes']:,} B" for t in est["terms"]))
 
 
+def budget_gpu(spec: BudgetSpec) -> tuple[int | None, str | None, str]:
+    """The GPU a budget is derived from: (total bytes, name, compute capability); (None, None, '') for a
+    declared budget."""
+    if spec.gpu is None and spec.gpu_memory is None:
+        return None, None, ""
+    gpu = get_gpu(spec.gpu) if spec.gpu is not None else None
+    total = spec.gpu_memory if spec.gpu_memory is not None else gpu.memory_bytes  # type: ignore[union-attr]
+    return total, (gpu.name if gpu else None), (gpu.compute_capability if gpu else "")
+
+
+def capture_graphs(inp: CalcInput, caps: engine.Caps | None = None) -> int:
+    """CUDA graphs vLLM 0.33 captures under the engine's caps on the budget's GPU (the reserve's CUDA-graph
+    term scales with them): :func:`kvdash.core.vllm.cudagraph_capture_sizes`."""
+    caps = caps or engine_caps(inp)
+    blackwell = engine.gpu_generation(budget_gpu(inp.budget)[2]) == "sm100"
+    return len(engine.cudagraph_capture_sizes(caps.max_num_seqs, caps.max_num_batched_tokens, blackwell,
+                                              inp.performance_mode))
+
+
+def engine_caps(inp: CalcInput) -> engine.Caps:
+    """``max_num_seqs`` and ``max_num_batched_tokens`` vLLM 0.33 runs this configuration with
+    (:func:`kvdash.core.vllm.scheduler_caps` for the budget's GPU)."""
+    total, name, _ = budget_gpu(inp.budget)
+    return engine.scheduler_caps(total, name, inp.max_model_len or inp.max_reserved, inp.max_num_seqs,
+                                 inp.max_batched_tokens, inp.performance_mode, inp.chunked_prefill)
+
+
+def _engine(inp: CalcInput, caps: engine.Caps, paged: int) -> dict[str, Any]:
+    """What vLLM 0.33 runs: its scheduler caps, the batches in flight, and the requests running at once."""
+    running = min(paged, caps.max_num_seqs)
+    return {
+        "max_num_seqs": caps.max_num_seqs,
+        "max_num_seqs_basis": caps.seqs_basis,
+        "caps_basis": engine.caps_text(caps),
+        "max_num_batched_tokens": caps.max_num_batched_tokens,
+        "max_num_batched_tokens_basis": caps.tokens_basis,
+        "performance_mode": inp.performance_mode,
+        "chunked_prefill": inp.chunked_prefill,
+        "async_scheduling": inp.async_scheduling,
+        "max_concurrent_batches": engine.max_concurrent_batches(inp.async_scheduling, inp.pp),
+        "max_in_flight_tokens": engine.max_in_flight_tokens(caps.max_num_batched_tokens, inp.async_scheduling, inp.pp),
+        "requests_in_kv_cache": paged,
+        "running_requests": running,
+        "limited_by": "max_num_seqs" if caps.max_num_seqs < paged else "kv_cache",
+    }
+
+
+def caps_line(e: dict[str, Any]) -> str:
+    """The assumption line of the engine caps (what vLLM runs, first after the budget)."""
+    batches = e["max_concurrent_batches"]
+    return (f"engine caps: vLLM {VLLM_VERSION} runs at most {e['max_num_seqs']:,} requests at once and schedules "
+            f"{e['max_num_batched_tokens']:,} tokens per step ({e['caps_basis']}); {batches} "
+            f"batch{'es' if batches > 1 else ''} in flight ("
+            + ("async scheduling, on by default" if e["async_scheduling"] else "--no-async-scheduling")
+            + f"): sliding-window and chunked layers are sized for {e['max_in_flight_tokens']:,} tokens")
+
+
 def calculate(inp: CalcInput) -> dict[str, Any]:
     """Every figure for one configuration, as a JSON-ready dictionary."""
     inp.validate()
+    caps = engine_caps(inp)
+    inp = replace(inp, max_batched_tokens=caps.max_num_batched_tokens, max_num_seqs=caps.max_num_seqs)
     requested, block_reason = resolve_block_size(inp)
     shapes = rank_shapes(inp.arch, inp.kv_dtype, inp.kv_scales, inp.tp, inp.pp, requested, inp.prefix_caching)
     if shapes[0].block_size != requested:
@@ -1040,6 +1144,12 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
         "used_tokens": inp.used,
         "max_reserved_tokens": inp.max_reserved,
         "final_tokens": inp.final or inp.used,
+        "max_num_seqs": inp.max_num_seqs,
+        "max_batched_tokens": inp.max_batched_tokens,
+        "performance_mode": inp.performance_mode,
+        "chunked_prefill": inp.chunked_prefill,
+        "async_scheduling": inp.async_scheduling,
+        "allow_long_max_model_len": inp.allow_long_max_model_len,
     }
     out["budget"] = budget_info
     m = evaluate(inp, shapes, budget, (inp.used,), (inp.final or inp.used,))
@@ -1050,6 +1160,8 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
         out["request"]["paged_blocks_per_group"] = {
             kind: int(f.request_blocks(inp.used, s0.block_size, int(kind == "full"), int(kind != "full"), s0.window))
             for kind, n in (("full", s0.full_groups), (local, s0.window_groups)) if n}
+    out["engine"] = _engine(inp, caps, int(m["paged_requests"]))
+    out["assumptions"].insert(1 if out["assumptions"][0].startswith("UPPER BOUND") else 0, caps_line(out["engine"]))
     out["pool"] = _pool(shapes, budget, m)
     out["policies"] = _policies(inp, m)
     out["sensitivity"] = _sensitivity(inp, budget)
@@ -1119,8 +1231,8 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
                 f"{p['prefix_tokens']:,}-token prefix, {p['requests_without_sharing']:,} without sharing, "
                 f"{cap['contiguous_requests']:,} contiguous")
     else:
-        lead = (f"{cap['paged_requests']:,} requests of {inp.used:,} tokens fit paged, "
-                f"{cap['contiguous_requests']:,} contiguous")
+        lead = (f"{cap['paged_requests']:,} requests of {inp.used:,} tokens fit {running_text(r['engine'])}"
+                f"{cap['contiguous_requests']:,} contiguous{running_tail(r['engine'])}")
     if reserve_mode(bud) == "upper bound":
         auto = bud.get("auto_reserve_requests")
         line = ("UPPER BOUND (--reserve 0, no runtime reserve"
@@ -1139,6 +1251,9 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
         if "min_gpu_util" in p:
             plan += (f", minimum --gpu-util {p['min_gpu_util']:.2f} at this --tp" if p["min_gpu_util"] is not None
                      else ", no --gpu-util fits them at this --tp")
+        if not p["runs_at_once"]:
+            plan += (f"; vLLM runs at most {p['max_num_seqs']:,} at once (max_num_seqs), so {p['target_requests']:,} "
+                     f"at once need --max-num-seqs {p['target_requests']:,}")
         line = f"{plan}. {line}"
     if "log_check" in r:
         line = f"{r['log_check']['text']} {line}"
@@ -1180,3 +1295,15 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
             line += (f"; with the KV cache in {v['kv_dtype']}, {v['paged_requests']:,} would fit paged"
                      + (" (idealized: no scales)" if "idealized" in v["variant"] else ""))
     return line + "."
+
+
+def running_text(e: dict[str, Any]) -> str:
+    """``'in the KV cache paged, '`` when the scheduler cap is below what fits, else ``'paged, '``."""
+    return "in the KV cache paged, " if e["limited_by"] == "max_num_seqs" else "paged, "
+
+
+def running_tail(e: dict[str, Any]) -> str:
+    """``', but vLLM runs at most M at once (max_num_seqs)'`` when the scheduler cap is below what fits."""
+    if e["limited_by"] != "max_num_seqs":
+        return ""
+    return f", but vLLM runs at most {e['max_num_seqs']:,} at once (its max_num_seqs)"

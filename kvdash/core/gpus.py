@@ -18,6 +18,7 @@ class GPU:
     memory_bytes: int
     basis: str  # "nvml" (what the driver reports on such a card) or "nominal" (advertised size)
     detail: str
+    compute_capability: str = ""  # "9.0" (Hopper); "" for a non-CUDA GPU: it picks vLLM's attention backend
 
 
 def gpu_presets() -> dict[str, GPU]:

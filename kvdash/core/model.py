@@ -76,6 +76,18 @@ class Architecture:
     decoder_layers: int = 0  # decoder layers (Falcon-H1 has an attention and a mamba mixer in each)
     derived: tuple[str, ...] = ()  # figures config.json does not state, with the rule that derived them
     counts: dict[str, int] = field(default_factory=dict, compare=False)
+    max_len_rule: Any = None  # kvdash.core.vllm.DerivedMaxLen from config.json; None: max_context
+
+    @property
+    def derived_max_len(self) -> Any:
+        """The longest max_model_len vLLM 0.33 accepts for this model
+        (:func:`kvdash.core.vllm.derived_max_model_len`)."""
+        from kvdash.core.vllm import DerivedMaxLen
+
+        if self.max_len_rule is not None:
+            return self.max_len_rule
+        return DerivedMaxLen(self.max_context, "max_position_embeddings",
+                             f"max_position_embeddings {self.max_context:,}")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "counts", dict(Counter(layer.kind for layer in self.layers)))
@@ -217,6 +229,7 @@ def from_hf_config(
     patterns, state shapes) come from :mod:`kvdash.core.modeltypes`.
     """
     from kvdash.core import modeltypes
+    from kvdash.core.vllm import derived_max_model_len
 
     where = source
     if not isinstance(cfg, dict):
@@ -302,6 +315,7 @@ def from_hf_config(
         weights_known=weights_known or "weight_bytes" in meta,
         decoder_layers=n_layers,
         derived=tuple(derived),
+        max_len_rule=derived_max_model_len(cfg),
     )
 
 

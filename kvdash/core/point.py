@@ -28,6 +28,7 @@ Inputs (all integers):
 ``prefix``             tokens of a prompt prefix all requests share (0: none)
 ``max_model_len``      vLLM's max_model_len for its start-up figures
 ``max_batched_tokens`` vLLM's max_num_batched_tokens
+``in_flight_tokens``   vLLM's max_in_flight_tokens: max_concurrent_batches x max_num_batched_tokens
 =====================  ==================================================================
 """
 
@@ -43,7 +44,7 @@ INPUTS = (
     "block_size", "layer_token_bytes", "group_size", "full_groups", "window_groups", "window",
     "full_token_bytes", "window_token_bytes", "state_bytes", "state_blocks", "chunked", "budget", "k",
     "max_reserved", "prefix",
-    "max_model_len", "max_batched_tokens",
+    "max_model_len", "max_batched_tokens", "in_flight_tokens",
     *(f"l{i}" for i in range(MAX_LENGTHS)), *(f"f{i}" for i in range(MAX_LENGTHS)),
 )
 
@@ -108,10 +109,11 @@ def request_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
         "prefix_shared_blocks": prefix_blocks,
         "prefix_shared_bytes": prefix_blocks * bb,
         "prefix_own_bytes": (group_blocks - k * prefix_blocks) * bb + k * state,
-        # vLLM 0.33 max_memory_usage_bytes per spec: full cdiv(L, B); sliding cdiv(min(W - 1 + T, L), B) + 1;
-        # chunked cdiv(min(C + T, L), B); a state group 1 block (2 in align mode)
+        # vLLM 0.33 max_memory_usage_bytes per spec (vllm/v1/kv_cache_interface.py): full cdiv(L, B); sliding
+        # cdiv(min(W - 1 + T, L), B) + 1; chunked cdiv(min(C + T, L), B), T = max_in_flight_tokens (2 x
+        # max_num_batched_tokens under async scheduling); a state group 1 block (2 in align mode, 3 for Mamba-2)
         "vllm_blocks_per_request": fg * f.cdiv(L, B)
-        + wg * (f.cdiv(f.imin(window - 1 + chunked + x["max_batched_tokens"], L), B) + 1 - chunked)
+        + wg * (f.cdiv(f.imin(window - 1 + chunked + x["in_flight_tokens"], L), B) + 1 - chunked)
         + x["state_blocks"],
         "vllm_max_model_len": L,
     }

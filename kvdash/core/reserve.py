@@ -139,34 +139,50 @@ def layers_per_stage(layers: int, pp: int) -> int:
     return -(-layers // max(pp, 1))
 
 
-def cuda_graph_term(model_type: str, layers: int, pp: int, other_gpu: bool, context: str) -> ReserveTerm:
+MEASURED_GRAPHS = 51  # capture sizes of the measured runs: 1, 2, 4, 8..248 by 8, 256..512 by 16 (H100, 1,024 seqs)
+
+
+def cuda_graph_term(model_type: str, layers: int, pp: int, other_gpu: bool, context: str,
+                    graphs: int = MEASURED_GRAPHS) -> ReserveTerm:
     """The CUDA-graph estimate vLLM 0.33 subtracts by default: the architecture's MiB per layer (median of
-    its vLLM 0.19 runs) x the layers on the rank's stage."""
+    its vLLM 0.19 runs) x the layers on the rank's stage, x ``graphs / 51`` when the engine's caps capture
+    another number of graphs than the measured runs (vLLM's estimate is one capture plus ``graphs - 1`` x the
+    next one's size: close to proportional to the number of graphs)."""
     cls = ARCH_CLASS.get(model_type, "")
     own = CUDA_GRAPH_MIB_PER_LAYER.get(cls)
     figure, runs = own or CUDA_GRAPH_MIB_PER_LAYER_ALL
     n = layers_per_stage(layers, pp)
+    scaled = graphs != MEASURED_GRAPHS
     whose = (f"{cls} {figure} MiB per layer (median of its {runs} distinct run{'s' if runs > 1 else ''})" if own
              else f"{figure} MiB per layer, the median of all {runs} distinct runs ({cls or model_type or 'unknown'} "
                   "has none of its own)")
-    return ReserveTerm("CUDA-graph memory", mib_bytes(figure, n),
-                       f"{whose} x {n} layers per stage; added because vLLM 0.33.0 subtracts it by default: "
+    total = mib_bytes(figure, n) if not scaled else \
+        int((Decimal(figure) * (1 << 20) * n * graphs / MEASURED_GRAPHS).to_integral_value(rounding=ROUND_HALF_UP))
+    per_graphs = (f" x {graphs} capture sizes / the {MEASURED_GRAPHS} of the measured runs (the engine's caps: "
+                  "VllmConfig._set_cudagraph_sizes, vllm/config/vllm.py)") if scaled else \
+        f" ({graphs} capture sizes, as in the measured runs)"
+    return ReserveTerm("CUDA-graph memory", total,
+                       f"{whose} x {n} layers per stage{per_graphs}; "
+                       "added because vLLM 0.33.0 subtracts it by default: "
                        "Worker.determine_available_memory (vllm/v1/worker/gpu_worker.py) takes "
                        "profile_cudagraph_memory() off the KV budget when cudagraph_mode is not NONE (O2 default "
                        "FULL_AND_PIECEWISE) and VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 (vllm/envs.py default, "
                        "since v0.21); 0 with --enforce-eager; "
-                       f"from the {CUDA_GRAPH_SOURCE}{context}", other_gpu or own is None or not layers)
+                       f"from the {CUDA_GRAPH_SOURCE}{context}", other_gpu or own is None or not layers or scaled)
 
 
 def auto_reserve(model_type: str, tp: int, pp: int, max_batched_tokens: int = MEASURED_BATCHED_TOKENS,
                  gpu: str | None = None, calibration: dict[str, Any] | None = None,
-                 *, layers: int) -> dict[str, Any]:
+                 *, layers: int, graphs: int = MEASURED_GRAPHS) -> dict[str, Any]:
     """The runtime reserve per rank for ``--reserve auto``: ``{"bytes", "basis", "terms": [...]}``.
 
     A matching ``calibration`` entry (``kvdash calibrate``: the reserve a running engine kept) wins over
     the published terms.  Otherwise: activation peak (per architecture, else by family) + non-torch
     overhead (by TP/PP) + CUDA-graph memory (per architecture and decoder layer; ``layers`` is the
-    model's decoder layer count).  A term is ``extrapolated`` when the configuration differs from what it
+    model's decoder layer count; ``graphs``: the CUDA-graph capture sizes the engine's caps give,
+    :func:`kvdash.core.vllm.cudagraph_capture_sizes`).  The activation peak is the published figure at 8,192
+    batched tokens, applied unscaled (and flagged extrapolated) at other ``max_num_batched_tokens``: no
+    measurement at other sizes is at hand.  A term is ``extrapolated`` when the configuration differs from what it
     was measured on (another GPU, another max_num_batched_tokens, a family base or all-run median
     instead of the architecture's own figure)."""
     if calibration is not None:
@@ -195,8 +211,8 @@ def auto_reserve(model_type: str, tp: int, pp: int, max_batched_tokens: int = ME
     key = ("tp1" if tp == 1 else "tpN") + ("_pp1" if pp == 1 else "_ppN")
     nt = ReserveTerm("non-torch overhead", gib_bytes(NON_TORCH_GIB[key]),
                      f"{key} {NON_TORCH_GIB[key]} GiB (NCCL, cuBLAS workspaces){context}", other_gpu)
-    graphs = cuda_graph_term(model_type, layers, pp, other_gpu, context)
-    terms = [act, nt, graphs]
+    graph_term = cuda_graph_term(model_type, layers, pp, other_gpu, context, graphs)
+    terms = [act, nt, graph_term]
     return {"bytes": sum(t.bytes for t in terms),
             "basis": f"published terms ({SOURCE}; CUDA graphs: {CUDA_GRAPH_SOURCE})",
             "terms": [t.as_dict() for t in terms]}

@@ -117,6 +117,11 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
                     used=cfg.lengths[0], max_reserved=cfg.max_reserved, budget=BudgetSpec(bytes=max(budget, 1)))
     m = evaluate(inp, shapes, max(budget, 0), cfg.lengths)
     paged, contiguous = int(m["paged_requests"]), int(m["contiguous_requests"])
+    # what vLLM 0.33 runs at once on these GPUs: max_num_seqs of `vllm serve` (EngineArgs.get_batch_defaults)
+    from kvdash.core.vllm import caps_text, scheduler_caps
+
+    gpu0 = ranks_gpus[0] if ranks_gpus else None
+    caps = scheduler_caps(gpu0.total_bytes if gpu0 else None, gpu0.name if gpu0 else None, cfg.max_reserved)
     per_group = int(m["paged_blocks"])
     used_blocks = int(m["complete_groups"]) * per_group
     headroom_blocks = tight.pool_blocks - used_blocks
@@ -142,6 +147,10 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "token_slots": tight.pool_blocks // shape.attention_groups * shape.block_size,
         "state_bytes_per_request": shape.state_bytes,  # fixed, whatever the request's length
         "paged_requests": paged,
+        "max_num_seqs": caps.max_num_seqs,
+        "max_num_batched_tokens": caps.max_num_batched_tokens,
+        "caps_basis": caps_text(caps),
+        "running_requests": min(paged, caps.max_num_seqs),
         "contiguous_requests": contiguous,
         "ratio": (paged / contiguous) if contiguous else None,
         "blocks_per_group": per_group,

@@ -116,6 +116,8 @@ def tables(r: dict[str, Any]) -> list[Table]:
         ("contiguous requests (Max)", f"{cap['contiguous_requests']:,}", "floor(budget / reservation bytes)"),
         ("paged requests", f"{cap['paged_requests']:,}", "floor(pool blocks / blocks per request)"),
         ("paged / contiguous", ratio(cap["request_capacity_ratio"]), "a capacity ratio, not a throughput ratio"),
+        ("vLLM runs at once", f"{r['engine']['running_requests']:,}",
+         f"min(paged requests, max_num_seqs {r['engine']['max_num_seqs']:,})"),
     ]))
     if "group" in r:
         g = r["group"]

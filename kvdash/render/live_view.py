@@ -307,6 +307,8 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
         *([("state per request (fixed)", f"{kv['state_bytes_per_request']:,} B, whatever the length", "")]
           if kv.get("state_bytes_per_request") else []),
         (f"requests of {lengths} tokens, paged", f"{kv['paged_requests']:,}", ""),
+        *([("vLLM runs at once", f"{kv['running_requests']:,} (its max_num_seqs {kv['max_num_seqs']:,})",
+            "yellow" if kv["running_requests"] < kv["paged_requests"] else "")] if "max_num_seqs" in kv else []),
         (f"contiguous (reserve {kv['max_reserved']:,})", f"{kv['contiguous_requests']:,}", ""),
         ("paged / contiguous", ratio_text(kv["ratio"], "n/a", "x (capacity, not throughput)"), ""),
         ("blocks left at capacity", f"{kv['headroom_blocks']:,} (shared out: "
@@ -346,8 +348,10 @@ def kv_summary(kv: dict[str, Any]) -> Text:
     out.append(f"{kv['pool_blocks']:,} blocks = {kv['token_slots']:,} tokens per rank\n")
     ratio = "" if kv["ratio"] is None else f": {ratio_text(kv['ratio'])}"
     out.append("fit     ", style="bold")
+    capped = kv.get("max_num_seqs") is not None and kv["running_requests"] < kv["paged_requests"]
     out.append(f"{kv['paged_requests']:,} x {lengths} tokens paged, {kv['contiguous_requests']:,} contiguous "
-               f"(reserve {kv['max_reserved']:,}){ratio}\n")
+               f"(reserve {kv['max_reserved']:,}){ratio}"
+               + (f"; vLLM runs at most {kv['max_num_seqs']:,} at once" if capped else "") + "\n")
     eng = kv.get("engine")
     if eng:
         r = eng["reading"]

@@ -22,11 +22,12 @@ RESULT_COLUMNS: list[tuple[str, str, str]] = [
     ("budget_bytes", "int", "KV budget per rank in bytes (0 when weights and reserve leave nothing)"),
     ("fits", "bool", "false when the derived budget leaves no memory for the KV cache"),
     ("max_model_len", "int", "vLLM max_model_len used for its start-up figures"),
-    ("max_batched_tokens", "int", "vLLM max_num_batched_tokens used for its sliding-window bound"),
+    ("max_batched_tokens", "int", "vLLM max_num_batched_tokens: the grid's, else vLLM 0.33's default for the GPU "
+     "(EngineArgs.get_batch_defaults); sliding-window layers are sized for 2 x it under async scheduling"),
     ("bytes_per_token", "int", "KV bytes one token takes on the tightest rank"),
     ("block_bytes", "int", "bytes of one pool block"),
     ("state_bytes", "int", "pool bytes of one request's fixed Mamba/linear-attention state, whatever its length "
-     "(vLLM 0.33 prefix caching on: 2 blocks per state group, 3 for gated delta net; 0: no state layers)"),
+     "(vLLM 0.33 prefix caching on: 2 blocks per state group, 3 for Mamba-2 and gated delta net; 0: no state layers)"),
     ("kv_token_slots", "int", "floor(budget / bytes_per_token)"),
     ("whole_pool_blocks", "int", "floor(budget / block_bytes)"),
     ("block_backed_token_slots", "int", "pool blocks / KV-cache groups x block size"),
@@ -47,6 +48,10 @@ RESULT_COLUMNS: list[tuple[str, str, str]] = [
     ("paged_requests_per_gpu", "float", "paged requests / GPUs of the replica"),
     ("paged_requests_per_node", "int", f"paged requests an {GPUS_PER_NODE}-GPU node serves: whole replicas per node x "
      "paged requests (a replica over several nodes: its requests / its nodes, floored)"),
+    ("max_num_seqs", "int", "vLLM max_num_seqs: the grid's, else vLLM 0.33's default for the GPU "
+     "(EngineArgs.get_batch_defaults)"),
+    ("running_requests", "int", "requests vLLM runs at once: min(paged requests, max_num_seqs)"),
+    ("running_requests_per_gpu", "float", "running requests / GPUs of the replica"),
     ("contiguous_requests", "int", "requests that fit under contiguous Max"),
     ("pow2_requests", "int", "requests that fit under contiguous Pow2 (next power of two of the final length)"),
     ("oracle_requests", "int", "requests that fit under contiguous Oracle (exact final length)"),

@@ -17,7 +17,18 @@ import polars as pl
 
 from kvdash import defaults as D
 from kvdash.core import formulas as f
-from kvdash.core.calc import BudgetSpec, PoolShape, auto_block_size, check_positive, rank_shapes, resolve_budget
+from kvdash.core import vllm as vllm_rules
+from kvdash.core.calc import (
+    BudgetSpec,
+    PoolShape,
+    auto_block_size,
+    budget_gpu,
+    check_positive,
+    rank_shapes,
+    resolve_budget,
+)
+from kvdash.core.gpus import gpu_presets
+from kvdash.core.limits import MAX_TOKENS
 from kvdash.core.model import Architecture
 from kvdash.core.point import capacity_metrics, request_metrics, shape_inputs
 from kvdash.core.reserve import auto_reserve
@@ -30,8 +41,14 @@ DEFAULT_MAX_POINTS = 2_000_000
 DEFAULTS: dict[str, Any] = {  # a dimension the grid leaves out: kvdash/defaults.py, as every command
     "kv_dtype": D.KV_DTYPE, "kv_scales": "tensor", "block_size": D.BLOCK_SIZE, "budget": None, "gpu": None,
     "gpu_memory": None, "gpu_util": D.GPU_UTIL, "util_policy": "vllm", "weights": None, "reserve": D.RESERVE,
-    "tp": D.TP, "pp": D.PP, "max_model_len": None, "max_batched_tokens": D.MAX_BATCHED_TOKENS,
+    "tp": D.TP, "pp": D.PP, "max_model_len": None,
+    # the engine caps: None is vLLM 0.33's default for the point's GPU (kvdash.core.vllm.scheduler_caps)
+    "max_batched_tokens": None, "max_num_seqs": None, "performance_mode": "balanced", "async_scheduling": True,
+    "chunked_prefill": True, "allow_long_max_model_len": False,
 }
+# dimensions added with the engine caps (issue 23): at their default a point keeps the id it had before them
+CAPS_DIMS = ("max_num_seqs", "performance_mode", "async_scheduling", "chunked_prefill", "allow_long_max_model_len")
+OLD_BATCHED_DEFAULT = 8192  # max_batched_tokens' default before it followed the GPU: null hashes as it did
 
 
 _HEX = {i: "0123456789abcdef"[i] for i in range(16)}
@@ -137,9 +154,19 @@ def _dense_frame(table: pl.DataFrame, key: str, size: int, columns: list[str]) -
 
 
 def _dim_hashes(dim: str, values: list[Any]) -> pl.Series:
-    """One 61-bit term per value of a dimension; a point's id is the sum of its terms mod 2^61 - 1."""
+    """One 61-bit term per value of a dimension; a point's id is the sum of its terms mod 2^61 - 1.  An engine-cap
+    dimension at its default adds 0, and a null max_batched_tokens hashes as 8,192 did, so grids that set none of
+    them keep their ids."""
     mult = _h(f"dimension:{dim}", 7) | 1
-    return pl.Series([_h(f"{dim}={v!r}", 8) * mult % _M61 for v in values], dtype=pl.UInt64)
+
+    def term(v: Any) -> int:
+        if dim in CAPS_DIMS and v == DEFAULTS[dim] and type(v) is type(DEFAULTS[dim]):
+            return 0
+        if dim == "max_batched_tokens" and v is None:
+            v = OLD_BATCHED_DEFAULT
+        return _h(f"{dim}={v!r}", 8) * mult % _M61
+
+    return pl.Series([term(v) for v in values], dtype=pl.UInt64)
 
 
 def _hex4() -> pl.Series:
@@ -162,12 +189,41 @@ def _cross_sum(tables: list[pl.DataFrame], sums: list[str], alls: list[str]) -> 
 
 
 SHAPE_DIMS = ("model", "kv_dtype", "kv_scales", "tp", "pp", "block_size")
-REQUEST_DIMS = SHAPE_DIMS + ("workload", "max_model_len", "max_batched_tokens")
-BUDGET_DIMS = ("model", "budget", "gpu", "gpu_memory", "gpu_util", "util_policy", "weights", "reserve", "tp", "pp")
+# after the workload: what enters only vLLM's start-up figures (the engine caps follow the GPU, so it is here too)
+REQUEST_DIMS = SHAPE_DIMS + ("workload", "max_model_len", "max_batched_tokens", "max_num_seqs", "performance_mode",
+                             "chunked_prefill", "async_scheduling", "allow_long_max_model_len", "gpu", "gpu_memory")
+BUDGET_DIMS = ("model", "budget", "gpu", "gpu_memory", "gpu_util", "util_policy", "weights", "reserve", "tp", "pp",
+               "max_batched_tokens", "max_num_seqs", "performance_mode")  # the caps: the reserve's CUDA graphs
+CAP_INPUTS = ("gpu", "gpu_memory", "max_batched_tokens", "max_num_seqs", "performance_mode", "chunked_prefill",
+              "async_scheduling", "pp")
 DENSE_LIMIT = 4_000_000  # key spaces larger than this are joined instead of gathered
 LONG_CONTEXT = 131_072
 ENGINE_METRICS = ("vllm_blocks_per_request", "vllm_max_model_len")  # the request figures max_model_len or
-# max_batched_tokens enter (request_metrics' only use of them)
+# the in-flight tokens enter (request_metrics' only use of them)
+
+
+def point_caps(p: dict[str, Any], max_model_len: int) -> vllm_rules.Caps:
+    """The scheduler caps of a point (its GPU, the grid's caps or vLLM 0.33's defaults): the rule calc uses."""
+    total, name, _ = budget_gpu(BudgetSpec(gpu=p["gpu"], gpu_memory=p["gpu_memory"]))
+    return vllm_rules.scheduler_caps(total, name, max_model_len, p["max_num_seqs"], p["max_batched_tokens"],
+                                 p["performance_mode"], p.get("chunked_prefill", True))
+
+
+def reserve_graphs(p: dict[str, Any], caps: vllm_rules.Caps) -> int:
+    """CUDA graphs the caps capture on the point's GPU (the reserve's CUDA-graph term scales with them)."""
+    cc = budget_gpu(BudgetSpec(gpu=p["gpu"], gpu_memory=p["gpu_memory"]))[2]
+    blackwell = vllm_rules.gpu_generation(cc) == "sm100"
+    return len(vllm_rules.cudagraph_capture_sizes(caps.max_num_seqs, caps.max_num_batched_tokens, blackwell,
+                                              p["performance_mode"]))
+
+
+def grid_compute_capability(gpus: list[Any]) -> tuple[str, bool]:
+    """The compute capability --block-size auto reads for a grid's GPUs, and whether they are all one generation
+    (a declared budget or --gpu-memory counts as Hopper, as in calc)."""
+    presets = gpu_presets()
+    ccs = [presets[g].compute_capability if g is not None else "" for g in gpus]
+    generations = {vllm_rules.gpu_generation(cc) or "sm90" for cc in ccs}
+    return (ccs[0] if ccs else ""), len(generations) == 1
 # parameters shown with every point that the request key fixes (the budget key fixes gpu, util_policy, gpu_util)
 REQUEST_PARAMETERS = (("model", pl.Utf8), ("workload", pl.Utf8), ("kv_dtype", pl.Utf8), ("kv_scales", pl.Utf8),
                       ("tp", pl.Int64), ("pp", pl.Int64))
@@ -236,14 +292,19 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     by_base: dict[tuple[Any, ...], dict[str, Any]] = {}  # shape inputs and per-rank figures of each base
     shape_rows: list[dict[str, Any]] = []
     hybrid: dict[str, bool] = {}  # Architecture.is_hybrid scans every layer: once per model, not per point shape
+    grid_cc, one_generation = grid_compute_capability(values["gpu"])
     for key in req_ids.get_column("_shape").unique().sort().to_list():
         p = keys.decode(key, SHAPE_DIMS)
         arch = arch_of(p["model"])
         if p["model"] not in hybrid:
             hybrid[p["model"]] = arch.is_hybrid
         is_hybrid = hybrid[p["model"]]
-        # 'auto': vLLM 0.33's choice for the model, as --block-size auto
-        block_size = auto_block_size(arch)[0] if p["block_size"] == "auto" else p["block_size"]
+        # 'auto': vLLM 0.33's choice for the model, its KV dtype and the GPU generation, as --block-size auto
+        if p["block_size"] == "auto" and arch.use_mla and not one_generation:
+            raise InputError(f"{spec.path}: block_size", "auto",
+                             f"for {p['model']} (MLA) vLLM 0.33's choice differs by GPU generation, and the grid's "
+                             "GPUs span several", "give block_size as a number, or sweep one generation per grid")
+        block_size = auto_block_size(arch, p["kv_dtype"], grid_cc)[0] if p["block_size"] == "auto" else p["block_size"]
         # the block size changes no layer arithmetic, except in hybrids (the block is aligned to the state page)
         base = (p["model"], p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"],
                 block_size if is_hybrid else None)
@@ -285,7 +346,41 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
                                                                   "_kv128k_over_weights": pl.Float64}), on="_shape") \
         .join(pl.DataFrame(wtable), on="_c_workload").with_columns(
             rkeys.lookup("max_model_len", pl.Int64).fill_null(pl.col("max_reserved")).alias("max_model_len"),
-            rkeys.lookup("max_batched_tokens", pl.Int64).alias("max_batched_tokens"))
+            *(rkeys.code(d).alias(f"_k_{d}") for d in (*CAP_INPUTS, "model", "allow_long_max_model_len")))
+    # vLLM refuses a max_model_len above the model's derived limit (vllm/config/model.py) unless allowed
+    given = [v for v in values["max_model_len"] if v is not None]
+    if given:
+        for row in req.select("_k_model", "_k_allow_long_max_model_len", rkeys.code("max_model_len").alias("_k_l")) \
+                .unique().iter_rows(named=True):
+            length = values["max_model_len"][row["_k_l"]]
+            if length is None:
+                continue
+            model = values["model"][row["_k_model"]]
+            try:
+                vllm_rules.check_max_model_len(length, arch_of(model).derived_max_len,
+                                           values["allow_long_max_model_len"][row["_k_allow_long_max_model_len"]],
+                                           "max_model_len")
+            except InputError as exc:
+                raise InputError(f"{spec.path}: grid point model={model}, max_model_len={length}: {exc.field}",
+                                 exc.value, exc.allowed, "set allow_long_max_model_len: true as vLLM's "
+                                 "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 does, or add an exclude: rule for it") from exc
+    # the scheduler caps per (GPU, caps, max_model_len): vLLM 0.33's defaults for the GPU where the grid sets none
+    kcols = [f"_k_{d}" for d in CAP_INPUTS] + ["max_model_len"]
+    cap_rows = []
+    for row in req.select(kcols).unique(maintain_order=True).iter_rows(named=True):
+        p = {d: values[d][row[f"_k_{d}"]] for d in CAP_INPUTS}
+        try:
+            caps = point_caps(p, row["max_model_len"])
+        except InputError as exc:
+            raise InputError(f"{spec.path}: {point_label(p)}: {exc.field}", exc.value, exc.allowed,
+                             "add an exclude: rule for it") from exc
+        cap_rows.append({**row, "max_batched_tokens": caps.max_num_batched_tokens, "max_num_seqs": caps.max_num_seqs,
+                         "in_flight_tokens": vllm_rules.max_in_flight_tokens(caps.max_num_batched_tokens,
+                                                                         p["async_scheduling"], p["pp"])})
+    req = req.join(pl.DataFrame(cap_rows, schema={**{c: pl.UInt32 for c in kcols[:-1]}, "max_model_len": pl.Int64,
+                                                  "max_batched_tokens": pl.Int64, "max_num_seqs": pl.Int64,
+                                                  "in_flight_tokens": pl.Int64}),
+                   on=kcols, how="left", maintain_order="left")
     r_exprs = request_metrics({c: pl.col(c) for c in req.columns})
     finite = {name for name, kind, _ in RESULT_COLUMNS if kind == "float"}
     r_cols = {n: (pl.when(e.is_finite()).then(e.cast(pl.Float64)).otherwise(None) if n in finite else e).alias(n)
@@ -319,8 +414,18 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         reserve = p["reserve"]
         if reserve == "auto":  # published terms only: a report must not depend on this machine's calibration file
             reserve_arch = arch_of(p["model"])
-            reserve = auto_reserve(reserve_arch.model_type, p["tp"], p["pp"], gpu=p["gpu"] or "custom",
-                                   layers=reserve_arch.num_layers)["bytes"] if (p["gpu"] or p["gpu_memory"]) else 0
+            if p["gpu"] or p["gpu_memory"]:
+                # the caps without max_model_len's cap (it binds only below 16 tokens: 1,024 x 16 = 16,384)
+                try:
+                    caps = point_caps(p, MAX_TOKENS)
+                except InputError as exc:
+                    raise InputError(f"{spec.path}: {point_label(p)}: {exc.field}", exc.value, exc.allowed,
+                                     "add an exclude: rule for it") from exc
+                reserve = auto_reserve(reserve_arch.model_type, p["tp"], p["pp"], caps.max_num_batched_tokens,
+                                       gpu=p["gpu"] or "custom", layers=reserve_arch.num_layers,
+                                       graphs=reserve_graphs(p, caps))["bytes"]
+            else:
+                reserve = 0
         bspec = BudgetSpec(bytes=p["budget"], gpu=p["gpu"], gpu_memory=p["gpu_memory"], util=p["gpu_util"],
                            policy=p["util_policy"], weights=p["weights"], reserve=reserve)
         try:
@@ -347,7 +452,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     capacity_metrics(pl.col("budget_bytes"), pl.col("k"), pl.col("block_size"), reads)
     outputs = {name for name, _, _ in RESULT_COLUMNS}
     shown = list(dict.fromkeys([
-        "block_size", "state_bytes", "max_reserved", "prefix", "max_model_len", "max_batched_tokens", "lengths",
+        "block_size", "state_bytes", "max_reserved", "prefix", "max_model_len", "max_batched_tokens", "max_num_seqs",
+        "lengths",
         "_kv128k_over_weights", *(source[n] for n in r_exprs if n in outputs),
         *(name for name, _ in REQUEST_PARAMETERS), "gpus"]))
     # a parameter with one value in the whole grid is one literal, not a gathered column
@@ -390,6 +496,9 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     gpus = metrics.get("gpus", pl.col("gpus"))
     metrics["paged_requests_per_gpu"] = c_exprs["paged_requests"] / gpus
     metrics["paged_requests_per_node"] = c_exprs["paged_requests"] * pl.col("_node_mult") // pl.col("_node_div")
+    # what vLLM runs at once: the requests that fit, at most max_num_seqs (per replica)
+    metrics["running_requests"] = pl.min_horizontal(c_exprs["paged_requests"], pl.col("max_num_seqs"))
+    metrics["running_requests_per_gpu"] = metrics["running_requests"] / gpus
     # the id: the sum of one hash term per parameter, modulo 2^61 - 1, as 16 hex digits
     acc = (pl.col("_hreq") + pl.col("_hbud")) % _M61
     chunks = _hex4()

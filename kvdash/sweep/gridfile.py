@@ -24,8 +24,10 @@ SIMULATE_KEYS = ("workload", "prompt", "output", "requests", "rate", "concurrenc
                  "max_reserved", "seed", "rates", "latency_bound", "watermark", "clip")
 SIMULATE_MAX_POINTS = 500
 DIMENSIONS = ("model", "workload", "kv_dtype", "kv_scales", "block_size", "budget", "gpu", "gpu_memory",
-              "gpu_util", "util_policy", "weights", "reserve", "tp", "pp", "max_model_len", "max_batched_tokens")
-INT_DIMS = ("tp", "pp", "max_model_len", "max_batched_tokens")
+              "gpu_util", "util_policy", "weights", "reserve", "tp", "pp", "max_model_len", "max_batched_tokens",
+              "max_num_seqs", "performance_mode", "async_scheduling", "chunked_prefill", "allow_long_max_model_len")
+INT_DIMS = ("tp", "pp", "max_model_len", "max_batched_tokens", "max_num_seqs")
+BOOL_DIMS = ("async_scheduling", "chunked_prefill", "allow_long_max_model_len")  # vLLM's on/off engine options
 SIZE_DIMS = ("budget", "gpu_memory", "weights", "reserve")
 MODEL_KEYS = ("name", "preset", "config", "safetensors_index", "layers", "kv_heads", "head_dim", "head_dim_v",
               "attention_heads", "window", "max_context", "weights")
@@ -258,8 +260,19 @@ class Checker:
         from kvdash.units import parse_fraction, parse_size
 
         try:
-            if value is None and dim in ("gpu", "gpu_memory", "weights", "max_model_len"):
-                return None
+            if value is None and dim in ("gpu", "gpu_memory", "weights", "max_model_len", "max_batched_tokens",
+                                         "max_num_seqs"):
+                return None  # the caps: null is vLLM 0.33's default for the point's GPU
+            if dim in BOOL_DIMS:
+                if not isinstance(value, bool):
+                    raise self.fail(path, value, "expected true or false")
+                return value
+            if dim == "performance_mode":
+                from kvdash.core.vllm import PERFORMANCE_MODES
+
+                if value not in PERFORMANCE_MODES:
+                    raise self.fail(path, value, "expected one of: " + ", ".join(PERFORMANCE_MODES))
+                return value
             if dim == "model":
                 if str(value) not in spec_models:
                     raise self.fail(path, value, "expected a name from models: " + ", ".join(spec_models),
