@@ -48,8 +48,9 @@ class TestDecision:
         d = section(md, "Decision")
         assert "> Which configuration serves 256 concurrent 8k-token chats" in d
         assert "8 of 16 configurations pass every gate (those with kv_dtype = fp8)." in d
-        assert ("**chat-8k**: best is llama-3.1-70b, 4 x h200, fp8, block 16 with 73.0 paged_requests_per_gpu "
-                "(292 requests on 4 GPUs), 36 inside the gate '256 concurrent chats' (paged_requests ≥ 256); "
+        assert ("**chat-8k**: best is llama-3.1-70b, 4 x h200, fp8, block 16 with 73.0 running_requests_per_gpu "
+                "(292 requests running at once on 4 GPUs), 36 inside the gate '256 concurrent chats' "
+                "(running_requests ≥ 256); "
                 "block 32 tie; runner-up qwen2.5-72b with 72.2 (-1.0%).") in d
 
     def test_decision_comes_first_and_assumptions_after(self, chat):
@@ -63,7 +64,7 @@ class TestDecision:
         Qwen2.5-72B on 4 x H200 in bf16 holds 144, the fewest: 144 - 256 = -112 is the gate's margin."""
         _, _, md, _ = chat
         g = section(md, "Gates")
-        assert ("| 256 concurrent chats | paged_requests ≥ 256 | every point | 8 / 8 | "
+        assert ("| 256 concurrent chats | running_requests ≥ 256 | every point | 8 / 8 | "
                 "llama-3.1-70b, 8 x h100-80gb, fp8, block 16: 340 | qwen2.5-72b, 4 x h200, bf16, block 32: 144 | "
                 "-112 |") in g
 
@@ -82,7 +83,7 @@ class TestDecision:
             main(["sweep", str(CHAT), "--out", str(tmp_path / "r"), "--check"])
         err = capsys.readouterr().err
         assert 1 == exc.value.code and 8 == len(err.strip().splitlines())
-        assert "(qwen2.5-72b, 4 x h200, bf16, block 32): paged_requests = 144, needs ≥ 256" in err
+        assert "(qwen2.5-72b, 4 x h200, bf16, block 32): running_requests = 144, needs ≥ 256" in err
 
     def test_mechanism_sentence(self, tmp_path):
         """chat 4,096 reserved / 1,024 held = 4.0000: the ratio paging buys is the reservation over the tokens.
@@ -125,7 +126,7 @@ class TestLabels:
         assert '"llama-3.1-70b 4xh200 fp8 16"' in mermaid
         assert not re.search(r'"[0-9a-f]{6}"', mermaid)  # no id prefixes
         assert "x axis: model, GPUs, KV dtype, block; the 4 best and the 4 worst that fit by " \
-               "paged_requests_per_gpu; 8 of 16 points left out." in md
+               "running_requests_per_gpu; 8 of 16 points left out." in md
 
     def test_labels_have_no_duplicates_in_planning(self):
         """Every point of the planning grid has its own label (the GPU is part of it)."""

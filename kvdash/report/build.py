@@ -52,6 +52,7 @@ HEADERS = {
     "contiguous_requests": "contiguous (Max)", "paged_requests": "paged", "paged_requests_per_gpu": "paged/GPU",
     "paged_requests_per_node": f"paged/{GPUS_PER_NODE}-GPU node", "request_capacity_ratio": "paged / contig.",
     "requests_with_prefix_sharing": "paged, prefix shared", "bytes_per_token": "KV B/token",
+    "running_requests": "vLLM runs", "running_requests_per_gpu": "runs/GPU", "max_num_seqs": "max_num_seqs",
 }
 
 
@@ -81,7 +82,7 @@ def cell(col: str, value: Any) -> str:
         return gib(value)
     if col == "request_capacity_ratio":
         return ratio_text(value)
-    if col == "paged_requests_per_gpu":
+    if col in ("paged_requests_per_gpu", "running_requests_per_gpu"):
         return "-" if value is None else f"{value:,.1f}"
     if col.endswith("_percent"):
         return "-" if value is None else f"{value:.2f} %"
@@ -321,7 +322,8 @@ class _Picks:
 def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | None = None) -> dict[str, Any]:
     """One or two computed sentences: what passes, the best per workload, its margin, the runner-up."""
     o = spec.objective
-    cols = list(dict.fromkeys(["id", "workload", "paged_requests", "gpus", *labels.data_columns, o.metric]))
+    cols = list(dict.fromkeys(["id", "workload", "paged_requests", "running_requests", "max_num_seqs", "gpus",
+                               *labels.data_columns, o.metric]))
     gate_cols = [g.metric for g in spec.gates]
     frame = df.select(list(dict.fromkeys(cols + gate_cols))).with_row_index("_row")
     if spec.gates:
@@ -346,8 +348,16 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
         skip = ("workload",)
         text = (f"**{w}**: best is {labels(best, skip=skip)} with {_objective_value(o.metric, best[o.metric])} "
                 f"{o.metric}")
-        if o.metric != "paged_requests" and (o.metric != "paged_requests_per_gpu" or best["gpus"] > 1):
-            text += f" ({best['paged_requests']:,} requests on {best['gpus']} GPU{'s' if best['gpus'] > 1 else ''})"
+        capped = best["running_requests"] < best["paged_requests"]
+        per_gpu = o.metric in ("paged_requests_per_gpu", "running_requests_per_gpu")
+        if o.metric not in ("paged_requests", "running_requests") and (not per_gpu or best["gpus"] > 1 or capped):
+            text += (f" ({best['running_requests']:,} requests running at once on {best['gpus']} "
+                     f"GPU{'s' if best['gpus'] > 1 else ''}"
+                     + (f": {best['paged_requests']:,} fit in the KV cache, vLLM runs at most max_num_seqs "
+                        f"{best['max_num_seqs']:,}" if capped else "") + ")")
+        elif o.metric == "running_requests" and capped:
+            text += (f" ({best['paged_requests']:,} fit in the KV cache; vLLM runs at most max_num_seqs "
+                     f"{best['max_num_seqs']:,})")
         margins = []
         for g in spec.gates:
             one = pl.DataFrame([best]).select(scope_expr(g).alias("s"), slack_expr(g).alias("m")).row(0)
@@ -456,6 +466,8 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
     that fit.  Label columns with one value everywhere are stated once above the table."""
     gpus = df.get_column("gpus")
     metrics = ["contiguous_requests", "paged_requests"]
+    if df.height and (df.get_column("running_requests") < df.get_column("paged_requests")).any():
+        metrics.append("running_requests")  # vLLM's max_num_seqs is below what fits somewhere
     if gpus.max() and gpus.max() > 1:  # type: ignore[operator]
         metrics.append("paged_requests_per_gpu")
     if labels.has_gpu and (gpus != GPUS_PER_NODE).any():
@@ -774,7 +786,10 @@ def _dimension_values(dim: str, vals: list[Any]) -> str:
         if v is None:
             shown.append({"budget": "12 GiB without a GPU", "max_model_len": "= max_reserved",
                           "weights": "the preset's estimate", "gpu": "none (explicit budget)",
-                          "gpu_memory": "the GPU preset's"}.get(dim, "none"))
+                          "gpu_memory": "the GPU preset's", "max_batched_tokens": "vLLM 0.33's default for the GPU",
+                          "max_num_seqs": "vLLM 0.33's default for the GPU"}.get(dim, "none"))
+        elif isinstance(v, bool):
+            shown.append("on" if v else "off")
         elif dim == "reserve" and v == "auto":
             shown.append("auto on GPU-derived budgets (published activation + non-torch terms by model and TP, CUDA "
                          "graphs by layer; declared budgets take none)")
@@ -793,8 +808,12 @@ def _dimensions(spec: GridSpec) -> dict[str, Any]:
         linked = len(factor) > 1
         for dim, vals in factor.items():
             set_dims[dim] = (vals, "zip (linked)" if linked else "grid")
+    caps = ("max_batched_tokens", "max_num_seqs", "performance_mode", "async_scheduling", "chunked_prefill",
+            "allow_long_max_model_len")
     for dim in ("model", "workload", "kv_dtype", "kv_scales", "block_size", "budget", "gpu", "gpu_memory", "gpu_util",
-                "util_policy", "weights", "reserve", "tp", "pp", "max_model_len", "max_batched_tokens"):
+                "util_policy", "weights", "reserve", "tp", "pp", "max_model_len", *caps):
+        if dim in caps and dim not in set_dims:
+            continue  # one item below for the engine caps the grid leaves to vLLM
         if dim in set_dims:
             vals, how = set_dims[dim]
             shown = f"{len(vals)} (the table above)" if dim == "model" and len(vals) > 4 else \
@@ -802,7 +821,23 @@ def _dimensions(spec: GridSpec) -> dict[str, Any]:
             rows.append([dim, shown, how])
         else:
             defaults.append(f"{dim} {_dimension_values(dim, [DEFAULTS.get(dim)])}")
+    if any(dim not in set_dims for dim in caps):
+        defaults.append("engine caps vLLM 0.33's (above)")
     return {"rows": rows, "defaults": "; ".join(defaults)}
+
+
+def engine_caps_text(df: Any) -> str:
+    """What vLLM 0.33 runs at once on the grid's GPUs: its max_num_seqs and max_num_batched_tokens per GPU, and that
+    running_requests (what the default objective ranks) is the requests that fit, capped at max_num_seqs."""
+    if not df.height:
+        return ""
+    rows = df.select(pl.col("gpu").cast(pl.Utf8), "max_num_seqs", "max_batched_tokens").unique() \
+        .sort("gpu", "max_num_seqs", "max_batched_tokens", nulls_last=True).iter_rows()
+    parts = [f"{gpu or 'no GPU'} {seqs:,} / {tokens:,}" for gpu, seqs, tokens in rows]
+    capped = int((df.get_column("running_requests") < df.get_column("paged_requests")).sum())
+    return ("Engine caps, max_num_seqs / max_num_batched_tokens (vLLM 0.33's defaults per GPU unless the grid sets "
+            "them): " + ", ".join(parts) + f"; running_requests = min(paged_requests, max_num_seqs) is below "
+            f"paged_requests at {capped:,} of {df.height:,} points.")
 
 
 def reserve_text(spec: GridSpec) -> str:
@@ -989,12 +1024,20 @@ def _auto_span(spec: GridSpec, df: Any) -> tuple[str, str]:
 
     rows = df.filter(df.get_column("gpu").is_not_null())
     est, shares = [], []
-    for r in rows.select("model", "tp", "pp", "gpu", "budget_bytes").unique().iter_rows(named=True):
+    from kvdash.core.gpus import gpu_presets
+    from kvdash.core.vllm import cudagraph_capture_sizes, gpu_generation
+
+    presets = gpu_presets()
+    for r in rows.select("model", "tp", "pp", "gpu", "budget_bytes", "max_batched_tokens", "max_num_seqs") \
+            .unique().iter_rows(named=True):
         entry = spec.models.get(r["model"])
         if entry is None:
             continue
-        b = auto_reserve(entry.arch.model_type, int(r["tp"]), int(r["pp"]), gpu=str(r["gpu"]),
-                         layers=entry.arch.num_layers)["bytes"]
+        cc = presets[str(r["gpu"])].compute_capability if str(r["gpu"]) in presets else ""
+        graphs = len(cudagraph_capture_sizes(int(r["max_num_seqs"]), int(r["max_batched_tokens"]),
+                                             gpu_generation(cc) == "sm100"))
+        b = auto_reserve(entry.arch.model_type, int(r["tp"]), int(r["pp"]), int(r["max_batched_tokens"]),
+                         gpu=str(r["gpu"]), layers=entry.arch.num_layers, graphs=graphs)["bytes"]
         est.append(b)
         if r["budget_bytes"]:
             shares.append(100 * b / (int(r["budget_bytes"]) + b))
@@ -1057,6 +1100,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "title": spec.title,
         "description": spec.description,
         "reserve_line": reserve_line(spec, df, labels.has_gpu),
+        "engine_caps": engine_caps_text(df),
         "version": __version__,
         "grid_name": spec.path.name,
         "grid_sha256": hashlib.sha256(spec.text.encode()).hexdigest(),

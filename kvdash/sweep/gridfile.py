@@ -138,7 +138,7 @@ class Gate:
 class Objective:
     """What "best" means in the decision section: a numeric result column to maximize or minimize."""
 
-    metric: str = "paged_requests_per_gpu"
+    metric: str = "running_requests_per_gpu"  # what vLLM runs at once: capped at max_num_seqs
     maximize: bool = True
     given: bool = False  # false: the default
 
