@@ -40,7 +40,8 @@ def test_failed_gates_keep_exit_code_1_and_every_line(tmp_path):
     assert proc.returncode == 1
     lines = proc.stderr.splitlines()
     assert lines and all(line.startswith("gate '256 concurrent chats' failed at ") for line in lines)
-    assert any("paged_requests = 170, needs ≥ 256" in line for line in lines)
+    # the gate reads running_requests (h1: what vLLM runs), min(170 paged, max_num_seqs 1,024) = 170
+    assert any("running_requests = 170, needs ≥ 256" in line for line in lines)
 
 
 def test_in_process_callers_get_system_exit(tmp_path, capsys, monkeypatch):

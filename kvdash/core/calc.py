@@ -1305,7 +1305,9 @@ def running_text(e: dict[str, Any]) -> str:
 
 def seqs_tail(fit: int, e: dict[str, Any]) -> str:
     """``', but vLLM runs at most M at once'`` for a count other than one request's (groups, prefix sharing)."""
-    return f", but vLLM runs at most {e['max_num_seqs']:,} at once (its max_num_seqs)" if fit > e["max_num_seqs"] else ""
+    if fit <= e["max_num_seqs"]:
+        return ""
+    return f", but vLLM runs at most {e['max_num_seqs']:,} at once (its max_num_seqs)"
 
 
 def running_tail(e: dict[str, Any]) -> str:

@@ -1063,10 +1063,9 @@ def reserve_line(spec: GridSpec, df: Any, has_gpu: bool, short: bool = False) ->
             parts.append(f"reserve auto, {span} per rank, published terms")
             long_parts.append(
                 "auto" + (" (kvdash's default)" if not any("reserve" in f for f in spec.factors) else "")
-                + f", {span} per rank" + (f" ({share} of the memory left after the weights)" if share else "")
-                + ": published activation-peak and non-torch terms (llm-d-planner's calibration, vLLM 0.19.0 on "
-                "H100-80GB) and the CUDA-graph estimate vLLM 0.33 subtracts by default (per architecture and layer, "
-                "from the same runs' logs); extrapolated on other GPUs")
+                + f", {span} per rank" + (f" ({share} of the memory after the weights)" if share else "")
+                + ": llm-d-planner's published activation-peak and non-torch terms (vLLM 0.19.0, H100-80GB) plus "
+                "vLLM 0.33's CUDA-graph estimate per layer; extrapolated on other GPUs")
         elif v == 0:
             span, share = _auto_span(spec, df)
             parts.append("reserve 0 B, an UPPER BOUND")
@@ -1078,7 +1077,7 @@ def reserve_line(spec: GridSpec, df: Any, has_gpu: bool, short: bool = False) ->
     if short:
         return "; ".join(parts)
     head = "Upper bound where reserve is 0 B. " if 0 in values else ""
-    return (f"{head}Runtime reserve of the GPU-derived budgets: " + "; ".join(long_parts) + "."
+    return (f"{head}Runtime reserve per rank of the GPU-derived budgets: " + "; ".join(long_parts) + "."
             + " Declared budgets take none." * (df.get_column("gpu").null_count() > 0))
 
 
