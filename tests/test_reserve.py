@@ -262,7 +262,7 @@ def test_sweep_report_states_reserve_basis(tmp_path):
     assert 0 == exc.value.code
     md = (tmp_path / "out" / "report.md").read_text()
     first = md.split("\n\n")[1]  # the line under the title
-    assert first.startswith("**Upper bound where reserve is 0 B. Runtime reserve per rank of the GPU-derived budgets: "
+    assert first.startswith("**Upper bound where reserve is 0 B. Runtime reserve of the GPU-derived budgets: "
                             "0 B")
     assert "auto, 3.00 GiB per rank" in first and "published activation-peak and non-torch terms" in first
     assert "auto on GPU-derived budgets (published activation + non-torch terms by model and TP" in md
@@ -284,7 +284,7 @@ def test_sweep_default_reserve_is_auto_on_gpu_budgets(tmp_path, capsys):
     row = dict(zip(csv[0].split(","), csv[1].split(","), strict=True))
     assert "59397919714" == row["budget_bytes"]
     md = (tmp_path / "out" / "report.md").read_text()
-    assert md.split("\n\n")[1].startswith("**Runtime reserve per rank of the GPU-derived budgets: auto (kvdash's "
+    assert md.split("\n\n")[1].startswith("**Runtime reserve of the GPU-derived budgets: auto (kvdash's "
                                           "default), 3.00 GiB per rank")
 
 

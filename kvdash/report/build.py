@@ -1077,7 +1077,7 @@ def reserve_line(spec: GridSpec, df: Any, has_gpu: bool, short: bool = False) ->
     if short:
         return "; ".join(parts)
     head = "Upper bound where reserve is 0 B. " if 0 in values else ""
-    return (f"{head}Runtime reserve per rank of the GPU-derived budgets: " + "; ".join(long_parts) + "."
+    return (f"{head}Runtime reserve of the GPU-derived budgets: " + "; ".join(long_parts) + "."
             + " Declared budgets take none." * (df.get_column("gpu").null_count() > 0))
 
 
