@@ -279,7 +279,7 @@ class DerivedMaxLen:
     key: str  # the config.json key it came from
     text: str  # how it was derived
     model_max_length: int | None = None
-    shown: str = ""  # the number as vLLM's message prints it: a float once the RoPE factor (even 1.0) applied
+    shown: str = ""  # the number as vLLM's message prints it: a float (ModelArchitectureConfig holds it as one)
 
 
 def derived_max_model_len(cfg: dict[str, Any], hf_config: dict[str, Any] | None = None) -> DerivedMaxLen:
@@ -330,7 +330,8 @@ def derived_max_model_len(cfg: dict[str, Any], hf_config: dict[str, Any] | None 
             text += f" x RoPE scaling factor {factor:g}"
     model_max = hf.get("model_max_length")
     return DerivedMaxLen(int(value), key, text + " (vllm/config/model.py, _get_and_verify_max_len)",
-                         int(model_max) if isinstance(model_max, int | float) and model_max else None, str(value))
+                         int(model_max) if isinstance(model_max, int | float) and model_max else None,
+                         str(float(value)))
 
 
 def _rope_parameters(cfg: dict[str, Any]) -> list[dict[str, Any]]:
