@@ -130,6 +130,25 @@ class TestNewTypes:
         assert 2_146_304 == state_page_bytes(layer.state_family, layer.state, 1, layer.conv_bytes, layer.ssm_bytes)
 
 
+    @pytest.mark.parametrize("model_type,pattern,kv_heads", [
+        # vLLM's Transformers backend (olmo3, seed_oss, hunyuan_v1_*: registry.py _TRANSFORMERS_SUPPORTED_MODELS) and
+        # exaone4.py give layer i a window exactly when layer_types[i] == "sliding_attention"; transformers' default
+        # configs put a full layer every 4th: 8 full + 24 sliding(4096) of 32
+        ("olmo3", "8 full + 24 sliding(4096)", 32),
+        ("exaone4", "8 full + 24 sliding(4096)", 32),
+        ("seed_oss", "64 full", 8),
+        ("ernie4_5", "18 full", 2),  # ernie45.py: full attention
+        ("ernie4_5_moe", "28 full", 4),  # ernie45_moe.py
+        ("hunyuan_v1_dense", "32 full", 32),
+        ("hunyuan_v1_moe", "32 full", 32),
+    ])
+    def test_types_without_a_published_config_here(self, model_type, pattern, kv_heads):
+        """Types modelled by vLLM's rule but not conformance-checked on a published config (README table: "not
+        yet"), read through transformers' default config of the type."""
+        arch = from_hf_config(modeltypes.normalise({"model_type": model_type}, "x"), model_type)
+        assert (pattern, kv_heads, 128) == (arch.pattern(), arch.kv_heads, arch.head_dim)
+        assert model_type in modeltypes.SUPPORTED and model_type not in modeltypes.CONFORMANCE
+
     def test_gemma3n_shared_layers_hold_no_cache(self):
         """Gemma 3n (vllm/model_executor/models/gemma3n.py, Gemma3nAttention): with 35 layers and
         num_kv_shared_layers 15, layers 20..34 read the KV of layer 18 (sliding) or 19 (full) and hold none, so

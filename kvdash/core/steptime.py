@@ -225,9 +225,9 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
     from kvdash.core.model import _text_config
     from kvdash.core.modeltypes import aliases, parameter_parts
 
-    for name, value in (("weights", weights), ("experts weights", experts_weights or weights)):
+    for value in (weights, experts_weights or weights):
         if value not in WEIGHT_BYTES:
-            raise InputError(f"--{name.replace(' ', '-')}", value, "expected one of: " + ", ".join(WEIGHT_BYTES))
+            raise InputError("--weight-format", value, "expected one of: " + ", ".join(WEIGHT_BYTES))
     # the language model only: a vision encoder runs on images, which a text request does not send
     c = {k: v for k, v in aliases(_text_config(cfg)).items() if k not in ("vision_config", "audio_config")}
     parts = parameter_parts(c, arch)
