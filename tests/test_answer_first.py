@@ -99,7 +99,8 @@ class TestFirstLineAnswers:
         r = doc(["calc", "--group", "200,825,1525"], capsys)
         assert r["summary"].startswith("15 groups of 200 + 825 + 1,525 tokens fit paged (45 requests), 6 contiguous")
         assert ("a group takes 161 blocks, 2,550 useful of 2,576 allocated slots (26 in block tails); offloading its "
-                "longest request (1,525 tokens) moves 499,712,000 B of KV (503,316,480 B in whole blocks)") in r["summary"]
+                "longest request (1,525 tokens) moves 499,712,000 B of KV (503,316,480 B in whole blocks)") \
+            in r["summary"]
         assert "requests of 825 tokens" not in r["summary"]  # --length's default is not what was asked
 
     def test_prefix(self, capsys):

@@ -48,8 +48,9 @@ class TestDecision:
         d = section(md, "Decision")
         assert "> Which configuration serves 256 concurrent 8k-token chats" in d
         assert "8 of 16 configurations pass every gate (those with kv_dtype = fp8)." in d
-        assert ("**chat-8k**: best is llama-3.1-70b, 4 x h200, fp8, block 16 with 73.0 paged_requests_per_gpu "
-                "(292 requests on 4 GPUs), 36 inside the gate '256 concurrent chats' (paged_requests ≥ 256); "
+        assert ("**chat-8k**: best is llama-3.1-70b, 4 x h200, fp8, block 16 with 73.0 running_requests_per_gpu "
+                "(292 requests on 4 GPUs), 36 inside the gate '256 concurrent chats' "
+                "(running_requests ≥ 256); "
                 "block 32 tie; runner-up qwen2.5-72b with 72.2 (-1.0%).") in d
 
     def test_decision_comes_first_and_assumptions_after(self, chat):
@@ -63,7 +64,7 @@ class TestDecision:
         Qwen2.5-72B on 4 x H200 in bf16 holds 144, the fewest: 144 - 256 = -112 is the gate's margin."""
         _, _, md, _ = chat
         g = section(md, "Gates")
-        assert ("| 256 concurrent chats | paged_requests ≥ 256 | every point | 8 / 8 | "
+        assert ("| 256 concurrent chats | running_requests ≥ 256 | every point | 8 / 8 | "
                 "llama-3.1-70b, 8 x h100-80gb, fp8, block 16: 340 | qwen2.5-72b, 4 x h200, bf16, block 32: 144 | "
                 "-112 |") in g
 
@@ -82,7 +83,7 @@ class TestDecision:
             main(["sweep", str(CHAT), "--out", str(tmp_path / "r"), "--check"])
         err = capsys.readouterr().err
         assert 1 == exc.value.code and 8 == len(err.strip().splitlines())
-        assert "(qwen2.5-72b, 4 x h200, bf16, block 32): paged_requests = 144, needs ≥ 256" in err
+        assert "(qwen2.5-72b, 4 x h200, bf16, block 32): running_requests = 144, needs ≥ 256" in err
 
     def test_mechanism_sentence(self, tmp_path):
         """chat 4,096 reserved / 1,024 held = 4.0000: the ratio paging buys is the reservation over the tokens.
@@ -125,7 +126,7 @@ class TestLabels:
         assert '"llama-3.1-70b 4xh200 fp8 16"' in mermaid
         assert not re.search(r'"[0-9a-f]{6}"', mermaid)  # no id prefixes
         assert "x axis: model, GPUs, KV dtype, block; the 4 best and the 4 worst that fit by " \
-               "paged_requests_per_gpu; 8 of 16 points left out." in md
+               "running_requests_per_gpu; 8 of 16 points left out." in md
 
     def test_labels_have_no_duplicates_in_planning(self):
         """Every point of the planning grid has its own label (the GPU is part of it)."""
@@ -192,11 +193,17 @@ class TestVerdicts:
         v = next(v for v in judge_all(expand(spec).frame) if v.claim.id == "tail-8-tokens-4-percent")
         assert (v.verdict, v.computed, v.direction) == ("contradicted", "1.009", "below")
 
-    def test_prefix_claim_is_circular(self):
-        """1,024 shared of 2,048 tokens saves about half by construction: labelled, not judged."""
+    def test_prefix_claim_is_measured_where_retention_decides(self):
+        """Issue 29: the claim is no longer judged on the prefix's share of each request (an input); it needs a
+        prefix_cache: replay, and there it is judged on the share of prompt tokens retained blocks serve."""
         spec = parse_grid(REPO / "sweeps" / "vendor-claims.yaml")
         v = next(v for v in judge_all(expand(spec).frame) if v.claim.id == "prefix-sharing-40-60")
-        assert v.verdict == "circular" and "an input, not a finding" in v.note
+        assert v.verdict == "not applicable"
+        spec = parse_grid(REPO / "sweeps" / "prefix-cache.yaml")
+        v = next(v for v in judge_all(expand(spec).frame) if v.claim.id == "prefix-sharing-40-60")
+        # a 1 TiB host tier holds 3.4M (70B bf16) to 16.8M (8B fp8) tokens: 15.79-34.43 % of the conversation
+        # trace's prompt tokens hit, below 40 - 2 everywhere (the trace's ceiling is 37.35 %)
+        assert v.verdict == "contradicted" and v.computed == "15.79 to 34.43"
 
     def test_joint_claim_on_one_configuration(self, tmp_path):
         """Llama-3.1-70B on 8 x H100 (bf16, 0 reserve): 59,318,728,826 B/rank over 40,960 B/token (TP 8) =

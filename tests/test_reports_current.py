@@ -33,6 +33,7 @@ def test_committed_report_is_byte_identical(grid, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("grid", SWEEPS, ids=[p.stem for p in SWEEPS])
 def test_committed_markdown_is_concise(grid):
-    """Each shipped report.md stays within 12,000 characters (results.csv / .parquet keeps every figure)."""
+    """Each shipped report.md stays within 12,500 characters (results.csv / .parquet keeps every figure); the
+    engine-caps line and the running_requests column of issue 23 took it past the old 12,000."""
     text = (REPO / "reports" / grid.stem / "report.md").read_text(encoding="utf-8")
-    assert len(text) <= 12_000, f"{grid.stem}/report.md has {len(text):,} characters"
+    assert len(text) <= 12_500, f"{grid.stem}/report.md has {len(text):,} characters"

@@ -283,7 +283,8 @@ def test_sweep_default_reserve_is_auto_on_gpu_budgets(tmp_path, capsys):
     row = dict(zip(csv[0].split(","), csv[1].split(","), strict=True))
     assert "59397919714" == row["budget_bytes"]
     md = (tmp_path / "out" / "report.md").read_text()
-    assert md.split("\n\n")[1].startswith("**Runtime reserve of the GPU-derived budgets: auto (kvdash's default), 3.00 GiB per rank")
+    assert md.split("\n\n")[1].startswith(
+        "**Runtime reserve of the GPU-derived budgets: auto (kvdash's default), 3.00 GiB per rank")
 
 
 def test_live_auto_and_upper_bound(calib, capsys):

@@ -1,29 +1,29 @@
-"""Run vLLM 0.33.0's own KV-cache planning code on every config under tests/data/configs.
+"""Run vLLM 0.33.0's own KV-cache code on every config under tests/data/configs.
 
 Runs inside a side virtualenv that has ``vllm==0.33.0`` (see run.sh); it is not part of
 kvdash and is never imported by kvdash or its tests. It writes conformance/vllm/expected.json.
 
-What runs is vLLM's code, on CPU, set up the way a CUDA engine on a Hopper GPU would be:
+What runs is vLLM's code, on a CPU-only machine, set up the way ``vllm serve`` runs on one
+H100/H200 (SM90) per rank (see README.md beside this file for every setting and why):
 
-* ``vllm.config.ModelConfig`` / ``VllmConfig`` read the config.json (transformers config
-  classes, vLLM's config registry, ``verify_with_parallel_config`` for the TP size,
-  ``MambaModelConfig.verify_and_update_config`` for the mamba cache mode);
-* the per-layer ``KVCacheSpec`` dict is built the way ``GPUModelRunner.get_kv_cache_spec``
-  builds it from the model's attention modules (``Attention.get_kv_cache_spec``,
-  ``ChunkedLocalAttention.get_kv_cache_spec``, ``MLAAttention.get_kv_cache_spec``,
-  ``MambaBase.get_kv_cache_spec`` and the GDN override), with vLLM's spec classes, vLLM's
-  ``customize_attention_spec`` and ``_largest_kernel_block_within`` against the CUDA
-  FlashAttention backend class. The models themselves cannot be built here (their attention
-  backends need CUDA or vLLM's compiled CPU ops), so which layer is full, sliding, chunked,
-  MLA, Mamba or linear attention is read from the config exactly as the model file in
-  ``vllm/model_executor/models/`` reads it (see ``layer_plan`` below, one rule per file);
-* the hybrid block-size alignment is ``Platform._align_hybrid_block_size`` from
-  ``vllm/platforms/interface.py``, called on the CUDA platform class with the FlashAttention
-  backend (what ``update_block_size_for_backend`` passes on Hopper);
-* groups, blocks and capacity are the engine core's calls, in its order
-  (``vllm/v1/engine/core.py``): ``get_global_kv_cache_groups``, ``get_kv_cache_configs``,
-  ``generate_scheduler_kv_cache_config``, ``update_kv_cache_capacity`` (whose log line is
-  captured verbatim), ``get_max_concurrency_for_kv_cache_config``.
+1. ``ModelConfig`` / ``VllmConfig`` read the config.json (a ``max_model_len`` or tensor-parallel
+   size vLLM refuses is recorded as refused, with vLLM's message).
+2. The model is **built by vLLM's own model class** (``initialize_model``, the loader's
+   call) under ``torch.device("meta")``: no weights are allocated or loaded. Every attention
+   and state layer registers itself in the config's static forward context, exactly as in
+   the engine; each picks its attention backend through vLLM's selector, answered by the
+   CUDA platform's own priority list for compute capability 9.0 (``HopperPlatform``).
+3. ``Platform.update_block_size_for_backend`` (the executor's call; ``CudaPlatform`` does not
+   override it) chooses the block size for ``--block-size`` unset and aligns hybrids.
+4. The per-layer spec dict is ``vllm.v1.worker.gpu.attn_utils.get_kv_cache_spec`` (model
+   runner V2, the default on CUDA) or ``GPUModelRunner.get_kv_cache_spec`` (V1), i.e. every
+   layer's own ``get_kv_cache_spec`` and ``customize_attention_spec``.
+5. Groups, blocks and capacity are the engine core's calls, in its order
+   (``vllm/v1/engine/core.py``, ``_initialize_kv_caches``).
+
+Where step 2 cannot run for a config (the error is recorded), the case's specs come from a
+hand-written mirror (``mirror_plan``), each rule naming the vLLM model file and line it
+mirrors; a family without a rule is recorded as ``spec_source: "not mirrored"``.
 """
 
 from __future__ import annotations
@@ -35,31 +35,218 @@ import os
 import sys
 import time
 import traceback
+import types
 from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+# vllm/triton_utils/importing.py keeps Triton (HAS_TRITON) when no GPU driver is active only
+# where CUDA_VISIBLE_DEVICES is set and empty (a Ray worker before CUDA starts). A Hopper host has
+# Triton with its driver; with HAS_TRITON false vLLM would swap in placeholders, its Triton
+# kernel modules (e.g. the Mamba-2 SSD ops imported by mamba_mixer2.py) would not import and the
+# model-runner choice (VllmConfig.use_v2_model_runner) would change. No Triton kernel runs here.
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 import torch  # noqa: E402
+
+# --- the platform: vLLM's CUDA platform class, answering as one Hopper GPU ---------------------
+# The vLLM wheel ships its CUDA kernels as extension modules (vllm/_C_stable_libtorch.abi3.so,
+# vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so, vllm/_flashmla_C.abi3.so, ...). On a Hopper host they
+# load; here they cannot (no libcuda.so.1), and vLLM's Python code decides which backends exist
+# by whether they import (e.g. vllm_flash_attn/flash_attn_interface.py FA3_AVAILABLE,
+# v1/attention/ops/flashmla.py). Nothing here runs a kernel, so each one that fails to load is
+# replaced by an empty module of the same name, as present as on the Hopper host. The list of
+# stubbed modules goes into expected.json's header.
+import importlib  # noqa: E402
+import importlib.util  # noqa: E402
+
+STUBBED_EXTENSIONS: list[str] = []
+
+
+def _stub_cuda_extensions() -> None:
+    spec = importlib.util.find_spec("vllm")
+    assert spec is not None and spec.submodule_search_locations
+    root = Path(list(spec.submodule_search_locations)[0])
+    for so in sorted(root.rglob("*.abi3.so")):
+        rel = so.relative_to(root.parent).with_suffix("").with_suffix("")
+        name = ".".join(rel.parts)
+        if "third_party" in rel.parts:
+            continue
+        spec_so = importlib.util.spec_from_file_location(name, so)
+        assert spec_so is not None
+        try:  # dlopen the extension alone, without importing its package first
+            sys.modules[name] = importlib.util.module_from_spec(spec_so)
+        except (ImportError, OSError):
+            sys.modules[name] = types.ModuleType(name)
+            STUBBED_EXTENSIONS.append(name)
+
+
+_stub_cuda_extensions()
+
+# The kernels those modules would register (torch.ops._C.*) are absent. vllm/_custom_ops.py has
+# a few functions that ask the compiled library what it supports (cutlass_scaled_mm_supports_*,
+# ...); some are called while modules are imported or weight layers are built, to pick a
+# weight-GEMM kernel. Each such query answers False ("not supported") and is recorded in the
+# header; no kernel is ever run here, and KV-cache specs do not depend on those answers.
+KERNEL_QUERIES: set[str] = set()
+
+
+def _patch_kernel_queries() -> None:
+    import vllm._custom_ops as ops
+
+    def answer_false(name):
+        def query(*_a, **_k):
+            KERNEL_QUERIES.add(name)
+            return False
+        return query
+
+    for name in dir(ops):
+        if "_supports_" in name or name.startswith("is_") and name.endswith("_supported"):
+            setattr(ops, name, answer_false(name))
+
+
+# Layers also take handles to their kernels while being built (activation.py: ``self.op =
+# torch.ops._C.silu_and_mul``). After vllm._custom_ops has registered what it registers, a
+# missing op of vLLM's kernel namespaces is a handle that raises if it is ever called.
+KERNEL_HANDLES: set[str] = set()
+_KERNEL_NAMESPACES = {"_C", "_moe_C", "_C_cache_ops", "_C_custom_ar", "_vllm_fa2_C",
+                      "_vllm_fa3_C", "_flashmla_C", "_flashmla_extension_C", "_qutlass_C"}
+
+
+class _KernelHandle:
+    def __init__(self, qualname: str):
+        self.qualname = qualname
+
+    def __getattr__(self, item):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        return _KernelHandle(f"{self.qualname}.{item}")
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"harness: kernel {self.qualname} would run; it is not loaded here")
+
+
+def _patch_kernel_handles() -> None:
+    orig = torch._ops._OpNamespace.__getattr__
+
+    def getattr_(self, op_name):
+        try:
+            return orig(self, op_name)
+        except AttributeError:
+            if self.name in _KERNEL_NAMESPACES and not op_name.startswith("__"):
+                KERNEL_HANDLES.add(f"{self.name}.{op_name}")
+                return _KernelHandle(f"{self.name}.{op_name}")
+            raise
+
+    torch._ops._OpNamespace.__getattr__ = getattr_
+
 import vllm  # noqa: E402
+import vllm.platforms as _platforms  # noqa: E402
+from vllm.platforms.cuda import CudaPlatformBase  # noqa: E402
+from vllm.platforms.interface import DeviceCapability  # noqa: E402
+
+H200_NAME = "NVIDIA H200"
+H200_MEMORY = 150_754_820_096  # bytes nvidia-smi reports for one H200 (141 GiB class)
+
+
+class HopperPlatform(CudaPlatformBase):
+    """vLLM's ``CudaPlatformBase`` (everything it decides is its own code), answering the
+    device queries as one H200 would: compute capability 9.0 (SM90), its name and memory.
+    ``NvmlCudaPlatform`` answers the same questions through NVML, which this machine lacks."""
+
+    @classmethod
+    def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
+        return DeviceCapability(major=9, minor=0)
+
+    @classmethod
+    def has_device_capability(cls, capability, device_id: int = 0) -> bool:
+        if isinstance(capability, tuple):
+            return (9, 0) >= tuple(capability)
+        return 90 >= capability
+
+    @classmethod
+    def get_device_name(cls, device_id: int = 0) -> str:
+        return H200_NAME
+
+    @classmethod
+    def get_device_total_memory(cls, device_id: int = 0) -> int:
+        return H200_MEMORY
+
+    @classmethod
+    def is_fully_connected(cls, device_ids) -> bool:
+        return True
+
+    @classmethod
+    def device_count(cls) -> int:
+        return 8
+
+    @classmethod
+    def get_device_uuid(cls, device_id: int = 0) -> str:
+        return f"GPU-h200-{device_id}"
+
+    @classmethod
+    def is_pin_memory_available(cls) -> bool:
+        return True
+
+    @classmethod
+    def get_device_numa_node(cls, device_id: int = 0):
+        return None
+
+    @classmethod
+    def num_compute_units(cls, device_id: int = 0) -> int:
+        return 132  # streaming multiprocessors of an H100 SXM / H200
+
+    @classmethod
+    def is_integrated_gpu(cls, device_id: int = 0) -> bool:
+        return False
+
+    @classmethod
+    def current_device(cls):
+        # Layers that place a tensor on "the current device" explicitly (e.g. the GDN layer's
+        # RMSNormGated in qwen_gdn_linear_attn.py) get the device this harness builds on.
+        return torch.device("meta")
+
+
+_platforms.current_platform = HopperPlatform()
+
+
+class _NoStream:
+    """Some layers create CUDA streams or events while being built (e.g. shared experts'
+    ``aux_stream()`` in vllm/utils/torch_utils.py); no work is ever queued on them here."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, item):
+        return lambda *a, **k: None
+
+
+torch.cuda.Stream = _NoStream  # type: ignore[misc]
+torch.cuda.Event = _NoStream  # type: ignore[misc]
+torch.cuda.current_stream = lambda *a, **k: _NoStream()  # type: ignore[assignment]
+_patch_kernel_queries()
+_patch_kernel_handles()
+
+# vLLM inspects a model class in a child process (registry.py, _run_in_subprocess) so that the
+# parent does not initialise CUDA; the child would not see the platform above. Nothing here
+# initialises CUDA, so the same inspection runs in this process.
+import vllm.model_executor.models.registry as _registry  # noqa: E402
+
+_registry._run_in_subprocess = lambda fn: fn()
+
 from vllm.config import (  # noqa: E402
     CacheConfig,
     DeviceConfig,
     ModelConfig,
     ParallelConfig,
+    SchedulerConfig,
     VllmConfig,
 )
 from vllm.config.vllm import set_current_vllm_config  # noqa: E402
-from vllm.model_executor.layers.attention.attention import (  # noqa: E402
-    _largest_kernel_block_within,
-)
+from vllm.distributed import parallel_state  # noqa: E402
 from vllm.model_executor.models import ModelRegistry  # noqa: E402
-from vllm.model_executor.models.config import MambaModelConfig  # noqa: E402
-from vllm.platforms.interface import Platform  # noqa: E402
-from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype  # noqa: E402
-from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend  # noqa: E402
-from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum  # noqa: E402
 from vllm.v1.core import kv_cache_utils  # noqa: E402
 from vllm.v1.core.kv_cache_planning import (  # noqa: E402
     get_global_kv_cache_groups,
@@ -76,183 +263,129 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     MambaSpec,
     MLAAttentionSpec,
     SlidingWindowSpec,
-    UniformTypeKVCacheSpecs,
-    get_kv_quant_mode,
 )
-from vllm.v1.worker.utils import customize_attention_spec  # noqa: E402
-import vllm.model_executor.layers.mamba.abstract as mamba_abstract  # noqa: E402
 
-MAX_MODEL_LEN = 2048
+# --- what `vllm serve` gets on one H100/H200 per rank ------------------------------------------
+# EngineArgs.get_batch_defaults (vllm/engine/arg_utils.py): OpenAI API server on a GPU with at
+# least 70 GiB that is not an A100 -> max_num_batched_tokens 8192, max_num_seqs 1024.
+# Async scheduling: on unless something is incompatible (VllmConfig, vllm/config/vllm.py);
+# max_concurrent_batches is then 2 (VllmConfig.max_concurrent_batches).
+SERVE = {
+    "max_num_batched_tokens": 8192,
+    "max_num_seqs": 1024,
+    "async_scheduling": "default (on; resolved by VllmConfig)",
+    "enable_chunked_prefill": True,
+    "gpu": H200_NAME + " (SM90)",
+    "dtype": "bfloat16",
+}
+MAX_MODEL_LENS = (2048, 32768)
 TPS = (1, 2, 4, 8)
 KV_DTYPES = {"bf16": "auto", "fp8": "fp8"}
-BLOCKS = (16, 32)
-MLA_BLOCKS = (16, 32, 64)
+BLOCKS = (None, 16, 32, 64)  # None: --block-size unset ("auto")
 BUDGETS = (12 * 2**30, 40 * 2**30)
-# FlashInfer's GDN prefill kernel (chosen on Hopper, see _resolve_gdn_prefill_backend in
-# vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py) exports prefill
-# checkpoints every FLASHINFER_GDN_CHECKPOINT_ALIGNMENT tokens in align mode.
-from vllm.v1.attention.backends.gdn_attn import FLASHINFER_GDN_CHECKPOINT_ALIGNMENT  # noqa: E402
 
 
-class HopperPlatform(Platform):
-    """vLLM's Platform base class (which CudaPlatform inherits the alignment from, without
-    overriding it), with the attention backend a Hopper engine selects.
-
-    ``vllm.platforms.cuda`` itself cannot be imported without libcuda.
-    ``_find_non_ssm_backends`` reads the attention layers of a built model; none is built
-    here, so it answers what ``get_attn_backend`` picks on SM90 for these models
-    (FlashAttention). ``_align_hybrid_block_size`` is vLLM's, unchanged.
-    """
-
-    @classmethod
-    def _find_non_ssm_backends(cls, vllm_config):  # type: ignore[override]
-        return [FlashAttentionBackend]
+# --- parallel groups: the model code asks them its rank and world size ------------------------
 
 
-# ---------------------------------------------------------------------------------------
-# Which layers the model file builds, read from the config as each vLLM model file does.
-# Each entry: (suffix, kind, extra) with kind in full/sliding/chunked/mla/mamba/linear.
-# ---------------------------------------------------------------------------------------
+class FakeProcessGroup:
+    """What model code asks a torch ProcessGroup while building (``size()``, ``rank()``)."""
+
+    def __init__(self, world_size: int):
+        self._size = world_size
+
+    def size(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return 0
 
 
-def layer_plan(mc: ModelConfig, cache_sliding_window: int | None) -> list[list[tuple]]:
-    cfg = mc.hf_text_config
-    arch = mc.architecture
-    n = mc.get_total_num_hidden_layers()
-    plan: list[list[tuple]] = []
-    if mc.use_mla:
-        # deepseek_v2.py / kimi: one MLAAttention per decoder layer.
-        return [[("self_attn.attn", "mla", None)] for _ in range(n)]
-    if arch == "JambaForCausalLM":
-        # jamba.py: ALL_DECODER_LAYER_TYPES[config.layers_block_type[i]]
-        for t in cfg.layers_block_type:
-            plan.append([("self_attn.attn", "full", None)] if t == "attention"
-                        else [("mamba", "mamba", MambaAttentionBackendEnum.MAMBA1)])
-        return plan
-    if arch == "NemotronHForCausalLM":
-        # nemotron_h.py: layer class from hybrid_override_pattern[i]: M mamba, * attention,
-        # - MLP, E MoE (the last two keep no KV cache).
-        for ch in cfg.hybrid_override_pattern:
-            if ch == "M":
-                plan.append([("mixer", "mamba", MambaAttentionBackendEnum.MAMBA2)])
-            elif ch == "*":
-                plan.append([("mixer.attn", "full", None)])
-            else:
-                plan.append([])
-        return plan
-    if arch == "FalconH1ForCausalLM":
-        # falcon_h1.py: every decoder layer runs attention and a Mamba-2 mixer in parallel.
-        return [[("self_attn.attn", "full", None), ("mamba", "mamba",
-                 MambaAttentionBackendEnum.MAMBA2)] for _ in range(n)]
-    if mc.is_hybrid:
-        layer_types = getattr(cfg, "layer_types", None)
-        if layer_types is None:
-            raise NotImplementedError(f"harness: no layer rule for hybrid {arch}")
-        # qwen3_next.py / qwen3_5.py: layer_type = config.layer_types[i];
-        # linear_attention is a gated delta net (GDN) layer.
-        for t in layer_types[:n]:
-            if t == "linear_attention":
-                plan.append([("linear_attn", "linear", MambaAttentionBackendEnum.GDN_ATTN)])
-            else:
-                plan.append([("self_attn.attn", "full", None)])
-        return plan
-    if arch == "Llama4ForConditionalGeneration" or arch == "Llama4ForCausalLM":
-        # llama4.py: nope = no_rope_layers[i] == 0; ChunkedLocalAttention when not nope and
-        # attention_chunk_size is set.
-        for i in range(n):
-            nope = cfg.no_rope_layers[i] == 0
-            if not nope and cfg.attention_chunk_size:
-                plan.append([("self_attn.attn", "chunked", cfg.attention_chunk_size)])
-            else:
-                plan.append([("self_attn.attn", "full", None)])
-        return plan
-    if arch == "GptOssForCausalLM":
-        # gpt_oss.py: sliding_window = config.sliding_window if layer_idx % 2 == 0.
-        return [[("attn.attn", "sliding" if i % 2 == 0 else "full",
-                  cfg.sliding_window if i % 2 == 0 else None)] for i in range(n)]
-    if arch in ("Cohere2ForCausalLM",):
-        # commandr.py (v2): sliding layers from layer_types get sliding_window + 1.
-        return [[("self_attn.attn", "sliding", cfg.sliding_window + 1)]
-                if cfg.layer_types[i] == "sliding_attention"
-                else [("self_attn.attn", "full", None)] for i in range(n)]
-    layer_types = getattr(cfg, "layer_types", None)
-    if layer_types is not None and len(set(layer_types[:n])) > 1:
-        # llama.py, gemma2.py, gemma3.py, qwen2.py ...: per_layer_sliding_window =
-        # config.sliding_window where layer_types[i] == "sliding_attention".
-        return [[("self_attn.attn", "sliding", cfg.sliding_window)]
-                if layer_types[i] == "sliding_attention"
-                else [("self_attn.attn", "full", None)] for i in range(n)]
-    # Otherwise Attention falls back to cache_config.sliding_window (attention.py), which
-    # EngineArgs sets only when the model is all sliding (engine/arg_utils.py).
-    if cache_sliding_window is not None:
-        return [[("self_attn.attn", "sliding", cache_sliding_window)] for _ in range(n)]
-    return [[("self_attn.attn", "full", None)] for _ in range(n)]
+class FakeGroup:
+    """Stands in for a ``GroupCoordinator``: rank 0 of ``world_size`` ranks. Model code reads
+    ``world_size`` / ``rank_in_group`` while building layers (e.g. heads per rank); nothing
+    here communicates."""
+
+    def __init__(self, name: str, world_size: int):
+        self.unique_name = name
+        self.world_size = world_size
+        self.rank_in_group = 0
+        self.rank = 0
+        self.local_rank = 0
+        self.ranks = list(range(world_size))
+        self.is_first_rank = True
+        self.is_last_rank = world_size == 1
+        self.device_group = FakeProcessGroup(world_size)
+        self.cpu_group = FakeProcessGroup(world_size)
+        self.device_communicator = None
+        self.use_device_communicator = False
+        self.mq_broadcaster = None
+
+    def __getattr__(self, item):
+        raise AttributeError(f"harness FakeGroup {self.unique_name} has no {item!r}")
 
 
-def engine_sliding_window(mc: ModelConfig) -> int | None:
-    """CacheConfig.sliding_window as EngineArgs.create_engine_config sets it."""
-    layer_types = getattr(mc.hf_text_config, "layer_types", None)
-    if layer_types is None or all(lt == "sliding_attention" for lt in layer_types):
-        return mc.get_sliding_window()
-    return None
+def install_groups(tp: int) -> None:
+    ps = parallel_state
+    ps._WORLD = FakeGroup("world", tp)
+    ps._INNER_DP_WORLD = FakeGroup("inner_dp_world", tp)
+    ps._TP = FakeGroup("tp", tp)
+    ps._PP = FakeGroup("pp", 1)
+    ps._PP.is_last_rank = True
+    ps._DP = FakeGroup("dp", 1)
+    ps._EP = FakeGroup("ep", tp)
+    ps._DCP = FakeGroup("dcp", 1)
+    ps._PCP = FakeGroup("pcp", 1)
+    if hasattr(ps, "_ETP"):
+        ps._ETP = FakeGroup("etp", 1)
+    if hasattr(ps, "_EPLB"):
+        ps._EPLB = FakeGroup("eplb", tp)
 
 
-def build_specs(vc: VllmConfig, plan, mamba_shapes) -> dict:
-    """The per-layer spec dict, as GPUModelRunner.get_kv_cache_spec would return it."""
-    mc, pc, cc = vc.model_config, vc.parallel_config, vc.cache_config
-    cache_dtype = cc.cache_dtype
-    dtype = kv_cache_dtype_str_to_dtype(cache_dtype, mc)
-    quant = get_kv_quant_mode(cache_dtype)
-    kvh = mc.get_num_kv_heads(pc)
-    hs = mc.get_head_size()
-    block = cc.block_size
-    specs: dict = {}
-    for i, entries in enumerate(plan):
-        for suffix, kind, extra in entries:
-            name = f"model.layers.{i}.{suffix}"
-            if kind == "full":
-                spec = FullAttentionSpec(block_size=block, num_kv_heads=kvh, head_size=hs,
-                                         head_size_v=hs, dtype=dtype, kv_quant_mode=quant)
-                spec = customize_attention_spec(FlashAttentionBackend, spec)
-            elif kind == "sliding":
-                one = FlashAttentionBackend.customize_spec(SlidingWindowSpec(
-                    block_size=1, num_kv_heads=kvh, head_size=hs, head_size_v=hs,
-                    dtype=dtype, kv_quant_mode=quant, sliding_window=extra))
-                per_token = one.real_page_size_bytes
-                sw_block = _largest_kernel_block_within(
-                    FlashAttentionBackend, per_token, per_token * block, block, one)
-                spec = SlidingWindowSpec(block_size=sw_block, num_kv_heads=kvh, head_size=hs,
-                                         head_size_v=hs, dtype=dtype, kv_quant_mode=quant,
-                                         sliding_window=extra, page_size_padded=None)
-                spec = customize_attention_spec(FlashAttentionBackend, spec)
-            elif kind == "chunked":
-                spec = ChunkedLocalAttentionSpec(block_size=block, num_kv_heads=kvh,
-                                                 head_size=hs, dtype=dtype,
-                                                 kv_quant_mode=quant,
-                                                 attention_chunk_size=extra)
-                spec = customize_attention_spec(FlashAttentionBackend, spec)
-            elif kind == "mla":
-                spec = MLAAttentionSpec(block_size=block, num_kv_heads=1, max_tp_shards=1,
-                                        head_size=hs, dtype=dtype, cache_dtype_str=cache_dtype,
-                                        kv_quant_mode=quant)
-            elif kind in ("mamba", "linear"):
-                shapes, dtypes = mamba_shapes
-                spec = MambaSpec(shapes=tuple(shapes), dtypes=dtypes,
-                                 block_size=cc.mamba_block_size,
-                                 page_size_padded=cc.mamba_page_size_padded,
-                                 mamba_type=extra, tp_replicated=False,
-                                 mamba_cache_mode=cc.mamba_cache_mode,
-                                 num_speculative_blocks=vc.num_speculative_tokens)
-                if kind == "linear" and cc.mamba_cache_mode == "align":
-                    # GDN layer override (qwen_gdn_linear_attn.py): FlashInfer prefill on
-                    # Hopper exports one prefill checkpoint per request.
-                    spec = replace(spec, num_prefill_checkpoint_blocks=1,
-                                   prefill_checkpoint_alignment=(
-                                       mamba_abstract.get_mamba_prefill_checkpoint_grid(vc)))
-            else:
-                raise AssertionError(kind)
-            specs[name] = spec
-    return specs
+# --- configuration, as the engine has it on a CUDA host ----------------------------------------
+
+
+def make_model_config(d: Path, max_model_len: int) -> ModelConfig:
+    return ModelConfig(model=str(d), tokenizer=str(d), skip_tokenizer_init=True,
+                       max_model_len=max_model_len, dtype="bfloat16")
+
+
+def make_vllm_config(mc: ModelConfig, tp: int, kv: str, block: int | None,
+                     prefix: bool) -> VllmConfig:
+    pc = ParallelConfig(tensor_parallel_size=tp)
+    cc = CacheConfig(block_size=block, cache_dtype=KV_DTYPES[kv], enable_prefix_caching=prefix)
+    sc = SchedulerConfig(max_num_batched_tokens=SERVE["max_num_batched_tokens"],
+                         max_num_seqs=SERVE["max_num_seqs"], max_model_len=mc.max_model_len,
+                         is_encoder_decoder=mc.is_encoder_decoder,
+                         enable_chunked_prefill=True)
+    vc = VllmConfig(model_config=mc, cache_config=cc, parallel_config=pc, scheduler_config=sc,
+                    device_config=DeviceConfig(device="cuda"))
+    # resolve_kv_cache_layout (vllm/v1/attention/backends/utils.py) records the layout the
+    # backends prefer before planning; FlashAttention / the SM90 MLA backends take NHD.
+    vc.cache_config.kv_cache_layout = "NHD"
+    return vc
+
+
+def build_model(vc: VllmConfig):
+    """vLLM's loader builds the model under the target device (base_loader.load_model); here
+    that device is ``meta``, so no tensor holds memory and no weight is read."""
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    with set_default_torch_dtype(vc.model_config.dtype), torch.device("meta"):
+        return initialize_model(vllm_config=vc)
+
+
+def engine_specs(vc: VllmConfig) -> dict:
+    """The per-layer spec dict as the model runner returns it (V2 default on CUDA)."""
+    if vc.use_v2_model_runner:
+        from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+        return get_kv_cache_spec(vc)
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    fake = types.SimpleNamespace(vllm_config=vc, shared_kv_cache_layers={})
+    return GPUModelRunner.get_kv_cache_spec(fake)
 
 
 def spec_kind(spec) -> str:
@@ -263,10 +396,35 @@ def spec_kind(spec) -> str:
     if isinstance(spec, ChunkedLocalAttentionSpec):
         return "chunked"
     if isinstance(spec, MambaSpec):
-        return "linear" if spec.mamba_type == MambaAttentionBackendEnum.GDN_ATTN else "mamba"
+        name = getattr(spec.mamba_type, "name", str(spec.mamba_type))
+        if name in ("MAMBA1", "MAMBA2"):
+            return "mamba"
+        if name == "GDN_ATTN":
+            return "linear"
+        return name.lower()
     if isinstance(spec, FullAttentionSpec):
         return "full"
     return type(spec).__name__
+
+
+def spec_detail(spec) -> dict:
+    d = {"kind": spec_kind(spec), "class": type(spec).__name__, "block_size": spec.block_size,
+         "page_bytes": spec.page_size_bytes}
+    for attr in ("num_kv_heads", "head_size", "head_size_v", "sliding_window",
+                 "attention_chunk_size", "num_prefill_checkpoint_blocks",
+                 "num_speculative_blocks", "mamba_cache_mode", "shapes"):
+        if hasattr(spec, attr):
+            v = getattr(spec, attr)
+            if attr == "shapes":
+                v = [list(s) for s in v]
+            d[attr] = v
+    if hasattr(spec, "mamba_type"):
+        d["mamba_type"] = getattr(spec.mamba_type, "name", str(spec.mamba_type))
+    if hasattr(spec, "dtype"):
+        d["dtype"] = str(spec.dtype).replace("torch.", "")
+    if hasattr(spec, "dtypes"):
+        d["dtypes"] = [str(x).replace("torch.", "") for x in spec.dtypes]
+    return d
 
 
 class _CaptureLogger:
@@ -280,67 +438,13 @@ class _CaptureLogger:
 
     info = info_once
 
+    def warning(self, fmt, *args, **_kw):
+        pass
 
-def plan_case(mc_base: ModelConfig, tp: int, kv: str, block: int, prefix: bool, plan_cache):
-    """Configure like a CUDA engine; returns (vllm_config, specs)."""
-    mc = copy.deepcopy(mc_base)
-    pc = ParallelConfig(tensor_parallel_size=tp)
-    cc = CacheConfig(block_size=block, cache_dtype=KV_DTYPES[kv],
-                     enable_prefix_caching=prefix, sliding_window=engine_sliding_window(mc))
-    vc = VllmConfig(model_config=mc, cache_config=cc, parallel_config=pc,
-                    device_config=DeviceConfig(device="cpu"))
-    # Undo what the CPU platform changed and record what a CUDA engine has at this point.
-    cc = vc.cache_config
-    cc.block_size = block
-    cc.user_specified_block_size = True
-    cc.mamba_ssm_cache_dtype = "auto"
-    # The reset above undoes vllm/platforms/cpu.py's float32 SSM cache; it also undid the model's own
-    # config hook that a CUDA engine keeps (vllm/model_executor/models/config.py, MODELS_CONFIG_MAP:
-    # e.g. Nemotron-H and Qwen3.5 read their mamba/ssm cache dtype from config.json): run it again.
-    from vllm.model_executor.models.config import MODELS_CONFIG_MAP
-
-    hook = MODELS_CONFIG_MAP.get(mc.architecture)
-    if hook is not None:
-        hook.verify_and_update_config(vc)
-    cc.enable_prefix_caching = prefix
-    vc.scheduler_config.enable_chunked_prefill = True
-    vc.scheduler_config.disable_hybrid_kv_cache_manager = False
-    cc.kv_cache_layout = "NHD"
-    mamba_shapes = None
-    if mc.is_hybrid:
-        cc.mamba_cache_mode = "none"
-        cc.mamba_block_size = None
-        cc.mamba_page_size_padded = None
-        MambaModelConfig.verify_and_update_config(vc)
-        model_cls, _ = ModelRegistry.resolve_model_cls(mc.architecture, model_config=mc)
-        with set_current_vllm_config(vc):
-            mamba_shapes = (model_cls.get_mamba_state_shape_from_config(vc),
-                            model_cls.get_mamba_state_dtype_from_config(vc))
-    key = id(mc_base)
-    if key not in plan_cache:
-        plan_cache[key] = layer_plan(mc, cc.sliding_window)
-    plan = plan_cache[key]
-    if mc.is_hybrid:
-        has_gdn = any(k == "linear" for e in plan for _, k, _ in e)
-        align = (FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
-                 if has_gdn and cc.mamba_cache_mode == "align" else None)
-        saved = mamba_abstract.get_mamba_prefill_checkpoint_alignment
-        # The real function asks the built Mamba layers; GDN layers on Hopper answer 64
-        # in align mode, Mamba-1/Mamba-2 mixers answer None.
-        mamba_abstract.get_mamba_prefill_checkpoint_alignment = lambda _vc: align
-        try:
-            with set_current_vllm_config(vc):
-                HopperPlatform._align_hybrid_block_size(vc, FlashAttentionBackend)
-            specs = build_specs(vc, plan, mamba_shapes)
-        finally:
-            mamba_abstract.get_mamba_prefill_checkpoint_alignment = saved
-    else:
-        specs = build_specs(vc, plan, mamba_shapes)
-    return vc, specs
+    warning_once = debug = debug_once = warning
 
 
 def run_budget(vc: VllmConfig, specs: dict, budget: int) -> dict:
-    vc = copy.deepcopy(vc)
     kv_cache_specs = [specs]
     groups = get_global_kv_cache_groups(vc, kv_cache_specs)
     configs = get_kv_cache_configs(vc, kv_cache_specs, [budget], groups)
@@ -351,13 +455,13 @@ def run_budget(vc: VllmConfig, specs: dict, budget: int) -> dict:
     vc.cache_config.block_size = min(participating or
                                      [g.kv_cache_spec.block_size for g in sched.kv_cache_groups])
     cap = _CaptureLogger()
-    saved_logger, saved_name = kv_cache_utils.logger, kv_cache_utils._kv_cache_device_name
+    saved_logger = kv_cache_utils.logger
     kv_cache_utils.logger = cap
-    kv_cache_utils._kv_cache_device_name = lambda _vc: "GPU"  # the CUDA engine's word
     try:
         update_kv_cache_capacity(vc, sched)
     finally:
-        kv_cache_utils.logger, kv_cache_utils._kv_cache_device_name = saved_logger, saved_name
+        kv_cache_utils.logger = saved_logger
+    vc.validate_block_size()
     conc = get_max_concurrency_for_kv_cache_config(vc, sched)
     page_bytes: dict[str, int] = {}
     for spec in specs.values():
@@ -379,57 +483,185 @@ def reason_of(exc: BaseException) -> str:
     return text if len(text) <= 2000 else text[:2000] + "..."
 
 
-def cases_for(name: str, d: Path, log) -> list[dict]:
-    out: list[dict] = []
+# --- the attention-backend choices a build made, to know when a build can be reused -----------
+
+import vllm.v1.attention.selector as _selector  # noqa: E402
+
+_SELECTIONS: list[tuple] = []
+_orig_select = _selector._cached_get_attn_backend
+
+
+def _recording_select(backend, attn_selector_config, num_heads=None, *, _run_kv_cache_dtype=None):
+    cls = _orig_select(backend, attn_selector_config, num_heads,
+                       _run_kv_cache_dtype=_run_kv_cache_dtype)
+    _SELECTIONS.append((backend, attn_selector_config, num_heads, _run_kv_cache_dtype, cls))
+    return cls
+
+
+_selector._cached_get_attn_backend = _recording_select
+
+
+def same_backends(selections: list[tuple], vc: VllmConfig) -> bool:
+    """Would building under ``vc`` pick the same backend for every layer? vLLM's selector is
+    asked again with this case's block size (the only per-case input of the selection that
+    varies between the cases sharing a build: see ``build_key``)."""
+    cc = vc.cache_config
+    block = cc.block_size if cc.user_specified_block_size else None
+    with set_current_vllm_config(vc):
+        for backend, cfg, heads, run_dtype, cls in selections:
+            try:
+                again = _orig_select(backend, cfg._replace(block_size=block), heads,
+                                     _run_kv_cache_dtype=run_dtype)
+            except Exception:  # noqa: BLE001 - no backend for this block: not the same
+                return False
+            if again is not cls:
+                return False
+    return True
+
+
+class Built:
+    def __init__(self, vc: VllmConfig, selections: list[tuple]):
+        self.forward_context = vc.compilation_config.static_forward_context
+        self.selections = selections
+        self.backends = sorted({b.get_name() for *_x, b in selections})
+
+
+def build_for(vc: VllmConfig) -> Built:
+    _SELECTIONS.clear()
+    with set_current_vllm_config(vc):
+        model = build_model(vc)
+    del model  # the layers live on in the static forward context
+    return Built(vc, list(_SELECTIONS))
+
+
+def attach(vc: VllmConfig, built: Built) -> None:
+    vc.compilation_config.static_forward_context = built.forward_context
+
+
+def plan_specs(vc: VllmConfig) -> dict:
+    """What the executor and the engine core do once the model is built."""
+    from vllm.platforms import current_platform
+
+    current_platform.update_block_size_for_backend(vc)
+    with set_current_vllm_config(vc):
+        return engine_specs(vc)
+
+
+def figures(vc: VllmConfig, specs: dict, budget: int) -> dict:
+    forward = vc.compilation_config.static_forward_context
+    vc.compilation_config.static_forward_context = {}
     try:
-        mc = ModelConfig(model=str(d), tokenizer=str(d), skip_tokenizer_init=True,
-                         max_model_len=MAX_MODEL_LEN, dtype="bfloat16")
-        use_mla, hybrid = bool(mc.use_mla), bool(mc.is_hybrid)
-        load_error = None
-    except Exception as exc:  # vLLM refuses the config itself
-        mc, use_mla, hybrid, load_error = None, False, False, reason_of(exc)
-    blocks = MLA_BLOCKS if use_mla else BLOCKS
-    prefixes = (True, False) if hybrid else (True,)
-    plan_cache: dict = {}
-    for tp in TPS:
-        for kv in KV_DTYPES:
-            for block in blocks:
-                for prefix in prefixes:
-                    base = {"config": name, "tp": tp, "kv_dtype": kv,
-                            "block_size_requested": block, "prefix_caching": prefix}
-                    planned = None
-                    if load_error is None:
-                        try:
-                            planned = plan_case(mc, tp, kv, block, prefix, plan_cache)
-                            err = None
-                        except Exception as exc:
-                            err = reason_of(exc)
-                            log(f"  {name} tp{tp} {kv} b{block} pc{int(prefix)}: refused: {err[:160]}")
-                    else:
-                        err = load_error
-                    for budget in BUDGETS:
-                        case = dict(base, budget_bytes=budget)
-                        if planned is not None:
-                            vc, specs = planned
-                            try:
-                                figures = run_budget(vc, specs, budget)
-                                kinds: dict[str, int] = {}
-                                for spec in specs.values():
-                                    k = spec_kind(spec)
-                                    kinds[k] = kinds.get(k, 0) + 1
-                                case.update(status="ok", reason="",
-                                            num_kv_heads=vc.model_config.get_num_kv_heads(vc.parallel_config),
-                                            head_size=vc.model_config.get_head_size(),
-                                            use_mla=use_mla, is_hybrid=hybrid,
-                                            layer_kinds=kinds, **figures)
-                            except Exception as exc:
-                                case.update(status="refused", reason=reason_of(exc),
-                                            use_mla=use_mla, is_hybrid=hybrid)
+        vcc = copy.deepcopy(vc)
+    finally:
+        vc.compilation_config.static_forward_context = forward
+    vcc.compilation_config.static_forward_context = forward
+    return run_budget(vcc, specs, budget)
+
+
+def layer_table(specs: dict) -> dict[str, str]:
+    return {name: spec_kind(spec) for name, spec in specs.items()}
+
+
+def cases_for(name: str, d: Path, log, fresh: bool) -> tuple[list[dict], dict]:
+    out: list[dict] = []
+    info: dict = {}
+    builds: dict[tuple, list[Built]] = {}
+    for length in MAX_MODEL_LENS:
+        try:
+            mc = make_model_config(d, length)
+            load_error = None
+            use_mla, hybrid = bool(mc.use_mla), bool(mc.is_hybrid)
+            stateful = hybrid or bool(getattr(mc, "is_attention_free", False)) or bool(
+                getattr(mc, "has_inner_state", False))
+        except Exception as exc:  # vLLM refuses the config (or this max_model_len)
+            mc, load_error, use_mla, hybrid, stateful = None, reason_of(exc), False, False, False
+            log(f"  {name} L{length}: refused: {load_error[:200]}")
+        prefixes = (True, False) if stateful else (True,)
+        for tp in TPS:
+            install_groups(tp)
+            for kv in KV_DTYPES:
+                for block in BLOCKS:
+                    for prefix in prefixes:
+                        base = {"config": name, "tp": tp, "kv_dtype": kv,
+                                "block_size_requested": "auto" if block is None else block,
+                                "max_model_len": length, "prefix_caching": prefix}
+                        planned = err = None
+                        status = "refused"
+                        if load_error is not None:
+                            err = load_error
                         else:
-                            case.update(status="refused", reason=err,
-                                        use_mla=use_mla, is_hybrid=hybrid)
-                        out.append(case)
-    return out
+                            planned, err, status = plan_one(name, mc, tp, kv, block, prefix,
+                                                            builds, info, log, fresh)
+                        for budget in BUDGETS:
+                            case = dict(base, budget_bytes=budget, use_mla=use_mla,
+                                        is_hybrid=hybrid)
+                            if planned is None:
+                                case.update(status=status, reason=err,
+                                            spec_source=("not mirrored" if status == "not_built"
+                                                         else "vllm-layers"))
+                            else:
+                                vc, specs, backends = planned
+                                try:
+                                    figs = figures(vc, specs, budget)
+                                    kinds: dict[str, int] = {}
+                                    for spec in specs.values():
+                                        k = spec_kind(spec)
+                                        kinds[k] = kinds.get(k, 0) + 1
+                                    attn = [sp for sp in specs.values()
+                                            if hasattr(sp, "num_kv_heads")]
+                                    case.update(status="ok", reason="", spec_source="vllm-layers",
+                                                attention_backends=backends,
+                                                num_kv_heads=(attn[0].num_kv_heads if attn else 0),
+                                                head_size=(attn[0].head_size if attn else 0),
+                                                layer_kinds=kinds, **figs)
+                                except Exception as exc:  # noqa: BLE001 - vLLM refuses it
+                                    case.update(status="refused", reason=reason_of(exc),
+                                                spec_source="vllm-layers")
+                            out.append(case)
+    return out, info
+
+
+def build_key(tp: int, kv: str, prefix: bool) -> tuple:
+    return (tp, kv, prefix)
+
+
+def plan_one(name, mc, tp, kv, block, prefix, builds, info, log, fresh):
+    """(vllm_config, specs, backends) or None, the reason and the status."""
+    try:
+        vc = make_vllm_config(copy.deepcopy(mc), tp, kv, block, prefix)
+    except Exception as exc:  # noqa: BLE001 - vLLM refuses the engine config
+        return None, reason_of(exc), "refused"
+    key = build_key(tp, kv, prefix)
+    built = None
+    if not fresh:
+        for candidate in builds.get(key, []):
+            if same_backends(candidate.selections, vc):
+                built = candidate
+                break
+    if built is None:
+        t = time.time()
+        try:
+            built = build_for(vc)
+        except Exception as exc:  # noqa: BLE001 - the model cannot be built here
+            reason = "harness: vLLM's model class could not be built here: " + reason_of(exc)
+            info.setdefault("build_errors", {})[f"tp{tp}-{kv}-pc{int(prefix)}"] = reason[:600]
+            log(f"  {name} tp{tp} {kv} pc{int(prefix)}: build failed: {reason[:300]}")
+            return None, reason, "not_built"
+        info["builds"] = info.get("builds", 0) + 1
+        info["build_s"] = info.get("build_s", 0.0) + time.time() - t
+        builds.setdefault(key, []).append(built)
+        # make_vllm_config built a config whose forward context the build filled
+        plan_vc = vc
+    else:
+        plan_vc = vc
+        attach(plan_vc, built)
+    try:
+        specs = plan_specs(plan_vc)
+    except Exception as exc:  # noqa: BLE001 - vLLM refuses it (e.g. no common block size)
+        return None, reason_of(exc), "refused"
+    if "layers" not in info:
+        info["layers"] = layer_table(specs)
+    return (plan_vc, specs, built.backends), None, "ok"
 
 
 def main() -> int:
@@ -437,36 +669,72 @@ def main() -> int:
     ap.add_argument("--configs", default="tests/data/configs")
     ap.add_argument("--out", default="conformance/vllm/expected.json")
     ap.add_argument("--only", nargs="*", help="config folder names (default: all)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="build the model for every case (no reuse; slow, for checking reuse)")
     ap.add_argument("--partial-out", help="write only these configs' cases to this file")
+    ap.add_argument("--quick", action="store_true",
+                    help="tp 1, block auto and max_model_len 2,048 only (a smoke test; with --partial-out)")
+    ap.add_argument("--shard", default="0/1", help="K/N: run every N-th config from the K-th")
     args = ap.parse_args()
+    if args.quick:
+        global TPS, BLOCKS, MAX_MODEL_LENS
+        TPS, BLOCKS, MAX_MODEL_LENS = (1,), (None,), (2048,)
     root = Path(args.configs)
     names = sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
     if args.only:
         names = [n for n in names if n in set(args.only)]
+    k, n = (int(x) for x in args.shard.split("/"))
+    names = names[k::n]
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
     t0 = time.time()
     cases: list[dict] = []
+    per_config: dict[str, dict] = {}
     for name in names:
         t = time.time()
-        got = cases_for(name, root / name, log)
+        got, info = cases_for(name, root / name, log, args.fresh)
         ok = sum(c["status"] == "ok" for c in got)
-        log(f"{name}: {ok}/{len(got)} ok ({time.time() - t:.1f} s)")
+        info["harness_s"] = round(time.time() - t, 1)
+        info["build_s"] = round(info.get("build_s", 0.0), 1)
+        log(f"{name}: {ok}/{len(got)} ok, {info.get('builds', 0)} builds "
+            f"({info['harness_s']:.1f} s)")
         cases.extend(got)
+        per_config[name] = info
     doc = {
         "vllm_version": vllm.__version__,
         "generated_by": "conformance/vllm/run.sh",
-        "max_model_len": MAX_MODEL_LEN,
+        "serve": dict(SERVE, max_model_len=list(MAX_MODEL_LENS), tensor_parallel_size=list(TPS),
+                      kv_cache_dtype={k: v for k, v in KV_DTYPES.items()},
+                      block_size=["auto" if b is None else b for b in BLOCKS],
+                      kv_budget_bytes_per_rank=list(BUDGETS),
+                      prefix_caching="on (vLLM's default); also off for models with state layers",
+                      model_runner="V2 (VllmConfig.use_v2_model_runner on CUDA)"),
+        "harness": {
+            "specs_from": "vLLM's model classes built on the meta device; each layer's own "
+                          "get_kv_cache_spec (see conformance/vllm/README.md)",
+            "stubbed_cuda_extensions": sorted(STUBBED_EXTENSIONS),
+            "kernel_capability_queries_answered_false": sorted(KERNEL_QUERIES),
+            "kernel_handles_taken_never_run": len(KERNEL_HANDLES),
+        },
+        "configs": per_config,
         "cases": cases,
     }
     out = Path(args.partial_out or args.out)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(dumps(doc))
     tmp.replace(out)
     log(f"{len(cases)} cases from {len(names)} configs in {time.time() - t0:.0f} s -> {out}")
     return 0
+
+
+def dumps(doc: dict) -> str:
+    """Sorted keys; one case per line (diff-friendly, and 10x smaller than indented)."""
+    head = {k: v for k, v in doc.items() if k != "cases"}
+    text = json.dumps(head, indent=1, sort_keys=True)
+    lines = [json.dumps(c, sort_keys=True) for c in doc["cases"]]
+    return text[:-2] + ',\n "cases": [\n' + ",\n".join(lines) + "\n ]\n}\n"
 
 
 if __name__ == "__main__":

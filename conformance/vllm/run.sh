@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Regenerate conformance/vllm/expected.json from vLLM 0.33.0's own code.
+# Regenerate conformance/vllm/expected.json (and registry.json) from vLLM 0.33.0's own code.
 #
 # Usage: conformance/vllm/run.sh [harness options, e.g. --only qwen3-8b jamba-1.5-mini]
+#        conformance/vllm/run.sh --registry     # only conformance/vllm/registry.json
 #
 # The side virtualenv holding vllm==0.33.0 (about 8 GB with torch's CUDA libraries) is
 # VLLM_VENV, default /work/vllm-venv if it exists, else ./.vllm-venv in the repository.
 # It is created here when missing (pip install vllm==0.33.0, ~20 minutes). It is never
-# part of .ci/run: the CI test only reads the committed expected.json.
+# part of .ci/run: the CI tests only read the committed expected.json and registry.json.
+# JOBS (default 2) harness processes run side by side, each on every JOBS-th config.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,5 +31,19 @@ fi
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 start=$(date +%s)
-"$VLLM_VENV/bin/python" "$here/harness.py" --configs tests/data/configs --out "$here/expected.json" "$@"
+if [[ "${1:-}" == "--registry" ]]; then
+  "$VLLM_VENV/bin/python" "$here/registry.py" "$here/registry.json"
+  exit 0
+fi
+jobs="${JOBS:-2}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+pids=()
+for ((k = 0; k < jobs; k++)); do
+  "$VLLM_VENV/bin/python" "$here/harness.py" --configs tests/data/configs --shard "$k/$jobs" \
+    --partial-out "$tmp/shard$k.json" "$@" 2> >(sed "s/^/[shard $k] /" >&2) &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+python3 "$here/merge.py" "$here/expected.json" "$tmp"/shard*.json
 echo "conformance/vllm/run.sh: $(( $(date +%s) - start )) s" >&2

@@ -921,7 +921,8 @@ def log_check(inp: CalcInput, shapes: Sequence[PoolShape], budget_info: dict[str
                f"cache at most floor({budget_info['gpu_memory_bytes']:,} x {budget_info['utilization']}) - "
                f"{budget_info['weights_per_rank_bytes']:,} B of weights = {most:,} B per rank (another --gpu-util, "
                "--weights, --tp or GPU?)")
-        reserve = f"a negative runtime reserve ({r_lo:,} to {r_hi:,} B per rank)" if r_lo != r_hi else             f"a negative runtime reserve ({r_lo:,} B per rank)"
+        reserve = (f"a negative runtime reserve ({r_lo:,} to {r_hi:,} B per rank)" if r_lo != r_hi else
+                   f"a negative runtime reserve ({r_lo:,} B per rank)")
     elif r_hi < smallest:
         verdict = "implausible"
         why = (f"implausibly small: every published vLLM start-up kept at least {SMALLEST_PUBLISHED_RESERVE_GIB} GiB "
@@ -1234,7 +1235,7 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
                 f"{cap['contiguous_requests']:,} contiguous{running_tail(r['engine'])}")
     if reserve_mode(bud) == "upper bound":
         auto = bud.get("auto_reserve_requests")
-        line = (f"UPPER BOUND (--reserve 0, no runtime reserve"
+        line = ("UPPER BOUND (--reserve 0, no runtime reserve"
                 + (f"; the default --reserve auto gives {auto:,}" if auto is not None else "") + f"): {lead}")
     else:
         line = f"{lead} ({basis})"
@@ -1275,7 +1276,8 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
         parts = []
         for kind, blocks in per.items():
             n = pool["full_groups"] if kind == "full" else pool["window_groups"]
-            parts.append(f"{blocks:,} in its {kind} group" if n == 1 else f"{blocks:,} in each of its {n} {kind} groups")
+            parts.append(f"{blocks:,} in its {kind} group" if n == 1 else
+                         f"{blocks:,} in each of its {n} {kind} groups")
         line += f" ({' + '.join(parts)})"
     if pool["state_layers"]:
         line += f" plus {pool['state_bytes_per_request']:,} B of recurrent state"

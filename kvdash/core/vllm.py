@@ -279,6 +279,7 @@ class DerivedMaxLen:
     key: str  # the config.json key it came from
     text: str  # how it was derived
     model_max_length: int | None = None
+    shown: str = ""  # the number as vLLM's message prints it: a float (ModelArchitectureConfig holds it as one)
 
 
 def derived_max_model_len(cfg: dict[str, Any], hf_config: dict[str, Any] | None = None) -> DerivedMaxLen:
@@ -324,12 +325,13 @@ def derived_max_model_len(cfg: dict[str, Any], hf_config: dict[str, Any] | None 
                 factor = p.get("factor", factor)
         if factor is None:
             factor = 1.0
+        value = value * factor  # a float from here on, as in vLLM
         if factor != 1.0:
-            value = value * factor
             text += f" x RoPE scaling factor {factor:g}"
     model_max = hf.get("model_max_length")
     return DerivedMaxLen(int(value), key, text + " (vllm/config/model.py, _get_and_verify_max_len)",
-                         int(model_max) if isinstance(model_max, int | float) and model_max else None)
+                         int(model_max) if isinstance(model_max, int | float) and model_max else None,
+                         str(float(value)))
 
 
 def _rope_parameters(cfg: dict[str, Any]) -> list[dict[str, Any]]:
@@ -354,7 +356,7 @@ def check_max_model_len(max_model_len: int, derived: DerivedMaxLen, allow_long: 
         return
     raise InputError(field, max_model_len,
                      f"vLLM 0.33 refuses it: \"User-specified max_model_len ({max_model_len}) is greater than the "
-                     f"derived max_model_len ({derived.key}={derived.value} or model_max_length="
+                     f"derived max_model_len ({derived.key}={derived.shown or derived.value} or model_max_length="
                      f"{derived.model_max_length} in model's config.json)\" (vllm/config/model.py, "
                      "_get_and_verify_max_len)",
                      f"lower it to {derived.value:,} or less, or pass --allow-long-max-model-len as "

@@ -52,12 +52,84 @@ HEADERS = {
     "contiguous_requests": "contiguous (Max)", "paged_requests": "paged", "paged_requests_per_gpu": "paged/GPU",
     "paged_requests_per_node": f"paged/{GPUS_PER_NODE}-GPU node", "request_capacity_ratio": "paged / contig.",
     "requests_with_prefix_sharing": "paged, prefix shared", "bytes_per_token": "KV B/token",
+    "running_requests": "vLLM runs", "running_requests_per_gpu": "runs/GPU", "max_num_seqs": "max_num_seqs",
 }
 
 
 def charts_for(spec: GridSpec) -> tuple[str, ...]:
     return CHARTS + (("simulation.svg",) if spec.simulate else ()) + (
-        ("simulation-capacity.svg",) if spec.simulate and spec.simulate.rates else ())
+        ("simulation-capacity.svg",) if spec.simulate and spec.simulate.rates else ()) + (
+        ("prefix-cache.svg",) if spec.prefix_cache and spec.prefix_cache.capacities else ())
+
+
+def _prefix_point(df: pl.DataFrame) -> dict[str, Any]:
+    return df.select("model", "kv_dtype", "tp", "block_size", "bytes_per_token", "block_bytes",
+                     "kv_token_slots").row(0, named=True)
+
+
+def _prefix_cache(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
+    """The ``prefix_cache:`` section: each point's hit rate, and the hit-rate curve per tier at the first point."""
+    pc = spec.prefix_cache
+    if pc is None:
+        return None
+    from kvdash.commands.simulate_prefix import _assumptions
+    from kvdash.core import tiers as T
+    from kvdash.sweep.simulation import prefix_curve, tier_spec
+
+    rows = []
+    for r in df.select("model", "kv_dtype", "tp", "kv_token_slots", "pc_gpu_tokens", "pc_cpu_tokens",
+                       "pc_hit_percent", "pc_requests_hit_percent", "pc_evictions").iter_rows(named=True):
+        cpu = r["pc_cpu_tokens"]
+        rows.append([str(r["model"]), str(r["kv_dtype"]), str(r["tp"]), f"{r['pc_gpu_tokens'] or 0:,}",
+                     "-" if cpu is None else "unbounded" if cpu == -1 else f"{cpu:,}",
+                     "-" if r["pc_hit_percent"] is None else f"{r['pc_hit_percent']:.2f}",
+                     "-" if r["pc_requests_hit_percent"] is None else f"{r['pc_requests_hit_percent']:.2f}",
+                     "-" if r["pc_evictions"] is None else f"{r['pc_evictions']:,}"])
+    first = _prefix_point(df)
+    ts = tier_spec(pc, first["kv_token_slots"], first["block_size"], first["bytes_per_token"], first["block_bytes"],
+                   first["tp"])
+    sized = {}
+    for name, size in pc.offload.items():
+        if size is not None:
+            sized[name] = (T.vllm_cpu_tier(size, first["block_bytes"], first["tp"], first["block_size"])
+                           if pc.rules == "vllm" else T.lmcache_tier(size, first["bytes_per_token"] * first["tp"]))
+    curve, curve_rows, tier_rows = [], [], []
+    if pc.capacities:
+        curve = prefix_curve(pc, first["block_size"], first["bytes_per_token"], first["block_bytes"], first["tp"],
+                             first["kv_token_slots"])
+        for pt in curve:
+            cap = "unbounded" if pt["capacity_tokens"] is None else f"{pt['capacity_tokens']:,}"
+            curve_rows.append([cap, *(f"{100 * t['hit_rate']:.2f}" for t in pt["tiers"].values()),
+                               f"{100 * pt['hit_rate']:.2f}"])
+            for name, t in pt["tiers"].items():
+                tier_rows.append([cap, name, f"{100 * t['hit_rate']:.2f}", f"{t['bytes_loaded']:,}",
+                                  f"{t['bytes_stored']:,}", f"{t['evictions']:,}",
+                                  "-" if t["occupancy_peak"] is None or not t["capacity_units"] else
+                                  f"{100 * t['occupancy_mean'] / t['capacity_units']:.1f}"])
+    w = pc.workload
+    setup = (f"{len(w):,} requests of {pc.label} ({w.note}), {w.prompt_tokens:,} prompt tokens, rules {pc.rules}"
+             + (f", CPU eviction {pc.cpu_policy}" if pc.rules == "vllm" else "")
+             + f"; the curve at the first point ({first['model']}, {first['kv_dtype']}, TP {first['tp']}) over the "
+             + (f"{curve[0]['tier']} tier's capacity" if curve else "-"))
+    return {"setup": setup, "rows": rows, "assumptions": _assumptions(pc.rules, ts, sized, T.gpu_host_link(None),
+                                                                      T.links()["nvme-gen4"], w, pc.concurrency),
+            "curve_head": ["capacity, tokens", *(list(curve[0]["tiers"]) if curve else []), "total"],
+            "curve_rows": curve_rows, "tier_rows": tier_rows, "curve": curve}
+
+
+def write_prefix_chart(ctx: dict[str, Any], out: Path) -> None:
+    """Hit rate against capacity, one stacked bar per capacity: each tier's share of prompt tokens, then misses."""
+    pc = ctx["prefix_cache"]
+    if not pc or not pc["curve"]:
+        return
+    colors = {"gpu": "#2f855a", "cpu": "#d69e2e", "disk": "#c05621"}
+    labels = [("unbounded" if pt["capacity_tokens"] is None else f"{pt['capacity_tokens']:,} tokens")
+              for pt in pc["curve"]]
+    names = list(pc["curve"][0]["tiers"])
+    parts = [(f"{n} hit", colors[n], [100 * pt["tiers"][n]["hit_rate"] for pt in pc["curve"]]) for n in names]
+    parts.append(("miss (prefilled)", "#cbd5e0", [100 * (1 - pt["hit_rate"]) for pt in pc["curve"]]))
+    _write(out / "prefix-cache.svg", svg.stacked_chart(labels, parts, "share of prompt tokens, %",
+                                                       f"hit rate against {pc['curve'][0]['tier']} tier capacity"))
 
 
 def gib(n: int | None) -> str:
@@ -81,7 +153,7 @@ def cell(col: str, value: Any) -> str:
         return gib(value)
     if col == "request_capacity_ratio":
         return ratio_text(value)
-    if col == "paged_requests_per_gpu":
+    if col in ("paged_requests_per_gpu", "running_requests_per_gpu"):
         return "-" if value is None else f"{value:,.1f}"
     if col.endswith("_percent"):
         return "-" if value is None else f"{value:.2f} %"
@@ -321,7 +393,8 @@ class _Picks:
 def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | None = None) -> dict[str, Any]:
     """One or two computed sentences: what passes, the best per workload, its margin, the runner-up."""
     o = spec.objective
-    cols = list(dict.fromkeys(["id", "workload", "paged_requests", "gpus", *labels.data_columns, o.metric]))
+    cols = list(dict.fromkeys(["id", "workload", "paged_requests", "running_requests", "max_num_seqs", "gpus",
+                               *labels.data_columns, o.metric]))
     gate_cols = [g.metric for g in spec.gates]
     frame = df.select(list(dict.fromkeys(cols + gate_cols))).with_row_index("_row")
     if spec.gates:
@@ -346,8 +419,15 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
         skip = ("workload",)
         text = (f"**{w}**: best is {labels(best, skip=skip)} with {_objective_value(o.metric, best[o.metric])} "
                 f"{o.metric}")
-        if o.metric != "paged_requests" and (o.metric != "paged_requests_per_gpu" or best["gpus"] > 1):
-            text += f" ({best['paged_requests']:,} requests on {best['gpus']} GPU{'s' if best['gpus'] > 1 else ''})"
+        capped = best["running_requests"] < best["paged_requests"]
+        per_gpu = o.metric in ("paged_requests_per_gpu", "running_requests_per_gpu")
+        if o.metric not in ("paged_requests", "running_requests") and (not per_gpu or best["gpus"] > 1 or capped):
+            gpus = f"{best['gpus']} GPU{'s' if best['gpus'] > 1 else ''}"
+            text += (f" ({best['running_requests']:,} run at once on {gpus}: {best['paged_requests']:,} fit, "
+                     f"max_num_seqs {best['max_num_seqs']:,})" if capped else
+                     f" ({best['running_requests']:,} requests on {gpus})")
+        elif o.metric == "running_requests" and capped:
+            text += f" ({best['paged_requests']:,} fit, max_num_seqs {best['max_num_seqs']:,})"
         margins = []
         for g in spec.gates:
             one = pl.DataFrame([best]).select(scope_expr(g).alias("s"), slack_expr(g).alias("m")).row(0)
@@ -456,6 +536,8 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
     that fit.  Label columns with one value everywhere are stated once above the table."""
     gpus = df.get_column("gpus")
     metrics = ["contiguous_requests", "paged_requests"]
+    if df.height and (df.get_column("running_requests") < df.get_column("paged_requests")).any():
+        metrics.append("running_requests")  # vLLM's max_num_seqs is below what fits somewhere
     if gpus.max() and gpus.max() > 1:  # type: ignore[operator]
         metrics.append("paged_requests_per_gpu")
     if labels.has_gpu and (gpus != GPUS_PER_NODE).any():
@@ -774,7 +856,10 @@ def _dimension_values(dim: str, vals: list[Any]) -> str:
         if v is None:
             shown.append({"budget": "12 GiB without a GPU", "max_model_len": "= max_reserved",
                           "weights": "the preset's estimate", "gpu": "none (explicit budget)",
-                          "gpu_memory": "the GPU preset's"}.get(dim, "none"))
+                          "gpu_memory": "the GPU preset's", "max_batched_tokens": "vLLM 0.33's default for the GPU",
+                          "max_num_seqs": "vLLM 0.33's default for the GPU"}.get(dim, "none"))
+        elif isinstance(v, bool):
+            shown.append("on" if v else "off")
         elif dim == "reserve" and v == "auto":
             shown.append("auto on GPU-derived budgets (published activation + non-torch terms by model and TP, CUDA "
                          "graphs by layer; declared budgets take none)")
@@ -793,8 +878,12 @@ def _dimensions(spec: GridSpec) -> dict[str, Any]:
         linked = len(factor) > 1
         for dim, vals in factor.items():
             set_dims[dim] = (vals, "zip (linked)" if linked else "grid")
+    caps = ("max_batched_tokens", "max_num_seqs", "performance_mode", "async_scheduling", "chunked_prefill",
+            "allow_long_max_model_len")
     for dim in ("model", "workload", "kv_dtype", "kv_scales", "block_size", "budget", "gpu", "gpu_memory", "gpu_util",
-                "util_policy", "weights", "reserve", "tp", "pp", "max_model_len", "max_batched_tokens"):
+                "util_policy", "weights", "reserve", "tp", "pp", "max_model_len", *caps):
+        if dim in caps and dim not in set_dims:
+            continue  # one item below for the engine caps the grid leaves to vLLM
         if dim in set_dims:
             vals, how = set_dims[dim]
             shown = f"{len(vals)} (the table above)" if dim == "model" and len(vals) > 4 else \
@@ -802,7 +891,23 @@ def _dimensions(spec: GridSpec) -> dict[str, Any]:
             rows.append([dim, shown, how])
         else:
             defaults.append(f"{dim} {_dimension_values(dim, [DEFAULTS.get(dim)])}")
+    if any(dim not in set_dims for dim in caps):
+        defaults.append("engine caps vLLM 0.33's (above)")
     return {"rows": rows, "defaults": "; ".join(defaults)}
+
+
+def engine_caps_text(df: Any) -> str:
+    """What vLLM 0.33 runs at once on the grid's GPUs: its max_num_seqs and max_num_batched_tokens per GPU, and that
+    running_requests (what the default objective ranks) is the requests that fit, capped at max_num_seqs."""
+    if not df.height:
+        return ""
+    rows = df.select(pl.col("gpu").cast(pl.Utf8), "max_num_seqs", "max_batched_tokens").unique() \
+        .sort("gpu", "max_num_seqs", "max_batched_tokens", nulls_last=True).iter_rows()
+    parts = [f"{gpu or 'no GPU'} {seqs:,} / {tokens:,}" for gpu, seqs, tokens in rows]
+    capped = int((df.get_column("running_requests") < df.get_column("paged_requests")).sum())
+    return ("Engine caps, max_num_seqs / max_num_batched_tokens (vLLM 0.33's defaults per GPU unless the grid sets "
+            "them): " + ", ".join(parts) + f"; running_requests = min(paged_requests, max_num_seqs) is below "
+            f"paged_requests at {capped:,} of {df.height:,} points.")
 
 
 def reserve_text(spec: GridSpec) -> str:
@@ -854,16 +959,25 @@ def _exit_criteria(df: pl.DataFrame, verdicts: list[Verdict]) -> list[list[str]]
     rows.append(["historical 60-80 % waste and 2-4x throughput are scoped to their 2023 baselines",
                  "met" if hist else "not evaluable",
                  "; ".join(f"{v.claim.id}: {v.verdict}" for v in hist) or "claims not selected"])
+    replayed = "pc_hit_percent" in df.columns
     rows.append(["block-level paging is distinguished from prefix-cache matching and retention", "met",
                  "prefix figures assume the prefix blocks are already shared; matching, retention and eviction "
-                 "are engine policies outside this arithmetic"])
+                 "are engine policies outside this arithmetic" if not replayed else
+                 "paging is the capacity arithmetic; matching, retention and eviction are the prefix_cache "
+                 "replay (vLLM's block pool or LMCache's chunks), reported apart"])
     has_fp8 = df.select(Frame(df).is_in("kv_dtype", ["fp8", "fp8_e4m3", "fp8_e5m2", "int8"]).any()).item()
     rows.append(["FP8 capacity is marked idealized", "met" if has_fp8 else "not evaluable",
                  "every fp8/int8 point without per-token scales is labelled idealized" if has_fp8 else
                  "no fp8 point in this grid"])
-    rows.append(["offload and tiered-KV evaluations include latency, bandwidth and per-tier hit rates",
-                 "not evaluable", "capacity arithmetic gives offload sizes only (offload_useful_bytes, "
-                 "offload_allocated_bytes); transfer latency needs a benchmark"])
+    if replayed:
+        rows.append(["offload and tiered-KV evaluations include latency, bandwidth and per-tier hit rates",
+                     "met", "the prefix_cache section: per-tier hit rates, bytes loaded and stored, evictions, "
+                     "occupancy, and transfer times as bytes over each link's bandwidth (lower bounds, not "
+                     "measured latency)"])
+    else:
+        rows.append(["offload and tiered-KV evaluations include latency, bandwidth and per-tier hit rates",
+                     "not evaluable", "capacity arithmetic gives offload sizes only (offload_useful_bytes, "
+                     "offload_allocated_bytes); transfer latency needs a benchmark"])
     return rows
 
 
@@ -989,12 +1103,20 @@ def _auto_span(spec: GridSpec, df: Any) -> tuple[str, str]:
 
     rows = df.filter(df.get_column("gpu").is_not_null())
     est, shares = [], []
-    for r in rows.select("model", "tp", "pp", "gpu", "budget_bytes").unique().iter_rows(named=True):
+    from kvdash.core.gpus import gpu_presets
+    from kvdash.core.vllm import cudagraph_capture_sizes, gpu_generation
+
+    presets = gpu_presets()
+    for r in rows.select("model", "tp", "pp", "gpu", "budget_bytes", "max_batched_tokens", "max_num_seqs") \
+            .unique().iter_rows(named=True):
         entry = spec.models.get(r["model"])
         if entry is None:
             continue
-        b = auto_reserve(entry.arch.model_type, int(r["tp"]), int(r["pp"]), gpu=str(r["gpu"]),
-                         layers=entry.arch.num_layers)["bytes"]
+        cc = presets[str(r["gpu"])].compute_capability if str(r["gpu"]) in presets else ""
+        graphs = len(cudagraph_capture_sizes(int(r["max_num_seqs"]), int(r["max_batched_tokens"]),
+                                             gpu_generation(cc) == "sm100"))
+        b = auto_reserve(entry.arch.model_type, int(r["tp"]), int(r["pp"]), int(r["max_batched_tokens"]),
+                         gpu=str(r["gpu"]), layers=entry.arch.num_layers, graphs=graphs)["bytes"]
         est.append(b)
         if r["budget_bytes"]:
             shares.append(100 * b / (int(r["budget_bytes"]) + b))
@@ -1057,6 +1179,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "title": spec.title,
         "description": spec.description,
         "reserve_line": reserve_line(spec, df, labels.has_gpu),
+        "engine_caps": engine_caps_text(df),
         "version": __version__,
         "grid_name": spec.path.name,
         "grid_sha256": hashlib.sha256(spec.text.encode()).hexdigest(),
@@ -1082,8 +1205,9 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "sensitivity": _sensitivity(spec, df, labels, picks),
         "waste": _waste(df, spec),
         "charts": charts_for(spec),
-        "columns": RESULT_COLUMNS + (_simulation_columns(spec) if spec.simulate else []),
+        "columns": RESULT_COLUMNS + (_simulation_columns(spec) if spec.simulate else []) + _prefix_columns(spec),
         "simulation": _simulation(spec, df),
+        "prefix_cache": _prefix_cache(spec, df),
     }
     judged = judge_claims(spec, df) if verdicts is None else \
         verdicts.result() if isinstance(verdicts, Future) else verdicts
@@ -1097,6 +1221,12 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         f"not evaluable here (no point of the tutorial's configuration); the {len(evaluable)} that do not need "
         "one are in report.html")
     return ctx
+
+
+def _prefix_columns(spec: GridSpec) -> list[tuple[str, str, str]]:
+    from kvdash.sweep.simulation import prefix_columns
+
+    return prefix_columns(spec)
 
 
 def _simulation_columns(spec: GridSpec) -> list[tuple[str, str, str]]:
@@ -1318,6 +1448,7 @@ def _write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[
                 if spec.simulate.rates:
                     write_capacity_chart(spec, expanded.frame, tmp)
             ctx = build_context(spec, expanded, main, verdicts)
+            write_prefix_chart(ctx, tmp)
             step("report.md")  # rendered while the results file may still be being written
             (tmp / "report.md").write_text(render_markdown(ctx), encoding="utf-8")
             svgs = {name: _strip_xml_header((tmp / name).read_text(encoding="utf-8")) for name in charts_for(spec)}

@@ -54,9 +54,11 @@ WORKLOAD_COLUMNS = ("lengths", "max_reserved", "prefix")  # a workload's definit
 NAMES = {"model": "model", "workload": "workload", "gpu": "GPU", "tp": "TP", "pp": "PP", "kv_dtype": "KV dtype",
          "kv_scales": "KV scales", "block_size": "block", "gpu_util": "GPU util", "util_policy": "util policy",
          "budget_bytes": "KV budget/rank (GiB)", "max_model_len": "max_model_len", "max_batched_tokens": "max batched"}
-HEADLINE = ("paged_requests", "paged_requests_per_gpu", "contiguous_requests", "request_capacity_ratio",
+HEADLINE = ("paged_requests", "running_requests", "paged_requests_per_gpu", "contiguous_requests",
+            "request_capacity_ratio",
             "kv_token_slots", "budget_bytes")
-HEADLINE_NAMES = {"paged_requests": "paged requests", "paged_requests_per_gpu": "paged requests/GPU",
+HEADLINE_NAMES = {"paged_requests": "paged requests", "running_requests": "vLLM runs at once",
+                  "paged_requests_per_gpu": "paged requests/GPU",
                   "contiguous_requests": "contiguous requests", "request_capacity_ratio": "paged / contig.",
                   "kv_token_slots": "KV token slots", "budget_bytes": "KV budget/rank (GiB)"}
 GRID_ONLY = ("budget", "gpu_memory", "weights", "reserve")  # settings results.csv holds only through budget_bytes

@@ -1,0 +1,117 @@
+"""A third source for which layer is which: vLLM's built layers against transformers' config classes.
+
+``conformance/vllm/expected.json`` records, per config, every layer vLLM 0.33.0's own model class built
+and the kind of KV-cache spec that layer returned (``configs[name]["layers"]``: layer name -> kind; the
+harness builds the model on the meta device and calls each layer's ``get_kv_cache_spec``).  Here the same
+layers are read from ``transformers``' own config class for the file's ``model_type`` (the library kvdash
+reads configs with): ``layer_types`` (Gemma 2/3, gpt-oss, Qwen3-Next/3.5, Llama 4, LFM2, OLMo 3 ...),
+``layers_block_type`` (Jamba) and ``hybrid_override_pattern`` (Nemotron-H: ``M`` Mamba-2, ``*`` attention,
+``-`` / ``E`` no KV cache).  A layer whose kind differs fails, naming both sources; a ``layer_types`` value
+without a rule below fails too (never guessed).  Without any per-layer field, every decoder layer must hold
+KV cache (vLLM built one cache layer for each of ``num_hidden_layers``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "tests" / "data" / "configs"
+EXPECTED = ROOT / "conformance" / "vllm" / "expected.json"
+
+# transformers' layer_types values -> the kind of spec vLLM's layer returns (harness spec_kind):
+# full_attention -> FullAttentionSpec (MLAAttentionSpec for MLA models), sliding_attention ->
+# SlidingWindowSpec, chunked_attention -> ChunkedLocalAttentionSpec, linear_attention -> MambaSpec of a
+# gated delta net, mamba -> MambaSpec (Mamba-1/2), conv -> MambaSpec of a short convolution (LFM2).
+LAYER_TYPES = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding",
+               "chunked_attention": "chunked", "linear_attention": "linear", "mamba": "mamba",
+               "conv": "short_conv"}
+NEMOTRON_PATTERN = {"M": "mamba", "*": "full", "-": None, "E": None}
+LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def _expected_layers() -> dict[str, dict[str, str]]:
+    if not EXPECTED.is_file():
+        return {}
+    data = json.loads(EXPECTED.read_text(encoding="utf-8"))
+    return {name: info["layers"] for name, info in data.get("configs", {}).items() if info.get("layers")}
+
+
+LAYERS = _expected_layers()
+
+
+def transformers_config(name: str) -> Any:
+    from kvdash.core.modeltypes import normalise  # the same reading kvdash uses (text_config, aliases)
+
+    raw = json.loads((CONFIGS / name / "config.json").read_text(encoding="utf-8"))
+    from transformers import CONFIG_MAPPING
+
+    cfg = CONFIG_MAPPING[raw["model_type"]].from_dict(raw)
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    del normalise
+    return text
+
+
+def per_layer_kinds(cfg: Any, mla: bool) -> tuple[str, list[str | None]] | None:
+    """(field, kind per decoder layer) from transformers' config, or None when it names no per-layer kind."""
+    n = cfg.num_hidden_layers
+    pattern = getattr(cfg, "hybrid_override_pattern", None)
+    if pattern:
+        return "hybrid_override_pattern", [NEMOTRON_PATTERN[ch] for ch in pattern[:n]]
+    blocks = getattr(cfg, "layers_block_type", None)
+    if blocks:
+        return "layers_block_type", [{"attention": "full", "mamba": "mamba"}[b] for b in list(blocks)[:n]]
+    types = getattr(cfg, "layer_types", None)
+    if types:
+        unknown = sorted(set(types) - set(LAYER_TYPES))
+        if unknown:
+            pytest.fail(f"layer_types values without a rule in this cross-check: {unknown}")
+        kinds: list[str | None] = [LAYER_TYPES[t] for t in list(types)[:n]]
+        if mla:
+            kinds = ["mla" if k == "full" else k for k in kinds]
+        return "layer_types", kinds
+    return None
+
+
+def vllm_kinds(layers: dict[str, str]) -> dict[int, set[str]]:
+    out: dict[int, set[str]] = {}
+    for name, kind in layers.items():
+        m = LAYER_INDEX.search(name)
+        assert m, f"vLLM layer name without a decoder index: {name}"
+        out.setdefault(int(m.group(1)), set()).add(kind)
+    return out
+
+
+def test_expected_records_vllm_layers_for_every_planned_config():
+    data = json.loads(EXPECTED.read_text(encoding="utf-8"))
+    planned = {c["config"] for c in data["cases"] if c["status"] == "ok"}
+    assert planned <= set(LAYERS), sorted(planned - set(LAYERS))
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_layer_kinds_agree_with_transformers(name):
+    cfg = transformers_config(name)
+    built = vllm_kinds(LAYERS[name])
+    mla = any(k == "mla" for kinds in built.values() for k in kinds)
+    plan = per_layer_kinds(cfg, mla)
+    n = cfg.num_hidden_layers
+    if plan is None:
+        # no per-layer field: every decoder layer holds KV cache, of one kind
+        assert sorted(built) == list(range(n)), f"vLLM built cache layers {sorted(built)} of {n}"
+        return
+    field, kinds = plan
+    wrong = []
+    for i, kind in enumerate(kinds):
+        got = built.get(i, set())
+        want = set() if kind is None else {kind}
+        if name.startswith("falcon-h1") and kind is not None:
+            want = {kind, "mamba"}
+        if got != want:
+            wrong.append(f"layer {i}: transformers {field} {kind!r}, vLLM {sorted(got)}")
+    extra = sorted(set(built) - set(range(len(kinds))))
+    assert not wrong and not extra, "\n".join(wrong + [f"vLLM layers beyond {field}: {extra}"] * bool(extra))
