@@ -203,7 +203,7 @@ def test_engine_seen_through_the_kvdash_exporter(fleet):
     assert (d["kind"], d["engine"]) == ("exporter", "demo")
     assert (d["pool_tokens"], d["num_gpu_blocks"], d["block_size"]) == (2_837_216, 177_326, 16)
     assert d["kvdash_tokens"] == 2_881_568 and d["difference_tokens"] == 2_837_216 - 2_881_568 == -44_352
-    assert 0 <= d["usage"] <= 1 and d["used_tokens"] == round(d["usage"] * 2_837_216)
+    assert 0 <= d["usage"] <= 1 and d["used_tokens"] == int(d["usage"] * 2_837_216)  # the reading's floor
     assert d["free_tokens"] == 2_837_216 - d["used_tokens"]
 
 
@@ -266,10 +266,13 @@ def test_every_dashboard_panel_query_has_data(prom):
     board = json.loads((ROOT / "dashboards" / "kvdash.json").read_text())
     exprs = [(p["title"], t["expr"]) for p in board["panels"] for t in p.get("targets", [])]
     assert len(exprs) >= 6
+    # series only an SGLang HiCache engine gives (the demo engine is vLLM): their exporter output is checked on
+    # SGLang 0.5.23's own HiCache page in tests/test_engine_pages.py (test_exporter_publishes_the_offload_tier)
+    hicache_only = {'kvdash_engine_offload_tokens{hostname=~"$hostname"}'}
     for title, expr in exprs:
         doc = prom.query(expr.replace("$hostname", ".*").replace("$__rate_interval", "1m"))
         assert doc["status"] == "success", (title, doc)
-        assert doc["data"]["result"], (title, expr)
+        assert doc["data"]["result"] or expr in hicache_only, (title, expr)
 
 
 def test_unreachable_prometheus_is_one_line_exit_1(capsys):

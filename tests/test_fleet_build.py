@@ -31,11 +31,12 @@ def dcgm(host: str, instance: str, gpus: int, used: int = 70_000, reserved: int 
 
 def vllm(instance: str, engine: str = "0", blocks: int = 90_513, usage: float = 0.5, old: bool = False,
          running: int = 4, waiting: int = 1) -> list[Series]:
-    lab = {"instance": instance, "engine": engine, "model_name": "m", "job": "vllm"}
+    lab = {"instance": instance, "engine": engine, "model_name": "meta-llama/Llama-3.1-70B-Instruct", "job": "vllm"}
     return [s("vllm:gpu_cache_usage_perc" if old else "vllm:kv_cache_usage_perc", usage, **lab),
             s("vllm:num_requests_running", running, **lab), s("vllm:num_requests_waiting", waiting, **lab),
             s("vllm:cache_config_info", 1, instance=instance, engine=engine, block_size="16",
-              num_gpu_blocks=str(blocks), cache_dtype="auto", gpu_memory_utilization="0.9")]
+              num_gpu_blocks=str(blocks), kv_cache_size_tokens=str(blocks * 16), cache_dtype="auto",
+              gpu_memory_utilization="0.9")]
 
 
 def test_engine_joins_the_host_named_by_dcgm_through_its_address():

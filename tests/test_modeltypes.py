@@ -90,8 +90,157 @@ class TestVllmRules:
             assert (arch.use_mla, arch.head_dim, arch.kv_heads) == (True, 576, 1)
 
 
+class TestNewTypes:
+    """Model types of issue 22 item 3, each read from its published config.json (tests/data/configs/SOURCES.md)."""
+
+    @pytest.mark.parametrize("name,model_type,pattern,kv_heads,head_dim,per_token", [
+        # Qwen3-VL: vllm/model_executor/models/qwen3_vl.py builds the language model from Qwen3's decoder layers
+        # (full attention); text_config: 36 layers x 8 KV heads x (128 + 128) x 2 B = 147,456 B/token
+        ("qwen3-vl-8b-instruct", "qwen3_vl_text", "36 full", 8, 128, 147_456),
+        # Qwen3-VL-MoE: 48 layers x 4 x 256 x 2 = 98,304
+        ("qwen3-vl-30b-a3b-instruct", "qwen3_vl_moe_text", "48 full", 4, 128, 98_304),
+        # MiniMax-M2.5: vllm/model_executor/models/minimax_m2.py, MiniMaxM2Attention (no window passed):
+        # 62 x 8 x 256 x 2 = 253,952
+        ("minimax-m2.5", "minimax_m2", "62 full", 8, 128, 253_952),
+        # SmolLM3: served by vLLM's Transformers backend (registry.py _TRANSFORMERS_SUPPORTED_MODELS), which gives
+        # every layer an Attention (transformers/base.py, _create_attention_instances), NoPE layers included:
+        # 36 x 4 x 256 x 2 = 73,728
+        ("smollm3-3b", "smollm3", "36 full", 4, 128, 73_728),
+        # Kimi-K2.5: text_config is DeepSeek-V3 MLA: 61 x (512 + 64) x 2 = 70,272
+        ("kimi-k2.5", "deepseek_v3", "61 mla", 1, 576, 70_272),
+        # GLM-4.7-Flash: vllm/model_executor/models/glm4_moe_lite.py uses DeepseekV2MLAAttention (MLA, ModelConfig
+        # use_mla for glm4_moe_lite): 47 x 576 x 2 = 54,144
+        ("glm-4.7-flash", "glm4_moe_lite", "47 mla", 1, 576, 54_144),
+    ])
+    def test_layers_and_bytes_per_token(self, name, model_type, pattern, kv_heads, head_dim, per_token):
+        arch = config(name)
+        assert (model_type, pattern, kv_heads, head_dim) == (arch.model_type, arch.pattern(), arch.kv_heads,
+                                                             arch.head_dim)
+        assert per_token == calculate(CalcInput(arch=arch))["bytes_per_token"]
+
+    def test_qwen3_5_moe_gated_delta_net(self):
+        """Qwen3.5-35B-A3B: layer_types -> 10 full + 30 gated-delta-net layers (vllm/model_executor/models/qwen3_5.py);
+        state (16 key heads, 32 value heads, 128 x 128, conv 4): conv (2 x 16 x 128 + 32 x 128) x 3 = 24,576
+        elements in bf16 = 49,152 B, ssm 32 x 128 x 128 = 524,288 in float32 (mamba_ssm_dtype) = 2,097,152 B:
+        page 2,146,304 B at tp 1."""
+        arch = config("qwen3.5-35b-a3b")
+        assert "10 full + 30 linear(gdn)" == arch.pattern()
+        layer = arch.state_layers[0]
+        assert (2, 4) == (layer.conv_bytes, layer.ssm_bytes)
+        assert 2_146_304 == state_page_bytes(layer.state_family, layer.state, 1, layer.conv_bytes, layer.ssm_bytes)
+
+
+    @pytest.mark.parametrize("model_type,pattern,kv_heads", [
+        # vLLM's Transformers backend (olmo3, seed_oss, hunyuan_v1_*: registry.py _TRANSFORMERS_SUPPORTED_MODELS) and
+        # exaone4.py give layer i a window exactly when layer_types[i] == "sliding_attention"; transformers' default
+        # configs put a full layer every 4th: 8 full + 24 sliding(4096) of 32
+        ("olmo3", "8 full + 24 sliding(4096)", 32),
+        ("exaone4", "8 full + 24 sliding(4096)", 32),
+        ("seed_oss", "64 full", 8),
+        ("ernie4_5", "18 full", 2),  # ernie45.py: full attention
+        ("ernie4_5_moe", "28 full", 4),  # ernie45_moe.py
+        ("hunyuan_v1_dense", "32 full", 32),
+        ("hunyuan_v1_moe", "32 full", 32),
+    ])
+    def test_types_without_a_published_config_here(self, model_type, pattern, kv_heads):
+        """Types modelled by vLLM's rule but not conformance-checked on a published config (README table: "not
+        yet"), read through transformers' default config of the type."""
+        arch = from_hf_config(modeltypes.normalise({"model_type": model_type}, "x"), model_type)
+        assert (pattern, kv_heads, 128) == (arch.pattern(), arch.kv_heads, arch.head_dim)
+        assert model_type in modeltypes.SUPPORTED and model_type not in modeltypes.CONFORMANCE
+
+    def test_gemma3n_shared_layers_hold_no_cache(self):
+        """Gemma 3n (vllm/model_executor/models/gemma3n.py, Gemma3nAttention): with 35 layers and
+        num_kv_shared_layers 15, layers 20..34 read the KV of layer 18 (sliding) or 19 (full) and hold none, so
+        the pool has the first 20: transformers' default pattern (4 sliding, 1 full) gives 16 sliding(512) + 4
+        full, each 2 KV heads x (256 + 256) x 2 B = 2,048 B per token: 40,960 B/token."""
+        cfg = modeltypes.normalise({"model_type": "gemma3n_text", "num_hidden_layers": 35, "num_kv_shared_layers": 15},
+                                   "x")
+        arch = from_hf_config(cfg, "g3n")
+        assert ("4 full + 16 sliding(512)", 20, 35) == (arch.pattern(), arch.num_layers, arch.decoder_layers)
+        assert 40_960 == calculate(CalcInput(arch=arch))["bytes_per_token"]
+
+    def test_gemma3n_sharing_needs_a_target(self):
+        """vLLM shares only when the target index first - 2 (sliding) or first - 1 (full) is >= 0: with one
+        unshared layer (full), a shared sliding layer keeps its own cache, a shared full one does not."""
+        cfg = modeltypes.normalise({"model_type": "gemma3n_text", "num_hidden_layers": 3, "num_kv_shared_layers": 2,
+                                    "layer_types": ["full_attention", "sliding_attention", "full_attention"]}, "x")
+        assert "1 full + 1 sliding(512)" == from_hf_config(cfg, "g3n").pattern()
+
+
+    def test_zamba2_mamba_everywhere_attention_in_hybrid_layers(self):
+        """Zamba2 (vllm/model_executor/models/zamba2.py) with transformers' default Zamba2Config (54 layers, 9
+        "hybrid"): a Mamba-2 mixer in every layer (intermediate 2 x 2,560 = 5,120, 8 heads of 640, 1 group, d_state
+        64, d_conv 4: conv 3 x (5,120 + 2 x 64) = 15,744 + ssm 8 x 640 x 64 = 327,680 elements = 686,848 B) and
+        an Attention of its own in each hybrid layer (32 heads of attention_head_dim 160, as many KV heads:
+        32 x 320 x 2 = 20,480 B per token).  Block 16 x ceil(686,848 / (16 x 20,480)) = 48; groups of 9: 1 full
+        + 6 mamba; 12 GiB / (48 x 20,480 x 9) = 1,456 blocks; at 2,048 tokens 43 + 6 x 3 (align mode, Mamba-2
+        checkpoint block) = 61 -> 23.87x, what vLLM 0.33's own Zamba2 layers gave (measured, README)."""
+        arch = from_hf_config(modeltypes.normalise({"model_type": "zamba2"}, "x"), "zamba2")
+        assert ("9 full + 54 mamba(mamba2)", 32, 160) == (arch.pattern(), arch.kv_heads, arch.head_dim)
+        layer = arch.state_layers[0]
+        assert 686_848 == state_page_bytes(layer.state_family, layer.state, 1, 2, 2)
+        r = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048))
+        assert (48, 1_456) == (r["pool"]["block_size"], r["vllm_view"]["num_gpu_blocks"])
+        assert r["vllm_view"]["log_lines"][0].endswith("23.87x")
+
+
+class TestConformanceMap:
+    """The README's "conformance-checked on" column (modeltypes.CONFORMANCE) names real configs that check each type."""
+
+    @staticmethod
+    def folder_types() -> dict[str, str]:
+        return {p.name: json.loads((p / "config.json").read_text())["model_type"]
+                for p in CONFIGS.iterdir() if (p / "config.json").is_file()}
+
+    def test_every_named_config_exists_with_its_type_and_vllm_plans_it(self):
+        expected = json.loads((ROOT / "conformance" / "vllm" / "expected.json").read_text())
+        planned = {c["config"] for c in expected["cases"] if c["status"] == "ok"}
+        types = self.folder_types()
+        for model_type, names in modeltypes.CONFORMANCE.items():
+            assert model_type in modeltypes.SUPPORTED
+            assert names, model_type
+            for name in names:
+                assert types.get(name) == model_type, (model_type, name)
+                assert name in planned, f"{name}: vLLM 0.33 plans no case of it in expected.json"
+
+    def test_every_supported_config_is_listed(self):
+        """A config of a supported type that vLLM plans is listed for its type (a type loses its row only by
+        losing every config)."""
+        expected = json.loads((ROOT / "conformance" / "vllm" / "expected.json").read_text())
+        planned = {c["config"] for c in expected["cases"] if c["status"] == "ok"}
+        for name, model_type in self.folder_types().items():
+            if model_type in modeltypes.SUPPORTED and name in planned:
+                assert name in modeltypes.CONFORMANCE.get(model_type, ()), (name, model_type)
+
+
 class TestRefusals:
-    @pytest.mark.parametrize("model_type", ["mamba", "zamba2", "rwkv", "bert", "yi"])
+    @pytest.mark.parametrize("model_type", sorted(modeltypes.NOT_MODELLED))
+    def test_served_by_vllm_but_not_modelled(self, tmp_path, model_type):
+        """A type vLLM 0.33 serves but kvdash cannot model yet: one line with why (the vLLM file) and what to pass."""
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({"model_type": model_type, "num_hidden_layers": 2}))
+        with pytest.raises(InputError) as err:
+            load_config(path)
+        text = str(err.value)
+        assert f"'{model_type}'" in text and "vLLM 0.33 serves it" in text and "vllm/" in text
+        assert "--layers/--kv-heads/--head-dim" in text and "\n" not in text
+        assert model_type not in modeltypes.SUPPORTED
+
+    @pytest.mark.parametrize("name,model_type,why", [
+        ("mimo-v2-flash", "mimo_v2_flash", "doubles the full layers' block"),
+        ("deepseek-v3.2", "deepseek_v32", "indexer"),
+        ("glm-5", "glm_moe_dsa", "indexer"),
+    ])
+    def test_published_configs_not_modelled(self, name, model_type, why):
+        """The published configs of tests/data/configs_not_modelled/ are refused in one line, saying why."""
+        with pytest.raises(InputError) as err:
+            load_config(ROOT / "tests" / "data" / "configs_not_modelled" / name / "config.json")
+        text = str(err.value)
+        assert f"'{model_type}'" in text and why in text and "--layers/--kv-heads/--head-dim" in text
+        assert "\n" not in text
+
+    @pytest.mark.parametrize("model_type", ["rwkv", "bert", "yi"])
     def test_unknown_model_type(self, tmp_path, model_type):
         """A model type kvdash cannot model exactly is one line naming it and what is supported."""
         path = tmp_path / "config.json"
@@ -115,6 +264,7 @@ class TestRefusals:
                               capture_output=True, text=True)
         assert 2 == proc.returncode
         assert 1 == len(proc.stderr.strip().splitlines()) and "'mamba'" in proc.stderr
+        assert "attention-free" in proc.stderr and "--layers/--kv-heads/--head-dim" in proc.stderr
 
     def test_state_layer_without_a_hybrid_type(self):
         cfg = {"num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 64,

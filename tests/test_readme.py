@@ -29,6 +29,10 @@ NOT_RUN = {
     "kvdash live --once": "needs GPUs (NVML); without them it exits 1 with the reason",
     "kvdash record --out gpus.jsonl --count 60": "needs GPUs (NVML)",
     "kvdash live --replay gpus.jsonl": "interactive, and replays the file the GPU host recorded",
+    "kvdash live --engine gpu-node-1:8000 --model llama-3.1-8b --tp 1 --budget 40GiB":
+        "needs a running engine (tests/test_engine_no_gpu.py runs it against SGLang's own page on loopback)",
+    "kvdash record --engine localhost:8000 --out engine.jsonl --count 60":
+        "needs a running engine (tests/test_engine_no_gpu.py records one on loopback)",
     "kvdash exporter --demo": "a server: runs until stopped",
     "kvdash exporter --model llama-3.1-70b --tp 8 --engine localhost:8000 --host 0.0.0.0":
         "a server on a GPU host beside an engine",

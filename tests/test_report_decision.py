@@ -193,11 +193,17 @@ class TestVerdicts:
         v = next(v for v in judge_all(expand(spec).frame) if v.claim.id == "tail-8-tokens-4-percent")
         assert (v.verdict, v.computed, v.direction) == ("contradicted", "1.009", "below")
 
-    def test_prefix_claim_is_circular(self):
-        """1,024 shared of 2,048 tokens saves about half by construction: labelled, not judged."""
+    def test_prefix_claim_is_measured_where_retention_decides(self):
+        """Issue 29: the claim is no longer judged on the prefix's share of each request (an input); it needs a
+        prefix_cache: replay, and there it is judged on the share of prompt tokens retained blocks serve."""
         spec = parse_grid(REPO / "sweeps" / "vendor-claims.yaml")
         v = next(v for v in judge_all(expand(spec).frame) if v.claim.id == "prefix-sharing-40-60")
-        assert v.verdict == "circular" and "an input, not a finding" in v.note
+        assert v.verdict == "not applicable"
+        spec = parse_grid(REPO / "sweeps" / "prefix-cache.yaml")
+        v = next(v for v in judge_all(expand(spec).frame) if v.claim.id == "prefix-sharing-40-60")
+        # a 1 TiB host tier holds 3.4M (70B bf16) to 16.8M (8B fp8) tokens: 15.79-34.43 % of the conversation
+        # trace's prompt tokens hit, below 40 - 2 everywhere (the trace's ceiling is 37.35 %)
+        assert v.verdict == "contradicted" and v.computed == "15.79 to 34.43"
 
     def test_joint_claim_on_one_configuration(self, tmp_path):
         """Llama-3.1-70B on 8 x H100 (bf16, 0 reserve): 59,318,728,826 B/rank over 40,960 B/token (TP 8) =

@@ -541,10 +541,11 @@ class TestPagedByHand:
 class TestContiguousByHand:
     def test_output_length_one(self):
         """Prompt 8, final 9, one step, 32 slots: Max reserves max-len 32 (tokens 9, over-reservation 23);
-        Pow2 next_pow2(9) = 16 (tokens 9, internal 7, free 16); Oracle 9 (free 23)."""
+        Pow2 the prompt + next_pow2(output 1) = 8 + 1 = 9 (the paper's rule, issue 28: tokens 9, free 23; it
+        rounded the whole 9 up to 16 before); Oracle 9 (free 23)."""
         reqs = given([8], [9])
         assert (9, 0, 23, 0, 0) == shares(both("max", 32, 4, 32, reqs)), "rule: Max reserves max-len"
-        assert (9, 0, 7, 0, 16) == shares(both("pow2", 32, 4, 32, reqs)), "rule: Pow2 reserves next_pow2(final)"
+        assert (9, 0, 0, 0, 23) == shares(both("pow2", 32, 4, 32, reqs)), "rule: Pow2 = prompt + next_pow2(output)"
         assert (9, 0, 0, 0, 23) == shares(both("oracle", 32, 4, 32, reqs)), "rule: Oracle reserves the final length"
 
     def test_reservation_and_external_fragmentation(self):
@@ -688,7 +689,8 @@ class TestCheckPool:
         with pytest.raises(InputError, match="one oracle reservation of 32"):
             check_pool("oracle", reqs, 31, 4, 32, "buddy", 0)
         assert [1] == check_pool("oracle", given([1], [1]), 1, 1, 32, "buddy", 0).tolist()
-        assert [32, 2] == check_pool("pow2", reqs, 32, 4, 32, "first-fit", 0).tolist()
+        # Pow2: prompt 4 + next_pow2(13) = 20; prompt 1 + next_pow2(1) = 2 (the paper's rule, issue 28)
+        assert [20, 2] == check_pool("pow2", reqs, 32, 4, 32, "first-fit", 0).tolist()
         with pytest.raises(InputError, match="one oracle reservation of 17"):
             check_pool("oracle", reqs, 16, 4, 32, "first-fit", 0)
 

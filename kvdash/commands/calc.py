@@ -29,7 +29,9 @@ from kvdash.commands.common import (
     PpOpt,
     PrefixOpt,
     ReserveOpt,
+    SloOpt,
     TpOpt,
+    WeightFormatOpt,
     WeightsOpt,
     given,
     length_or_group,
@@ -155,8 +157,15 @@ def calc(
                                                 "1,059,056 tokens, Maximum concurrency for 8,192 tokens per "
                                                 "request: 129.28x' (its max_model_len is taken unless "
                                                 "--max-model-len is given). Default: none.")] = None,
+    offload: Annotated[Optional[str], Opt(help="Tiers below the GPU: cpu:SIZE[,disk:SIZE|disk:inf] (bytes over all ranks, as vLLM's --kv-offloading-size): chunks, tokens, one request's reload bytes and time, requests held. Default: none.")] = None,
+    offload_rules: Annotated[str, Opt(help="Tier sizing for --offload: vllm (native offloading: chunks of --blocks-per-chunk blocks, page-aligned) or lmcache (256-token chunks).")] = "vllm",
+    blocks_per_chunk: Annotated[int, Opt(help="vLLM offloading: GPU blocks per CPU chunk.")] = 1,
+    link: Annotated[Optional[str], Opt(help="GPU-host link for --offload: pcie4-x16, pcie5-x16, nvlink-c2c or a bandwidth (25GB/s). Default: the --gpu preset's (PCIe Gen5 x16 without one).")] = None,
+    disk_link: Annotated[str, Opt(help="Disk tier bandwidth for --offload: nvme-gen4, nvme-gen5 or a bandwidth.")] = "nvme-gen4",
     as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
+    slo: SloOpt = None,
+    weight_format: WeightFormatOpt = "bf16",
 ) -> None:
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
     from kvdash.core.calc import BudgetSpec, CalcInput, calculate, capture_graphs, engine_caps
@@ -212,6 +221,12 @@ def calc(
 
     result = calculate(replace(inp, budget=spec))
     pool = result["pool"]
+    if offload is not None:
+        result["offload_tiers"] = _offload(offload, offload_rules, blocks_per_chunk, link, disk_link, gpu, tp, pp,
+                                           pool, used)
+    elif offload_rules != "vllm" or blocks_per_chunk != 1 or link is not None or disk_link != "nvme-gen4":
+        raise InputError("--offload", None, "--offload-rules, --blocks-per-chunk, --link and --disk-link need "
+                                            "--offload cpu:SIZE")
     if result["whole_pool_blocks"] == 0:
         option = "--budget" if gpu is None and gpu_memory is None else "--gpu-util"
         raise InputError(option, f"{pool['budget_bytes']:,} B per rank",
@@ -219,6 +234,11 @@ def calc(
                          "sizes take a unit: 12GiB (2^30 B), 80GB (10^9 B), 512MiB")
     for line in warnings:
         warn(line)
+    if slo is not None:
+        from kvdash.commands.simulate_time import calc_slo
+
+        result["slo"] = calc_slo(result, arch, model, str(config) if config else None, gpu, tp, kv_dtype, slo,
+                                 weight_format)
     if as_json:
         if brief:
             warn("--brief has no effect with --json (the JSON document starts with its summary)")
@@ -235,3 +255,60 @@ def calc(
     from kvdash.render.calc_view import render
 
     render(result)
+    if "slo" in result:
+        s = result["slo"]
+        rate = "none" if s["max_rate_per_s"] is None else f"{s['max_rate_per_s']:g} requests/s"
+        print(f"SLO {slo} at p90 ({s['workload']}): at most {s['max_concurrency']:,} users, {rate}; KV holds about "
+              f"{s['kv_capacity_requests']:,} of them at once; binds: {s['binding_limit']}")
+    if offload is not None:
+        _print_offload(result["offload_tiers"])
+
+
+def _offload(text: str, rules: str, blocks_per_chunk: int, link: str | None, disk_link: str, gpu: str | None, tp: int,
+             pp: int, pool: dict, used: int) -> dict:
+    from kvdash.core import tiers as T
+
+    if rules not in ("vllm", "lmcache"):
+        raise InputError("--offload-rules", rules, "expected vllm or lmcache")
+    if not 1 <= blocks_per_chunk <= 4096:
+        raise InputError("--blocks-per-chunk", blocks_per_chunk, "expected 1 to 4096")
+    if pp != 1:
+        raise InputError("--pp", pp, "--offload sizes tiers for one pipeline stage (--pp 1)")
+    if pool["full_groups"] != 1 or pool["window_groups"] or pool["state_groups"]:
+        raise InputError("--offload", text, "tier sizing handles one full-attention KV-cache group")
+    sizes = T.parse_offload(text)
+    host = T.parse_link(link, "--link") if link else T.gpu_host_link(gpu)
+    return T.offload_view(sizes, pool["block_bytes"], tp, pool["block_size"], used, host,
+                          T.parse_link(disk_link, "--disk-link"), rules, blocks_per_chunk)
+
+
+def _print_offload(o: dict) -> None:
+    from kvdash.render.table import terminal_width, wrap
+    from kvdash.units import human_bytes
+
+    where = "vLLM native offloading, vllm/v1/kv_offload/cpu/spec.py" if o["rules"] == "vllm" else \
+        "LMCache 0.5.6 rules, 256-token chunks"
+    lines = [f"Offload tiers ({where}):"]
+    for name, t in o["tiers"].items():
+        if t["unbounded"]:
+            lines.append(f"  {name}: unbounded (vLLM's filesystem tier evicts nothing)")
+            continue
+        pad = "" if t["chunk_bytes"] == t["unpadded_chunk_bytes"] else \
+            f" ({t['unpadded_chunk_bytes']:,} B padded to 4,096-B pages)"
+        lines.append(f"  {name}: {t['size_bytes']:,} B // {t['chunk_bytes']:,} B per chunk{pad} = {t['chunks']:,} "
+                     f"chunks x {t['chunk_tokens']} tokens = {t['tokens']:,} tokens")
+    s = o["request_bytes"]
+    lines.append(f"  one request of {o['request_tokens']:,} tokens stores {o['request_chunks']:,} full chunks "
+                 f"({o['request_stored_tokens']:,} tokens; a partial tail is not stored) = {s:,} B "
+                 f"({human_bytes(s)}), {o['request_bytes_per_rank']:,} B per rank")
+    lines.append(f"  reload over {o['link']['name']} at {o['link']['bytes_per_s'] / 1e9:g} GB/s per GPU: "
+                 f"{o['reload_cpu_s'] * 1e3:,.3f} ms (bytes per rank / bandwidth, a lower bound; "
+                 f"{o['link']['source']})")
+    if o["reload_disk_s"] is not None:
+        lines.append(f"  from disk over {o['disk_link']['name']} at {o['disk_link']['bytes_per_s'] / 1e9:g} GB/s "
+                     f"(shared), then the host link: {o['reload_disk_s'] * 1e3:,.3f} ms ({o['disk_link']['source']})")
+    held = ", ".join(f"{k} {'unbounded' if v is None else f'{v:,}'}" for k, v in o["requests_held"].items())
+    total = o["requests_held_total"]
+    lines.append(f"  prefixes of such requests the tiers hold: {held}; together "
+                 + ("unbounded" if total is None else f"{total:,}"))
+    print("\n".join(part for line in lines for part in wrap(line, terminal_width())))

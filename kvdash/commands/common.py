@@ -62,6 +62,11 @@ MaxBatchedTokensOpt = Annotated[Optional[int], Opt(help="vLLM's max_num_batched_
                                                          "the CUDA graphs and activation term of --reserve auto; "
                                                          "calibrate: the engine's, recorded with the entry). "
                                                          f"Default: {CAPS_DEFAULT}.")]
+SloOpt = Annotated[Optional[str], Opt(help="e.g. ttft=2s,tpot=50ms (keys ttft, tpot, e2e): a timed simulation (needs "
+                                          "--gpu) gives the highest concurrency and request rate whose p90 meets "
+                                          "it, and the limit that binds. Default: none.")]
+WeightFormatOpt = Annotated[str, Opt(help="Time model: storage format of the weights: bf16, fp8, nvfp4, mxfp4, "
+                                          "int4_wo.")]
 MaxNumSeqsOpt = Annotated[Optional[int], Opt(help="vLLM's max_num_seqs: requests it runs at once. Default: "
                                                   f"{CAPS_DEFAULT}.")]
 PerformanceModeOpt = Annotated[str, Opt(help="vLLM's --performance-mode: balanced, interactivity, or throughput "

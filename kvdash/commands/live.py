@@ -47,7 +47,7 @@ NO_GPU = "no GPU readings: {why}. To see the dashboard without a GPU, run: kvdas
 
 
 def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int,  # type: ignore[no-untyped-def]
-            max_bytes: int | None = None, json_out: bool = False):
+            max_bytes: int | None = None, json_out: bool = False, engine: Optional[str] = None):
     from kvdash.sources.base import SourceUnavailable
 
     if demo and replay:
@@ -68,6 +68,10 @@ def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int,  # type: i
     except SourceUnavailable as exc:
         if replay:
             raise InputError("--replay", str(replay), str(exc)) from exc
+        if engine:  # no NVML here, but an engine to watch: its own figures, kvdash's pool from --budget
+            from kvdash.sources.base import NoGPUSource
+
+            return NoGPUSource(str(exc))
         print(f"kvdash: {NO_GPU.format(why=exc)}", file=sys.stderr)
         if json_out:  # scripts reading stdout get the reason too
             print(json.dumps({"error": NO_GPU.format(why=exc), "snapshot": None, "kv_pool": None}))
@@ -122,7 +126,7 @@ def live(
         return run_fleet(prometheus, cfg, once, as_json, interval)
     if not (once or as_json):
         check_snapshot_dir(snapshot_dir)
-    source = _source(demo, replay, seed, gpus, max_bytes, json_out=as_json)
+    source = _source(demo, replay, seed, gpus, max_bytes, json_out=as_json, engine=engine)
     engine_fetch = (lambda: fetch(engine, timeout=engine_timeout)) if engine else None
     if once or as_json:
         from kvdash.sources.base import SourceUnavailable
@@ -149,7 +153,7 @@ def live(
             console = Console()
             for part in once_view(snap, kv, console.width):
                 console.print(part)
-        if not snap.gpus:
+        if not snap.gpus and (reading is None or bool(reading.error)):
             raise typer.Exit(1)
         if mode == "engine" and not kv.get("ok"):
             print(f"kvdash: {'; '.join(kv.get('notes', []))}", file=sys.stderr)
@@ -232,9 +236,13 @@ def record(
     demo: DemoOpt = False,
     seed: SeedOpt = 7,
     gpus: GpusOpt = 8,
+    engine: Annotated[Optional[str], Opt(help="Also record a vLLM or SGLang engine's readings "
+                                              "(its /metrics, e.g. localhost:8000). Default: none.")] = None,
+    engine_timeout: EngineTimeoutOpt = D.ENGINE_TIMEOUT,
 ) -> None:
-    """Record GPU snapshots as JSON lines, for kvdash live --replay."""
+    """Record GPU snapshots (and an engine's readings) as JSON lines, for kvdash live --replay."""
     check_interval(interval)
+    check_engine_timeout(engine_timeout)
     check_demo_gpus(gpus)
     if count < 1:
         raise InputError("--count", count, "expected a positive integer")
@@ -243,12 +251,22 @@ def record(
 
     if out.exists() and not stat.S_ISREG(os.stat(out).st_mode):  # a FIFO would block the open; a folder fails
         raise InputError("--out", str(out), "expected a regular file (appended) or a new file")
-    source = _source(demo, None, seed, gpus)
+    if demo and engine:
+        raise InputError("--engine", engine, "give --demo or --engine, not both (the demo has its own engine)")
+    source = _source(demo, None, seed, gpus, engine=engine)
+    failed = 0
     try:
         with out.open("a", encoding="utf-8") as fh:
             for i in range(count):
                 started = time.monotonic()
-                fh.write(source.read().dumps() + "\n")
+                snap = source.read()
+                if engine:
+                    from kvdash.sources.engine import fetch, snapshot_engine
+
+                    reading = fetch(engine, timeout=engine_timeout)
+                    failed += bool(reading.error)
+                    snap = replace(snap, extra={**snap.extra, "engine": snapshot_engine(reading)})
+                fh.write(snap.dumps() + "\n")
                 fh.flush()
                 if i + 1 < count:
                     time.sleep(max(0.0, interval - (time.monotonic() - started)))
@@ -256,4 +274,5 @@ def record(
         raise InputError("--out", str(out), f"cannot be written ({exc.strerror})") from exc
     finally:
         source.close()
-    print(f"{count} snapshots -> {out}")
+    print(f"{count} snapshots -> {out}" + (f" ({failed} engine readings failed: recorded with their error)"
+                                            if failed else ""))

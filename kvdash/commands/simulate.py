@@ -16,12 +16,16 @@ from kvdash.commands.common import (
     GpuOpt,
     GpuUtilOpt,
     KvDtypeOpt,
+    MaxBatchedTokensOpt,
     MaxFileSizeOpt,
+    MaxNumSeqsOpt,
     MaxReservedOpt,
     ModelOpt,
     PrefixOpt,
     ReserveOpt,
+    SloOpt,
     TpOpt,
+    WeightFormatOpt,
     WeightsOpt,
     block_size_of,
     parse_block_size,
@@ -57,8 +61,8 @@ def simulate(
     prompt: Annotated[Optional[str], Opt(help="Prompt lengths: fixed:N, uniform:A,B, lognormal:MEAN,SIGMA. Default: the --workload preset's.")] = None,
     output: Annotated[Optional[str], Opt(help="Output lengths, same forms. Default: the --workload preset's.")] = None,
     trace: Annotated[Optional[Path], Opt(help="CSV of prompt,output lengths (replaces --prompt/--output). Default: none.")] = None,
-    requests: Annotated[int, Opt(help=f"Requests to simulate (at most --max-requests, {MAX_REQUESTS:,} unless "
-                                      "raised).")] = 2000,
+    requests: Annotated[Optional[int], Opt(help=f"Requests to simulate (at most --max-requests, {MAX_REQUESTS:,} unless "
+                                                "raised). Default: 2,000 (--hash-trace: every request of the trace).")] = None,
     max_requests: Annotated[int, Opt(help=f"Upper bound of --requests (at most {HARD_MAX_REQUESTS:,}).")] = MAX_REQUESTS,
     rate: Annotated[float, Opt(help="Poisson arrivals per step.")] = 0.5,
     rates: Annotated[Optional[str], Opt(help="A:B:N: also sweep N rates from A to B and report each policy's "
@@ -79,11 +83,38 @@ def simulate(
     seed: Annotated[int, Opt(help="Seed of the workload.")] = 0,
     trace_every: Annotated[int, Opt(help="Keep a per-step trace every N steps in --json (0: none).")] = 0,
     max_file_size: MaxFileSizeOpt = D.MAX_FILE_SIZE,
+    hash_trace: Annotated[Optional[Path], Opt(help="Prefix caching: a Mooncake-format JSONL trace (timestamp, "
+                                                   "input_length, output_length, hash_ids of 512-token blocks; .xz "
+                                                   "read too) replayed through the prefix cache and tiers. Default: none.")] = None,
+    prefix_workload: Annotated[Optional[str], Opt(help="Prefix caching on a generated workload: multi-turn:CHATS,TURNS,"
+                                                       "SYSTEM,USER,REPLY or system-prompts:N,SYSTEM,USER,OUTPUT[,REQUESTS"
+                                                       "[,SHARE/...]]. Default: none.")] = None,
+    rules: Annotated[str, Opt(help="Prefix caching rules: vllm (16-token blocks in the GPU pool, tails evicted "
+                                   "first, native offloading) or lmcache (256-token prompt chunks, LRU).")] = "vllm",
+    offload: Annotated[Optional[str], Opt(help="Tiers below the GPU: cpu:SIZE[,disk:SIZE] (bytes over all ranks, as "
+                                               "--kv-offloading-size; disk:inf for vLLM's unbounded filesystem tier). "
+                                               "Default: none (lmcache: cpu:inf).")] = None,
+    cpu_policy: Annotated[str, Opt(help="vLLM CPU tier eviction: lru or arc.")] = "lru",
+    blocks_per_chunk: Annotated[int, Opt(help="vLLM offloading: GPU blocks per CPU chunk.")] = 1,
+    link: Annotated[Optional[str], Opt(help="GPU-host link: pcie4-x16, pcie5-x16, nvlink-c2c or a bandwidth "
+                                            "(25GB/s). Default: the --gpu preset's (PCIe Gen5 x16 without one).")] = None,
+    disk_link: Annotated[str, Opt(help="Disk tier bandwidth: nvme-gen4, nvme-gen5 or a bandwidth.")] = "nvme-gen4",
+    capacities: Annotated[Optional[str], Opt(help="Hit rate against capacity of the outermost tier, tokens: "
+                                                  "1M,3M,10M,50M,inf. Default: none.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
+    time_model: Annotated[bool, Opt("--time", help="Simulate in seconds (paged, vLLM's scheduler, the fitted step-time "
+                                                   "model; needs --gpu): TTFT, TPOT, E2E, tokens/s. --rate is then "
+                                                   "requests per second.")] = False,
+    weight_format: WeightFormatOpt = "bf16",
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_batched_tokens: MaxBatchedTokensOpt = None,
+    slo: SloOpt = None,
 ) -> None:
     """Simulate KV pool occupancy over time under contiguous and paged allocation."""
     from kvdash.commands.common import pick_alias
 
+    limit_requests = requests  # a trace is read whole unless --requests is given
+    requests = 2000 if requests is None else requests
     max_len: int | None = pick_alias(max_reserved, max_len_old, "--max-reserved", "--max-len")  # type: ignore[assignment]
     from kvdash.core.calc import BudgetSpec, rank_shapes, resolve_budget
     from kvdash.core.model import load_config, resolve_model
@@ -133,6 +164,11 @@ def simulate(
     if not 1 <= block_size <= max_len:
         raise InputError("--block-size", _short(block_size), f"expected 1 to --max-reserved ({max_len:,}) tokens")
     shape = rank_shapes(arch, kv_dtype, "tensor", tp, 1, block_size)[0]
+    if time_model or slo:
+        from kvdash.commands.simulate_time import main as timed_main
+
+        timed_main(locals())
+        return
     if shape.groups != 1 or shape.window_groups or shape.state_bytes:
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
     from kvdash.commands.calc import check_budget_options, warn
@@ -167,6 +203,16 @@ def simulate(
     for line in notes:
         warn(line)
     capacity = b // shape.bytes_per_token
+    if hash_trace is not None or prefix_workload is not None:
+        from kvdash.commands.simulate_prefix import run_prefix
+
+        run_prefix(arch=arch, kv_dtype=kv_dtype, block_size=block_size, tp=tp, gpu=gpu, budget_lines=budget_lines,
+                   per_rank_bytes=b, bytes_per_token=shape.bytes_per_token, capacity=capacity, hash_trace=hash_trace,
+                   prefix_workload=prefix_workload, rules=rules, offload=offload, cpu_policy=cpu_policy,
+                   blocks_per_chunk=blocks_per_chunk, link=link, disk_link=disk_link, capacities=capacities,
+                   concurrency=concurrency, requests=limit_requests, seed=seed,
+                   max_bytes=max_bytes, as_json=as_json)
+        return
     if max_len > arch.max_context:
         raise InputError("--max-reserved", max_len, f"at most the model's context length ({arch.max_context:,})")
     if block_size > capacity:

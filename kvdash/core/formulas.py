@@ -92,6 +92,18 @@ def pow2_reservation(final: Any, max_reserved: Any) -> Any:
     return imin(next_pow2(final), max_reserved)
 
 
+def pow2_output_reservation(prompt: Any, final: Any, max_reserved: Any) -> Any:
+    """Tokens Orca (Pow2) reserves, as the PagedAttention paper defines it (Kwon et al., SOSP 2023, §6.1:
+    "over-reserves the space for outputs by at most 2x"): the prompt, plus the next power of two of the
+    output length, capped at the maximum reservation.  A prompt of 40 and an output of 25 reserve
+    40 + 32 = 72 (rounding the whole 65 up would reserve 128).
+
+    >>> pow2_output_reservation(40, 65, 2048), pow2_output_reservation(1000, 2100, 2048)
+    (72, 2048)
+    """
+    return imin(prompt + next_pow2(imax(final - prompt, 1)), max_reserved)
+
+
 def _xp(a: Any, b: Any) -> Any:
     """The array namespace (numpy) of whichever argument is an array."""
     return (a if hasattr(a, "__array_namespace__") else b).__array_namespace__()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvdash.errors import unknown_name
@@ -19,6 +19,11 @@ class GPU:
     basis: str  # "nvml" (what the driver reports on such a card) or "nominal" (advertised size)
     detail: str
     compute_capability: str = ""  # "9.0" (Hopper); "" for a non-CUDA GPU: it picks vLLM's attention backend
+    # the time model's figures (kvdash.core.steptime): dense, no sparsity; 0 / empty where not given
+    hbm_bytes_per_s: int = 0
+    flops: dict[str, int] = field(default_factory=dict, compare=False)  # "bf16", "fp8", "fp4" -> FLOP/s
+    link_bytes_per_s: int = 0  # NVLink per GPU, one direction
+    perf_source: str = ""
 
 
 def gpu_presets() -> dict[str, GPU]:

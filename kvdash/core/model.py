@@ -273,6 +273,7 @@ def from_hf_config(
             kinds = [kind for kind, _ in hybrid]
         else:
             kinds = _layer_kinds(cfg, n_layers, where)
+            kinds = modeltypes.cache_holders(cfg, model_type, kinds, where)
             if any(kind in STATE_KINDS for kind in kinds) and state_bytes <= 0:
                 raise InputError(
                     f"{where}: _kvdash.state_bytes_per_layer", state_bytes or None,
@@ -281,6 +282,7 @@ def from_hf_config(
                 )
         built: list[Layer] = []
         for i, kind in enumerate(kinds):
+            shaped = hybrid[i][1] if hybrid is not None else None  # a layer the model type shapes itself
             if kind in STATE_KINDS:
                 if hybrid is not None:
                     state_layer = hybrid[i][1]
@@ -288,6 +290,8 @@ def from_hf_config(
                     built.append(state_layer)
                 else:
                     built.append(Layer(kind, state_family="fixed", state=(state_bytes,)))
+            elif shaped is not None:  # an attention layer the model type shapes itself (Zamba2)
+                built.append(shaped)
             elif kind == "chunked":
                 if not chunk:
                     raise InputError(f"{where}: attention_chunk_size", None,
@@ -378,7 +382,7 @@ def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int, hidden: 
     inner = cfg.get("text_config")
     text: dict[str, Any] = inner if isinstance(inner, dict) else cfg
     out = []
-    if text.get("head_dim") is None and not text.get("kv_lora_rank"):
+    if text.get("head_dim") is None and text.get("attention_head_dim") is None and not text.get("kv_lora_rank"):
         hidden = text.get("hidden_size") or hidden
         out.append(f"head_dim {head_dim} derived as hidden_size {hidden:,} / "
                    f"num_attention_heads {heads} (config.json has no head_dim)"

@@ -35,9 +35,16 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "qwen3_next": ("Qwen3-Next", "full + linear (gated delta net)"),
     "qwen3_5": ("Qwen3.5 (multimodal config, text_config)", "full + linear (gated delta net)"),
     "qwen3_5_text": ("Qwen3.5 text model", "full + linear (gated delta net)"),
+    "qwen3_5_moe": ("Qwen3.5-MoE (multimodal config, text_config)", "full + linear (gated delta net)"),
+    "qwen3_5_moe_text": ("Qwen3.5-MoE text model", "full + linear (gated delta net)"),
+    "qwen3_vl": ("Qwen3-VL (multimodal config, text_config)", "full"),
+    "qwen3_vl_moe": ("Qwen3-VL-MoE (multimodal config, text_config)", "full"),
+    "minimax_m2": ("MiniMax-M2, M2.5", "full"),
     "deepseek_v2": ("DeepSeek-V2, V2-Lite", "mla"),
     "deepseek_v3": ("DeepSeek-V3, Kimi-K2", "mla"),
     "kimi_k2": ("Kimi-K2", "mla"),
+    "kimi_k25": ("Kimi-K2.5 (multimodal config, text_config)", "mla"),
+    "glm4_moe_lite": ("GLM-4.7-Flash", "mla"),
     "glm4_moe": ("GLM-4.5", "full"),
     "chatglm": ("ChatGLM2/3, GLM-4 (chatglm format)", "full"),
     "phi3": ("Phi-3, Phi-4", "full or sliding"),
@@ -45,6 +52,10 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "gemma2": ("Gemma 2", "full + sliding"),
     "gemma3": ("Gemma 3 (multimodal config, text_config)", "full + sliding"),
     "gemma3_text": ("Gemma 3 text model", "full + sliding"),
+    "gemma3n": ("Gemma 3n (multimodal config, text_config)",
+                "full + sliding; the last num_kv_shared_layers layers read earlier layers' KV and hold none"),
+    "gemma3n_text": ("Gemma 3n text model",
+                     "full + sliding; the last num_kv_shared_layers layers read earlier layers' KV and hold none"),
     "gpt_oss": ("gpt-oss", "full + sliding"),
     "falcon": ("Falcon 7B/40B/180B", "full"),
     "falcon_h1": ("Falcon-H1", "full + mamba (Mamba-2), both in every layer"),
@@ -52,12 +63,61 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "nemotron_h": ("Nemotron-H", "full + mamba (Mamba-2)"),
     "bamba": ("Bamba", "full + mamba (Mamba-2)"),
     "granitemoehybrid": ("Granite 4.0 hybrid", "full + mamba (Mamba-2)"),
+    "zamba2": ("Zamba2", "mamba (Mamba-2) in every layer + full in each hybrid layer"),
     "olmo": ("OLMo", "full"),
     "olmo2": ("OLMo 2", "full"),
+    "olmo3": ("OLMo 3", "full + sliding (layer_types)"),
+    "smollm3": ("SmolLM3 (NoPE layers hold KV too)", "full (sliding where layer_types says so)"),
+    "seed_oss": ("Seed-OSS", "full"),
+    "exaone4": ("EXAONE 4.0", "full + sliding (layer_types)"),
+    "ernie4_5": ("ERNIE 4.5 dense", "full"),
+    "ernie4_5_moe": ("ERNIE 4.5 MoE", "full"),
+    "hunyuan_v1_dense": ("Hunyuan dense V1", "full"),
+    "hunyuan_v1_moe": ("Hunyuan MoE V1", "full"),
     "starcoder2": ("StarCoder2", "full or sliding"),
     "cohere": ("Command-R", "full"),
     "cohere2": ("Command-R7B / Command A", "full + sliding"),
     "opt": ("OPT", "full"),
+}
+# model_type -> the published configs in tests/data/configs/ that conformance-check it against vLLM 0.33.0's own
+# code (conformance/vllm/expected.json holds planned cases for each); a type without one is modelled by a rule that
+# no real config has checked yet, and the README's table says so.  tests/test_modeltypes.py keeps this honest.
+CONFORMANCE: dict[str, tuple[str, ...]] = {
+    "llama": ("llama-2-13b", "llama-2-70b", "llama-3.1-70b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b"),
+    "llama4": ("llama-4-scout-17b-16e-instruct",),
+    "mistral": ("mistral-7b-v0.1", "mistral-7b-v0.3"),
+    "mixtral": ("mixtral-8x22b-v0.1", "mixtral-8x7b-v0.1"),
+    "qwen2": ("qwen2-7b-instruct", "qwen2.5-14b", "qwen2.5-7b"),
+    "qwen2_moe": ("qwen1.5-moe-a2.7b",),
+    "qwen3": ("qwen3-32b", "qwen3-8b"),
+    "qwen3_moe": ("qwen3-235b-a22b", "qwen3-30b-a3b"),
+    "qwen3_next": ("qwen3-next-80b-a3b-thinking",),
+    "qwen3_5": ("qwen3.5-27b",),
+    "qwen3_5_moe": ("qwen3.5-35b-a3b",),
+    "qwen3_vl": ("qwen3-vl-8b-instruct",),
+    "qwen3_vl_moe": ("qwen3-vl-30b-a3b-instruct",),
+    "minimax_m2": ("minimax-m2.5",),
+    "deepseek_v2": ("deepseek-v2-lite",),
+    "deepseek_v3": ("deepseek-v3",),
+    "kimi_k2": ("kimi-k2-instruct",),
+    "kimi_k25": ("kimi-k2.5",),
+    "glm4_moe_lite": ("glm-4.7-flash",),
+    "glm4_moe": ("glm-4.5-air",),
+    "chatglm": ("chatglm3-6b", "glm-4-9b-chat"),
+    "phi3": ("phi-3-mini-4k-instruct", "phi-4-mini-instruct"),
+    "gemma": ("gemma-2b",),
+    "gemma2": ("gemma-2-27b", "gemma-2-9b"),
+    "gemma3": ("gemma-3-27b-it", "gemma-3-4b-it"),
+    "gemma3_text": ("gemma-3-1b-it",),
+    "gpt_oss": ("gpt-oss-120b", "gpt-oss-20b"),
+    "falcon": ("falcon-40b-instruct", "falcon-7b-instruct"),
+    "jamba": ("jamba-1.5-mini",),
+    "nemotron_h": ("nemotron-3-nano-30b-a3b", "nemotron-h-56b-base-8k"),
+    "olmo2": ("olmo-2-7b",),
+    "smollm3": ("smollm3-3b",),
+    "starcoder2": ("starcoder2-7b",),
+    "cohere": ("aya-23-8b",),
+    "opt": ("opt-125m",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {
@@ -66,7 +126,34 @@ REFUSED_BY_VLLM: dict[str, str] = {
     "minicpm": "vLLM 0.33 reads this config only with the model's remote code (trust_remote_code), which kvdash "
                "does not run",
 }
-HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "nemotron_h", "bamba", "granitemoehybrid", "falcon_h1")
+# model types vLLM 0.33 serves whose KV layout kvdash does not model yet: refused in one line that says why and what
+# to pass instead (the README's table lists them)
+_INSTEAD = "; give the shape with --layers/--kv-heads/--head-dim instead (a uniform model)"
+NOT_MODELLED: dict[str, str] = {
+    "mimo_v2_flash": "MiMo-V2-Flash's full layers (4 KV heads) and sliding layers (8 KV heads, window 128) have "
+                     "pages of two sizes (vllm/model_executor/models/mimo_v2.py, MiMoV2DecoderLayer), so vLLM 0.33 "
+                     "doubles the full layers' block (32 tokens beside 16: vllm/v1/core/kv_cache_planning.py, "
+                     "unify_kv_cache_spec_page_size); kvdash models one block size per pool",
+    "deepseek_v32": "sparse MLA keeps a second cache beside the latent in every layer (the indexer's fp8 keys, 132 B "
+                    "per token: vllm/models/deepseek_v32/attention.py, DeepseekV32Indexer) and Hopper's sparse MLA "
+                    "backends take only 64-token blocks; kvdash does not model the indexer cache yet",
+    "glm_moe_dsa": "GLM-5 is sparse MLA (vllm/models/deepseek_v32, GlmMoeDsaForCausalLM): a second cache beside the "
+                   "latent in every layer (the indexer's fp8 keys, 132 B per token) and 64-token blocks on Hopper; "
+                   "kvdash does not model the indexer cache yet",
+    "mamba": "attention-free: vLLM 0.33 plans only Mamba-1 state pages, one group of every layer "
+             "(vllm/model_executor/models/mamba.py), and kvdash's pool needs at least one attention layer",
+    "falcon_mamba": "attention-free: vLLM 0.33 serves FalconMambaForCausalLM as MambaForCausalLM "
+                    "(vllm/model_executor/models/mamba.py) and plans only Mamba-1 state pages; kvdash's pool needs "
+                    "at least one attention layer",
+    "mamba2": "attention-free: only Mamba-2 state pages (vllm/model_executor/models/mamba2.py); kvdash's pool needs "
+              "at least one attention layer",
+    "lfm2": "LFM2's short-convolution state layers (vllm/model_executor/layers/mamba/short_conv.py) are not modelled "
+            "yet",
+    "lfm2_moe": "LFM2-MoE's short-convolution state layers (vllm/model_executor/layers/mamba/short_conv.py) are not "
+                "modelled yet",
+}
+HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "bamba", "granitemoehybrid",
+                "falcon_h1", "zamba2")
 # model types transformers does not define (remote code): read as published, with the rules below
 RAW_TYPES = {"chatglm", "kimi_k2"}
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
@@ -89,6 +176,9 @@ def normalise(raw: Any, where: str) -> dict[str, Any]:
     if model_type in REFUSED_BY_VLLM:
         raise InputError(f"{where}: model_type", model_type,
                          REFUSED_BY_VLLM[model_type] + "; supported: " + supported_text())
+    if model_type in NOT_MODELLED:
+        raise InputError(f"{where}: model_type", model_type,
+                         "vLLM 0.33 serves it but " + NOT_MODELLED[model_type] + _INSTEAD)
     if model_type not in SUPPORTED:
         raise InputError(f"{where}: model_type", model_type,
                          "kvdash cannot model this type exactly; supported: " + supported_text())
@@ -175,6 +265,24 @@ def head_size(cfg: dict[str, Any], heads: int, where: str) -> int:
     return size
 
 
+def cache_holders(cfg: dict[str, Any], model_type: str, kinds: list[str], where: str) -> list[str]:
+    """The kinds of the decoder layers that hold a KV cache of their own (all of them, but for Gemma 3n).
+
+    Gemma 3n: a layer ``i >= first = num_hidden_layers - num_kv_shared_layers`` reads the cache of layer
+    ``first - 2`` (sliding) or ``first - 1`` (full) when that index is ``>= 0``, through its
+    ``kv_sharing_target_layer_name``, and ``GPUModelRunner.get_kv_cache_spec`` leaves such layers out
+    (vllm/model_executor/models/gemma3n.py, ``Gemma3nAttention.__init__``)."""
+    if model_type != "gemma3n_text":
+        return kinds
+    n_layers = len(kinds)
+    shared = cfg.get("num_kv_shared_layers") or 0
+    if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared < n_layers:
+        raise InputError(f"{where}: num_kv_shared_layers", shared, f"expected an integer from 0 to {n_layers - 1}")
+    first = n_layers - shared
+    return [kind for i, kind in enumerate(kinds)
+            if i < first or first - (2 if kind == "sliding" else 1) < 0]
+
+
 def _nemotron_pattern(cfg: dict[str, Any]) -> str:
     pattern = cfg.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
@@ -197,7 +305,8 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
                   where: str) -> list[tuple[str, Layer | None]] | None:
     """Layer kinds of a hybrid model, each state layer with its shape; ``None`` for other types.
 
-    Attention entries are ``("full", None)``: the caller builds them from the attention fields."""
+    Attention entries are ``("full", None)``: the caller builds them from the attention fields (Zamba2's, whose
+    heads and head size are its own, come built)."""
     from kvdash.core.model import Layer
 
     if model_type not in HYBRID_TYPES:
@@ -210,7 +319,9 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
         mamba = Layer("mamba", state_family="mamba1",
                       state=(inter, _pos(cfg, "mamba_d_state", where), _pos(cfg, "mamba_d_conv", where)))
         return [full if i % period == offset else ("mamba", mamba) for i in range(n_layers)]
-    if model_type in ("qwen3_next", "qwen3_5_text"):  # gated delta net: vllm/model_executor/models/qwen3_next.py
+    # gated delta net: vllm/model_executor/models/qwen3_next.py; Qwen3.5 and Qwen3.5-MoE reuse its layer
+    # (vllm/model_executor/models/qwen3_5.py, Qwen3_5DecoderLayer: layer_types[i] == "linear_attention")
+    if model_type in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"):
         ssm_dtype = str(cfg.get("mamba_ssm_dtype") or "bfloat16")  # Qwen3.5 keeps the recurrent state in float32
         gdn = Layer("linear", state_family="gdn", ssm_bytes=4 if ssm_dtype == "float32" else 2, state=(
             _pos(cfg, "linear_num_key_heads", where), _pos(cfg, "linear_num_value_heads", where),
@@ -249,6 +360,30 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
                 raise InputError(f"{where}: hybrid_override_pattern[{i}]", code,
                                  "expected M (mamba), * (attention), - (MLP) or E (MoE)")
         return out
+    if model_type == "zamba2":
+        # vllm/model_executor/models/zamba2.py: every layer has a MambaMixer2 (Zamba2MambaDecoderLayer: intermediate
+        # mamba_expand x hidden_size, n_mamba_heads heads of intermediate / n_mamba_heads, mamba_ngroups groups);
+        # a "hybrid" layer (layers_block_type) adds the shared transformer block, whose Attention is its own per
+        # hybrid layer (Zamba2Attention.dpa_list: KV cache unique for every attention layer), built with
+        # num_attention_heads heads of attention_head_dim and no num_kv_heads (so as many KV heads as heads)
+        inter = _pos(cfg, "mamba_expand", where) * hidden
+        heads = _pos(cfg, "n_mamba_heads", where)
+        if inter % heads:
+            raise InputError(f"{where}: n_mamba_heads", heads, f"must divide mamba_expand x hidden_size = {inter}")
+        mamba = Layer("mamba", state_family="mamba2", state=(
+            inter, _pos(cfg, "mamba_ngroups", where), heads, inter // heads, _pos(cfg, "mamba_d_state", where),
+            _pos(cfg, "mamba_d_conv", where)))
+        attn_heads, attn_dim = _pos(cfg, "num_attention_heads", where), _pos(cfg, "attention_head_dim", where)
+        attention = Layer("full", kv_heads=attn_heads, head_dim=attn_dim, head_dim_v=attn_dim)
+        types = cfg.get("layers_block_type")
+        if not isinstance(types, list) or len(types) != n_layers:
+            raise InputError(f"{where}: layers_block_type", types, f"expected a list of {n_layers} layer kinds")
+        out = []
+        for name in types:
+            if name == "hybrid":
+                out.append(("full", attention))
+            out.append(("mamba", mamba))
+        return out
     if model_type == "falcon_h1" and cfg.get("mamba_d_ssm") is not None:
         inter = _pos(cfg, "mamba_d_ssm", where)
     else:
@@ -280,7 +415,8 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
 # --- weights ------------------------------------------------------------------------------------
 
 GATED_MLP = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
-             "kimi_k2", "glm4_moe", "chatglm", "phi3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "cohere",
+             "kimi_k2", "glm4_moe_lite", "smollm3",
+             "glm4_moe", "chatglm", "phi3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "cohere",
              "cohere2"}
 PLAIN_MLP = {"opt", "starcoder2", "falcon"}
 
@@ -296,7 +432,10 @@ def _moe(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tup
         shared = cfg.get("shared_expert_intermediate_size") or 0
         experts = cfg.get("num_experts") or cfg["num_local_experts"]  # transformers 5 names it num_local_experts
         return experts, cfg["moe_intermediate_size"], shared
-    if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe"):
+    if model_type in TIME_MODEL_MOE:  # gpt-oss, MiniMax-M2: every layer routes to experts of intermediate_size
+        experts = cfg.get("num_local_experts") or cfg["num_experts"]
+        return experts, cfg["intermediate_size"], cfg.get("shared_intermediate_size") or 0
+    if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe", "glm4_moe_lite"):
         if not cfg.get("n_routed_experts") or layer < (cfg.get("first_k_dense_replace") or 0) \
                 or layer % (cfg.get("moe_layer_freq") or 1):
             return None
@@ -305,21 +444,43 @@ def _moe(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tup
     return None
 
 
+# MoE model types the time model counts (kvdash.core.steptime) beside GATED_MLP: their layers are all MoE
+TIME_MODEL_MOE = {"gpt_oss", "minimax_m2"}
+
+
 def estimate_parameters(cfg: dict[str, Any], arch: Architecture) -> int | None:
     """Parameters of the language model from its config: embeddings (twice unless
     ``tie_word_embeddings``), per layer the attention projections (q, k, v, o; MLA's low-rank ones)
     and the MLP (gated: ``3 x hidden x intermediate``, plain: ``2 x``; MoE: every routed expert, the
     shared experts and the router).  Norms and biases are left out (well under 0.1 %).
     ``None`` where the config does not determine it (hybrids, multimodal, unknown MLP)."""
+    if arch.model_type not in GATED_MLP and arch.model_type not in PLAIN_MLP:
+        return None
+    parts = parameter_parts(cfg, arch)
+    if parts is None:
+        return None
+    return int(parts["embedding"] + parts["lm_head"] + parts["attention"] + parts["dense_mlp"] + parts["shared"]
+               + parts["router"] + parts["experts_total"] * parts["expert_params"])
+
+
+def parameter_parts(cfg: dict[str, Any], arch: Architecture) -> dict[str, int] | None:
+    """The parameters of :func:`estimate_parameters`, by part: ``embedding``, ``lm_head`` (0 when tied),
+    ``attention``, ``dense_mlp``, ``shared`` (shared experts), ``router``, and the routed experts:
+    ``experts_total`` (experts summed over MoE layers) of ``expert_params`` each, ``moe_layers``,
+    ``experts`` and ``top_k`` (experts per token); ``hidden`` and ``vocab``.  The time model
+    (:mod:`kvdash.core.steptime`) reads the same parts."""
     from kvdash.core.model import _text_config
 
     model_type = arch.model_type
-    if model_type in HYBRID_TYPES or (model_type not in GATED_MLP and model_type not in PLAIN_MLP):
+    if model_type in HYBRID_TYPES or (model_type not in GATED_MLP and model_type not in PLAIN_MLP
+                                      and model_type not in TIME_MODEL_MOE):
         return None
     if cfg.get("vision_config") or cfg.get("audio_config"):
         return None
     c = _text_config(cfg)
     c = aliases(c)
+    parts = dict.fromkeys(("attention", "dense_mlp", "shared", "router", "experts_total", "expert_params",
+                           "moe_layers", "experts", "top_k"), 0)
     try:
         h = int(c["hidden_size"])
         vocab = int(c.get("padded_vocab_size") or c["vocab_size"])
@@ -336,9 +497,11 @@ def estimate_parameters(cfg: dict[str, Any], arch: Architecture) -> int | None:
         tied = c.get("tie_word_embeddings")
         if tied is None:
             tied = model_type in {"gemma", "gemma2", "gemma3_text", "opt"}
-        total = vocab * h * (1 if tied else 2)
+        parts["embedding"] = vocab * h
+        parts["lm_head"] = 0 if tied else vocab * h
         if model_type == "opt":
-            total += (int(c.get("max_position_embeddings") or 2048) + 2) * h  # learned positions
+            parts["embedding"] += (int(c.get("max_position_embeddings") or 2048) + 2) * h  # learned positions
+        parts["hidden"], parts["vocab"] = h, vocab
         layer0 = arch.layers[0]
         for i in range(n_layers):
             if layer0.kind == "mla":
@@ -352,15 +515,21 @@ def estimate_parameters(cfg: dict[str, Any], arch: Architecture) -> int | None:
                 attn = h * heads * d + 2 * h * kvh * d + heads * d * h
             moe = _moe(c, model_type, i, n_layers)
             mats = 2 if model_type in PLAIN_MLP else 3
+            parts["attention"] += attn
             if moe is None:
-                mlp = mats * h * inter
+                parts["dense_mlp"] += mats * h * inter
             else:
                 experts, width, shared = moe
-                mlp = experts * 3 * h * width + 3 * h * shared + h * experts
-            total += attn + mlp
+                parts["experts_total"] += experts
+                parts["expert_params"] = 3 * h * width
+                parts["shared"] += 3 * h * shared
+                parts["router"] += h * experts
+                parts["moe_layers"] += 1
+                parts["experts"] = experts
+                parts["top_k"] = int(c.get("num_experts_per_tok") or c.get("experts_per_token") or 1)
     except (KeyError, TypeError, ValueError):
         return None
-    return total
+    return parts
 
 
 def estimate_weights(cfg: dict[str, Any], arch: Architecture) -> tuple[int, str] | None:
@@ -386,10 +555,17 @@ def readme_table() -> str:
     """The README's table of supported model types and layer kinds, from :data:`SUPPORTED`."""
     from kvdash.core.model import KINDS
 
-    lines = [README_START, "", "| `model_type` | models | layer kinds |", "|---|---|---|"]
+    lines = [README_START, "", "| `model_type` | models | layer kinds | conformance-checked on |", "|---|---|---|---|"]
     for model_type, (models, kinds) in SUPPORTED.items():
         estimate = "" if model_type in GATED_MLP | PLAIN_MLP else " (no weight estimate)"
-        lines.append(f"| `{model_type}` | {models}{estimate} | {kinds} |")
+        names = CONFORMANCE.get(model_type, ())
+        checked = ", ".join(f"`{name}`" for name in names) or "not yet (no published config here)"
+        lines.append(f"| `{model_type}` | {models}{estimate} | {kinds} | {checked} |")
+    checked_types = [t for t in SUPPORTED if t in CONFORMANCE]
+    lines += ["", f"{len(checked_types)} of these {len(SUPPORTED)} model types are conformance-checked against vLLM "
+              "0.33.0's own code on a published config (`tests/data/configs/`, `conformance/vllm/expected.json`)."]
+    refused = ", ".join(f"`{t}`" for t in NOT_MODELLED)
+    lines += ["", f"Served by vLLM 0.33 but not modelled (refused in one line that says why): {refused}."]
     lines += ["", "Layer kinds: " + ", ".join(f"`{k}`" for k in KINDS) + ".", "", README_END]
     return "\n".join(lines)
 

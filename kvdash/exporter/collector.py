@@ -250,32 +250,94 @@ class KvdashCollector(Collector):
         yield pool
 
     def _engines(self, v: dict[str, Any], now: float) -> Iterator[Any]:
+        """Each engine's figures, one series per pool (label ``rank``: a vLLM engine, an SGLang DP rank),
+        read by the rules of :func:`kvdash.sources.engine.reading_from_samples`; ``hostname`` and
+        ``model_name`` on every series, so the fleet and Grafana can filter and compare."""
         kv = v["analyses"].get(self.state.config.lengths[0], {})
-        lab = ["engine"]
+        host = self.state.hostname
+        lab = ["engine", "hostname", "model_name"]
+        rlab = lab + ["rank"]
         up = GaugeMetricFamily("kvdash_engine_up", "1 when the last read of the engine's /metrics worked.", labels=lab)
         age = GaugeMetricFamily("kvdash_engine_reading_age_seconds",
                                 "Seconds since the last good reading of the engine.", labels=lab)
-        tokens = GaugeMetricFamily("kvdash_engine_kv_pool_tokens", "The engine's own KV pool, tokens.", labels=lab)
-        blocks = GaugeMetricFamily("kvdash_engine_kv_pool_blocks", "The engine's own KV pool, blocks (vLLM).",
-                                   labels=lab)
-        usage = GaugeMetricFamily("kvdash_engine_kv_usage_ratio", "The engine's KV usage, 0 to 1.", labels=lab)
-        running = GaugeMetricFamily("kvdash_engine_requests_running", "Requests the engine is running.", labels=lab)
-        waiting = GaugeMetricFamily("kvdash_engine_requests_waiting", "Requests waiting in the engine.", labels=lab)
+        bs = GaugeMetricFamily("kvdash_engine_block_size_tokens",
+                               "The engine's block size (vLLM) or page size (SGLang), tokens.", labels=lab)
+        tokens = GaugeMetricFamily("kvdash_engine_kv_pool_tokens", "One pool of the engine, tokens (a vLLM engine, "
+                                   "an SGLang DP rank; never summed over ranks).", labels=rlab)
+        blocks = GaugeMetricFamily("kvdash_engine_kv_pool_blocks", "One pool of the engine, blocks.", labels=rlab)
+        used = GaugeMetricFamily("kvdash_engine_kv_used_tokens", "Tokens in use in one pool.", labels=rlab)
+        usage = GaugeMetricFamily("kvdash_engine_kv_usage_ratio", "One pool's KV usage, 0 to 1.", labels=rlab)
+        running = GaugeMetricFamily("kvdash_engine_requests_running", "Requests one pool is running (totals only).",
+                                    labels=rlab)
+        waiting = GaugeMetricFamily("kvdash_engine_requests_waiting", "Requests waiting for one pool (totals only).",
+                                    labels=rlab)
+        evictable = GaugeMetricFamily("kvdash_engine_kv_evictable_tokens",
+                                      "SGLang: cached tokens that can be evicted, one pool.", labels=rlab)
+        kind_usage = GaugeMetricFamily("kvdash_engine_kv_usage_by_kind_ratio",
+                                       "SGLang hybrids: usage of the full / swa / mamba pool.", labels=rlab + ["kind"])
+        asleep = GaugeMetricFamily("kvdash_engine_sleeping", "vLLM: 1 when the engine sleeps (engine_sleep_state).",
+                                   labels=rlab + ["level"])
+        queries = CounterMetricFamily("kvdash_engine_prefix_cache_queries", "Prefix-cache queries, tokens (vLLM).",
+                                      labels=lab)
+        hits = CounterMetricFamily("kvdash_engine_prefix_cache_hits", "Prefix-cache hits, tokens (vLLM).", labels=lab)
+        ext_q = CounterMetricFamily("kvdash_engine_external_prefix_cache_queries",
+                                    "KV-connector prefix-cache queries, tokens (vLLM).", labels=lab)
+        ext_h = CounterMetricFamily("kvdash_engine_external_prefix_cache_hits",
+                                    "KV-connector prefix-cache hits, tokens (vLLM).", labels=lab)
+        preempt = CounterMetricFamily("kvdash_engine_preemptions", "Preemptions (vLLM) or retractions (SGLang).",
+                                      labels=lab)
+        hit_ratio = GaugeMetricFamily("kvdash_engine_prefix_cache_hit_ratio",
+                                      "Prefix-cache hit rate since start, 0 to 1 (SGLang: the worst rank's gauge).",
+                                      labels=lab)
+        by_reason = GaugeMetricFamily("kvdash_engine_requests_waiting_by_reason",
+                                      "vLLM: waiting requests by reason (capacity, deferred).", labels=lab + ["reason"])
+        offload = GaugeMetricFamily("kvdash_engine_offload_tokens", "The offload tier (SGLang HiCache host pool), "
+                                    "tokens.", labels=lab + ["what"])
+        offload_size = GaugeMetricFamily("kvdash_engine_offload_size_bytes",
+                                         "vLLM native KV offloading: --kv-offloading-size (GiB x 2^30).", labels=lab)
         diff = GaugeMetricFamily("kvdash_engine_pool_difference_tokens",
                                  "The engine's pool minus kvdash's analytical pool, tokens.", labels=lab)
         for slot in v["engines"]:
-            labels = [slot.url]
+            good = slot.good
+            model = (good.served_model if good else "")[:200]
+            labels = [slot.url, host, model]
             last = slot.reading
             up.add_metric(labels, 1.0 if last is not None and not last.error else 0.0)
-            good = slot.good
             if good is None:
                 continue
             age.add_metric(labels, now - (slot.good_at or now))
-            _set(tokens, labels, good.total_tokens)
-            _set(blocks, labels, good.num_gpu_blocks)
-            _set(usage, labels, good.kv_usage)
-            _set(running, labels, good.running)
-            _set(waiting, labels, good.waiting)
+            _set(bs, labels, good.block_size)
+            for pool in good.pools():
+                r = labels + [pool.rank]
+                _set(tokens, r, pool.total_tokens)
+                _set(blocks, r, pool.num_gpu_blocks)
+                _set(used, r, pool.used_tokens)
+                _set(usage, r, pool.kv_usage)
+                _set(running, r, pool.running)
+                _set(waiting, r, pool.waiting)
+                _set(evictable, r, pool.evictable_tokens)
+                for kind, value in pool.usage_by_kind.items():
+                    kind_usage.add_metric(r + [kind], value)
+                if pool.sleep:
+                    asleep.add_metric(r + [pool.sleep], 0.0 if pool.sleep == "awake" else 1.0)
+            for fam, value in ((queries, good.prefix_queries), (hits, good.prefix_hits),
+                               (ext_q, good.external_queries), (ext_h, good.external_hits),
+                               (preempt, good.preemptions)):
+                if value is not None:
+                    fam.add_metric(labels, float(value))
+            _set(hit_ratio, labels, good.prefix_hit_rate)
+            for reason, n in sorted(good.waiting_by_reason.items()):
+                by_reason.add_metric(labels + [reason], float(n))
+            for what in ("host_total_tokens", "host_used_tokens"):
+                if isinstance(good.offload.get(what), int):
+                    offload.add_metric(labels + [what.removesuffix("_tokens")], float(good.offload[what]))
+            size = good.offload.get("size_gib")
+            if size is not None:
+                try:
+                    offload_size.add_metric(labels, float(size) * 2**30)
+                except ValueError:
+                    pass
             if kv.get("ok"):
                 _set(diff, labels, compare_engine(good, kv).get("difference_tokens"))
-        yield from (up, age, tokens, blocks, usage, running, waiting, diff)
+        yield from (up, age, bs, tokens, blocks, used, usage, running, waiting, evictable, kind_usage, asleep,
+                    queries, hits, ext_q, ext_h, preempt, hit_ratio, by_reason, offload, offload_size, diff)

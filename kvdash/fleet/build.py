@@ -28,15 +28,17 @@ from typing import Any
 from kvdash.core import formulas as f
 from kvdash.errors import InputError
 from kvdash.fleet.client import Series
-from kvdash.live.analysis import LiveConfig, analyze, compare_engine
+from kvdash.live.analysis import LiveConfig, analyze, compare_engine, same_model
 from kvdash.sources.base import GPUReading, Snapshot
-from kvdash.sources.engine import EngineReading
+from kvdash.sources.engine import EngineReading, RankReading, Sample, tightest, reading_from_samples
 
 MiB = 2**20
 DCGM_FIELD = {"DCGM_FI_DEV_FB_USED": "used", "DCGM_FI_DEV_FB_FREE": "free", "DCGM_FI_DEV_FB_RESERVED": "reserved"}
 KVDASH_FIELD = {"kvdash_gpu_memory_used_bytes": "used", "kvdash_gpu_memory_free_bytes": "free",
                 "kvdash_gpu_memory_reserved_bytes": "reserved", "kvdash_gpu_memory_total_bytes": "total"}
 
+
+ENGINE_STALE_S = 30.0  # an exporter's engine reading older than this is shown stale and left out of totals
 
 ASSUMPTIONS = [
     "DCGM framebuffer figures are MiB (2^20 B); a GPU's total is used + free + reserved",
@@ -47,7 +49,12 @@ ASSUMPTIONS = [
     "free KV = each engine's pool minus its used tokens (the engine's own figures); in bytes at kvdash's bytes "
     "per token of the model on one rank x --tp",
     "requests that fit now = free // (ceil(length / B) x B) per engine, B its block size (SGLang: 1)",
-    "a target whose last scrape failed (up == 0) is listed as down under its host",
+    "a target whose last scrape failed (up == 0) is listed as down under its host (named as in the last hour)",
+    "an engine is read as kvdash live reads it: each vLLM engine and each SGLang DP rank is one pool (never "
+    "summed or averaged); an engine kvdash exporter reports down, or whose reading is older than "
+    f"{ENGINE_STALE_S:g} s, is listed but left out of the totals",
+    "an engine serving another model than --model is not comparable: no kvdash pool beside it, its free KV "
+    "not converted to bytes",
 ]
 
 
@@ -110,8 +117,16 @@ def _gpu_reading(row: dict[str, Any]) -> GPUReading:
                       reserved_bytes=row["reserved_bytes"])
 
 
+POOL_SERIES = frozenset({"kvdash_engine_kv_pool_tokens", "kvdash_engine_kv_pool_blocks", "kvdash_engine_kv_used_tokens",
+                         "kvdash_engine_kv_usage_ratio", "kvdash_engine_requests_running",
+                         "kvdash_engine_requests_waiting"})
+
+
 def _engines(series: list[Series]) -> dict[tuple[str, str], dict[str, Any]]:
-    """{(instance, engine label): {kind, model_name, hostname, figures...}} from vLLM and SGLang series."""
+    """{(instance, exporter engine label or ""): {kind, job, model_name, hostname, samples}}: every engine
+    server Prometheus scrapes (one per instance: vLLM's engines and SGLang's DP ranks are read inside
+    it by :func:`kvdash.sources.engine.reading_from_samples`, the rules ``kvdash live`` applies to one
+    page), and every engine ``kvdash exporter`` reports (one per ``engine`` label)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for s in series:
         name = s.labels.get("__name__", "")
@@ -119,51 +134,58 @@ def _engines(series: list[Series]) -> dict[tuple[str, str], dict[str, Any]]:
             "exporter" if name.startswith("kvdash_engine_") else ""
         if not kind:
             continue
-        key = (s.labels.get("instance", ""), s.labels.get("engine", "") if kind != "sglang" else "")
-        e = out.setdefault(key, {"kind": kind, "job": s.labels.get("job", ""), "model_name": "", "hostname": ""})
+        key = (s.labels.get("instance", ""), s.labels.get("engine", "") if kind == "exporter" else "")
+        e = out.setdefault(key, {"kind": kind, "job": s.labels.get("job", ""), "model_name": "", "hostname": "",
+                                 "samples": []})
+        if kind != "exporter" and e["kind"] == "exporter":
+            e["kind"] = kind
         if s.labels.get("model_name"):
             e["model_name"] = s.labels["model_name"]
         if s.labels.get("hostname"):
             e["hostname"] = s.labels["hostname"]
-        e.setdefault("values", {})
-        # a family summed over its series (e.g. one per model served), as kvdash live does on one engine
-        e["values"][name] = e["values"].get(name, 0.0) + s.value
-        if name == "vllm:cache_config_info":
-            e["cache_config"] = s.labels
+        e["samples"].append(Sample(name, s.labels, s.value))
     return out
 
 
-def _reading(url: str, e: dict[str, Any]) -> EngineReading:
-    v: dict[str, float] = e.get("values", {})
-    if e["kind"] == "vllm":
-        info = e.get("cache_config", {})
-        blocks = int(float(info["num_gpu_blocks"])) if info.get("num_gpu_blocks", "").replace(".", "").isdigit() \
-            else None
-        bs = int(info["block_size"]) if info.get("block_size", "").isdigit() else None
-        usage = v.get("vllm:kv_cache_usage_perc", v.get("vllm:gpu_cache_usage_perc"))
-        total = blocks * bs if blocks is not None and bs else None
-        return EngineReading(url=url, kind="vllm", kv_usage=usage, running=_int(v.get("vllm:num_requests_running")),
-                             waiting=_int(v.get("vllm:num_requests_waiting")), num_gpu_blocks=blocks, block_size=bs,
-                             total_tokens=total, used_tokens=None if usage is None or total is None
-                             else int(round(usage * total)), cache_dtype=info.get("cache_dtype", ""),
-                             gpu_memory_utilization=info.get("gpu_memory_utilization", ""))
-    if e["kind"] == "exporter":  # an engine as kvdash exporter read it
-        total = _int(v.get("kvdash_engine_kv_pool_tokens"))
+def _exporter_reading(url: str, e: dict[str, Any]) -> tuple[EngineReading, str]:
+    """An engine as ``kvdash exporter`` published it (one series per pool, label ``rank``), and its state:
+    "up", "down" (kvdash_engine_up 0) or "stale" (its last good reading older than ENGINE_STALE_S)."""
+    by_rank: dict[str, dict[str, float]] = {}
+    up, age, block_size = None, None, None
+    for s in e["samples"]:
+        if s.name == "kvdash_engine_up":
+            up = s.value
+        elif s.name == "kvdash_engine_reading_age_seconds":
+            age = s.value
+        elif s.name == "kvdash_engine_block_size_tokens":
+            block_size = _int(s.value)
+        elif s.name in POOL_SERIES:
+            by_rank.setdefault(s.labels.get("rank", "0"), {})[s.name] = s.value
+    pools = []
+    for rank in sorted(by_rank, key=lambda r: (len(r), r)):
+        v = by_rank[rank]
+        total, usage = _int(v.get("kvdash_engine_kv_pool_tokens")), v.get("kvdash_engine_kv_usage_ratio")
         blocks = _int(v.get("kvdash_engine_kv_pool_blocks"))
-        usage = v.get("kvdash_engine_kv_usage_ratio")
-        return EngineReading(url=url, kind="exporter", kv_usage=usage, num_gpu_blocks=blocks,
-                             block_size=total // blocks if total is not None and blocks else None,
-                             running=_int(v.get("kvdash_engine_requests_running")),
-                             waiting=_int(v.get("kvdash_engine_requests_waiting")), total_tokens=total,
-                             used_tokens=None if usage is None or total is None else int(round(usage * total)))
-    total = _int(v.get("sglang:max_total_num_tokens"))
-    usage = v.get("sglang:token_usage")
-    used = _int(v.get("sglang:num_used_tokens"))
-    if used is None and usage is not None and total is not None:
-        used = int(round(usage * total))
-    return EngineReading(url=url, kind="sglang", kv_usage=usage, running=_int(v.get("sglang:num_running_reqs")),
-                         waiting=_int(v.get("sglang:num_queue_reqs")), block_size=1, total_tokens=total,
-                         used_tokens=used)
+        if block_size is None and total is not None and blocks:
+            block_size = total // blocks
+        pools.append(RankReading(rank=rank, total_tokens=total, kv_usage=usage,
+                                 num_gpu_blocks=blocks,
+                                 used_tokens=_int(v.get("kvdash_engine_kv_used_tokens")),
+                                 running=_int(v.get("kvdash_engine_requests_running")),
+                                 waiting=_int(v.get("kvdash_engine_requests_waiting"))))
+    state = "down" if up == 0 else "stale" if age is not None and age > ENGINE_STALE_S else "up"
+    tight = tightest(pools)
+    reading = EngineReading(url=url, kind="exporter", block_size=block_size,
+                            served_model=e["model_name"], ranks=tuple(pools) if len(pools) > 1 else (),
+                            total_tokens=tight.total_tokens if tight else None,
+                            num_gpu_blocks=tight.num_gpu_blocks if tight else None,
+                            used_tokens=tight.used_tokens if tight else None,
+                            kv_usage=max((p.kv_usage for p in pools if p.kv_usage is not None), default=None),
+                            running=pools[0].running if len(pools) == 1 else None,
+                            waiting=pools[0].waiting if len(pools) == 1 else None)
+    if len(pools) == 1:
+        reading = replace(reading, ranks=(), kv_usage=pools[0].kv_usage)
+    return reading, state if pools or up is not None else "up"
 
 
 def _compare(cache: dict[Any, dict[str, Any]], reading: EngineReading, kv: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +239,10 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
         h = host(name)
         h["source"] = kind
         h["gpus"] = sorted((_gpu_row(g) for g in per_gpu.values()), key=lambda r: (r["gpu"], r["uuid"]))
+    for s in results.get("host_names", []):  # names seen in the last hour: a stopped exporter's host keeps its own
+        named = s.labels.get("hostname") or s.labels.get("Hostname")
+        if named:
+            aliases.setdefault(instance_host(s.labels.get("instance", "")), named)
     for s in results.get("targets", []):
         inst = s.labels.get("instance", "")
         h = host(aliases.get(instance_host(inst), instance_host(inst)))
@@ -227,6 +253,7 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
     analyses = _Analyses(cfg)
     lengths = cfg.lengths
     engines_out = []
+    model_name = cfg.architecture().name
     compared: dict[Any, dict[str, Any]] = {}
     found = _engines(results.get("engines", []))
     scraped = {e["hostname"] or aliases.get(instance_host(inst), instance_host(inst))
@@ -236,34 +263,57 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
         if e["kind"] == "exporter" and name in scraped:
             continue  # Prometheus scrapes this host's engines itself: count each engine once
         h = host(name)
-        reading = _reading(inst, e)
-        kv = analyses.get(h["gpus"], reading, lengths)
-        row: dict[str, Any] = {
-            "host": name, "instance": inst, "engine": label, "job": e["job"], "kind": e["kind"],
-            "model_name": e["model_name"], "num_gpu_blocks": reading.num_gpu_blocks, "block_size": reading.block_size,
-            "pool_tokens": reading.total_tokens, "usage": reading.kv_usage, "used_tokens": reading.used_tokens,
-            "free_tokens": None if reading.total_tokens is None or reading.used_tokens is None
-            else reading.total_tokens - reading.used_tokens,
-            "running": reading.running, "waiting": reading.waiting,
-            "cache_dtype": reading.cache_dtype, "gpu_memory_utilization": reading.gpu_memory_utilization,
-            "kvdash_ok": bool(kv.get("ok")), "kvdash_notes": list(kv.get("notes", [])),
-        }
-        if kv.get("ok"):
-            cmp = _compare(compared, reading, kv)
-            row.update({"kvdash_tokens": kv["token_slots"], "kvdash_pool_blocks": kv["pool_blocks"],
-                        "kvdash_budget_bytes": kv["budget_bytes"], "kvdash_paged_requests": kv["paged_requests"],
-                        "kvdash_contiguous_requests": kv["contiguous_requests"],
-                        "difference_tokens": cmp.get("difference_tokens"), "explain": cmp.get("explain", "")})
-        h["engines"].append(row)
-        engines_out.append(row)
+        if e["kind"] == "exporter":
+            reading, state = _exporter_reading(inst, e)
+            age = next((x.value for x in e["samples"] if x.name == "kvdash_engine_reading_age_seconds"), None)
+        else:
+            reading, state, age = reading_from_samples(inst, e["samples"]), "up", None
+        served = e["model_name"] or reading.served_model
+        comparable = not served or same_model(served, model_name, cfg.model)
+        pools = reading.pools()
+        for pool in pools:
+            one = replace(reading, ranks=(), total_tokens=pool.total_tokens, used_tokens=pool.used_tokens,
+                          kv_usage=pool.kv_usage, num_gpu_blocks=pool.num_gpu_blocks)
+            kv = analyses.get(h["gpus"], one, lengths)
+            used = pool.used_tokens
+            if used is None and pool.kv_usage is not None and pool.total_tokens is not None:
+                used = int(round(pool.kv_usage * pool.total_tokens))
+            row: dict[str, Any] = {
+                "host": name, "instance": inst, "engine": label or (pool.rank if len(pools) > 1 or e["kind"] == "vllm"
+                                                                     else ""),
+                "rank": pool.rank, "job": e["job"], "kind": e["kind"], "model_name": served, "state": state,
+                "reading_age_s": age,
+                "comparable": comparable,
+                "num_gpu_blocks": pool.num_gpu_blocks, "block_size": reading.block_size,
+                "pool_tokens": pool.total_tokens, "usage": pool.kv_usage, "used_tokens": used,
+                "free_tokens": None if pool.total_tokens is None or used is None else pool.total_tokens - used,
+                "running": pool.running, "waiting": pool.waiting,
+                "cache_dtype": reading.cache_dtype, "gpu_memory_utilization": reading.gpu_memory_utilization,
+                "kvdash_ok": bool(kv.get("ok")) and comparable,
+                "kvdash_notes": list(kv.get("notes", [])) + ([] if comparable else [
+                    f"not comparable: the engine serves {served}, kvdash's pool is for {model_name} (choose the "
+                    "served model with m or --model)"]),
+            }
+            if label and len(pools) > 1:
+                row["engine"] = f"{label} rank {pool.rank}"
+            if kv.get("ok") and comparable:
+                cmp = _compare(compared, one, kv)
+                row.update({"kvdash_tokens": kv["token_slots"], "kvdash_pool_blocks": kv["pool_blocks"],
+                            "kvdash_budget_bytes": kv["budget_bytes"], "kvdash_paged_requests": kv["paged_requests"],
+                            "kvdash_contiguous_requests": kv["contiguous_requests"],
+                            "difference_tokens": cmp.get("difference_tokens"), "explain": cmp.get("explain", "")})
+            h["engines"].append(row)
+            engines_out.append(row)
     engines_out.sort(key=lambda e: (e["host"], e["instance"], e["engine"]))
     out_hosts = []
     for name in sorted(hosts):
         h = hosts[name]
         h["engines"].sort(key=lambda e: (e["instance"], e["engine"]))
         h["down_targets"].sort(key=lambda t: (t["job"], t["instance"]))
-        h["status"] = "down" if h["down_targets"] and not h["targets_up"] and not h["gpus"] else \
-            "degraded" if h["down_targets"] else "up"
+        dead = any(e.get("state", "up") != "up" for e in h["engines"])
+        h["status"] = "down" if h["down_targets"] and not h["targets_up"] and not h["gpus"] and not \
+            any(e.get("state", "up") == "up" for e in h["engines"]) else \
+            "degraded" if h["down_targets"] or dead else "up"
         gs = h["gpus"]
         h["total_bytes"] = sum(g["total_bytes"] or 0 for g in gs)
         h["used_bytes"] = sum(g["used_bytes"] or 0 for g in gs)
@@ -299,9 +349,14 @@ def totals(hosts: list[dict[str, Any]], engines: list[dict[str, Any]], cfg: Live
     """Fleet totals.  Free KV: each engine's pool minus its used tokens (the engine's own figures);
     in bytes at kvdash's bytes per token of the model, per rank x ``--tp`` ranks.  Requests that fit,
     per length: ``free // request_slots(length, engine block size)`` summed over engines (now), the
-    same over the whole engine pools, and kvdash's analytical paged count summed over engines."""
+    same over the whole engine pools, and kvdash's analytical paged count summed over engines.  Only
+    engines whose reading is live count (an exporter's engine that is down or stale is left out); free KV
+    in bytes only over engines of the model kvdash analyses (others are not comparable)."""
     gpus = [g for h in hosts for g in h["gpus"]]
+    listed = engines
+    engines = [e for e in engines if e.get("state", "up") == "up"]
     free_tokens = sum(e["free_tokens"] for e in engines if e["free_tokens"] is not None)
+    free_same = sum(e["free_tokens"] for e in engines if e["free_tokens"] is not None and e.get("comparable", True))
     fit = []
     for n in cfg.lengths:
         now = pools = 0
@@ -321,13 +376,15 @@ def totals(hosts: list[dict[str, Any]], engines: list[dict[str, Any]], cfg: Live
         "gpu_used_bytes": sum(g["used_bytes"] or 0 for g in gpus),
         "gpu_free_bytes": sum(g["free_bytes"] or 0 for g in gpus),
         "engines": len(engines),
+        "engines_down": sum(e.get("state", "up") != "up" for e in listed),
+        "engines_not_comparable": sum(not e.get("comparable", True) for e in engines),
         "running": sum(e["running"] or 0 for e in engines),
         "waiting": sum(e["waiting"] or 0 for e in engines),
         "engine_pool_tokens": sum(e["pool_tokens"] or 0 for e in engines),
         "kvdash_pool_tokens": sum(e.get("kvdash_tokens") or 0 for e in engines),
         "free_kv_tokens": free_tokens,
         "kv_bytes_per_token": bytes_per_token_rank * cfg.tp,
-        "free_kv_bytes": free_tokens * bytes_per_token_rank * cfg.tp,
+        "free_kv_bytes": free_same * bytes_per_token_rank * cfg.tp,
         "requests_fit": fit,
         "kvdash_paged_requests": sum(e.get("kvdash_paged_requests") or 0 for e in engines),
     }

@@ -30,11 +30,15 @@ DCGM_MEMORY_SERIES = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV
 KVDASH_MEMORY_SERIES = ("kvdash_gpu_memory_used_bytes", "kvdash_gpu_memory_free_bytes",
                         "kvdash_gpu_memory_reserved_bytes", "kvdash_gpu_memory_total_bytes")
 VLLM_SERIES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cache_config_info",
-               "vllm:num_requests_running", "vllm:num_requests_waiting")
-KVDASH_ENGINE_SERIES = ("kvdash_engine_kv_pool_tokens", "kvdash_engine_kv_pool_blocks", "kvdash_engine_kv_usage_ratio",
-                        "kvdash_engine_requests_running", "kvdash_engine_requests_waiting")
+               "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_requests_waiting_by_reason",
+               "vllm:engine_sleep_state")
+KVDASH_ENGINE_SERIES = ("kvdash_engine_up", "kvdash_engine_reading_age_seconds", "kvdash_engine_block_size_tokens",
+                        "kvdash_engine_kv_pool_tokens", "kvdash_engine_kv_pool_blocks", "kvdash_engine_kv_used_tokens",
+                        "kvdash_engine_kv_usage_ratio", "kvdash_engine_requests_running",
+                        "kvdash_engine_requests_waiting")
 SGLANG_SERIES = ("sglang:max_total_num_tokens", "sglang:token_usage", "sglang:num_used_tokens",
-                 "sglang:num_running_reqs", "sglang:num_queue_reqs")
+                 "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:page_size", "sglang:kv_evictable_tokens",
+                 "sglang:full_token_usage", "sglang:swa_token_usage", "sglang:mamba_usage")
 
 
 def _names(names: tuple[str, ...]) -> str:
@@ -56,5 +60,8 @@ FLEET: dict[str, str] = {
     "engines": _names(VLLM_SERIES + SGLANG_SERIES + KVDASH_ENGINE_SERIES),
     # every target Prometheus scrapes: 1 when the last scrape worked, 0 when it failed
     "targets": "up",
+    # the host name each exporter target had in the last hour, so a stopped exporter's host keeps its name
+    "host_names": 'max by (instance, hostname, Hostname) '
+                  '(last_over_time({__name__=~"kvdash_info|DCGM_FI_DEV_FB_USED"}[1h]))',
 }
 

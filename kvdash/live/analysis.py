@@ -110,7 +110,10 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
     else:
         auto_estimate = None
     if not ranks:
-        return {"ok": False, "notes": notes or ["no GPU memory readings"], "model": arch.name}
+        out_bad: dict[str, Any] = {"ok": False, "notes": notes or ["no GPU memory readings"], "model": arch.name}
+        if engine is not None:  # the engine's own figures still show (a machine without NVML)
+            out_bad["engine"] = compare_engine(engine, out_bad, arch.name, cfg.model)
+        return out_bad
     tight = min(ranks, key=lambda r: r.pool_blocks)
     budget = tight.budget_bytes
     inp = CalcInput(arch=arch, kv_dtype=cfg.kv_dtype, block_size=cfg.block_size, tp=cfg.tp,
@@ -271,9 +274,16 @@ def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = 
         if model_differs:
             row["model_note"] = (f"the engine serves {engine.served_model}, kvdash analyses {model_name}: "
                                  "their pools are not comparable (choose the served model with m or --model)")
-    if engine.ranks:
+    if len(engine.ranks) > 1:
         row["dp_ranks"] = [{"rank": r.rank, "total_tokens": r.total_tokens, "used_tokens": r.used_tokens,
-                            "kv_usage": r.kv_usage} for r in engine.ranks]
+                            "kv_usage": r.kv_usage, "running": r.running, "waiting": r.waiting}
+                           for r in engine.ranks]
+    if "token_slots" not in kv:
+        row["explain"] = "kvdash has no pool to compare with (" + "; ".join(kv.get("notes", [])) + \
+            "): give --budget SIZE or --gpu, or --budget-mode engine"
+        if engine.num_gpu_blocks is not None and engine.block_size:
+            row["engine_own_blocks"], row["engine_block_size"] = engine.num_gpu_blocks, engine.block_size
+        return row
     if engine.total_tokens is None:
         why = engine.invalid.get("num_gpu_blocks") or engine.invalid.get("total_tokens")
         row["explain"] = ("the engine does not report its pool size (vLLM: vllm:cache_config_info)"
@@ -290,7 +300,14 @@ def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = 
         row["used_blocks"] = engine.used_tokens // bs * groups + (groups if engine.used_tokens % bs else 0)
     elif engine.kv_usage is not None:
         row["used_blocks"] = int(engine.kv_usage * engine_blocks)
-    row["engine_blocks"] = engine_blocks
+    row["engine_blocks"] = engine_blocks  # in kvdash's blocks, for the bar beside kvdash's pool
+    if engine.num_gpu_blocks is not None and engine.block_size:  # the engine's own, whatever kvdash's b says
+        row["engine_own_blocks"] = engine.num_gpu_blocks
+        row["engine_block_size"] = engine.block_size
+        if engine.used_tokens is not None:
+            row["engine_used_own_blocks"] = -(-engine.used_tokens // engine.block_size)
+        elif engine.kv_usage is not None:
+            row["engine_used_own_blocks"] = int(engine.kv_usage * engine.num_gpu_blocks)
     reasons: list[str] = []
     if model_differs:
         reasons.append("a different model (above)")

@@ -65,12 +65,40 @@ def engine_line(e: dict[str, Any]) -> Text:
     """``vllm :8000 #0 42.1% r12 w3 pool 1,448,208 kvdash 1,234,567 (+213,641)``."""
     where = e["instance"].rsplit(":", 1)[-1] if ":" in e["instance"] else e["instance"]
     out = Text(f"{e['kind']:<6} :{where}{' #' + e['engine'] if e['engine'] else ''} ", style="cyan")
+    state = e.get("state", "up")
+    if state != "up":
+        age = e.get("reading_age_s")
+        out.append(f"{state.upper()}{f' {age:,.0f} s old' if age is not None else ''} ", style="bold red")
     out.append(f"{_pct(e['usage']):>6} r{e['running'] if e['running'] is not None else '-'} "
-               f"w{e['waiting'] if e['waiting'] is not None else '-'} pool {_n(e['pool_tokens'])}")
-    if e.get("kvdash_tokens") is not None:
+               f"w{e['waiting'] if e['waiting'] is not None else '-'} pool {_n(e['pool_tokens'])}",
+               style="dim" if state != "up" else "")
+    if not e.get("comparable", True):
+        out.append(" not comparable", style="yellow")
+    elif e.get("kvdash_tokens") is not None:
         out.append(f" kvdash {_n(e['kvdash_tokens'])} ({_signed(e.get('difference_tokens'))})")
     else:
         out.append(" kvdash n/a", style="dim")
+    return out
+
+
+def engine_details(fleet: dict[str, Any] | None) -> Text:
+    """The fleet's ``v`` view: every engine pool with its state, reading age, model and figures."""
+    out = Text()
+    if not fleet:
+        return Text("no reading yet", style="dim")
+    if not fleet["engines"]:
+        return Text("no engines in this Prometheus", style="dim")
+    for e in fleet["engines"]:
+        age = e.get("reading_age_s")
+        out.append(f"{e['host']} {e['instance']}{' #' + e['engine'] if e['engine'] else ''}\n", style="bold")
+        out.append(f"  {e['kind']} {e.get('model_name') or '(model not published)'}: {e.get('state', 'up')}"
+                   f"{f', reading {age:,.1f} s old' if age is not None else ''}"
+                   f"{'' if e.get('comparable', True) else ', not comparable with ' + fleet['config']['model']}\n")
+        out.append(f"  pool {_n(e['pool_tokens'])} tokens ({_n(e['num_gpu_blocks'])} blocks of "
+                   f"{e['block_size'] or '-'}), usage {_pct(e['usage'])}, running {e['running']}, "
+                   f"waiting {e['waiting']}\n")
+        for note in e.get("kvdash_notes", []):
+            out.append(f"  {note}\n", style="dim")
     return out
 
 

@@ -215,6 +215,25 @@ def _na(r: dict[str, Any], key: str, text: str | None = None) -> str:
     return f"n/a ({why})" if why else "n/a"
 
 
+def offload_text(off: dict[str, Any]) -> str:
+    """``vLLM native offloading (native): 64.0 GiB``; ``SGLang HiCache (host memory): 900,000 of 2,400,000
+    tokens``; transfer counters where the engine publishes them."""
+    parts = []
+    if off.get("size_gib") is not None:
+        parts.append(f"{off['size_gib']} GiB")
+    if off.get("host_total_tokens") is not None:
+        used = off.get("host_used_tokens")
+        parts.append(f"{'n/a' if used is None else f'{used:,}'} of {off['host_total_tokens']:,} tokens used")
+    for key, word in (("loaded_bytes", "loaded"), ("stored_bytes", "stored")):
+        if isinstance(off.get(key), int | float):
+            parts.append(f"{word} {int(off[key]):,} B")
+    return f"{off.get('tier', 'offload')}: " + (", ".join(parts) or "on")
+
+
+def _opt(v: Any) -> str:
+    return "n/a" if v is None else f"{v:,}"
+
+
 def engine_rows(eng: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(label, value, style) rows of the engine's own figures."""
     rows: list[tuple[str, str, str]] = []
@@ -226,19 +245,50 @@ def engine_rows(eng: dict[str, Any]) -> list[tuple[str, str, str]]:
     if eng.get("served_model"):
         rows.append(("served model", eng["served_model"], "bold yellow" if eng.get("model_differs") else ""))
     usage = _na(r, "kv_usage", f"{100 * r['kv_usage']:.1f}%" if r.get("kv_usage") is not None else None)
-    if "used_blocks" in eng:
+    if "engine_used_own_blocks" in eng:  # the engine's own blocks of its own size (never kvdash's b)
+        usage += (f" ({eng['engine_used_own_blocks']:,} of {eng['engine_own_blocks']:,} blocks of "
+                  f"{eng['engine_block_size']})")
+    elif "used_blocks" in eng:
         usage += f" ({eng['used_blocks']:,} of {eng['engine_blocks']:,} blocks)"
+    if len(eng.get("dp_ranks", [])) > 1:
+        usage += " worst pool"
     rows.append(("engine KV usage", usage, ""))
     word = "retractions" if r.get("kind") == "sglang" else "preemptions"
     rows.append((f"running | waiting | {word}",
                  f"{_na(r, 'running')} | {_na(r, 'waiting')} | {_na(r, 'preemptions')}", ""))
     hit = _na(r, "prefix_hit_rate", f"{100 * r['prefix_hit_rate']:.1f}%" if r.get("prefix_hit_rate") is not None
               else None)
+    w = eng.get("window") or {}
+    if w.get("prefix_hit_rate") is not None or w.get("preemptions") is not None:
+        hit += f"; last {w['readings']} readings: " + (
+            f"{100 * w['prefix_hit_rate']:.1f}%" if w.get("prefix_hit_rate") is not None else "n/a")
     rows.append(("prefix cache hit rate", hit, ""))
+    if w.get("preemptions") is not None:
+        rows.append((f"{word}, last {w['readings']} readings", f"{w['preemptions']:,}", ""))
+    if r.get("external_queries"):
+        ext = f"{100 * r['external_hits'] / r['external_queries']:.1f}% of {r['external_queries']:,} tokens"
+        if w.get("external_hit_rate") is not None:
+            ext += f"; last {w['readings']} readings {100 * w['external_hit_rate']:.1f}%"
+        rows.append(("KV-connector hits", ext, ""))
+    if r.get("waiting_by_reason") and any(r["waiting_by_reason"].values()):
+        rows.append(("waiting by reason", ", ".join(f"{k} {v:,}" for k, v in sorted(r["waiting_by_reason"].items())),
+                     ""))
+    if r.get("sleep") and r["sleep"] != "awake":
+        rows.append(("sleep state", r["sleep"], "bold yellow"))
+    if r.get("evictable_tokens") is not None:
+        rows.append(("evictable (cached) tokens", f"{r['evictable_tokens']:,}", ""))
+    for p in r.get("ranks") or []:
+        if p.get("usage_by_kind"):
+            kinds = ", ".join(f"{k} {100 * v:.1f}%" for k, v in p["usage_by_kind"].items())
+            rows.append((f"  usage by kind, rank {p['rank']}" if len(r["ranks"]) > 1 else "usage by kind", kinds, ""))
+    off = r.get("offload") or {}
+    if off:
+        rows.append(("offload tier", offload_text(off), ""))
     for rank in eng.get("dp_ranks", []):
         u = "n/a" if rank["kv_usage"] is None else f"{100 * rank['kv_usage']:.1f}%"
         pool = "n/a" if rank["total_tokens"] is None else f"{rank['total_tokens']:,}"
-        rows.append((f"  data-parallel rank {rank['rank']}", f"pool {pool} tokens, usage {u}", ""))
+        rows.append((f"  pool {rank['rank']} (DP rank)", f"{pool} tokens, usage {u}, r {_opt(rank.get('running'))} "
+                     f"w {_opt(rank.get('waiting'))}", ""))
     if "engine_tokens" in eng:
         rows.append(("engine pool vs kvdash", f"{eng['engine_tokens']:,} vs {eng['kvdash_tokens']:,} tokens "
                                               f"({eng['difference_tokens']:+,})", ""))

@@ -58,7 +58,78 @@ HEADERS = {
 
 def charts_for(spec: GridSpec) -> tuple[str, ...]:
     return CHARTS + (("simulation.svg",) if spec.simulate else ()) + (
-        ("simulation-capacity.svg",) if spec.simulate and spec.simulate.rates else ())
+        ("simulation-capacity.svg",) if spec.simulate and spec.simulate.rates else ()) + (
+        ("prefix-cache.svg",) if spec.prefix_cache and spec.prefix_cache.capacities else ())
+
+
+def _prefix_point(df: pl.DataFrame) -> dict[str, Any]:
+    return df.select("model", "kv_dtype", "tp", "block_size", "bytes_per_token", "block_bytes",
+                     "kv_token_slots").row(0, named=True)
+
+
+def _prefix_cache(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
+    """The ``prefix_cache:`` section: each point's hit rate, and the hit-rate curve per tier at the first point."""
+    pc = spec.prefix_cache
+    if pc is None:
+        return None
+    from kvdash.commands.simulate_prefix import _assumptions
+    from kvdash.core import tiers as T
+    from kvdash.sweep.simulation import prefix_curve, tier_spec
+
+    rows = []
+    for r in df.select("model", "kv_dtype", "tp", "kv_token_slots", "pc_gpu_tokens", "pc_cpu_tokens",
+                       "pc_hit_percent", "pc_requests_hit_percent", "pc_evictions").iter_rows(named=True):
+        cpu = r["pc_cpu_tokens"]
+        rows.append([str(r["model"]), str(r["kv_dtype"]), str(r["tp"]), f"{r['pc_gpu_tokens'] or 0:,}",
+                     "-" if cpu is None else "unbounded" if cpu == -1 else f"{cpu:,}",
+                     "-" if r["pc_hit_percent"] is None else f"{r['pc_hit_percent']:.2f}",
+                     "-" if r["pc_requests_hit_percent"] is None else f"{r['pc_requests_hit_percent']:.2f}",
+                     "-" if r["pc_evictions"] is None else f"{r['pc_evictions']:,}"])
+    first = _prefix_point(df)
+    ts = tier_spec(pc, first["kv_token_slots"], first["block_size"], first["bytes_per_token"], first["block_bytes"],
+                   first["tp"])
+    sized = {}
+    for name, size in pc.offload.items():
+        if size is not None:
+            sized[name] = (T.vllm_cpu_tier(size, first["block_bytes"], first["tp"], first["block_size"])
+                           if pc.rules == "vllm" else T.lmcache_tier(size, first["bytes_per_token"] * first["tp"]))
+    curve, curve_rows, tier_rows = [], [], []
+    if pc.capacities:
+        curve = prefix_curve(pc, first["block_size"], first["bytes_per_token"], first["block_bytes"], first["tp"],
+                             first["kv_token_slots"])
+        for pt in curve:
+            cap = "unbounded" if pt["capacity_tokens"] is None else f"{pt['capacity_tokens']:,}"
+            curve_rows.append([cap, *(f"{100 * t['hit_rate']:.2f}" for t in pt["tiers"].values()),
+                               f"{100 * pt['hit_rate']:.2f}"])
+            for name, t in pt["tiers"].items():
+                tier_rows.append([cap, name, f"{100 * t['hit_rate']:.2f}", f"{t['bytes_loaded']:,}",
+                                  f"{t['bytes_stored']:,}", f"{t['evictions']:,}",
+                                  "-" if t["occupancy_peak"] is None or not t["capacity_units"] else
+                                  f"{100 * t['occupancy_mean'] / t['capacity_units']:.1f}"])
+    w = pc.workload
+    setup = (f"{len(w):,} requests of {pc.label} ({w.note}), {w.prompt_tokens:,} prompt tokens, rules {pc.rules}"
+             + (f", CPU eviction {pc.cpu_policy}" if pc.rules == "vllm" else "")
+             + f"; the curve at the first point ({first['model']}, {first['kv_dtype']}, TP {first['tp']}) over the "
+             + (f"{curve[0]['tier']} tier's capacity" if curve else "-"))
+    return {"setup": setup, "rows": rows, "assumptions": _assumptions(pc.rules, ts, sized, T.gpu_host_link(None),
+                                                                      T.links()["nvme-gen4"], w, pc.concurrency),
+            "curve_head": ["capacity, tokens", *(list(curve[0]["tiers"]) if curve else []), "total"],
+            "curve_rows": curve_rows, "tier_rows": tier_rows, "curve": curve}
+
+
+def write_prefix_chart(ctx: dict[str, Any], out: Path) -> None:
+    """Hit rate against capacity, one stacked bar per capacity: each tier's share of prompt tokens, then misses."""
+    pc = ctx["prefix_cache"]
+    if not pc or not pc["curve"]:
+        return
+    colors = {"gpu": "#2f855a", "cpu": "#d69e2e", "disk": "#c05621"}
+    labels = [("unbounded" if pt["capacity_tokens"] is None else f"{pt['capacity_tokens']:,} tokens")
+              for pt in pc["curve"]]
+    names = list(pc["curve"][0]["tiers"])
+    parts = [(f"{n} hit", colors[n], [100 * pt["tiers"][n]["hit_rate"] for pt in pc["curve"]]) for n in names]
+    parts.append(("miss (prefilled)", "#cbd5e0", [100 * (1 - pt["hit_rate"]) for pt in pc["curve"]]))
+    _write(out / "prefix-cache.svg", svg.stacked_chart(labels, parts, "share of prompt tokens, %",
+                                                       f"hit rate against {pc['curve'][0]['tier']} tier capacity"))
 
 
 def gib(n: int | None) -> str:
@@ -888,16 +959,25 @@ def _exit_criteria(df: pl.DataFrame, verdicts: list[Verdict]) -> list[list[str]]
     rows.append(["historical 60-80 % waste and 2-4x throughput are scoped to their 2023 baselines",
                  "met" if hist else "not evaluable",
                  "; ".join(f"{v.claim.id}: {v.verdict}" for v in hist) or "claims not selected"])
+    replayed = "pc_hit_percent" in df.columns
     rows.append(["block-level paging is distinguished from prefix-cache matching and retention", "met",
                  "prefix figures assume the prefix blocks are already shared; matching, retention and eviction "
-                 "are engine policies outside this arithmetic"])
+                 "are engine policies outside this arithmetic" if not replayed else
+                 "paging is the capacity arithmetic; matching, retention and eviction are the prefix_cache "
+                 "replay (vLLM's block pool or LMCache's chunks), reported apart"])
     has_fp8 = df.select(Frame(df).is_in("kv_dtype", ["fp8", "fp8_e4m3", "fp8_e5m2", "int8"]).any()).item()
     rows.append(["FP8 capacity is marked idealized", "met" if has_fp8 else "not evaluable",
                  "every fp8/int8 point without per-token scales is labelled idealized" if has_fp8 else
                  "no fp8 point in this grid"])
-    rows.append(["offload and tiered-KV evaluations include latency, bandwidth and per-tier hit rates",
-                 "not evaluable", "capacity arithmetic gives offload sizes only (offload_useful_bytes, "
-                 "offload_allocated_bytes); transfer latency needs a benchmark"])
+    if replayed:
+        rows.append(["offload and tiered-KV evaluations include latency, bandwidth and per-tier hit rates",
+                     "met", "the prefix_cache section: per-tier hit rates, bytes loaded and stored, evictions, "
+                     "occupancy, and transfer times as bytes over each link's bandwidth (lower bounds, not "
+                     "measured latency)"])
+    else:
+        rows.append(["offload and tiered-KV evaluations include latency, bandwidth and per-tier hit rates",
+                     "not evaluable", "capacity arithmetic gives offload sizes only (offload_useful_bytes, "
+                     "offload_allocated_bytes); transfer latency needs a benchmark"])
     return rows
 
 
@@ -1125,8 +1205,9 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "sensitivity": _sensitivity(spec, df, labels, picks),
         "waste": _waste(df, spec),
         "charts": charts_for(spec),
-        "columns": RESULT_COLUMNS + (_simulation_columns(spec) if spec.simulate else []),
+        "columns": RESULT_COLUMNS + (_simulation_columns(spec) if spec.simulate else []) + _prefix_columns(spec),
         "simulation": _simulation(spec, df),
+        "prefix_cache": _prefix_cache(spec, df),
     }
     judged = judge_claims(spec, df) if verdicts is None else \
         verdicts.result() if isinstance(verdicts, Future) else verdicts
@@ -1140,6 +1221,12 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         f"not evaluable here (no point of the tutorial's configuration); the {len(evaluable)} that do not need "
         "one are in report.html")
     return ctx
+
+
+def _prefix_columns(spec: GridSpec) -> list[tuple[str, str, str]]:
+    from kvdash.sweep.simulation import prefix_columns
+
+    return prefix_columns(spec)
 
 
 def _simulation_columns(spec: GridSpec) -> list[tuple[str, str, str]]:
@@ -1361,6 +1448,7 @@ def _write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[
                 if spec.simulate.rates:
                     write_capacity_chart(spec, expanded.frame, tmp)
             ctx = build_context(spec, expanded, main, verdicts)
+            write_prefix_chart(ctx, tmp)
             step("report.md")  # rendered while the results file may still be being written
             (tmp / "report.md").write_text(render_markdown(ctx), encoding="utf-8")
             svgs = {name: _strip_xml_header((tmp / name).read_text(encoding="utf-8")) for name in charts_for(spec)}

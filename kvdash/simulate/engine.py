@@ -9,8 +9,8 @@ and leaves at the end of the step in which it reaches its final length.
 
 Policies share one pool of ``capacity`` token slots:
 
-* contiguous ``max`` / ``pow2`` / ``oracle`` reserve ``max_len`` / the next power of two of the final
-  length / the final length, placed by a first-fit allocator over the whole pool or by a binary buddy
+* contiguous ``max`` / ``pow2`` / ``oracle`` reserve ``max_len`` / the prompt plus the next power of two
+  of the output (the paper's rule) / the final length, placed by a first-fit allocator or by a buddy
   allocator (Orca's, as the PagedAttention paper ran it) over the pool split into power-of-two regions,
   which rounds every reservation up to a power of two;
 * ``paged``: blocks of ``block_size`` slots taken as tokens arrive; when the pool runs out the newest
@@ -362,7 +362,7 @@ def check_pool(policy: str, reqs: Requests, capacity_slots: int, block_size: int
                              f"the pool cannot hold even the longest request ({int(reqs.final.max()):,} tokens)")
         return None
     reserve = {"max": np.full(len(reqs.final), max_len, dtype=np.int64),
-               "pow2": f.pow2_reservation(reqs.final, max_len), "oracle": reqs.final}[policy]
+               "pow2": f.pow2_output_reservation(reqs.prompt, reqs.final, max_len), "oracle": reqs.final}[policy]
     biggest = int(reserve.max())
     if allocator == "buddy":
         biggest = 1 << max(0, (biggest - 1).bit_length())

@@ -33,7 +33,7 @@ def gap_notes(policy: str, allocator: str, synthetic: bool, shares: dict[str, fl
                      "max length (15,728 // 2,048 = 7 at the paper's setup) whatever the lengths; its shares "
                      "depend on the lengths only through the mean")
     elif policy == "pow2":
-        notes.append(f"Pow2's rounding waste depends on where each final length falls between two powers of two: "
+        notes.append(f"Pow2's rounding waste depends on where each output length falls between two powers of two: "
                      f"{lengths}")
         notes.append("the paper's 41.6 % external & others is larger than the simulated external + free; the "
                      "paper does not break that share down, so its 'others' (memory its Orca reimplementation "

@@ -61,7 +61,8 @@ class VisualSimulation:
 
     def _reserve(self, i: int) -> int:
         fin = int(self.final[i])
-        return {"max": self.max_len, "pow2": f.pow2_reservation(fin, self.max_len), "oracle": fin}[self.policy]
+        pow2 = f.pow2_output_reservation(int(self.prompt[i]), fin, self.max_len)
+        return {"max": self.max_len, "pow2": pow2, "oracle": fin}[self.policy]
 
     def _place(self, i: int) -> bool:
         n = self.length[i]

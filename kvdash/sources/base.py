@@ -83,3 +83,22 @@ class Source(Protocol):
 
 class SourceUnavailable(Exception):
     """The source cannot start at all (no driver, no NVML library, unreadable replay file)."""
+
+
+class NoGPUSource:
+    """A machine without NVML (a laptop, a CPU node) watching an engine elsewhere: snapshots with no
+    GPUs and the reason, so ``live --engine URL`` still shows the engine's own figures and kvdash's
+    pool comes from ``--budget`` or ``--budget-mode engine``."""
+
+    name = "none"
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def read(self) -> Snapshot:
+        import time
+
+        return Snapshot(time=time.time(), source="none", gpus=(), error=f"no GPU readings here ({self.why})")
+
+    def close(self) -> None:
+        return None

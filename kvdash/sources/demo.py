@@ -88,6 +88,12 @@ class DemoSource:
             "waiting": waiting,
             "preemptions": self.tick // 40,
             "prefix_hit_rate": 0.31,
+            "prefix_queries": self.tick * 40_960,  # counters, for the windowed rates (31 % hits)
+            "prefix_hits": self.tick * 12_697,
+            "external_queries": self.tick * 28_263,  # a KV connector (LMCache-like) serving a quarter of the misses
+            "external_hits": self.tick * 7_065,
+            "waiting_by_reason": {"capacity": waiting, "deferred": 0},
+            "offload": {"tier": "vLLM native offloading (native)", "size_gib": "64.0"},
             "num_gpu_blocks": self.num_gpu_blocks,
             "block_size": p.block_size,
             "gpu_memory_utilization": p.utilization,  # as vllm:cache_config_info carries them

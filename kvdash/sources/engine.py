@@ -33,36 +33,60 @@ class Sample:
 
 @dataclass(frozen=True)
 class RankReading:
-    """One data-parallel rank of an SGLang server (its own KV pool)."""
+    """One pool of a server: a vLLM engine (one ``engine`` label: a DP rank) or an SGLang DP rank.
 
-    rank: str
+    Each has its own KV pool; a server's pools are never summed into one or averaged."""
+
+    rank: str  # vLLM: the engine label; SGLang: the dp_rank label ("0" without DP)
     total_tokens: int | None = None
     used_tokens: int | None = None
     kv_usage: float | None = None
     running: int | None = None
     waiting: int | None = None
+    num_gpu_blocks: int | None = None  # vLLM: kv_cache_size_tokens // block_size; SGLang: pool // page size
+    evictable_tokens: int | None = None  # SGLang: radix-cached KV that can be evicted
+    usage_by_kind: dict[str, float] = field(default_factory=dict)  # SGLang hybrids: full / swa / mamba
+    sleep: str = ""  # vLLM: awake, weights_offloaded (level 1), discard_all (level 2)
 
 
 @dataclass(frozen=True)
 class EngineReading:
     url: str
     kind: str = ""  # "vllm", "sglang"
-    kv_usage: float | None = None  # 0-1
-    running: int | None = None
+    kv_usage: float | None = None  # 0-1: the worst pool's (never a mean over pools)
+    running: int | None = None  # summed over the pools (each request runs in one)
     waiting: int | None = None
     preemptions: int | None = None  # vLLM preemptions; SGLang retractions (its name for the same event)
-    prefix_hit_rate: float | None = None  # 0-1
-    num_gpu_blocks: int | None = None
-    block_size: int | None = None
-    total_tokens: int | None = None  # the engine's pool in tokens (SGLang: the smallest rank's)
-    used_tokens: int | None = None
+    prefix_hit_rate: float | None = None  # 0-1, lifetime (vLLM: hits / queries over engines; SGLang: worst rank)
+    num_gpu_blocks: int | None = None  # of the pool below (its own, never the DP sum)
+    block_size: int | None = None  # vLLM block size; SGLang page size (sglang:page_size)
+    total_tokens: int | None = None  # the smallest pool's tokens (one engine / DP rank)
+    used_tokens: int | None = None  # used tokens of that pool
     cache_dtype: str = ""
     gpu_memory_utilization: str = ""
     served_model: str = ""  # the model_name label of its metrics
-    ranks: tuple[RankReading, ...] = ()  # SGLang data-parallel ranks, when more than one
+    ranks: tuple[RankReading, ...] = ()  # every pool (one per vLLM engine / SGLang DP rank)
     invalid: dict[str, str] = field(default_factory=dict)  # field -> why it reads n/a
     error: str = ""
     elapsed_s: float | None = None  # how long the scrape took
+    # counters for windowed rates (:func:`windowed`), summed over engines
+    prefix_queries: int | None = None
+    prefix_hits: int | None = None
+    external_queries: int | None = None  # vLLM KV-connector (external) prefix cache
+    external_hits: int | None = None
+    waiting_by_reason: dict[str, int] = field(default_factory=dict)  # vLLM: capacity, deferred
+    evictable_tokens: int | None = None  # SGLang, summed over DP ranks
+    offload: dict[str, Any] = field(default_factory=dict)  # the offload tier (vLLM native, SGLang HiCache)
+    notes: tuple[str, ...] = ()  # how the page was read (e.g. the front end's summed num_gpu_blocks)
+    sleep: str = ""  # vLLM engine_sleep_state: awake, weights_offloaded, discard_all (each engine's, joined)
+
+    def pools(self) -> tuple[RankReading, ...]:
+        """Every pool of this server: its ranks, or the one pool the top-level figures describe."""
+        if self.ranks:
+            return self.ranks
+        return (RankReading(rank="0", total_tokens=self.total_tokens, used_tokens=self.used_tokens,
+                            kv_usage=self.kv_usage, running=self.running, waiting=self.waiting,
+                            num_gpu_blocks=self.num_gpu_blocks, evictable_tokens=self.evictable_tokens),)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,83 +203,240 @@ def _served_model(samples: list[Sample]) -> str:
     return " + ".join(names)
 
 
+def _rank_key(s: Sample) -> tuple[int, int, str]:
+    """SGLang: the lowest pipeline stage, then the lowest TP rank (one scheduler's copy of a figure)."""
+    def num(label: str) -> int:
+        v = s.labels.get(label, "0")
+        return int(v) if v.isdigit() else 0
+    return (num("pp_rank"), num("tp_rank"), s.labels.get("moe_ep_rank", ""))
+
+
+def _totals_only(samples: list[Sample]) -> list[Sample]:
+    """SGLang with priority scheduling writes each queue's total under ``priority=""`` and again per
+    priority (``_log_gauge_queue_count``): only the total counts."""
+    return [s for s in samples if s.labels.get("priority", "") == ""]
+
+
+def _one(check: _Checker, label: str, samples: list[Sample], *names: str) -> float | None:
+    """One scheduler's value of the first family present: SGLang writes the same figure from every TP
+    rank and PP stage (constants) or from each PP stage's attention-TP rank 0 (stats); kvdash takes the
+    lowest PP stage's lowest TP rank.  Non-finite: None, the reason under ``label``."""
+    _, found = _values(_totals_only(samples), *names)
+    if not found:
+        return None
+    s = min(found, key=_rank_key)
+    if not math.isfinite(s.value):
+        check.invalid[label] = f"{s.value} is not a finite number"
+        return None
+    return s.value
+
+
+def _smallest(check: _Checker, label: str, samples: list[Sample], *names: str) -> float | None:
+    """The smallest value over TP/PP ranks (a pool constant: the tightest rank's, as SGLang sizes it)."""
+    values = _finite(check, label, _totals_only(samples), *names)
+    return None if values is None else min(values)
+
+
+def _by(samples: list[Sample], label: str) -> dict[str, list[Sample]]:
+    out: dict[str, list[Sample]] = {}
+    for s in samples:
+        out.setdefault(s.labels.get(label, ""), []).append(s)
+    return out
+
+
+def _order(key: str) -> tuple[int, str]:
+    return (len(key), key)
+
+
+def _sum_of(vals: list[int | None]) -> int | None:
+    return None if not vals or any(v is None for v in vals) else sum(v for v in vals if v is not None)
+
+
+def _worst(vals: list[float | None]) -> float | None:
+    known = [v for v in vals if v is not None]
+    return max(known) if known else None
+
+
+def tightest(pools: list[RankReading]) -> RankReading | None:
+    """The pool a server's top-level figures describe: the smallest (the one compared with kvdash's), of
+    equal ones the fullest, so its used blocks and the server's (worst) usage speak of one pool."""
+    known = [p for p in pools if p.total_tokens is not None]
+    return min(known, key=lambda p: (p.total_tokens or 0, -(p.kv_usage or 0.0)), default=None)
+
+
 def reading_from_samples(url: str, samples: list[Sample]) -> EngineReading:
     samples = _wanted(samples)
     names = {s.name for s in samples}
     check = _Checker()
     if any(n.startswith("vllm:") for n in names):
-        info = next((s.labels for s in samples if s.name == "vllm:cache_config_info"), {})
-        blocks = check.count("num_gpu_blocks", info.get("num_gpu_blocks")) if info.get("num_gpu_blocks") not in (
-            None, "None") else None
-        block_size = check.count("block_size", info.get("block_size"), low=1) if info.get("block_size") else None
-        hits = _sum(check, "prefix_hit_rate", samples, "vllm:prefix_cache_hits_total",
-                    "vllm:gpu_prefix_cache_hits_total")
-        queries = _sum(check, "prefix_hit_rate", samples, "vllm:prefix_cache_queries_total",
-                       "vllm:gpu_prefix_cache_queries_total")
-        if hits is not None and queries:
-            hit_rate = check.fraction("prefix_hit_rate", hits / queries)
-        else:
-            hit_rate = check.fraction("prefix_hit_rate", _mean(check, "prefix_hit_rate", samples,
-                                                               "vllm:gpu_prefix_cache_hit_rate"))
-        usage = check.fraction("kv_usage", _mean(check, "kv_usage", samples, "vllm:kv_cache_usage_perc",
-                                                 "vllm:gpu_cache_usage_perc"))
-        total = blocks * block_size if blocks is not None and block_size else None
-        return EngineReading(
-            url=url, kind="vllm", kv_usage=usage,
-            running=check.count("running", _sum(check, "running", samples, "vllm:num_requests_running")),
-            waiting=check.count("waiting", _sum(check, "waiting", samples, "vllm:num_requests_waiting")),
-            preemptions=check.count("preemptions", _sum(check, "preemptions", samples, "vllm:num_preemptions_total",
-                                                        "vllm:num_preemptions")),
-            prefix_hit_rate=hit_rate, num_gpu_blocks=blocks, block_size=block_size, total_tokens=total,
-            used_tokens=None if usage is None or total is None else int(usage * total),
-            cache_dtype=info.get("cache_dtype", "")[:40],
-            gpu_memory_utilization=info.get("gpu_memory_utilization", "")[:40],
-            served_model=_served_model(samples)[:200], invalid=check.invalid,
-        )
+        return _vllm(url, samples, check)
     if any(n.startswith("sglang:") for n in names):
         return _sglang(url, samples, check)
     return EngineReading(url=url, error="no vLLM or SGLang metrics at this address")
 
 
-def _sglang(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
-    """SGLang: one scheduler per data-parallel rank, each with its own pool, told apart by the
-    ``dp_rank`` label.  Pools are per rank (never summed); retractions are its preemptions."""
-    ranks = sorted({s.labels.get("dp_rank", "") for s in samples if s.name.startswith("sglang:")},
-                   key=lambda r: (len(r), r))
-    per_rank: list[RankReading] = []
-    for rank in ranks:
-        mine = [s for s in samples if s.labels.get("dp_rank", "") == rank]
-        tag = f"rank {rank} " if len(ranks) > 1 else ""
-        per_rank.append(RankReading(
-            rank=rank or "0",
-            total_tokens=check.count(f"{tag}total_tokens", _sum(check, f"{tag}total_tokens", mine,
-                                                                "sglang:max_total_num_tokens")),
-            used_tokens=check.count(f"{tag}used_tokens", _sum(check, f"{tag}used_tokens", mine,
-                                                              "sglang:num_used_tokens")),
-            kv_usage=check.fraction(f"{tag}kv_usage", _mean(check, f"{tag}kv_usage", mine, "sglang:token_usage")),
-            running=check.count(f"{tag}running", _sum(check, f"{tag}running", mine, "sglang:num_running_reqs")),
-            waiting=check.count(f"{tag}waiting", _sum(check, f"{tag}waiting", mine, "sglang:num_queue_reqs")),
-        ))
+SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 
-    def total(attr: str) -> int | None:
-        vals = [getattr(r, attr) for r in per_rank]
-        return None if not vals or any(v is None for v in vals) else sum(vals)
 
-    pools = [r.total_tokens for r in per_rank if r.total_tokens is not None]
-    usages = [r.kv_usage for r in per_rank if r.kv_usage is not None]
-    retracted = _sum(check, "preemptions", samples, "sglang:num_retracted_requests_total")
-    if retracted is None:
-        retracted = _sum(check, "preemptions", samples, "sglang:num_retracted_reqs")
+def _vllm(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
+    """vLLM: one front end serves one or more engines (DP ranks), each its own pool, told apart by the
+    ``engine`` label.  ``cache_config_info`` is written once per engine; its ``num_gpu_blocks`` is the
+    front end's SUM over its engines (``MPClient._apply_ready_response``, vllm/v1/engine/core_client.py),
+    its ``kv_cache_size_tokens`` the engine's own pool in tokens, kept per engine."""
+    infos = {s.labels.get("engine", ""): s.labels for s in samples if s.name == "vllm:cache_config_info"}
+    engines = sorted({s.labels.get("engine", "") for s in samples if s.name in (
+        "vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+        "vllm:cache_config_info")}, key=_order) or [""]
+    by_engine = _by(samples, "engine")
+    notes: list[str] = []
+    units: list[RankReading] = []
+    first = infos.get(engines[0], next(iter(infos.values()), {}))
+    block_size = check.count("block_size", first.get("block_size"), low=1) if first.get("block_size") not in (
+        None, "", "None") else None
+    for eng in engines:
+        info = infos.get(eng, first)
+        mine = by_engine.get(eng, []) if len(engines) > 1 else samples
+        tag = f"engine {eng} " if len(engines) > 1 else ""
+        tokens = check.count(f"{tag}total_tokens", info.get("kv_cache_size_tokens")) \
+            if info.get("kv_cache_size_tokens") not in (None, "", "None") else None
+        blocks_label = check.count(f"{tag}num_gpu_blocks", info.get("num_gpu_blocks")) \
+            if info.get("num_gpu_blocks") not in (None, "", "None") else None
+        if tokens is not None:
+            blocks = tokens // block_size if block_size else None
+        elif len(engines) == 1 and blocks_label is not None:  # an older vLLM: one engine, its own blocks
+            blocks = blocks_label
+            tokens = blocks * block_size if block_size else None
+        else:
+            blocks = None
+        usage = check.fraction(f"{tag}kv_usage", _mean(check, f"{tag}kv_usage", mine, "vllm:kv_cache_usage_perc",
+                                                        "vllm:gpu_cache_usage_perc"))
+        sleep = ""
+        states = {s.labels.get("sleep_state", ""): s.value for s in mine if s.name == "vllm:engine_sleep_state"}
+        if states:
+            sleep = next((k for k in ("discard_all", "weights_offloaded") if states.get(k) == 1), "") or \
+                ("awake" if states.get("awake") == 1 else "sleeping")
+        units.append(RankReading(
+            rank=eng or "0", total_tokens=tokens, num_gpu_blocks=blocks, kv_usage=usage,
+            used_tokens=None if usage is None or tokens is None else int(usage * tokens),
+            running=check.count(f"{tag}running", _sum(check, f"{tag}running", mine, "vllm:num_requests_running")),
+            waiting=check.count(f"{tag}waiting", _sum(check, f"{tag}waiting", mine, "vllm:num_requests_waiting")),
+            sleep=sleep))
+    if len(engines) > 1 and first.get("num_gpu_blocks") not in (None, "", "None"):
+        notes.append(f"cache_config_info's num_gpu_blocks ({first.get('num_gpu_blocks')}) is the front end's sum "
+                     f"over its {len(engines)} engines; each engine's pool is its kv_cache_size_tokens")
+    hits = _sum(check, "prefix_hit_rate", samples, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+    queries = _sum(check, "prefix_hit_rate", samples, "vllm:prefix_cache_queries_total",
+                   "vllm:gpu_prefix_cache_queries_total")
+    if hits is not None and queries:
+        hit_rate = check.fraction("prefix_hit_rate", hits / queries)
+    else:
+        hit_rate = check.fraction("prefix_hit_rate", _mean(check, "prefix_hit_rate", samples,
+                                                           "vllm:gpu_prefix_cache_hit_rate"))
+    reasons: dict[str, int] = {}
+    for s in samples:
+        if s.name == "vllm:num_requests_waiting_by_reason" and math.isfinite(s.value):
+            reasons[s.labels.get("reason", "")] = reasons.get(s.labels.get("reason", ""), 0) + int(s.value)
+    offload: dict[str, Any] = {}
+    size = first.get("kv_offloading_size", "")
+    if size not in ("", "None"):
+        offload = {"tier": f"vLLM native offloading ({first.get('kv_offloading_backend', 'native')})",
+                   "size_gib": size[:20]}
+    for key, name in (("loaded_bytes", "vllm:kv_offload_load_bytes_total"),
+                      ("stored_bytes", "vllm:kv_offload_store_bytes_total"),
+                      ("load_seconds", "vllm:kv_offload_load_time_total"),
+                      ("store_seconds", "vllm:kv_offload_store_time_total")):
+        v = _sum(check, key, samples, name)
+        if v is not None:
+            offload.setdefault("tier", "vLLM native offloading")
+            offload[key] = v
+    tight = tightest(units)
+    ext_q = _sum(check, "external_queries", samples, "vllm:external_prefix_cache_queries_total")
+    ext_h = _sum(check, "external_hits", samples, "vllm:external_prefix_cache_hits_total")
     return EngineReading(
-        url=url, kind="sglang", kv_usage=max(usages) if usages else None,
-        running=total("running"), waiting=total("waiting"),
-        preemptions=check.count("preemptions", retracted),
-        prefix_hit_rate=check.fraction("prefix_hit_rate", _mean(check, "prefix_hit_rate", samples,
-                                                                "sglang:cache_hit_rate")),
-        total_tokens=min(pools) if pools else None,
-        used_tokens=next((r.used_tokens for r in per_rank if pools and r.total_tokens == min(pools)), None),
-        block_size=1, served_model=_served_model(samples)[:200],
-        ranks=tuple(per_rank) if len(per_rank) > 1 else (), invalid=check.invalid,
+        url=url, kind="vllm", kv_usage=_worst([u.kv_usage for u in units]),
+        running=_sum_of([u.running for u in units]), waiting=_sum_of([u.waiting for u in units]),
+        preemptions=check.count("preemptions", _sum(check, "preemptions", samples, "vllm:num_preemptions_total",
+                                                    "vllm:num_preemptions")),
+        prefix_hit_rate=hit_rate, num_gpu_blocks=tight.num_gpu_blocks if tight else None, block_size=block_size,
+        total_tokens=tight.total_tokens if tight else None, used_tokens=tight.used_tokens if tight else None,
+        cache_dtype=first.get("cache_dtype", "")[:40],
+        gpu_memory_utilization=first.get("gpu_memory_utilization", "")[:40],
+        served_model=_served_model(samples)[:200], ranks=tuple(units),
+        invalid=check.invalid, prefix_queries=check.count("prefix_queries", queries),
+        prefix_hits=check.count("prefix_hits", hits), external_queries=check.count("external_queries", ext_q),
+        external_hits=check.count("external_hits", ext_h), waiting_by_reason=reasons, offload=offload,
+        notes=tuple(notes), sleep=" / ".join(dict.fromkeys(u.sleep for u in units if u.sleep)),
+    )
+
+
+def _sglang(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
+    """SGLang: one scheduler per rank.  Every TP rank and PP stage writes the pool constants
+    (``Scheduler.emit_metrics_constants`` has no rank gate); each PP stage's attention-TP rank 0 writes
+    the stats (``SchedulerMetricsCollector.init_new``: ``is_stats_logging_rank``); with priority
+    scheduling each queue is written as a total (``priority=""``) and per priority.  So per DP rank
+    (``dp_rank``; each its own pool) kvdash takes one scheduler's figures (:func:`_one`), totals only;
+    pools are never summed over TP/PP ranks, DP ranks never averaged."""
+    by_rank = _by(samples, "dp_rank")
+    ranks = sorted(by_rank, key=_order)
+    per_rank: list[RankReading] = []
+    page = None
+    for rank in ranks:
+        mine = by_rank[rank]
+        tag = f"rank {rank} " if len(ranks) > 1 else ""
+        total = check.count(f"{tag}total_tokens", _smallest(check, f"{tag}total_tokens", mine,
+                                                            "sglang:max_total_num_tokens"))
+        usage = check.fraction(f"{tag}kv_usage", _one(check, f"{tag}kv_usage", mine, "sglang:token_usage"))
+        kinds = {}
+        for kind, name in (("full", "sglang:full_token_usage"), ("swa", "sglang:swa_token_usage"),
+                           ("mamba", "sglang:mamba_usage")):
+            v = check.fraction(f"{tag}{kind}_usage", _one(check, f"{tag}{kind}_usage", mine, name))
+            if v is not None and (kind == "full" or v > 0):
+                kinds[kind] = v
+        if set(kinds) == {"full"}:
+            kinds = {}
+        rank_page = check.count("block_size", _one(check, "block_size", mine, "sglang:page_size"), low=1)
+        page = page or rank_page
+        per_rank.append(RankReading(
+            rank=rank or "0", total_tokens=total, kv_usage=usage,
+            used_tokens=check.count(f"{tag}used_tokens", _one(check, f"{tag}used_tokens", mine,
+                                                              "sglang:num_used_tokens")),
+            running=check.count(f"{tag}running", _one(check, f"{tag}running", mine, "sglang:num_running_reqs")),
+            waiting=check.count(f"{tag}waiting", _one(check, f"{tag}waiting", mine, "sglang:num_queue_reqs")),
+            evictable_tokens=check.count(f"{tag}evictable_tokens", _one(check, f"{tag}evictable_tokens", mine,
+                                                                        "sglang:kv_evictable_tokens")),
+            usage_by_kind=kinds,
+            num_gpu_blocks=total // rank_page if total is not None and rank_page else None,
+        ))
+    retracted: list[int | None] = []
+    hit_rates: list[float | None] = []
+    host_total: list[int | None] = []
+    host_used: list[int | None] = []
+    for rank in ranks:
+        mine = by_rank[rank]
+        r = _one(check, "preemptions", mine, "sglang:num_retracted_requests_total")
+        retracted.append(check.count("preemptions", r))
+        hit_rates.append(check.fraction("prefix_hit_rate", _one(check, "prefix_hit_rate", mine,
+                                                                "sglang:cache_hit_rate")))
+        host_total.append(check.count("hicache host", _one(check, "hicache host", mine,
+                                                           "sglang:hicache_host_total_tokens")))
+        host_used.append(check.count("hicache host", _one(check, "hicache host", mine,
+                                                          "sglang:hicache_host_used_tokens")))
+    offload: dict[str, Any] = {}
+    if any(v is not None for v in host_total):
+        offload = {"tier": "SGLang HiCache (host memory)", "host_total_tokens": _sum_of(host_total),
+                   "host_used_tokens": _sum_of(host_used)}
+    tight = tightest(per_rank)
+    known_hits = [h for h in hit_rates if h is not None]
+    return EngineReading(
+        url=url, kind="sglang", kv_usage=_worst([r.kv_usage for r in per_rank]),
+        running=_sum_of([r.running for r in per_rank]), waiting=_sum_of([r.waiting for r in per_rank]),
+        preemptions=_sum_of(retracted) if any(v is not None for v in retracted) else None,
+        prefix_hit_rate=min(known_hits) if known_hits else None,
+        total_tokens=tight.total_tokens if tight else None, used_tokens=tight.used_tokens if tight else None,
+        num_gpu_blocks=tight.num_gpu_blocks if tight else None,
+        block_size=page or 1, served_model=_served_model(samples)[:200],
+        ranks=tuple(per_rank), invalid=check.invalid,
+        evictable_tokens=_sum_of([r.evictable_tokens for r in per_rank]), offload=offload,
     )
 
 
@@ -372,6 +553,25 @@ def fetch(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> EngineReading:
     return asyncio.run(fetch_async(url, timeout))
 
 
+def snapshot_engine(reading: EngineReading) -> dict[str, Any]:
+    """A reading as ``kvdash record --engine`` stores it in a snapshot (``extra["engine"]``): the fields
+    :func:`from_snapshot` reads back (the tightest pool, as live shows it), plus the url, error and
+    every pool under ``ranks``."""
+    out: dict[str, Any] = {k: getattr(reading, k) for k in (
+        "kind", "kv_usage", "running", "waiting", "preemptions", "prefix_hit_rate", "num_gpu_blocks", "block_size",
+        "served_model", "cache_dtype", "url", "error", "prefix_queries", "prefix_hits", "external_queries",
+        "external_hits", "waiting_by_reason",
+        "offload")}
+    util = reading.gpu_memory_utilization
+    try:
+        out["gpu_memory_utilization"] = float(util) if util else None
+    except ValueError:
+        out["gpu_memory_utilization"] = None
+    out["total_tokens"] = reading.total_tokens
+    out["ranks"] = [asdict(r) for r in reading.ranks]
+    return {k: v for k, v in out.items() if v not in (None, "", [], {})}
+
+
 def from_snapshot(snapshot_extra: dict[str, Any]) -> EngineReading | None:
     """The simulated engine a demo or replayed snapshot carries (``extra["engine"]``), validated."""
     e = snapshot_extra.get("engine")
@@ -390,15 +590,66 @@ def from_snapshot(snapshot_extra: dict[str, Any]) -> EngineReading | None:
 
     blocks, size = check.count("num_gpu_blocks", num("num_gpu_blocks")), check.count("block_size", num("block_size"),
                                                                                      low=1)
-    total = blocks * size if blocks is not None and size else None
+    total = check.count("total_tokens", num("total_tokens"))  # a recorded engine's own pool (kvdash record)
+    if total is None:
+        total = blocks * size if blocks is not None and size else None
     usage = check.fraction("kv_usage", num("kv_usage"))
     util = check.fraction("gpu_memory_utilization", num("gpu_memory_utilization"))
-    return EngineReading(url="(demo engine)", kind=str(e.get("kind", ""))[:40], kv_usage=usage,
+    if e.get("error"):
+        return EngineReading(url=str(e.get("url", "(recorded engine)"))[:200], error=str(e["error"])[:200])
+    reasons = e.get("waiting_by_reason")
+    by_reason = {str(k)[:20]: n for k, v in reasons.items() if (n := check.count(f"waiting {k}", v)) is not None} \
+        if isinstance(reasons, dict) else {}
+    off = e.get("offload")
+    offload = {str(k)[:40]: (v if isinstance(v, int | float) and not isinstance(v, bool) else str(v)[:80])
+               for k, v in off.items()} if isinstance(off, dict) else {}
+    return EngineReading(url=str(e.get("url", "(demo engine)"))[:200], kind=str(e.get("kind", ""))[:40],
+                         kv_usage=usage,
                          running=check.count("running", num("running")), waiting=check.count("waiting", num("waiting")),
                          preemptions=check.count("preemptions", num("preemptions")),
                          prefix_hit_rate=check.fraction("prefix_hit_rate", num("prefix_hit_rate")),
                          num_gpu_blocks=blocks, block_size=size, total_tokens=total,
                          used_tokens=None if usage is None or total is None else int(usage * total),
                          served_model=str(e.get("served_model", ""))[:200], invalid=check.invalid,
+                         prefix_queries=check.count("prefix_queries", num("prefix_queries")),
+                         prefix_hits=check.count("prefix_hits", num("prefix_hits")),
+                         external_queries=check.count("external_queries", num("external_queries")),
+                         external_hits=check.count("external_hits", num("external_hits")),
+                         waiting_by_reason=by_reason, offload=offload,
                          gpu_memory_utilization="" if not util else f"{util:g}",
                          cache_dtype=str(e.get("cache_dtype", ""))[:40])
+
+
+WINDOW = 10  # readings the windowed rates cover (the dashboard's last 10 engine readings)
+
+
+def windowed(history: list[EngineReading]) -> dict[str, Any]:
+    """Rates over the last readings, from the engines' counters (vLLM's prefix_cache_{queries,hits},
+    external_prefix_cache_*, num_preemptions; SGLang's num_retracted_requests): the change from the
+    oldest to the newest good reading.  A counter that went down (an engine restarted) starts the window
+    again after the drop.  ``None`` where fewer than two readings carry the counter.
+
+    >>> a = EngineReading(url="u", prefix_queries=1000, prefix_hits=100, preemptions=2)
+    >>> b = replace(a, prefix_queries=3000, prefix_hits=1100, preemptions=5)
+    >>> w = windowed([a, b]); (w["prefix_hit_rate"], w["preemptions"], w["readings"])
+    (0.5, 3, 2)
+    """
+    good = [r for r in history if not r.error]
+
+    def delta(attr: str) -> int | None:
+        vals = [getattr(r, attr) for r in good]
+        run: list[int] = []
+        for v in vals:
+            if v is None:
+                continue
+            if run and v < run[-1]:
+                run = []  # a restart: the counter began again
+            run.append(v)
+        return run[-1] - run[0] if len(run) >= 2 else None
+
+    q, h = delta("prefix_queries"), delta("prefix_hits")
+    eq, eh = delta("external_queries"), delta("external_hits")
+    return {"readings": len(good), "prefix_queries": q, "prefix_hits": h,
+            "prefix_hit_rate": h / q if q and h is not None else None,
+            "external_hit_rate": eh / eq if eq and eh is not None else None,
+            "preemptions": delta("preemptions")}

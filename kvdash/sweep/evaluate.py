@@ -517,4 +517,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
         from kvdash.sweep.simulation import add_simulation
 
         frame = add_simulation(spec, frame)
+    if spec.prefix_cache is not None:
+        from kvdash.sweep.simulation import add_prefix_cache
+
+        frame = add_prefix_cache(spec, frame)
     return Expanded(frame=frame, size_before_exclude=size)

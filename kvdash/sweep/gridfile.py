@@ -19,7 +19,9 @@ from kvdash.errors import InputError, closest
 from kvdash.sweep.columns import RESULT_COLUMNS
 
 TOP_KEYS = ("title", "description", "question", "objective", "models", "workloads", "defaults", "grid", "zip",
-            "exclude", "claims", "gates", "simulate")
+            "exclude", "claims", "gates", "simulate", "prefix_cache")
+PREFIX_CACHE_KEYS = ("trace", "workload", "requests", "rules", "offload", "cpu_policy", "capacities", "seed",
+                     "concurrency")
 SIMULATE_KEYS = ("workload", "prompt", "output", "requests", "rate", "concurrency", "prefix", "policies", "allocator",
                  "max_reserved", "seed", "rates", "latency_bound", "watermark", "clip")
 SIMULATE_MAX_POINTS = 500
@@ -161,6 +163,21 @@ class SimSpec:
 
 
 @dataclass
+class PrefixCacheSpec:
+    """A ``prefix_cache:`` section: a workload with structure replayed through each point's prefix cache
+    and tiers (``kvdash.simulate.prefixcache``), and once through the capacities of a hit-rate curve."""
+
+    workload: Any  # kvdash.simulate.prefixcache.Workload
+    label: str  # the trace's file name or the generator spec (the pc_workload column)
+    rules: str
+    offload: dict[str, int | None]
+    cpu_policy: str
+    capacities: list[int | None]
+    concurrency: int = 1
+    source: str = ""
+
+
+@dataclass
 class GridSpec:
     path: Path
     text: str
@@ -174,6 +191,7 @@ class GridSpec:
     gates: list[Gate]
     tree: _Tree = field(repr=False)
     simulate: SimSpec | None = None
+    prefix_cache: PrefixCacheSpec | None = None
     question: str = ""
     objective: Objective = field(default_factory=Objective)
 
@@ -540,11 +558,59 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
         if size > SIMULATE_MAX_POINTS:
             raise c.fail(("simulate",), f"{size:,} points",
                          f"a grid with simulate: may have at most {SIMULATE_MAX_POINTS} points")
+    pcache = _prefix_cache_section(c, top["prefix_cache"], path) if "prefix_cache" in top else None
     c.note_old_keys()
-    return GridSpec(path=path, text=text, simulate=sim, title=str(top.get("title", path.stem)),
+    return GridSpec(path=path, text=text, simulate=sim, prefix_cache=pcache, title=str(top.get("title", path.stem)),
                     question=str(top.get("question", "")), objective=objective,
                     description=str(top.get("description", "")), models=models, workloads=workloads,
                     factors=factors, excludes=excludes, claims=claims, gates=gates, tree=tree)
+
+
+def _prefix_cache_section(c: Checker, raw: Any, path: Path) -> PrefixCacheSpec:
+    from kvdash.core.tiers import parse_offload
+    from kvdash.simulate import prefixcache as P
+
+    p: Path_ = ("prefix_cache",)
+    sec = c.mapping(raw, p, PREFIX_CACHE_KEYS)
+    if ("trace" in sec) == ("workload" in sec):
+        raise c.fail(p, "-", "expected one of trace (a Mooncake-format JSONL file, relative to the grid file) or "
+                             "workload (multi-turn:... or system-prompts:...)")
+    seed = sec.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise c.fail(p + ("seed",), seed, "expected an integer from 0 to 2^63 - 1")
+    requests = c.positive_int(sec["requests"], p + ("requests",)) if "requests" in sec else None
+    try:
+        if "trace" in sec:
+            file = (path.parent / str(sec["trace"])).resolve()
+            w = P.read_mooncake(str(file), requests, field_="prefix_cache.trace")
+            label = file.name
+        else:
+            label = str(sec["workload"])
+            w = P.parse_workload_spec(label, seed, "prefix_cache.workload")
+    except InputError as exc:
+        key = "trace" if "trace" in sec else "workload"
+        raise c.fail(p + (key,), exc.value, exc.allowed) from exc
+    rules = str(sec.get("rules", "vllm"))
+    if rules not in P.RULES:
+        raise c.fail(p + ("rules",), rules, "expected vllm or lmcache")
+    policy = str(sec.get("cpu_policy", "lru"))
+    if policy not in P.CPU_POLICIES:
+        raise c.fail(p + ("cpu_policy",), policy, "expected lru or arc")
+    offload: dict[str, int | None] = {"cpu": None} if rules == "lmcache" else {}
+    try:
+        if "offload" in sec:
+            offload = parse_offload(str(sec["offload"]), "offload")
+        caps = P.parse_capacities(",".join(str(x) for x in c.seq(sec.get("capacities", []), p + ("capacities",),
+                                                                 allow_scalar=True)), "capacities") \
+            if sec.get("capacities") else []
+    except InputError as exc:
+        raise c.fail(p + (exc.field,), exc.value, exc.allowed) from exc
+    if rules == "vllm" and offload.get("cpu", 0) is None:
+        raise c.fail(p + ("offload",), sec.get("offload"), "the vLLM CPU tier needs a size")
+    conc = c.positive_int(sec.get("concurrency", 1), p + ("concurrency",))
+    if rules == "lmcache" and conc != 1:
+        raise c.fail(p + ("concurrency",), conc, "LMCache's rules replay one request at a time")
+    return PrefixCacheSpec(w, label, rules, offload, policy, caps, conc, str(sec.get("trace", "")))
 
 
 def _simulate_section(c: Checker, raw: Any) -> SimSpec:

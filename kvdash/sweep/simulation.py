@@ -89,3 +89,104 @@ def add_simulation(spec: GridSpec, frame: pl.DataFrame) -> pl.DataFrame:
                 rows[column(pol, "capacity_rate")].append(None if cap is None else cap.capacity[pol])
     return frame.with_columns(pl.Series(name, values, dtype=pl.Int64 if name.endswith("preemptions") else pl.Float64)
                               for name, values in rows.items())
+
+
+# --- prefix_cache: --------------------------------------------------------------------------------
+
+PREFIX_COLUMNS = (
+    ("pc_workload", "str", "prefix_cache: the workload replayed (trace file or generator)"),
+    ("pc_rules", "str", "prefix_cache: the rules (vllm or lmcache)"),
+    ("pc_gpu_tokens", "int", "prefix_cache: GPU prefix-cache tokens (vLLM rules: the point's pool; LMCache: 0)"),
+    ("pc_cpu_tokens", "int", "prefix_cache: CPU tier tokens at this point (none: no tier; -1: unbounded)"),
+    ("pc_hit_percent", "float", "prefix_cache: prompt tokens served from a cache tier, % (prefill saved)"),
+    ("pc_requests_hit_percent", "float", "prefix_cache: requests with at least one block hit, %"),
+    ("pc_evictions", "int", "prefix_cache: evictions over every tier"),
+    ("pc_unbounded_hit_percent", "float", "prefix_cache: the same replay with unbounded tiers, % (the workload's "
+                                          "ceiling)"),
+)
+
+
+def prefix_columns(spec: GridSpec) -> list[tuple[str, str, str]]:
+    return list(PREFIX_COLUMNS) if spec.prefix_cache is not None else []
+
+
+def tier_spec(pc: Any, slots: int, block_size: int, bytes_per_token: int, block_bytes: int, tp: int) -> Any:
+    """The replay's tiers at one point: vLLM rules, the point's pool as the GPU prefix cache and the CPU/disk
+    tiers as vLLM sizes them; LMCache rules, its tiers sized with the point's bytes per token."""
+    from kvdash.core import tiers as T
+    from kvdash.simulate.prefixcache import TierSpec
+
+    tokens: dict[str, int | None] = {"cpu": 0, "disk": 0}
+    for name, size in pc.offload.items():
+        if size is None:
+            tokens[name] = None
+        elif pc.rules == "vllm":
+            tokens[name] = T.vllm_cpu_tier(size, block_bytes, tp, block_size).tokens
+        else:
+            tokens[name] = T.lmcache_tier(size, bytes_per_token * tp).tokens
+    return TierSpec(rules=pc.rules, block_size=block_size, gpu_tokens=slots // block_size * block_size
+                    if pc.rules == "vllm" else 0, cpu_tokens=tokens["cpu"], disk_tokens=tokens["disk"],
+                    cpu_policy=pc.cpu_policy, bytes_per_token=bytes_per_token * tp, concurrency=pc.concurrency,
+                    ranks=tp)
+
+
+def add_prefix_cache(spec: GridSpec, frame: pl.DataFrame) -> pl.DataFrame:
+    """Each point's replay (one per distinct pool and token size), and the unbounded ceiling once."""
+    from dataclasses import replace
+
+    from kvdash.simulate.prefixcache import replay
+
+    pc = spec.prefix_cache
+    assert pc is not None
+    keys: dict[tuple[int, bool], list[list[int]]] = {}
+    done: dict[tuple[int, ...], Any] = {}
+    ceiling: dict[int, float] = {}
+    rows: dict[str, list[Any]] = {name: [] for name, _, _ in PREFIX_COLUMNS}
+    for r in frame.select("kv_token_slots", "block_size", "bytes_per_token", "block_bytes", "tp", "pp").iter_rows(
+            named=True):
+        key = (r["kv_token_slots"], r["block_size"], r["bytes_per_token"], r["block_bytes"], r["tp"])
+        if r["pp"] != 1:
+            res = None
+        else:
+            if key not in done:
+                ts = tier_spec(pc, *key)
+                done[key] = (ts, replay(pc.workload, ts, keys))
+            ts, res = done[key]
+            b = r["block_size"]
+            if b not in ceiling:
+                ceiling[b] = 100 * replay(pc.workload, replace(ts, gpu_tokens=None if pc.rules == "vllm" else 0,
+                                                               cpu_tokens=None if pc.rules == "lmcache" else 0,
+                                                               disk_tokens=0), keys).hit_rate
+        rows["pc_workload"].append(pc.label)
+        rows["pc_rules"].append(pc.rules)
+        if res is None:
+            for name in rows:
+                if name not in ("pc_workload", "pc_rules"):
+                    rows[name].append(None)
+            continue
+        rows["pc_gpu_tokens"].append(ts.gpu_tokens)
+        rows["pc_cpu_tokens"].append(None if ts.cpu_tokens == 0 else -1 if ts.cpu_tokens is None else ts.cpu_tokens)
+        rows["pc_hit_percent"].append(round(100 * res.hit_rate, 6))
+        rows["pc_requests_hit_percent"].append(round(100 * res.hit_requests / res.requests, 6))
+        rows["pc_evictions"].append(sum(t.evictions for t in res.tiers))
+        rows["pc_unbounded_hit_percent"].append(round(ceiling[r["block_size"]], 6))
+    dtypes = {"str": pl.Utf8, "int": pl.Int64, "float": pl.Float64}
+    return frame.with_columns(pl.Series(name, rows[name], dtype=dtypes[kind]) for name, kind, _ in PREFIX_COLUMNS)
+
+
+def prefix_curve(pc: Any, block_size: int, bytes_per_token: int, block_bytes: int, tp: int,
+                 slots: int) -> list[dict[str, Any]]:
+    """Hit rate against the capacity of the outermost tier (``capacities``), per tier, at one point."""
+    from dataclasses import replace
+
+    from kvdash.simulate.prefixcache import replay
+
+    base = tier_spec(pc, slots, block_size, bytes_per_token, block_bytes, tp)
+    swept = "disk" if "disk" in pc.offload else "cpu" if "cpu" in pc.offload else "gpu"
+    keys: dict[tuple[int, bool], list[list[int]]] = {}
+    out = []
+    for tokens in pc.capacities:
+        r = replay(pc.workload, replace(base, **{f"{swept}_tokens": tokens}), keys)
+        out.append({"tier": swept, "capacity_tokens": tokens, "hit_rate": r.hit_rate,
+                    "tiers": {t.name: r.to_json()["tiers"][i] for i, t in enumerate(r.tiers)}})
+    return out

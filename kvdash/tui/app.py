@@ -51,7 +51,7 @@ from kvdash.render.live_view import (
     stacked_bar,
 )
 from kvdash.sources.base import Snapshot, Source
-from kvdash.sources.engine import EngineReading, from_snapshot
+from kvdash.sources.engine import WINDOW, EngineReading, from_snapshot, windowed
 from kvdash.sources.replay import ReplayLineError
 from kvdash.units import gib_text
 
@@ -76,7 +76,7 @@ class ModelCommands(Provider):
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [("escape,q,question_mark", "app.pop_screen", "close")]
+    BINDINGS = [("escape,q,question_mark,h", "app.pop_screen", "close")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     #help { width: 78; height: auto; border: round $accent; padding: 1 2; background: $panel; }
@@ -88,6 +88,7 @@ class HelpScreen(ModalScreen[None]):
 
 HELP = """[b]kvdash live[/b]: GPU memory beside the analytical KV pool
 
+[b]?[/b] / [b]h[/b]  this help          [b]q[/b] / [b]ctrl+c[/b]  quit
 [b]m[/b] / [b]M[/b]  next / previous model (or ctrl+p: the command palette)
 [b]d[/b]      next KV dtype           [b]b[/b]  next block size
 [b]l[/b] / [b]L[/b]  longer / shorter request length
@@ -129,6 +130,7 @@ class LiveApp(App[None]):
     COMMANDS = App.COMMANDS | {ModelCommands}
     BINDINGS = [
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # as in any terminal program
         Binding("v", "toggle_view", "details"),
         Binding("m", "cycle_model(1)", "model"),
         Binding("M", "cycle_model(-1)", "prev model", show=False),
@@ -141,6 +143,7 @@ class LiveApp(App[None]):
         Binding("s", "snapshot", "snap"),
         Binding("c", "calibrate", "calib"),
         Binding("question_mark", "help", "help"),
+        Binding("h", "help", "help", show=False),
     ]
 
     def __init__(self, source: Source, config: LiveConfig, interval: float = 1.0,
@@ -163,6 +166,7 @@ class LiveApp(App[None]):
         self.details = False
         self.snapshot: Snapshot | None = None
         self.engine: EngineReading | None = None
+        self.engine_history: deque[EngineReading] = deque(maxlen=WINDOW)  # for the windowed rates
         self.kv: dict[str, Any] = {}
         self.history: dict[int, deque[float]] = {}
         self.message = ""
@@ -311,6 +315,7 @@ class LiveApp(App[None]):
         else:
             self.engine_error = ""
             self.engine_good_at = self.clock()
+            self.engine_history.append(reading)
 
     def apply_engine(self, reading: EngineReading) -> None:
         """Keep the engine's reading; redraw now only when its state changed (an error came or went)
@@ -328,6 +333,8 @@ class LiveApp(App[None]):
             return
         try:
             self.kv = analyze(self.snapshot, self.config, self.engine)
+            if isinstance(self.kv.get("engine"), dict):
+                self.kv["engine"]["window"] = windowed(list(self.engine_history))
         except InputError as exc:
             self.kv = {"ok": False, "notes": [str(exc)]}
         self.refresh_view()

@@ -12,11 +12,12 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.containers import VerticalScroll
 from textual.widgets import Footer, Header, Static, Tree
 
 from kvdash.errors import InputError
 from kvdash.fleet.build import build_fleet
-from kvdash.render.fleet_view import down_line, engine_line, gpu_line, host_line, totals_text
+from kvdash.render.fleet_view import down_line, engine_details, engine_line, gpu_line, host_line, totals_text
 from kvdash.sources.base import Snapshot
 from kvdash.sources.prometheus import FleetSource
 from kvdash.tui.app import HelpScreen, LiveApp
@@ -29,11 +30,14 @@ FLEET_HELP = """[b]kvdash live --prometheus[/b]: hosts, GPUs and engines from Pr
 [b]m[/b] / [b]M[/b]  next / previous model (kvdash's pool for every engine)
 [b]d[/b]      next KV dtype           [b]b[/b]  next block size
 [b]l[/b] / [b]L[/b]  longer / shorter request length (requests that fit)
+[b]v[/b]      hosts / every engine's details (state, reading age, model)
 [b]p[/b]      pause / resume polling  [b]s[/b]  write the fleet as JSON
-[b]?[/b]      this help               [b]q[/b]  quit
+[b]?[/b] / [b]h[/b]  this help          [b]q[/b] / [b]ctrl+c[/b]  quit
 
-Engine lines: KV usage, running (r) and waiting (w) requests, the engine's own
-pool in tokens, kvdash's analytical pool for the host's GPUs, and the difference."""
+Engine lines: one per pool (a vLLM engine, an SGLang DP rank): KV usage, running
+(r) and waiting (w) requests, the pool in tokens, kvdash's analytical pool for the
+host's GPUs and the difference; DOWN / STALE engines are out of the totals, and
+an engine of another model than kvdash's is "not comparable"."""
 
 
 class FleetHelp(HelpScreen):
@@ -49,6 +53,9 @@ class FleetApp(LiveApp):
     #problem { height: auto; padding: 0 1; color: $error; display: none; }
     #problem.shown { display: block; }
     #fleet { height: 1fr; }
+    #fleet-details { height: 1fr; display: none; padding: 0 1; }
+    FleetApp.details #fleet-details { display: block; }
+    FleetApp.details #fleet { display: none; }
     #status { height: 1; }
     """
 
@@ -62,6 +69,8 @@ class FleetApp(LiveApp):
         tree.show_root = False
         tree.guide_depth = 2
         yield tree
+        with VerticalScroll(id="fleet-details"):
+            yield Static(id="fleet-details-text")
         yield Static(id="status")
         yield Footer()
 
@@ -100,6 +109,7 @@ class FleetApp(LiveApp):
         if fleet is not None:
             self.query_one("#totals", Static).update(totals_text(fleet))
             self._fill_tree(fleet)
+            self._fill_details()
         self._status(snap)
 
     def apply(self, snap: Snapshot, engine: Any) -> None:
@@ -188,6 +198,17 @@ class FleetApp(LiveApp):
 
     def action_help(self) -> None:
         self.push_screen(FleetHelp())
+
+    def action_toggle_view(self) -> None:
+        """v: the hosts tree, or every engine's details (state, age, model, pool per rank)."""
+        self.details = not self.details
+        self.set_class(self.details, "details")
+        self._fill_details()
+        self.note("engine details" if self.details else "hosts")
+
+    def _fill_details(self) -> None:
+        if self.details:
+            self.query_one("#fleet-details-text", Static).update(engine_details(self.fleet))
 
     def action_snapshot(self) -> None:
         import json

@@ -1,0 +1,315 @@
+"""Fit the step-time constants on measured vLLM runs and validate them on the runs not fitted (issue 28).
+
+Run: python benchmarks/steptime_fit.py [--write] [--requests-per-user 10]
+
+Data: ``tests/data/measured/silicon_vllm_agg.csv`` (aiconfigurator 0.12's measured vLLM aggregated-serving
+rows, Apache-2.0; see its SOURCE.md).  Calibration subset (the only rows the constants see): the dense
+models Llama-3.1-70B, Llama-3.1-8B-FP8 and Qwen3-32B.  Validation: gpt-oss-120b, MiniMax-M2.5, Kimi-K2.5 and
+Qwen3-235B-A22B, every GPU.
+
+Each row is a closed-loop benchmark: ``batch_size`` users, each sending its next request (``isl`` tokens
+in, ``osl`` out) when the previous one finishes, ``requests-per-user`` requests each.  kvdash simulates it
+with :func:`kvdash.simulate.timed.simulate_timed` (vLLM's scheduler: chunked prefill, preemption by
+recompute) over the pool kvdash computes for the row.  In a closed loop nothing the scheduler decides
+depends on time, so one simulation per row gives every request's TTFT and TPOT as a linear function of the
+constants; the fit is a non-negative least-squares fit of the relative errors of the mean TTFT and mean
+TPOT of the calibration rows.
+
+Assumptions (not in the data): ``gpu_memory_utilization`` 0.9 (vLLM's default before 0.20), the runtime
+reserve of ``--reserve auto`` (kvdash.core.reserve), ``max_num_batched_tokens`` 8192 and ``max_num_seqs``
+1024 (vLLM's defaults for online serving on these GPUs), KV cache fp8 where the row's precision is fp8
+(else bf16), 16-token blocks (64 for MLA), checkpoint formats as their config.json state (gpt-oss: MXFP4
+experts, bf16 attention; Kimi-K2.5: int4/NVFP4 experts, bf16 attention and dense layers).
+
+``--write`` stores the constants in ``kvdash/data/steptime.json`` and the tables in
+``benchmarks/results/steptime_validation.md``.  aiconfigurator's estimates of the same rows come from
+``benchmarks/aic_estimates.py`` (run in a side venv; its CSV is committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import math
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvdash.core.calc import rank_shapes
+from kvdash.core.gpus import get_gpu
+from kvdash.core.model import from_hf_config
+from kvdash.core.reserve import auto_reserve
+from kvdash.core.steptime import Constants, gpu_perf, model_compute
+from kvdash.simulate.timed import Pool, simulate_timed
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests/data/measured"
+CALIBRATION = ("meta-llama/Llama-3.1-70B", "nvidia/Llama-3.1-8B-Instruct-FP8", "Qwen/Qwen3-32B")
+VALIDATION = ("openai/gpt-oss-120b", "MiniMaxAI/MiniMax-M2.5", "moonshotai/Kimi-K2.5", "Qwen/Qwen3-235B-A22B-FP8")
+MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
+          "Qwen/Qwen3-32B": "qwen3-32b", "openai/gpt-oss-120b": "gpt-oss-120b",
+          "MiniMaxAI/MiniMax-M2.5": "minimax-m2.5", "moonshotai/Kimi-K2.5": "kimi-k2.5",
+          "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b-fp8"}
+GPUS = {"h100_sxm": "h100-80gb", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300"}
+UTIL = 0.9
+MAX_BATCHED = 8192
+MAX_SEQS = 1024
+CLIFF = 5.0
+# lengths drawn uniformly within +-JITTER of ISL/OSL (mean kept): benchmark clients' random prompts vary, and
+# identical lengths would keep every user in lockstep (an assumption, chosen on the calibration rows)
+PHYSICAL = __import__("os").environ.get("KVDASH_FIT_PHYSICAL", "1") == "1"
+TTFT_WEIGHT = float(__import__("os").environ.get("KVDASH_FIT_TTFT_WEIGHT", "0.5"))  # TPOT rows weigh 1
+JITTER = float(__import__("os").environ.get("KVDASH_FIT_JITTER", "0.0"))
+
+
+def formats(row: dict[str, str]) -> tuple[str, str, str]:
+    """(dense weights, expert weights, KV dtype) of a row."""
+    model = row["model_path"]
+    gemm = row["gemm_quant_mode"] or "bf16"
+    moe = row["moe_quant_mode"] or gemm
+    kv = "fp8" if row["precision"] == "fp8" else "bf16"
+    if model == "openai/gpt-oss-120b":
+        return "bf16", "mxfp4", kv  # the checkpoint: MXFP4 experts, everything else bf16
+    if model == "moonshotai/Kimi-K2.5":
+        return "bf16", moe, kv  # int4 / NVFP4 experts; attention, shared experts and dense layers bf16
+    return gemm, moe, kv
+
+
+_cfg_cache: dict[str, Any] = {}
+
+
+def setup(row: dict[str, str]) -> dict[str, Any]:
+    """Everything kvdash needs for one row (raises ValueError when it cannot model the row)."""
+    name = MODELS[row["model_path"]]
+    if name not in _cfg_cache:
+        cfg = json.loads((DATA / "models" / name / "config.json").read_text())
+        _cfg_cache[name] = (cfg, from_hf_config(cfg, name=name, source=f"tests/data/measured/models/{name}"))
+    cfg, arch = _cfg_cache[name]
+    tp = int(row["tp_size"])
+    dp = int(row["attention_dp_size"] or 1) or 1
+    moe_gpus = int(row["moe_tp_size"] or 1 or 1) * int(row["moe_ep_size"] or 1 or 1)
+    if moe_gpus > tp * dp:  # e.g. tp_size 1, moe_tp_size 2: two attention data-parallel ranks
+        dp = moe_gpus // tp
+    if int(row["pp_size"] or 1) != 1:
+        raise ValueError("pipeline parallel")
+    dense, experts, kv = formats(row)
+    mc = model_compute(cfg, arch, tp, dense, experts, kv, dp=dp)
+    gkey = GPUS[row["system"]]
+    gpu = gpu_perf(gkey)
+    block = 64 if arch.use_mla else 16
+    shape = rank_shapes(arch, kv, "tensor", tp, 1, block)[0]
+    total = get_gpu(gkey).memory_bytes
+    reserve = auto_reserve(arch.model_type, tp, 1, MAX_BATCHED, gkey, None, layers=arch.num_layers)["bytes"]
+    budget = math.floor(total * UTIL) - mc.weights_per_rank - reserve
+    if budget <= 0:
+        raise ValueError(f"weights {mc.weights_per_rank:,} B leave no KV budget")
+    pool = Pool.of(shape, budget)
+    return {"mc": mc, "gpu": gpu, "pool": pool, "dp": dp, "arch": arch,
+            "capacity": pool.blocks // int(pool.request_blocks(int(row["isl"]) + int(row["osl"])))}
+
+
+def simulate_row(row: dict[str, str], per_user: int) -> dict[str, Any]:
+    s = setup(row)
+    users = max(1, int(row["batch_size"]) // s["dp"])
+    n = users * per_user
+    isl, osl = int(row["isl"]), int(row["osl"])
+    rng = np.random.default_rng(0)
+    P = np.maximum(1, np.rint(isl * rng.uniform(1 - JITTER, 1 + JITTER, n))).astype(np.int64)
+    OUT = np.maximum(2, np.rint(osl * rng.uniform(1 - JITTER, 1 + JITTER, n))).astype(np.int64)
+    sched = simulate_timed(P, OUT, s["pool"], s["mc"], s["gpu"], Constants(), MAX_SEQS, MAX_BATCHED, concurrency=users)
+    cum = sched.cum
+    arrive = np.where(sched.arrival_seg < 0, 0, sched.arrival_seg)
+    ttft_f = (cum[sched.first_seg] - np.where(sched.arrival_seg[:, None] < 0, 0, cum[arrive])).mean(axis=0)
+    tpot_f = ((cum[sched.finish_seg] - cum[sched.first_seg]) / (OUT - 1)[:, None]).mean(axis=0)
+    return {"ttft_f": ttft_f, "tpot_f": tpot_f, "capacity": s["capacity"], "preemptions": sched.preemptions}
+
+
+def nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Least squares with non-negative coefficients, by trying every subset of free coefficients (6 of them)."""
+    best, best_err = np.zeros(A.shape[1]), float(np.sum(b * b))
+    for k in range(1, A.shape[1] + 1):
+        for cols in itertools.combinations(range(A.shape[1]), k):
+            x, *_ = np.linalg.lstsq(A[:, cols], b, rcond=None)
+            if (x < 0).any():
+                continue
+            full = np.zeros(A.shape[1])
+            full[list(cols)] = x
+            err = float(np.sum((A @ full - b) ** 2))
+            if err < best_err:
+                best, best_err = full, err
+    return best
+
+
+def predict(f: np.ndarray, c: np.ndarray, ttft: bool = False) -> float:
+    return float(f[:5] @ c[:5] + f[5] + (c[5] if ttft else 0.0))
+
+
+def mape(pred: list[float], meas: list[float]) -> float:
+    return 100 * float(np.mean([abs(p - m) / m for p, m in zip(pred, meas, strict=True)])) if pred else float("nan")
+
+
+def cliffs(series: list[tuple[int, float]]) -> set[int]:
+    """Concurrency steps (the higher concurrency) where TTFT jumps CLIFF x or more."""
+    out = set()
+    s = sorted(series)
+    for (_, t0), (c1, t1) in itertools.pairwise(s):
+        if t0 > 0 and t1 / t0 >= CLIFF:
+            out.add(c1)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--requests-per-user", type=int, default=10)
+    ap.add_argument("--limit", type=int, default=0, help="rows per model (0: all), for a quick run")
+    ap.add_argument("--cache", default="", help="a JSON file of the simulated features, reused when present "
+                                                "(the schedule does not depend on the constants)")
+    args = ap.parse_args()
+    with (DATA / "silicon_vllm_agg.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    t0 = time.time()
+    sims: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, int] = defaultdict(int)
+    per_model: dict[str, int] = defaultdict(int)
+    cache = Path(args.cache) if args.cache else None
+    if cache is not None and cache.exists():
+        raw = json.loads(cache.read_text())
+        sims = {k: {"ttft_f": np.asarray(v["ttft_f"]), "tpot_f": np.asarray(v["tpot_f"]), "capacity": v["capacity"],
+                    "preemptions": v["preemptions"]} for k, v in raw["sims"].items()}
+        rows_to_run = [r for r in rows if r["id"] not in sims]  # rows skipped before are tried again
+    else:
+        rows_to_run = rows
+    for r in rows_to_run:
+        if args.limit and per_model[r["model_path"]] >= args.limit:
+            continue
+        per_model[r["model_path"]] += 1
+        try:
+            sims[r["id"]] = simulate_row(r, args.requests_per_user)
+        except (ValueError, Exception) as exc:  # noqa: BLE001 - counted and reported
+            skipped[f"{r['model_path']}: {type(exc).__name__}: {str(exc)[:80]}"] += 1
+    if cache is not None and rows_to_run:
+        cache.write_text(json.dumps({"sims": {k: {"ttft_f": v["ttft_f"].tolist(), "tpot_f": v["tpot_f"].tolist(),
+                                                  "capacity": v["capacity"], "preemptions": v["preemptions"]}
+                                              for k, v in sims.items()}, "skipped": dict(skipped)}))
+    print(f"simulated {len(sims)} rows in {time.time() - t0:.0f} s; skipped {sum(skipped.values())}", file=sys.stderr)
+    for k, v in sorted(skipped.items()):
+        print(f"  skipped {v}: {k}", file=sys.stderr)
+    by_id = {r["id"]: r for r in rows}
+    cal = [i for i in sims if by_id[i]["model_path"] in CALIBRATION]
+    A, b = [], []
+    for i in cal:
+        r, s = by_id[i], sims[i]
+        # a row whose simulation preempts is in the cliff regime: its TTFT is queueing, which the fit of
+        # step-time constants should not chase (the cliff itself is checked below)
+        ttft_w = 0.0 if s["preemptions"] else TTFT_WEIGHT
+        for f, m, w, req in ((s["tpot_f"], float(r["silicon_tpot_ms"]) / 1000, 1.0, 0.0),
+                             (s["ttft_f"], float(r["silicon_ttft_ms"]) / 1000, ttft_w, 1.0)):
+            A.append(w * np.append(f[:5], req) / m)
+            b.append(w * (1 - f[5] / m))
+    # (ttft weight 0.5: the benchmark's TTFT depends on how clients start, which the data does not say)
+    A_, b_ = np.asarray(A), np.asarray(b)
+    # physical bounds: no GPU beats its spec bandwidth or FLOP/s, so c_mem >= 1 and c_flop >= 1 (fitted as
+    # 1 + a non-negative excess)
+    floor = np.array([1.0, 1.0, 0, 0, 0, 0]) if PHYSICAL else np.zeros(6)
+    coef = nnls(A_, b_ - A_ @ floor) + floor
+    consts = Constants(*[float(x) for x in coef],
+                       fitted_on=f"benchmarks/steptime_fit.py on {len(cal)} measured vLLM rows of "
+                                 "Llama-3.1-70B, Llama-3.1-8B-FP8, Qwen3-32B (aiconfigurator 0.12 silicon_sample)")
+    lines = [f"Constants fitted on {len(cal)} calibration rows: c_mem {coef[0]:.4g} (achieved "
+             f"{100 / coef[0] if coef[0] else float('inf'):.0f} % of HBM bandwidth), c_flop {coef[1]:.4g}, "
+             f"c_step {coef[2] * 1e3:.4g} ms, c_layer {coef[3] * 1e6:.4g} us, c_allreduce {coef[4] * 1e6:.4g} us, "
+             f"c_request {coef[5] * 1e3:.4g} ms", ""]
+    aic: dict[str, tuple[float, float]] = {}
+    aic_path = ROOT / "benchmarks/results/aic_estimates.csv"
+    if aic_path.exists():
+        for a in csv.DictReader(aic_path.open()):
+            if a["aic_ttft_ms"]:
+                aic[a["id"]] = (float(a["aic_ttft_ms"]), float(a["aic_tpot_ms"]))
+    table = ["| set | model | rows | TPOT MAPE % | TTFT MAPE % | cliffs measured | predicted at the same step | "
+             "false cliffs |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    cmp = ["| model | rows (aiconfigurator estimated) | kvdash TPOT MAPE % | aiconfigurator TPOT MAPE % | "
+           "kvdash TTFT MAPE % | aiconfigurator TTFT MAPE % |", "|---|---:|---:|---:|---:|---:|"]
+    totals: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    cliff_tot: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for label, models in (("calibration", CALIBRATION), ("validation", VALIDATION)):
+        for model in models:
+            ids = [i for i in sims if by_id[i]["model_path"] == model]
+            if not ids:
+                continue
+            pt, mt, pf, mf = [], [], [], []
+            series: dict[tuple[str, ...], list[tuple[int, float, float]]] = defaultdict(list)
+            for i in ids:
+                r, s = by_id[i], sims[i]
+                tp_, tf_ = predict(s["tpot_f"], coef) * 1000, predict(s["ttft_f"], coef, True) * 1000
+                pt.append(tp_)
+                mt.append(float(r["silicon_tpot_ms"]))
+                pf.append(tf_)
+                mf.append(float(r["silicon_ttft_ms"]))
+                key = tuple(r[k] for k in ("system", "backend_version", "gemm_quant_mode", "tp_size",
+                                           "attention_dp_size", "moe_ep_size", "isl", "osl"))
+                series[key].append((int(r["batch_size"]), float(r["silicon_ttft_ms"]), tf_))
+            meas_c = pred_c = hit = false = 0
+            for pts in series.values():
+                m = cliffs([(c, t) for c, t, _ in pts])
+                p = cliffs([(c, t) for c, _, t in pts])
+                meas_c += len(m)
+                hit += len(m & p)
+                false += len(p - m)
+                pred_c += len(p)
+            cliff_tot[label][0] += meas_c
+            cliff_tot[label][1] += hit
+            cliff_tot[label][2] += false
+            totals[label]["pt"] += pt
+            totals[label]["mt"] += mt
+            totals[label]["pf"] += pf
+            totals[label]["mf"] += mf
+            table.append(f"| {label} | {model} | {len(ids)} | {mape(pt, mt):.1f} | {mape(pf, mf):.1f} | {meas_c} | "
+                         f"{hit} | {false} |")
+            both = [i for i in ids if i in aic]
+            if label == "validation" and both:
+                k_pt = [predict(sims[i]["tpot_f"], coef) * 1000 for i in both]
+                k_pf = [predict(sims[i]["ttft_f"], coef, True) * 1000 for i in both]
+                m_t = [float(by_id[i]["silicon_tpot_ms"]) for i in both]
+                m_f = [float(by_id[i]["silicon_ttft_ms"]) for i in both]
+                a_t = [aic[i][1] for i in both]
+                a_f = [aic[i][0] for i in both]
+                totals["cmp"]["kt"] += k_pt
+                totals["cmp"]["kf"] += k_pf
+                totals["cmp"]["mt"] += m_t
+                totals["cmp"]["mf"] += m_f
+                totals["cmp"]["at"] += a_t
+                totals["cmp"]["af"] += a_f
+                cmp.append(f"| {model} | {len(both)} | {mape(k_pt, m_t):.1f} | {mape(a_t, m_t):.1f} | "
+                           f"{mape(k_pf, m_f):.1f} | {mape(a_f, m_f):.1f} |")
+    for label in ("calibration", "validation"):
+        t = totals[label]
+        c = cliff_tot[label]
+        table.append(f"| **{label}** | all | {len(t['pt'])} | **{mape(t['pt'], t['mt']):.1f}** | "
+                     f"**{mape(t['pf'], t['mf']):.1f}** | {c[0]} | {c[1]} | {c[2]} |")
+    t = totals["cmp"]
+    if t["kt"]:
+        cmp.append(f"| **all** | {len(t['kt'])} | **{mape(t['kt'], t['mt']):.1f}** | "
+                   f"**{mape(t['at'], t['mt']):.1f}** | "
+                   f"**{mape(t['kf'], t['mf']):.1f}** | **{mape(t['af'], t['mf']):.1f}** |")
+    out = "\n".join(lines + ["kvdash's time model against the measured rows (mean absolute percentage error):", ""]
+                    + table + ["", "The same validation rows, kvdash against aiconfigurator 0.12 (its default "
+                               "vLLM database), on the rows aiconfigurator estimated:", ""] + cmp)
+    print(out)
+    if args.write:
+        (ROOT / "kvdash/data/steptime.json").write_text(json.dumps(
+            {"c_mem": consts.c_mem, "c_flop": consts.c_flop, "c_step": consts.c_step, "c_layer": consts.c_layer,
+             "c_allreduce": consts.c_allreduce, "c_request": consts.c_request, "fitted_on": consts.fitted_on},
+            indent=2) + "\n")
+        (ROOT / "benchmarks/results/steptime_validation.md").write_text(
+            "# Step-time model: fit and validation (`python benchmarks/steptime_fit.py --write`)\n\n" + out + "\n")
+
+
+if __name__ == "__main__":
+    main()

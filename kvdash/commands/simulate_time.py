@@ -1,0 +1,286 @@
+"""``kvdash simulate --time``: the paged simulator in seconds, and the highest load meeting an SLO (issue 28)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvdash.errors import InputError
+
+SLO_KEYS = ("ttft", "tpot", "e2e")
+SLO_PERCENTILE = "p90"
+
+
+def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:
+    """``ttft=2s,tpot=50ms`` -> seconds per metric (``ms`` or ``s``; a bare number is seconds)."""
+    out: dict[str, float] = {}
+    allowed = "expected KEY=TIME pairs, KEY one of ttft, tpot, e2e and TIME like 2s or 50ms (ttft=2s,tpot=50ms)"
+    for part in str(text).split(","):
+        key, sep, value = part.strip().partition("=")
+        key, value = key.strip().lower(), value.strip().lower()
+        if not sep or key not in SLO_KEYS or key in out:
+            raise InputError(field, text, allowed)
+        scale = 1.0
+        if value.endswith("ms"):
+            value, scale = value[:-2], 1e-3
+        elif value.endswith("s"):
+            value = value[:-1]
+        try:
+            seconds = float(value) * scale
+        except ValueError as exc:
+            raise InputError(field, text, allowed) from exc
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise InputError(field, text, allowed)
+        out[key] = seconds
+    return out
+
+
+def vllm_batch_defaults(memory_bytes: int, gpu_name: str, max_model_len: int = 131072) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) vLLM 0.33 picks for ``vllm serve`` on a GPU: kvdash's one mirror,
+    :func:`kvdash.core.vllm.scheduler_caps` (``EngineArgs`` in ``vllm/engine/arg_utils.py``)."""
+    from kvdash.core.vllm import scheduler_caps
+
+    caps = scheduler_caps(memory_bytes, gpu_name, max_model_len)
+    return caps.max_num_seqs, caps.max_num_batched_tokens
+
+
+def model_config(model: str, config: str | None) -> dict[str, Any]:
+    """The config.json dictionary of a preset or a file, for the time model's parameter counts."""
+    if config:
+        return dict(json.loads(Path(config).read_text(encoding="utf-8")))
+    from kvdash.core.model import DATA
+
+    path = DATA / "models" / f"{model.lower()}.json"
+    if not path.is_file():
+        return dict(json.loads(Path(model).read_text(encoding="utf-8")))
+    return dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def run_point(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, concurrency: int = 0,
+              rate: float = 0.0, seed: int = 0) -> Any:
+    from kvdash.simulate.timed import simulate_timed, summarize
+
+    arrivals = None
+    if rate:
+        rng = np.random.default_rng(seed + 1)
+        arrivals = np.cumsum(rng.exponential(1 / rate, size=len(prompt)))
+    sched = simulate_timed(prompt, output, setup["pool"], setup["mc"], setup["gpu"], setup["consts"],
+                           setup["max_num_seqs"], setup["max_batched"], concurrency=concurrency, arrivals_s=arrivals)
+    res = summarize(sched, setup["consts"], output, setup["tp"])
+    res.extra = {"kv_capacity_requests": setup["kv_requests"]}
+    return res
+
+
+def meets(res: Any, slo: dict[str, float]) -> bool:
+    got = {"ttft": res.ttft_ms, "tpot": res.tpot_ms, "e2e": res.e2e_ms}
+    return all(got[k][SLO_PERCENTILE] <= v * 1000 for k, v in slo.items())
+
+
+def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, slo: dict[str, float],
+               seed: int = 0) -> dict[str, Any]:
+    """The highest closed-loop concurrency and the highest Poisson rate whose p90 latencies meet ``slo``
+    (doubling, then bisection), and which limit binds just above the concurrency found."""
+    seen: dict[int, Any] = {}
+
+    def ok_c(c: int) -> tuple[bool, Any]:
+        if c not in seen:
+            seen[c] = run_point(setup, prompt, output, concurrency=c, seed=seed)
+        return meets(seen[c], slo), seen[c]
+
+    cap = len(prompt)  # more users than requests would all start at once
+    lo, hi, c = 0, 0, 1
+    last = None
+    while True:
+        c = min(c, cap)
+        good, r = ok_c(c)
+        if not good:
+            hi = c
+            break
+        lo, last = c, r
+        if c == cap:
+            break
+        c *= 2
+    while hi and hi - lo > 1:
+        mid = (lo + hi) // 2
+        good, r = ok_c(mid)
+        if good:
+            lo, last = mid, r
+        else:
+            hi = mid
+    binds = f"none up to {cap:,} users (the requests simulated)"
+    if hi:
+        above = ok_c(hi)[1]
+        if hi > setup["max_num_seqs"]:
+            binds = f"max_num_seqs ({setup['max_num_seqs']:,})"
+        elif above.preemptions or hi > setup["kv_requests"]:
+            binds = f"KV cache (about {setup['kv_requests']:,} mean-length requests fit)"
+        else:
+            binds = "compute (step time grows with the batch)"
+    # the Poisson rate: bisection over requests per second between 0 and what the best concurrency served
+    top_rate = None
+    if last is not None:
+        r_lo, r_hi = 0.0, max(last.requests_per_s * 2, 1e-3)
+        for _ in range(10):
+            mid = (r_lo + r_hi) / 2
+            if meets(run_point(setup, prompt, output, rate=mid, seed=seed), slo):
+                r_lo = mid
+            else:
+                r_hi = mid
+        top_rate = round(r_lo, 4)
+    return {"slo": {k: v for k, v in slo.items()}, "percentile": SLO_PERCENTILE, "max_concurrency": lo,
+            "max_rate_per_s": top_rate, "binding_limit": binds, "kv_capacity_requests": setup["kv_requests"],
+            "max_num_seqs": setup["max_num_seqs"], "at_max_concurrency": last.to_json() if last else None}
+
+
+def main(o: dict[str, Any]) -> None:
+    """The ``--time`` branch of ``kvdash simulate`` (``o``: its options, validated as far as the pool shape)."""
+    from dataclasses import replace
+
+    from kvdash.calibration import reserve_spec, with_reserve
+    from kvdash.commands.calc import check_budget_options, warn
+    from kvdash.commands.common import parse_budget
+    from kvdash.core.calc import BudgetSpec, resolve_budget
+    from kvdash.core.gpus import get_gpu
+    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
+    from kvdash.simulate.engine import PRESETS, Lengths, draw_requests, read_trace
+    from kvdash.simulate.lengths import parse_lengths_spec
+    from kvdash.simulate.timed import Pool
+
+    arch, shape, tp = o["arch"], o["shape"], o["tp"]
+    if not o["gpu"]:
+        raise InputError("--gpu", None, "--time needs a GPU preset with bandwidth and FLOP/s figures (e.g. h100-80gb)")
+    if o["slo"] and not o["time_model"]:
+        raise InputError("--slo", o["slo"], "needs --time")
+    slo = parse_slo(o["slo"]) if o["slo"] else None
+    gpu = get_gpu(o["gpu"])
+    perf = gpu_perf(gpu.key)
+    cfg = model_config(o["model"], str(o["config"]) if o["config"] else None)
+    from kvdash.units import parse_size
+
+    if o["weights"]:  # the time model reads the weight figure where it cannot count parameters (hybrids)
+        arch = replace(arch, weight_bytes=parse_size(o["weights"], "--weights", allow_zero=True), weights_known=True,
+                       weight_basis="--weights")
+    mc = model_compute(cfg, arch, tp, o["weight_format"], None, o["kv_dtype"])
+    seqs_d, tokens_d = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
+    seqs = o["max_num_seqs"] or seqs_d
+    batched = o["max_batched_tokens"] or tokens_d
+    for name, value in (("--max-num-seqs", seqs), ("--max-batched-tokens", batched)):
+        if value < 1:
+            raise InputError(name, value, "expected a positive integer")
+    notes = check_budget_options(o["budget"], o["gpu"], None, o["gpu_util"], "vllm", o["weights"], o["reserve"])
+
+    weights = parse_size(o["weights"], "--weights", allow_zero=True) if o["weights"] else mc.weights_per_rank * tp
+    spec = BudgetSpec(bytes=parse_budget(o["budget"]), gpu=o["gpu"], util=o["gpu_util"], weights=weights)
+    spec = with_reserve(spec, reserve_spec(o["reserve"], arch, o["gpu"], tp, 1, batched))
+    binfo = resolve_budget(spec, arch, tp, 1)
+    for line in notes:
+        warn(line)
+    pool = Pool.of(shape, binfo["per_rank_bytes"])
+    w = PRESETS[o["workload"]] if o["workload"] in PRESETS else None
+    if w is None:
+        raise InputError("--workload", o["workload"], "expected one of: " + ", ".join(PRESETS))
+    if o["trace"] is not None:
+        prompts, outputs = read_trace(str(o["trace"]), o["requests"], 2**28)
+        w = replace(w, name=f"trace {o['trace'].name}", prompt=Lengths("trace", values=prompts),
+                    output=Lengths("trace", values=outputs), synthetic=False)
+    if o["prompt"]:
+        w = replace(w, prompt=parse_lengths_spec(o["prompt"], "--prompt"), synthetic=False)
+    if o["output"]:
+        w = replace(w, output=parse_lengths_spec(o["output"], "--output"), synthetic=False)
+    max_len = o["max_len"]
+    w = replace(w, requests=o["requests"], rate=1.0, clip=o["clip"], arrival="closed", concurrency=1)
+    reqs = draw_requests(w, o["seed"], max_len)
+    prompt, output = reqs.prompt, reqs.output
+    if int(pool.request_blocks(int(reqs.final.max()))) > pool.blocks:
+        raise InputError("--budget", f"{pool.blocks:,} blocks", "the pool cannot hold the longest request")
+    mean_len = int(round(float(reqs.final.mean())))
+    kv_requests = pool.blocks // int(pool.request_blocks(max(mean_len, 1)))
+    consts = fitted_constants()
+    setup = {"pool": pool, "mc": mc, "gpu": perf, "consts": consts, "max_num_seqs": seqs, "max_batched": batched,
+             "tp": tp, "kv_requests": kv_requests}
+    conc = o["concurrency"]
+    rate = o["rate"]
+    res = run_point(setup, prompt, output, concurrency=conc or 0, rate=0.0 if conc else rate, seed=o["seed"])
+    search = slo_search(setup, prompt, output, slo, o["seed"]) if slo else None
+    info = {"model": arch.name, "gpu": gpu.key, "tp": tp, "kv_dtype": o["kv_dtype"], "weight_format": o["weight_format"],
+            "block_size": shape.block_size, "pool_blocks": pool.blocks, "budget_bytes": binfo["per_rank_bytes"],
+            "max_num_seqs": seqs, "max_num_batched_tokens": batched, "workload": w.name, "requests": len(prompt),
+            "arrival": f"closed loop of {conc}" if conc else f"Poisson {rate:g} per second",
+            "kv_capacity_requests": kv_requests,
+            "constants": consts.fitted_on, "gpu_figures": perf.source,
+            "measured_error": "benchmarks/results/steptime_validation.md (fit on dense models, validated on MoE rows)",
+            "scheduler": "vLLM v1 Scheduler.schedule() rules (vllm/v1/core/sched/scheduler.py, vLLM 0.33.0) in seconds"}
+    if o["as_json"]:
+        out: dict[str, Any] = {"setup": info, "results": [res.to_json()]}
+        if search is not None:
+            out["slo"] = search
+        print(json.dumps(out, indent=2))
+        return
+    from rich.console import Console
+
+    from kvdash.render.table import Table, print_tables
+
+    console = Console()
+    console.print(f"[bold]{arch.name}[/bold] on {tp} x {gpu.key}, {o['weight_format']} weights, {o['kv_dtype']} KV: "
+                  f"{pool.blocks:,} blocks of {shape.block_size}; {info['workload']}, {len(prompt):,} requests, "
+                  f"{info['arrival']}; max_num_seqs {seqs:,}, max_num_batched_tokens {batched:,}", highlight=False)
+    lat = Table(title="Latency, ms (paged, vLLM's scheduler, step-time model)")
+    for col in ("metric", "p50", "p90", "p99", "mean"):
+        lat.add_column(col, "left" if col == "metric" else "right", wrap=False)
+    for name, d in (("TTFT", res.ttft_ms), ("TPOT", res.tpot_ms), ("E2E", res.e2e_ms)):
+        lat.add_row(name, *(f"{d[k]:,.1f}" for k in ("p50", "p90", "p99", "mean")))
+    thr = Table(title="Throughput")
+    for col in ("tokens/s", "per GPU", "per user", "requests/s", "preempted", "avg batch"):
+        thr.add_column(col, "right", wrap=False)
+    thr.add_row(f"{res.tokens_per_s:,.0f}", f"{res.tokens_per_s_per_gpu:,.0f}", f"{res.tokens_per_s_per_user:,.1f}",
+                f"{res.requests_per_s:,.3f}", f"{res.preemptions:,}", f"{res.avg_running:,.1f}")
+    print_tables([lat, thr])
+    if search is not None:
+        rate_txt = "none" if search["max_rate_per_s"] is None else f"{search['max_rate_per_s']:g} requests/s"
+        console.print(f"SLO {o['slo']} at p90: at most {search['max_concurrency']:,} users (closed loop), {rate_txt} "
+                      f"(Poisson); KV holds about {kv_requests:,} mean-length requests; binds: "
+                      f"{search['binding_limit']}", highlight=False)
+    console.print(f"constants: {consts.fitted_on}; measured error: {info['measured_error']}", highlight=False,
+                  markup=False)
+
+
+CALC_SLO_REQUESTS = 1000  # calc's short simulation: 1,000 ShareGPT-shaped requests
+
+
+def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, gpu_key: str | None, tp: int,
+             kv_dtype: str, slo_text: str, weight_format: str = "bf16") -> dict[str, Any]:
+    """``kvdash calc --slo``: :func:`slo_search` over calc's own pool (its budget per rank, blocks and
+    block rule) with 1,000 ShareGPT-shaped requests (kvdash's synthetic preset, seed 0)."""
+    from dataclasses import replace
+
+    from kvdash.core.gpus import get_gpu
+    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
+    from kvdash.simulate.engine import PRESETS, draw_requests
+    from kvdash.simulate.timed import Pool
+
+    slo = parse_slo(slo_text)
+    if not gpu_key:
+        raise InputError("--gpu", None, "--slo needs a GPU preset with bandwidth and FLOP/s figures (e.g. h100-80gb)")
+    if result["pool"]["stages"] if isinstance(result["pool"].get("stages"), int) and result["pool"]["stages"] > 1 \
+            else False:
+        raise InputError("--pp", "> 1", "--slo simulates one pipeline stage: use --pp 1")
+    gpu = get_gpu(gpu_key)
+    perf = gpu_perf(gpu.key)
+    p = result["pool"]
+    mc = model_compute(model_config(model, config), arch, tp, weight_format, None, kv_dtype)
+    pool = Pool(int(result["whole_pool_blocks"]), int(p["block_size"]), int(p["full_groups"]), int(p["window_groups"]),
+                int(p["window"] or 0), int(p["state_blocks_per_request"] or 0))
+    seqs, batched = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
+    w = replace(PRESETS["sharegpt"], requests=CALC_SLO_REQUESTS, arrival="closed", concurrency=1, clip=True)
+    reqs = draw_requests(w, 0, min(arch.max_context, 8192))
+    mean_len = int(round(float(reqs.final.mean())))
+    setup = {"pool": pool, "mc": mc, "gpu": perf, "consts": fitted_constants(), "max_num_seqs": seqs,
+             "max_batched": batched, "tp": tp, "kv_requests": pool.blocks // int(pool.request_blocks(mean_len))}
+    out = slo_search(setup, reqs.prompt, reqs.output, slo)
+    out["workload"] = f"{CALC_SLO_REQUESTS:,} ShareGPT-shaped requests (synthetic: lognormal means 161 in, 338 out)"
+    out.pop("at_max_concurrency", None)
+    return out

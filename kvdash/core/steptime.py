@@ -1,0 +1,316 @@
+"""The time of one engine step, from what it reads and what it computes (issue 28).
+
+A step of a continuous-batching engine runs every scheduled token through the model once: the decode
+tokens of running requests (one each) and the prefill chunks of requests being prefilled.  Its time is
+modelled as a sum of physical terms, each a figure of the model, the GPU and the batch divided by a
+GPU figure, with a few constants fitted in the open (``benchmarks/steptime_fit.py``)::
+
+    t = c_mem x (weights read + KV read) / HBM bandwidth
+      + c_flop x (linear FLOPs / dense FLOP/s of the weights' dtype + attention FLOPs / dense bf16 FLOP/s)
+      + c_step + c_layer x layers + c_allreduce x all-reduces
+      + all-reduce bytes / NVLink bandwidth
+
+and every request's first token comes ``c_request`` seconds later than the steps alone say (the API server's
+request handling and tokenization, and sampling's return to it: time outside the engine's steps).
+
+* weights read: every dense weight of the rank (attention, dense MLPs, shared experts, router, LM head)
+  plus, on MoE layers, the routed experts the step's tokens touch: ``E x (1 - (1 - k/E)^T)`` of ``E``
+  experts for ``T`` tokens routed to ``k`` each, the expected number of distinct experts when tokens
+  pick experts independently and uniformly;
+* KV read: for each decode token the KV its attention reads, from kvdash's own per-layer figures
+  (:func:`kvdash.core.calc.layer_token_bytes` times the context, a sliding layer's capped at its
+  window, and :func:`kvdash.core.calc.layer_state_bytes` for state layers, read and written);
+  a prefill chunk reads its earlier context once;
+* linear FLOPs: ``2 x active parameters x tokens`` (a MoE token runs ``k`` experts);
+  attention FLOPs: ``2 x heads x (qk dim + v dim)`` per query-key pair per layer, the pairs of a causal
+  chunk of ``q`` tokens after ``p`` earlier ones being ``q x p + q (q + 1) / 2`` (capped by a window);
+* all-reduces: two per layer under tensor parallelism (after attention and after the MLP), each a
+  ring over ``tp`` GPUs moving ``2 (tp - 1) / tp x tokens x hidden x 2 bytes`` per GPU.
+
+``c_mem`` and ``c_flop`` are the inverse of the achieved fraction of the spec bandwidth and FLOP/s; the
+others are seconds.  Everything here is per tensor-parallel rank (the ranks work in parallel).
+
+Pure Python: the simulator calls the same functions with numpy arrays (through :mod:`kvdash.core.formulas`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvdash.core import formulas as f
+from kvdash.core.calc import layer_state_bytes, layer_token_bytes
+from kvdash.core.model import Architecture
+from kvdash.errors import InputError
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+# Bytes per weight of each storage format, scales included: fp8 with per-block scales (1/16,384 of the
+# weights: left out), NVFP4 = 4 bits + one fp8 scale per 16 (NVIDIA's NVFP4 format), MXFP4 = 4 bits + one
+# 8-bit scale per 32 (OCP Microscaling spec v1.0; gpt-oss's checkpoint), int4 weight-only = 4 bits + one
+# bf16 scale per group of 32 (compressed-tensors pack-quantized, as Kimi-K2.5's checkpoint)
+WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "mxfp4": 0.53125, "int4_wo": 0.5625}
+# the tensor-core rate a GEMM of these weights runs at (weight-only int4 and MXFP4 on Hopper compute in bf16)
+GEMM_RATE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4", "int4_wo": "bf16"}
+ACT_BYTES = 2  # bf16 activations on the all-reduce
+
+
+@dataclass(frozen=True)
+class GPUPerf:
+    """The spec figures of a GPU the step model divides by (dense, no sparsity), with their source."""
+
+    key: str
+    hbm_bytes_per_s: float
+    flops: dict[str, float]  # "bf16", "fp8", "fp4" -> dense tensor-core FLOP/s
+    link_bytes_per_s: float  # NVLink per GPU, one direction (0: none)
+    source: str
+
+    def rate(self, kind: str) -> float:
+        """FLOP/s of a GEMM kind; a kind the GPU lacks (fp4 on Hopper) runs at the next wider one."""
+        for k in {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16",)}[kind]:
+            if self.flops.get(k):
+                return self.flops[k]
+        raise InputError("--gpu", self.key, "no bf16 FLOP/s figure for the time model")
+
+
+def gpu_perf(key: str) -> GPUPerf:
+    """The time-model figures of a GPU preset (``kvdash/data/gpus.json``, each with its public source)."""
+    from kvdash.core.gpus import get_gpu
+
+    gpu = get_gpu(key)
+    if not gpu.hbm_bytes_per_s:
+        raise InputError("--gpu", key, "the time model needs a GPU with bandwidth and FLOP/s figures: "
+                         + ", ".join(sorted(k for k, g in _perf_presets().items())))
+    return GPUPerf(gpu.key, float(gpu.hbm_bytes_per_s), {k: float(v) for k, v in gpu.flops.items()},
+                   float(gpu.link_bytes_per_s), gpu.perf_source)
+
+
+def _perf_presets() -> dict[str, Any]:
+    from kvdash.core.gpus import gpu_presets
+
+    return {k: g for k, g in gpu_presets().items() if g.hbm_bytes_per_s}
+
+
+@dataclass(frozen=True)
+class Constants:
+    """The fitted constants (``benchmarks/steptime_fit.py`` writes ``kvdash/data/steptime.json``)."""
+
+    c_mem: float = 1.25
+    c_flop: float = 1.5
+    c_step: float = 0.003
+    c_layer: float = 0.0
+    c_allreduce: float = 1e-5
+    c_request: float = 0.0  # seconds every request spends outside the engine's steps before its first token
+    fitted_on: str = "not fitted"
+
+    def vector(self) -> tuple[float, float, float, float, float]:
+        return (self.c_mem, self.c_flop, self.c_step, self.c_layer, self.c_allreduce)
+
+
+def fitted_constants() -> Constants:
+    """The constants shipped in ``kvdash/data/steptime.json`` (fitted by ``benchmarks/steptime_fit.py``)."""
+    path = DATA / "steptime.json"
+    if not path.is_file():
+        return Constants()
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    return Constants(**{k: raw[k] for k in ("c_mem", "c_flop", "c_step", "c_layer", "c_allreduce", "c_request",
+                                            "fitted_on")})
+
+
+@dataclass(frozen=True)
+class AttentionKind:
+    """Attention layers of one kind on one rank: how many, their query heads, dims and window."""
+
+    count: int
+    q_heads: int
+    qk_dim: int
+    v_dim: int
+    window: int  # 0: full attention
+    prefill_qk_dim: int = 0  # MLA prefills un-absorbed (qk_nope + qk_rope, v_head_dim); 0: as decode
+    prefill_v_dim: int = 0
+
+
+@dataclass(frozen=True)
+class ModelCompute:
+    """What one step reads and computes on one tensor-parallel rank, apart from the batch."""
+
+    name: str
+    tp: int
+    layers: int
+    hidden: int
+    dense_weight_bytes: float  # read every step
+    dense_params: float  # linear parameters every token runs (per rank)
+    moe_layers: int
+    experts: int
+    top_k: int
+    expert_bytes: float  # one routed expert of one layer, per rank
+    expert_params: float
+    gemm: str  # "bf16", "fp8" or "fp4": the rate of the weights' GEMMs
+    attention: tuple[AttentionKind, ...]
+    kv_full_bytes: int  # per token of context, every full/MLA layer of the rank (calc.layer_token_bytes)
+    kv_window_bytes: int  # per token of context, every sliding layer of the rank
+    window: int
+    state_bytes: int  # per request, every state layer of the rank (calc.layer_state_bytes)
+    weights_per_rank: int = 0  # resident weight bytes per rank (for the memory budget)
+    dp: int = 1  # attention data-parallel ranks sharing the experts (their tokens reach every expert rank)
+    basis: tuple[str, ...] = field(default=(), compare=False)
+
+    def kv_read_bytes(self, context: Any) -> Any:
+        """Bytes of KV one decode token with ``context`` tokens before it reads on this rank."""
+        return (self.kv_full_bytes * context + self.kv_window_bytes * f.imin(context, self.window or 1)
+                + 2 * self.state_bytes)
+
+    def touched_experts(self, tokens: float) -> float:
+        """Expected distinct routed experts ``tokens`` tokens touch in one MoE layer."""
+        if not self.moe_layers or tokens <= 0:
+            return 0.0
+        return self.experts * (1 - (1 - self.top_k / self.experts) ** tokens)
+
+    def attn_pair_flops(self, prefill: bool = False) -> tuple[float, float]:
+        """FLOPs per query-key pair, summed over the rank's (full, window) attention layers; ``prefill``: with
+        the dims prefill runs at (MLA: un-absorbed heads)."""
+        def dims(a: AttentionKind) -> int:
+            if prefill and a.prefill_qk_dim:
+                return a.prefill_qk_dim + a.prefill_v_dim
+            return a.qk_dim + a.v_dim
+
+        full = sum(2 * a.count * a.q_heads * dims(a) for a in self.attention if not a.window)
+        win = sum(2 * a.count * a.q_heads * dims(a) for a in self.attention if a.window)
+        return float(full), float(win)
+
+
+def causal_pairs(prior: Any, chunk: Any, window: int = 0) -> Any:
+    """Query-key pairs of a causal chunk of ``chunk`` tokens after ``prior`` earlier ones: query ``i``
+    (1-based) sees ``prior + i`` keys, or at most ``window``.
+
+    >>> causal_pairs(0, 4), causal_pairs(10, 2), causal_pairs(10, 4, window=12)
+    (10, 23, 47)
+    """
+    total = chunk * prior + chunk * (chunk + 1) // 2
+    if not window:
+        return total
+    # queries that see more than the window: those with prior + i > window
+    start = f.imax(window - prior, 0)  # queries 1..start see prior + i <= window
+    start = f.imin(start, chunk)
+    over = chunk - start
+    capped = start * prior + start * (start + 1) // 2 + over * window
+    return capped
+
+
+def _moe_shape(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tuple[int, int, int, int] | None:
+    """(routed experts, width, shared width, experts per token) of a MoE layer (None: dense), from the
+    same rules :func:`kvdash.core.modeltypes.estimate_parameters` counts weights with."""
+    from kvdash.core.modeltypes import _moe
+
+    moe = _moe(cfg, model_type, layer, n_layers)
+    if moe is None:
+        return None
+    experts, width, shared = moe
+    return experts, width, shared, int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 1)
+
+
+def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights: str = "bf16",
+                  experts_weights: str | None = None, kv_dtype: str = "bf16", scales: str = "tensor",
+                  dp: int = 1) -> ModelCompute:
+    """The per-rank figures of a model from its ``config.json`` (``text_config`` for multimodal ones)
+    and its kvdash :class:`Architecture`: ``weights`` / ``experts_weights`` name the storage format of
+    the dense and routed-expert weights (``bf16``, ``fp8``, ``nvfp4``, ``mxfp4``, ``int4_wo``);
+    attention projections of gpt-oss stay bf16 (its checkpoint quantizes only the experts).  With ``dp``
+    attention data-parallel ranks of ``tp`` GPUs each, the routed experts are split over all ``tp x dp``
+    GPUs (expert parallelism) and every rank's tokens reach them."""
+    from kvdash.core.model import _text_config
+    from kvdash.core.modeltypes import aliases, parameter_parts
+
+    for value in (weights, experts_weights or weights):
+        if value not in WEIGHT_BYTES:
+            raise InputError("--weight-format", value, "expected one of: " + ", ".join(WEIGHT_BYTES))
+    # the language model only: a vision encoder runs on images, which a text request does not send
+    c = {k: v for k, v in aliases(_text_config(cfg)).items() if k not in ("vision_config", "audio_config")}
+    parts = parameter_parts(c, arch)
+    fallback = ""
+    if parts is None:
+        if not (arch.weights_known and arch.weight_bytes and arch.hidden_size):
+            raise InputError("--model", arch.name, "the time model needs a config kvdash can count parameters of "
+                             "(a supported model_type with its MLP and expert sizes) or a weight figure (--weights)")
+        # hybrids and other types kvdash does not count: every weight read each step, one FLOP pair per weight
+        # byte pair (bf16); a MoE among them is overstated (all experts read)
+        n = arch.weight_bytes // 2
+        parts = {"embedding": 0, "lm_head": 0, "attention": 0, "dense_mlp": n, "shared": 0, "router": 0,
+                 "experts_total": 0, "expert_params": 0, "moe_layers": 0, "experts": 0, "top_k": 0,
+                 "hidden": arch.hidden_size, "vocab": 0}
+        weights = experts_weights = "bf16"
+        fallback = (f"parameters not counted from config.json ({arch.model_type}): {n:,} taken from the weight "
+                    f"figure ({arch.weight_basis}) at 2 B each, all read every step")
+    ew = experts_weights or weights
+    dense_fmt = "bf16" if arch.model_type == "gpt_oss" else weights
+    attn_fmt = dense_fmt
+    dense_b, expert_b = WEIGHT_BYTES[dense_fmt], WEIGHT_BYTES[ew]
+    h = parts["hidden"]
+    lm_head = parts["vocab"] * h  # read every step (the embedding lookup reads a row per token: left out)
+    dense_linear = parts["attention"] + parts["dense_mlp"] + parts["shared"] + parts["router"]
+    attn_bytes = parts["attention"] * WEIGHT_BYTES[attn_fmt]
+    mlp_bytes = (parts["dense_mlp"] + parts["shared"]) * dense_b + parts["router"] * 2
+    dense_bytes = (attn_bytes + mlp_bytes) / tp + lm_head * 2 / tp
+    kinds = Counter((layer.kind, layer.window) for layer in arch.layers if not layer.is_state)
+    q_heads = max(1, arch.num_attention_heads // tp)
+    attention = []
+    for (kind, window), count in sorted(kinds.items()):
+        layer = arch.first(kind)
+        assert layer is not None
+        pqk = pv = 0
+        if kind == "mla":  # decode absorbed: queries attend over the latent (kv_lora_rank + rope), values the latent;
+            # prefill un-absorbed (vLLM's MLA prefill path): qk_nope + qk_rope per head, v_head_dim
+            qk, v = layer.latent_dim, layer.kv_lora_rank
+            pqk = int(c.get("qk_nope_head_dim") or 0) + layer.qk_rope_head_dim
+            pv = int(c.get("v_head_dim") or 0)
+            if not pqk or not pv:
+                pqk = pv = 0
+        else:
+            qk, v = layer.head_dim, layer.head_dim_v or layer.head_dim
+        attention.append(AttentionKind(count, q_heads, qk, v, window if kind in ("sliding", "chunked") else 0, pqk, pv))
+    full = sum(layer_token_bytes(layer, kv_dtype, scales, tp) for layer in arch.layers if layer.kind in ("full", "mla"))
+    win_layers = [layer for layer in arch.layers if layer.kind in ("sliding", "chunked")]
+    win = sum(layer_token_bytes(layer, kv_dtype, scales, tp) for layer in win_layers)
+    state = sum(layer_state_bytes(layer, tp) for layer in arch.state_layers)
+    resident = (parts["embedding"] * 2 + lm_head * 2 + attn_bytes + mlp_bytes
+                + parts["experts_total"] * parts["expert_params"] * expert_b)
+    return ModelCompute(
+        name=arch.name, tp=tp, layers=arch.decoder_layers or arch.num_layers, hidden=h,
+        dense_weight_bytes=dense_bytes, dense_params=(dense_linear + lm_head) / tp,
+        moe_layers=parts["moe_layers"], experts=parts["experts"], top_k=parts["top_k"],
+        expert_bytes=parts["expert_params"] * expert_b / (tp * dp), expert_params=parts["expert_params"] / tp,
+        gemm=GEMM_RATE[ew if parts["moe_layers"] else weights], attention=tuple(attention),
+        kv_full_bytes=full, kv_window_bytes=win, window=win_layers[0].window if win_layers else 0,
+        state_bytes=state, dp=dp,
+        weights_per_rank=math.ceil(resident / tp - parts["experts_total"] * parts["expert_params"] * expert_b
+                                   * (1 / tp - 1 / (tp * dp))),
+        basis=(fallback or f"weights {dense_fmt} (experts {ew}): {WEIGHT_BYTES[dense_fmt]:g} / "
+               f"{WEIGHT_BYTES[ew]:g} B per parameter, parameters counted from config.json",))
+
+
+def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: float, pairs_full: float,
+             pairs_window: float, prefill_kv_bytes: float = 0.0) -> tuple[float, float, float, float, float, float]:
+    """The step's terms before the constants: (memory s, compute s, 1, layers, all-reduces, link s) at
+    the spec figures, for ``tokens`` scheduled tokens, ``decode_kv_bytes`` of KV the decode tokens read,
+    the causal query-key pairs of the prefill chunks (full and window layers) and the KV they read."""
+    moe_bytes = mc.moe_layers * mc.touched_experts(tokens * mc.dp) * mc.expert_bytes
+    mem = (mc.dense_weight_bytes + moe_bytes + decode_kv_bytes + prefill_kv_bytes) / gpu.hbm_bytes_per_s
+    linear = 2 * (mc.dense_params + mc.moe_layers * mc.top_k * mc.expert_params) * tokens
+    full, win = mc.attn_pair_flops()
+    attn = full * pairs_full + win * pairs_window
+    comp = linear / gpu.rate(mc.gemm) + attn / gpu.rate("bf16")
+    reduces = 2 * mc.layers if mc.tp > 1 else 0
+    link = 0.0
+    if mc.tp > 1 and gpu.link_bytes_per_s:
+        link = reduces * 2 * (mc.tp - 1) / mc.tp * tokens * mc.hidden * ACT_BYTES / gpu.link_bytes_per_s
+    return (mem, comp, 1.0, float(mc.layers), float(reduces), link)
+
+
+def step_seconds(x: tuple[float, ...], c: Constants) -> float:
+    """The step time from :func:`features` and the constants."""
+    v = c.vector()
+    return v[0] * x[0] + v[1] * x[1] + v[2] * x[2] + v[3] * x[3] + v[4] * x[4] + x[5]

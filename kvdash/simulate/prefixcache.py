@@ -1,0 +1,871 @@
+"""Prefix caching and tiered KV over a workload with structure: what is retained, hit, evicted, moved.
+
+A request is a prompt made of *segments* (content ids, each with a length) and an output.  Segment ids are
+prefix-closed: an id always follows the same tokens (Mooncake's remapped 512-token prefix-block hashes
+are such ids; the generators here build them so).  A full block of ``G`` tokens ending inside segment
+``s`` at offset ``o`` is therefore identified by ``(s, o)`` alone, the same identity vLLM's chained block
+hash gives it (``hash(parent hash, block tokens)``, ``vllm/v1/core/kv_cache_utils.py``).
+
+Rules mirrored (cited where they are used):
+
+* **vLLM 0.33.0 automatic prefix caching** (``vllm/v1/core/block_pool.py``, ``kv_cache_manager.py``,
+  ``single_type_kv_cache_manager.py``): only full blocks are hashed, prompt and generated tokens alike;
+  a hit is the longest run of cached blocks from the start, at most ``prompt - 1`` tokens
+  (``max_cache_hit_length = request.num_tokens - 1``); a hit block gains a reference and leaves the free
+  queue; a finished request frees its blocks tail first (``free_blocks(reversed(blocks))``): hashed
+  blocks join the end of the free queue, unhashed ones its front; a new block is taken from the front,
+  evicting the cached block it held.
+* **vLLM native offloading** (``vllm/v1/kv_offload/``): a CPU tier of chunks (``kvdash.core.tiers``),
+  every full chunk a request computes is stored (prompt and output); a lookup continues after the GPU
+  hit; LRU (``cpu/policies/lru.py``: a finished request's chunks become most recent, tails ranked before
+  heads) or ARC (``cpu/policies/arc.py``); a filesystem tier behind it receives every chunk stored to the
+  CPU tier (``tiering/manager.py``: "always offload to all tiers") and is read through the CPU tier;
+  vLLM's filesystem tier evicts nothing, so a disk tier is unbounded unless a size is given (then LRU,
+  kvdash's assumption).
+* **LMCache 0.5.6** (``lmcache/v1/config.py``; its ``tools/cache_simulator``): 256-token chunks of the
+  prompt only (``save_decode_cache`` False), partial tails never stored, every chunk written to every
+  tier, a hit is the run of cached chunks from the start, LRU: hits refreshed and misses inserted in
+  request order (heads before tails); a disk hit is copied back up to the CPU tier.
+
+Time: requests are served in arrival order; ``concurrency`` requests are in flight and the oldest
+finishes when the next is admitted (1: one at a time, as LMCache's simulator replays).  A request whose
+blocks do not fit while others hold theirs waits for the oldest to finish; one larger than the GPU pool
+is counted and skipped.  Transfers are instantaneous for the state (no pinning) and timed separately
+over each tier's link.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from kvdash import safeio
+from kvdash.errors import InputError
+
+SEG_SHIFT = 21  # a block key is segment << 21 | end offset: segments up to 2^21 - 1 tokens
+MAX_SEG = (1 << SEG_SHIFT) - 1
+MOONCAKE_BLOCK = 512
+RULES = ("vllm", "lmcache")
+CPU_POLICIES = ("lru", "arc")
+
+
+# --- workloads ------------------------------------------------------------------------------------
+
+@dataclass
+class Workload:
+    """Requests with structure, in arrival order."""
+
+    name: str
+    arrival: list[float]  # ms for traces; request index for generated workloads
+    prompt: list[int]
+    output: list[int]
+    segs: list[np.ndarray]  # segment ids of each prompt, in order (int64)
+    seg_ends: list[np.ndarray]  # cumulative end offsets of those segments (int64); last == prompt
+    out_seg: list[int]  # id of each request's output segment (a later turn may reuse it)
+    note: str = ""
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.prompt)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(self.prompt)
+
+
+def _check_len(value: object, field_: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > 2**31:
+        raise InputError(field_, where, "expected a non-negative integer below 2^31")
+    return value
+
+
+def read_mooncake(path: str, limit: int | None = None, max_bytes: int = safeio.STREAM_CAP,
+                  field_: str = "--hash-trace") -> Workload:
+    """A Mooncake-format JSONL trace (``kvcache-ai/Mooncake``, ``FAST25-release/README.md``): one request
+    a line, ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids`` (one id per 512-token
+    prompt block, the last one possibly partial).  ``.xz`` files are decompressed."""
+    arrival: list[float] = []
+    prompt: list[int] = []
+    output: list[int] = []
+    segs: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    top = 0
+    for number, line in _lines(path, max_bytes, field_):
+        if limit is not None and len(prompt) >= limit:
+            break
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            raise InputError(field_, where, "each line must be one JSON object") from exc
+        if not isinstance(rec, dict) or not {"timestamp", "input_length", "output_length", "hash_ids"} <= rec.keys():
+            raise InputError(field_, where, "expected timestamp, input_length, output_length and hash_ids")
+        p = _check_len(rec["input_length"], field_, where)
+        o = _check_len(rec["output_length"], field_, where)
+        ts = rec["timestamp"]
+        ids = rec["hash_ids"]
+        if isinstance(ts, bool) or not isinstance(ts, int | float) or not ts >= 0:
+            raise InputError(field_, where, "timestamp must be a non-negative number of milliseconds")
+        if p < 1 or not isinstance(ids, list) or len(ids) != -(-p // MOONCAKE_BLOCK):
+            raise InputError(field_, where, "expected input_length >= 1 and one hash id per 512-token block "
+                                            "(ceil(input_length / 512) of them)")
+        if not all(isinstance(h, int) and not isinstance(h, bool) and 0 <= h < 2**40 for h in ids):
+            raise InputError(field_, where, "hash ids must be integers from 0 to 2^40 - 1")
+        if prompt and ts < arrival[-1]:
+            raise InputError(field_, where, "timestamps must not decrease")
+        arrival.append(float(ts))
+        prompt.append(p)
+        output.append(o)
+        seg = np.asarray(ids, dtype=np.int64)
+        end = np.minimum(np.arange(1, len(ids) + 1, dtype=np.int64) * MOONCAKE_BLOCK, p)
+        segs.append(seg)
+        ends.append(end)
+        top = max(top, int(seg.max()))
+    if not prompt:
+        raise InputError(field_, path, "the trace holds no request")
+    base = top + 1  # output segments: unique ids above every hash id (no later request names them)
+    return Workload(f"trace {path.rsplit('/', 1)[-1]}", arrival, prompt, output, segs, ends,
+                    [base + i for i in range(len(prompt))], note="Mooncake-format trace, 512-token prefix hashes",
+                    source=path)
+
+
+def _lines(path: str, max_bytes: int, field_: str) -> Iterator[tuple[int, str]]:
+    if path.endswith(".xz"):
+        raw = safeio.read_bytes(path, field_, max_bytes, "--max-file-size")
+        try:
+            dec = lzma.LZMADecompressor()
+            data = dec.decompress(raw, max_length=max_bytes * 16)
+        except lzma.LZMAError as exc:
+            raise InputError(field_, path, "not a valid .xz file") from exc
+        if not dec.eof:
+            raise InputError(field_, path, f"expected at most {max_bytes * 16:,} bytes once decompressed")
+        text = safeio.decode(data, field_, path)
+        yield from enumerate(text.splitlines(), start=1)
+        return
+    yield from safeio.iter_lines(path, field_, max_bytes, "--max-file-size")
+
+
+def multi_turn(conversations: int, turns: int, system: int, user: int, output: int, seed: int = 0,
+               interleave: bool = True) -> Workload:
+    """``conversations`` chats of ``turns`` turns: turn ``t``'s prompt is the system prompt (shared by
+    every chat), then each earlier turn's user message and reply, then its own user message; user
+    messages and replies are lognormal (sigma 0.5) around the given means.  Chats are interleaved round
+    robin (turn 1 of every chat, then turn 2 ...) when ``interleave``, else one after the other."""
+    rng = np.random.default_rng(seed)
+    next_id = 1  # 0: the system prompt
+    order = [(c, t) for t in range(turns) for c in range(conversations)] if interleave else \
+        [(c, t) for c in range(conversations) for t in range(turns)]
+    hist_segs: list[list[int]] = [[0] if system else [] for _ in range(conversations)]
+    hist_lens: list[list[int]] = [[system] if system else [] for _ in range(conversations)]
+    w = Workload(f"multi-turn {conversations}x{turns}", [], [], [], [], [], [],
+                 note=f"{conversations} chats of {turns} turns, system prompt {system}, user ~{user}, reply ~{output} "
+                      "tokens (each turn's prompt extends the last)")
+    mu_u, mu_o = np.log(max(user, 1)) - 0.125, np.log(max(output, 1)) - 0.125
+    for k, (c, _t) in enumerate(order):
+        u = int(min(max(1, round(rng.lognormal(mu_u, 0.5))), MAX_SEG))
+        o = int(min(max(1, round(rng.lognormal(mu_o, 0.5))), MAX_SEG))
+        hist_segs[c].append(next_id)
+        hist_lens[c].append(u)
+        next_id += 1
+        w.arrival.append(float(k))
+        w.prompt.append(sum(hist_lens[c]))
+        w.output.append(o)
+        w.segs.append(np.asarray(hist_segs[c], dtype=np.int64))
+        w.seg_ends.append(np.cumsum(np.asarray(hist_lens[c], dtype=np.int64)))
+        w.out_seg.append(next_id)
+        hist_segs[c].append(next_id)  # the reply becomes part of the next turn's prompt
+        hist_lens[c].append(o)
+        next_id += 1
+    return w
+
+
+def system_prompts(requests: int, prompts: Sequence[int], shares: Sequence[float], user: int, output: int,
+                   seed: int = 0) -> Workload:
+    """``requests`` single-turn requests, each starting with one of ``len(prompts)`` system prompts
+    (lengths ``prompts``) drawn with probabilities ``shares``, then a user message and an output,
+    lognormal (sigma 0.5) around their means."""
+    rng = np.random.default_rng(seed)
+    p = np.asarray(shares, dtype=float)
+    which = rng.choice(len(prompts), size=requests, p=p / p.sum())
+    mu_u, mu_o = np.log(max(user, 1)) - 0.125, np.log(max(output, 1)) - 0.125
+    us = np.clip(np.rint(rng.lognormal(mu_u, 0.5, size=requests)), 1, MAX_SEG).astype(np.int64)
+    os_ = np.clip(np.rint(rng.lognormal(mu_o, 0.5, size=requests)), 1, MAX_SEG).astype(np.int64)
+    n = len(prompts)
+    w = Workload(f"system-prompts {n}", [], [], [], [], [], [],
+                 note=f"{requests:,} requests over {n} system prompts ({', '.join(f'{x:,}' for x in prompts)} tokens; "
+                      f"shares {', '.join(f'{s:g}' for s in shares)}), user ~{user}, output ~{output} tokens")
+    for i in range(requests):
+        s = int(which[i])
+        u, o = int(us[i]), int(os_[i])
+        w.arrival.append(float(i))
+        w.prompt.append(prompts[s] + u)
+        w.output.append(o)
+        w.segs.append(np.asarray([s, n + 2 * i], dtype=np.int64))
+        w.seg_ends.append(np.asarray([prompts[s], prompts[s] + u], dtype=np.int64))
+        w.out_seg.append(n + 2 * i + 1)
+    return w
+
+
+def block_keys(w: Workload, size: int, with_output: bool) -> list[list[int]]:
+    """The key of every full block of ``size`` tokens of each request: prompt blocks, then (when
+    ``with_output``) the blocks that end in the output (generated tokens are cached too under vLLM's
+    rules).  A block is identified by the segment holding its last token and that token's end offset in
+    it; the pairs are numbered densely (``np.unique``), so keys are small ints that Python's dicts spread
+    without collisions and that convert fast."""
+    raw: list[np.ndarray] = []
+    for i in range(len(w)):
+        p, ends, segs = w.prompt[i], w.seg_ends[i], w.segs[i]
+        total = p + w.output[i] if with_output else p
+        e = np.arange(size, total + 1, size, dtype=np.int64)
+        inside = e[e <= p]
+        k = np.searchsorted(ends, inside - 1, side="right")
+        starts = np.concatenate(([0], ends[:-1]))
+        keys = (segs[k] << SEG_SHIFT) | (inside - starts[k])
+        if with_output and len(e) > len(inside):
+            tail = e[len(inside):] - p
+            keys = np.concatenate((keys, (np.int64(w.out_seg[i]) << SEG_SHIFT) | tail))
+        raw.append(keys)
+    counts = [len(k) for k in raw]
+    flat = np.concatenate(raw) if raw else np.zeros(0, dtype=np.int64)
+    _, dense = np.unique(flat, return_inverse=True)
+    ids = dense.astype(np.int64).tolist()
+    out: list[list[int]] = []
+    at = 0
+    for n in counts:
+        out.append(ids[at:at + n])
+        at += n
+    return out
+
+
+# --- tiers ----------------------------------------------------------------------------------------
+
+@dataclass
+class TierStats:
+    name: str
+    unit_tokens: int  # tokens per block or chunk
+    capacity: int | None  # blocks or chunks; None: unbounded
+    unit_bytes: int = 0
+    hit_tokens: int = 0
+    hit_requests: int = 0
+    stored_units: int = 0
+    loaded_units: int = 0
+    evictions: int = 0
+    occupancy_sum: float = 0.0
+    occupancy_peak: int = 0
+    samples: int = 0
+    transfer_s: list[float] = field(default_factory=list)
+    series: list[int] = field(default_factory=list)
+
+    def to_json(self, total_tokens: int, requests: int, link: Any = None) -> dict[str, Any]:
+        t = sorted(self.transfer_s)
+        out: dict[str, Any] = {
+            "tier": self.name, "unit_tokens": self.unit_tokens, "capacity_units": self.capacity,
+            "capacity_tokens": None if self.capacity is None else self.capacity * self.unit_tokens,
+            "unit_bytes": self.unit_bytes, "hit_tokens": self.hit_tokens,
+            "hit_rate": self.hit_tokens / total_tokens if total_tokens else 0.0,
+            "hit_requests": self.hit_requests, "hit_requests_rate": self.hit_requests / requests if requests else 0.0,
+            "bytes_loaded": self.loaded_units * self.unit_bytes, "bytes_stored": self.stored_units * self.unit_bytes,
+            "units_loaded": self.loaded_units, "units_stored": self.stored_units, "evictions": self.evictions,
+            "occupancy_mean": self.occupancy_sum / self.samples if self.samples else 0.0,
+            "occupancy_peak": self.occupancy_peak, "occupancy_series": self.series,
+            "transfer_p50_s": _pct(t, 50), "transfer_p99_s": _pct(t, 99), "transfers": len(t)}
+        if link is not None:
+            out["link"] = {"name": link.name, "bytes_per_s": link.bytes_per_s, "source": link.source}
+        return out
+
+
+def _pct(values: list[float], q: int) -> float | None:
+    """Nearest-rank percentile (the smallest value with at least q % of the values at or below it)."""
+    if not values:
+        return None
+    rank = max(1, -(-q * len(values) // 100))
+    return values[rank - 1]
+
+
+class GpuPool:
+    """vLLM's BlockPool with prefix caching (``vllm/v1/core/block_pool.py``), counted by key.
+
+    ``ref`` holds the hashed blocks that running requests hold, with their reference counts; ``free``
+    the hashed blocks none holds, in free-queue order (the front is evicted first); the two are
+    disjoint and together are the prefix cache.  Blocks without a hash (partial tails, duplicates) are
+    only counted: freed, they go to the front of vLLM's free queue, so they are always reused before any
+    cached block and need no order."""
+
+    def __init__(self, blocks: int) -> None:
+        self.total = blocks - 1  # block 0 is vLLM's null block (``BlockPool.__init__``: never handed out)
+        self.ref: dict[int, int] = {}
+        self.free: OrderedDict[int, None] = OrderedDict()
+        self.plain = 0  # unhashed blocks held by requests
+        self.evictions = 0
+        self.shadow = 0  # shadow keys (second copies) count down from -1; block keys are never negative
+
+    def free_blocks(self) -> int:
+        return self.total - len(self.ref) - self.plain
+
+    def used(self) -> int:
+        """Blocks holding content: held by requests, or retained in the prefix cache."""
+        return len(self.ref) + len(self.free) + self.plain
+
+    def hit(self, keys: list[int], limit: int) -> int:
+        h = 0
+        ref, free = self.ref, self.free
+        for k in keys:
+            if h >= limit or (k not in free and k not in ref):
+                break
+            h += 1
+        return h
+
+    def admit(self, keys: list[int], hits: int, blocks: int) -> tuple[list[int], int] | None:
+        """Take the request's ``blocks`` blocks: its first ``hits`` keys are cached; the rest of its
+        keys are new full blocks.  Returns (hashed keys it holds, unhashed blocks) or None when they
+        do not fit (nothing changed)."""
+        ref, free = self.ref, self.free
+        hit_keys = keys[:hits]
+        if ref:
+            held_free = sum(1 for k in hit_keys if k in free)
+        else:
+            held_free = hits
+        need = blocks - hits
+        if need > self.free_blocks() - held_free:
+            return None
+        if ref:  # touch(): one more reference, out of the free queue
+            for k in hit_keys:
+                if k in free:
+                    del free[k]
+                    ref[k] = 1
+                else:
+                    ref[k] += 1
+        else:
+            for k in hit_keys:
+                del free[k]
+            ref.update(zip(hit_keys, repeat(1)))
+        plain_free = self.total - len(ref) - len(free) - self.plain
+        take = need - min(need, plain_free)  # the rest comes from the front of the free queue: evictions
+        pop = free.popitem
+        for _ in range(take):
+            pop(last=False)
+        self.evictions += take
+        new = keys[hits:]
+        if ref.keys().isdisjoint(new) and free.keys().isdisjoint(new) and len(set(new)) == len(new):
+            ref.update(zip(new, repeat(1)))
+            held = keys
+        else:
+            # a block whose content is cached already (past the hit limit, or after a gap) is cached a
+            # second time by vLLM (``_insert_block_hash``: the map holds both; lookups return the first):
+            # a shadow key, never hit, that takes its place in the free queue like any cached block
+            held = list(hit_keys)
+            for k in new:
+                if k in ref or k in free:
+                    self.shadow -= 1
+                    k = self.shadow
+                ref[k] = 1
+                held.append(k)
+        plain = blocks - len(held)
+        self.plain += plain
+        return held, plain
+
+    def release(self, held: list[int], plain: int) -> None:
+        """``free_blocks(reversed(blocks))``: the tail's hashed blocks reach the free queue first."""
+        ref, free = self.ref, self.free
+        if len(ref) == len(held):  # the only holder: every count is 1
+            free.update(zip(reversed(held), repeat(None)))
+            ref.clear()
+        else:
+            for k in reversed(held):
+                c = ref[k] - 1
+                if c == 0:
+                    del ref[k]
+                    free[k] = None
+                else:
+                    ref[k] = c
+        self.plain -= plain
+
+
+class LruTier:
+    """A chunk tier with LRU eviction.  ``tails_first``: a finished request's chunks become the most
+    recent with its tail ranked before its head (vLLM's ``LRUCachePolicy``); otherwise hits are
+    refreshed and misses inserted in request order (LMCache's ``LRUCacheFast``)."""
+
+    def __init__(self, capacity: int | None, stats: TierStats) -> None:
+        self.capacity = capacity
+        self.d: OrderedDict[int, None] = OrderedDict()
+        self.stats = stats
+
+    def __contains__(self, key: int) -> bool:
+        return key in self.d
+
+    def __len__(self) -> int:
+        return len(self.d)
+
+    def store(self, keys: list[int], protected: set[int] | frozenset[int] = frozenset()) -> list[int]:
+        """Insert the keys not present (refresh the present ones), evicting LRU; returns the inserted keys."""
+        d, cap = self.d, self.capacity
+        inserted = []
+        for k in keys:
+            if k in d:
+                d.move_to_end(k)
+                continue
+            if cap is not None and len(d) >= cap:
+                if not self._evict_one(protected):
+                    break  # every resident chunk is protected: the store is dropped
+            d[k] = None
+            inserted.append(k)
+        self.stats.stored_units += len(inserted)
+        return inserted
+
+    def _evict_one(self, protected: set[int] | frozenset[int]) -> bool:
+        d = self.d
+        if not protected:
+            d.popitem(last=False)
+            self.stats.evictions += 1
+            return True
+        for k in d:
+            if k not in protected:
+                del d[k]
+                self.stats.evictions += 1
+                return True
+        return False
+
+    def finish(self, keys: list[int]) -> None:
+        d = self.d
+        for k in reversed(keys):
+            if k in d:
+                d.move_to_end(k)
+
+    def touch(self, keys: list[int]) -> None:
+        d = self.d
+        for k in keys:
+            d.move_to_end(k)
+
+
+class ArcTier:
+    """vLLM's ``ARCCachePolicy`` (``vllm/v1/kv_offload/cpu/policies/arc.py``) over keys: T1 (seen once),
+    T2 (reused), ghosts B1/B2 of what each evicted, an adaptive target for T1."""
+
+    def __init__(self, capacity: int | None, stats: TierStats) -> None:
+        self.capacity = capacity
+        self.t1: OrderedDict[int, None] = OrderedDict()
+        self.t2: OrderedDict[int, None] = OrderedDict()
+        self.b1: OrderedDict[int, None] = OrderedDict()
+        self.b2: OrderedDict[int, None] = OrderedDict()
+        self.target = 0.0
+        self.stats = stats
+
+    def __contains__(self, key: int) -> bool:
+        return key in self.t1 or key in self.t2
+
+    def __len__(self) -> int:
+        return len(self.t1) + len(self.t2)
+
+    def _ghost(self, key: int) -> None:
+        cap = self.capacity or 0
+        if key in self.b1:
+            self.target = min(self.target + max(1, len(self.b2) / len(self.b1)), cap)
+            self.b1.move_to_end(key)
+        elif key in self.b2:
+            self.target = max(self.target - max(1, len(self.b1) / len(self.b2)), 0)
+            self.b2.move_to_end(key)
+
+    def touch(self, keys: list[int]) -> None:
+        for k in reversed(keys):
+            if k in self.t1:
+                del self.t1[k]
+                self.t2[k] = None
+            elif k in self.t2:
+                self.t2.move_to_end(k)
+            else:
+                self._ghost(k)
+
+    def _evict_one(self, protected: set[int] | frozenset[int]) -> bool:
+        def first(d: OrderedDict[int, None]) -> int | None:
+            for k in d:
+                if k not in protected:
+                    return k
+            return None
+
+        k = first(self.t1) if len(self.t1) >= int(self.target) else None
+        src, ghost = (self.t1, self.b1) if k is not None else (self.t2, self.b2)
+        if k is None:
+            k = first(self.t2)
+            if k is None:
+                k = first(self.t1)
+                src, ghost = self.t1, self.b1
+        if k is None:
+            return False
+        del src[k]
+        ghost[k] = None
+        cap = self.capacity or 0
+        for g in (self.b1, self.b2):
+            while len(g) > cap:
+                g.popitem(last=False)
+        self.stats.evictions += 1
+        return True
+
+    def store(self, keys: list[int], protected: set[int] | frozenset[int] = frozenset()) -> list[int]:
+        misses = [k for k in keys if k not in self]
+        for k in reversed(misses):  # on_store_miss: ghost hits adapt the target
+            self._ghost(k)
+        inserted = []
+        for k in misses:
+            if self.capacity is not None and len(self) >= self.capacity and not self._evict_one(protected):
+                break
+            self.t1[k] = None
+            self.b1.pop(k, None)
+            self.b2.pop(k, None)
+            inserted.append(k)
+        self.stats.stored_units += len(inserted)
+        return inserted
+
+    def finish(self, keys: list[int], inserted: set[int] | None = None, reused: set[int] | None = None) -> None:
+        inserted = inserted or set()
+        reused = reused or set()
+        for k in reversed(keys):
+            if k in inserted:
+                if k in self.t1:
+                    self.t1.move_to_end(k)
+                elif k in self.t2:
+                    self.t2.move_to_end(k)
+            elif k in reused and k in self.t1:
+                del self.t1[k]
+                self.t2[k] = None
+            elif k in reused and k in self.t2:
+                self.t2.move_to_end(k)
+
+
+# --- the replay -----------------------------------------------------------------------------------
+
+@dataclass
+class Replay:
+    rules: str
+    requests: int
+    prompt_tokens: int
+    hit_tokens: int
+    hit_requests: int
+    skipped: int  # requests larger than the GPU pool
+    waits: int  # admissions that had to wait for an in-flight request to finish
+    tiers: list[TierStats]
+    concurrency: int
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def to_json(self, links: dict[str, Any] | None = None) -> dict[str, Any]:
+        links = links or {}
+        return {"rules": self.rules, "requests": self.requests, "prompt_tokens": self.prompt_tokens,
+                "hit_tokens": self.hit_tokens, "hit_rate": self.hit_rate, "prefill_tokens_saved": self.hit_tokens,
+                "hit_requests": self.hit_requests,
+                "hit_requests_rate": self.hit_requests / self.requests if self.requests else 0.0,
+                "evictions": sum(t.evictions for t in self.tiers), "skipped_too_large": self.skipped,
+                "waits": self.waits, "concurrency": self.concurrency,
+                "tiers": [t.to_json(self.prompt_tokens, self.requests, links.get(t.name)) for t in self.tiers]}
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """What a replay runs: the rules, tier capacities in tokens (None: unbounded; 0: no such tier)."""
+
+    rules: str = "vllm"
+    block_size: int = 16
+    gpu_tokens: int | None = 0  # vLLM rules: the GPU pool, in token slots
+    cpu_tokens: int | None = 0
+    disk_tokens: int | None = 0
+    blocks_per_chunk: int = 1
+    cpu_policy: str = "lru"
+    chunk_tokens: int = 256  # LMCache rules
+    bytes_per_token: int = 0  # all ranks: bytes moved per token
+    cpu_link_bps: int = 0
+    disk_link_bps: int = 0
+    ranks: int = 1  # each rank moves its share over its own GPU link (bytes / ranks / bandwidth); a disk is shared
+    concurrency: int = 1
+    series_points: int = 100
+
+
+def replay(w: Workload, spec: TierSpec, keys_cache: dict[tuple[int, bool], list[list[int]]] | None = None) -> Replay:
+    """Replay ``w`` under ``spec``; ``keys_cache`` keeps the block keys across calls (capacity sweeps)."""
+    if spec.rules not in RULES:
+        raise InputError("--rules", spec.rules, "expected vllm or lmcache")
+    cache = keys_cache if keys_cache is not None else {}
+    if spec.rules == "lmcache":
+        return _replay_lmcache(w, spec, cache)
+    return _replay_vllm(w, spec, cache)
+
+
+def _keys(w: Workload, size: int, with_output: bool, cache: dict[tuple[int, bool], list[list[int]]]) -> list[list[int]]:
+    k = (size, with_output)
+    if k not in cache:
+        cache[k] = block_keys(w, size, with_output)
+    return cache[k]
+
+
+def _units(tokens: int | None, unit: int) -> int | None:
+    return None if tokens is None else tokens // unit
+
+
+def _sample_every(n: int, points: int) -> int:
+    return max(1, -(-n // max(1, points)))
+
+
+def _replay_lmcache(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list[list[int]]]) -> Replay:
+    """LMCache's rules; with one tier and ``concurrency`` 1 this is LMCache's ``simulate(fast=True)``
+    step for step (tests compare both on the same trace)."""
+    c = spec.chunk_tokens
+    keys = _keys(w, c, False, cache)
+    tiers: list[TierStats] = []
+    cpu_stats = TierStats("cpu", c, _units(spec.cpu_tokens, c), c * spec.bytes_per_token)
+    cpu = LruTier(cpu_stats.capacity, cpu_stats)
+    tiers.append(cpu_stats)
+    disk: LruTier | None = None
+    if spec.disk_tokens != 0:
+        disk_stats = TierStats("disk", c, _units(spec.disk_tokens, c), c * spec.bytes_per_token)
+        disk = LruTier(disk_stats.capacity, disk_stats)
+        tiers.append(disk_stats)
+    every = _sample_every(len(w), spec.series_points)
+    hit_tokens = hit_requests = 0
+    cpu_bps, disk_bps, ub = spec.cpu_link_bps * spec.ranks, spec.disk_link_bps, cpu_stats.unit_bytes
+    d = cpu.d
+    for i, ks in enumerate(keys):
+        h = 0
+        for k in ks:
+            if k not in d:
+                break
+            h += 1
+        hd = 0
+        if disk is not None:
+            dd = disk.d
+            for k in ks[h:]:
+                if k not in dd:
+                    break
+                hd += 1
+        if h:
+            cpu_stats.hit_tokens += h * c
+            cpu_stats.hit_requests += 1
+            cpu_stats.loaded_units += h
+            if cpu_bps:
+                cpu_stats.transfer_s.append(h * ub / cpu_bps)
+        if hd:
+            assert disk is not None
+            disk.stats.hit_tokens += hd * c
+            disk.stats.hit_requests += 1
+            disk.stats.loaded_units += hd
+            if disk_bps:
+                disk.stats.transfer_s.append(hd * ub / disk_bps + (hd * ub / cpu_bps if cpu_bps else 0.0))
+        if h or hd:
+            hit_requests += 1
+        hit_tokens += (h + hd) * c
+        # every chunk goes to every tier: hits refreshed, misses inserted, in request order
+        if not h and not hd and (cpu.capacity is None or len(ks) <= (cpu.capacity or 0)) and d.keys().isdisjoint(ks):
+            if cpu.capacity is not None:
+                over = len(d) + len(ks) - cpu.capacity
+                for _ in range(max(0, over)):
+                    d.popitem(last=False)
+                cpu_stats.evictions += max(0, over)
+            d.update(zip(ks, repeat(None)))
+            cpu_stats.stored_units += len(ks)
+        else:
+            for k in ks[:h]:
+                d.move_to_end(k)
+            cpu.store(ks[h:])
+        if disk is not None:
+            disk.store(ks)
+        if i % every == 0:
+            for t, tier in ((cpu_stats, cpu), *(((disk.stats, disk),) if disk is not None else ())):
+                _sample(t, len(tier))
+    return Replay("lmcache", len(w), w.prompt_tokens, hit_tokens, hit_requests, 0, 0, tiers, 1)
+
+
+def _sample(t: TierStats, used: int) -> None:
+    t.samples += 1
+    t.occupancy_sum += used
+    t.occupancy_peak = max(t.occupancy_peak, used)
+    t.series.append(used)
+
+
+def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list[list[int]]]) -> Replay:
+    B = spec.block_size
+    keys = _keys(w, B, True, cache)
+    gpu_blocks = _units(spec.gpu_tokens, B)
+    gstats = TierStats("gpu", B, gpu_blocks, B * spec.bytes_per_token)
+    big = sum(w.prompt) + sum(w.output)
+    pool = GpuPool(gpu_blocks if gpu_blocks is not None else -(-big // B) + len(w) + 1)
+    tiers = [gstats]
+    ct = B * spec.blocks_per_chunk
+    cpu: LruTier | ArcTier | None = None
+    disk: LruTier | None = None
+    ckeys: list[list[int]] = []
+    if spec.cpu_tokens != 0:
+        cstats = TierStats("cpu", ct, _units(spec.cpu_tokens, ct), ct * spec.bytes_per_token)
+        cpu = ArcTier(cstats.capacity, cstats) if spec.cpu_policy == "arc" else LruTier(cstats.capacity, cstats)
+        tiers.append(cstats)
+        ckeys = keys if spec.blocks_per_chunk == 1 else _keys(w, ct, True, cache)
+        if spec.disk_tokens != 0:
+            dstats = TierStats("disk", ct, _units(spec.disk_tokens, ct), ct * spec.bytes_per_token)
+            disk = LruTier(dstats.capacity, dstats)
+            tiers.append(dstats)
+    bpc = spec.blocks_per_chunk
+    inflight: list[tuple[int, list[int], int, list[int], set[int], set[int]]] = []
+    every = _sample_every(len(w), spec.series_points)
+    hit_tokens = hit_requests = skipped = waits = 0
+    cpu_bps, disk_bps = spec.cpu_link_bps * spec.ranks, spec.disk_link_bps
+
+    def finish(entry: tuple[int, list[int], int, list[int], set[int], set[int]]) -> None:
+        _, held, plain, ck, ins, reused = entry
+        pool.release(held, plain)
+        if cpu is not None:
+            if isinstance(cpu, ArcTier):
+                cpu.finish(ck, ins, reused)
+            else:
+                cpu.finish(ck)
+            if disk is not None:
+                disk.finish(ck)
+
+    for i, ks in enumerate(keys):
+        p = w.prompt[i]
+        nblocks = -(-(p + w.output[i]) // B)
+        limit = (p - 1) // B  # max_cache_hit_length = num_tokens - 1
+        h = pool.hit(ks, limit)
+        # offload tiers continue the hit in whole chunks, up to the same limit
+        hc = hd = 0
+        ck: list[int] = []
+        if cpu is not None:
+            ck = ckeys[i]
+            climit = limit // bpc
+            start = -(-h // bpc)
+            j = start
+            while j < climit and ck[j] in cpu:
+                j += 1
+            hc = j - start
+            if disk is not None:
+                while j < climit and ck[j] in disk:
+                    j += 1
+                hd = j - start - hc
+        hit_blocks = max(h, (-(-h // bpc) + hc + hd) * bpc) if (hc or hd) else h
+        got = pool.admit(ks, h, nblocks)  # blocks loaded from a tier are new GPU blocks, hashed at once
+        while got is None and inflight:
+            finish(inflight.pop(0))
+            waits += 1
+            got = pool.admit(ks, h, nblocks)
+        if got is None:
+            skipped += 1
+            continue
+        held, plain = got
+        loaded = hit_blocks - h
+        if h:
+            gstats.hit_tokens += h * B
+            gstats.hit_requests += 1
+        reused: set[int] = set()
+        ins: set[int] = set()
+        if cpu is not None:
+            start = -(-h // bpc)
+            if hc:
+                cstats = tiers[1]
+                cstats.hit_tokens += ((start + hc) * bpc - h) * B
+                cstats.hit_requests += 1
+                cstats.loaded_units += hc
+                if cpu_bps:
+                    cstats.transfer_s.append(hc * cstats.unit_bytes / cpu_bps)
+                hits = ck[start:start + hc]
+                cpu.touch(hits)
+                reused.update(hits)
+            if hd and disk is not None:
+                dhits = ck[start + hc:start + hc + hd]
+                dstats = disk.stats
+                dstats.hit_tokens += (loaded - ((start + hc) * bpc - h if hc else 0)) * B
+                dstats.hit_requests += 1
+                dstats.loaded_units += hd
+                if disk_bps:
+                    dstats.transfer_s.append(hd * dstats.unit_bytes / disk_bps
+                                             + (hd * dstats.unit_bytes / cpu_bps if cpu_bps else 0.0))
+                disk.touch(dhits)
+                cpu.store(dhits, set(ck))  # promoted through the CPU tier
+            # every full chunk computed is stored to the CPU tier and cascaded to the disk tier
+            full = (p + w.output[i]) // ct
+            ins = set(cpu.store(ck[:full], set(ck)))
+            if disk is not None:
+                disk.store(ck[:full])
+        if h or loaded:
+            hit_requests += 1
+        hit_tokens += hit_blocks * B
+        inflight.append((i, held, plain, ck, ins, reused))
+        if len(inflight) >= spec.concurrency:
+            finish(inflight.pop(0))
+        if i % every == 0:
+            _sample(gstats, pool.used())
+            if cpu is not None:
+                _sample(tiers[1], len(cpu))
+                if disk is not None:
+                    _sample(disk.stats, len(disk))
+    for entry in inflight:
+        finish(entry)
+    gstats.evictions = pool.evictions
+    return Replay("vllm", len(w), w.prompt_tokens, hit_tokens, hit_requests, skipped, waits, tiers, spec.concurrency)
+
+
+# --- specs ----------------------------------------------------------------------------------------
+
+MAX_GENERATED = 2_000_000  # requests a generator may make
+
+
+def parse_workload_spec(text: str, seed: int, field_: str = "--prefix-workload") -> Workload:
+    """``multi-turn:CHATS,TURNS,SYSTEM,USER,REPLY`` or ``system-prompts:N,SYSTEM,USER,OUTPUT[,REQUESTS]``
+    (N system prompts of SYSTEM tokens each, equal shares; REQUESTS 2,000 by default) or
+    ``system-prompts:N,SYSTEM,USER,OUTPUT,REQUESTS,S1/S2/...`` (shares, one per prompt)."""
+    kind, _, args = str(text).partition(":")
+    allowed = ("expected multi-turn:CHATS,TURNS,SYSTEM,USER,REPLY or system-prompts:N,SYSTEM,USER,OUTPUT[,REQUESTS"
+               "[,SHARE/SHARE/...]] (token counts; SYSTEM may be 0 for multi-turn)")
+    parts = [p.strip() for p in args.split(",")] if args else []
+    try:
+        if kind == "multi-turn" and len(parts) == 5:
+            c, t, s, u, o = (int(x) for x in parts)
+            if c >= 1 and t >= 1 and c * t <= MAX_GENERATED and 0 <= s <= MAX_SEG and 1 <= u <= MAX_SEG \
+                    and 1 <= o <= MAX_SEG:
+                return multi_turn(c, t, s, u, o, seed)
+        if kind == "system-prompts" and 4 <= len(parts) <= 6:
+            n, s, u, o = (int(x) for x in parts[:4])
+            r = int(parts[4]) if len(parts) > 4 else 2000
+            shares = [float(x) for x in parts[5].split("/")] if len(parts) > 5 else [1.0] * n
+            if 1 <= n <= 10_000 and 1 <= s <= MAX_SEG and 1 <= u <= MAX_SEG and 1 <= o <= MAX_SEG \
+                    and 1 <= r <= MAX_GENERATED and len(shares) == n and all(x >= 0 and x < 1e9 for x in shares) \
+                    and sum(shares) > 0:
+                return system_prompts(r, [s] * n, shares, u, o, seed)
+    except ValueError as exc:
+        raise InputError(field_, text, allowed) from exc
+    raise InputError(field_, text, allowed)
+
+
+_TOKEN_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
+
+
+def parse_tokens(text: str, field_: str) -> int | None:
+    """A token count: ``3000000``, ``3M`` (10^6), ``500k``, ``1G``; ``inf``/``unbounded``: None."""
+    t = str(text).strip().lower().replace("_", "").replace(",", "")
+    if t in ("inf", "unbounded"):
+        return None
+    unit = t[-1:] if t[-1:] in _TOKEN_UNITS and t[-1:] else ""
+    body = t[:-1] if unit else t
+    try:
+        value = float(body) * _TOKEN_UNITS[unit] if body else -1.0
+    except ValueError:
+        value = -1.0
+    if not (1 <= value <= 2**50) or value != int(value):
+        raise InputError(field_, text, "expected a whole number of tokens (3000000, 3M, 500k) or inf")
+    return int(value)
+
+
+def parse_capacities(text: str, field_: str = "--capacities") -> list[int | None]:
+    """A comma list of token counts (``1M,3M,10M,50M,inf``), at most 40, increasing, inf last."""
+    out = [parse_tokens(p, field_) for p in str(text).split(",") if p.strip()]
+    finite = [x for x in out if x is not None]
+    if not out or len(out) > 40 or finite != sorted(set(finite)) or (None in out and out[-1] is not None) \
+            or out.count(None) > 1:
+        raise InputError(field_, text, "expected 1 to 40 increasing token counts, inf (if any) last")
+    return out

@@ -1,0 +1,452 @@
+"""The paged simulator in seconds: vLLM 0.33's scheduler with a step-time model (issue 28).
+
+Every step follows ``Scheduler.schedule()`` in ``vllm/v1/core/sched/scheduler.py`` (vLLM 0.33.0):
+
+1. the running requests, oldest first, each get their next tokens within the step's token budget
+   (``max_num_batched_tokens``): a decoding request one, a request being prefilled the rest of its
+   prompt (chunked prefill: at most what the budget has left); each takes the blocks its tokens need
+   (``KVCacheManager.allocate_slots``), and while the pool has too few the newest running request is
+   preempted (recompute: its blocks freed, it goes back to the front of the queue and is prefilled again
+   with the tokens it had generated), possibly the request itself;
+2. only in a step without preemption, waiting requests are admitted first come first served while fewer
+   than ``max_num_seqs`` run, the budget has tokens left and the pool has the blocks of their first chunk;
+   a head that does not fit blocks the queue.
+
+A request's tokens are computed in chunks; the step that computes its last known token samples the next
+one (the first of them is its first token: TTFT), and it leaves when it has its output.  Blocks per
+request are kvdash's (:func:`kvdash.core.formulas.request_blocks`: full layers every token, sliding
+layers their window, state layers a fixed page), so sliding-window and hybrid models run as calc counts
+them.  The step's time is :func:`kvdash.core.steptime.features` of what it scheduled.  With async
+scheduling (vLLM's default) the CPU work of step ``n + 1`` overlaps step ``n``: what is left of it is the
+fitted per-step constant; a request arriving during a step is scheduled at the next.
+
+Between events nothing is decided: when every running request decodes and no waiting request can be
+admitted, the steps up to the next finish, the step at which the pool runs short, or the next arrival
+are summed in closed form (their step times grow linearly with the contexts).
+
+Closed loop (``concurrency`` users, each sending its next request when the previous one finishes) or
+Poisson arrivals at ``rate`` requests per second.  Step counts alone (the paper's figures) stay in
+:mod:`kvdash.simulate.engine`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvdash.core import formulas as f
+from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, causal_pairs, features
+from kvdash.errors import InputError
+
+NFEAT = 6
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The paged pool of one rank: blocks and the per-request block rule of its :class:`PoolShape`."""
+
+    blocks: int
+    block_size: int
+    full_groups: int
+    window_groups: int
+    window: int
+    state_blocks: int
+
+    def request_blocks(self, tokens: Any) -> Any:
+        if not self.window_groups:  # f.request_blocks without a window group, inlined (the hot path)
+            return self.full_groups * (-(-tokens // self.block_size)) + self.state_blocks
+        return f.request_blocks(tokens, self.block_size, self.full_groups, self.window_groups,
+                                self.window) + self.state_blocks
+
+    @classmethod
+    def of(cls, shape: Any, budget_bytes: int) -> Pool:
+        return cls(f.pool_blocks(budget_bytes, shape.block_bytes), shape.block_size, shape.full_groups,
+                   shape.window_groups, shape.window, shape.state_blocks)
+
+
+@dataclass
+class Schedule:
+    """What the simulation did, in terms the step-time constants multiply: the running sums of the six
+    features at the end of every segment (one step, or a stretch of decode steps), and the segment of each
+    request's arrival (closed loop; Poisson arrivals are times), first token and finish."""
+
+    cum: np.ndarray  # (segments + 1, 6): row 0 is zero
+    first_seg: np.ndarray
+    finish_seg: np.ndarray
+    arrival_seg: np.ndarray  # closed loop: the segment whose end the request arrived at (-1: at time 0)
+    arrival_s: np.ndarray  # Poisson: seconds
+    steps: int
+    preemptions: int
+    peak_running: int
+    token_steps: int
+    closed: bool
+
+    def times(self, c: Constants) -> np.ndarray:
+        """Seconds at the end of each segment (index 0: time 0) under constants ``c``."""
+        v = np.array(c.vector() + (1.0,))
+        return self.cum @ v
+
+
+@dataclass
+class TimedResult:
+    policy: str
+    requests: int
+    ttft_ms: dict[str, float]
+    tpot_ms: dict[str, float]
+    e2e_ms: dict[str, float]
+    tokens_per_s: float  # output tokens per second, all GPUs of the engine
+    tokens_per_s_per_gpu: float
+    tokens_per_s_per_user: float  # mean over requests of 1 / TPOT
+    requests_per_s: float
+    makespan_s: float
+    steps: int
+    preemptions: int
+    peak_running: int
+    avg_running: float
+    constants: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _stats(values_s: np.ndarray) -> dict[str, float]:
+    ms = values_s * 1000.0
+    if not len(ms):
+        return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "mean": 0.0}
+    p50, p90, p99 = np.percentile(ms, [50, 90, 99])
+    return {"p50": round(float(p50), 3), "p90": round(float(p90), 3), "p99": round(float(p99), 3),
+            "mean": round(float(ms.mean()), 3)}
+
+
+def simulate_timed(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: ModelCompute, gpu: GPUPerf,
+                   consts: Constants, max_num_seqs: int, max_batched_tokens: int, concurrency: int = 0,
+                   arrivals_s: np.ndarray | None = None) -> Schedule:
+    """Run the requests (``prompt``/``output`` lengths, in order) closed-loop at ``concurrency`` or at the
+    Poisson ``arrivals_s`` (seconds, sorted); return the :class:`Schedule` (times under ``consts``)."""
+    n = len(prompt)
+    if max_batched_tokens < max_num_seqs:
+        raise InputError("--max-batched-tokens", max_batched_tokens,
+                         f"at least --max-num-seqs ({max_num_seqs}), as vLLM requires")
+    P = prompt.astype(np.int64)
+    OUT = output.astype(np.int64)
+    if int(pool.request_blocks(int((P + OUT).max()))) > pool.blocks:
+        raise InputError("--budget", f"{pool.blocks:,} blocks",
+                         f"the pool cannot hold the longest request ({int((P + OUT).max()):,} tokens)")
+    closed = arrivals_s is None
+    coef = np.array(consts.vector() + (1.0,))
+    full_pf, win_pf = mc.attn_pair_flops()  # decode
+    full_pp, win_pp = mc.attn_pair_flops(prefill=True)
+    W = mc.window or 1
+    bw = gpu.hbm_bytes_per_s
+    f_attn = gpu.rate("bf16")
+    # decode-token cost per token of context (seconds at spec figures), full and window layers
+    dec_mem_full, dec_mem_win = mc.kv_full_bytes / bw, mc.kv_window_bytes / bw
+    dec_cmp_full, dec_cmp_win = full_pf / f_attn, win_pf / f_attn
+    base_cache: dict[int, np.ndarray] = {}
+
+    def base(tokens: int) -> np.ndarray:
+        """Features of a step of ``tokens`` tokens apart from attention (weights, linear FLOPs, overhead, comm)."""
+        got = base_cache.get(tokens)
+        if got is None:
+            got = np.array(features(mc, gpu, tokens, 0.0, 0.0, 0.0), dtype=float)  # state reads: per request below
+            base_cache[tokens] = got
+        return got
+
+    # per-request state
+    computed = np.zeros(n, dtype=np.int64)
+    generated = np.zeros(n, dtype=np.int64)
+    first_seg = np.full(n, -1, dtype=np.int64)
+    finish_seg = np.full(n, -1, dtype=np.int64)
+    arrival_seg = np.full(n, -1, dtype=np.int64)
+    held = np.zeros(n, dtype=np.int64)
+    running: list[int] = []  # admission order
+    waiting: deque[int] = deque()
+    free = pool.blocks
+    cum_rows: list[np.ndarray] = [np.zeros(NFEAT)]
+    acc = np.zeros(NFEAT)
+    now = 0.0
+    seg = 0
+    steps = preemptions = peak = token_steps = 0
+    next_req = 0
+    done = 0
+    arr = arrivals_s if arrivals_s is not None else np.zeros(0)
+    if closed:
+        for _ in range(min(concurrency, n)):
+            waiting.append(next_req)
+            next_req += 1
+
+    def end_segment(x: np.ndarray) -> None:
+        nonlocal acc, seg, now
+        acc = acc + x
+        cum_rows.append(acc)
+        seg += 1
+        now = float(acc @ coef)
+
+    while done < n:
+        if not closed:
+            while next_req < n and arr[next_req] <= now:
+                waiting.append(next_req)
+                next_req += 1
+            if not running and not waiting:
+                # idle until the next arrival: a segment of pure waiting time
+                gap = float(arr[next_req]) - now
+                end_segment(np.array([0, 0, 0, 0, 0, gap]))
+                continue
+        # --- try a stretch of decode-only steps
+        c = len(running)
+        if c and not _prefilling(running, computed, generated, P):
+            ids = np.asarray(running, dtype=np.int64)
+            head = waiting[0] if waiting else -1
+            can_admit = head >= 0 and c < max_num_seqs and max_batched_tokens > c and int(
+                pool.request_blocks(min(int(P[head] + generated[head]), max_batched_tokens - c))) <= free
+            if not can_admit:
+                ctx = computed[ids] + 1  # tokens each decode token attends to (its own included)
+                k_fin = int((OUT[ids] - generated[ids]).min())
+                k = _fit_blocks(pool, computed[ids], held[ids], free, k_fin)
+                if k >= 1:
+                    xb = base(c)
+                    if not closed and next_req < n and not waiting:
+                        k = _steps_before(arr[next_req] - now, k, xb @ coef, ctx, W, coef,
+                                          (dec_mem_full, dec_mem_win, dec_cmp_full, dec_cmp_win))
+                    if k >= 1:
+                        x = _stretch_features(xb, ctx, k, W, dec_mem_full, dec_mem_win, dec_cmp_full, dec_cmp_win,
+                                              2 * mc.state_bytes / bw)
+                        computed[ids] += k
+                        generated[ids] += k
+                        held[ids] = pool.request_blocks(computed[ids])
+                        free = pool.blocks - int(held[ids].sum())
+                        steps += k
+                        token_steps += k * c
+                        end_segment(x)
+                        fin = ids[generated[ids] >= OUT[ids]]
+                        if len(fin):
+                            running, free, done, next_req = _finish(fin, running, held, free, finish_seg, seg, done,
+                                                                    closed, waiting, next_req, n, arrival_seg)
+                        continue
+        # --- one step, as Scheduler.schedule(): the running requests first (vectorized when no preemption)
+        budget = max_batched_tokens
+        ids = np.asarray(running, dtype=np.int64)
+        take = np.zeros(0, dtype=np.int64)
+        preempted_now = False
+        if len(ids):
+            want = P[ids] + generated[ids] - computed[ids]
+            before = np.cumsum(want) - want
+            take = np.clip(budget - before, 0, want)
+            need = np.where(take > 0, pool.request_blocks(computed[ids] + take) - held[ids], 0)
+            if int(need.sum()) <= free:
+                held[ids] += need
+                free -= int(need.sum())
+                budget -= int(take.sum())
+            else:  # the pool runs short: request by request, preempting the newest
+                take, free, budget, n_pre = _serve_with_preemption(running, P, generated, computed, held, pool,
+                                                                   free, max_batched_tokens, waiting)
+                preemptions += n_pre
+                preempted_now = n_pre > 0
+                ids = np.asarray(running, dtype=np.int64)
+        admitted: list[tuple[int, int]] = []
+        if not preempted_now:
+            while waiting and len(running) < max_num_seqs and budget > 0:
+                r = waiting[0]
+                want_r = int(P[r] + generated[r] - computed[r])
+                t_r = min(want_r, budget)
+                need_r = int(pool.request_blocks(t_r))
+                if need_r > free:
+                    break
+                waiting.popleft()
+                running.append(r)
+                held[r] = need_r
+                free -= need_r
+                admitted.append((r, t_r))
+                budget -= t_r
+        if admitted:
+            ids = np.concatenate([ids, np.asarray([r for r, _ in admitted], dtype=np.int64)])
+            take = np.concatenate([take, np.asarray([t for _, t in admitted], dtype=np.int64)])
+        live = take > 0
+        if not live.any():
+            raise InputError("--budget", f"{pool.blocks:,} blocks", "the pool cannot hold one request's first chunk")
+        sids, stake = ids[live], take[live]
+        tokens = int(stake.sum())
+        x = base(tokens).copy()
+        comp0 = computed[sids]
+        decode = (stake == 1) & (comp0 + 1 == P[sids] + generated[sids])
+        if decode.any():
+            a = comp0[decode] + 1
+            full_ctx = float(a.sum())
+            win_ctx = float(np.minimum(a, W).sum()) if mc.window else 0.0
+            x[0] += dec_mem_full * full_ctx + dec_mem_win * win_ctx + int(decode.sum()) * 2 * mc.state_bytes / bw
+            x[1] += dec_cmp_full * full_ctx + dec_cmp_win * win_ctx
+        if not decode.all():
+            for p0, q in zip(comp0[~decode].tolist(), stake[~decode].tolist(), strict=True):
+                pw = causal_pairs(p0, q, mc.window) if mc.window else 0
+                x[1] += (full_pp * causal_pairs(p0, q) + win_pp * pw) / f_attn
+                x[0] += float(mc.kv_read_bytes(p0)) / bw
+        steps += 1
+        token_steps += len(sids)
+        end_segment(x)
+        computed[sids] += stake
+        sampled = sids[computed[sids] == P[sids] + generated[sids]]
+        generated[sampled] += 1
+        new_first = sampled[first_seg[sampled] < 0]
+        first_seg[new_first] = seg
+        peak = max(peak, len(running))
+        fin = sampled[generated[sampled] >= OUT[sampled]]
+        if len(fin):
+            running, free, done, next_req = _finish(fin, running, held, free, finish_seg, seg, done, closed,
+                                                    waiting, next_req, n, arrival_seg)
+    return Schedule(np.asarray(cum_rows), first_seg, finish_seg, arrival_seg,
+                    arr if not closed else np.zeros(n), steps, preemptions, peak, token_steps, closed)
+
+
+def _serve_with_preemption(running: list[int], P: np.ndarray, generated: np.ndarray, computed: np.ndarray,
+                           held: np.ndarray, pool: Pool, free: int, budget: int,
+                           waiting: deque[int]) -> tuple[np.ndarray, int, int, int]:
+    """Rule 1 request by request: each running request's tokens within the budget; while the pool has too
+    few blocks the newest running request is preempted (recompute), possibly the request itself.  Returns
+    the tokens scheduled per request still running (in order), the free blocks, the budget left and the
+    number of preemptions; ``running`` and ``waiting`` are updated in place."""
+    sched: dict[int, int] = {}
+    preempted = 0
+    i = 0
+    while i < len(running) and budget > 0:
+        r = running[i]
+        take = min(int(P[r] + generated[r] - computed[r]), budget)
+        need = int(pool.request_blocks(int(computed[r]) + take)) - int(held[r])
+        stop = False
+        while need > free:
+            v = running.pop()
+            free += int(held[v])
+            held[v] = 0
+            computed[v] = 0
+            waiting.appendleft(v)
+            preempted += 1
+            budget += sched.pop(v, 0)
+            if v == r:
+                stop = True
+                break
+        if stop:
+            break
+        held[r] += need
+        free -= need
+        sched[r] = take
+        budget -= take
+        i += 1
+    take_arr = np.asarray([sched.get(r, 0) for r in running], dtype=np.int64)
+    return take_arr, free, budget, preempted
+
+
+def _prefilling(running: list[int], computed: np.ndarray, generated: np.ndarray, P: np.ndarray) -> bool:
+    ids = np.asarray(running, dtype=np.int64)
+    return bool((P[ids] + generated[ids] - computed[ids] > 1).any())
+
+
+def _fit_blocks(pool: Pool, computed: np.ndarray, held: np.ndarray, free: int, k_max: int) -> int:
+    """The most decode steps (at most ``k_max``) the running requests can take without a preemption."""
+    def need(k: int) -> int:
+        return int((pool.request_blocks(computed + k) - held).clip(min=0).sum())
+
+    if need(k_max) <= free:
+        return k_max
+    lo, hi = 0, k_max  # need(lo) <= free < need(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if need(mid) <= free:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _window_sum(ctx: np.ndarray, k: int, W: int) -> float:
+    """Sum over requests and steps j < k of min(ctx + j, W)."""
+    a = ctx.astype(np.int64)
+    below = np.clip(W - a, 0, k)  # steps with ctx + j < W ... those j with a + j <= W - 1... (a + j < W)
+    s_below = below * a + below * (below - 1) // 2
+    return float((s_below + (k - below) * W).sum())
+
+
+def _stretch_features(xb: np.ndarray, ctx: np.ndarray, k: int, W: int, mf: float, mw: float, cf: float, cw: float,
+                      state_s: float) -> np.ndarray:
+    c = len(ctx)
+    full = float(ctx.sum()) * k + c * k * (k - 1) / 2
+    win = _window_sum(ctx, k, W) if (mw or cw) else 0.0
+    x = xb * k
+    x = x.copy()
+    x[0] += mf * full + mw * win + state_s * c * k
+    x[1] += cf * full + cw * win
+    return x
+
+
+def _steps_before(gap: float, k: int, base_s: float, ctx: np.ndarray, W: int, coef: np.ndarray,
+                  d: tuple[float, float, float, float]) -> int:
+    """Decode steps (at most ``k``) that start before ``gap`` seconds from now: the arrival is scheduled at
+    the first step starting at or after it."""
+    mf, mw, cf, cw = d
+    per_full = coef[0] * mf + coef[1] * cf
+    per_win = coef[0] * mw + coef[1] * cw
+    c = len(ctx)
+
+    def elapsed(m: int) -> float:  # seconds of the first m steps
+        full = float(ctx.sum()) * m + c * m * (m - 1) / 2
+        win = _window_sum(ctx, m, W) if per_win else 0.0
+        return base_s * m + per_full * full + per_win * win
+
+    # the number of steps m with start time < gap: start of step m is elapsed(m)
+    if elapsed(k - 1) < gap:
+        return k
+    lo, hi = 0, k - 1  # elapsed(lo) < gap <= elapsed(hi)   (elapsed(0) = 0 < gap)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if elapsed(mid) < gap:
+            lo = mid
+        else:
+            hi = mid
+    return lo + 1
+
+
+def _finish(fin: np.ndarray, running: list[int], held: np.ndarray, free: int, finish_seg: np.ndarray, seg: int,
+            done: int, closed: bool, waiting: deque[int], next_req: int, n: int,
+            arrival_seg: np.ndarray) -> tuple[list[int], int, int, int]:
+    free += int(held[fin].sum())
+    held[fin] = 0
+    finish_seg[fin] = seg
+    done += len(fin)
+    run = np.asarray(running, dtype=np.int64)
+    running = run[finish_seg[run] < 0].tolist()
+    gone = fin
+    if closed:
+        for _ in range(len(gone)):
+            if next_req < n:
+                arrival_seg[next_req] = seg
+                waiting.append(next_req)
+                next_req += 1
+    return running, free, done, next_req
+
+
+def summarize(s: Schedule, consts: Constants, output: np.ndarray, tp: int, policy: str = "paged") -> TimedResult:
+    """Latency percentiles and throughput of a schedule under constants ``consts``."""
+    t = s.times(consts)
+    first = t[s.first_seg]
+    finish = t[s.finish_seg]
+    if s.closed:
+        arrive = np.where(s.arrival_seg < 0, 0.0, t[np.maximum(s.arrival_seg, 0)])
+    else:
+        arrive = s.arrival_s
+    ttft = first - arrive + consts.c_request
+    OUT = output.astype(np.int64)
+    multi = OUT > 1
+    tpot = (finish[multi] - first[multi]) / (OUT[multi] - 1)
+    e2e = finish - arrive + consts.c_request
+    span = float(t[-1]) or 1e-12
+    total = float(OUT.sum())
+    per_user = float((1.0 / tpot[tpot > 0]).mean()) if (tpot > 0).any() else 0.0
+    return TimedResult(policy=policy, requests=len(OUT), ttft_ms=_stats(ttft), tpot_ms=_stats(tpot),
+                       e2e_ms=_stats(e2e),
+                       tokens_per_s=round(total / span, 3), tokens_per_s_per_gpu=round(total / span / tp, 3),
+                       tokens_per_s_per_user=round(per_user, 3), requests_per_s=round(len(OUT) / span, 6),
+                       makespan_s=round(span, 6), steps=s.steps, preemptions=s.preemptions,
+                       peak_running=s.peak_running, avg_running=round(s.token_steps / max(s.steps, 1), 3),
+                       constants=consts.fitted_on)
