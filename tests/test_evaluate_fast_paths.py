@@ -70,6 +70,9 @@ def _reference_points(spec: Any) -> list[tuple[dict[str, Any], str]]:
     for dim in DIMENSIONS:
         if dim not in values:
             values[dim] = [DEFAULTS[dim]]
+    if "reserve" not in {d for factor in spec.factors for d in factor} and \
+            all(v is None for d in ("gpu", "gpu_memory") for v in values[d]):
+        values["reserve"] = [0]  # declared budgets only: the reserve is 0 (kvdash.sweep.evaluate.expand)
     factors = [[{d: vals[i] for d, vals in factor.items()} for i in range(len(next(iter(factor.values()))))]
                for factor in spec.factors]
     out = []
