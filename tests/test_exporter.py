@@ -64,7 +64,9 @@ def test_demo_figures_exact(capsys):
     --max-reserved 8192 (the longest length asked about). 2,048-token requests take 128 blocks:
     184,699 // 128 = 1,442 paged; contiguous, each reserves 8,192 slots (512 blocks): 184,699 // 512 = 360;
     8,192-token requests take 512 blocks paged too: 360."""
-    code, out, _ = run(["exporter", "--demo", "--once", "--length", "2048", "--length", "8192"], capsys)
+    # worked at --reserve 0 (the default is now --reserve auto, which takes the published terms' reserve)
+    code, out, _ = run(["exporter", "--demo", "--once", "--length", "2048", "--length", "8192", "--reserve", "0"],
+                       capsys)
     fams = families(out)
     assert value(fams, "kvdash_gpu_memory_total_bytes", gpu="0") == 150_754_820_096
     assert value(fams, "kvdash_gpu_memory_reserved_bytes", gpu="0") == 512 * MiB
@@ -90,7 +92,7 @@ def test_old_figures_reachable_with_explicit_flags(capsys):
     // 655,360 = 180,098 blocks; 2,048-token requests: 180,098 // 128 = 1,407 paged, // 512 = 351
     contiguous."""
     code, out, _ = run(["exporter", "--demo", "--once", "--gpu-util", "0.9", "--length", "2048",
-                        "--max-reserved", "8192"], capsys)
+                        "--max-reserved", "8192", "--reserve", "0"], capsys)
     fams = families(out)
     assert value(fams, "kvdash_kv_budget_bytes") == 118_029_338_086
     assert value(fams, "kvdash_kv_pool_blocks") == 180_098

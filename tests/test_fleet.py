@@ -58,14 +58,14 @@ PAGES = {
 }
 TARGETS = 8
 # the setup the figures are worked at, given explicitly (the defaults are 0.92, 825 tokens, reservation 2,048)
-WORKED = ["--gpu-util", "0.9", "--max-reserved", "8192"]
+WORKED = ["--gpu-util", "0.9", "--max-reserved", "8192", "--reserve", "0"]  # reserve 0: the default is now auto
 
 
 
 
 def _start_exporter() -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen([sys.executable, "-m", "kvdash.cli", "exporter", "--demo", "--port", "0",
-                             "--interval", "1", "--length", "2048", "--length", "8192"],
+                             "--interval", "1", "--length", "2048", "--length", "8192", "--reserve", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     line: list[str] = []
     reader = threading.Thread(target=lambda: line.append(proc.stdout.readline() if proc.stdout else ""), daemon=True)
