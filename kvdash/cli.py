@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> None:
         _quiet_pipe()
         raise SystemExit(0) from None
     code = code if isinstance(code, int) else 0
+    if code == 130:  # typer turns a KeyboardInterrupt inside a command into a silent Exit(130): say it
+        print("kvdash: error: interrupted", file=sys.stderr)
     if argv is None and args[0] in FAST_EXIT:
         _exit_now(code)
     raise SystemExit(code)
