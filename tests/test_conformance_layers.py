@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import types
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ LAYER_TYPES = {"full_attention": "full", "attention": "full", "sliding_attention
                "chunked_attention": "chunked", "linear_attention": "linear", "mamba": "mamba",
                "conv": "short_conv"}
 NEMOTRON_PATTERN = {"M": "mamba", "*": "full", "-": None, "E": None}
-LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+LAYER_INDEX = re.compile(r"(?:^|\.)(\d+)\.")  # model.layers.3.self_attn.attn, transformer.h.3.self_attention.attn
 
 
 def _expected_layers() -> dict[str, dict[str, str]]:
@@ -46,10 +47,16 @@ LAYERS = _expected_layers()
 
 
 def transformers_config(name: str) -> Any:
-    """transformers' config class for the file's model_type (its defaults filled in), text part."""
+    """transformers' config class for the file's model_type (its defaults filled in), text part.  A type
+    transformers has no class for (ChatGLM, Kimi-K2: the checkpoints ship their own code) is read as
+    published: its fields as they stand in config.json."""
     from transformers import CONFIG_MAPPING
 
     raw = json.loads((CONFIGS / name / "config.json").read_text(encoding="utf-8"))
+    if raw["model_type"] not in CONFIG_MAPPING:
+        fields = dict(raw.get("text_config") or raw)
+        fields.setdefault("num_hidden_layers", fields.get("num_layers"))
+        return types.SimpleNamespace(**fields)
     cfg = CONFIG_MAPPING[raw["model_type"]].from_dict(raw)
     return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 

@@ -775,7 +775,12 @@ def dumps(doc: dict) -> str:
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
+        rc = main()
     except Exception:
         traceback.print_exc()
-        sys.exit(1)
+        rc = 1
+    # Some of what the model classes started (compile workers, FlashInfer's JIT threads) keeps the
+    # interpreter from exiting for minutes after the output is written; nothing is left to flush.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
