@@ -74,7 +74,7 @@ class TestReserveBasisFirst:
         line of the metrics page and in kvdash_info's labels."""
         code, out, _ = run(["exporter", "--demo", "--once"], capsys)
         first, _, info = out.splitlines()[:3]
-        assert 0 == code and "reserve auto 6.09 GiB/rank (published terms)" in first
+        assert 0 == code and "reserve auto 6.09 GiB (published)" in first
         assert 'reserve_bytes="6539087707"' in info
         code, out, _ = run(["exporter", "--demo", "--once", "--reserve", "0"], capsys)
         assert "UPPER BOUND: --reserve 0" in out.splitlines()[0]
@@ -84,7 +84,7 @@ class TestReserveBasisFirst:
 
         kv = doc(["live", "--demo"], capsys)["kv_pool"]
         first = kv_summary(kv).plain.splitlines()[0]
-        assert first.endswith("reserve auto 6.09 GiB/rank (published terms)") and first.startswith("KV pool ")
+        assert first == "KV pool Llama-3.1-70B bf16 B=16 TP 8, reserve auto 6.09 GiB (published)"
 
 
 # --- 3. the first line answers the question asked ----------------------------------------------------------
@@ -122,6 +122,16 @@ class TestFirstLineAnswers:
                                        "of KV per rank, which the budget holds; minimum --tp 1. 121 requests")
         plain = doc(["calc", "--target", "100"], capsys)["planning"]
         assert (27_262_976_000, False) == (plain["budget_needed_per_rank_bytes"], plain["fits_current_budget"])
+
+    def test_group_above_max_num_seqs_says_what_runs(self, capsys):
+        """Llama-3.1-70B, TP 8, fp8, H100 (80 GB, not an A100: max_num_seqs 1,024): floor(85,520,809,984 x 0.92)
+        - 17,650,000,000 - 6,539,087,707 (auto) = 54,490,057,478 B, // (16 x 20,480 = 327,680 B) = 166,290 blocks;
+        a group takes 13 + 52 + 96 = 161 blocks: 166,290 // 161 = 1,032 groups = 3,096 requests > 1,024."""
+        r = doc(["calc", "-m", "llama-3.1-70b", "--tp", "8", "--gpu", "h100-80gb", "--kv-dtype", "fp8",
+                 "--group", "200,825,1525"], capsys)
+        assert r["summary"].startswith("1,032 groups of 200 + 825 + 1,525 tokens fit paged (3,096 requests), 433 "
+                                       "contiguous, but vLLM runs at most 1,024 at once (its max_num_seqs) (runtime "
+                                       "reserve 6.09 GiB per rank")
 
     def test_upper_bound_group_says_what_auto_gives(self, capsys):
         """--reserve 0 with a group: the label first, with the requests the default (auto) gives."""

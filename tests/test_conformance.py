@@ -38,7 +38,7 @@ EXPECTED = ROOT / "conformance" / "vllm" / "expected.json"
 CALC_FIELDS = {field.name for field in dataclasses.fields(CalcInput)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _arch(config: str) -> Architecture:
     return load_config(CONFIGS / config / "config.json")
 

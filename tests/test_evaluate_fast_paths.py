@@ -67,9 +67,14 @@ def _reference_points(spec: Any) -> list[tuple[dict[str, Any], str]]:
     values: dict[str, list[Any]] = {}
     for factor in spec.factors:
         values.update(factor)
+    given = set(values)
     for dim in DIMENSIONS:
         if dim not in values:
             values[dim] = [DEFAULTS[dim]]
+    # issue 23: the default reserve is auto, but a grid of declared budgets only takes 0 (nothing to subtract;
+    # its points keep the ids they had)
+    if "reserve" not in given and all(v is None for d in ("gpu", "gpu_memory") for v in values[d]):
+        values["reserve"] = [0]
     factors = [[{d: vals[i] for d, vals in factor.items()} for i in range(len(next(iter(factor.values()))))]
                for factor in spec.factors]
     out = []

@@ -58,39 +58,43 @@ def test_demo_metrics_follow_prometheus_naming(capsys):
 def test_demo_figures_exact(capsys):
     """The demo's 8 x H200 (150,754,820,096 B each) at the default --gpu-util 0.92 (vLLM 0.33's
     gpu_memory_utilization): floor(0.92 x 150,754,820,096 = 138,694,434,488.32) = 138,694,434,488 B;
-    minus weights 141.2e9 / 8 = 17,650,000,000 -> budget 121,044,434,488 B; // 655,360 B per block
-    (2 x 80 layers x 8/8 KV heads x 128 x 2 B x 16 tokens) = 184,699 blocks (184,699 x 655,360 =
-    121,044,090,880, remainder 343,608 < one block) = 2,955,184 token slots. --length 2048 --length 8192 implies
-    --max-reserved 8192 (the longest length asked about). 2,048-token requests take 128 blocks:
-    184,699 // 128 = 1,442 paged; contiguous, each reserves 8,192 slots (512 blocks): 184,699 // 512 = 360;
-    8,192-token requests take 512 blocks paged too: 360."""
+    minus weights 141.2e9 / 8 = 17,650,000,000 and the default runtime reserve (issue 23: auto, Llama-3.1-70B at
+    TP 8: 1.89 GiB + 2.10 GiB + 26.88 MiB x 80 layers = 2,029,372,047 + 2,254,857,830 + 2,254,857,830 =
+    6,539,087,707 B) -> budget 114,505,346,781 B; // 655,360 B per block (2 x 80 layers x 8/8 KV heads x 128 x
+    2 B x 16 tokens) = 174,721 blocks (174,721 x 655,360 = 114,505,154,560, remainder 192,221 < one block) =
+    2,795,536 token slots. --length 2048 --length 8192 implies --max-reserved 8192 (the longest length asked
+    about). 2,048-token requests take 128 blocks: 174,721 // 128 = 1,365 paged; contiguous, each reserves 8,192
+    slots (512 blocks): 174,721 // 512 = 341; 8,192-token requests take 512 blocks paged too: 341."""
     code, out, _ = run(["exporter", "--demo", "--once", "--length", "2048", "--length", "8192"], capsys)
     fams = families(out)
     assert value(fams, "kvdash_gpu_memory_total_bytes", gpu="0") == 150_754_820_096
     assert value(fams, "kvdash_gpu_memory_reserved_bytes", gpu="0") == 512 * MiB
-    assert value(fams, "kvdash_kv_budget_bytes") == 121_044_434_488
-    assert value(fams, "kvdash_kv_pool_blocks") == 184_699
-    assert value(fams, "kvdash_kv_pool_token_slots") == 2_955_184
+    assert value(fams, "kvdash_kv_budget_bytes") == 114_505_346_781
+    assert value(fams, "kvdash_kv_pool_blocks") == 174_721
+    assert value(fams, "kvdash_kv_pool_token_slots") == 2_795_536
     assert value(fams, "kvdash_kv_block_bytes") == 655_360
-    assert value(fams, "kvdash_kv_requests_fit", length="2048", layout="paged") == 1_442
-    assert value(fams, "kvdash_kv_requests_fit", length="2048", layout="contiguous") == 360
-    assert value(fams, "kvdash_kv_requests_fit", length="8192", layout="paged") == 360
-    assert value(fams, "kvdash_gpu_kv_pool_bytes", gpu="7") == 184_699 * 655_360
+    assert value(fams, "kvdash_kv_requests_fit", length="2048", layout="paged") == 1_365
+    assert value(fams, "kvdash_kv_requests_fit", length="2048", layout="contiguous") == 341
+    assert value(fams, "kvdash_kv_requests_fit", length="8192", layout="paged") == 341
+    assert value(fams, "kvdash_gpu_kv_pool_bytes", gpu="7") == 174_721 * 655_360
     assert value(fams, "kvdash_gpu_weights_bytes", gpu="7") == 17_650_000_000
     # the demo engine's own pool, also at vLLM's default 0.92: (138,694,434,488 - 17,650,000,000 - 4.5 GiB
     # reserve 4,831,838,208 = 116,212,596,280) // 655,360 = 177,326 blocks = 2,837,216 tokens
     assert value(fams, "kvdash_engine_kv_pool_blocks", engine="demo") == 177_326
     assert value(fams, "kvdash_engine_kv_pool_tokens", engine="demo") == 2_837_216
-    assert value(fams, "kvdash_engine_pool_difference_tokens", engine="demo") == 2_837_216 - 2_955_184
+    assert value(fams, "kvdash_engine_pool_difference_tokens", engine="demo") == 2_837_216 - 2_795_536
+    # the reserve basis, on the first line of the page and in kvdash_info
+    assert "reserve auto 6.09 GiB (published)" in out.splitlines()[0]
 
 
 def test_old_figures_reachable_with_explicit_flags(capsys):
-    """The figures before one set of defaults (live/exporter at --gpu-util 0.9, --max-reserved 8192) stay
-    reachable with explicit flags: floor(0.9 x 150,754,820,096) - 17,650,000,000 = 118,029,338,086 B;
+    """The figures before one set of defaults (live/exporter at --gpu-util 0.9, --max-reserved 8192, and the
+    0 B reserve before issue 23) stay reachable with explicit flags: floor(0.9 x 150,754,820,096) -
+    17,650,000,000 = 118,029,338,086 B;
     // 655,360 = 180,098 blocks; 2,048-token requests: 180,098 // 128 = 1,407 paged, // 512 = 351
     contiguous."""
     code, out, _ = run(["exporter", "--demo", "--once", "--gpu-util", "0.9", "--length", "2048",
-                        "--max-reserved", "8192"], capsys)
+                        "--max-reserved", "8192", "--reserve", "0"], capsys)
     fams = families(out)
     assert value(fams, "kvdash_kv_budget_bytes") == 118_029_338_086
     assert value(fams, "kvdash_kv_pool_blocks") == 180_098

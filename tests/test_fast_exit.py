@@ -24,7 +24,9 @@ def _kvdash(*args: object, cwd: Path = REPO) -> subprocess.CompletedProcess[str]
 def test_sweep_process_keeps_its_summary_and_its_report(tmp_path):
     proc = _kvdash("sweep", "sweeps/tutorial.yaml", "--out", tmp_path / "r")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(f"16 points -> {tmp_path / 'r'}/ (")  # the one-line summary, flushed
+    # the summary (the reserve basis first, the files, the decision, where the report is), flushed
+    assert proc.stdout.startswith(f"16 points (no reserve: declared KV budgets) -> {tmp_path / 'r'}/ (")
+    assert proc.stdout.rstrip("\n").endswith(f"Report: {tmp_path / 'r' / 'report.md'} (and report.html beside it)")
     committed = REPO / "reports" / "tutorial"
     for f in committed.iterdir():
         assert (tmp_path / "r" / f.name).read_bytes() == f.read_bytes(), f.name
@@ -38,14 +40,15 @@ def test_failed_gates_keep_exit_code_1_and_every_line(tmp_path):
     assert proc.returncode == 1
     lines = proc.stderr.splitlines()
     assert lines and all(line.startswith("gate '256 concurrent chats' failed at ") for line in lines)
-    assert any("paged_requests = 170, needs ≥ 256" in line for line in lines)
+    # the gate reads running_requests (h1: what vLLM runs), min(170 paged, max_num_seqs 1,024) = 170
+    assert any("running_requests = 170, needs ≥ 256" in line for line in lines)
 
 
 def test_in_process_callers_get_system_exit(tmp_path, capsys, monkeypatch):
     """main(argv) (the tests, an embedding program) never ends the process: os._exit is not reached."""
     monkeypatch.setattr(cli, "_exit_now", lambda code: pytest.fail("os._exit reached in-process"))
     code, out, _ = run(["sweep", REPO / "sweeps" / "tutorial.yaml", "--out", tmp_path / "r"], capsys)
-    assert code == 0 and out.startswith("16 points -> ")
+    assert code == 0 and out.startswith("16 points (no reserve: declared KV budgets) -> ")
 
 
 def test_only_sweep_exits_early():

@@ -3,10 +3,12 @@ DCGM exporter, vLLM and SGLang for three fake hosts (node-c down), scraped every
 
 Hand-worked figures (Llama-3.1-70B, bf16, block 16, TP 8, --gpu-util 0.9, weights 141.2e9 B). kvdash's
 default utilization is vLLM 0.33's 0.92 (kvdash/defaults.py); these tests give --gpu-util 0.9 explicitly
-(WORKED) because the fixture engines ran at 0.9: vLLM's own 90,513 blocks below were logged at 0.9.
-The exporter on demo-host runs at the defaults (0.92, as its demo engine): kvdash 121,044,434,488 B //
-655,360 = 184,699 blocks = 2,955,184 token slots beside the demo engine's 177,326 blocks = 2,837,216 tokens
-((floor(0.92 x total) - weights - 4.5 GiB reserve) // 655,360).
+(WORKED) because the fixture engines ran at 0.9: vLLM's own 90,513 blocks below were logged at 0.9; WORKED also
+gives --reserve 0, the figures worked here (the default since issue 23 is auto).
+The exporter on demo-host runs at the defaults (0.92 and reserve auto, 6,539,087,707 B for Llama-3.1-70B at TP 8):
+kvdash 121,044,434,488 - 6,539,087,707 = 114,505,346,781 B // 655,360 = 174,721 blocks = 2,795,536 token slots
+beside the demo engine's 177,326 blocks = 2,837,216 tokens ((floor(0.92 x total) - weights - 4.5 GiB reserve)
+// 655,360).
 a rank holds 40,960 B per token (80 layers x 2 x 8 KV heads/8 x 128 x 2 B), a block 655,360 B;
 weights per rank 141,200,000,000 / 8 = 17,650,000,000 B.
 
@@ -58,7 +60,7 @@ PAGES = {
 }
 TARGETS = 8
 # the setup the figures are worked at, given explicitly (the defaults are 0.92, 825 tokens, reservation 2,048)
-WORKED = ["--gpu-util", "0.9", "--max-reserved", "8192"]
+WORKED = ["--gpu-util", "0.9", "--max-reserved", "8192", "--reserve", "0"]
 
 
 
@@ -242,11 +244,11 @@ def test_exporter_series_in_prometheus(prom):
     assert info and info[0]["metric"]["vllm_version"] == "0.33" and info[0]["metric"]["model"] == "Llama-3.1-70B"
     fit = {(r["metric"]["length"], r["metric"]["layout"]): float(r["value"][1])
            for r in prom.query("kvdash_kv_requests_fit")["data"]["result"]}
-    # the exporter at the defaults (0.92): pool 184,699 blocks; paged 2,048-token requests take 128 blocks ->
-    # 1,442; --length 2048 --length 8192 implies --max-reserved 8192: contiguous 512 blocks each -> 360 for
-    # either length
-    assert fit == {("2048", "paged"): 1442.0, ("2048", "contiguous"): 360.0, ("8192", "paged"): 360.0,
-                   ("8192", "contiguous"): 360.0}
+    # the exporter at the defaults (0.92, reserve auto): pool 174,721 blocks; paged 2,048-token requests take
+    # 128 blocks -> 174,721 // 128 = 1,365; --length 2048 --length 8192 implies --max-reserved 8192: contiguous
+    # 512 blocks each -> 174,721 // 512 = 341 for either length
+    assert fit == {("2048", "paged"): 1365.0, ("2048", "contiguous"): 341.0, ("8192", "paged"): 341.0,
+                   ("8192", "contiguous"): 341.0}
 
 
 def test_every_fleet_query_answers(prom):

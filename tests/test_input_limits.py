@@ -31,8 +31,8 @@ def test_calc_refuses_with_one_line(args, field, allowed, capsys):
 
 def test_calc_weights_zero_is_accepted(capsys):
     """--weights 0 is a valid size (KV-only budgeting): vllm budget floor(10,000,000 x 0.92) - 0 - 0 = 9,200,000 B,
-    0 weight bytes per rank."""
-    code, out, _ = run(["calc", "--json", "--gpu-memory", "10000000", "--weights", "0"], capsys)
+    0 weight bytes per rank (--reserve 0: the default auto reserve alone is larger than this 10 MB GPU)."""
+    code, out, _ = run(["calc", "--json", "--gpu-memory", "10000000", "--weights", "0", "--reserve", "0"], capsys)
     assert code == 0
     b = json.loads(out)["budget"]
     assert (b["per_rank_bytes"], b["weights_per_rank_bytes"]) == (9_200_000, 0)

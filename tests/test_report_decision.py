@@ -212,7 +212,7 @@ class TestVerdicts:
         path = tmp_path / "g.yaml"
         path.write_text("models: [llama-3.1-70b]\nworkloads:\n  long: {length: 20000, max_reserved: 72000}\n"
                         "  short: {length: 2000, max_reserved: 72000}\n"
-                        "defaults: {gpu: h100-80gb, tp: 8, gpu_util: '0.9'}\n")
+                        "defaults: {gpu: h100-80gb, tp: 8, gpu_util: '0.9', reserve: 0}\n")
         spec = parse_grid(path)
         df = expand(spec).frame
         verdicts = {v.claim.id: v for v in judge_all(df, dims=["workload"],
@@ -227,8 +227,8 @@ class TestVerdicts:
         spec = parse_grid(REPO / "sweeps" / "vendor-claims.yaml")
         ctx = build.build_context(spec, expand(spec))
         row = next(r for r in ctx["claims"]["rows"] if r["id"] == "70b-8xh100-paged-60-80")
-        assert "reserve 0 B/rank" in row["why"]
-        assert "runtime reserve 0 B per rank (the default" in ctx["claims"]["reserve"]
+        assert "reserve auto/rank" in row["why"]  # issue 23: the default reserve of GPU-derived budgets
+        assert "runtime reserve auto per rank (kvdash's default" in ctx["claims"]["reserve"]
 
 
 class TestConcise:
@@ -245,9 +245,12 @@ class TestConcise:
         sens = ctx["sensitivity"]
         assert sens["workloads"] == ["chat-2k", "chat-2k-prefix-1k", "long-32k", "context-128k"]
         model = next(t for t in sens["tables"] if t["dimension"] == "model")
-        # llama-3.1-70b: bf16 707 and fp8 1,414 paged chats of 2k: median 1,060.5, shown rounded; the median
-        # paged / contiguous ratio with RATIO_DECIMALS (4) decimals
-        assert model["rows"][0][:2] == ["llama-3.1-70b", "1,060 (64.2727x)"]
+        # llama-3.1-70b at TP 8 on H100, util 0.9, the default reserve auto (6,539,087,707 B): 76,968,728,985 -
+        # 17,650,000,000 - 6,539,087,707 = 52,779,641,278 B per rank; bf16 // 655,360 = 80,535 blocks -> 629 paged
+        # chats of 2k (128 blocks), fp8 // 327,680 = 161,070 -> 1,258: median 943.5, shown rounded to 944;
+        # contiguous (131,072 reserved) 9 and 19, so the ratios 69.8889 and 66.2105 have the median 68.0497 (4
+        # decimals, RATIO_DECIMALS)
+        assert model["rows"][0][:2] == ["llama-3.1-70b", "944 (68.0497x)"]
 
 
 class TestOutputs:

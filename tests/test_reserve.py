@@ -262,7 +262,8 @@ def test_sweep_report_states_reserve_basis(tmp_path):
     assert 0 == exc.value.code
     md = (tmp_path / "out" / "report.md").read_text()
     first = md.split("\n\n")[1]  # the line under the title
-    assert first.startswith("**Upper bound where reserve is 0 B. Runtime reserve of the GPU-derived budgets: 0 B")
+    assert first.startswith("**Upper bound where reserve is 0 B. Runtime reserve of the GPU-derived budgets: "
+                            "0 B")
     assert "auto, 3.00 GiB per rank" in first and "published activation-peak and non-torch terms" in first
     assert "auto on GPU-derived budgets (published activation + non-torch terms by model and TP" in md
 
@@ -296,7 +297,7 @@ def test_live_auto_and_upper_bound(calib, capsys):
     assert 0 == code
     assert 6_539_087_707 == kv["reserve_bytes"]
     assert "published terms" in kv["reserve_basis"] and kv["auto_reserve_estimate_bytes"] is None
-    assert "reserve auto 6.09 GiB/rank (published terms)" == kv["reserve_text"]
+    assert "reserve auto 6.09 GiB (published)" == kv["reserve_text"]
     code, out, _ = run(["live", "--demo", "--json", "--reserve", "0"], capsys)
     kv0 = json.loads(out)["kv_pool"]
     assert kv0["reserve_basis"].startswith("0 B") and 6_539_087_707 == kv0["auto_reserve_estimate_bytes"]

@@ -456,12 +456,13 @@ def test_error_lines_shorten_long_values(capsys):
 
 def test_planning_with_a_shared_prefix_never_divides_by_zero(capsys):
     """Found by the fuzzer: --target with --prefix probed lengths shorter than the prefix (0 bytes each,
-    ZeroDivisionError).  The search now starts at the prefix.  At 60 tokens (52 shared) only 614 requests
-    fit paged (kvdash calc --used 60 --prefix 52), fewer than 1,048, so no length past the prefix reaches
-    the target: longest_uniform_tokens is 0."""
+    ZeroDivisionError).  The search starts at the prefix.  Since issue 23 the plan counts the shared prefix:
+    52 // 16 = 3 whole prefix blocks are stored once, so in the tutorial's 2,457 blocks a request of L tokens
+    owns cdiv(L, 16) - 3 and floor(2,454 / (cdiv(L, 16) - 3)) >= 1,048 needs cdiv(L, 16) - 3 <= 2, L <= 80:
+    the longest uniform length is 80 (without sharing at 60 tokens only 614 fit)."""
     code, out, err = run(["calc", "--json", "--target", "1048", "--window", "44653", "--prefix", "52"], capsys)
     assert 0 == code, err
-    assert 0 == json.loads(out)["planning"]["longest_uniform_tokens"]
+    assert 80 == json.loads(out)["planning"]["longest_uniform_tokens"]
 
 
 SIMULATE_CASES = {

@@ -1,7 +1,5 @@
 """``kvdash simulate --time``: the paged simulator in seconds, and the highest load meeting an SLO (issue 28)."""
 
-from __future__ import annotations
-
 import json
 import math
 from pathlib import Path

@@ -51,7 +51,8 @@ def sweep(
     if check:
         failures = _gates(spec, frame)
         if failures:
-            print(f"gates failed ({_reserve(spec, frame)}):", file=sys.stderr)
+            if not quiet:  # stdout: stderr holds one line per failing point (the pull-request Action counts them)
+                print(f"gates failed ({_reserve(spec, frame)}):", flush=True)
             for line in failures:
                 print(line, file=sys.stderr)
             raise typer.Exit(1)
@@ -80,6 +81,7 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
     from kvdash.report.build import results_formats, write_report
 
     formats = results_formats(expanded.frame.height, csv=csv, parquet=parquet)
+    answer: dict = {}  # type: ignore[type-arg]
 
     if show:
         from rich.progress import Progress
@@ -90,12 +92,16 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
             def step(msg: str) -> None:
                 progress.update(task, advance=1, description=f"writing {msg}")
 
-            files = write_report(spec, expanded, target, formats, progress=step, force=force)
+            files = write_report(spec, expanded, target, formats, progress=step, force=force, answer=answer)
     else:
-        files = write_report(spec, expanded, target, formats, force=force)
+        files = write_report(spec, expanded, target, formats, force=force, answer=answer)
     if not quiet:
+        from kvdash.report.build import answer_lines
+
         print(f"{expanded.frame.height:,} points ({_reserve(spec, expanded.frame)}) -> {target}/ "
               f"({', '.join(f.name for f in files)})")
+        print("\n".join(answer_lines(answer)))
+        print(f"Report: {target / 'report.md'} (and report.html beside it)")
     return expanded.frame, files
 
 

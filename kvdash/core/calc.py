@@ -1224,12 +1224,13 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
         g = r["group"]
         k = len(g["lengths"])
         lead = (f"{g['complete_groups']:,} groups of {' + '.join(f'{n:,}' for n in g['lengths'])} tokens fit paged "
-                f"({g['complete_groups'] * k:,} requests), {g['contiguous_complete_groups']:,} contiguous")
+                f"({g['complete_groups'] * k:,} requests), {g['contiguous_complete_groups']:,} contiguous"
+                + seqs_tail(g["complete_groups"] * k, r["engine"]))
     elif "prefix" in r:
         p = r["prefix"]
         lead = (f"{p['requests_with_sharing']:,} requests of {inp.used:,} tokens fit paged sharing a "
                 f"{p['prefix_tokens']:,}-token prefix, {p['requests_without_sharing']:,} without sharing, "
-                f"{cap['contiguous_requests']:,} contiguous")
+                f"{cap['contiguous_requests']:,} contiguous" + seqs_tail(p["requests_with_sharing"], r["engine"]))
     else:
         lead = (f"{cap['paged_requests']:,} requests of {inp.used:,} tokens fit {running_text(r['engine'])}"
                 f"{cap['contiguous_requests']:,} contiguous{running_tail(r['engine'])}")
@@ -1300,6 +1301,13 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
 def running_text(e: dict[str, Any]) -> str:
     """``'in the KV cache paged, '`` when the scheduler cap is below what fits, else ``'paged, '``."""
     return "in the KV cache paged, " if e["limited_by"] == "max_num_seqs" else "paged, "
+
+
+def seqs_tail(fit: int, e: dict[str, Any]) -> str:
+    """``', but vLLM runs at most M at once'`` for a count other than one request's (groups, prefix sharing)."""
+    if fit <= e["max_num_seqs"]:
+        return ""
+    return f", but vLLM runs at most {e['max_num_seqs']:,} at once (its max_num_seqs)"
 
 
 def running_tail(e: dict[str, Any]) -> str:

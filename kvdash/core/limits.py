@@ -53,6 +53,7 @@ for _names, _range in (
     (("budget", "--budget", "gpu_memory", "--gpu-memory", "state_bytes_per_layer"), (1, MAX_BYTES)),
     (("weights", "--weights", "reserve", "--reserve"), (0, MAX_BYTES)),
     (("target", "--target"), (1, MAX_REQUESTS)),
+    (("max_num_seqs", "--max-num-seqs"), (1, MAX_REQUESTS)),
     (("requests", "--requests", "concurrency", "--concurrency"), (1, MAX_SIM_REQUESTS)),
     (("seed", "--seed", "--trace-every"), (0, 2**32)),
 ):

@@ -451,7 +451,9 @@ def load_preset(name: str) -> Architecture:
     files = _preset_files()
     key = name.lower()
     if key not in files:
-        raise unknown_name("--model", name, files)
+        err = unknown_name("--model", name, files)
+        raise InputError(err.field, err.value, f"{err.allowed}; a model without a preset is read from its own "
+                         "config.json: --config PATH (the file of its Hugging Face repository)", err.hint)
     cfg = json.loads(files[key].read_text(encoding="utf-8"))
     return from_hf_config(cfg, name=key, source=f"preset {key}")
 

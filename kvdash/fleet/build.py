@@ -30,7 +30,7 @@ from kvdash.errors import InputError
 from kvdash.fleet.client import Series
 from kvdash.live.analysis import LiveConfig, analyze, compare_engine, same_model
 from kvdash.sources.base import GPUReading, Snapshot
-from kvdash.sources.engine import EngineReading, RankReading, Sample, tightest, reading_from_samples
+from kvdash.sources.engine import EngineReading, RankReading, Sample, reading_from_samples, tightest
 
 MiB = 2**20
 DCGM_FIELD = {"DCGM_FI_DEV_FB_USED": "used", "DCGM_FI_DEV_FB_FREE": "free", "DCGM_FI_DEV_FB_RESERVED": "reserved"}

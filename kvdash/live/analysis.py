@@ -184,11 +184,11 @@ def reserve_short(cfg: LiveConfig, basis: str) -> str:
     if cfg.budget_mode == "engine":
         return "engine's own pool"
     if basis.startswith("--reserve auto: calibration"):
-        return f"reserve auto {human_bytes(cfg.reserve)}/rank (calibration)"
+        return f"reserve auto {human_bytes(cfg.reserve)} (calibrated)"
     if basis.startswith("--reserve auto"):
-        return f"reserve auto {human_bytes(cfg.reserve)}/rank (published terms)"
+        return f"reserve auto {human_bytes(cfg.reserve)} (published)"
     if cfg.reserve:
-        return f"reserve {human_bytes(cfg.reserve)}/rank (given)"
+        return f"reserve {human_bytes(cfg.reserve)} (given)"
     return "UPPER BOUND: --reserve 0"
 
 

@@ -348,7 +348,7 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
         ("budget per rank", f"{kv['budget_bytes']:,} B ({gib(kv['budget_bytes'])} GiB, "
                              + ("upper bound)" if kv.get("reserve_basis", "").startswith("0 B")
                                 and kv["budget_mode"] == "vllm" else f"{kv['budget_mode']})"), ""),
-        ("runtime reserve", kv.get("reserve_text", ""), ""),
+        ("runtime reserve (per rank)", kv.get("reserve_text", ""), ""),
         *([("upper bound: --reserve auto", f"-{gib(kv['auto_reserve_estimate_bytes'])} GiB per rank (published "
                                            "terms)", "yellow")] if kv.get("auto_reserve_estimate_bytes") else []),
         ("KV bytes per token per rank", f"{kv['bytes_per_token']:,} B", ""),
@@ -392,10 +392,10 @@ def kv_summary(kv: dict[str, Any]) -> Text:
     out = Text()
     lengths = ", ".join(f"{n:,}" for n in kv["lengths"])
     out.append("KV pool ", style="bold")
-    out.append(f"{kv['pool_blocks']:,} blocks = {kv['token_slots']:,} tokens/rank; ")
+    out.append(f"{kv['model']} {kv['kv_dtype']} B={kv['block_size']} TP {kv['tp']}, ")
     out.append(f"{kv.get('reserve_text', '')}\n", style="yellow" if "UPPER" in kv.get("reserve_text", "") else "")
-    out.append("model   ", style="bold")
-    out.append(f"{kv['model']} {kv['kv_dtype']} B={kv['block_size']} TP {kv['tp']}\n")
+    out.append("pool    ", style="bold")
+    out.append(f"{kv['pool_blocks']:,} blocks = {kv['token_slots']:,} tokens per rank\n")
     ratio = "" if kv["ratio"] is None else f": {ratio_text(kv['ratio'])}"
     out.append("fit     ", style="bold")
     capped = kv.get("max_num_seqs") is not None and kv["running_requests"] < kv["paged_requests"]

@@ -1142,10 +1142,9 @@ def reserve_line(spec: GridSpec, df: Any, has_gpu: bool, short: bool = False) ->
             parts.append(f"reserve auto, {span} per rank, published terms")
             long_parts.append(
                 "auto" + (" (kvdash's default)" if not any("reserve" in f for f in spec.factors) else "")
-                + f", {span} per rank" + (f" ({share} of the memory left after the weights)" if share else "")
-                + ": published activation-peak and non-torch terms (llm-d-planner's calibration, vLLM 0.19.0 on "
-                "H100-80GB) and the CUDA-graph estimate vLLM 0.33 subtracts by default (per architecture and layer, "
-                "from the same runs' logs); extrapolated on other GPUs")
+                + f", {span} per rank" + (f" ({share} of the memory after the weights)" if share else "")
+                + ": llm-d-planner's published activation-peak and non-torch terms (vLLM 0.19.0, H100-80GB) plus "
+                "vLLM 0.33's CUDA-graph estimate per layer; extrapolated on other GPUs")
         elif v == 0:
             span, share = _auto_span(spec, df)
             parts.append("reserve 0 B, an UPPER BOUND")
@@ -1402,19 +1401,30 @@ def results_formats(points: int, csv: bool = False, parquet: bool = False) -> tu
 
 
 def write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[str, ...] | None = None,
-                 progress: Callable[[str], None] | None = None, force: bool = False) -> list[Path]:
+                 progress: Callable[[str], None] | None = None, force: bool = False,
+                 answer: dict[str, Any] | None = None) -> list[Path]:
     """Write every output into a fresh folder beside ``out``, then swap it into place
     (:mod:`kvdash.report.outdir`: what may be replaced, the manifest, the one-step exchange).
 
-    ``formats``: ``csv`` and/or ``parquet`` (default: :func:`results_formats`)."""
+    ``formats``: ``csv`` and/or ``parquet`` (default: :func:`results_formats`).  ``answer``, when given, receives
+    the report's decision (``kvdash sweep`` prints it: the answer, not only the file list)."""
     from kvdash.report import outdir
 
     with outdir.deferred_interrupt() as checkpoint:  # Ctrl-C lands between steps, never inside polars
-        return _write_report(spec, expanded, out, formats, progress, force, checkpoint)
+        return _write_report(spec, expanded, out, formats, progress, force, checkpoint, answer)
+
+
+def answer_lines(decision: dict[str, Any]) -> list[str]:
+    """The report's decision as plain lines for a terminal: its head, then the best point of each workload."""
+    def plain(text: str) -> str:
+        return text.replace("**", "")
+    return [plain(f"{decision['head']} Best by {decision['objective']}:"),
+            *(f"- {plain(line)}" for line in decision["lines"])]
 
 
 def _write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[str, ...] | None,
-                  progress: Callable[[str], None] | None, force: bool, checkpoint: Callable[[], None]) -> list[Path]:
+                  progress: Callable[[str], None] | None, force: bool, checkpoint: Callable[[], None],
+                  answer: dict[str, Any] | None = None) -> list[Path]:
     from kvdash.report import outdir
 
     def step(msg: str) -> None:
@@ -1448,6 +1458,8 @@ def _write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[
                 if spec.simulate.rates:
                     write_capacity_chart(spec, expanded.frame, tmp)
             ctx = build_context(spec, expanded, main, verdicts)
+            if answer is not None:
+                answer.update(ctx["decision"])
             write_prefix_chart(ctx, tmp)
             step("report.md")  # rendered while the results file may still be being written
             (tmp / "report.md").write_text(render_markdown(ctx), encoding="utf-8")
