@@ -12,7 +12,7 @@ import sys
 import typer
 
 from kvdash import __version__
-from kvdash.errors import InputError, Interrupted, one_line, shorten_words
+from kvdash.errors import InputError, Interrupted, one_line, shorten_words, signal_code, signal_name
 
 app = typer.Typer(
     name="kvdash",
@@ -119,9 +119,9 @@ def main(argv: list[str] | None = None) -> None:
         where = getattr(ctx, "command_path", "") or "kvdash"
         fail(shorten_words(" ".join(message.split())) + f" (see {where} --help)", getattr(exc, "exit_code", 2) or 2)
     except Interrupted as exc:  # a command says what the interruption left (sweep: the old report)
-        fail(str(exc), 130)
-    except KeyboardInterrupt:
-        fail("interrupted", 130)
+        fail(str(exc), exc.code)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP where a command catches them (Terminated)
+        fail("interrupted" if signal_code(exc) == 130 else f"interrupted by {signal_name(exc)}", signal_code(exc))
     except OSError as exc:  # a folder that cannot be written, a full disk: one line, not a traceback
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         fail(f"{where}{exc.strerror or exc}")
@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> None:
         _quiet_pipe()
         raise SystemExit(0) from None
     code = code if isinstance(code, int) else 0
+    if code == 130:  # typer turns a KeyboardInterrupt inside a command into a silent Exit(130): say it
+        print("kvdash: error: interrupted", file=sys.stderr)
     if argv is None and args[0] in FAST_EXIT:
         _exit_now(code)
     raise SystemExit(code)

@@ -29,9 +29,36 @@ class InputError(ValueError):
 
 
 class Interrupted(Exception):
-    """Ctrl-C, with what it left behind; the CLI prints the message as one line and exits 130.
+    """Ctrl-C (or SIGTERM, SIGHUP), with what it left behind; the CLI prints the message as one line and exits
+    ``code`` (128 + the signal's number: 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
 
     (A bare KeyboardInterrupt would be turned into a silent exit 130 by typer.)"""
+
+    def __init__(self, message: str, code: int = 130) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C's KeyboardInterrupt where kvdash catches those signals."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def signal_code(exc: BaseException) -> int:
+    """The exit code for an interruption: 128 + the signal's number (SIGINT: 130)."""
+    return 128 + getattr(exc, "signum", 2)
+
+
+def signal_name(exc: BaseException) -> str:
+    import signal
+
+    try:
+        return signal.Signals(getattr(exc, "signum", 2)).name
+    except ValueError:  # pragma: no cover
+        return f"signal {getattr(exc, 'signum', 2)}"
 
 
 SHOWN_CHARS = 80
@@ -89,6 +116,32 @@ def shorten_words(text: str, limit: int = SHOWN_CHARS) -> str:
 
 # line breaks, C0/C1 control characters (tab included) and bidirectional overrides: a run becomes one space
 _LINES = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]+")
+
+
+# characters that hide, reorder or control text: C0 and C1 controls (tab and newline kept), DEL, the soft
+# hyphen, bidi marks, embeddings, overrides and isolates (Unicode UAX #9), zero-width characters, word
+# joiners and invisible operators, the BOM, line/paragraph separators, interlinear annotation, tag characters
+HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
+                     "\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb"
+                     "\U000e0000-\U000e0fff\ud800-\udfff]")
+
+
+def _shown(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" if c < 0x10000 else f"\\U{c:08x}"
+
+
+def visible(text: str) -> str:
+    r"""``text`` with every character that could hide, reorder or restyle what is shown (controls, bidi
+    overrides and isolates, zero-width characters, the BOM, the soft hyphen) written as an escape, so that
+    what every output shows is what the text holds.  Tab and newline are kept.
+
+    >>> visible("model\u202eevil\x1b[31m\u200b")
+    'model\\u202eevil\\x1b[31m\\u200b'
+    >>> visible("plain é 💥")
+    'plain é 💥'
+    """
+    return HIDDEN.sub(_shown, text) if HIDDEN.search(text) else text
 
 
 def flat(text: object) -> str:

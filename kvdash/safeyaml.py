@@ -12,6 +12,8 @@ equal keys silently.  :class:`BoundedLoader` refuses all four while composing, w
   stands for; the largest shipped grid has under 500);
 * an alias used inside the value it names (a cycle) is refused;
 * a key that appears twice in one mapping is refused;
+* strings have their control, bidi-override, zero-width and BOM characters written as escapes
+  (``\u202e``, ``\x1b``: :func:`kvdash.errors.visible`), so no report shows text other than it holds;
 * integers longer than ``MAX_INT_DIGITS`` = 40 digits (far beyond any byte count kvdash accepts:
   2^60 has 19 digits) are refused before Python parses them, so a 5,000-digit number is one line,
   not Python's 4,300-digit ``ValueError``.
@@ -125,7 +127,16 @@ class BoundedLoader(yaml.composer.Composer, _Parser, yaml.constructor.SafeConstr
         return super().construct_yaml_int(node)
 
 
+    def construct_visible_str(self, node: Any) -> str:
+        """Strings with control, bidi and zero-width characters made visible (:func:`kvdash.errors.visible`):
+        a name in a grid shows in every report as what it holds."""
+        from kvdash.errors import visible
+
+        return visible(str(self.construct_scalar(node)))
+
+
 BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_yaml_int)
+BoundedLoader.add_constructor("tag:yaml.org,2002:str", BoundedLoader.construct_visible_str)
 
 
 def compose(text: str, name: str) -> Any:

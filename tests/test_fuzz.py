@@ -1,8 +1,8 @@
 """Fuzzing the whole command line with Hypothesis: never a traceback, one line for bad input.
 
 Each suite generates hostile input for one entry point (calc options, grid documents, replay lines,
-trace lines, engine /metrics bodies) and runs the real command in-process, asserting the promise of
-the README's "Safety" section:
+trace lines, engine /metrics bodies, Prometheus answers, engine pages with their HTTP framing) and runs
+the real command in-process, asserting the promise of the README's "Safety" section:
 
 * the exit code is 0, 2 (bad input) or, where the command defines it, 1 (live: no GPU readings);
 * exit 2 prints exactly one line on stderr, ``kvdash: error: ...``, never "Traceback";
@@ -11,7 +11,8 @@ the README's "Safety" section:
 
 The seed is fixed (``derandomize=True``, no example database), so CI runs the same cases every time.
 Case counts: ``KVDASH_FUZZ_EXAMPLES`` (default 400) is the number for each suite with a weight of 1; the
-default run is 1,840 cases.  ``KVDASH_FUZZ_EXAMPLES=20000 pytest tests/test_fuzz.py`` digs deeper.
+default run is 2,480 cases (calc 640, grids 320, replays 320, traces 320, metrics bodies 240, Prometheus
+answers 320, engine pages 320).  ``KVDASH_FUZZ_EXAMPLES=20000 pytest tests/test_fuzz.py`` digs deeper.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from hypothesis import strategies as st
 
 from kvdash.cli import main
 from kvdash.sweep.gridfile import DIMENSIONS, MODEL_KEYS, SIMULATE_KEYS, TOP_KEYS, WORKLOAD_KEYS
+from tests.strategies import engine_pages, prometheus_answers
 
 BASE = int(os.environ.get("KVDASH_FUZZ_EXAMPLES", "400"))
 CASE_SECONDS = 15.0
@@ -306,3 +308,99 @@ def test_metrics_server_is_really_read(metrics_server):
     _, out, _ = invoke(["live", "--demo", "--engine", metrics_server, "--json"])
     reading = json.loads(out)["kv_pool"]["engine"]["reading"]
     assert ("", 2048 * 16, 16384) == (reading["error"], reading["total_tokens"], reading["used_tokens"])
+
+
+# --- Prometheus answers, served over loopback HTTP (issue 25) ----------------------------------
+
+class _Answers:
+    by_query: dict[str, bytes] = {}
+
+
+@pytest.fixture(scope="module")
+def prometheus_server():
+    from tests.hostile_servers import EMPTY, FakePrometheus
+
+    empty = json.dumps(EMPTY).encode()
+    with FakePrometheus(lambda name, q: _Answers.by_query.get(name, empty)) as prom:
+        yield prom.url
+
+
+def _no_nan(text: str) -> object:
+    def refuse(word: str) -> object:
+        raise AssertionError(f"{word} in the fleet document")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@fuzz_settings(0.8)
+@given(st.dictionaries(st.sampled_from(["dcgm_memory", "kvdash_memory", "engines", "targets"]), prometheus_answers(),
+                       max_size=4))
+def test_fuzz_prometheus_answers(prometheus_server, answers):
+    """Whatever Prometheus answers: exit 0 (a fleet), 1 (no data, or one line saying what is wrong), never a
+    traceback; in a fleet every byte count is a whole number >= 0 or null, every usage 0-1 or null, no NaN."""
+    _Answers.by_query = answers
+    code, out, err = invoke(["live", "--prometheus", prometheus_server, "--once", "--json"], allowed=(0, 1))
+    if code == 1:
+        assert 1 == len(err.strip().splitlines()), err
+        return
+    doc = _no_nan(out)
+    for host in doc["hosts"]:
+        for g in host["gpus"]:
+            for key in ("total_bytes", "used_bytes", "free_bytes", "reserved_bytes"):
+                assert g[key] is None or (isinstance(g[key], int) and 0 <= g[key] <= 2**55), (key, g)
+    for e in doc["engines"]:
+        assert e["usage"] is None or 0 <= e["usage"] <= 1
+        for key in ("pool_tokens", "used_tokens", "free_tokens", "running", "waiting"):
+            assert e[key] is None or (isinstance(e[key], int) and e[key] >= 0), (key, e)
+
+
+def test_prometheus_fuzzer_reaches_real_fleets(prometheus_server):
+    """The generator's shape is the API's: one good DCGM answer gives a host with exact bytes."""
+    from tests.hostile_servers import vector
+
+    labels = {"__name__": "DCGM_FI_DEV_FB_USED", "Hostname": "n", "gpu": "0"}
+    _Answers.by_query = {"dcgm_memory": json.dumps(vector((labels, "70000"))).encode()}
+    _, out, _ = invoke(["live", "--prometheus", prometheus_server, "--once", "--json"], allowed=(0,))
+    assert 70_000 * 2**20 == _no_nan(out)["hosts"][0]["gpus"][0]["used_bytes"]
+
+
+# --- engine pages with their HTTP framing, served over a raw loopback socket (issue 25) -------------
+
+class _Page:
+    data = b""
+
+
+@pytest.fixture(scope="module")
+def engine_server():
+    from tests.hostile_servers import RawServer
+
+    def handle(conn, stop):
+        conn.recv(65536)
+        conn.sendall(_Page.data)
+
+    with RawServer(handle) as srv:
+        yield srv.url + "/metrics"
+
+
+@fuzz_settings(0.8)
+@given(engine_pages())
+def test_fuzz_engine_pages(engine_server, page):
+    """Whatever the engine's page and framing: a reading (maybe with an error), every figure finite and in
+    range, within the scrape's 2 s deadline (CASE_SECONDS bounds the whole command)."""
+    _Page.data = page
+    started = time.monotonic()
+    _, out, _ = invoke(["live", "--demo", "--engine", engine_server, "--json"])
+    assert time.monotonic() - started < 2 + 5
+    reading = json.loads(out)["kv_pool"]["engine"]["reading"]
+    for key in ("kv_usage", "prefix_hit_rate"):
+        assert reading[key] is None or 0 <= reading[key] <= 1
+    for key in ("running", "waiting", "total_tokens", "used_tokens", "num_gpu_blocks", "block_size", "preemptions"):
+        assert reading[key] is None or (isinstance(reading[key], int) and 0 <= reading[key] <= 2**53), key
+
+
+def test_engine_page_fuzzer_reaches_real_pages(engine_server):
+    page = b'vllm:cache_config_info{block_size="16",num_gpu_blocks="2048"} 1\nvllm:kv_cache_usage_perc 0.5\n'
+    _Page.data = b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(page) + page
+    _, out, _ = invoke(["live", "--demo", "--engine", engine_server, "--json"])
+    reading = json.loads(out)["kv_pool"]["engine"]["reading"]
+    assert ("", 2048 * 16) == (reading["error"], reading["total_tokens"])

@@ -154,20 +154,24 @@ class TestOutFolder:
         assert "old" != (out / "report.md").read_text() and ["r"] == os.listdir(tmp_path)
 
     def test_leftovers_of_dead_runs_are_removed_live_ones_kept(self, tmp_path):
+        """Only marked work folders (kvdash-work.json with the PID and token of the name) of ended processes
+        are removed; look-alikes without the marker stay, legacy names included (issue 25)."""
         out = tmp_path / "r"
-        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                              text=True).stdout.strip()
-        stale = tmp_path / f".r.kvdash-tmp-{dead}-abc123"
-        live = tmp_path / f".r.kvdash-tmp-{os.getppid()}-abc123"
-        legacy = tmp_path / ".r.tmp-abcd1234"  # kvdash 0.1's mkdtemp name, report files only
-        foreign = tmp_path / ".r.tmp-zzzz9999"  # same shape, but holds a file no report has
-        for d in (stale, live, legacy, foreign):
-            d.mkdir()
+        dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                                  text=True).stdout.strip())
+        stale = outdir.work_root(outdir.work_folder(out))
+        live = outdir.work_root(outdir.work_folder(out))
+        dead_name = stale.with_name(stale.name.replace(f"-{os.getpid()}-", f"-{dead}-"))
+        os.rename(stale, dead_name)
+        marker = json.loads((dead_name / outdir.WORK_MARKER).read_text())
+        (dead_name / outdir.WORK_MARKER).write_text(json.dumps({**marker, "pid": dead}))
+        (dead_name / "report" / "results.csv").write_text("id\n")
+        legacy = tmp_path / ".r.tmp-abcd1234"  # kvdash 0.1's mkdtemp name, report files only: no marker
+        legacy.mkdir()
         (legacy / "results.csv").write_text("id\n")
-        (foreign / "thesis.tex").write_text("x")
         removed = outdir.clean_leftovers(out)
-        assert sorted(removed) == sorted([stale, legacy])
-        assert live.is_dir() and foreign.is_dir()
+        assert [dead_name] == removed
+        assert live.is_dir() and legacy.is_dir() and not dead_name.exists()
 
 
 class TestKilledAndInterrupted:
@@ -435,10 +439,10 @@ def test_replay_line_of_the_wrong_shape(line, tmp_path, capsys):
 
 
 def test_engine_url_with_a_broken_ipv6_host(capsys):
-    """`--engine 'http://[::1'` with --once raised ValueError; now the engine reading carries the error."""
+    """`--engine 'http://[::1'` with --once raised ValueError; then the reading carried the error (exit 0);
+    since issue 25 the option itself is refused: one line, exit 2."""
     code, out, err = run(["live", "--demo", "--engine", "http://[::1", "--json"], capsys)
-    assert 0 == code and "Traceback" not in err
-    assert "unreachable (Invalid IPv6 URL)" == json.loads(out)["kv_pool"]["engine"]["reading"]["error"]
+    one_line_error(code, err, "--engine", "Invalid IPv6 URL")
 
 
 def test_5000_digit_trace_line(tmp_path, capsys):

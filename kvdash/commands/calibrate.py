@@ -66,6 +66,9 @@ def calibrate(
             raise InputError("--timeout", timeout_old, "is the old name of --engine-timeout; give only --engine-timeout")
         engine_timeout = timeout_old
     check_engine_timeout(engine_timeout)
+    from kvdash.netaddr import check_url
+
+    check_url("--engine", engine, "a vLLM server, e.g. localhost:8000")
     # every option checked before the engine is read
     arch = resolve_model(model, config, None) if model or config else None
     total_given = parse_size(gpu_memory, "--gpu-memory") if gpu_memory is not None else None

@@ -64,13 +64,17 @@ def exporter(
     once: Annotated[bool, Opt("--once", help="Print the metrics page once and exit (no server).")] = False,
 ) -> None:
     """Publish GPU memory, kvdash's analytical KV pool and the engines' pools for Prometheus."""
-    from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+    from prometheus_client import CollectorRegistry, generate_latest
 
     from kvdash.commands.live import live_config
     from kvdash.exporter.collector import ExporterState, KvdashCollector
 
     check_interval(interval)
     check_engine_timeout(engine_timeout)
+    from kvdash.netaddr import check_url
+
+    for address in engine or []:
+        check_url("--engine", address, "a vLLM or SGLang server, e.g. localhost:8000")
     if not 0 <= port <= 65535:
         raise InputError("--port", port, "expected 0 to 65535")
     check_demo_gpus(gpus)
@@ -90,7 +94,9 @@ def exporter(
         source.close()
         return
     try:
-        server, _ = start_http_server(port, addr=host, registry=registry)
+        from kvdash.exporter.server import serve
+
+        server, _ = serve(port, host, registry)  # each request bounded in time, concurrent ones capped
     except OSError as exc:
         source.close()
         raise InputError("--port", port, f"cannot listen on {host}:{port} ({exc.strerror or exc})") from exc
@@ -109,6 +115,7 @@ def exporter(
         pass
     finally:
         server.shutdown()
+        server.server_close()
         state.stop()
 
 

@@ -44,6 +44,9 @@ def run_fleet(url: str, cfg, once: bool, as_json: bool, interval: float) -> None
         for paragraph in footer.splitlines():
             print(textwrap.fill(paragraph, width=width, break_on_hyphens=False))
         return
+    from kvdash.commands.live import end_signalled
     from kvdash.tui.fleet import FleetApp
 
-    FleetApp(source, cfg, interval=interval).run()
+    app = FleetApp(source, cfg, interval=interval)
+    app.run()
+    end_signalled(app)

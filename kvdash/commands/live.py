@@ -118,6 +118,12 @@ def live(
     cfg = live_config(model, config, kv_dtype, block_size, tp, gpu_util, weights, reserve, budget, budget_mode,
                       live_lengths(length, group), max_reserved)
     mode = cfg.budget_mode
+    from kvdash.netaddr import check_url
+
+    if engine is not None:
+        check_url("--engine", engine, "a vLLM or SGLang server, e.g. localhost:8000")
+    if prometheus is not None:
+        check_url("--prometheus", prometheus, "a Prometheus server, e.g. http://HOST:9090")
     if prometheus:  # the fleet view (kvdash/commands/fleet.py)
         if demo or replay or engine:
             raise InputError("--prometheus", prometheus, "give it without --demo, --replay or --engine")
@@ -141,6 +147,9 @@ def live(
             raise InputError("--replay", str(replay), str(exc)) from exc
         finally:
             source.close()
+        if replay is not None and not snap.gpus and not snap.extra.get("engine"):  # nothing to show: one line
+            raise InputError("--replay", str(replay), "its first snapshot has no GPU readings (\"gpus\" is empty) "
+                             "and no engine reading; expected a file written by kvdash record")
         reading = engine_fetch() if engine_fetch else from_snapshot(snap.extra)
         kv = analyze(snap, cfg, reading)
         if as_json:
@@ -154,6 +163,7 @@ def live(
             for part in once_view(snap, kv, console.width):
                 console.print(part)
         if not snap.gpus and (reading is None or bool(reading.error)):
+            print(f"kvdash: {NO_GPU.format(why=snap.error or 'the source lists no GPU')}", file=sys.stderr)
             raise typer.Exit(1)
         if mode == "engine" and not kv.get("ok"):
             print(f"kvdash: {'; '.join(kv.get('notes', []))}", file=sys.stderr)
@@ -168,11 +178,22 @@ def live(
         sim = VisualSimulation(simulate, block_size=block_size, seed=seed)
     from kvdash.tui.app import LiveApp
 
+    app = LiveApp(source, cfg, interval=interval, engine=engine_fetch, snapshot_dir=snapshot_dir, simulation=sim,
+                  engine_url=engine)
     try:
-        LiveApp(source, cfg, interval=interval, engine=engine_fetch, snapshot_dir=snapshot_dir,
-                simulation=sim, engine_url=engine).run()
+        app.run()
     finally:
         source.close()
+    end_signalled(app)
+
+
+def end_signalled(app) -> None:  # type: ignore[no-untyped-def]
+    """After the dashboard ended on SIGTERM or SIGHUP (the terminal already restored): one line, exit 128 + N."""
+    if app.signalled:
+        import signal
+
+        print(f"kvdash: error: interrupted by {signal.Signals(app.signalled).name}", file=sys.stderr)
+        raise typer.Exit(128 + app.signalled)
 
 
 def live_lengths(length: Optional[str], group: Optional[str]) -> tuple[int, ...]:
@@ -217,6 +238,25 @@ def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: s
     return cfg
 
 
+def append_line(fd: int, text: str) -> None:
+    """Append ``text`` and a newline as one ``write``; if the write fails or is short (a full disk), the file
+    is cut back to its size before, so it never ends in half a line.  OSError when the line is not written."""
+    import os
+
+    data = (text + "\n").encode("utf-8")
+    before = os.lseek(fd, 0, os.SEEK_END)
+    try:
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(28, os.strerror(28))  # ENOSPC: the rest did not fit
+    except OSError:
+        try:
+            os.ftruncate(fd, before)
+        except OSError:  # pragma: no cover - nothing more can be done
+            pass
+        raise
+
+
 def check_snapshot_dir(path: Path) -> None:
     """--snapshot-dir must be a writable folder before the dashboard starts (the s key writes there)."""
     import os
@@ -253,26 +293,38 @@ def record(
         raise InputError("--out", str(out), "expected a regular file (appended) or a new file")
     if demo and engine:
         raise InputError("--engine", engine, "give --demo or --engine, not both (the demo has its own engine)")
+    if engine is not None:
+        from kvdash.netaddr import check_url
+
+        check_url("--engine", engine, "a vLLM or SGLang server, e.g. localhost:8000")
     source = _source(demo, None, seed, gpus, engine=engine)
     failed = 0
     try:
-        with out.open("a", encoding="utf-8") as fh:
-            for i in range(count):
-                started = time.monotonic()
-                snap = source.read()
-                if engine:
-                    from kvdash.sources.engine import fetch, snapshot_engine
-
-                    reading = fetch(engine, timeout=engine_timeout)
-                    failed += bool(reading.error)
-                    snap = replace(snap, extra={**snap.extra, "engine": snapshot_engine(reading)})
-                fh.write(snap.dumps() + "\n")
-                fh.flush()
-                if i + 1 < count:
-                    time.sleep(max(0.0, interval - (time.monotonic() - started)))
+        fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
+                     0o644)
     except OSError as exc:
+        source.close()
         raise InputError("--out", str(out), f"cannot be written ({exc.strerror})") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO or a device after the check
+            raise InputError("--out", str(out), "expected a regular file (appended) or a new file")
+        for i in range(count):
+            started = time.monotonic()
+            snap = source.read()
+            if engine:
+                from kvdash.sources.engine import fetch, snapshot_engine
+
+                reading = fetch(engine, timeout=engine_timeout)
+                failed += bool(reading.error)
+                snap = replace(snap, extra={**snap.extra, "engine": snapshot_engine(reading)})
+            append_line(fd, snap.dumps())  # one write of a whole line, cut back if it does not fit
+            if i + 1 < count:
+                time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    except OSError as exc:
+        raise InputError("--out", str(out), f"cannot be written ({exc.strerror}); every line already in it is "
+                         "whole") from exc
     finally:
+        os.close(fd)
         source.close()
     print(f"{count} snapshots -> {out}" + (f" ({failed} engine readings failed: recorded with their error)"
                                             if failed else ""))

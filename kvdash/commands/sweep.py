@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from kvdash.errors import InputError, Interrupted
+from kvdash.errors import InputError, Interrupted, signal_code, signal_name
 
 if TYPE_CHECKING:
     import threading
@@ -36,13 +36,18 @@ def sweep(
         _dry_run(spec, max_points)
         return
     target = out or Path("reports") / grid.stem
-    from kvdash.report.outdir import plan
+    from kvdash.report.outdir import plan, terminate_like_interrupt
 
     before = plan(target, force)  # refuse a folder kvdash may not replace before any work
     try:
-        frame, written = _run(spec, target, max_points, csv, parquet, quiet, force)
-    except KeyboardInterrupt:  # Ctrl-C is held back while the report is swapped in, so nothing changed
-        raise Interrupted("interrupted; the previous report is unchanged") from None
+        with terminate_like_interrupt():
+            frame, written = _run(spec, target, max_points, csv, parquet, quiet, force)
+    except KeyboardInterrupt as exc:  # signals are held back while the report is swapped in: nothing changed
+        how = "interrupted" if signal_code(exc) == 130 else f"interrupted by {signal_name(exc)}"
+        raise Interrupted(f"{how}; the previous report is unchanged", signal_code(exc)) from None
+    except OSError as exc:  # a full or read-only disk: name the folder the user gave, not the hidden work path
+        raise InputError("--out", str(target), f"the report cannot be written there ({exc.strerror or exc}); "
+                         "nothing was changed") from None
     removed = sorted(set(before.old_files) - {f.name for f in written})
     if removed:  # e.g. results.parquet of a run with --parquet: say so, never drop it silently
         print(f"kvdash: note: removed {', '.join(removed)} from {target}/, written by an earlier run with other "

@@ -22,6 +22,7 @@ Matching rules, stated once:
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -30,7 +31,7 @@ from kvdash.errors import InputError
 from kvdash.fleet.client import Series
 from kvdash.live.analysis import LiveConfig, analyze, compare_engine, same_model
 from kvdash.sources.base import GPUReading, Snapshot
-from kvdash.sources.engine import EngineReading, RankReading, Sample, reading_from_samples, tightest
+from kvdash.sources.engine import EngineReading, RankReading, Sample, _Checker, reading_from_samples, tightest
 
 MiB = 2**20
 DCGM_FIELD = {"DCGM_FI_DEV_FB_USED": "used", "DCGM_FI_DEV_FB_FREE": "free", "DCGM_FI_DEV_FB_RESERVED": "reserved"}
@@ -69,8 +70,21 @@ def instance_host(instance: str) -> str:
     return instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance
 
 
-def _int(x: float | None) -> int | None:
-    return None if x is None else int(round(x))
+MAX_GPU_BYTES = 2**53  # a figure above this is no GPU's memory (and no longer exact in a float)
+
+
+def _memory(value: float, scale: int) -> tuple[int | None, str]:
+    """A GPU memory figure in bytes from a sample (``scale`` bytes per unit); None and the reason when the
+    sample is not a finite, non-negative, whole number of units up to 2^53 bytes."""
+    if not math.isfinite(value):
+        return None, f"{value} is not a finite number"
+    if value < 0:
+        return None, f"{value:g} is negative"
+    if value * scale > MAX_GPU_BYTES:
+        return None, f"{value:g} x {scale:,} B is over 2^53 bytes"
+    if value != int(value):
+        return None, f"{value:g} is not a whole number"
+    return int(value) * scale, ""
 
 
 def _gpus(series: list[Series], fields: dict[str, str], scale: int, hostname_label: str,
@@ -96,19 +110,30 @@ def _gpus(series: list[Series], fields: dict[str, str], scale: int, hostname_lab
             aliases.setdefault(instance_host(inst), host)
             aliases.setdefault(host, host)
             index = labels.get("gpu", "")
-            gpu = {"index": int(index) if index.isdigit() else -1, "uuid": uuid, "name": labels.get(name_label, "")}
+            gpu = {"index": int(index) if index.isascii() and index.isdigit() and len(index) <= 6 else -1,
+                   "uuid": uuid, "name": labels.get(name_label, ""), "invalid": {}}
             by_key[(inst, uuid or index)] = hosts.setdefault(host, {}).setdefault(uuid or index, gpu)
-        gpu[field] = int(round(s.value)) * scale
+        value, why = _memory(s.value, scale)
+        if why:
+            gpu["invalid"][f"{field}_bytes"] = why
+            gpu.pop(field, None)
+        elif f"{field}_bytes" not in gpu["invalid"]:
+            gpu[field] = value
     return hosts
 
 
 def _gpu_row(g: dict[str, Any]) -> dict[str, Any]:
     """One GPU of the fleet document, bytes exact; total = used + free + reserved where not published."""
     total = g.get("total")
-    if total is None and "used" in g and "free" in g:
+    invalid = dict(g.get("invalid", {}))
+    if total is None and "total_bytes" not in invalid and "used" in g and "free" in g \
+            and "reserved_bytes" not in invalid:
         total = g["used"] + g["free"] + g.get("reserved", 0)
+    elif total is None and ("used" in g or "free" in g):
+        invalid.setdefault("total_bytes", "used + free + reserved needs all three figures valid")
     return {"gpu": g["index"], "uuid": g["uuid"], "name": g["name"], "total_bytes": total,
-            "used_bytes": g.get("used"), "free_bytes": g.get("free"), "reserved_bytes": g.get("reserved")}
+            "used_bytes": g.get("used"), "free_bytes": g.get("free"), "reserved_bytes": g.get("reserved"),
+            "invalid": invalid}
 
 
 def _gpu_reading(row: dict[str, Any]) -> GPUReading:
@@ -152,27 +177,34 @@ def _exporter_reading(url: str, e: dict[str, Any]) -> tuple[EngineReading, str]:
     "up", "down" (kvdash_engine_up 0) or "stale" (its last good reading older than ENGINE_STALE_S)."""
     by_rank: dict[str, dict[str, float]] = {}
     up, age, block_size = None, None, None
+    check = _Checker()  # every figure as the engine client checks a page: n/a with its reason when bad
+
+    def _int(x: float | None, name: str = "figure") -> int | None:
+        return check.count(name, x)
+
     for s in e["samples"]:
         if s.name == "kvdash_engine_up":
             up = s.value
         elif s.name == "kvdash_engine_reading_age_seconds":
             age = s.value
         elif s.name == "kvdash_engine_block_size_tokens":
-            block_size = _int(s.value)
+            block_size = check.count("block_size", s.value, low=1)
         elif s.name in POOL_SERIES:
             by_rank.setdefault(s.labels.get("rank", "0"), {})[s.name] = s.value
     pools = []
     for rank in sorted(by_rank, key=lambda r: (len(r), r)):
         v = by_rank[rank]
-        total, usage = _int(v.get("kvdash_engine_kv_pool_tokens")), v.get("kvdash_engine_kv_usage_ratio")
-        blocks = _int(v.get("kvdash_engine_kv_pool_blocks"))
+        tag = f"rank {rank} " if len(by_rank) > 1 else ""
+        total = _int(v.get("kvdash_engine_kv_pool_tokens"), f"{tag}total_tokens")
+        usage = check.fraction(f"{tag}kv_usage", v.get("kvdash_engine_kv_usage_ratio"))
+        blocks = _int(v.get("kvdash_engine_kv_pool_blocks"), f"{tag}num_gpu_blocks")
         if block_size is None and total is not None and blocks:
             block_size = total // blocks
         pools.append(RankReading(rank=rank, total_tokens=total, kv_usage=usage,
                                  num_gpu_blocks=blocks,
-                                 used_tokens=_int(v.get("kvdash_engine_kv_used_tokens")),
-                                 running=_int(v.get("kvdash_engine_requests_running")),
-                                 waiting=_int(v.get("kvdash_engine_requests_waiting"))))
+                                 used_tokens=_int(v.get("kvdash_engine_kv_used_tokens"), f"{tag}used_tokens"),
+                                 running=_int(v.get("kvdash_engine_requests_running"), f"{tag}running"),
+                                 waiting=_int(v.get("kvdash_engine_requests_waiting"), f"{tag}waiting")))
     state = "down" if up == 0 else "stale" if age is not None and age > ENGINE_STALE_S else "up"
     tight = tightest(pools)
     reading = EngineReading(url=url, kind="exporter", block_size=block_size,
@@ -182,7 +214,7 @@ def _exporter_reading(url: str, e: dict[str, Any]) -> tuple[EngineReading, str]:
                             used_tokens=tight.used_tokens if tight else None,
                             kv_usage=max((p.kv_usage for p in pools if p.kv_usage is not None), default=None),
                             running=pools[0].running if len(pools) == 1 else None,
-                            waiting=pools[0].waiting if len(pools) == 1 else None)
+                            waiting=pools[0].waiting if len(pools) == 1 else None, invalid=check.invalid)
     if len(pools) == 1:
         reading = replace(reading, ranks=(), kv_usage=pools[0].kv_usage)
     return reading, state if pools or up is not None else "up"
@@ -246,7 +278,7 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
     for s in results.get("targets", []):
         inst = s.labels.get("instance", "")
         h = host(aliases.get(instance_host(inst), instance_host(inst)))
-        if s.value == 0:
+        if s.value != 1:  # up is 1 or 0; anything else (NaN, -1) is no sign of a working scrape
             h["down_targets"].append({"job": s.labels.get("job", ""), "instance": inst})
         else:
             h["targets_up"] += 1
@@ -276,7 +308,11 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
                           kv_usage=pool.kv_usage, num_gpu_blocks=pool.num_gpu_blocks)
             kv = analyses.get(h["gpus"], one, lengths)
             used = pool.used_tokens
-            if used is None and pool.kv_usage is not None and pool.total_tokens is not None:
+            invalid = dict(reading.invalid)
+            if used is not None and pool.total_tokens is not None and used > pool.total_tokens:
+                invalid["used_tokens"] = f"{used:,} is more than the pool's {pool.total_tokens:,} tokens"
+                used = None  # never a negative free count
+            elif used is None and pool.kv_usage is not None and pool.total_tokens is not None:
                 used = int(round(pool.kv_usage * pool.total_tokens))
             row: dict[str, Any] = {
                 "host": name, "instance": inst, "engine": label or (pool.rank if len(pools) > 1 or e["kind"] == "vllm"
@@ -293,6 +329,7 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
                 "kvdash_notes": list(kv.get("notes", [])) + ([] if comparable else [
                     f"not comparable: the engine serves {served}, kvdash's pool is for {model_name} (choose the "
                     "served model with m or --model)"]),
+                "invalid": invalid,
             }
             if label and len(pools) > 1:
                 row["engine"] = f"{label} rank {pool.rank}"

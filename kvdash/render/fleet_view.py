@@ -122,6 +122,23 @@ def totals_text(fleet: dict[str, Any]) -> Text:
     return out
 
 
+def problem_lines(fleet: dict[str, Any], limit: int = 5) -> list[str]:
+    """What Prometheus sent that kvdash could not use: figures shown as n/a (with the reason) and samples
+    skipped, at most ``limit`` of each kind named (then a count)."""
+    bad = [f"{h['host']} GPU {g['gpu']} {field}: {why}" for h in fleet["hosts"] for g in h["gpus"]
+           for field, why in sorted(g.get("invalid", {}).items())]
+    bad += [f"{e['host']} {e['kind']} {e['instance']} {field}: {why}" for e in fleet["engines"]
+            for field, why in sorted(e.get("invalid", {}).items())]
+    out = []
+    if bad:
+        more = f" and {len(bad) - limit:,} more" if len(bad) > limit else ""
+        out.append("n/a from Prometheus: " + "; ".join(bad[:limit]) + more)
+    skipped = fleet.get("skipped_samples") or {}
+    if skipped:
+        out.append("Prometheus samples skipped: " + "; ".join(f"{q}: {why}" for q, why in sorted(skipped.items())))
+    return out
+
+
 def once_tables(fleet: dict[str, Any]) -> tuple[list[Table], str]:
     """``kvdash live --prometheus URL --once``: a hosts table, an engines table and the totals
     (kvdash's own box tables: a value is never cut short)."""
@@ -147,5 +164,7 @@ def once_tables(fleet: dict[str, Any]) -> tuple[list[Table], str]:
     footer = totals_text(fleet).plain
     if notes:
         footer += "\nkvdash pool n/a: " + "; ".join(notes)
+    for line in problem_lines(fleet):
+        footer += "\n" + line
     footer += "\nAssumptions: " + "; ".join(fleet.get("assumptions", [])) + "."
     return [hosts, engines], footer

@@ -14,7 +14,6 @@ import functools
 import hashlib
 import os
 import re
-import shutil
 import statistics
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -1471,7 +1470,7 @@ def _write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[
         checkpoint()
         return outdir.commit(tmp, outdir.plan(target.out, force))  # planned again: the folder may have changed
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        outdir.remove_work(outdir.work_root(tmp))
         raise
 
 

@@ -27,11 +27,9 @@ import errno
 import json
 import os
 import re
-import shutil
 import signal
 import stat
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -122,7 +120,15 @@ def _is_file(p: Path) -> bool:
         return False
 
 
-# --- leftovers of killed runs -------------------------------------------------------------------
+# --- work folders and the leftovers of killed runs -------------------------------------------------
+
+WORK_MARKER = "kvdash-work.json"  # in a work folder, beside its report/ folder
+WORK_REPORT = "report"  # the report being written, inside the work folder
+WORK_PREVIOUS = "previous"  # the replaced report, where the folders cannot be exchanged in one step
+_MARKER_KIND = "kvdash sweep work folder"
+_MARKER_CAP = 4096
+_WORK_NAME = re.compile(r"^\..+\.kvdash-(?:tmp|old)-(\d{1,10})-([0-9a-f]{16})$")
+
 
 def _alive(pid: int) -> bool:
     if pid == os.getpid():
@@ -136,48 +142,112 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def clean_leftovers(out: Path) -> list[Path]:
-    """Delete hidden work folders of earlier runs for ``out`` whose process has ended.
+def work_folder(out: Path) -> Path:
+    """A fresh hidden folder beside ``out``, ``.NAME.kvdash-tmp-PID-TOKEN``, marked as kvdash's own: it holds
+    ``kvdash-work.json`` (the PID and the token of its name) and ``report/``, where the report is written;
+    the report path is returned.  Cleanup removes only folders with a valid marker (:func:`clean_leftovers`)."""
+    import secrets
 
-    Ours are ``.NAME.kvdash-tmp-PID-*`` and ``.NAME.kvdash-old-PID-*``; kvdash 0.1 left
-    ``.NAME.tmp-XXXXXXXX`` and ``.NAME.old-PID``, removed only when they hold nothing but report files."""
     out = Path(os.path.abspath(out))
-    name = re.escape(out.name)
-    ours = re.compile(rf"^\.{name}\.kvdash-(?:tmp|old)-(\d+)-[A-Za-z0-9_]+$")
-    legacy = re.compile(rf"^\.{name}\.(?:tmp-[A-Za-z0-9_]{{8}}|old-(\d+))$")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        token = secrets.token_hex(8)
+        folder = out.parent / f".{out.name}.kvdash-tmp-{os.getpid()}-{token}"
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:  # pragma: no cover - 2^64 tokens
+            continue
+        break
+    marker = json.dumps({"kind": _MARKER_KIND, "pid": os.getpid(), "token": token}) + "\n"
+    try:
+        fd = os.open(folder / WORK_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, marker.encode("ascii"))
+        finally:
+            os.close(fd)
+        os.mkdir(folder / WORK_REPORT, 0o700)
+    except BaseException:
+        remove_work(folder)
+        raise
+    return folder / WORK_REPORT
+
+
+def _marker_ok(folder: Path, pid: int, token: str) -> bool:
+    """True when ``folder`` holds a marker kvdash wrote for this PID and token (a regular file, small, exact)."""
+    path = folder / WORK_MARKER
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MARKER_CAP:
+            return False
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("kind") == _MARKER_KIND and data.get("pid") == pid \
+        and data.get("token") == token
+
+
+def _is_report_file(folder: Path, name: str) -> bool:
+    return (name == MANIFEST or (_OUTPUT_NAME.match(name) is not None and name.endswith(_KNOWN_SUFFIXES))) \
+        and _is_file(folder / name)
+
+
+def remove_work(folder: Path) -> bool:
+    """Remove a work folder's own files: its marker, and in ``report/`` only files named like a report's
+    (``*.csv``, ``*.md``, ``*.html``, ``*.svg``, ``*.parquet``, ``*.json``, regular files; also in
+    ``previous/``, the replaced report).  Anything else
+    (a file someone put there) stays, and so do the folders holding it.  True when the folder is gone."""
+    for sub in (WORK_REPORT, WORK_PREVIOUS):
+        report = folder / sub
+        try:
+            if stat.S_ISDIR(os.lstat(report).st_mode):
+                for name in os.listdir(report):
+                    if _is_report_file(report, name):
+                        os.unlink(report / name)
+                os.rmdir(report)
+        except OSError:
+            pass
+    try:
+        if _is_file(folder / WORK_MARKER):
+            os.unlink(folder / WORK_MARKER)
+        os.rmdir(folder)
+    except OSError:
+        return False
+    return True
+
+
+def work_root(report: Path) -> Path:
+    """The marked work folder of a report being written (see :func:`work_folder`)."""
+    return report.parent
+
+
+def clean_leftovers(out: Path) -> list[Path]:
+    """Remove the work folders that killed kvdash runs left in ``out``'s parent folder (for any ``--out``
+    there): hidden folders named ``.NAME.kvdash-tmp-PID-TOKEN`` or ``.NAME.kvdash-old-PID-TOKEN`` that hold
+    a valid ``kvdash-work.json`` for that PID and token, whose process has ended.  Only kvdash's own files
+    are removed (:func:`remove_work`).  A folder without the marker is never touched, whatever its name
+    (kvdash 0.1's ``.NAME.tmp-*`` and ``.NAME.old-*`` included: remove those by hand)."""
+    parent = Path(os.path.abspath(out)).parent
     removed = []
     try:
-        entries = os.listdir(out.parent)
+        entries = os.listdir(parent)
     except OSError:
         return removed
     for entry in entries:
-        path = out.parent / entry
-        m = ours.match(entry)
-        if m is not None:
-            if _alive(int(m.group(1))):
+        m = _WORK_NAME.match(entry)
+        if m is None:
+            continue
+        path = parent / entry
+        pid, token = int(m.group(1)), m.group(2)
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
                 continue
-        else:
-            m = legacy.match(entry)
-            if m is None or (m.group(1) and _alive(int(m.group(1)))) or not _only_report_files(path):
-                continue
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
+        if _alive(pid) or not _marker_ok(path, pid, token):
+            continue
+        if remove_work(path):
             removed.append(path)
     return removed
-
-
-def _only_report_files(folder: Path) -> bool:
-    try:
-        return all(e.endswith(_KNOWN_SUFFIXES) and _is_file(folder / e) for e in os.listdir(folder))
-    except OSError:
-        return False
-
-
-def work_folder(out: Path) -> Path:
-    """A fresh hidden folder beside ``out`` for the report being written."""
-    out = Path(os.path.abspath(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.kvdash-tmp-{os.getpid()}-", dir=out.parent))
 
 
 # --- the swap -----------------------------------------------------------------------------------
@@ -205,21 +275,58 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+CAUGHT = ("SIGINT", "SIGTERM", "SIGHUP")  # the signals a sweep turns into one line and a clean exit
+
+
+def _signals() -> list[int]:
+    return [getattr(signal, name) for name in CAUGHT if hasattr(signal, name)]
+
+
+def _raise_for(signum: int) -> None:
+    from kvdash.errors import Terminated
+
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+@contextmanager
+def terminate_like_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`~kvdash.errors.Terminated` (a KeyboardInterrupt) as Ctrl-C does, so a
+    sweep they end cleans up its work folder and says so in one line (exit 128 + the signal's number)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        _raise_for(signum)
+
+    previous = {s: signal.signal(s, handler) for s in _signals() if s != signal.SIGINT}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
 @contextmanager
 def deferred_interrupt() -> Iterator[Callable[[], None]]:
-    """Ctrl-C noted, then raised as KeyboardInterrupt at the next checkpoint the caller runs.
+    """Ctrl-C (SIGTERM, SIGHUP) noted, then raised as KeyboardInterrupt (:class:`~kvdash.errors.Terminated`)
+    at the next checkpoint the caller runs.
 
     A KeyboardInterrupt raised while polars runs Python code for a call (it does, e.g. when it builds a
     dtype) makes polars' Rust side panic and print a Rust panic message on stderr; so while the grid is
-    evaluated and the report built, the first Ctrl-C only sets a flag that ``checkpoint()`` turns into the
-    usual KeyboardInterrupt between steps.  A second Ctrl-C raises at once."""
+    evaluated and the report built, the first signal only sets a flag that ``checkpoint()`` turns into the
+    usual exception between steps.  A second one raises at once."""
     import threading
 
-    pending: list[bool] = []
+    pending: list[int] = []
 
     def checkpoint() -> None:
         if pending:
-            raise KeyboardInterrupt
+            _raise_for(pending[0])
 
     if threading.current_thread() is not threading.main_thread():
         yield checkpoint
@@ -227,34 +334,39 @@ def deferred_interrupt() -> Iterator[Callable[[], None]]:
 
     def noted(signum: int, frame: object) -> None:
         if pending:
-            raise KeyboardInterrupt
-        pending.append(True)
+            _raise_for(pending[0])
+        pending.append(signum)
 
-    previous = signal.signal(signal.SIGINT, noted)
+    previous = {s: signal.signal(s, noted) for s in _signals()}
     try:
         yield checkpoint
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 @contextmanager
 def _no_interrupt() -> Iterator[None]:
-    """Ctrl-C is held back while the report is swapped in (a few renames)."""
+    """Ctrl-C, SIGTERM and SIGHUP are ignored while the report is swapped in (a few renames): the run then
+    ends as it would have a moment later, with the new report in place."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in _signals()}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def commit(tmp: Path, target: Plan) -> list[Path]:
-    """Put the finished report folder ``tmp`` at ``target.out`` as planned; the report's files."""
+    """Put the finished report folder ``tmp`` (from :func:`work_folder`) at ``target.out`` as planned; the
+    report's files.  The marked work folder around it is removed afterwards, with the old report."""
     out = target.out
+    root = work_root(tmp)
     files = sorted(os.listdir(tmp))
     (tmp / MANIFEST).write_text(manifest_text(files), encoding="utf-8")
     os.chmod(tmp, 0o755)
@@ -262,21 +374,16 @@ def commit(tmp: Path, target: Plan) -> list[Path]:
     with _no_interrupt():
         if target.mode == "new":
             os.rename(tmp, out)  # replaces an empty folder; fails (nothing lost) if one appeared meanwhile
-            return written
-        if target.mode == "replace":
-            if exchange(tmp, out):
-                old = tmp  # the old report now sits in the work folder
-            else:
-                old = tmp.with_name(tmp.name.replace(".kvdash-tmp-", ".kvdash-old-"))
-                os.rename(out, old)
+        elif target.mode == "replace":
+            if not exchange(tmp, out):  # the old report now sits in the work folder's report/ ...
+                os.rename(out, root / WORK_PREVIOUS)  # ... or, with two renames, in its previous/
                 os.rename(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-            return written
-        for name in files:  # merge (--force): each file replaced atomically, the manifest last
-            os.replace(tmp / name, out / name)
-        for name in target.old_files:
-            if name not in files and _is_file(out / name):
-                os.unlink(out / name)
-        os.replace(tmp / MANIFEST, out / MANIFEST)
-        shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            for name in files:  # merge (--force): each file replaced atomically, the manifest last
+                os.replace(tmp / name, out / name)
+            for name in target.old_files:
+                if name not in files and _is_file(out / name):
+                    os.unlink(out / name)
+            os.replace(tmp / MANIFEST, out / MANIFEST)
+        remove_work(root)
     return written

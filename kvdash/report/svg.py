@@ -8,8 +8,9 @@ start-up) and makes every byte deterministic.  Every label is XML-escaped.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
-from html import escape
+from html import escape as _html_escape
 
 from kvdash.units import RATIO_DECIMALS
 
@@ -18,6 +19,17 @@ CHAR_W = 6.3  # average glyph width at FONT px (sans-serif), for the left margin
 ROW = 22  # px per label row
 WIDTH = 760  # px, whole chart
 Series = tuple[str, str, Sequence[float]]  # legend name, colour, one value per label
+
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def escape(s: str) -> str:
+    """XML-escaped text that stays valid XML 1.0: characters XML forbids (C0 controls, surrogates) and
+    those that hide or reorder text (bidi, zero-width) written as visible escapes."""
+    from kvdash.errors import visible
+
+    return _html_escape(_NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", visible(s)))
 
 
 def _num(x: float) -> str:

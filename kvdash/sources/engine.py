@@ -14,14 +14,17 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import urllib.parse
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from kvdash.errors import HIDDEN, visible
 
 MAX_BYTES = 4 * 2**20  # the largest /metrics body read; vLLM's is about 100 KiB
 MAX_HEADER_BYTES = 64 * 2**10
 DEFAULT_TIMEOUT_S = 2.0
 MAX_COUNT = 2**53  # counts above this are not exact in a float: not a real reading
+MAX_SERIES = 20_000  # vllm:/sglang: samples read from one page; a real page has tens to a few hundred
+MAX_RANKS = 1024  # SGLang data-parallel ranks (dp_rank values) on one page
 
 
 @dataclass(frozen=True)
@@ -143,20 +146,45 @@ def _unread(line: str) -> bool:
     return name.endswith("_bucket")
 
 
-def parse_prometheus(text: str) -> list[Sample]:
+class TooManySeries(ValueError):
+    """A page with more engine series than :data:`MAX_SERIES`."""
+
+
+def parse_prometheus(text: str, deadline: float | None = None, max_series: int = MAX_SERIES) -> list[Sample]:
     """Samples of the Prometheus text format (prometheus-client's parser); ValueError when malformed.
-    HELP lines and histogram buckets are skipped before parsing (kvdash reads neither)."""
+    HELP lines and histogram buckets are skipped before parsing (kvdash reads neither).
+
+    ``deadline`` (``time.monotonic()``): parsing stops with TimeoutError once it passes (checked every 256
+    samples), so a scrape's deadline covers its parse too; more than ``max_series`` vllm:/sglang: samples is
+    :class:`TooManySeries` (a ValueError), so no page costs more than a bounded amount of work."""
     from prometheus_client.parser import text_string_to_metric_families
 
     if "_bucket" in text or "# HELP" in text:
         text = "\n".join(line for line in text.split("\n") if not _unread(line))
     out: list[Sample] = []
+    wanted = 0
+    seen = 0
+    clock = time.monotonic
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                out.append(Sample(s.name, dict(s.labels), float(s.value)))
+                seen += 1
+                if deadline is not None and not seen & 255 and clock() > deadline:
+                    raise TimeoutError
+                if s.name.startswith(("vllm:", "sglang:")):
+                    wanted += 1
+                    if wanted > max_series:
+                        raise TooManySeries(f"more than {max_series:,} vLLM/SGLang series on one page")
+                labels = dict(s.labels)
+                if any(HIDDEN.search(v) for v in labels.values()):  # shown as escapes, never raw
+                    labels = {k: visible(v) for k, v in labels.items()}
+                out.append(Sample(s.name, labels, float(s.value)))
+    except TooManySeries:
+        raise
     except (ValueError, TypeError, IndexError, KeyError) as exc:
         raise ValueError(str(exc)[:80] or type(exc).__name__) from exc
+    if deadline is not None and clock() > deadline:
+        raise TimeoutError
     return out
 
 
@@ -378,6 +406,9 @@ def _sglang(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
     pools are never summed over TP/PP ranks, DP ranks never averaged."""
     by_rank = _by(samples, "dp_rank")
     ranks = sorted(by_rank, key=_order)
+    if len(ranks) > MAX_RANKS:
+        return EngineReading(url=url, kind="sglang", error=f"{len(ranks):,} data-parallel ranks (dp_rank) on one "
+                                                             f"page; kvdash reads at most {MAX_RANKS:,}")
     per_rank: list[RankReading] = []
     page = None
     for rank in ranks:
@@ -469,13 +500,24 @@ class EngineFault(Exception):
 
 
 async def _get(url: str) -> bytes:
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError as exc:  # "http://[::1" (Invalid IPv6 URL), a port out of range
-        raise EngineFault(f"unreachable ({exc})") from exc
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise EngineFault(f"not an http(s) address: {url[:80]}")
+    """The body of a 200 answer at ``url`` (any other status is an :class:`EngineFault`)."""
+    code, body = await http_get(url, "text/plain", MAX_BYTES)
+    if code != 200:
+        raise EngineFault(f"HTTP {code} from the engine")
+    return body
+
+
+async def http_get(url: str, accept: str, max_bytes: int) -> tuple[int, bytes]:
+    """``(status, body)`` of an HTTP/1.0 GET, at most ``max_bytes`` of body; :class:`EngineFault` on any
+    failure.  No deadline of its own: callers wrap it (with the parse) in one ``asyncio.wait_for``."""
+    from kvdash.netaddr import split_http_url
+
+    try:  # the options are checked when given (kvdash.netaddr); this guards every other caller
+        parts = split_http_url(url)
+    except ValueError as exc:  # "http://[::1" (Invalid IPv6 URL), a port out of range, a 64-character label
+        raise EngineFault(f"not a usable address ({exc})") from exc
+    assert parts.hostname is not None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
     ssl: Any = None
     if parts.scheme == "https":
         import ssl as ssl_mod
@@ -485,35 +527,39 @@ async def _get(url: str) -> bytes:
         reader, writer = await asyncio.open_connection(parts.hostname, port, ssl=ssl, limit=MAX_HEADER_BYTES)
     except OSError as exc:
         raise EngineFault(f"unreachable ({exc.strerror or exc})") from exc
+    except UnicodeError as exc:  # the resolver's IDNA codec
+        raise EngineFault(f"unreachable (the host name cannot be encoded: {str(exc)[:60]})") from exc
     try:
         path = (parts.path or "/metrics") + (f"?{parts.query}" if parts.query else "")
-        writer.write(f"GET {path} HTTP/1.0\r\nHost: {parts.netloc}\r\nAccept: text/plain\r\n"
+        writer.write(f"GET {path} HTTP/1.0\r\nHost: {parts.netloc}\r\nAccept: {accept}\r\n"
                      f"User-Agent: kvdash\r\nConnection: close\r\n\r\n".encode("ascii", "replace"))
         status = await reader.readline()
         fields = status.split(None, 2)
-        if len(fields) < 2 or not fields[0].startswith(b"HTTP/") or not fields[1].isdigit():
+        if len(fields) < 2 or not fields[0].startswith(b"HTTP/") or not fields[1].isdigit() or len(fields[1]) != 3:
             raise EngineFault("not an HTTP answer")
         code = int(fields[1])
         headers: dict[str, str] = {}
+        size = 0
         while True:
             line = await reader.readline()
+            size += len(line)
+            if size > MAX_HEADER_BYTES:
+                raise EngineFault(f"not an HTTP answer (headers over {MAX_HEADER_BYTES // 2**10} KiB)")
             if line in (b"\r\n", b"\n", b""):
                 break
             key, _, value = line.decode("latin-1").partition(":")
             headers[key.strip().lower()] = value.strip()
-        if code != 200:
-            raise EngineFault(f"HTTP {code} from the engine")
         body = bytearray()
-        while len(body) <= MAX_BYTES:
+        while len(body) <= max_bytes:
             chunk = await reader.read(65536)
             if not chunk:
                 break
             body += chunk
-        if len(body) > MAX_BYTES:
-            raise EngineFault(f"the metrics page is larger than {MAX_BYTES // 2**20} MiB")
+        if len(body) > max_bytes:
+            raise EngineFault(f"the answer is larger than {max_bytes // 2**20} MiB")
         if "chunked" in headers.get("transfer-encoding", "").lower():
-            return _dechunk(bytes(body))
-        return bytes(body)
+            return code, _dechunk(bytes(body))
+        return code, bytes(body)
     except (ValueError, asyncio.LimitOverrunError, asyncio.IncompleteReadError) as exc:
         raise EngineFault(f"not an HTTP answer ({type(exc).__name__})") from exc
     except (ConnectionError, OSError) as exc:
@@ -522,14 +568,14 @@ async def _get(url: str) -> bytes:
         writer.close()
 
 
-async def _scrape(url: str) -> EngineReading:
+async def _scrape(url: str, deadline: float | None = None) -> EngineReading:
     body = await _get(url)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise EngineFault("not Prometheus metrics: the page is not UTF-8 text") from exc
     try:
-        samples = parse_prometheus(text)
+        samples = parse_prometheus(text, deadline)
     except ValueError as exc:
         raise EngineFault(f"not Prometheus metrics: {exc}") from exc
     return reading_from_samples(url, samples)
@@ -540,7 +586,8 @@ async def fetch_async(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> EngineRea
     url = metrics_url(url)
     started = time.perf_counter()
     try:
-        reading = await asyncio.wait_for(_scrape(url), timeout)
+        # the parse is synchronous (wait_for cannot cut it): it checks the same deadline itself
+        reading = await asyncio.wait_for(_scrape(url, time.monotonic() + timeout), timeout)
     except TimeoutError:
         reading = EngineReading(url=url, error=f"timed out: no complete answer within {timeout:g} s "
                                                "(connect + read + parse)")

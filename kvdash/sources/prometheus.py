@@ -1,10 +1,11 @@
 """The fleet source: many hosts read from a Prometheus server, behind the same :class:`Source`
 interface as NVML, the demo and a replay.
 
-Each :meth:`FleetSource.read` sends the named queries of :mod:`kvdash.fleet.queries` (each with a
-total deadline) and builds the fleet with :func:`kvdash.fleet.build.build_fleet`; the fleet rides in
-``Snapshot.extra["fleet"]``.  An unreachable Prometheus or a query error is a snapshot with
-``error`` set (the dashboard shows it in a panel and keeps polling), never an exception.
+Each :meth:`FleetSource.read` sends the named queries of :mod:`kvdash.fleet.queries` together (one
+total deadline for the reading: connect, headers, bodies, parse) and builds the fleet with
+:func:`kvdash.fleet.build.build_fleet`; the fleet rides in ``Snapshot.extra["fleet"]``.  An
+unreachable Prometheus or a query error is a snapshot with ``error`` set (the dashboard shows it in a
+panel and keeps polling), never an exception.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class FleetSource:
 
     def fetch(self) -> dict[str, list[Series]]:
         """Every named fleet query; raises :class:`PrometheusError` on the first that fails."""
-        return {name: self.client.query(expr) for name, expr in queries.FLEET.items()}
+        return self.client.query_all(queries.FLEET)
 
     def read(self, config: LiveConfig | None = None) -> Snapshot:
         started = time.monotonic()
@@ -41,6 +42,7 @@ class FleetSource:
         cfg = config or self.config
         fleet = build_fleet(results, cfg)
         fleet["prometheus"] = self.client.url
+        fleet["skipped_samples"] = dict(self.client.skipped)
         fleet["time"] = now
         fleet["poll_seconds"] = round(time.monotonic() - started, 4)
         # the raw series ride along so the dashboard can re-analyse when the model or length changes

@@ -59,7 +59,9 @@ def _str(where: str, v: Any, default: str = "") -> str:
         return default
     if not isinstance(v, str):
         raise _Bad(where, v, "expected a string")
-    return v
+    from kvdash.errors import visible
+
+    return visible(v)  # control, bidi and zero-width characters shown as escapes on the terminal
 
 
 def _bool(where: str, v: Any) -> bool:

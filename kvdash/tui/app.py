@@ -210,6 +210,7 @@ class LiveApp(App[None]):
 
     def on_mount(self) -> None:
         self._ui_loop = asyncio.get_running_loop()
+        self._catch_signals()
         self._resized(self.size.width, self.size.height)
         if self.autopoll:
             self.poll()
@@ -218,6 +219,29 @@ class LiveApp(App[None]):
         else:
             self.apply(*self.read_once())
         self.call_after_refresh(self.refresh_view)  # again once the panels have their real sizes
+
+    signalled = 0  # the signal (SIGTERM, SIGHUP) that ended the app, 0 if none
+
+    def _catch_signals(self) -> None:
+        """SIGTERM and SIGHUP end the app as ``q`` does, through Textual's own exit, so the terminal is
+        restored (main screen, cursor shown, mouse reporting and the other modes off) as on Ctrl-C."""
+        import signal
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def stop(signum: int) -> None:
+            self.signalled = signum
+            self.exit(return_code=128 + signum)
+
+        for name in ("SIGTERM", "SIGHUP"):
+            signum = getattr(signal, name, None)
+            if signum is None:
+                continue
+            try:
+                self._ui_loop.add_signal_handler(signum, stop, signum)
+            except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - not on this platform
+                pass
 
     def on_resize(self, event: Any) -> None:
         self._resized(event.size.width, event.size.height)
@@ -280,6 +304,15 @@ class LiveApp(App[None]):
 
     def on_unmount(self) -> None:
         self._engine_stop.set()
+        import signal
+
+        for name in ("SIGTERM", "SIGHUP"):
+            signum = getattr(signal, name, None)
+            if signum is not None and getattr(self, "_ui_loop", None) is not None:
+                try:
+                    self._ui_loop.remove_signal_handler(signum)
+                except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover
+                    pass
 
     def skip_frame(self, text: str) -> None:
         """A bad replay line: a notification, the frame skipped, the replay goes on."""

@@ -17,7 +17,15 @@ from textual.widgets import Footer, Header, Static, Tree
 
 from kvdash.errors import InputError
 from kvdash.fleet.build import build_fleet
-from kvdash.render.fleet_view import down_line, engine_details, engine_line, gpu_line, host_line, totals_text
+from kvdash.render.fleet_view import (
+    down_line,
+    engine_details,
+    engine_line,
+    gpu_line,
+    host_line,
+    problem_lines,
+    totals_text,
+)
 from kvdash.sources.base import Snapshot
 from kvdash.sources.prometheus import FleetSource
 from kvdash.tui.app import HelpScreen, LiveApp
@@ -102,9 +110,10 @@ class FleetApp(LiveApp):
         if snap is None or not self.is_mounted:
             return
         problem = self.query_one("#problem", Static)
-        problem.set_class(bool(snap.error), "shown")
         kept = "showing the last good reading; " if self.fleet is not None else "no reading yet; "
-        problem.update(Text(f"{snap.error}\n{kept}polling goes on") if snap.error else "")
+        odd = problem_lines(self.fleet, 2) if self.fleet is not None and not snap.error else []
+        problem.set_class(bool(snap.error or odd), "shown")
+        problem.update(Text(f"{snap.error}\n{kept}polling goes on") if snap.error else Text("\n".join(odd)))
         fleet = self.fleet
         if fleet is not None:
             self.query_one("#totals", Static).update(totals_text(fleet))
