@@ -95,6 +95,14 @@ GroupOpt = Annotated[Optional[str], Opt(help="A group of request lengths packed 
                                              "Default: none (one request of --length).")]
 PrefixOpt = Annotated[int, Opt(help="Tokens of a prompt prefix every request shares (simulate: stored once by "
                                     "paged-prefix; paged on the same requests is the no-sharing baseline).")]
+OffloadOpt = Annotated[Optional[str], Opt(help="Tiers below the GPU: cpu:SIZE[,disk:SIZE|disk:inf], bytes over all "
+                                             "ranks as vLLM's --kv-offloading-size (calc: each tier's chunks and "
+                                             "tokens, one request's reload bytes and time, requests held; simulate: "
+                                             "the tiers of the prefix-cache replay). Default: none.")]
+BlocksPerChunkOpt = Annotated[int, Opt(help="vLLM offloading: GPU blocks per CPU chunk.")]
+LinkOpt = Annotated[Optional[str], Opt(help="GPU-host link: pcie4-x16, pcie5-x16, nvlink-c2c or a bandwidth (25GB/s). "
+                                          "Default: the --gpu preset's (PCIe Gen5 x16 without one).")]
+DiskLinkOpt = Annotated[str, Opt(help="Disk tier bandwidth: nvme-gen4, nvme-gen5 or a bandwidth.")]
 MaxReservedOpt = Annotated[Optional[int], Opt(help=f"Tokens a contiguous allocator reserves per request (Max "
                                                    f"policy). Default: the largest of {D.RESERVATION} (capped at the "
                                                    "model's context) and every length asked about.")]

@@ -11,16 +11,20 @@ import typer
 from kvdash import defaults as D
 from kvdash.commands.common import (
     BlockSizeOpt,
+    BlocksPerChunkOpt,
     BudgetOpt,
     ConfigOpt,
+    DiskLinkOpt,
     GpuOpt,
     GpuUtilOpt,
     KvDtypeOpt,
+    LinkOpt,
     MaxBatchedTokensOpt,
     MaxFileSizeOpt,
     MaxNumSeqsOpt,
     MaxReservedOpt,
     ModelOpt,
+    OffloadOpt,
     PrefixOpt,
     ReserveOpt,
     SloOpt,
@@ -91,14 +95,11 @@ def simulate(
                                                        "[,SHARE/...]]. Default: none.")] = None,
     rules: Annotated[str, Opt(help="Prefix caching rules: vllm (16-token blocks in the GPU pool, tails evicted "
                                    "first, native offloading) or lmcache (256-token prompt chunks, LRU).")] = "vllm",
-    offload: Annotated[Optional[str], Opt(help="Tiers below the GPU: cpu:SIZE[,disk:SIZE] (bytes over all ranks, as "
-                                               "--kv-offloading-size; disk:inf for vLLM's unbounded filesystem tier). "
-                                               "Default: none (lmcache: cpu:inf).")] = None,
+    offload: OffloadOpt = None,
     cpu_policy: Annotated[str, Opt(help="vLLM CPU tier eviction: lru or arc.")] = "lru",
-    blocks_per_chunk: Annotated[int, Opt(help="vLLM offloading: GPU blocks per CPU chunk.")] = 1,
-    link: Annotated[Optional[str], Opt(help="GPU-host link: pcie4-x16, pcie5-x16, nvlink-c2c or a bandwidth "
-                                            "(25GB/s). Default: the --gpu preset's (PCIe Gen5 x16 without one).")] = None,
-    disk_link: Annotated[str, Opt(help="Disk tier bandwidth: nvme-gen4, nvme-gen5 or a bandwidth.")] = "nvme-gen4",
+    blocks_per_chunk: BlocksPerChunkOpt = 1,
+    link: LinkOpt = None,
+    disk_link: DiskLinkOpt = "nvme-gen4",
     capacities: Annotated[Optional[str], Opt(help="Hit rate against capacity of the outermost tier, tokens: "
                                                   "1M,3M,10M,50M,inf. Default: none.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print JSON.")] = False,

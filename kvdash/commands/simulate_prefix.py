@@ -1,7 +1,5 @@
 """``kvdash simulate --hash-trace / --prefix-workload``: prefix caching and tiers over a workload with structure."""
 
-from __future__ import annotations
-
 import json
 from dataclasses import replace
 from pathlib import Path
