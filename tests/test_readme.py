@@ -73,7 +73,7 @@ def recipes() -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     where = tmp_path_factory.mktemp("readme")
-    for name in ("sweeps", "examples", "reports"):
+    for name in ("sweeps", "examples", "reports", "tests/data/mooncake"):  # the traces simulate --hash-trace reads
         shutil.copytree(ROOT / name, where / name)
     return where
 
