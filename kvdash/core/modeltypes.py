@@ -81,7 +81,7 @@ SUPPORTED: dict[str, tuple[str, str]] = {
 }
 # model_type -> the published configs in tests/data/configs/ that conformance-check it against vLLM 0.33.0's own
 # code (conformance/vllm/expected.json holds planned cases for each); a type without one is modelled by a rule that
-# no real config has checked yet, and the table of docs/model-types.md says so.  tests/test_modeltypes.py keeps this honest.
+# no real config has checked yet, and docs/model-types.md says so.  tests/test_modeltypes.py keeps this honest.
 CONFORMANCE: dict[str, tuple[str, ...]] = {
     "llama": ("llama-2-13b", "llama-2-70b", "llama-3.1-70b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b"),
     "llama4": ("llama-4-scout-17b-16e-instruct",),
