@@ -77,8 +77,7 @@ def readme_table() -> tuple[list[str], list[list[str]]]:
 
 def test_every_table_row_keeps_its_conformance_configs():
     header, body = readme_table()
-    assert "conformance-checked on" in header, \
-        f"README's model-type table has no 'conformance-checked on' column: {header}"
+    assert "conformance-checked on" in header, f"README's model-type table lacks 'conformance-checked on': {header}"
     col = header.index("conformance-checked on")
     configs = config_files()
     expected = json.loads(EXPECTED.read_text(encoding="utf-8"))

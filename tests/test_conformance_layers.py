@@ -46,15 +46,12 @@ LAYERS = _expected_layers()
 
 
 def transformers_config(name: str) -> Any:
-    from kvdash.core.modeltypes import normalise  # the same reading kvdash uses (text_config, aliases)
-
-    raw = json.loads((CONFIGS / name / "config.json").read_text(encoding="utf-8"))
+    """transformers' config class for the file's model_type (its defaults filled in), text part."""
     from transformers import CONFIG_MAPPING
 
+    raw = json.loads((CONFIGS / name / "config.json").read_text(encoding="utf-8"))
     cfg = CONFIG_MAPPING[raw["model_type"]].from_dict(raw)
-    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    del normalise
-    return text
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
 
 def per_layer_kinds(cfg: Any, mla: bool) -> tuple[str, list[str | None]] | None:

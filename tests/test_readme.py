@@ -73,7 +73,8 @@ def recipes() -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     where = tmp_path_factory.mktemp("readme")
-    for name in ("sweeps", "examples", "reports", "tests/data/mooncake"):  # the traces simulate --hash-trace reads
+    # tests/data/mooncake: the traces README's simulate lines and sweeps/prefix-cache.yaml read
+    for name in ("sweeps", "examples", "reports", "tests/data/mooncake"):
         shutil.copytree(ROOT / name, where / name)
     return where
 

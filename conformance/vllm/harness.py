@@ -350,12 +350,37 @@ def make_model_config(d: Path, max_model_len: int) -> ModelConfig:
                        max_model_len=max_model_len, dtype="bfloat16")
 
 
+def serve_batch_defaults(world_size: int) -> tuple[int, int]:
+    """``vllm serve``'s max_num_batched_tokens and max_num_seqs on this platform (the H200 above):
+    vLLM's ``EngineArgs.get_batch_defaults`` for the OpenAI API server."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    tokens, seqs = EngineArgs.get_batch_defaults(world_size)
+    got = (tokens[UsageContext.OPENAI_API_SERVER], seqs[UsageContext.OPENAI_API_SERVER])
+    assert got == (SERVE["max_num_batched_tokens"], SERVE["max_num_seqs"]), got
+    return got
+
+
 def make_vllm_config(mc: ModelConfig, tp: int, kv: str, block: int | None,
                      prefix: bool) -> VllmConfig:
     pc = ParallelConfig(tensor_parallel_size=tp)
-    cc = CacheConfig(block_size=block, cache_dtype=KV_DTYPES[kv], enable_prefix_caching=prefix)
-    sc = SchedulerConfig(max_num_batched_tokens=SERVE["max_num_batched_tokens"],
-                         max_num_seqs=SERVE["max_num_seqs"], max_model_len=mc.max_model_len,
+    # EngineArgs.create_engine_config (vllm/engine/arg_utils.py): "Only set CacheConfig.sliding_window
+    # if the model is all sliding window"; Attention falls back to it for layers without their own
+    # window (e.g. Mistral-7B-v0.1, StarCoder2). Same code, same order; and its "auto" KV dtype
+    # resolution (resolve_kv_cache_dtype_string: a checkpoint's FP8 KV scheme).
+    from vllm.utils.torch_utils import resolve_kv_cache_dtype_string
+
+    sliding_window = None
+    layer_types = getattr(mc.hf_text_config, "layer_types", None)
+    if layer_types is None or all(lt == "sliding_attention" for lt in layer_types):
+        sliding_window = mc.get_sliding_window()
+    cache_dtype = resolve_kv_cache_dtype_string(KV_DTYPES[kv], mc)
+    cc = CacheConfig(block_size=block, cache_dtype=cache_dtype, enable_prefix_caching=prefix,
+                     sliding_window=sliding_window)
+    batched, seqs = serve_batch_defaults(tp)
+    sc = SchedulerConfig(max_num_batched_tokens=batched, max_num_seqs=seqs,
+                         max_model_len=mc.max_model_len,
                          is_encoder_decoder=mc.is_encoder_decoder,
                          enable_chunked_prefill=True)
     vc = VllmConfig(model_config=mc, cache_config=cc, parallel_config=pc, scheduler_config=sc,
@@ -372,8 +397,15 @@ def build_model(vc: VllmConfig):
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.utils.torch_utils import set_default_torch_dtype
 
-    with set_default_torch_dtype(vc.model_config.dtype), torch.device("meta"):
-        return initialize_model(vllm_config=vc)
+    # The Transformers backend (models/transformers/base.py, init_parameters) moves the parameters
+    # transformers left on meta to device_config.device; here that device is meta too.
+    saved = vc.device_config.device
+    vc.device_config.device = torch.device("meta")
+    try:
+        with set_default_torch_dtype(vc.model_config.dtype), torch.device("meta"):
+            return initialize_model(vllm_config=vc)
+    finally:
+        vc.device_config.device = saved
 
 
 def engine_specs(vc: VllmConfig) -> dict:
@@ -675,9 +707,13 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true",
                     help="tp 1, block auto and max_model_len 2,048 only (a smoke test; with --partial-out)")
     ap.add_argument("--shard", default="0/1", help="K/N: run every N-th config from the K-th")
+    ap.add_argument("--tps", nargs="*", type=int, help="tensor-parallel sizes (default: 1 2 4 8)")
     args = ap.parse_args()
+    if args.tps:
+        global TPS
+        TPS = tuple(args.tps)
     if args.quick:
-        global TPS, BLOCKS, MAX_MODEL_LENS
+        global BLOCKS, MAX_MODEL_LENS
         TPS, BLOCKS, MAX_MODEL_LENS = (1,), (None,), (2048,)
     root = Path(args.configs)
     names = sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())

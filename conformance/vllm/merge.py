@@ -1,5 +1,6 @@
 """Merge the shard files harness.py --shard K/N --partial-out wrote into expected.json (no vLLM
-needed). Cases keep the harness's order: config name, then the grid order within a config."""
+needed). Cases keep the harness's order: config name, then the grid order within a config. A config in a
+later file replaces the same config of an earlier one (``merge.py OUT all.json rerun.json``)."""
 
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ def main(argv: list[str]) -> int:
     for d in docs:
         configs.update(d["configs"])
     by_config: dict[str, list] = {}
-    for d in docs:
+    for d in docs:  # a later file's config replaces an earlier one's (a rerun with --only)
+        mine: dict[str, list] = {}
         for c in d["cases"]:
-            by_config.setdefault(c["config"], []).append(c)
+            mine.setdefault(c["config"], []).append(c)
+        by_config.update(mine)
     cases = [c for name in sorted(by_config) for c in by_config[name]]
     doc = dict(head, harness=harness, configs=configs, cases=cases)
     tmp = Path(out).with_suffix(".tmp")

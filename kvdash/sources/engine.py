@@ -413,7 +413,8 @@ def _sglang(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
     host_used: list[int | None] = []
     for rank in ranks:
         mine = by_rank[rank]
-        r = _one(check, "preemptions", mine, "sglang:num_retracted_requests_total")
+        r = _one(check, "preemptions", mine, "sglang:num_retracted_requests_total",
+                 "sglang:num_retracted_reqs")  # older SGLang: only the gauge
         retracted.append(check.count("preemptions", r))
         hit_rates.append(check.fraction("prefix_hit_rate", _one(check, "prefix_hit_rate", mine,
                                                                 "sglang:cache_hit_rate")))
