@@ -9,7 +9,7 @@ replays, traces, the ``results.csv`` of ``kvdash diff``) goes through this modul
   ``fstat`` checks again that the opened file is a regular one;
 * at most ``cap + 1`` bytes are read: a larger file is refused, naming the cap and how to raise it.
 
-Caps (bytes; documented in the README's "Safety" section):
+Caps (bytes; documented in docs/safety.md):
 
 * ``CONFIG_CAP`` = 16 MiB for YAML and JSON documents (grid files, ``config.json``, safetensors indexes;
   the largest published ``model.safetensors.index.json`` files are a few MiB);

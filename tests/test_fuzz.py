@@ -2,7 +2,7 @@
 
 Each suite generates hostile input for one entry point (calc options, grid documents, replay lines,
 trace lines, engine /metrics bodies, Prometheus answers, engine pages with their HTTP framing) and runs
-the real command in-process, asserting the promise of the README's "Safety" section:
+the real command in-process, asserting the promise of docs/safety.md:
 
 * the exit code is 0, 2 (bad input) or, where the command defines it, 1 (live: no GPU readings);
 * exit 2 prints exactly one line on stderr, ``kvdash: error: ...``, never "Traceback";

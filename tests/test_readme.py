@@ -118,3 +118,11 @@ def test_every_repository_path_the_readme_names_exists():
                            r"conformance|\.ci)/[\w./-]*)`", README))
     missing = sorted(p for p in named if "*" not in p and not (ROOT / p.rstrip("/")).exists())
     assert not missing, missing
+
+
+def test_command_1_prints_what_the_readme_shows(folder):
+    """Issue 23: "Two commands" shows how command 1 ends (the reserve basis, the decision, where the report is);
+    the shipped tutorial grid prints exactly that."""
+    shown = next(body for lang, body in BLOCKS if lang == "text" and body.startswith("16 points"))
+    proc = run("kvdash sweep sweeps/tutorial.yaml", folder)
+    assert (0, shown) == (proc.returncode, proc.stdout)

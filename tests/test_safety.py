@@ -1,6 +1,6 @@
 """Hostile input and the filesystem (issue 9): each case the issue lists, by name.
 
-Rules guarded here (README, "Safety"):
+Rules guarded here (docs/safety.md):
 * ``--out`` replaces only a folder kvdash wrote (its ``kvdash-manifest.json`` lists every file in it), or
   an empty or missing folder; anything else is one line, exit 2, naming the path and ``--force``;
 * a killed run leaves the previous report intact and its leftover is removed by the next run;

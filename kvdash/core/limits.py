@@ -1,4 +1,4 @@
-"""The range of every integer kvdash accepts (documented in the README's "Safety" section).
+"""The range of every integer kvdash accepts (documented in docs/safety.md).
 
 The ranges are far beyond any published model or server, and small enough that no product kvdash
 forms overflows a signed 64-bit column (the sweep's polars frame) or takes noticeable time:

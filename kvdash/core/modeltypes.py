@@ -21,7 +21,7 @@ from kvdash.errors import InputError
 if TYPE_CHECKING:
     from kvdash.core.model import Architecture, Layer
 
-# model_type -> (models, layer kinds kvdash builds for it).  The README's table is generated from this.
+# model_type -> (models, layer kinds kvdash builds for it).  The table of docs/model-types.md is generated from this.
 SUPPORTED: dict[str, tuple[str, str]] = {
     "llama": ("Llama 2, Llama 3.x, Yi (llama-format releases)", "full"),
     "llama4": ("Llama 4 (multimodal config, text_config)", "full + chunked"),
@@ -81,7 +81,7 @@ SUPPORTED: dict[str, tuple[str, str]] = {
 }
 # model_type -> the published configs in tests/data/configs/ that conformance-check it against vLLM 0.33.0's own
 # code (conformance/vllm/expected.json holds planned cases for each); a type without one is modelled by a rule that
-# no real config has checked yet, and the README's table says so.  tests/test_modeltypes.py keeps this honest.
+# no real config has checked yet, and docs/model-types.md says so.  tests/test_modeltypes.py keeps this honest.
 CONFORMANCE: dict[str, tuple[str, ...]] = {
     "llama": ("llama-2-13b", "llama-2-70b", "llama-3.1-70b", "llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b"),
     "llama4": ("llama-4-scout-17b-16e-instruct",),
@@ -127,7 +127,7 @@ REFUSED_BY_VLLM: dict[str, str] = {
                "does not run",
 }
 # model types vLLM 0.33 serves whose KV layout kvdash does not model yet: refused in one line that says why and what
-# to pass instead (the README's table lists them)
+# to pass instead (docs/model-types.md lists them)
 _INSTEAD = "; give the shape with --layers/--kv-heads/--head-dim instead (a uniform model)"
 NOT_MODELLED: dict[str, str] = {
     "mimo_v2_flash": "MiMo-V2-Flash's full layers (4 KV heads) and sliding layers (8 KV heads, window 128) have "
@@ -552,7 +552,7 @@ README_END = "<!-- model-types:end -->"
 
 
 def readme_table() -> str:
-    """The README's table of supported model types and layer kinds, from :data:`SUPPORTED`."""
+    """The table of supported model types (docs/model-types.md) and layer kinds, from :data:`SUPPORTED`."""
     from kvdash.core.model import KINDS
 
     lines = [README_START, "", "| `model_type` | models | layer kinds | conformance-checked on |", "|---|---|---|---|"]

@@ -18,7 +18,7 @@ from typing import IO, Any
 from kvdash import safeio
 from kvdash.sources.base import GPUReading, ProcessReading, Snapshot, SourceUnavailable
 
-MAX_LINE_BYTES = 2**20  # one snapshot of 64 GPUs with their processes is well under 1 MiB (README: Safety)
+MAX_LINE_BYTES = 2**20  # one snapshot of 64 GPUs with their processes is well under 1 MiB (docs/safety.md)
 
 
 class ReplayLineError(ValueError):
