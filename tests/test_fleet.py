@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -271,6 +272,11 @@ def test_every_dashboard_panel_query_has_data(prom):
     # series only an SGLang HiCache engine gives (the demo engine is vLLM): their exporter output is checked on
     # SGLang 0.5.23's own HiCache page in tests/test_engine_pages.py (test_exporter_publishes_the_offload_tier)
     hicache_only = {'kvdash_engine_offload_tokens{hostname=~"$hostname"}'}
+
+    def two_scrapes(p: Any) -> bool:  # rate() panels need two samples of the exporter's counters in the window
+        doc = p.query("kvdash_engine_prefix_cache_hits_total[1m]")
+        return doc.get("status") == "success" and any(len(r["values"]) >= 2 for r in doc["data"]["result"])
+    prom.wait_for(two_scrapes)
     for title, expr in exprs:
         doc = prom.query(expr.replace("$hostname", ".*").replace("$__rate_interval", "1m"))
         assert doc["status"] == "success", (title, doc)

@@ -649,3 +649,15 @@ def test_q_quits_the_fleet_dashboard_while_prometheus_trickles(tmux, tmp_path):
 
 def test_nan_is_not_a_finite_number_reason():
     assert not math.isfinite(float("nan"))
+
+
+def test_a_sum_over_pools_beyond_the_exact_range_is_na():
+    """Each sample is checked against 2^53 where it enters, but a server's running count is a sum over its
+    pools: 38 SGLang DP ranks of 237,031,559,335,290 each sum to 9,007,199,254,741,020 > 2^53
+    (9,007,199,254,740,992), which is no real count: n/a, never a number (found by test_fuzz_engine_pages)."""
+    from kvdash.sources.engine import MAX_COUNT, _sum_of
+
+    assert 9_007_199_254_740_992 == MAX_COUNT
+    assert _sum_of([237_031_559_335_290] * 38) is None
+    assert MAX_COUNT == _sum_of([MAX_COUNT - 1, 1])
+    assert _sum_of([1, None]) is None and _sum_of([]) is None

@@ -277,7 +277,12 @@ def _order(key: str) -> tuple[int, str]:
 
 
 def _sum_of(vals: list[int | None]) -> int | None:
-    return None if not vals or any(v is None for v in vals) else sum(v for v in vals if v is not None)
+    """The sum over pools, or None (n/a) when one is unknown or the sum leaves the exact range (each sample is
+    checked against :data:`MAX_COUNT` where it enters; a sum of many such samples can still pass it)."""
+    if not vals or any(v is None for v in vals):
+        return None
+    total = sum(v for v in vals if v is not None)
+    return total if total <= MAX_COUNT else None
 
 
 def _worst(vals: list[float | None]) -> float | None:
