@@ -159,8 +159,7 @@ def served_preset(served: str) -> str:
     """The preset named like the model an engine serves (its ``model_name`` label), ``kvdash calibrate``'s
     default ``--model``: organisation, case, punctuation and a chat/instruct suffix are ignored, so
     ``meta-llama/Llama-3.1-70B-Instruct`` is ``llama-3.1-70b``.  Exactly one preset must match."""
-    from kvdash.core.model import preset_names
-    from kvdash.live.analysis import same_model
+    from kvdash.core.model import preset_names, same_model
 
     if not served:
         raise InputError("--model", None, "the model the engine serves (its metrics carry no model_name label): "

@@ -1,14 +1,13 @@
 """``kvdash calc``: one configuration, every figure, explained."""
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from kvdash import defaults as D
-from kvdash.commands.common import (
+from kvdash.commands.common import (  # noqa: F401 - check_budget_options and warn re-exported
     AllowLongOpt,
     AsyncSchedulingOpt,
     BlockSizeOpt,
@@ -37,6 +36,7 @@ from kvdash.commands.common import (
     TpOpt,
     WeightFormatOpt,
     WeightsOpt,
+    check_budget_options,
     given,
     length_or_group,
     parse_block_size,
@@ -44,6 +44,7 @@ from kvdash.commands.common import (
     parse_lengths,
     parse_on_off,
     pick_alias,
+    warn,
 )
 from kvdash.errors import InputError
 
@@ -54,40 +55,6 @@ CONFIG_OPTIONS = {"num_hidden_layers": "--layers", "num_key_value_heads": "--kv-
                   "sliding_window": "--window", "max_position_embeddings": "--max-context"}
 
 
-
-
-def warn(message: str) -> None:
-    """One line on stderr; the command goes on."""
-    print(f"kvdash: warning: {message}", file=sys.stderr)
-
-
-def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | None, gpu_util: str | None,
-                         util_policy: str, weights: str | None, reserve: str,
-                         reserve_given: bool = True) -> list[str]:
-    """Validate every budget option, even one the mode ignores; return one warning line about those it ignores
-    (printed once the whole command line is known to be valid)."""
-    from kvdash.units import parse_fraction, parse_size
-
-    parse_budget(budget)
-    if gpu_util is not None:
-        parse_fraction(gpu_util, "--gpu-util")
-    if util_policy not in ("vllm", "trtllm"):
-        raise InputError("--util-policy", util_policy, "expected 'vllm' or 'trtllm'")
-    if weights is not None:
-        parse_size(weights, "--weights", allow_zero=True)
-    if reserve.strip().lower() != "auto":  # a named value (branch i16's 'auto') is the budget code's to check
-        parse_size(reserve, "--reserve", allow_zero=True)
-    if gpu is None and gpu_memory is None:
-        unused = [name for name, given in (("--gpu-util", gpu_util is not None),
-                                           ("--util-policy", util_policy != "vllm"),
-                                           ("--weights", weights is not None),
-                                           ("--reserve", reserve_given and reserve.strip().lower()
-                                            not in ("0", "", "auto"))) if given]
-        if unused:
-            return [f"{', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect without --gpu or "
-                 "--gpu-memory (the KV budget is " + ("--budget" if budget is not None else "the 12 GiB default")
-                 + ")"]
-    return []
 
 
 LOG_TOKENS = r"GPU KV cache size:\s*([0-9][0-9,_]*)\s*tokens"

@@ -5,6 +5,7 @@ type cannot drift between commands; its default comes from :mod:`kvdash.defaults
 it in ``--help``; an option whose default is None states it in its help text).
 """
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -239,3 +240,46 @@ def pick_alias(value: object, old_value: object, name: str, old_name: str) -> ob
     if value is not None and value != old_value:
         raise InputError(old_name, old_value, f"is the old name of {name}; give only {name}")
     return old_value
+
+
+def warn(message: str) -> None:
+    """One line on stderr; the command goes on."""
+    print(f"kvdash: warning: {message}", file=sys.stderr)
+
+
+def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | None, gpu_util: str | None,
+                         util_policy: str, weights: str | None, reserve: str,
+                         reserve_given: bool = True) -> list[str]:
+    """Validate every budget option, even one the mode ignores; return one warning line about those it ignores
+    (printed once the whole command line is known to be valid)."""
+    from kvdash.units import parse_fraction, parse_size
+
+    parse_budget(budget)
+    if gpu_util is not None:
+        parse_fraction(gpu_util, "--gpu-util")
+    if util_policy not in ("vllm", "trtllm"):
+        raise InputError("--util-policy", util_policy, "expected 'vllm' or 'trtllm'")
+    if weights is not None:
+        parse_size(weights, "--weights", allow_zero=True)
+    if reserve.strip().lower() != "auto":  # a named value (branch i16's 'auto') is the budget code's to check
+        parse_size(reserve, "--reserve", allow_zero=True)
+    if gpu is None and gpu_memory is None:
+        unused = [name for name, given in (("--gpu-util", gpu_util is not None),
+                                           ("--util-policy", util_policy != "vllm"),
+                                           ("--weights", weights is not None),
+                                           ("--reserve", reserve_given and reserve.strip().lower()
+                                            not in ("0", "", "auto"))) if given]
+        if unused:
+            return [f"{', '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect without --gpu or "
+                 "--gpu-memory (the KV budget is " + ("--budget" if budget is not None else "the 12 GiB default")
+                 + ")"]
+    return []
+
+
+def end_signalled(app) -> None:  # type: ignore[no-untyped-def]
+    """After the dashboard ended on SIGTERM or SIGHUP (the terminal already restored): one line, exit 128 + N."""
+    if app.signalled:
+        import signal
+
+        print(f"kvdash: error: interrupted by {signal.Signals(app.signalled).name}", file=sys.stderr)
+        raise typer.Exit(128 + app.signalled)

@@ -44,7 +44,7 @@ def run_fleet(url: str, cfg, once: bool, as_json: bool, interval: float) -> None
         for paragraph in footer.splitlines():
             print(textwrap.fill(paragraph, width=width, break_on_hyphens=False))
         return
-    from kvdash.commands.live import end_signalled
+    from kvdash.commands.common import end_signalled
     from kvdash.tui.fleet import FleetApp
 
     app = FleetApp(source, cfg, interval=interval)

@@ -34,6 +34,7 @@ from kvdash.commands.common import (
     check_demo_gpus,
     check_engine_timeout,
     check_interval,
+    end_signalled,
     length_or_group,
     parse_block_size,
     parse_budget,
@@ -185,15 +186,6 @@ def live(
     finally:
         source.close()
     end_signalled(app)
-
-
-def end_signalled(app) -> None:  # type: ignore[no-untyped-def]
-    """After the dashboard ended on SIGTERM or SIGHUP (the terminal already restored): one line, exit 128 + N."""
-    if app.signalled:
-        import signal
-
-        print(f"kvdash: error: interrupted by {signal.Signals(app.signalled).name}", file=sys.stderr)
-        raise typer.Exit(128 + app.signalled)
 
 
 def live_lengths(length: Optional[str], group: Optional[str]) -> tuple[int, ...]:

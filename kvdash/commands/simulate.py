@@ -172,8 +172,7 @@ def simulate(
         return
     if shape.groups != 1 or shape.window_groups or shape.state_bytes:
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
-    from kvdash.commands.calc import check_budget_options, warn
-    from kvdash.commands.common import given
+    from kvdash.commands.common import check_budget_options, given, warn
 
     notes = check_budget_options(budget, gpu, None, gpu_util, "vllm", weights, reserve, given(ctx, "reserve"))
     from kvdash.calibration import reserve_for

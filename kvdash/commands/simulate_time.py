@@ -139,8 +139,7 @@ def main(o: dict[str, Any]) -> None:
     from dataclasses import replace
 
     from kvdash.calibration import reserve_spec, with_reserve
-    from kvdash.commands.calc import check_budget_options, warn
-    from kvdash.commands.common import parse_budget
+    from kvdash.commands.common import check_budget_options, parse_budget, warn
     from kvdash.core.calc import BudgetSpec, resolve_budget
     from kvdash.core.gpus import get_gpu
     from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute

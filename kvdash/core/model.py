@@ -20,135 +20,24 @@ Layer kinds (vLLM 0.33's KV-cache specs in ``vllm/v1/kv_cache_interface.py``):
 from __future__ import annotations
 
 import json
-from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from kvdash.core import limits
+from kvdash.core.arch import (  # noqa: F401 - re-exported: the names callers import from kvdash.core.model
+    ATTENTION_KINDS,
+    CHUNKED_NAMES,
+    FULL_NAMES,
+    KINDS,
+    SLIDING_NAMES,
+    STATE_KINDS,
+    STATE_NAMES,
+    Architecture,
+    Layer,
+    _text_config,
+)
 from kvdash.errors import InputError, unknown_name
-
-KINDS = ("full", "sliding", "chunked", "mla", "mamba", "linear")
-ATTENTION_KINDS = ("full", "sliding", "chunked", "mla")
-STATE_KINDS = ("mamba", "linear")
-SLIDING_NAMES = {"sliding_attention", "sliding", "local", "local_attention"}
-CHUNKED_NAMES = {"chunked_attention"}
-FULL_NAMES = {"full_attention", "full", "global", "global_attention", "attention"}
-STATE_NAMES = {"mamba", "linear_attention", "state", "recurrent", "ssm"}
-
-
-@dataclass(frozen=True)
-class Layer:
-    kind: str
-    kv_heads: int = 0
-    head_dim: int = 0
-    head_dim_v: int = 0
-    window: int = 0  # sliding window, or the chunk of chunked attention, in tokens
-    kv_lora_rank: int = 0
-    qk_rope_head_dim: int = 0
-    state_family: str = ""  # mamba1, mamba2, gdn or fixed (kvdash.core.state)
-    state: tuple[int, ...] = ()  # the family's shape fields (kvdash.core.state.FIELDS)
-    conv_bytes: int = 2  # bytes per element of the conv state (model dtype)
-    ssm_bytes: int = 2  # bytes per element of the temporal state
-
-    @property
-    def latent_dim(self) -> int:
-        return self.kv_lora_rank + self.qk_rope_head_dim
-
-    @property
-    def is_state(self) -> bool:
-        return self.kind in STATE_KINDS
-
-
-@dataclass(frozen=True)
-class Architecture:
-    name: str
-    layers: tuple[Layer, ...]
-    num_attention_heads: int
-    max_context: int
-    hidden_size: int = 0
-    weight_bytes: int = 0
-    weight_basis: str = "not given"
-    source: str = ""
-    notes: str = ""
-    model_type: str = ""
-    weights_known: bool = True  # False: no weight figure; a GPU-derived budget needs --weights
-    decoder_layers: int = 0  # decoder layers (Falcon-H1 has an attention and a mamba mixer in each)
-    derived: tuple[str, ...] = ()  # figures config.json does not state, with the rule that derived them
-    counts: dict[str, int] = field(default_factory=dict, compare=False)
-    max_len_rule: Any = None  # kvdash.core.vllm.DerivedMaxLen from config.json; None: max_context
-
-    @property
-    def derived_max_len(self) -> Any:
-        """The longest max_model_len vLLM 0.33 accepts for this model
-        (:func:`kvdash.core.vllm.derived_max_model_len`)."""
-        from kvdash.core.vllm import DerivedMaxLen
-
-        if self.max_len_rule is not None:
-            return self.max_len_rule
-        return DerivedMaxLen(self.max_context, "max_position_embeddings",
-                             f"max_position_embeddings {self.max_context:,}")
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "counts", dict(Counter(layer.kind for layer in self.layers)))
-
-    @property
-    def num_layers(self) -> int:
-        return len(self.layers)
-
-    @property
-    def attention_layers(self) -> tuple[Layer, ...]:
-        return tuple(layer for layer in self.layers if not layer.is_state)
-
-    @property
-    def state_layers(self) -> tuple[Layer, ...]:
-        return tuple(layer for layer in self.layers if layer.is_state)
-
-    @property
-    def is_hybrid(self) -> bool:
-        """Attention and state layers together (vLLM's ``is_hybrid``)."""
-        return bool(self.state_layers)
-
-    @property
-    def use_mla(self) -> bool:
-        return self.first("mla") is not None
-
-    def first(self, *kinds: str) -> Layer | None:
-        return next((layer for layer in self.layers if layer.kind in kinds), None)
-
-    @property
-    def kv_heads(self) -> int:
-        layer = self.first("full", "sliding", "chunked")
-        return layer.kv_heads if layer else (1 if self.first("mla") else 0)
-
-    @property
-    def head_dim(self) -> int:
-        layer = self.first("full", "sliding", "chunked")
-        if layer:
-            return layer.head_dim
-        mla = self.first("mla")
-        return mla.latent_dim if mla else 0
-
-    @property
-    def windows(self) -> tuple[int, ...]:
-        return tuple(sorted({layer.window for layer in self.layers if layer.kind == "sliding"}))
-
-    def pattern(self) -> str:
-        """Short description of the layer mix, e.g. ``'21 sliding(4096) + 21 full'``."""
-        parts = []
-        for kind in KINDS:
-            count = self.counts.get(kind, 0)
-            if not count:
-                continue
-            if kind in ("sliding", "chunked"):
-                sizes = sorted({layer.window for layer in self.layers if layer.kind == kind})
-                parts.append(f"{count} {kind}({'/'.join(str(w) for w in sizes)})")
-            elif kind in STATE_KINDS:
-                families = sorted({layer.state_family for layer in self.layers if layer.kind == kind})
-                parts.append(f"{count} {kind}({'/'.join(families)})")
-            else:
-                parts.append(f"{count} {kind}")
-        return " + ".join(parts)
 
 
 def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
@@ -158,16 +47,6 @@ def _int(cfg: dict[str, Any], key: str, where: str, default: int | None = None) 
     if value is None:
         raise InputError(f"{where}: {key}", None, "this field is required (a positive integer)")
     return limits.check_int(f"{where}: {key}", value, low=1, name=key)  # a documented range per key
-
-
-def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Multimodal configs nest the language model under ``text_config``."""
-    inner = cfg.get("text_config")
-    if isinstance(inner, dict):
-        merged = dict(cfg)
-        merged.update({k: v for k, v in inner.items() if v is not None or k not in merged})
-        return merged
-    return cfg
 
 
 def _layer_kinds(cfg: dict[str, Any], n_layers: int, where: str) -> list[str]:
@@ -524,3 +403,19 @@ def model_from_spec(spec: dict[str, Any], base: Path | None = None, where: str =
                                                                          allow_zero=True),
                                "weight_basis": "given in the grid file", "weights_known": True})
     return arch
+
+
+def _model_key(name: str) -> str:
+    """A model name without organisation, case, punctuation or a chat/instruct suffix:
+    ``meta-llama/Llama-3.1-70B-Instruct`` and ``Llama-3.1-70B`` both give ``llama3170b``."""
+    base = name.rsplit("/", 1)[-1].lower()
+    for suffix in ("-instruct", "-chat", "-hf", "-it", "-base"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    return "".join(ch for ch in base if ch.isalnum())
+
+
+def same_model(served: str, kvdash_name: str, preset: str = "") -> bool:
+    """Whether an engine's served model (``A + B`` for several) is kvdash's model or preset, by name."""
+    keys = {_model_key(kvdash_name), _model_key(preset)} - {""}
+    return any(_model_key(part) in keys for part in served.split(" + "))

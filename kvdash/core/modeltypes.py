@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from kvdash.errors import InputError
 
 if TYPE_CHECKING:
-    from kvdash.core.model import Architecture, Layer
+    from kvdash.core.arch import Architecture, Layer
 
 # model_type -> (models, layer kinds kvdash builds for it).  The table of docs/model-types.md is generated from this.
 SUPPORTED: dict[str, tuple[str, str]] = {
@@ -307,7 +307,7 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
 
     Attention entries are ``("full", None)``: the caller builds them from the attention fields (Zamba2's, whose
     heads and head size are its own, come built)."""
-    from kvdash.core.model import Layer
+    from kvdash.core.arch import Layer
 
     if model_type not in HYBRID_TYPES:
         return None
@@ -469,7 +469,7 @@ def parameter_parts(cfg: dict[str, Any], arch: Architecture) -> dict[str, int] |
     ``experts_total`` (experts summed over MoE layers) of ``expert_params`` each, ``moe_layers``,
     ``experts`` and ``top_k`` (experts per token); ``hidden`` and ``vocab``.  The time model
     (:mod:`kvdash.core.steptime`) reads the same parts."""
-    from kvdash.core.model import _text_config
+    from kvdash.core.arch import _text_config
 
     model_type = arch.model_type
     if model_type in HYBRID_TYPES or (model_type not in GATED_MLP and model_type not in PLAIN_MLP
@@ -553,7 +553,7 @@ README_END = "<!-- model-types:end -->"
 
 def readme_table() -> str:
     """The table of supported model types (docs/model-types.md) and layer kinds, from :data:`SUPPORTED`."""
-    from kvdash.core.model import KINDS
+    from kvdash.core.arch import KINDS
 
     lines = [README_START, "", "| `model_type` | models | layer kinds | conformance-checked on |", "|---|---|---|---|"]
     for model_type, (models, kinds) in SUPPORTED.items():

@@ -13,7 +13,7 @@ from typing import Any
 from kvdash import defaults
 from kvdash.core import formulas as f
 from kvdash.core.calc import BudgetSpec, CalcInput, evaluate, rank_shapes, resolve_budget
-from kvdash.core.model import Architecture, resolve_model
+from kvdash.core.model import Architecture, resolve_model, same_model
 from kvdash.core.point import group_size_problem
 from kvdash.errors import InputError
 from kvdash.sources.base import Snapshot
@@ -224,16 +224,6 @@ def measure_engine_reserve(engine: EngineReading, arch: Architecture, cfg: LiveC
     return {"entry": entry}
 
 
-def _model_key(name: str) -> str:
-    """A model name without organisation, case, punctuation or a chat/instruct suffix:
-    ``meta-llama/Llama-3.1-70B-Instruct`` and ``Llama-3.1-70B`` both give ``llama3170b``."""
-    base = name.rsplit("/", 1)[-1].lower()
-    for suffix in ("-instruct", "-chat", "-hf", "-it", "-base"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-    return "".join(ch for ch in base if ch.isalnum())
-
-
 def _same_figure(a: object, b: object) -> bool:
     """``0.9`` and ``0.90`` are one utilization; ``bf16`` and ``fp8`` two dtypes."""
     from decimal import Decimal, InvalidOperation
@@ -248,11 +238,6 @@ def _engine_dtype(cache_dtype: str) -> str:
     from kvdash.calibration import engine_kv_dtype
 
     return engine_kv_dtype(cache_dtype)
-
-
-def same_model(served: str, kvdash_name: str, preset: str = "") -> bool:
-    keys = {_model_key(kvdash_name), _model_key(preset)} - {""}
-    return any(_model_key(part) in keys for part in served.split(" + "))
 
 
 def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = "", preset: str = "",
