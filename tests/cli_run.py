@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from kvdash.cli import main
@@ -13,3 +18,30 @@ def run(args, capsys):
         main([str(a) for a in args])
     out = capsys.readouterr()
     return exc.value.code, out.out, out.err
+
+
+KVDASH = [sys.executable, "-c", "from kvdash.cli import main; main()"]  # kvdash in a child process
+
+BIG_GRID = (  # 100,000 points: a sweep that runs for seconds, to be interrupted
+    "models: [tutorial-gqa-80l]\ngrid:\n  block_size: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]\n"
+    "  kv_dtype: [bf16, fp8, fp16, fp32]\n  budget: [{}]\n")
+
+
+def start_big_sweep(tmp_path: Path, out: Path) -> tuple[subprocess.Popen, Path]:
+    """A real ``kvdash sweep`` of :data:`BIG_GRID` into ``out``, returned once its work folder beside ``out``
+    holds part of the report (for signals and kills at a known moment)."""
+    grid = tmp_path / "big.yaml"
+    grid.write_text(BIG_GRID.format(", ".join(f"{i}GiB" for i in range(1, 2501))))
+    proc = subprocess.Popen([*KVDASH, "sweep", str(grid), "--out", str(out), "-q"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    prefix = f".{out.name}.kvdash-tmp-"
+    while time.monotonic() < deadline:  # wait until the report is being written beside --out
+        work = [p for p in out.parent.iterdir() if p.name.startswith(prefix)]
+        if work and (work[0] / "report").is_dir() and any((work[0] / "report").iterdir()):
+            return proc, work[0]
+        if proc.poll() is not None:
+            pytest.fail(f"the sweep ended before it could be interrupted: {proc.communicate()}")
+        time.sleep(0.005)
+    proc.kill()
+    pytest.fail("no work folder appeared")

@@ -37,7 +37,7 @@ from kvdash.fleet.client import MAX_SERIES, PrometheusClient, PrometheusError
 from kvdash.report import outdir
 from kvdash.sources.engine import MAX_SERIES as ENGINE_MAX_SERIES
 from kvdash.sources.engine import fetch
-from tests.cli_run import run
+from tests.cli_run import run, start_big_sweep
 from tests.hostile_servers import EMPTY, FakePrometheus, RawServer, trickle_headers, vector
 
 REPO = Path(__file__).resolve().parents[1]
@@ -278,30 +278,8 @@ def test_good_addresses_pass(address):
 
 # --- 3. signals ---------------------------------------------------------------------------------
 
-BIG = ("models: [tutorial-gqa-80l]\ngrid:\n  block_size: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]\n"
-       "  kv_dtype: [bf16, fp8, fp16, fp32]\n  budget: [{}]\n")
-
-
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
-
-
-def start_big_sweep(tmp_path: Path, out: Path) -> tuple[subprocess.Popen, Path]:
-    grid = tmp_path / "big.yaml"
-    grid.write_text(BIG.format(", ".join(f"{i}GiB" for i in range(1, 2501))))
-    proc = subprocess.Popen([*KVDASH, "sweep", str(grid), "--out", str(out), "-q"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    prefix = f".{out.name}.kvdash-tmp-"
-    while time.monotonic() < deadline:  # wait until the report is being written beside --out
-        work = [p for p in out.parent.iterdir() if p.name.startswith(prefix)]
-        if work and (work[0] / "report").is_dir() and any((work[0] / "report").iterdir()):
-            return proc, work[0]
-        if proc.poll() is not None:
-            pytest.fail(f"the sweep ended before it could be interrupted: {proc.communicate()}")
-        time.sleep(0.005)
-    proc.kill()
-    pytest.fail("no work folder appeared")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])

@@ -27,6 +27,7 @@ from benchmarks.hostile import billion_laughs  # the one alias bomb, timed by th
 from kvdash.cli import main
 from kvdash.core import limits
 from kvdash.report import outdir
+from tests.cli_run import start_big_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 EXERCISE = REPO / "sweeps" / "exercise.yaml"
@@ -177,24 +178,9 @@ class TestOutFolder:
 class TestKilledAndInterrupted:
     """A real SIGKILL and a real SIGINT sent to a running sweep (a 100,000-point grid takes seconds)."""
 
-    GRID = ("models: [tutorial-gqa-80l]\ngrid:\n  block_size: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]\n"
-            "  kv_dtype: [bf16, fp8, fp16, fp32]\n  budget: [{}]\n")
-
-    def start(self, tmp_path, out):
-        grid = tmp_path / "big.yaml"
-        grid.write_text(self.GRID.format(", ".join(f"{i}GiB" for i in range(1, 2501))))
-        proc = subprocess.Popen([*KVDASH, "sweep", str(grid), "--out", str(out), "-q"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # wait until the report is being written beside --out
-            work = [p for p in tmp_path.iterdir() if p.name.startswith(".r.kvdash-tmp-")]
-            if work and any(work[0].iterdir()):
-                return proc, work[0]
-            if proc.poll() is not None:
-                pytest.fail(f"the sweep ended before it could be interrupted: {proc.communicate()}")
-            time.sleep(0.005)
-        proc.kill()
-        pytest.fail("no work folder appeared")
+    @staticmethod
+    def start(tmp_path, out):
+        return start_big_sweep(tmp_path, out)  # tests/cli_run.py, shared with tests/test_hostile.py
 
     def previous(self, tmp_path, capsys):
         out = tmp_path / "r"

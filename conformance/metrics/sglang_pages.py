@@ -23,11 +23,8 @@ beside each page holds them, per DP rank, for the CI test to compare with.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
-import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -172,28 +169,11 @@ def build(layout: dict) -> tuple[str, dict]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, default=REPO / "tests" / "data" / "engine_pages")
-    ap.add_argument("--only", nargs="*")
-    a = ap.parse_args()
-    a.out.mkdir(parents=True, exist_ok=True)
-    for layout in LAYOUTS:
-        if a.only and layout["name"] not in a.only:
-            continue
-        try:
-            page, figures = build(layout)
-        except Exception:  # report every layout's failure in one run
-            import traceback
+    from pages import write_layouts  # beside this file (conformance/metrics/pages.py)
 
-            traceback.print_exc()
-            continue
-        figures["producer"] = (f"sglang {sglang.__version__} SchedulerMetricsCollector "
-                               "(sglang/srt/observability/metrics_collector.py), one process per rank")
-        stem = f"sglang-{sglang.__version__}-{layout['name']}"
-        (a.out / f"{stem}.prom").write_text(page)
-        (a.out / f"{stem}.json").write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
-        print(stem, len(page), "bytes", file=sys.stderr)
-    return 0
+    return write_layouts(LAYOUTS, build, "sglang", sglang.__version__,
+                         (f"sglang {sglang.__version__} SchedulerMetricsCollector "
+                         "(sglang/srt/observability/metrics_collector.py), one process per rank"))
 
 
 if __name__ == "__main__":

@@ -20,10 +20,7 @@ ready response).  ``--data-parallel-size-local`` with a DP size above it means s
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import sys
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -156,27 +153,10 @@ def build(layout: dict) -> tuple[str, dict]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, default=REPO / "tests" / "data" / "engine_pages")
-    ap.add_argument("--only", nargs="*")
-    a = ap.parse_args()
-    a.out.mkdir(parents=True, exist_ok=True)
-    for layout in LAYOUTS:
-        if a.only and layout["name"] not in a.only:
-            continue
-        try:
-            page, figures = build(layout)
-        except Exception:  # report every layout's failure in one run
-            import traceback
+    from pages import write_layouts  # beside this file (conformance/metrics/pages.py)
 
-            traceback.print_exc()
-            continue
-        figures["producer"] = f"vllm {vllm.__version__} PrometheusStatLogger (vllm/v1/metrics/loggers.py)"
-        stem = f"vllm-{vllm.__version__}-{layout['name']}"
-        (a.out / f"{stem}.prom").write_text(page)
-        (a.out / f"{stem}.json").write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
-        print(stem, len(page), "bytes", file=sys.stderr)
-    return 0
+    return write_layouts(LAYOUTS, build, "vllm", vllm.__version__,
+                         f"vllm {vllm.__version__} PrometheusStatLogger (vllm/v1/metrics/loggers.py)")
 
 
 if __name__ == "__main__":
