@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent / "kvdash"
 # module prefix -> layer (a module takes its longest matching prefix)
 LAYERS: dict[str, int] = {
     "kvdash.units": 0, "kvdash.errors": 0, "kvdash.defaults": 0, "kvdash.safeio": 0, "kvdash.safeyaml": 0,
-    "kvdash.netaddr": 0, "kvdash.data": 0, "kvdash.templates": 0,
+    "kvdash.netaddr": 0, "kvdash.markdown": 0, "kvdash.data": 0, "kvdash.templates": 0,
     "kvdash.core": 1,  # the pure core: formulas, models, vLLM's rules (kvdash.core.vllm)
     "kvdash.calibration": 2, "kvdash.sources": 2,  # GPU and engine sources, measured reserves
     "kvdash.live": 3, "kvdash.simulate": 3,
@@ -34,8 +34,6 @@ KNOWN_UPWARD = {
     ("kvdash.sources.prometheus", "kvdash.fleet.client"),
     ("kvdash.sources.prometheus", "kvdash.fleet.queries"),
     ("kvdash.sources.prometheus", "kvdash.live.analysis"),
-    ("kvdash.sweep.gates", "kvdash.report.markdown"),
-    ("kvdash.report.build", "kvdash.commands.simulate_prefix"),
 }
 
 
