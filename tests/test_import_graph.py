@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent / "kvdash"
 # module prefix -> layer (a module takes its longest matching prefix)
 LAYERS: dict[str, int] = {
     "kvdash.units": 0, "kvdash.errors": 0, "kvdash.defaults": 0, "kvdash.safeio": 0, "kvdash.safeyaml": 0,
-    "kvdash.netaddr": 0, "kvdash.data": 0, "kvdash.templates": 0,
+    "kvdash.netaddr": 0, "kvdash.markdown": 0, "kvdash.data": 0, "kvdash.templates": 0,
     "kvdash.core": 1,  # the pure core: engine-free formulas, models, pool geometry
     "kvdash.engines": 2,  # engine rules behind one interface (kvdash.engines.vllm: vLLM 0.33)
     "kvdash.calibration": 3, "kvdash.sources": 3,  # GPU and engine sources, measured reserves
@@ -35,8 +35,6 @@ KNOWN_UPWARD = {
     ("kvdash.sources.prometheus", "kvdash.fleet.client"),
     ("kvdash.sources.prometheus", "kvdash.fleet.queries"),
     ("kvdash.sources.prometheus", "kvdash.live.analysis"),
-    ("kvdash.sweep.gates", "kvdash.report.markdown"),
-    ("kvdash.report.build", "kvdash.commands.simulate_prefix"),
 }
 
 
