@@ -361,3 +361,37 @@ def check_max_model_len(max_model_len: int, derived: DerivedMaxLen, allow_long: 
                      "_get_and_verify_max_len)",
                      f"lower it to {derived.value:,} or less, or pass --allow-long-max-model-len as "
                      "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 does")
+
+
+def check_one_request_fits(budget: int, block_bytes: int, blocks_per_request: int, max_model_len: int,
+                           estimated_max_len: int, field: str = "--max-model-len") -> None:
+    """Refuse a pool that cannot hold one request of ``max_model_len`` tokens, as vLLM 0.33 refuses to start.
+
+    ``get_kv_cache_configs`` (``vllm/v1/core/kv_cache_planning.py``) plans against the memory left once the
+    null block is held back (``available - bytes_per_block``) and ``_check_enough_kv_cache_memory`` raises when
+    one request at ``max_model_len`` needs more: ``bytes_per_block x blocks_per_request`` (the sum over groups
+    of ``max_memory_usage_bytes`` in pages, ``_max_memory_usage_bytes_from_groups``).  So it refuses exactly
+    when ``bytes_per_block x (blocks_per_request + 1) > available``, i.e. when the pool's whole blocks
+    ``available // bytes_per_block`` are no more than the blocks one request takes.  Its message quotes GiB
+    as ``round(b / 2**30, 2)`` (``format_gib``, ``vllm/utils/mem_utils.py``) and the longest length that
+    fits (``estimate_max_model_len``'s binary search, here ``estimated_max_len``).
+
+    >>> check_one_request_fits(12 * 2**30, 8_257_536, 2048, 32768, 24944)  # Llama-3.1-405B, tp 1, bf16
+    Traceback (most recent call last):
+    ...
+    kvdash.errors.InputError: --max-model-len: 32768 ...
+    """
+    if block_bytes <= 0 or block_bytes * (blocks_per_request + 1) <= budget:
+        return
+    needed, available = block_bytes * blocks_per_request, budget - block_bytes
+    estimate = (f"Based on the available memory, the estimated maximum model length is {estimated_max_len}. "
+                if estimated_max_len > 0 else "")
+    raise InputError(field, max_model_len,
+                     f"vLLM 0.33 refuses to start: \"To serve at least one request with the model's max seq len "
+                     f"({max_model_len}), ({round(needed / 2**30, 2)} GiB KV cache is needed, which is larger "
+                     f"than the available KV cache memory ({round(available / 2**30, 2)} GiB). {estimate}\" "
+                     f"(vllm/v1/core/kv_cache_planning.py, get_kv_cache_configs: {blocks_per_request:,} blocks "
+                     f"of {block_bytes:,} B for one request, {budget // block_bytes:,} in the pool of which one "
+                     "is its null block)",
+                     (f"lower it to {estimated_max_len:,} or less, " if estimated_max_len > 0 else "")
+                     + "or give the KV cache more memory")
