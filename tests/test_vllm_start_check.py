@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kvdash.core.calc import BudgetSpec, CalcInput, calculate
+from kvdash.answer.budget import BudgetSpec
+from kvdash.answer.calc import CalcInput, calculate
 from kvdash.core.model import load_config
 from kvdash.errors import InputError
 from kvdash.units import GiB

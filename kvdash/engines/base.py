@@ -9,7 +9,7 @@ by name through :mod:`kvdash.engines.registry`.
 
 An engine module defines one object that satisfies :class:`EngineRules` (a :class:`typing.Protocol`: no base
 class to inherit) and adds it to the registry.  The composition that turns one configuration into every
-figure (:mod:`kvdash.answer`, moving there from ``kvdash.core.calc``) calls only these methods, in this order:
+figure (:mod:`kvdash.answer.calc`) calls only these methods, in this order:
 
 1. :meth:`~EngineRules.check_max_model_len` -- refuse a context length the engine refuses;
 2. :meth:`~EngineRules.caps` -- the scheduler caps (``max_num_seqs``, ``max_num_batched_tokens``) for the GPU;
@@ -122,6 +122,13 @@ class EngineRules(Protocol):
                             field: str = "--max-model-len") -> None:
         """Raise :class:`kvdash.errors.InputError` (naming ``field``) for a ``max_model_len`` the engine refuses
         for ``arch``; ``allow_long``: the engine's override (vLLM: ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``)."""
+        ...
+
+    def check_one_request_fits(self, budget: int, block_bytes: int, blocks_per_request: int, max_model_len: int,
+                               estimated_max_len: int, field: str = "--max-model-len") -> None:
+        """Raise :class:`kvdash.errors.InputError` (naming ``field``) where the engine refuses to start because a
+        pool of ``budget`` bytes in blocks of ``block_bytes`` cannot hold one request of ``max_model_len`` tokens
+        (``blocks_per_request`` blocks); ``estimated_max_len``: the longest length that would fit."""
         ...
 
     def caps(self, gpu: Gpu, settings: Settings) -> Caps:
