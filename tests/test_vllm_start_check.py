@@ -45,7 +45,7 @@ def test_llama_405b_at_32k_in_12_gib_is_refused_as_vllm_refuses():
     assert text.startswith("--max-model-len: 32768")
     assert ("\"To serve at least one request with the model's max seq len (32768), (15.75 GiB KV cache is needed, "
             "which is larger than the available KV cache memory (11.99 GiB). Based on the available memory, the "
-            "estimated maximum model length is 24944. \"") in text
+            "estimated maximum model length is 24944.\"") in text
     assert "vllm/v1/core/kv_cache_planning.py" in text
     assert "lower it to 24,944 or less" in text
 

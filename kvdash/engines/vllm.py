@@ -484,10 +484,11 @@ def check_one_request_fits(budget: int, block_bytes: int, blocks_per_request: in
     needed, available = block_bytes * blocks_per_request, budget - block_bytes
     estimate = (f"Based on the available memory, the estimated maximum model length is {estimated_max_len}. "
                 if estimated_max_len > 0 else "")
+    said = (f"To serve at least one request with the model's max seq len ({max_model_len}), "
+            f"({round(needed / 2**30, 2)} GiB KV cache is needed, which is larger than the available KV cache "
+            f"memory ({round(available / 2**30, 2)} GiB). {estimate}").rstrip()
     raise InputError(field, max_model_len,
-                     f"vLLM 0.33 refuses to start: \"To serve at least one request with the model's max seq len "
-                     f"({max_model_len}), ({round(needed / 2**30, 2)} GiB KV cache is needed, which is larger "
-                     f"than the available KV cache memory ({round(available / 2**30, 2)} GiB). {estimate}\" "
+                     f"vLLM 0.33 refuses to start: \"{said}\" "
                      f"(vllm/v1/core/kv_cache_planning.py, get_kv_cache_configs: {blocks_per_request:,} blocks "
                      f"of {block_bytes:,} B for one request, {budget // block_bytes:,} in the pool of which one "
                      "is its null block)",
