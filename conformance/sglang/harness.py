@@ -209,7 +209,14 @@ def weights_per_rank(config_dir: Path, tp: int) -> tuple[int, str]:
     return -(-arch.weight_bytes // tp), f"kvdash's estimate {arch.weight_bytes} B / tp, rounded up"
 
 
+ENV0: dict[str, str] = {}
+
+
 def run_case(config_dir: Path, gpu: str, tp: int, kv: str, page: int | None) -> dict:
+    # Each case is a fresh `sglang serve`: resolution writes environment variables (serving_hook.py
+    # sets SGLANG_USE_CUDA_IPC_TRANSPORT), which must not reach the next case.
+    os.environ.clear()
+    os.environ.update(ENV0)
     STATE["gpu"] = gpu
     total = _total()
     case: dict = {"config": config_dir.name, "gpu": gpu, "gpu_total_mib": GPUS[gpu]["mib"], "tp": tp,
@@ -257,6 +264,8 @@ def run_case(config_dir: Path, gpu: str, tp: int, kv: str, page: int | None) -> 
         prefill_graph_backend=str(v.cuda_graph_config.prefill.backend),
         prefill_graph_sizes=len(v.cuda_graph_config.prefill.bs or []),
         swa_full_tokens_ratio=v.swa_full_tokens_ratio, context_len=mc.context_len,
+        is_multimodal=bool(mc.is_multimodal), mm_feature_transport=v.mm_feature_transport,
+        architectures=list(mc.hf_config.architectures or []),
         is_hybrid_swa=bool(mc.is_hybrid_swa), use_mla=mc.attention_arch == AttentionArch.MLA,
         num_kv_heads_per_rank=mc.get_num_kv_heads(tp), head_dim=mc.head_dim, v_head_dim=mc.v_head_dim,
         kv_cache_dtype=str(kv_dtype).replace("torch.", ""), sliding_window_size=sliding,
@@ -329,6 +338,7 @@ def main() -> None:
     ap.add_argument("--shard", default="0/1")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    ENV0.update(os.environ)
     k, n = (int(x) for x in a.shard.split("/"))
     dirs = sorted(p for p in Path(a.configs).iterdir() if (p / "config.json").exists())
     if a.only:
