@@ -289,7 +289,9 @@ def run_case(config_dir: Path, gpu: str, tp: int, kv: str, page: int | None) -> 
             layer_info=layer_info, forward_stream=None, req_to_token_pool=None, token_to_kv_pool_allocator=None,
             memory_pool_config=None)
         STATE["free"] = pre_free
-        pre = get_available_gpu_memory("cuda", 0)  # measure_pre_model_load_memory's reading, GB float
+        # distributed/bootstrap.py measure_pre_model_load_memory: the MIN over the world's ranks, read through
+        # a float32 tensor when there is more than one rank (utils/common.py get_available_gpu_memory)
+        pre = get_available_gpu_memory("cuda", 0, distributed=tp > 1, cpu_group=None)
         STATE["free"] = post_free
         configurator = create_memory_pool_configurator(kvc)
         case["pool_configurator"] = type(configurator).__name__
