@@ -34,7 +34,8 @@ def main() -> None:
     lines += [f"    {json.dumps(c, sort_keys=True)}," for c in cases]
     lines[-1] = lines[-1].rstrip(",")
     lines += ["  ]", "}"]
-    Path(out).write_text("\n".join(lines) + "\n")
+    repo = str(Path(__file__).resolve().parents[2]) + "/"  # SGLang's messages name the config path: keep it relative
+    Path(out).write_text("\n".join(lines).replace(repo, "") + "\n")
     ok = sum(c["status"] == "ok" for c in cases)
     print(f"{len(cases)} cases: {ok} ok, {len(cases) - ok} refused or failed", file=sys.stderr)
 

@@ -142,8 +142,10 @@ def calc(
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
     from kvdash.core.calc import BudgetSpec, CalcInput, calculate, capture_graphs, engine_caps
     from kvdash.core.model import model_from_spec, resolve_model
+    from kvdash.engines import registry
     from kvdash.units import parse_size
 
+    rules = registry.get(engine_rules)  # an unknown engine is the first error, before any figure
     if any(v is not None for v in (layers, kv_heads, head_dim)):
         if given(ctx, "model") or config:
             raise InputError("--layers", layers, "give either --model/--config or --layers/--kv-heads/--head-dim")
@@ -206,9 +208,6 @@ def calc(
                          "sizes take a unit: 12GiB (2^30 B), 80GB (10^9 B), 512MiB")
     for line in warnings:
         warn(line)
-    from kvdash.engines import registry
-
-    rules = registry.get(engine_rules)
     if rules.name == "sglang":
         result["sglang_view"] = sglang_view(result, arch, tp, kv_dtype, block_size if given(ctx, "block_size") else None)
     if slo is not None:
