@@ -140,7 +140,8 @@ def calc(
     engine_rules: Annotated[str, Opt("--engine-rules", help="Engine whose sizing rules are shown beside kvdash's pool: 'vllm' (vLLM 0.33, the default) or 'sglang' (SGLang 0.5.23: its mem_fraction_static default, cell size, pool and start-up line, and how it differs from vLLM). Needs --gpu or --gpu-memory for sglang.")] = "vllm",
 ) -> None:
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
-    from kvdash.core.calc import BudgetSpec, CalcInput, calculate, capture_graphs, engine_caps
+    from kvdash.answer.budget import BudgetSpec
+    from kvdash.answer.calc import CalcInput, calculate, capture_graphs, engine_caps
     from kvdash.core.model import model_from_spec, resolve_model
     from kvdash.engines import registry
     from kvdash.units import parse_size
