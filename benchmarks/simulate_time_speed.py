@@ -23,8 +23,9 @@ from kvdash.core.gpus import get_gpu
 from kvdash.core.model import DATA, load_preset
 from kvdash.core.reserve import auto_reserve
 from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
-from kvdash.simulate.engine import PRESETS, draw_requests, simulate
+from kvdash.simulate.engine import simulate
 from kvdash.simulate.timed import Pool, simulate_timed
+from kvdash.simulate.workload import PRESETS, draw_requests
 
 
 def main() -> None:

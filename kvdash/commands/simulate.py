@@ -119,8 +119,9 @@ def simulate(
     max_len: int | None = pick_alias(max_reserved, max_len_old, "--max-reserved", "--max-len")  # type: ignore[assignment]
     from kvdash.core.calc import BudgetSpec, rank_shapes, resolve_budget
     from kvdash.core.model import load_config, resolve_model
-    from kvdash.simulate.engine import PAPER_FIG2, POLICIES, PRESETS, Lengths, draw_requests, read_trace
+    from kvdash.simulate.engine import PAPER_FIG2, POLICIES
     from kvdash.simulate.engine import simulate as run
+    from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace
     from kvdash.units import parse_size
 
     if not 1 <= max_requests <= HARD_MAX_REQUESTS:
