@@ -165,7 +165,10 @@ def simulate(
     if not 1 <= block_size <= max_len:
         raise InputError("--block-size", _short(block_size), f"expected 1 to --max-reserved ({max_len:,}) tokens")
     shape = rank_shapes(arch, kv_dtype, "tensor", tp, 1, block_size)[0]
-    if time_model or slo:
+    prefix_replay = hash_trace is not None or prefix_workload is not None
+    if prefix_replay and slo:
+        raise InputError("--slo", slo, "answers a length workload (--workload/--prompt/--output), not a prefix replay")
+    if (time_model or slo) and not prefix_replay:
         from kvdash.commands.simulate_time import main as timed_main
 
         timed_main(locals())
@@ -203,15 +206,24 @@ def simulate(
     for line in notes:
         warn(line)
     capacity = b // shape.bytes_per_token
-    if hash_trace is not None or prefix_workload is not None:
-        from kvdash.commands.simulate_prefix import run_prefix
+    if prefix_replay:
+        from kvdash.commands.simulate_prefix import PrefillTiming, run_prefix
+
+        timing = None
+        if time_model:
+            if not gpu:
+                raise InputError("--gpu", None, "--time needs a GPU preset with bandwidth and FLOP/s figures "
+                                                "(e.g. h100-80gb)")
+            timing = PrefillTiming(model=model, config=str(config) if config else None, weight_format=weight_format,
+                                   max_batched=max_batched_tokens or caps.max_num_batched_tokens,
+                                   weights=weights)
 
         run_prefix(arch=arch, kv_dtype=kv_dtype, block_size=block_size, tp=tp, gpu=gpu, budget_lines=budget_lines,
                    per_rank_bytes=b, bytes_per_token=shape.bytes_per_token, capacity=capacity, hash_trace=hash_trace,
                    prefix_workload=prefix_workload, rules=rules, offload=offload, cpu_policy=cpu_policy,
                    blocks_per_chunk=blocks_per_chunk, link=link, disk_link=disk_link, capacities=capacities,
                    concurrency=concurrency, requests=limit_requests, seed=seed,
-                   max_bytes=max_bytes, as_json=as_json)
+                   max_bytes=max_bytes, as_json=as_json, timing=timing)
         return
     if max_len > arch.max_context:
         raise InputError("--max-reserved", max_len, f"at most the model's context length ({arch.max_context:,})")
