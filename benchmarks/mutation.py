@@ -53,7 +53,13 @@ TARGETS: dict[str, list[str]] = {
     "kvdash/core/formulas.py": CORE_TESTS,
     "kvdash/core/point.py": CORE_TESTS + ["tests/test_sweep.py"],
     # the hand-worked calc rules first (lean, under a second): with the pre-pass most mutants stop there
-    "kvdash/core/calc.py": ["tests/test_calc_rules.py", *CORE_TESTS],
+    # (issue 26 moved core/calc.py's rules: the composition to kvdash/answer/, vLLM's to kvdash/engines/)
+    "kvdash/answer/calc.py": ["tests/test_calc_rules.py", *CORE_TESTS],
+    "kvdash/answer/budget.py": ["tests/test_calc_rules.py", *CORE_TESTS],
+    "kvdash/core/pool.py": ["tests/test_calc_rules.py", *CORE_TESTS],
+    "kvdash/engines/vllm.py": ["tests/test_engines.py", "tests/test_calc_rules.py", "tests/test_vllm_rules.py",
+                               *CORE_TESTS],
+    "kvdash/engines/vllm_view.py": ["tests/test_calc_rules.py", "tests/test_answer_first.py", *CORE_TESTS],
     "kvdash/core/model.py": CORE_TESTS,
     "kvdash/core/dtypes.py": CORE_TESTS,
     # the hand-worked verdict rules first (about 3 s): with -x most mutants stop there

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from kvdash.core import vllm
-from kvdash.core.calc import BudgetSpec, CalcInput, calculate
+from kvdash.answer.budget import BudgetSpec
+from kvdash.answer.calc import CalcInput, calculate
 from kvdash.core.model import load_config, load_preset
-from kvdash.core.reserve import auto_reserve
+from kvdash.engines import vllm
+from kvdash.engines.vllm_reserve import auto_reserve
 from kvdash.errors import InputError
 from kvdash.sweep.evaluate import expand
 from kvdash.sweep.gridfile import parse_grid

@@ -117,8 +117,9 @@ def simulate(
     limit_requests = requests  # a trace is read whole unless --requests is given
     requests = 2000 if requests is None else requests
     max_len: int | None = pick_alias(max_reserved, max_len_old, "--max-reserved", "--max-len")  # type: ignore[assignment]
-    from kvdash.core.calc import BudgetSpec, rank_shapes, resolve_budget
+    from kvdash.answer.budget import BudgetSpec, resolve_budget
     from kvdash.core.model import load_config, resolve_model
+    from kvdash.engines.vllm import rank_shapes
     from kvdash.simulate.engine import PAPER_FIG2, POLICIES, PRESETS, Lengths, draw_requests, read_trace
     from kvdash.simulate.engine import simulate as run
     from kvdash.units import parse_size
@@ -183,7 +184,7 @@ def simulate(
     spec = BudgetSpec(
         bytes=parse_budget(budget),  # neither: the 12 GiB default
         gpu=gpu, util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None)
-    from kvdash.core.calc import CalcInput, capture_graphs, engine_caps
+    from kvdash.answer.calc import CalcInput, capture_graphs, engine_caps
 
     caps_inp = CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec)  # vLLM 0.33's caps for the GPU
     caps = engine_caps(caps_inp)
@@ -191,14 +192,14 @@ def simulate(
                        graphs=capture_graphs(caps_inp, caps))
     binfo = resolve_budget(spec, arch, tp, 1)
     b = binfo["per_rank_bytes"]
-    from kvdash.core.calc import reserve_text
+    from kvdash.answer.text import reserve_text
 
     budget_lines = []  # every output says first what it assumes of the runtime reserve (as calc does)
     if "gpu_memory_bytes" in binfo:
         if spec.reserve or spec.reserve_basis:
             budget_lines.append(f"runtime reserve {binfo['reserve_bytes']:,} B per rank ({binfo['reserve_basis']})")
         else:
-            from kvdash.core.calc import upper_bound_line
+            from kvdash.answer.calc import upper_bound_line
 
             budget_lines.append(upper_bound_line(CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec), binfo))
     else:

@@ -158,7 +158,7 @@ def point_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def shape_inputs(shape: Any) -> dict[str, int]:
-    """The :func:`point_metrics` inputs that come from a :class:`~kvdash.core.calc.PoolShape`."""
+    """The :func:`point_metrics` inputs that come from a :class:`~kvdash.core.pool.PoolShape`."""
     return {
         "block_size": shape.block_size,
         "layer_token_bytes": shape.layer_token_bytes,
