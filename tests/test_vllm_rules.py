@@ -359,7 +359,7 @@ class TestAgainstVllmCode:
                  "state_bytes": 0, "state_blocks": 0, "chunked": chunked, "k": 1, "max_reserved": 1, "prefix": 0,
                  "max_model_len": w["max_model_len"], "max_batched_tokens": w["max_num_batched_tokens"],
                  "in_flight_tokens": in_flight, "l0": 1, "f0": 1}
-            assert request_metrics(x)["vllm_blocks_per_request"] == w["blocks"], w
+            assert request_metrics(x, vllm.RULES.blocks_per_request)["vllm_blocks_per_request"] == w["blocks"], w
 
     def test_mamba_pages_equal_vllm_spec(self):
         """MambaSpec.max_memory_usage_bytes / page: align 2 (+1 with a checkpoint block), none 1; and

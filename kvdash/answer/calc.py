@@ -58,7 +58,7 @@ def evaluate(inp: CalcInput, shapes: Sequence[PoolShape], budget: int, lengths: 
             Caps(int(inp.max_num_seqs or 0), int(inp.max_batched_tokens or 0), "", "", ""), settings_of(inp)),
         **workload_inputs(lengths, finals),
     }
-    stages = [point_metrics(shape_inputs(s) | common) for s in shapes]
+    stages = [point_metrics(shape_inputs(s) | common, rules_of(inp).blocks_per_request) for s in shapes]
     out = dict(max(stages, key=lambda m: (m["paged_bytes"], m["bytes_per_token"])))
     for key in CAPACITY_KEYS:
         out[key] = min(m[key] for m in stages)

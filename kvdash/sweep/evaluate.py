@@ -375,7 +375,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
                                                   "max_batched_tokens": pl.Int64, "max_num_seqs": pl.Int64,
                                                   "in_flight_tokens": pl.Int64}),
                    on=kcols, how="left", maintain_order="left")
-    r_exprs = request_metrics({c: pl.col(c) for c in req.columns})
+    r_exprs = request_metrics({c: pl.col(c) for c in req.columns}, vllm_rules.RULES.blocks_per_request)
     finite = {name for name, kind, _ in RESULT_COLUMNS if kind == "float"}
     r_cols = {n: (pl.when(e.is_finite()).then(e.cast(pl.Float64)).otherwise(None) if n in finite else e).alias(n)
               for n, e in r_exprs.items()}
