@@ -186,6 +186,25 @@ class TestNewTypes:
         assert r["vllm_view"]["log_lines"][0].endswith("23.87x")
 
 
+    def test_lfm2_short_conv_layers(self):
+        """LFM2-1.2B (vllm/model_executor/models/lfm2.py: layer_types[i] == "full_attention" is attention, any
+        other a ShortConv layer, vllm/model_executor/layers/mamba/short_conv.py): 6 full layers of 8 KV heads x
+        (64 + 64) x 2 B = 2,048 B per token, 10 short-conv layers of one conv state 2,048 x (3 - 1) x 2 B = 8,192 B
+        (no temporal state).  A 16-token page (32,768 B) holds the state, so the block stays 16; groups of 6
+        (group_size_for([6, 10])): 1 full + 2 state = 3; 12 GiB / (16 x 2,048 x 6) = 65,536 blocks; a 2,048-token
+        request takes 128 + 2 x 2 (align mode, no prefill checkpoint) = 132 -> 496.48x (1 block per state group
+        with prefix caching off: 130 -> 504.12x)."""
+        arch = config("lfm2-1.2b")
+        assert ("6 full + 10 short_conv(short_conv)", 8, 64) == (arch.pattern(), arch.kv_heads, arch.head_dim)
+        assert 8_192 == state_page_bytes("short_conv", arch.state_layers[0].state, 1, 2, 2)
+        r = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048))
+        assert (16, 65_536, 3) == (r["pool"]["block_size"], r["vllm_view"]["num_gpu_blocks"],
+                                   r["vllm_view"]["kv_cache_groups"])
+        assert r["vllm_view"]["log_lines"][0].endswith("496.48x")
+        off = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048, prefix_caching=False))
+        assert off["vllm_view"]["log_lines"][0].endswith("504.12x")
+
+
 class TestConformanceMap:
     """The README's "conformance-checked on" column (modeltypes.CONFORMANCE) names real configs that check each type."""
 

@@ -68,6 +68,11 @@ class PoolShape:
     state_page_bytes: int = 0  # one state layer's unpadded page (vLLM MambaSpec) on this rank
     requested_block_size: int = 0
     mamba_mode: str = ""  # 'align' (prefix caching on), 'none', or '' without state layers
+    # tokens per block of the full / window groups in units of block_size: a kind whose page is a ratio-th of the
+    # largest page gets ratio x block_size tokens per block (vllm/v1/core/kv_cache_planning.py,
+    # unify_kv_cache_spec_page_size; MiMo-V2-Flash's full layers: 2); 1 when every layer has one page size
+    full_ratio: int = 1
+    window_ratio: int = 1
 
     @property
     def bytes_per_token(self) -> int:
@@ -245,6 +250,14 @@ def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_si
     full_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k == "full")
     window_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k != "full")
     layer_bytes = max(max(v) for v in kinds.values())
+
+    def ratio(local: bool) -> int:
+        # unify_kv_cache_spec_page_size: a smaller page that divides the largest gets a longer block; one that
+        # does not is padded (ratio 1)
+        sizes = {b for (k, _), v in kinds.items() if (k != "full") == local for b in v}
+        only = sizes.pop() if len(sizes) == 1 else layer_bytes
+        return layer_bytes // only if layer_bytes % only == 0 else 1
+
     state_groups = f.cdiv(n_state, group_size) if n_state else 0
     # MambaSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py): align mode 2 pages per request, + 1 prefill
     # checkpoint (Mamba-2 layers, checkpointing gated delta nets: takes_prefill_checkpoint), else 1
@@ -267,6 +280,8 @@ def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_si
         state_page_bytes=state_page if n_state else 0,
         requested_block_size=block_size if requested is None else requested,
         mamba_mode=("align" if prefix_caching else "none") if n_state else "",
+        full_ratio=ratio(False) if full_groups else 1,
+        window_ratio=ratio(True) if window_groups else 1,
     )
 
 
@@ -1158,7 +1173,8 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     if s0.attention_groups > 1:  # one request's blocks in each kind of KV-cache group (gpt-oss: 52 full + 9 sliding)
         local = "chunked" if s0.chunked else "sliding"
         out["request"]["paged_blocks_per_group"] = {
-            kind: int(f.request_blocks(inp.used, s0.block_size, int(kind == "full"), int(kind != "full"), s0.window))
+            kind: int(f.request_blocks(inp.used, s0.block_size, int(kind == "full"), int(kind != "full"), s0.window,
+                                       s0.full_ratio, s0.window_ratio))
             for kind, n in (("full", s0.full_groups), (local, s0.window_groups)) if n}
     out["engine"] = _engine(inp, caps, int(m["paged_requests"]))
     out["assumptions"].insert(1 if out["assumptions"][0].startswith("UPPER BOUND") else 0, caps_line(out["engine"]))
