@@ -122,6 +122,11 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "starcoder2": ("starcoder2-7b",),
     "cohere": ("aya-23-8b",),
     "opt": ("opt-125m",),
+    "exaone4": ("exaone-4.0-32b",),
+    "lfm2": ("lfm2-1.2b",),
+    "mimo_v2_flash": ("mimo-v2-flash",),
+    "olmo3": ("olmo-3-7b",),
+    "seed_oss": ("seed-oss-36b",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {
@@ -129,6 +134,14 @@ REFUSED_BY_VLLM: dict[str, str] = {
     "RefinedWebModel": "vLLM 0.33 no longer serves RWForCausalLM (supported until v0.28.0)",
     "minicpm": "vLLM 0.33 reads this config only with the model's remote code (trust_remote_code), which kvdash "
                "does not run",
+}
+# architectures (config.json "architectures") vLLM 0.33 does not register although their model_type is served
+# (vllm/model_executor/models/registry.py resolves a model by its architecture, not its model_type)
+REFUSED_ARCHITECTURES: dict[str, str] = {
+    "Ernie4_5_ForCausalLM": "vLLM 0.33 registers ERNIE 4.5 as Ernie4_5ForCausalLM; this config names "
+                            "Ernie4_5_ForCausalLM, the remote-code class of the first release (auto_map), which vLLM "
+                            "0.33 refuses ('not supported for now'); use the release whose config.json names "
+                            "Ernie4_5ForCausalLM",
 }
 # model types vLLM 0.33 serves whose KV layout kvdash does not model yet: refused in one line that says why and what
 # to pass instead (docs/model-types.md lists them)
@@ -174,6 +187,9 @@ def normalise(raw: Any, where: str) -> dict[str, Any]:
     if model_type in REFUSED_BY_VLLM:
         raise InputError(f"{where}: model_type", model_type,
                          REFUSED_BY_VLLM[model_type] + "; supported: " + supported_text())
+    archs = raw.get("architectures")
+    if isinstance(archs, list) and archs and all(a in REFUSED_ARCHITECTURES for a in archs):
+        raise InputError(f"{where}: architectures", archs[0], REFUSED_ARCHITECTURES[archs[0]])
     if model_type in NOT_MODELLED:
         raise InputError(f"{where}: model_type", model_type,
                          "vLLM 0.33 serves it but " + NOT_MODELLED[model_type] + _INSTEAD)

@@ -90,9 +90,12 @@ class VllmRules:
         # max_memory_usage_bytes per spec (vllm/v1/kv_cache_interface.py): full cdiv(L, B); sliding
         # cdiv(min(W - 1 + T, L), B) + 1; chunked cdiv(min(C + T, L), B), T = max_in_flight_tokens; a state
         # group 1 block (2 in align mode, 3 for Mamba-2): state_blocks
+        # group 1 block (2 in align mode, 3 for Mamba-2): state_blocks.  A kind whose page is a ratio-th of the
+        # largest holds ratio x B tokens per block (unify_kv_cache_spec_page_size, vllm/v1/core/kv_cache_planning.py)
         B, L, window, chunked = x["block_size"], x["max_model_len"], x["window"], x["chunked"]
-        local = f.cdiv(f.imin(window - 1 + chunked + x["in_flight_tokens"], L), B) + 1 - chunked
-        return x["full_groups"] * f.cdiv(L, B) + x["window_groups"] * local + x["state_blocks"]
+        fb, wb = B * x.get("full_ratio", 1), B * x.get("window_ratio", 1)
+        local = f.cdiv(f.imin(window - 1 + chunked + x["in_flight_tokens"], L), wb) + 1 - chunked
+        return x["full_groups"] * f.cdiv(L, fb) + x["window_groups"] * local + x["state_blocks"]
 
     def startup_line(self, kv_tokens: int, max_model_len: int, concurrency: float) -> str:
         # vllm/v1/core/kv_cache_utils.py (v0.33.0), update_kv_cache_capacity: one line
