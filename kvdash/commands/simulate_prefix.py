@@ -1,7 +1,7 @@
 """``kvdash simulate --hash-trace / --prefix-workload``: prefix caching and tiers over a workload with structure."""
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +11,26 @@ CHART_WIDTH = 30
 GLYPHS = {"gpu": "█", "cpu": "▓", "disk": "░"}
 
 
+@dataclass(frozen=True)
+class PrefillTiming:
+    """What ``--time`` needs to time each request's prefill with and without its hits."""
+
+    model: str
+    config: str | None
+    weight_format: str
+    max_batched: int
+    weights: str | None
+
+
 def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str | None, budget_lines: list[str],
                per_rank_bytes: int, bytes_per_token: int, capacity: int, hash_trace: Path | None,
                prefix_workload: str | None, rules: str, offload: str | None, cpu_policy: str, blocks_per_chunk: int,
                link: str | None, disk_link: str, capacities: str | None, concurrency: int | None,
-               requests: int | None, seed: int, max_bytes: int, as_json: bool) -> None:
+               requests: int | None, seed: int, max_bytes: int, as_json: bool,
+               timing: PrefillTiming | None = None) -> None:
     from kvdash.core import tiers as T
     from kvdash.simulate import prefixcache as P
+    from kvdash.simulate.prefix_assumptions import prefix_assumptions
 
     if hash_trace is not None and prefix_workload is not None:
         raise InputError("--prefix-workload", prefix_workload, "give --hash-trace or --prefix-workload, not both")
@@ -85,8 +98,14 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
                       ranks=tp, concurrency=conc)
     if spec.gpu_tokens is not None and rules == "vllm" and spec.gpu_tokens < B:
         raise InputError("--budget", per_rank_bytes, "the pool holds no whole block")
+    timer = _timer(timing, arch, tp, gpu, kv_dtype) if timing is not None else None
     keys: dict[tuple[int, bool], list[list[int]]] = {}
     result = P.replay(w, spec, keys)
+    prefill = None
+    if timer is not None and timing is not None:
+        from kvdash.simulate.prefill import prefill_saved
+
+        prefill = prefill_saved(timer, w.prompt, result.request_hits, timing.max_batched, result.request_load_s)
     swept = "disk" if "disk" in tiers_in else "cpu" if "cpu" in tiers_in else "gpu"
     points: list[dict[str, Any]] = []
     if curve is not None:
@@ -95,7 +114,7 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
             points.append({"capacity_tokens": tokens, "hit_rate": r.hit_rate,
                            "tiers": {t.name: t.hit_tokens / r.prompt_tokens for t in r.tiers}})
     links = {"cpu": cpu_link, "disk": dlink}
-    assumptions = _assumptions(rules, spec, sized, cpu_link, dlink, w, conc)
+    assumptions = prefix_assumptions(rules, spec, sized, cpu_link, dlink, w, conc)
     setup = {"model": arch.name, "kv_dtype": kv_dtype, "block_size": B, "tp": tp, "budget_bytes": per_rank_bytes,
              "bytes_per_token_per_rank": bytes_per_token, "gpu_pool_tokens": capacity, "workload": w.name,
              "workload_note": w.note, "requests": len(w), "prompt_tokens": w.prompt_tokens, "rules": rules,
@@ -105,46 +124,54 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
              "budget_notes": budget_lines, "assumptions": assumptions}
     if as_json:
         out = {"setup": setup, "result": result.to_json(links)}
+        if prefill is not None:
+            out["prefill_time"] = prefill.to_json()
         if curve is not None:
             out["capacity_curve"] = {"tier": swept, "points": points}
         print(json.dumps(out, indent=2))
         return
     _print(setup, result, links, swept, points, budget_lines)
+    if prefill is not None:
+        _print_prefill(prefill, timing)
 
 
-def _assumptions(rules: str, spec: Any, sized: dict[str, Any], cpu_link: Any, dlink: Any, w: Any,
-                 conc: int) -> list[str]:
-    out = []
-    if rules == "vllm":
-        out.append(f"vLLM 0.33.0 prefix caching: {spec.block_size}-token blocks hashed when full (prompt and output), "
-                   "hits on the run of cached blocks from the start up to prompt - 1 tokens, freed blocks evicted "
-                   "least recently used with each request's tail first (vllm/v1/core/block_pool.py, "
-                   "single_type_kv_cache_manager.py)")
-        if "cpu" in sized:
-            c = sized["cpu"]
-            out.append(f"vLLM native offloading: CPU tier of {c.chunks:,} chunks of {c.chunk_bytes:,} B "
-                       f"({c.chunk_tokens} tokens each) = {c.tokens:,} tokens from {c.size_bytes:,} B "
-                       "(cpu_bytes // round_up(bytes per block x ranks x blocks per chunk, 4,096); "
-                       f"vllm/v1/kv_offload/cpu/spec.py); every full chunk stored; {spec.cpu_policy.upper()} "
-                       "eviction, tails first")
-        if spec.disk_tokens != 0:
-            out.append("disk tier: vLLM's filesystem tier receives every chunk stored to the CPU tier and is read "
-                       "through it (vllm/v1/kv_offload/tiering/manager.py); it evicts nothing, so it is "
-                       + ("unbounded here" if spec.disk_tokens is None else
-                          f"cut at {spec.disk_tokens:,} tokens here, LRU (kvdash's assumption)"))
-    else:
-        out.append("LMCache 0.5.6 rules: 256-token prompt chunks, partial tails never stored, outputs not stored "
-                   "(save_decode_cache False), prefix hits only, LRU, every chunk written to every tier "
-                   "(lmcache/v1/config.py; lmcache/tools/cache_simulator); no GPU prefix cache modelled, as "
-                   "LMCache's simulator")
-        for name, t in sized.items():
-            out.append(f"LMCache {name} tier: {t.chunks:,} chunks of {t.chunk_bytes:,} B = {t.tokens:,} tokens")
-    out.append(f"links: GPU-host {cpu_link.name}, {cpu_link.bytes_per_s / 1e9:g} GB/s per direction per GPU "
-               f"({cpu_link.source}); disk {dlink.name}, {dlink.bytes_per_s / 1e9:g} GB/s shared "
-               f"({dlink.source}); transfer times are bytes / bandwidth, lower bounds")
-    out.append(f"time: requests in arrival order, {conc} in flight (the oldest finishes as the next is admitted); "
-               "every block of a request is allocated at admission; no preemption, no chunked prefill")
-    return out
+def _timer(timing: PrefillTiming, arch: Any, tp: int, gpu: str | None, kv_dtype: str) -> Any:
+    """The time model's prefill timer for the model on the GPU (``--time``)."""
+    from kvdash.commands.simulate_time import model_config
+    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
+    from kvdash.simulate.prefill import ChunkTimer
+
+    if not gpu:
+        raise InputError("--gpu", None, "--time needs a GPU preset with bandwidth and FLOP/s figures (e.g. h100-80gb)")
+    if timing.max_batched < 1:
+        raise InputError("--max-batched-tokens", timing.max_batched, "expected a positive integer")
+    if timing.weights:
+        from kvdash.units import parse_size
+
+        arch = replace(arch, weight_bytes=parse_size(timing.weights, "--weights", allow_zero=True), weights_known=True,
+                       weight_basis="--weights")
+    mc = model_compute(model_config(timing.model, timing.config), arch, tp, timing.weight_format, None, kv_dtype)
+    return ChunkTimer(mc, gpu_perf(gpu), fitted_constants())
+
+
+def _print_prefill(p: Any, timing: PrefillTiming | None) -> None:
+    from rich.console import Console
+
+    console = Console()
+    line = (f"Prefill time (the time model, each request alone, {p.max_batched:,} tokens a step): "
+            f"{p.with_cache_s:,.1f} s computed with the cache, {p.without_cache_s:,.1f} s without; "
+            f"{p.saved_s:,.1f} s saved ({100 * p.saved_share:.1f} %)"
+            + (f"; tier loads {p.load_s:,.1f} s" if p.load_s else ""))
+    console.print(line, markup=False, highlight=False)
+    w, wo, sv = p.ttft_with_ms, p.ttft_without_ms, p.saved_ms
+    console.print(f"TTFT at no load, p50 / p99: {_ms(w['p50'])} / {_ms(w['p99'])} with the cache, "
+                  f"{_ms(wo['p50'])} / {_ms(wo['p99'])} without; saved per request p50 {_ms(sv['p50'])}, "
+                  f"mean {_ms(sv['mean'])} (queueing not modelled: see simulate --time)",
+                  markup=False, highlight=False)
+
+
+def _ms(x: float) -> str:
+    return f"{x:,.1f} ms" if x < 1000 else f"{x / 1000:,.2f} s"
 
 
 def _pct(x: float) -> str:
