@@ -39,6 +39,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,9 @@ GEMM_RATE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "nvfp4": "fp4", "mxfp
 ACT_BYTES = 2  # bf16 activations on the all-reduce
 
 
+_WIDER = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16",)}
+
+
 @dataclass(frozen=True)
 class GPUPerf:
     """The spec figures of a GPU the step model divides by (dense, no sparsity), with their source."""
@@ -71,7 +75,7 @@ class GPUPerf:
 
     def rate(self, kind: str) -> float:
         """FLOP/s of a GEMM kind; a kind the GPU lacks (fp4 on Hopper) runs at the next wider one."""
-        for k in {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16",)}[kind]:
+        for k in _WIDER[kind]:
             if self.flops.get(k):
                 return self.flops[k]
         raise InputError("--gpu", self.key, "no bf16 FLOP/s figure for the time model")
@@ -173,6 +177,13 @@ class ModelCompute:
     def attn_pair_flops(self, prefill: bool = False) -> tuple[float, float]:
         """FLOPs per query-key pair, summed over the rank's (full, window) attention layers; ``prefill``: with
         the dims prefill runs at (MLA: un-absorbed heads)."""
+        return self._pair_flops[prefill]
+
+    @cached_property
+    def _pair_flops(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        return self._pair_flops_of(False), self._pair_flops_of(True)
+
+    def _pair_flops_of(self, prefill: bool) -> tuple[float, float]:
         def dims(a: AttentionKind) -> int:
             if prefill and a.prefill_qk_dim:
                 return a.prefill_qk_dim + a.prefill_v_dim
