@@ -318,3 +318,29 @@ def test_one_prompt_token_left_is_a_step_of_its_own():
 
         s = getattr(t, sim)(np.array([65]), np.array([20]), pool, mc, g, Constants(), 16, 64, concurrency=1)
         assert s.first_seg.tolist() == [2] and s.steps == 21, sim
+
+
+def test_moe_layers_count_their_fused_moe_kernels():
+    """Rule (steptime.KERNELS): the per-layer term counts a dense layer's 9 kernels as one unit; a MoE layer
+    runs 13 (the fused-MoE path's 7 in place of the MLP's 3), a shared expert 3 more. Qwen3-235B: 94 MoE
+    layers, no shared expert: 94 x 13 / 9 = 135.78 units; MiniMax-M2.5 (62 MoE layers) 62 x 13 / 9 = 89.56;
+    Llama-3.1-8B (dense) 32."""
+    for name, units in (("qwen3-235b-a22b-fp8", 94 * 13 / 9), ("minimax-m2.5", 62 * 13 / 9)):
+        cfg = _cfg(name)
+        mc = model_compute(cfg, from_hf_config(cfg, name), 4, "fp8")
+        assert mc.layer_units == pytest.approx(units), name
+        assert features(mc, gpu_perf("h200"), 8, 0, 0, 0)[3] == pytest.approx(units)
+    mc, _, g = _llama8b()
+    assert features(mc, g, 8, 0, 0, 0)[3] == 32
+
+
+def test_attention_dp_moe_layers_gather_and_scatter():
+    """Rule (vLLM 0.33 all2all_backend "allgather_reducescatter"): with 2 attention-DP ranks each MoE layer
+    adds two collectives, each bringing the other rank's tokens (hidden 4,096 x 2 B) to every GPU.
+    Qwen3-235B, TP 2, DP 2, 10 tokens: 2 x 94 x 1 x 10 x 4,096 x 2 B over the H200's NVLink."""
+    cfg = _cfg("qwen3-235b-a22b-fp8")
+    arch = from_hf_config(cfg, "q")
+    g = gpu_perf("h200")
+    one, two = (features(model_compute(cfg, arch, 2, "fp8", dp=dp), g, 10, 0, 0, 0) for dp in (1, 2))
+    assert two[4] - one[4] == 2 * 94
+    assert two[5] - one[5] == pytest.approx(2 * 94 * 1 * 10 * 4096 * 2 / g.link_bytes_per_s)

@@ -63,12 +63,14 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     if not mc.moe_layers:  # a dense model's terms are element-wise in the tokens: all step sizes at once
         feats = features(mc, gpu, np.arange(max_batched_tokens + 1), 0.0, 0.0, 0.0)
         table = np.stack([np.broadcast_to(np.asarray(v, dtype=float), (max_batched_tokens + 1,)) for v in feats], 1)
-        base_cache = dict(enumerate(table.tolist()))
+    else:
+        table = None
 
     def base(tokens: int) -> list[float]:
         got = base_cache.get(tokens)
         if got is None:
-            got = [float(v) for v in features(mc, gpu, tokens, 0.0, 0.0, 0.0)]
+            got = table[tokens].tolist() if table is not None else [
+                float(v) for v in features(mc, gpu, tokens, 0.0, 0.0, 0.0)]
             base_cache[tokens] = got
         return got
 
@@ -87,7 +89,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     heappop, heappush = heapq.heappop, heapq.heappush
     free = total
     T = 0  # steps so far
-    rows: list[list[float]] = [[0.0] * NFEAT]  # the segments' features (summed at the end)
+    rows: list[float] = [0.0] * NFEAT  # the segments' features, flat (summed at the end)
     acc = np.zeros(NFEAT)  # Poisson arrivals: the running sum, for the time now
     now = 0.0
     seg = steps = preemptions = peak = token_steps = 0
@@ -179,7 +181,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 next_req += 1
             if not dec and not pref and not waiting:
                 x = [0.0, 0.0, 0.0, 0.0, 0.0, float(arr[next_req]) - now]
-                rows.append(x)
+                rows += x
                 seg += 1
                 now = clock(x)
                 continue
@@ -195,7 +197,9 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             if not can_admit:
                 while heap[0][1] not in dec:
                     heapq.heappop(heap)
-                k = fit(heap[0][0] - T + 1, c)
+                k = heap[0][0] - T + 1
+                if fg and c * fg * (-(-k // B)) > free:
+                    k = fit(k, c)
                 if k >= 1:
                     xb = base_cache.get(c) or base(c)
                     S = sum_off + c * (T + 1)  # the decode tokens' contexts at the stretch's first step
@@ -204,14 +208,15 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                                           coef_np[0] * mf + coef_np[1] * cf, coef_np[0] * mw + coef_np[1] * cw)
                     if k >= 1:
                         full = float(S) * k + c * k * (k - 1) / 2
-                        x = [v * k for v in xb]
+                        x = [v * k for v in xb] if k > 1 else list(xb)  # (v * 1 is v)
                         x[0] += mf * full + mw * 0.0 + state_s * c * k
                         x[1] += cf * full + cw * 0.0
-                        free -= crossings(k, c)
+                        if fg:
+                            free -= crossings(k, c) if k > 1 else fg * len(phases[-T % B])
                         T += k
                         steps += k
                         token_steps += k * c
-                        rows.append(x)
+                        rows += x
                         seg += 1
                         if not closed:
                             now = clock(x)
@@ -305,26 +310,30 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         x = list(base_cache.get(tokens) or base(tokens))
         nd = cd
         full_ctx = sum_off + cd * (T + 1)
-        prefill: list[tuple[int, int]] = []
-        for r, t in zip(chunk_reqs, chunk_takes):  # noqa: B905 - the same length
-            if t:
-                p0 = computed[r]
-                if t == 1 and p0 + 1 == P[r] + gen[r]:
-                    nd += 1
-                    full_ctx += p0 + 1
-                else:
-                    prefill.append((p0, t))
+        if 1 in chunk_takes:  # a chunk of one token may be a decode token (its last prompt token, or a 1-token prompt)
+            prefill: list[tuple[int, int]] = []
+            for r, t in zip(chunk_reqs, chunk_takes):  # noqa: B905 - the same length
+                if t:
+                    p0 = computed[r]
+                    if t == 1 and p0 + 1 == P[r] + gen[r]:
+                        nd += 1
+                        full_ctx += p0 + 1
+                    else:
+                        prefill.append((p0, t))
+        else:
+            prefill = [(computed[r], t) for r, t in zip(chunk_reqs, chunk_takes) if t]  # noqa: B905
         if nd:
             x[0] += mf * float(full_ctx) + mw * 0.0 + nd * state2 / bw
             x[1] += cf * float(full_ctx) + cw * 0.0
-        x0, x1 = x[0], x[1]
-        for p0, q in prefill:  # causal_pairs(p0, q) and mc.kv_read_bytes(p0), without a window
-            x1 += (full_pp * (q * p0 + q * (q + 1) // 2) + win_pp * 0) / f_attn
-            x0 += float(kv_full * p0 + state2) / bw
-        x[0], x[1] = x0, x1
+        if prefill:
+            x0, x1 = x[0], x[1]
+            for p0, q in prefill:  # causal_pairs(p0, q) and mc.kv_read_bytes(p0), without a window
+                x1 += (full_pp * (q * p0 + q * (q + 1) // 2) + win_pp * 0) / f_attn
+                x0 += float(kv_full * p0 + state2) / bw
+            x[0], x[1] = x0, x1
         steps += 1
         token_steps += nd + len(prefill)
-        rows.append(x)
+        rows += x
         seg += 1
         if not closed:
             now = clock(x)
@@ -365,7 +374,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         while pref and first[pref[0]] >= 0 and P[pref[0]] + gen[pref[0]] - computed[pref[0]] == 1:
             r = pref.pop(0)
             start_decoding(r, computed[r], gen[r], T)
-    cum = np.cumsum(np.asarray(rows), axis=0)
+    cum = np.cumsum(np.asarray(rows).reshape(-1, NFEAT), axis=0)
     return Schedule(cum, np.asarray(first, dtype=np.int64), np.asarray(finish, dtype=np.int64),
                     np.asarray(arrival, dtype=np.int64), arrivals_s if arrivals_s is not None else np.zeros(n),
                     steps, preemptions, peak, token_steps, closed)
