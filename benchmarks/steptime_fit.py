@@ -66,7 +66,7 @@ CLIFF = 5.0
 PHYSICAL = __import__("os").environ.get("KVDASH_FIT_PHYSICAL", "1") == "1"
 TTFT_WEIGHT = float(__import__("os").environ.get("KVDASH_FIT_TTFT_WEIGHT", "0.5"))  # TPOT rows weigh 1
 JITTER = float(__import__("os").environ.get("KVDASH_FIT_JITTER", "0.0"))
-STAGGER = __import__("os").environ.get("KVDASH_FIT_STAGGER", "1") == "1"
+STAGGER = __import__("os").environ.get("KVDASH_FIT_STAGGER", "1")  # "0": in step, "1": evenly, "random"
 CAPS = __import__("os").environ.get("KVDASH_FIT_CAPS", "1") == "1"
 
 
@@ -107,7 +107,7 @@ def setup(row: dict[str, str]) -> dict[str, Any]:
     block = 64 if arch.use_mla else 16
     shape = rank_shapes(arch, kv, "tensor", tp, 1, block)[0]
     total = get_gpu(gkey).memory_bytes
-    reserve = auto_reserve(arch.model_type, tp, 1, MAX_BATCHED, gkey, None, layers=arch.num_layers)["bytes"]
+    reserve = auto_reserve(arch.model_type, tp, 1, batch_caps(row)[1], gkey, None, layers=arch.num_layers)["bytes"]
     budget = math.floor(total * UTIL) - mc.weights_per_rank - reserve
     if budget <= 0:
         raise ValueError(f"weights {mc.weights_per_rank:,} B leave no KV budget")
@@ -137,12 +137,13 @@ def simulate_row(row: dict[str, str], per_user: int) -> dict[str, Any]:
     P = np.maximum(1, np.rint(isl * rng.uniform(1 - JITTER, 1 + JITTER, n))).astype(np.int64)
     OUT = np.maximum(2, np.rint(osl * rng.uniform(1 - JITTER, 1 + JITTER, n))).astype(np.int64)
     measured = np.arange(n)
-    if STAGGER and per_user > 1:
+    if STAGGER != "0" and per_user > 1:
         # the benchmark's users are out of step (its TTFT hardly grows from 4 to 8 users at 1,024 tokens, where
         # users in step would prefill together): user u's first request stops after (u + 1) / users of the
         # output, so that the loop starts at its steady state with the users' phases evenly spread; that first
         # round is the warm-up (aiperf's --warmup-request-count) and is not measured
-        OUT[:users] = np.maximum(2, np.rint(osl * (np.arange(users) + 1) / users)).astype(np.int64)
+        phase = (np.arange(users) + 1) / users if STAGGER == "1" else rng.uniform(0, 1, users)
+        OUT[:users] = np.maximum(2, np.rint(osl * phase)).astype(np.int64)
         measured = np.arange(users, n)
     seqs, batched = batch_caps(row)
     sched = simulate_timed(P, OUT, s["pool"], s["mc"], s["gpu"], Constants(), seqs, batched, concurrency=users)

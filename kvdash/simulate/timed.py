@@ -40,8 +40,10 @@ import numpy as np
 from kvdash.core import formulas as f
 from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, causal_pairs, features
 from kvdash.errors import InputError
+from kvdash.simulate.schedule import NFEAT, Schedule
 
-NFEAT = 6
+__all__ = ["NFEAT", "Pool", "Schedule", "TimedResult", "simulate_reference", "simulate_timed", "summarize"]
+
 
 
 @dataclass(frozen=True)
@@ -65,29 +67,6 @@ class Pool:
     def of(cls, shape: Any, budget_bytes: int) -> Pool:
         return cls(f.pool_blocks(budget_bytes, shape.block_bytes), shape.block_size, shape.full_groups,
                    shape.window_groups, shape.window, shape.state_blocks)
-
-
-@dataclass
-class Schedule:
-    """What the simulation did, in terms the step-time constants multiply: the running sums of the six
-    features at the end of every segment (one step, or a stretch of decode steps), and the segment of each
-    request's arrival (closed loop; Poisson arrivals are times), first token and finish."""
-
-    cum: np.ndarray  # (segments + 1, 6): row 0 is zero
-    first_seg: np.ndarray
-    finish_seg: np.ndarray
-    arrival_seg: np.ndarray  # closed loop: the segment whose end the request arrived at (-1: at time 0)
-    arrival_s: np.ndarray  # Poisson: seconds
-    steps: int
-    preemptions: int
-    peak_running: int
-    token_steps: int
-    closed: bool
-
-    def times(self, c: Constants) -> np.ndarray:
-        """Seconds at the end of each segment (index 0: time 0) under constants ``c``."""
-        v = np.array(c.vector() + (1.0,))
-        return self.cum @ v
 
 
 @dataclass

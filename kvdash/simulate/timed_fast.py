@@ -27,6 +27,7 @@ import numpy as np
 
 from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features
 from kvdash.errors import InputError
+from kvdash.simulate.schedule import NFEAT, Schedule
 
 
 def applies(pool: Any, mc: ModelCompute) -> bool:
@@ -36,9 +37,7 @@ def applies(pool: Any, mc: ModelCompute) -> bool:
 
 def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: ModelCompute, gpu: GPUPerf,
                     consts: Constants, max_num_seqs: int, max_batched_tokens: int, concurrency: int,
-                    arrivals_s: np.ndarray | None) -> Any:
-    from kvdash.simulate.timed import NFEAT, Schedule
-
+                    arrivals_s: np.ndarray | None) -> Schedule:
     n = len(prompt)
     P: list[int] = prompt.astype(np.int64).tolist()
     OUT: list[int] = output.astype(np.int64).tolist()
