@@ -19,11 +19,11 @@ import statistics
 import time
 from dataclasses import replace
 
-from kvdash.core.calc import rank_shapes
 from kvdash.core.gpus import get_gpu
 from kvdash.core.model import DATA, load_preset
-from kvdash.core.reserve import auto_reserve
 from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
+from kvdash.engines.vllm import rank_shapes
+from kvdash.engines.vllm_reserve import auto_reserve
 from kvdash.simulate.engine import PRESETS, draw_requests, simulate
 from kvdash.simulate.timed import Pool, simulate_timed
 

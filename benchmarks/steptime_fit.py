@@ -16,7 +16,7 @@ constants; the fit is a non-negative least-squares fit of the relative errors of
 TPOT of the calibration rows.
 
 Assumptions (not in the data): ``gpu_memory_utilization`` 0.9 (vLLM's default before 0.20), the runtime
-reserve of ``--reserve auto`` (kvdash.core.reserve), ``max_num_batched_tokens`` 8192 and ``max_num_seqs``
+reserve of ``--reserve auto`` (kvdash.engines.vllm_reserve), ``max_num_batched_tokens`` 8192 and ``max_num_seqs``
 1024 (vLLM's defaults for online serving on these GPUs), KV cache fp8 where the row's precision is fp8
 (else bf16), 16-token blocks (64 for MLA), checkpoint formats as their config.json state (gpt-oss: MXFP4
 experts, bf16 attention; Kimi-K2.5: int4/NVFP4 experts, bf16 attention and dense layers).
@@ -41,11 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from kvdash.core.calc import rank_shapes
 from kvdash.core.gpus import get_gpu
 from kvdash.core.model import from_hf_config
-from kvdash.core.reserve import auto_reserve
 from kvdash.core.steptime import Constants, gpu_perf, model_compute
+from kvdash.engines.vllm import rank_shapes
+from kvdash.engines.vllm_reserve import auto_reserve
 from kvdash.simulate.timed import Pool, simulate_timed
 
 ROOT = Path(__file__).resolve().parent.parent

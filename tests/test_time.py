@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from kvdash.core import formulas as f
-from kvdash.core.calc import layer_token_bytes, rank_shapes
 from kvdash.core.model import from_hf_config, load_preset
+from kvdash.core.pool import layer_token_bytes
 from kvdash.core.steptime import Constants, causal_pairs, features, gpu_perf, model_compute, step_seconds
+from kvdash.engines.vllm import rank_shapes
 from kvdash.errors import InputError
 from kvdash.simulate.engine import Lengths, Workload, simulate
 from kvdash.simulate.timed import Pool, simulate_timed, summarize

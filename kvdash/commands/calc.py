@@ -139,7 +139,8 @@ def calc(
     weight_format: WeightFormatOpt = "bf16",
 ) -> None:
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
-    from kvdash.core.calc import BudgetSpec, CalcInput, calculate, capture_graphs, engine_caps
+    from kvdash.answer.budget import BudgetSpec
+    from kvdash.answer.calc import CalcInput, calculate, capture_graphs, engine_caps
     from kvdash.core.model import model_from_spec, resolve_model
     from kvdash.units import parse_size
 

@@ -108,7 +108,7 @@ def from_hf_config(
     patterns, state shapes) come from :mod:`kvdash.core.modeltypes`.
     """
     from kvdash.core import modeltypes
-    from kvdash.core.vllm import derived_max_model_len
+    from kvdash.core.maxlen import derived_max_model_len
 
     where = source
     if not isinstance(cfg, dict):

@@ -18,8 +18,8 @@ request handling and tokenization, and sampling's return to it: time outside the
   experts for ``T`` tokens routed to ``k`` each, the expected number of distinct experts when tokens
   pick experts independently and uniformly;
 * KV read: for each decode token the KV its attention reads, from kvdash's own per-layer figures
-  (:func:`kvdash.core.calc.layer_token_bytes` times the context, a sliding layer's capped at its
-  window, and :func:`kvdash.core.calc.layer_state_bytes` for state layers, read and written);
+  (:func:`kvdash.core.pool.layer_token_bytes` times the context, a sliding layer's capped at its
+  window, and :func:`kvdash.core.pool.layer_state_bytes` for state layers, read and written);
   a prefill chunk reads its earlier context once;
 * linear FLOPs: ``2 x active parameters x tokens`` (a MoE token runs ``k`` experts);
   attention FLOPs: ``2 x heads x (qk dim + v dim)`` per query-key pair per layer, the pairs of a causal
@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from kvdash.core import formulas as f
-from kvdash.core.calc import layer_state_bytes, layer_token_bytes
 from kvdash.core.model import Architecture
+from kvdash.core.pool import layer_state_bytes, layer_token_bytes
 from kvdash.errors import InputError
 
 DATA = Path(__file__).resolve().parent.parent / "data"

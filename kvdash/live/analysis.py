@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvdash import defaults
+from kvdash.answer.budget import BudgetSpec, resolve_budget
+from kvdash.answer.calc import CalcInput, evaluate
 from kvdash.core import formulas as f
-from kvdash.core.calc import BudgetSpec, CalcInput, evaluate, rank_shapes, resolve_budget
 from kvdash.core.model import Architecture, resolve_model, same_model
 from kvdash.core.point import group_size_problem
+from kvdash.engines.vllm import rank_shapes
 from kvdash.errors import InputError
 from kvdash.sources.base import Snapshot
 from kvdash.sources.engine import EngineReading
@@ -103,7 +105,7 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
             blocks = engine.total_tokens // shape.block_size * shape.attention_groups
             ranks = [RankPool(-1, None, blocks * shape.block_bytes, blocks, f"from the engine ({engine.kind})")]
     if cfg.budget_mode == "vllm" and ranks and not cfg.reserve and not cfg.reserve_basis:
-        from kvdash.core.reserve import auto_reserve
+        from kvdash.engines.vllm_reserve import auto_reserve
 
         auto_estimate = auto_reserve(arch.model_type, cfg.tp, 1, gpu=ranks_gpus[0].name if ranks_gpus else None,
                                      layers=arch.num_layers)["bytes"]
@@ -121,7 +123,7 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
     m = evaluate(inp, shapes, max(budget, 0), cfg.lengths)
     paged, contiguous = int(m["paged_requests"]), int(m["contiguous_requests"])
     # what vLLM 0.33 runs at once on these GPUs: max_num_seqs of `vllm serve` (EngineArgs.get_batch_defaults)
-    from kvdash.core.vllm import caps_text, scheduler_caps
+    from kvdash.engines.vllm import caps_text, scheduler_caps
 
     gpu0 = ranks_gpus[0] if ranks_gpus else None
     caps = scheduler_caps(gpu0.total_bytes if gpu0 else None, gpu0.name if gpu0 else None, cfg.max_reserved)

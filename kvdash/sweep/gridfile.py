@@ -286,7 +286,7 @@ class Checker:
                     raise self.fail(path, value, "expected true or false")
                 return value
             if dim == "performance_mode":
-                from kvdash.core.vllm import PERFORMANCE_MODES
+                from kvdash.engines.vllm import PERFORMANCE_MODES
 
                 if value not in PERFORMANCE_MODES:
                     raise self.fail(path, value, "expected one of: " + ", ".join(PERFORMANCE_MODES))
@@ -325,7 +325,7 @@ class Checker:
 
                 return parse_block_size(value, dotted(path))
             if dim == "reserve" and str(value).strip().lower() == "auto":
-                return "auto"  # kvdash.core.reserve's published terms, per model/GPU/TP/PP
+                return "auto"  # kvdash.engines.vllm_reserve's published terms, per model/GPU/TP/PP
             if dim in SIZE_DIMS:
                 return parse_size(value, dotted(path), allow_zero=dim in ("weights", "reserve"))
             if dim in INT_DIMS:
