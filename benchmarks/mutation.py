@@ -67,6 +67,9 @@ TARGETS: dict[str, list[str]] = {
     "kvdash/sweep/claims.py": ["tests/test_claims_rules.py", "tests/test_sweep.py", "tests/test_report_decision.py"],
     # the simulator: the fast hand-worked file (about 2 s), not tests/test_simulate.py (paper-sized runs, CLI)
     "kvdash/simulate/engine.py": SIMULATE_TESTS,
+    "kvdash/simulate/workload.py": SIMULATE_TESTS,  # split out of engine.py (issue 26), with the allocators
+    "kvdash/simulate/allocators.py": SIMULATE_TESTS,  # and the reference simulator
+    "kvdash/simulate/reference.py": SIMULATE_TESTS,
     "kvdash/simulate/rules.py": SIMULATE_TESTS,
     "kvdash/simulate/capacity.py": SIMULATE_TESTS,
 }

@@ -23,8 +23,9 @@ from kvdash.core.model import DATA, load_preset
 from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
 from kvdash.engines.vllm import rank_shapes
 from kvdash.engines.vllm_reserve import auto_reserve
-from kvdash.simulate.engine import PRESETS, draw_requests, simulate
+from kvdash.simulate.engine import simulate
 from kvdash.simulate.timed import Pool, simulate_timed
+from kvdash.simulate.workload import PRESETS, draw_requests
 
 
 def main() -> None:

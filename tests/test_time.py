@@ -15,8 +15,9 @@ from kvdash.core.pool import layer_token_bytes
 from kvdash.core.steptime import Constants, causal_pairs, features, gpu_perf, model_compute, step_seconds
 from kvdash.engines.vllm import rank_shapes
 from kvdash.errors import InputError
-from kvdash.simulate.engine import Lengths, Workload, simulate
+from kvdash.simulate.engine import simulate
 from kvdash.simulate.timed import Pool, simulate_timed, summarize
+from kvdash.simulate.workload import Lengths, Workload
 from tests.cli_run import run
 
 DATA = Path(__file__).parent / "data" / "measured"

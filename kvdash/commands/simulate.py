@@ -120,8 +120,9 @@ def simulate(
     from kvdash.answer.budget import BudgetSpec, resolve_budget
     from kvdash.core.model import load_config, resolve_model
     from kvdash.engines.vllm import rank_shapes
-    from kvdash.simulate.engine import PAPER_FIG2, POLICIES, PRESETS, Lengths, draw_requests, read_trace
+    from kvdash.simulate.engine import PAPER_FIG2, POLICIES
     from kvdash.simulate.engine import simulate as run
+    from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace
     from kvdash.units import parse_size
 
     if not 1 <= max_requests <= HARD_MAX_REQUESTS:

@@ -143,9 +143,9 @@ def main(o: dict[str, Any]) -> None:
     from kvdash.commands.common import check_budget_options, parse_budget, warn
     from kvdash.core.gpus import get_gpu
     from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
-    from kvdash.simulate.engine import PRESETS, Lengths, draw_requests, read_trace
     from kvdash.simulate.lengths import parse_lengths_spec
     from kvdash.simulate.timed import Pool
+    from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace
 
     arch, shape, tp = o["arch"], o["shape"], o["tp"]
     if not o["gpu"]:
@@ -256,8 +256,8 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
 
     from kvdash.core.gpus import get_gpu
     from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
-    from kvdash.simulate.engine import PRESETS, draw_requests
     from kvdash.simulate.timed import Pool
+    from kvdash.simulate.workload import PRESETS, draw_requests
 
     slo = parse_slo(slo_text)
     if not gpu_key:

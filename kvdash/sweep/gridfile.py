@@ -152,7 +152,7 @@ class Objective:
 class SimSpec:
     """A ``simulate:`` section: the same simulated workload run on the pool of every grid point."""
 
-    workload: Any  # kvdash.simulate.engine.Workload
+    workload: Any  # kvdash.simulate.workload.Workload
     policies: tuple[str, ...]
     allocator: str
     max_len: int
@@ -616,8 +616,9 @@ def _prefix_cache_section(c: Checker, raw: Any, path: Path) -> PrefixCacheSpec:
 def _simulate_section(c: Checker, raw: Any) -> SimSpec:
     from dataclasses import replace
 
-    from kvdash.simulate.engine import ALLOCATORS, POLICIES, PRESETS
+    from kvdash.simulate.engine import ALLOCATORS, POLICIES
     from kvdash.simulate.lengths import parse_lengths_spec
+    from kvdash.simulate.workload import PRESETS
 
     p: Path_ = ("simulate",)
     sim = c.mapping(c.renamed(c.mapping(raw, p), p, OLD_SIMULATE_KEYS), p, SIMULATE_KEYS)
