@@ -393,3 +393,27 @@ def test_fleet_rows_carry_the_counters_for_windowed_rates(via):
     fig = figures(page)["engines"][0]
     assert (e["prefix_queries"], e["prefix_hits"], e["preemptions"]) == (
         fig["prefix_queries"], fig["prefix_hits"], fig["preemptions"]) == (90_000, 36_000, 2)
+
+
+@pytest.mark.parametrize("name, line", [
+    ("vllm-0.33.0-offload", "offload 32,768 chunks (kvdash 32,768) | hit 50.0% | load 40.0 GB/s"),
+    ("sglang-0.5.23-hicache", "offload 900,000/2,400,000 host tokens | hit 12.8% | load 80.0 GB/s"),
+    ("lmcache-0.5.6-tp2", "offload 40.00 GiB held (kvdash 327,680 tok) | hit 50.0%"),
+])
+def test_the_dashboard_summary_has_one_offload_line_within_80_columns(name, line):
+    """The 80x24 dashboard's summary (kv_summary): the tier in one line once it reports more than its
+    configured size (the demo engine, size only, keeps its layout)."""
+    from kvdash.live.analysis import analyze
+    from kvdash.render.live_view import kv_summary
+
+    cfg = LiveConfig(model="llama-3.1-8b", tp=2, budget=40 * 2**30, budget_mode="explicit")
+    kv = analyze(DemoSource(seed=1).read(), cfg, read(PAGES / f"{name}.prom"))
+    lines = kv_summary(kv).plain.splitlines()
+    assert line in lines and all(len(x) <= 78 for x in lines if x.startswith("offload"))
+    from kvdash.sources.engine import from_snapshot
+
+    snap = DemoSource(seed=1).read()
+    engine = from_snapshot(snap.extra)
+    assert engine is not None and engine.offload == {"tier": "vLLM native offloading (native)", "size_gib": "64.0"}
+    demo = kv_summary(analyze(snap, LiveConfig(), engine)).plain.splitlines()
+    assert any(x.startswith("engine") for x in demo) and not any(x.startswith("offload") for x in demo)
