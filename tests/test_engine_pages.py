@@ -417,3 +417,17 @@ def test_the_dashboard_summary_has_one_offload_line_within_80_columns(name, line
     assert engine is not None and engine.offload == {"tier": "vLLM native offloading (native)", "size_gib": "64.0"}
     demo = kv_summary(analyze(snap, LiveConfig(), engine)).plain.splitlines()
     assert any(x.startswith("engine") for x in demo) and not any(x.startswith("offload") for x in demo)
+
+
+def test_sglang_prefix_counters_for_the_windowed_hit_rate():
+    """SGLang's sglang:prefill_effective_tokens_total (its help: windowed hit rate = rate of the *_hit modes over
+    all modes), one scheduler's: the HiCache page has 1,200,000 input + 500,000 device + 250,000 host + 0
+    storage = 1,950,000 prompt tokens, 750,000 of them hits; the other pages' series are pre-seeded at 0.
+    The fleet carries them too (the windowed rates of its v view)."""
+    r = read(PAGES / "sglang-0.5.23-hicache.prom")
+    assert (r.prefix_queries, r.prefix_hits) == (1_950_000, 750_000)
+    assert (read(PAGES / "sglang-0.5.23-tp8.prom").prefix_queries, read(PAGES / "sglang-0.5.23-tp8.prom").prefix_hits) \
+        == (0, 0)
+    fleet = build_fleet({"engines": as_series(PAGES / "sglang-0.5.23-hicache.prom", "n:30000", ENGINE_FAMILIES)},
+                        LiveConfig())
+    assert (fleet["engines"][0]["prefix_queries"], fleet["engines"][0]["prefix_hits"]) == (1_950_000, 750_000)
