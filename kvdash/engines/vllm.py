@@ -406,6 +406,14 @@ def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_si
     full_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k == "full")
     window_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k != "full")
     layer_bytes = max(max(v) for v in kinds.values())
+
+    def ratio(local: bool) -> int:
+        # unify_kv_cache_spec_page_size (vllm/v1/core/kv_cache_planning.py): a smaller page that divides the
+        # largest gets a ratio x longer block (MiMo-V2-Flash's full layers: 2); one that does not is padded (1)
+        sizes = {b for (k, _), v in kinds.items() if (k != "full") == local for b in v}
+        only = sizes.pop() if len(sizes) == 1 else layer_bytes
+        return layer_bytes // only if layer_bytes % only == 0 else 1
+
     state_groups = f.cdiv(n_state, group_size) if n_state else 0
     # MambaSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py): align mode 2 pages per request, + 1 prefill
     # checkpoint (Mamba-2 layers, checkpointing gated delta nets: takes_prefill_checkpoint), else 1
@@ -428,15 +436,39 @@ def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_si
         state_page_bytes=state_page if n_state else 0,
         requested_block_size=block_size if requested is None else requested,
         mamba_mode=("align" if prefix_caching else "none") if n_state else "",
+        full_ratio=ratio(False) if full_groups else 1,
+        window_ratio=ratio(True) if window_groups else 1,
     )
+
+
+# vllm/model_executor/models/falcon.py (v0.33.0), FalconAttention.__init__: the rotary branch (lines 173-180) and the
+# ALiBi branch (lines 189-196) build their Attention without cache_config, so its kv_cache_dtype stays "auto" (the
+# model dtype) whatever --kv-cache-dtype says; only the branch with neither passes cache_config, and transformers'
+# FalconConfig has rotary = not alibi, so every Falcon takes one of the first two.  Measured with vLLM's own Falcon
+# layers: falcon-7b tp 1, 12 GiB, fp8 -> 98,304 blocks, as with bf16 (conformance/vllm/expected.json).
+KV_DTYPE_IGNORED = {"falcon": "vllm/model_executor/models/falcon.py lines 173-180 (FalconAttention builds its "
+                              "rotary Attention without cache_config)"}
+
+
+def stored_kv_dtype(arch: Architecture, dtype: str) -> tuple[str, str]:
+    """The dtype vLLM 0.33 stores this model's KV cache in when ``--kv-cache-dtype`` is ``dtype``, and, when it is
+    not ``dtype``, why (else ``""``).  A quantized dtype asked of a model whose attention ignores it
+    (:data:`KV_DTYPE_IGNORED`) is stored in the model dtype, bf16 (what the harness and ``--dtype auto`` give a
+    bfloat16 checkpoint)."""
+    kv = get_dtype(dtype)
+    why = KV_DTYPE_IGNORED.get(arch.model_type, "")
+    if kv.quantized and why:
+        return "bf16", why
+    return kv.name, ""
 
 
 def rank_shapes(arch: Architecture, dtype: str = "bf16", scales: str = "tensor", tp: int = 1,
                 pp: int = 1, block_size: int = 16, prefix_caching: bool = True) -> list[PoolShape]:
-    """One :class:`PoolShape` per pipeline stage (all tensor-parallel ranks of a stage match)."""
+    """One :class:`PoolShape` per pipeline stage (all tensor-parallel ranks of a stage match); the KV dtype is the
+    one vLLM stores the cache in (:func:`stored_kv_dtype`: Falcon keeps bf16)."""
     check_positive("--block-size", block_size)
     check_scale_mode(scales)
-    get_dtype(dtype)
+    dtype = stored_kv_dtype(arch, dtype)[0]
     check_parallel(arch, tp, pp)
     used, page = aligned_block_size(arch, dtype, scales, tp, block_size, prefix_caching)
     checkpoints = takes_prefill_checkpoint(arch, prefix_caching)
@@ -514,10 +546,13 @@ class VllmRules:
     def blocks_per_request(self, x: Mapping[str, Any]) -> Any:
         # max_memory_usage_bytes per spec (vllm/v1/kv_cache_interface.py): full cdiv(L, B); sliding
         # cdiv(min(W - 1 + T, L), B) + 1; chunked cdiv(min(C + T, L), B), T = max_in_flight_tokens (2 x
-        # max_num_batched_tokens under async scheduling); a state group 1 block (2 in align mode, 3 for Mamba-2)
+        # max_num_batched_tokens under async scheduling); a state group 1 block (2 in align mode, 3 for Mamba-2).
+        # A kind whose page is a ratio-th of the largest holds ratio x B tokens per block
+        # (unify_kv_cache_spec_page_size, vllm/v1/core/kv_cache_planning.py; PoolShape.full_ratio / window_ratio)
         B, L, window, chunked = x["block_size"], x["max_model_len"], x["window"], x["chunked"]
-        local = f.cdiv(f.imin(window - 1 + chunked + x["in_flight_tokens"], L), B) + 1 - chunked
-        return x["full_groups"] * f.cdiv(L, B) + x["window_groups"] * local + x["state_blocks"]
+        fb, wb = B * x.get("full_ratio", 1), B * x.get("window_ratio", 1)
+        local = f.cdiv(f.imin(window - 1 + chunked + x["in_flight_tokens"], L), wb) + 1 - chunked
+        return x["full_groups"] * f.cdiv(L, fb) + x["window_groups"] * local + x["state_blocks"]
 
     def startup_line(self, kv_tokens: int, max_model_len: int, concurrency: float) -> str:
         # vllm/v1/core/kv_cache_utils.py (v0.33.0), update_kv_cache_capacity: one line
