@@ -169,17 +169,35 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
 
 
 def rate_curve(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, rates: list[float], bound: float,
-               seed: int = 0, policy: str = "paged") -> tuple[list[float], float | None]:
+               seed: int = 0, policy: str = "paged", refine: int = 0) -> tuple[list[float], float | None]:
     """Normalized latency (s/token) at each Poisson rate (requests/s; the same arrival draw scaled for every
     policy), and the highest rate of ``rates`` at and below which it stays within ``bound`` (None: not even the
-    lowest)."""
-    curve = [normalized_latency(schedule(setup, prompt, output, rate=r, seed=seed, policy=policy), setup["consts"],
-                                output) for r in rates]
+    lowest, or within it at every swept rate: the rate is then beyond the sweep); ``refine`` bisection steps
+    then narrow that rate between it and the next swept one (or 0 and the lowest), so a ratio of two policies'
+    rates is not the sweep's spacing."""
+    def nlat(r: float) -> float:
+        return normalized_latency(schedule(setup, prompt, output, rate=r, seed=seed, policy=policy), setup["consts"],
+                                  output)
+
+    curve = [nlat(r) for r in rates]
     top = None
+    k = 0
     for r, lat in zip(rates, curve, strict=True):
         if lat > bound:
             break
         top = r
+        k += 1
+    if k == len(rates):
+        return curve, None  # within the bound at every swept rate: its rate is beyond the sweep, not known
+    if refine and k < len(rates):
+        lo, hi = (top or 0.0), rates[k]
+        for _ in range(refine):
+            mid = (lo + hi) / 2
+            if nlat(mid) <= bound:
+                lo = mid
+            else:
+                hi = mid
+        top = round(lo, 4) if lo > 0 else None
     return curve, top
 
 

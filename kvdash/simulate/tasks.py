@@ -57,7 +57,8 @@ def time_point(task: dict[str, Any]) -> dict[str, Any]:
         for pol in task["policies"]:
             curve: list[float | None]
             try:
-                got, top = slo.rate_curve(setup, prompt, output, task["rates"], task["bound"], seed, pol)
+                got, top = slo.rate_curve(setup, prompt, output, task["rates"], task["bound"], seed, pol,
+                                          task.get("refine", 0))
                 curve = list(got)
             except InputError as exc:
                 if exc.field not in ("--budget", "--block-size"):

@@ -15,7 +15,8 @@ rule), ``max_num_seqs`` and ``max_num_batched_tokens``, and yields result column
   Figure 12 metric), the highest rate within the bound, and paged's rate over each contiguous one's.
 
 Requests are drawn from the ``simulate:`` workload, or per grid workload from ``workloads:`` (a preset name
-or ``{prompt: SPEC, output: SPEC}``); a grid workload not listed there is not simulated in time.
+or ``{prompt: SPEC, output: SPEC}``, each with its own ``rates:`` and ``requests:`` if given); a grid workload
+not listed there is not simulated in time.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 TIME_KEYS = ("gpu", "weight_format", "policies", "slo", "users", "rates", "latency_bound", "workloads", "requests",
-             "max_num_seqs", "max_batched_tokens")
+             "max_num_seqs", "max_batched_tokens", "refine")
+WORKLOAD_KEYS = ("preset", "prompt", "output", "rates", "requests")
 TIME_POLICIES = ("paged", "max", "pow2", "oracle")
 LABEL = ("kvdash's time model (steptime fitted on measured vLLM rows; its measured error is in the README: "
          "Time model accuracy)")
@@ -45,6 +47,15 @@ class TimeSpec:
     requests: int
     max_num_seqs: int | None
     max_batched_tokens: int | None
+    workload_rates: dict[str, list[float]] | None = None  # a grid workload's own rates (else ``rates``)
+    workload_requests: dict[str, int] | None = None  # a grid workload's own request count (else ``requests``)
+    refine: int = 6  # bisection steps narrowing each policy's rate at the bound
+
+    def rates_of(self, workload: str) -> list[float] | None:
+        return (self.workload_rates or {}).get(workload, self.rates)
+
+    def most_rates(self) -> int:
+        return max([len(self.rates or [])] + [len(r) for r in (self.workload_rates or {}).values()])
 
 
 def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: list[str]) -> TimeSpec:
@@ -89,43 +100,62 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
     bound = sec.get("latency_bound", 0.5)
     if isinstance(bound, bool) or not isinstance(bound, int | float) or not math.isfinite(bound) or bound <= 0:
         raise c.fail(p + ("latency_bound",), bound, "expected seconds per output token, more than 0")
-    if slo is None and users is None and rates is None:
-        raise c.fail(p, "-", "expected at least one of slo, users or rates")
     workloads = None
+    workload_rates: dict[str, list[float]] = {}
+    workload_requests: dict[str, int] = {}
     if "workloads" in sec:
         workloads = {}
+        shape = ("expected a preset (" + ", ".join(PRESETS) + ") or {preset: NAME} or {prompt: SPEC, output: SPEC}, "
+                 "each with an optional rates: A:B:N")
         for name, spec in c.mapping(sec["workloads"], p + ("workloads",)).items():
             q = p + ("workloads", name)
             if str(name) not in grid_workloads:
                 raise c.fail(q, name, "expected a workload of the grid: " + ", ".join(grid_workloads), key=True)
-            if isinstance(spec, str):
-                if spec not in PRESETS:
-                    raise c.fail(q, spec, "expected a preset (" + ", ".join(PRESETS) + ") or {prompt: SPEC, "
-                                          "output: SPEC}")
-                workloads[str(name)] = replace(base, name=spec, prompt=PRESETS[spec].prompt,
-                                               output=PRESETS[spec].output, note=PRESETS[spec].note)
-                continue
-            m = c.mapping(spec, q, ("prompt", "output"))
-            w = base
-            for key in ("prompt", "output"):
-                if key not in m:
-                    raise c.fail(q, spec, "expected prompt: and output: length specs (fixed:N, uniform:A,B, "
-                                          "lognormal:MEAN,SIGMA)")
+            m = {"preset": spec} if isinstance(spec, str) else c.mapping(spec, q, WORKLOAD_KEYS)
+            if ("preset" in m) == ("prompt" in m or "output" in m):
+                raise c.fail(q, spec, shape)
+            if "preset" in m:
+                if str(m["preset"]) not in PRESETS:
+                    raise c.fail(q + (() if isinstance(spec, str) else ("preset",)), m["preset"], shape)
+                pre = PRESETS[str(m["preset"])]
+                w = replace(base, name=pre.name, prompt=pre.prompt, output=pre.output, note=pre.note)
+            else:
+                w = base
+                for key in ("prompt", "output"):
+                    if key not in m:
+                        raise c.fail(q, spec, shape)
+                    try:
+                        w = replace(w, **{key: parse_lengths_spec(str(m[key]), key)}, name=str(name),
+                                    note="custom lengths")
+                    except InputError as exc:
+                        raise c.fail(q + (key,), m[key], exc.allowed) from exc
+            if "rates" in m:
                 try:
-                    w = replace(w, **{key: parse_lengths_spec(str(m[key]), key)}, name=str(name),
-                                note="custom lengths")
+                    workload_rates[str(name)] = parse_rates_per_s(str(m["rates"]), "rates")
                 except InputError as exc:
-                    raise c.fail(q + (key,), m[key], exc.allowed) from exc
+                    raise c.fail(q + ("rates",), m["rates"], exc.allowed) from exc
+            if "requests" in m:
+                workload_requests[str(name)] = c.positive_int(m["requests"], q + ("requests",))
+                if workload_requests[str(name)] > 20_000:
+                    raise c.fail(q + ("requests",), m["requests"], "expected at most 20,000 per grid point")
             workloads[str(name)] = w
+    refine = sec.get("refine", 6)
+    if isinstance(refine, bool) or not isinstance(refine, int) or not 0 <= refine <= 20:
+        raise c.fail(p + ("refine",), refine, "expected 0 to 20 bisection steps")
     requests = c.positive_int(sec.get("requests", min(base.requests, 500)), p + ("requests",))
     if requests > 20_000:
         raise c.fail(p + ("requests",), requests, "expected at most 20,000 per grid point")
     caps = {}
     for key in ("max_num_seqs", "max_batched_tokens"):
         caps[key] = c.positive_int(sec[key], p + (key,)) if key in sec else None
-    return TimeSpec(gpu=None if gpu is None else str(gpu), weight_format=wf, policies=policies, slo=slo,
+    ts = TimeSpec(gpu=None if gpu is None else str(gpu), weight_format=wf, policies=policies, slo=slo,
                     slo_text=str(sec.get("slo", "")), users=users, rates=rates, latency_bound=float(bound),
-                    workloads=workloads, requests=requests, **caps)
+                    workloads=workloads, requests=requests, **caps, workload_rates=workload_rates or None,
+                  workload_requests=workload_requests or None,
+                    refine=refine)
+    if slo is None and users is None and not ts.most_rates():
+        raise c.fail(p, "-", "expected at least one of slo, users or rates")
+    return ts
 
 
 def time_columns(ts: TimeSpec) -> list[tuple[str, str, str]]:
@@ -145,13 +175,18 @@ def time_columns(ts: TimeSpec) -> list[tuple[str, str, str]]:
                 ("time_tokens_per_s_per_gpu", "float", f"time model: output tokens/s per GPU {u}"),
                 ("time_tokens_per_s_per_user", "float", f"time model: output tokens/s per user (mean of 1 / TPOT) {u}"),
                 ("time_preemptions", "int", f"time model: preemptions {u}")]
-    if ts.rates:
+    if ts.most_rates():
+        per = bool(ts.workload_rates)
+        if per:
+            out.append(("time_rates", "str", "time model: the Poisson rates swept at this point, requests/s"))
         for pol in ts.policies:
-            for k, rate in enumerate(ts.rates):
+            for k in range(ts.most_rates()):
+                at = f"the point's rate {k + 1} (time_rates)" if per else f"{(ts.rates or [])[k]:.4g} requests/s"
                 out.append((f"time_{pol}_nlat_r{k}", "float",
-                            f"time model: {pol}, normalized latency at {rate:.4g} requests/s, s per output token"))
-            out.append((f"time_{pol}_rate", "float", f"time model: {pol}, highest swept requests/s within "
-                                                      f"{ts.latency_bound:g} s per output token"))
+                            f"time model: {pol}, normalized latency at {at}, s per output token"))
+            out.append((f"time_{pol}_rate", "float", f"time model: {pol}, highest requests/s within "
+                                                      f"{ts.latency_bound:g} s per output token (empty: below it "
+                                                      "at no swept rate, or at every one)"))
         if "paged" in ts.policies:
             for pol in ts.policies:
                 if pol != "paged":
@@ -203,10 +238,12 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
     keys: list[tuple[Any, ...] | None] = []
     gpus: list[str | None] = []
     kv_req: list[int | None] = []
+    wls: list[str] = []
     cols = ("model", "workload", "kv_dtype", "kv_scales", "tp", "pp", "block_size", "budget_bytes", "gpu",
             "kv_token_slots", "max_num_seqs", "max_batched_tokens")
     for r in frame.select([c for c in cols if c in frame.columns]).iter_rows(named=True):
         model, wl = str(r["model"]), str(r["workload"])
+        wls.append(wl)
         gpu = r.get("gpu") or ts.gpu
         w = sim.workload if ts.workloads is None else ts.workloads.get(wl)
         if model not in cfgs:
@@ -222,9 +259,18 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
         if (wl, max_len) not in drawn:
             from dataclasses import replace
 
-            drawn[(wl, max_len)] = draw_requests(replace(w, requests=ts.requests, arrival="closed", concurrency=1),
-                                                 sim.seed, max_len)
+            try:
+                n_req = (ts.workload_requests or {}).get(wl, ts.requests)
+                drawn[(wl, max_len)] = draw_requests(replace(w, requests=n_req, arrival="closed",
+                                                             concurrency=1), sim.seed, max_len)
+            except InputError:  # longer than the model's context (or simulate's max_reserved): not simulated
+                drawn[(wl, max_len)] = None
         reqs = drawn[(wl, max_len)]
+        if reqs is None:
+            keys.append(None)
+            gpus.append(None)
+            kv_req.append(None)
+            continue
         shape = rank_shapes(arch, str(r["kv_dtype"]), str(r["kv_scales"]), r["tp"], 1, r["block_size"])[0]
         pool = Pool.of(shape, int(r["budget_bytes"]))
         mean_len = max(int(round(float(reqs.final.mean()))), 1)
@@ -251,30 +297,34 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
                  "max_batched": batched, "tp": r["tp"], "kv_requests": kv, "slots": int(r["kv_token_slots"]),
                  "max_len": max_len, "allocator": sim.allocator}
         tasks[key] = {"setup": setup, "prompt": np.asarray(reqs.prompt), "output": np.asarray(reqs.output),
-                      "seed": sim.seed, "slo": ts.slo, "users": ts.users, "rates": ts.rates,
+                      "seed": sim.seed, "slo": ts.slo, "users": ts.users, "rates": ts.rates_of(wl),
+                      "refine": ts.refine,
                       "bound": ts.latency_bound, "policies": list(ts.policies)}
     results = dict(zip(tasks, run_tasks(T.time_point, list(tasks.values()), jobs, use_ray), strict=True))
     columns = time_columns(ts)
     rows: dict[str, list[Any]] = {name: [] for name, _, _ in columns}
-    for point_key, gpu_key, kv_n in zip(keys, gpus, kv_req, strict=True):
+    for point_key, gpu_key, kv_n, wl in zip(keys, gpus, kv_req, wls, strict=True):
         res = results.get(point_key) if point_key is not None else None
         rows["time_gpu"].append(gpu_key if res is not None else None)
         rows["time_kv_requests"].append(kv_n)
         for name, _, _ in columns[2:]:
-            rows[name].append(None if res is None else _value(res, name[len("time_"):], ts))
+            rows[name].append(None if res is None else _value(res, name[len("time_"):], ts, wl))
     dtypes = {"str": pl.Utf8, "int": pl.Int64, "float": pl.Float64}
     return frame.with_columns(pl.Series(name, rows[name], dtype=dtypes[kind]) for name, kind, _ in columns)
 
 
-def _value(res: dict[str, Any], name: str, ts: TimeSpec) -> Any:
+def _value(res: dict[str, Any], name: str, ts: TimeSpec, wl: str) -> Any:
     """A column's value from a :func:`kvdash.simulate.tasks.time_point` result (``name`` without ``time_``)."""
     if name in res:
         return res[name]
+    if name == "rates":
+        rates = ts.rates_of(wl)
+        return None if rates is None else ",".join(f"{r:.4g}" for r in rates)
     if name.startswith("paged_over_"):
         a, b = res.get("paged_rate"), res.get(name[len("paged_over_"):] + "_rate")
         return None if a is None or not b else round(a / b, 6)
     pol, _, k = name.rpartition("_nlat_r")
     if pol and k.isdigit():
         curve = res.get(f"{pol}_curve")
-        return None if curve is None else curve[int(k)]
+        return None if curve is None or int(k) >= len(curve) else curve[int(k)]
     return None
