@@ -15,15 +15,16 @@ ROOT = Path(__file__).resolve().parent.parent / "kvdash"
 # module prefix -> layer (a module takes its longest matching prefix)
 LAYERS: dict[str, int] = {
     "kvdash.units": 0, "kvdash.errors": 0, "kvdash.defaults": 0, "kvdash.safeio": 0, "kvdash.safeyaml": 0,
-    "kvdash.netaddr": 0, "kvdash.data": 0, "kvdash.templates": 0,
-    "kvdash.core": 1,  # the pure core: formulas, models, vLLM's rules (kvdash.core.vllm)
-    "kvdash.calibration": 2, "kvdash.sources": 2,  # GPU and engine sources, measured reserves
-    "kvdash.live": 3, "kvdash.simulate": 3,
-    "kvdash.sweep": 4, "kvdash.fleet": 4,
-    "kvdash.report": 5, "kvdash.render": 5, "kvdash.exporter": 5,
-    "kvdash.tui": 6, "kvdash.action": 6,
-    "kvdash.commands": 7,
-    "kvdash.cli": 8, "kvdash.launch": 8,
+    "kvdash.netaddr": 0, "kvdash.markdown": 0, "kvdash.data": 0, "kvdash.templates": 0,
+    "kvdash.core": 1,  # the pure core: engine-free formulas, models, pool geometry
+    "kvdash.engines": 2,  # engine rules behind one interface (kvdash.engines.vllm: vLLM 0.33)
+    "kvdash.calibration": 3, "kvdash.sources": 3,  # GPU and engine sources, measured reserves
+    "kvdash.live": 4, "kvdash.simulate": 4,
+    "kvdash.sweep": 5, "kvdash.fleet": 5,
+    "kvdash.report": 6, "kvdash.render": 6, "kvdash.exporter": 6,
+    "kvdash.tui": 7, "kvdash.action": 7,
+    "kvdash.commands": 8,
+    "kvdash.cli": 9, "kvdash.launch": 9,
 }
 ROOT_PACKAGE_LAYER = 0  # kvdash/__init__.py holds the version only
 
@@ -34,8 +35,6 @@ KNOWN_UPWARD = {
     ("kvdash.sources.prometheus", "kvdash.fleet.client"),
     ("kvdash.sources.prometheus", "kvdash.fleet.queries"),
     ("kvdash.sources.prometheus", "kvdash.live.analysis"),
-    ("kvdash.sweep.gates", "kvdash.report.markdown"),
-    ("kvdash.report.build", "kvdash.commands.simulate_prefix"),
 }
 
 
@@ -149,3 +148,11 @@ def test_no_new_import_from_a_lower_layer_to_a_higher_one():
     upward = {(a, b) for a, outs in edges().items() for b in outs if layer(b) > layer(a)}
     assert set() == upward - KNOWN_UPWARD, "new upward imports"
     assert set() == KNOWN_UPWARD - upward, "gone: remove them from KNOWN_UPWARD"
+
+
+def test_the_core_imports_no_engine_module():
+    """Issue 26: engine rules live in kvdash.engines, above the engine-free core; the core names no engine."""
+    graph = edges()
+    assert graph["kvdash.engines.vllm"], "the checker sees the engine module's imports"
+    assert [] == sorted((a, b) for a, outs in graph.items() if layer(a) == LAYERS["kvdash.core"]
+                        for b in outs if b.startswith("kvdash.engines"))

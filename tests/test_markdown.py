@@ -1,4 +1,4 @@
-"""Markdown safety: every user string that reaches Markdown passes kvdash.report.markdown.md.
+"""Markdown safety: every user string that reaches Markdown passes kvdash.markdown.md.
 
 The rendered text is parsed with markdown-it-py (CommonMark plus GitHub's table and autolink rules,
 the "gfm-like" preset) rather than searched for substrings, so a test fails when a payload changes
@@ -19,7 +19,7 @@ from markdown_it import MarkdownIt
 
 from kvdash.cli import main
 from kvdash.errors import flat as one_line
-from kvdash.report.markdown import md, md_code
+from kvdash.markdown import md, md_code
 
 PAYLOADS = [
     "@octocat", "hi @org/team", "\\@octocat", "@@x", "a@b.c", "&#64;octocat", "\u2028@x",

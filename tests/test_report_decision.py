@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from kvdash.cli import main
-from kvdash.report import build
+from kvdash.report import analysis
 from kvdash.report.build import results_formats, write_report
 from kvdash.sweep.claims import Claim, judge, judge_all
 from kvdash.sweep.evaluate import expand
@@ -95,7 +95,7 @@ class TestDecision:
         path = tmp_path / "g.yaml"
         path.write_text(text)
         spec = parse_grid(path)
-        ctx = build.build_context(spec, expand(spec))
+        ctx = analysis.build_context(spec, expand(spec))
         assert "chat 4,096 / 1,024 = 4.0000 (computed 4.0000x to 4.2222x, median 4.1111x)" in ctx["mechanism"]
 
     def test_objective_is_validated(self, tmp_path, capsys):
@@ -112,7 +112,7 @@ class TestDecision:
         path.write_text("models: [tutorial-gqa-80l]\nobjective: {minimize: bytes_per_token}\n"
                         "grid:\n  kv_dtype: [bf16, fp8]\n")
         spec = parse_grid(path)
-        ctx = build.build_context(spec, expand(spec))
+        ctx = analysis.build_context(spec, expand(spec))
         assert "best is fp8 with 163,840 bytes_per_token" in ctx["decision"]["lines"][0]
         assert "runner-up bf16 with 327,680 (+100.0%)" in ctx["decision"]["lines"][0]
 
@@ -132,7 +132,7 @@ class TestLabels:
         """Every point of the planning grid has its own label (the GPU is part of it)."""
         spec = parse_grid(REPO / "sweeps" / "planning.yaml")
         df = expand(spec).frame
-        labels = build.Labels(spec, df)
+        labels = analysis.Labels(spec, df)
         names = [labels(r) for r in df.select(labels.data_columns).iter_rows(named=True)]
         assert len(set(names)) == len(names) == df.height
         assert labels.names == "model, GPUs, KV dtype, block, workload"
@@ -225,7 +225,7 @@ class TestVerdicts:
 
     def test_reserve_beside_capacity_claims(self, tmp_path):
         spec = parse_grid(REPO / "sweeps" / "vendor-claims.yaml")
-        ctx = build.build_context(spec, expand(spec))
+        ctx = analysis.build_context(spec, expand(spec))
         row = next(r for r in ctx["claims"]["rows"] if r["id"] == "70b-8xh100-paged-60-80")
         assert "reserve auto/rank" in row["why"]  # issue 23: the default reserve of GPU-derived budgets
         assert "runtime reserve auto per rank (kvdash's default" in ctx["claims"]["reserve"]
@@ -241,7 +241,7 @@ class TestConcise:
 
     def test_sensitivity_medians_per_workload(self):
         spec = parse_grid(REPO / "sweeps" / "vendor-claims.yaml")
-        ctx = build.build_context(spec, expand(spec))
+        ctx = analysis.build_context(spec, expand(spec))
         sens = ctx["sensitivity"]
         assert sens["workloads"] == ["chat-2k", "chat-2k-prefix-1k", "long-32k", "context-128k"]
         model = next(t for t in sens["tables"] if t["dimension"] == "model")
@@ -260,7 +260,7 @@ class TestOutputs:
         assert results_formats(5, csv=True, parquet=True) == ("csv", "parquet")
 
     def test_report_states_parquet(self, tmp_path, monkeypatch):
-        monkeypatch.setattr(build, "PARQUET_ABOVE", 3)
+        monkeypatch.setattr(analysis, "PARQUET_ABOVE", 3)
         path = tmp_path / "g.yaml"
         path.write_text("models: [tutorial-gqa-80l]\ngrid:\n  kv_dtype: [bf16, fp8]\n  block_size: [16, 32]\n")
         spec = parse_grid(path)

@@ -16,7 +16,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdash.report.build import _best_per_workload, _first_k, _pair_key, _range_median
+from kvdash.report.picks import _best_per_workload, _first_k, _pair_key, _range_median
 
 settings.register_profile("ci", max_examples=150, deadline=None)
 settings.load_profile("ci")
@@ -180,7 +180,8 @@ def test_one_chart_search_gives_every_chart_and_the_headline(df, maximize):
     * the headline's worst 2: the first 2 of the points that fit in that same reversed order;
     * the headline's best ``each`` per workload: the first ``each`` of the decision's best 8 per workload.
     """
-    from kvdash.report.build import CHART_POINTS, HEADLINE_WORST, MERMAID_POINTS, _Picks
+    from kvdash.report.analysis import HEADLINE_WORST, MERMAID_POINTS
+    from kvdash.report.picks import CHART_POINTS, _Picks
 
     spec = _Spec(_Objective("m", maximize))
     picks = _Picks(spec, df)  # type: ignore[arg-type]
@@ -225,7 +226,7 @@ def plain_sensitivity(df: pl.DataFrame, dims: list[str]) -> dict[str, object]:
     """The sensitivity tables by their definition: per (value, workload) polars' median of paged requests and,
     for models, in brackets the value-count median of the ratio (:func:`_range_median`, nulls left out); values
     in the order they appear, workloads in the Enum's order, "-" for a pair without points."""
-    from kvdash.report.build import HEADERS, cell
+    from kvdash.report.labels import HEADERS, cell
     from kvdash.units import ratio_text
 
     workloads = [w for w in df.schema["workload"].categories if w in set(df.get_column("workload").to_list())]
@@ -252,7 +253,7 @@ def test_models_ratio_median_in_their_group_by_equals_value_counts(df):
     by value counts otherwise: the same text as the definition (:func:`plain_sensitivity`)."""
     from types import SimpleNamespace
 
-    from kvdash.report.build import _sensitivity
+    from kvdash.report.analysis import _sensitivity
 
     got = _sensitivity(None, df, SimpleNamespace(swept=["model", "workload"]))  # type: ignore[arg-type]
     assert got == plain_sensitivity(df, ["model"])
@@ -295,7 +296,8 @@ def test_sensitivity_from_workload_blocks_equals_the_definition(case):
     block); the text equals the definition (:func:`plain_sensitivity`), blocks whole or broken."""
     from types import SimpleNamespace
 
-    from kvdash.report.build import _blocks, _sensitivity
+    from kvdash.report.analysis import _sensitivity
+    from kvdash.report.picks import _blocks
 
     df, whole = case
     dims = ["model", "block_size"]

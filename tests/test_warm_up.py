@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvdash.commands import sweep as sweep_cmd
-from kvdash.report import build
+from kvdash.report import render
 from tests.cli_run import run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,10 +24,10 @@ def _same_as_committed(out: Path) -> None:
 
 
 def test_warm_up_loads_both_templates_into_the_renderers_environments():
-    build._env.cache_clear()
-    build.warm_up()
-    md, html = build._env(False), build._env(True)
-    assert md is build._env(False) and html is build._env(True)  # cached: the renderers get these two
+    render._env.cache_clear()
+    render.warm_up()
+    md, html = render._env(False), render._env(True)
+    assert md is render._env(False) and html is render._env(True)  # cached: the renderers get these two
     assert md is not html and not md.autoescape and html.autoescape
     # each environment holds its one compiled template, so rendering compiles nothing more
     assert len(md.cache) == 1 and len(html.cache) == 1
@@ -48,7 +48,7 @@ def test_warm_up_at_the_threshold_changes_no_byte(tmp_path, capsys, monkeypatch)
     threads = []
     real = sweep_cmd._warm_up
     monkeypatch.setattr(sweep_cmd, "_warm_up", lambda: threads.append(real()) or threads[-1])
-    build._env.cache_clear()
+    render._env.cache_clear()
     code, _, err = run(["sweep", TUTORIAL, "--out", tmp_path / "r", "-q"], capsys)
     assert (code, err) == (0, "")
     assert len(threads) == 1 and not threads[0].is_alive()  # joined before the report is written
@@ -62,7 +62,7 @@ def test_a_failing_warm_up_leaves_the_report_intact(tmp_path, capsys, monkeypatc
     def boom() -> None:
         raise RuntimeError("no templates")
 
-    monkeypatch.setattr(build, "warm_up", boom)
+    monkeypatch.setattr(render, "warm_up", boom)
     code, _, err = run(["sweep", TUTORIAL, "--out", tmp_path / "r", "-q"], capsys)
     assert (code, err) == (0, "")
     _same_as_committed(tmp_path / "r")

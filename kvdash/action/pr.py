@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvdash.errors import clip as shorten
-from kvdash.report.markdown import md, md_code
+from kvdash.markdown import md, md_code
 
 MARKER = "<!-- kvdash-sweep-diff: one sticky comment, updated by the kvdash action -->"
 GITHUB_LIMIT = 65_536

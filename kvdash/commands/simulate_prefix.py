@@ -18,6 +18,7 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
                requests: int | None, seed: int, max_bytes: int, as_json: bool) -> None:
     from kvdash.core import tiers as T
     from kvdash.simulate import prefixcache as P
+    from kvdash.simulate.prefix_assumptions import prefix_assumptions
 
     if hash_trace is not None and prefix_workload is not None:
         raise InputError("--prefix-workload", prefix_workload, "give --hash-trace or --prefix-workload, not both")
@@ -95,7 +96,7 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
             points.append({"capacity_tokens": tokens, "hit_rate": r.hit_rate,
                            "tiers": {t.name: t.hit_tokens / r.prompt_tokens for t in r.tiers}})
     links = {"cpu": cpu_link, "disk": dlink}
-    assumptions = _assumptions(rules, spec, sized, cpu_link, dlink, w, conc)
+    assumptions = prefix_assumptions(rules, spec, sized, cpu_link, dlink, w, conc)
     setup = {"model": arch.name, "kv_dtype": kv_dtype, "block_size": B, "tp": tp, "budget_bytes": per_rank_bytes,
              "bytes_per_token_per_rank": bytes_per_token, "gpu_pool_tokens": capacity, "workload": w.name,
              "workload_note": w.note, "requests": len(w), "prompt_tokens": w.prompt_tokens, "rules": rules,
@@ -110,41 +111,6 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
         print(json.dumps(out, indent=2))
         return
     _print(setup, result, links, swept, points, budget_lines)
-
-
-def _assumptions(rules: str, spec: Any, sized: dict[str, Any], cpu_link: Any, dlink: Any, w: Any,
-                 conc: int) -> list[str]:
-    out = []
-    if rules == "vllm":
-        out.append(f"vLLM 0.33.0 prefix caching: {spec.block_size}-token blocks hashed when full (prompt and output), "
-                   "hits on the run of cached blocks from the start up to prompt - 1 tokens, freed blocks evicted "
-                   "least recently used with each request's tail first (vllm/v1/core/block_pool.py, "
-                   "single_type_kv_cache_manager.py)")
-        if "cpu" in sized:
-            c = sized["cpu"]
-            out.append(f"vLLM native offloading: CPU tier of {c.chunks:,} chunks of {c.chunk_bytes:,} B "
-                       f"({c.chunk_tokens} tokens each) = {c.tokens:,} tokens from {c.size_bytes:,} B "
-                       "(cpu_bytes // round_up(bytes per block x ranks x blocks per chunk, 4,096); "
-                       f"vllm/v1/kv_offload/cpu/spec.py); every full chunk stored; {spec.cpu_policy.upper()} "
-                       "eviction, tails first")
-        if spec.disk_tokens != 0:
-            out.append("disk tier: vLLM's filesystem tier receives every chunk stored to the CPU tier and is read "
-                       "through it (vllm/v1/kv_offload/tiering/manager.py); it evicts nothing, so it is "
-                       + ("unbounded here" if spec.disk_tokens is None else
-                          f"cut at {spec.disk_tokens:,} tokens here, LRU (kvdash's assumption)"))
-    else:
-        out.append("LMCache 0.5.6 rules: 256-token prompt chunks, partial tails never stored, outputs not stored "
-                   "(save_decode_cache False), prefix hits only, LRU, every chunk written to every tier "
-                   "(lmcache/v1/config.py; lmcache/tools/cache_simulator); no GPU prefix cache modelled, as "
-                   "LMCache's simulator")
-        for name, t in sized.items():
-            out.append(f"LMCache {name} tier: {t.chunks:,} chunks of {t.chunk_bytes:,} B = {t.tokens:,} tokens")
-    out.append(f"links: GPU-host {cpu_link.name}, {cpu_link.bytes_per_s / 1e9:g} GB/s per direction per GPU "
-               f"({cpu_link.source}); disk {dlink.name}, {dlink.bytes_per_s / 1e9:g} GB/s shared "
-               f"({dlink.source}); transfer times are bytes / bandwidth, lower bounds")
-    out.append(f"time: requests in arrival order, {conc} in flight (the oldest finishes as the next is admitted); "
-               "every block of a request is allocated at admission; no preemption, no chunked prefill")
-    return out
 
 
 def _pct(x: float) -> str:

@@ -120,7 +120,7 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
 
 def _reserve(spec, frame) -> str:  # type: ignore[no-untyped-def]
     """The reserve basis of the grid's budgets, in a few words (the report's first line in short)."""
-    from kvdash.report.build import reserve_line
+    from kvdash.report.sections import reserve_line
 
     return reserve_line(spec, frame, frame.height > 0 and frame.get_column("gpu").null_count() < frame.height,
                         short=True)
@@ -130,13 +130,13 @@ WARM_UP_POINTS = 100_000  # from here on evaluation takes long enough (0.05 s an
 
 
 def _warm_up() -> "threading.Thread":
-    """Start loading the report's templates while polars evaluates the grid (see report.build.warm_up).  A
+    """Start loading the report's templates while polars evaluates the grid (see report.render.warm_up).  A
     failure here is left to the real use, which reports it properly."""
     import threading
 
     def run() -> None:
         try:
-            from kvdash.report.build import warm_up
+            from kvdash.report.render import warm_up
 
             warm_up()
         except Exception:  # noqa: BLE001,S110  (rendering raises the same error where it is handled)
@@ -170,7 +170,7 @@ def _dry_run(spec, max_points: int) -> None:  # type: ignore[no-untyped-def]
 
 
 def _gates(spec, frame) -> list[str]:  # type: ignore[no-untyped-def]
-    from kvdash.report.build import Labels
+    from kvdash.report.labels import Labels
     from kvdash.sweep.gates import failure_lines
 
     return failure_lines(spec, frame, Labels(spec, frame))

@@ -17,7 +17,7 @@ otherwise turn every point into "one removed, one added".
   relative change of paged requests first, rows labelled with named columns that always include the
   GPU.
 * The text stays under 65,536 characters (GitHub's limit for a comment) whatever the input: every
-  user string is escaped by :func:`kvdash.report.markdown.md` and shortened, tables stop early with a
+  user string is escaped by :func:`kvdash.markdown.md` and shortened, tables stop early with a
   note saying how many rows were left out.
 
 Both files are read as text (so an ``id`` column of integers on one side cannot clash with text on the
@@ -37,7 +37,7 @@ import polars as pl
 
 from kvdash.errors import InputError
 from kvdash.errors import clip as shorten
-from kvdash.report.markdown import md
+from kvdash.markdown import md
 from kvdash.units import RATIO_DECIMALS, GiB, ratio_text
 
 GITHUB_LIMIT = 65_536  # characters GitHub accepts in one comment

@@ -18,7 +18,7 @@ import polars as pl
 
 from kvdash.errors import InputError
 from kvdash.errors import clip as shorten
-from kvdash.report.markdown import md
+from kvdash.markdown import md
 from kvdash.sweep.gridfile import Gate, GridSpec
 
 PASS, FAIL, NA = "pass", "FAIL", "n/a"

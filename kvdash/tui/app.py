@@ -682,7 +682,7 @@ def write_snapshot(folder: Path, snap: Snapshot, kv: dict[str, Any], settings: d
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(snap.time))
     data = {"snapshot": snap.to_json(), "kv_pool": kv, "settings": settings}
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(snap.time))
-    from kvdash.report.markdown import md  # names come from a replay file or an engine: escape them
+    from kvdash.markdown import md  # names come from a replay file or an engine: escape them
 
     lines = [f"# kvdash live snapshot, {when}", "",
              f"Source: {md(snap.source, 200)}; driver {md(snap.driver or 'n/a', 80)}.", "",

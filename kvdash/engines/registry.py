@@ -1,0 +1,33 @@
+"""The engines kvdash knows, by name: :func:`get` and :func:`names`.
+
+Adding an engine (or an engine version) is adding its module under :mod:`kvdash.engines` with one object that
+satisfies :class:`~kvdash.engines.base.EngineRules`, one line in :data:`ENGINES`, and its conformance data.
+"""
+
+from __future__ import annotations
+
+from kvdash.engines import vllm
+from kvdash.engines.base import EngineRules
+from kvdash.errors import InputError
+
+DEFAULT = "vllm"
+ENGINES: dict[str, EngineRules] = {
+    vllm.RULES.name: vllm.RULES,
+}
+
+
+def names() -> tuple[str, ...]:
+    """The registered engine names, in registration order: ``('vllm',)``."""
+    return tuple(ENGINES)
+
+
+def get(name: str = DEFAULT, field: str = "--engine-rules") -> EngineRules:
+    """The rules of engine ``name``; an unknown name is an :class:`~kvdash.errors.InputError` on ``field``.
+
+    >>> get("vllm").label
+    'vLLM 0.33'
+    """
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise InputError(field, name, "expected " + ", ".join(names())) from None
