@@ -51,6 +51,7 @@ from kvdash.report.sections import (
     reserve_line,
     reserve_text,
 )
+from kvdash.report.timesection import time_section
 from kvdash.sweep.claims import Frame, Verdict, shared_where
 from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
 from kvdash.sweep.evaluate import Expanded
@@ -433,6 +434,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "charts": charts_for(spec),
         "columns": RESULT_COLUMNS + (_simulation_columns(spec) if spec.simulate else []) + _prefix_columns(spec),
         "simulation": _simulation(spec, df),
+        "time": time_section(spec, df, spec.dimensions),
         "prefix_cache": _prefix_cache(spec, df),
     }
     judged = judge_claims(spec, df) if verdicts is None else \

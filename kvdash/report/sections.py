@@ -256,7 +256,7 @@ def _assumption_lines(df: pl.DataFrame) -> list[str]:
 def _simulation(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
     """Medians over the grid of the simulated shares, per policy, beside the paper's Figure 2, what each
     share counts and the gaps' causes; the capacity sweep when the section has ``rates``."""
-    if spec.simulate is None:
+    if spec.simulate is None or not spec.simulate.policies:
         return None
     from kvdash.simulate.capacity import LABEL
     from kvdash.simulate.engine import PAPER_FIG2
