@@ -54,7 +54,7 @@ def test_time_block_columns_and_gates_on_them(tmp_path):
     assert "time_paged_over_max" in cols and not any(c.startswith("sim_") for c in cols)
     assert df.get_column("time_gpu").to_list() == ["h100-80gb"] * 4
     # fp8 halves the bytes per token: twice the mean-length requests fit (within a block's rounding)
-    kv = dict(zip(zip(df["kv_dtype"], df["block_size"]), df["time_kv_requests"], strict=True))
+    kv = dict(zip(zip(df["kv_dtype"], df["block_size"], strict=True), df["time_kv_requests"], strict=True))
     assert abs(kv[("fp8", 16)] - 2 * kv[("bf16", 16)]) <= 2
     assert set(df.get_column("time_binds").to_list()) <= {"kv", "max_num_seqs", "compute", "none"}
     assert (df.get_column("time_tpot_p90_ms") > 0).all()

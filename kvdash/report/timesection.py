@@ -39,7 +39,7 @@ def _fmt(v: Any, digits: int = 1) -> str:
 
 def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str, Any] | None:
     """Setup line, per-point SLO/latency rows and, per workload with rates, each policy's rate at the bound."""
-    from kvdash.sweep.claims import TIME_LABEL
+    from kvdash.sweep.claims import TIME_LABEL, TIME_MODEL_ERROR
 
     sim = spec.simulate
     if sim is None or sim.time is None:
@@ -60,15 +60,19 @@ def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str,
     if untimed:
         parts.append(f"{untimed:,} of {df.height:,} points not timed (no config.json to count parameters, no GPU "
                      "figures, pipeline parallel, a workload not listed, or a pool too small for the longest request)")
-    out: dict[str, Any] = {"setup": "; ".join(parts), "label": "Figures " + TIME_LABEL, "points": [], "point_head": [],
-                           "rates": [], "more": ""}
+    short = f"{', '.join(gpus) or '-'}, {ts.weight_format} weights; Orca on paged's scheduler ({sim.allocator})"
+    out: dict[str, Any] = {"setup": "; ".join(parts), "setup_short": short,
+                           "label": "Figures from kvdash's " + TIME_LABEL,
+                           "label_short": f"Time model ({TIME_MODEL_ERROR})",
+                           "points": [], "point_head": [], "rates": [], "more": ""}
     cols = [d for d in dims if d in timed.columns and timed.get_column(d).n_unique() > 1] or ["model"]
     if ts.slo or ts.users:
         head = ["point", "KV holds (requests)"]
         if ts.slo:
             head += [f"users meeting {ts.slo_text} (p90)", "requests/s meeting it", "binds"]
         if ts.users:
-            head += [f"TTFT p90 ms at {ts.users:,} users", "TPOT p90 ms", "tokens/s per GPU", "tokens/s per user"]
+            head += [f"TTFT p90 ms at {ts.users:,} user{'s' if ts.users > 1 else ''}", "TPOT p90 ms",
+                     "tokens/s per GPU", "tokens/s per user"]
         rows = []
         for r in timed.head(MAX_ROWS).iter_rows(named=True):
             row = [", ".join(str(r[c]) for c in cols), _fmt(r["time_kv_requests"])]
@@ -91,6 +95,8 @@ def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str,
                  else ratio_text(med["paged"] / med[pol])] for pol in ts.policies]
         rates = ts.rates_of(wl) or []
         out["rates"].append({"workload": wl, "chart": f"time-rates-{k}.svg", "rows": rows,
+                             "short": f"{len(rates)} rates, {rates[0]:.4g}-{rates[-1]:.4g} requests/s, {sub.height:,} "
+                                      f"point{'s' if sub.height > 1 else ''} (medians)",
                              "swept": f"{len(rates)} Poisson rates from {rates[0]:.4g} to {rates[-1]:.4g} requests/s "
                                       f"({sub.height:,} point{'s' if sub.height > 1 else ''}: medians)"})
     out["bound"] = f"{ts.latency_bound:g}"
