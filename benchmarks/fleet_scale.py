@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kvdash.fleet.source import FleetSource  # noqa: E402
 from kvdash.live.analysis import LiveConfig  # noqa: E402
-from kvdash.sources.prometheus import FleetSource  # noqa: E402
 from tests.promfixture import (  # noqa: E402
     H200_MIB,
     MetricsServer,

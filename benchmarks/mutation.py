@@ -53,20 +53,31 @@ TARGETS: dict[str, list[str]] = {
     "kvdash/core/formulas.py": CORE_TESTS,
     "kvdash/core/point.py": CORE_TESTS + ["tests/test_sweep.py"],
     # the hand-worked calc rules first (lean, under a second): with the pre-pass most mutants stop there
-    "kvdash/core/calc.py": ["tests/test_calc_rules.py", *CORE_TESTS],
+    # (issue 26 moved core/calc.py's rules: the composition to kvdash/answer/, vLLM's to kvdash/engines/)
+    "kvdash/answer/calc.py": ["tests/test_calc_rules.py", *CORE_TESTS],
+    "kvdash/answer/budget.py": ["tests/test_calc_rules.py", *CORE_TESTS],
+    "kvdash/core/pool.py": ["tests/test_calc_rules.py", *CORE_TESTS],
+    "kvdash/engines/vllm.py": ["tests/test_calc_rules.py", "tests/test_engines.py", "tests/test_vllm_rules.py",
+                               *CORE_TESTS],
+    "kvdash/engines/vllm_view.py": ["tests/test_calc_rules.py", "tests/test_engines.py", "tests/test_answer_first.py",
+                                    *CORE_TESTS],
     "kvdash/core/model.py": CORE_TESTS,
     "kvdash/core/dtypes.py": CORE_TESTS,
     # the hand-worked verdict rules first (about 3 s): with -x most mutants stop there
     "kvdash/sweep/claims.py": ["tests/test_claims_rules.py", "tests/test_sweep.py", "tests/test_report_decision.py"],
     # the simulator: the fast hand-worked file (about 2 s), not tests/test_simulate.py (paper-sized runs, CLI)
     "kvdash/simulate/engine.py": SIMULATE_TESTS,
+    "kvdash/simulate/workload.py": SIMULATE_TESTS,  # split out of engine.py (issue 26), with the allocators
+    "kvdash/simulate/allocators.py": SIMULATE_TESTS,  # and the reference simulator
+    "kvdash/simulate/reference.py": SIMULATE_TESTS,
     "kvdash/simulate/rules.py": SIMULATE_TESTS,
     "kvdash/simulate/capacity.py": SIMULATE_TESTS,
 }
 GOLDEN = "tests/test_reports_current.py"
 # Test files that need none of the pytest plugins (hypothesis, textual snapshots, syrupy, asyncio): when a
 # target's tests are all here, the plugins are not loaded (pytest starts in 0.5 s instead of 2 s).
-LEAN = {"tests/test_simulate_rules.py", "tests/test_claims_rules.py", "tests/test_calc_rules.py"}
+LEAN = {"tests/test_simulate_rules.py", "tests/test_claims_rules.py", "tests/test_calc_rules.py",
+        "tests/test_engines.py"}
 NO_PLUGINS = ["-p", "no:hypothesispytest", "-p", "no:textual-snapshot", "-p", "no:syrupy", "-p", "no:asyncio",
               "-W", "ignore::pytest.PytestConfigWarning"]  # the asyncio_* ini keys are unknown without it
 SWAP_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.FloorDiv, ast.FloorDiv: ast.Mult}
@@ -193,7 +204,7 @@ def load_equivalent() -> dict[str, str]:
 
 def make_copy(root: Path) -> Path:
     dest = root / "repo"
-    for name in ("kvdash", "tests", "templates", "sweeps", "reports", "benchmarks"):
+    for name in ("kvdash", "tests", "templates", "sweeps", "reports", "benchmarks", "conformance"):  # rules data
         if (REPO / name).exists():
             shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copy(REPO / "pyproject.toml", dest / "pyproject.toml")
@@ -211,7 +222,8 @@ def run_tests(copy: Path, tests: list[str], target: str, timeout: float) -> tupl
     t0 = time.perf_counter()
     # a lean first test file (hand-worked rules, no plugins) runs alone first: most mutants die there in a
     # second; the rest (and the survivors' verdict) come from the whole list
-    passes = [[*NO_PLUGINS, target, existing[0]]] if existing and existing[0] in LEAN and len(existing) > 1 else []
+    lead = [t for i, t in enumerate(existing) if all(u in LEAN for u in existing[:i + 1])]  # the leading lean files
+    passes = [[*NO_PLUGINS, target, *lead]] if lead and len(lead) < len(existing) else []
     passes.append([*(NO_PLUGINS if set(existing) <= LEAN else []), target, *existing])
     for extra in passes:
         try:

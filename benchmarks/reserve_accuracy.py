@@ -13,10 +13,10 @@ profiled weights, activation peak and non-torch increase per rank, the CUDA-grap
 so each input carries up to +-0.005 GiB of rounding.
 
 What is compared, per run (vLLM 0.19 did **not** subtract the CUDA-graph estimate, so neither does the
-``auto`` figure here; vLLM 0.33 does, see kvdash/core/reserve.py):
+``auto`` figure here; vLLM 0.33 does, see kvdash/engines/vllm_reserve.py):
 
 * ``--reserve 0``: ``total x util - weights/rank``.
-* ``auto (published)``: minus llm-d-planner's published activation + non-torch terms (kvdash/core/reserve.py).
+* ``auto (published)``: minus llm-d-planner's published activation + non-torch terms (kvdash/engines/vllm_reserve.py).
   Those terms were fitted to these very runs: **in-sample**.
 * ``auto (leave one model out)``: the same rule refitted without every run of the model being predicted
   (activation: median over the architecture's other distinct runs, else over the family's -- dense or
@@ -43,9 +43,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from kvdash.core.calc import rank_shapes
 from kvdash.core.model import Architecture, custom, load_config, load_preset
-from kvdash.core.reserve import ACTIVATION_GIB, FAMILY_GIB, NON_TORCH_GIB
+from kvdash.engines.vllm import rank_shapes
+from kvdash.engines.vllm_reserve import ACTIVATION_GIB, FAMILY_GIB, NON_TORCH_GIB
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "llmd_vllm0190_h100_runs.csv"

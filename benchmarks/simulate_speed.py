@@ -19,7 +19,9 @@ import statistics
 import time
 from dataclasses import replace
 
-from kvdash.simulate.engine import PRESETS, Result, simulate, simulate_reference
+from kvdash.simulate.engine import Result, simulate
+from kvdash.simulate.reference import simulate_reference
+from kvdash.simulate.workload import PRESETS
 
 CAPACITY = 12 * 2**30 // 819_200  # 15,728
 TARGET = {"paged": 5e6, "paged-prefix": 5e6, "max": 10e6, "pow2": 10e6, "oracle": 10e6}

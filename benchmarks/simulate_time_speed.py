@@ -1,13 +1,14 @@
 """The simulator in seconds against the step simulator on the same requests (issue 28: at most 1.5 x).
 
-Run: python benchmarks/simulate_time_speed.py [--requests 10000] [--rounds 3] [--concurrency 256]
+Run: python benchmarks/simulate_time_speed.py [--requests 10000] [--rounds 7] [--concurrency 256]
 
 Llama-3.1-8B (bf16) on one H100 80GB: the pool ``kvdash simulate --time`` uses (0.92 of 81,559 MiB, the
 weights, the --reserve auto terms), ShareGPT-shaped lengths (kvdash's synthetic preset: lognormal means 161
 in, 338 out), closed loop of --concurrency users.  The step simulator (``kvdash simulate``, paged) runs
 the same requests over the same token slots; the timed one (``kvdash simulate --time``) adds chunked
 prefill under max_num_batched_tokens 8,192, max_num_seqs 1,024 and the step-time model.  Times are CPU
-seconds of this process (``time.process_time``), median of --rounds.
+seconds of this process (``time.process_time``), median of --rounds (the two interleaved).
+The timed simulator runs event by event (:mod:`kvdash.simulate.timed_fast`) for this model.
 """
 
 from __future__ import annotations
@@ -18,19 +19,20 @@ import statistics
 import time
 from dataclasses import replace
 
-from kvdash.core.calc import rank_shapes
 from kvdash.core.gpus import get_gpu
 from kvdash.core.model import DATA, load_preset
-from kvdash.core.reserve import auto_reserve
 from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
-from kvdash.simulate.engine import PRESETS, draw_requests, simulate
+from kvdash.engines.vllm import rank_shapes
+from kvdash.engines.vllm_reserve import auto_reserve
+from kvdash.simulate.engine import simulate
 from kvdash.simulate.timed import Pool, simulate_timed
+from kvdash.simulate.workload import PRESETS, draw_requests
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=10_000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--concurrency", type=int, default=256)
     args = ap.parse_args()
     arch = load_preset("llama-3.1-8b")
@@ -52,14 +54,13 @@ def main() -> None:
     def timed() -> None:
         simulate_timed(reqs.prompt, reqs.output, pool, mc, perf, consts, 1024, 8192, concurrency=args.concurrency)
 
-    out = {}
-    for name, fn in (("step", step), ("timed", timed)):
-        times = []
-        for _ in range(args.rounds):
+    times: dict[str, list[float]] = {"step": [], "timed": []}
+    for _ in range(args.rounds):  # interleaved, so that both see the same load on a shared machine
+        for name, fn in (("step", step), ("timed", timed)):
             t = time.process_time()
             fn()
-            times.append(time.process_time() - t)
-        out[name] = statistics.median(times)
+            times[name].append(time.process_time() - t)
+    out = {name: statistics.median(v) for name, v in times.items()}
     print(f"{args.requests:,} ShareGPT-shaped requests, Llama-3.1-8B / H100, {pool.blocks:,} blocks, closed loop of "
           f"{args.concurrency}: step simulator {out['step']:.3f} CPU s, timed simulator {out['timed']:.3f} CPU s, "
           f"ratio {out['timed'] / out['step']:.1f} x (target <= 1.5 x)")

@@ -16,7 +16,7 @@ constants; the fit is a non-negative least-squares fit of the relative errors of
 TPOT of the calibration rows.
 
 Assumptions (not in the data): ``gpu_memory_utilization`` 0.9 (vLLM's default before 0.20), the runtime
-reserve of ``--reserve auto`` (kvdash.core.reserve), ``max_num_batched_tokens`` 8192 and ``max_num_seqs``
+reserve of ``--reserve auto`` (kvdash.engines.vllm_reserve), ``max_num_batched_tokens`` 8192 and ``max_num_seqs``
 1024 (vLLM's defaults for online serving on these GPUs), KV cache fp8 where the row's precision is fp8
 (else bf16), 16-token blocks (64 for MLA), checkpoint formats as their config.json state (gpt-oss: MXFP4
 experts, bf16 attention; Kimi-K2.5: int4/NVFP4 experts, bf16 attention and dense layers).
@@ -41,11 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from kvdash.core.calc import rank_shapes
 from kvdash.core.gpus import get_gpu
 from kvdash.core.model import from_hf_config
-from kvdash.core.reserve import auto_reserve
 from kvdash.core.steptime import Constants, gpu_perf, model_compute
+from kvdash.engines.vllm import rank_shapes
+from kvdash.engines.vllm_reserve import auto_reserve
 from kvdash.simulate.timed import Pool, simulate_timed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +66,8 @@ CLIFF = 5.0
 PHYSICAL = __import__("os").environ.get("KVDASH_FIT_PHYSICAL", "1") == "1"
 TTFT_WEIGHT = float(__import__("os").environ.get("KVDASH_FIT_TTFT_WEIGHT", "0.5"))  # TPOT rows weigh 1
 JITTER = float(__import__("os").environ.get("KVDASH_FIT_JITTER", "0.0"))
+STAGGER = __import__("os").environ.get("KVDASH_FIT_STAGGER", "1")  # "0": in step, "1": evenly, "random"
+CAPS = __import__("os").environ.get("KVDASH_FIT_CAPS", "1") == "1"
 
 
 def formats(row: dict[str, str]) -> tuple[str, str, str]:
@@ -105,13 +107,25 @@ def setup(row: dict[str, str]) -> dict[str, Any]:
     block = 64 if arch.use_mla else 16
     shape = rank_shapes(arch, kv, "tensor", tp, 1, block)[0]
     total = get_gpu(gkey).memory_bytes
-    reserve = auto_reserve(arch.model_type, tp, 1, MAX_BATCHED, gkey, None, layers=arch.num_layers)["bytes"]
+    reserve = auto_reserve(arch.model_type, tp, 1, batch_caps(row)[1], gkey, None, layers=arch.num_layers)["bytes"]
     budget = math.floor(total * UTIL) - mc.weights_per_rank - reserve
     if budget <= 0:
         raise ValueError(f"weights {mc.weights_per_rank:,} B leave no KV budget")
     pool = Pool.of(shape, budget)
     return {"mc": mc, "gpu": gpu, "pool": pool, "dp": dp, "arch": arch,
             "capacity": pool.blocks // int(pool.request_blocks(int(row["isl"]) + int(row["osl"])))}
+
+
+def batch_caps(row: dict[str, str]) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) vLLM picks on the row's GPU (kvdash.core.vllm.scheduler_caps,
+    vLLM 0.33's EngineArgs.get_batch_defaults: 8,192 tokens on H100/H200, 16,384 on B200/B300)."""
+    if not CAPS:
+        return MAX_SEQS, MAX_BATCHED
+    from kvdash.core.vllm import scheduler_caps
+
+    gpu = get_gpu(GPUS[row["system"]])
+    caps = scheduler_caps(gpu.memory_bytes, gpu.name, int(row["isl"]) + int(row["osl"]))
+    return caps.max_num_seqs, caps.max_num_batched_tokens
 
 
 def simulate_row(row: dict[str, str], per_user: int) -> dict[str, Any]:
@@ -122,11 +136,22 @@ def simulate_row(row: dict[str, str], per_user: int) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     P = np.maximum(1, np.rint(isl * rng.uniform(1 - JITTER, 1 + JITTER, n))).astype(np.int64)
     OUT = np.maximum(2, np.rint(osl * rng.uniform(1 - JITTER, 1 + JITTER, n))).astype(np.int64)
-    sched = simulate_timed(P, OUT, s["pool"], s["mc"], s["gpu"], Constants(), MAX_SEQS, MAX_BATCHED, concurrency=users)
+    measured = np.arange(n)
+    if STAGGER != "0" and per_user > 1:
+        # the benchmark's users are out of step (its TTFT hardly grows from 4 to 8 users at 1,024 tokens, where
+        # users in step would prefill together): user u's first request stops after (u + 1) / users of the
+        # output, so that the loop starts at its steady state with the users' phases evenly spread; that first
+        # round is the warm-up (aiperf's --warmup-request-count) and is not measured
+        phase = (np.arange(users) + 1) / users if STAGGER == "1" else rng.uniform(0, 1, users)
+        OUT[:users] = np.maximum(2, np.rint(osl * phase)).astype(np.int64)
+        measured = np.arange(users, n)
+    seqs, batched = batch_caps(row)
+    sched = simulate_timed(P, OUT, s["pool"], s["mc"], s["gpu"], Constants(), seqs, batched, concurrency=users)
     cum = sched.cum
     arrive = np.where(sched.arrival_seg < 0, 0, sched.arrival_seg)
-    ttft_f = (cum[sched.first_seg] - np.where(sched.arrival_seg[:, None] < 0, 0, cum[arrive])).mean(axis=0)
-    tpot_f = ((cum[sched.finish_seg] - cum[sched.first_seg]) / (OUT - 1)[:, None]).mean(axis=0)
+    ttft_all = cum[sched.first_seg] - np.where(sched.arrival_seg[:, None] < 0, 0, cum[arrive])
+    tpot_all = (cum[sched.finish_seg] - cum[sched.first_seg]) / (OUT - 1)[:, None]
+    ttft_f, tpot_f = ttft_all[measured].mean(axis=0), tpot_all[measured].mean(axis=0)
     return {"ttft_f": ttft_f, "tpot_f": tpot_f, "capacity": s["capacity"], "preemptions": sched.preemptions}
 
 
@@ -169,6 +194,7 @@ def main() -> None:
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--requests-per-user", type=int, default=10)
     ap.add_argument("--limit", type=int, default=0, help="rows per model (0: all), for a quick run")
+    ap.add_argument("--models", default="", help="comma-separated model_path values to simulate (default: all)")
     ap.add_argument("--cache", default="", help="a JSON file of the simulated features, reused when present "
                                                 "(the schedule does not depend on the constants)")
     args = ap.parse_args()
@@ -188,6 +214,8 @@ def main() -> None:
         rows_to_run = rows
     for r in rows_to_run:
         if args.limit and per_model[r["model_path"]] >= args.limit:
+            continue
+        if args.models and r["model_path"] not in args.models.split(","):
             continue
         per_model[r["model_path"]] += 1
         try:

@@ -24,9 +24,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvdash.core.calc import BudgetSpec
+from kvdash.answer.budget import BudgetSpec
 from kvdash.core.model import Architecture
-from kvdash.core.reserve import MEASURED_GRAPHS, ReserveTerm, auto_reserve, calibration_matches
+from kvdash.engines.vllm_reserve import MEASURED_GRAPHS, ReserveTerm, auto_reserve, calibration_matches
 from kvdash.errors import InputError
 from kvdash.units import parse_fraction, parse_size, scale_floor
 
@@ -85,7 +85,7 @@ def find_entry(arch: Architecture, gpu: str | None, tp: int, pp: int,
 def reserve_spec(text: str, arch: Architecture, gpu: str | None, tp: int, pp: int, max_batched_tokens: int,
                  field: str = "--reserve", graphs: int = MEASURED_GRAPHS) -> tuple[int, str, tuple[ReserveTerm, ...]]:
     """``--reserve`` as (bytes, basis, terms): a size gives itself; ``auto`` a calibration entry or the
-    published terms of :mod:`kvdash.core.reserve`."""
+    published terms of :mod:`kvdash.engines.vllm_reserve`."""
     if str(text).strip().lower() != "auto":
         return parse_size(str(text), field, allow_zero=True), "", ()
     entry = find_entry(arch, gpu, tp, pp)
@@ -120,7 +120,7 @@ def measure(reading: EngineReading, arch: Architecture, total: int, gpu: str, tp
     ``vllm:cache_config_info`` figures, no weight figure, a block size kvdash would not lay this model
     out with (another model?), or weights that leave a negative reserve."""
     from kvdash.core import formulas as f
-    from kvdash.core.calc import rank_shapes
+    from kvdash.engines.vllm import rank_shapes
 
     if reading.error:
         raise InputError("--engine", reading.url, f"a reachable vLLM /metrics page (the scrape failed: "

@@ -26,13 +26,13 @@ UTIL_BY_POLICY = {"vllm": GPU_UTIL, "trtllm": TRTLLM_UTIL}
 LENGTH = 825  # tokens each request holds: the tutorial's request
 RESERVATION = 2048  # tokens a contiguous allocator reserves per request: the tutorial's
 # runtime reserve per rank (activations, CUDA graphs, non-torch memory) of a budget derived from a GPU: 'auto' is
-# a kvdash calibrate entry, else the published terms (kvdash/core/reserve.py); '0' asks for the upper bound.  A
+# a kvdash calibrate entry, else the published terms (kvdash/engines/vllm_reserve.py); '0' asks for the upper bound.  A
 # declared --budget is the KV memory itself: no reserve is taken off it.
 RESERVE = "auto"
 BUDGET_TEXT = "12GiB"  # the tutorial's declared KV budget, when no GPU gives one
 BUDGET_BYTES = 12 * 2**30
 # vLLM 0.33's max_num_batched_tokens for `vllm serve` on an H100/H200 (EngineArgs.get_batch_defaults): where no GPU
-# is known (live without one); calc, sweep, simulate and calibrate take the GPU's own (kvdash.core.vllm.batch_tier)
+# is known (live without one); calc, sweep, simulate and calibrate take the GPU's own (kvdash.engines.vllm.batch_tier)
 MAX_BATCHED_TOKENS = 8192
 
 ENGINE_TIMEOUT = 2.0  # seconds one engine /metrics read may take (live, exporter, calibrate)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvdash.cli import main
-from kvdash.core.reserve import SMALLEST_PUBLISHED_RESERVE_GIB, gib_bytes
+from kvdash.engines.vllm_reserve import SMALLEST_PUBLISHED_RESERVE_GIB, gib_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = ["calc", "--model", "llama-3.1-70b", "--tp", "4", "--gpu", "h100-80gb", "--kv-dtype", "fp8",

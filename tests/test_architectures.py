@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from kvdash.core.calc import BudgetSpec, CalcInput, calculate, rank_shapes, stage_layers
+from kvdash.answer.budget import BudgetSpec
+from kvdash.answer.calc import CalcInput, calculate
 from kvdash.core.model import from_hf_config, load_config, load_preset, preset_names
+from kvdash.engines.vllm import rank_shapes, stage_layers
 from kvdash.errors import InputError
 from kvdash.units import GiB
 

@@ -1,6 +1,6 @@
-"""Each rule of kvdash/core/calc.py pinned by a hand-worked value (issue 17): planning, input checks, layer
-bytes, pool layout, policies and sensitivity.  Fast (no CLI, no Hypothesis), so the mutation driver runs it
-first for every mutant of calc.py.
+"""Each rule of kvdash/answer/calc.py and the vLLM rules it composes (kvdash/engines/vllm.py) pinned by a
+hand-worked value (issue 17): planning, input checks, layer bytes, pool layout, policies and sensitivity.
+Fast (no CLI, no Hypothesis), so the mutation driver runs it first for every mutant of calc.py.
 
 The planning tests use ``MHA64``: one full-attention layer with 64 KV heads of head_dim 64, so one token is
 64 x (64 + 64) x 2 B = 16,384 B at TP 1 and 16,384 / t at TP t (64 heads split t ways); a 16-token block is
@@ -12,22 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from kvdash.core.calc import (
-    TP_CANDIDATES,
-    BudgetSpec,
-    CalcInput,
-    _min_util,
-    auto_block_size,
-    calculate,
-    group_size_for,
-    layer_token_bytes,
-    rank_shapes,
-    resolve_budget,
-    shape_of,
-    stage_layers,
-    upper_bound_line,
-)
+from kvdash.answer.budget import BudgetSpec, resolve_budget
+from kvdash.answer.calc import TP_CANDIDATES, CalcInput, _min_util, calculate, upper_bound_line
 from kvdash.core.model import Architecture, Layer, load_preset
+from kvdash.core.pool import layer_token_bytes
+from kvdash.engines.vllm import auto_block_size, group_size_for, rank_shapes, shape_of, stage_layers
 from kvdash.errors import InputError
 
 MHA64 = Architecture("mha64", (Layer("full", kv_heads=64, head_dim=64, head_dim_v=64),), 64, 4096)
@@ -432,7 +421,7 @@ class TestUpperBoundLine:
     MHA64 has no model_type, so the reserve is the dense family base 2.00 GiB = 2,147,483,648 B plus the
     non-torch overhead at TP 1 / PP 1, 0.27 GiB = 0.27 x 1,073,741,824 = 289,910,292.48 -> 289,910,292 B
     (half-up), plus the CUDA-graph term for its 1 layer at the all-run median 25.23 MiB per layer
-    (kvdash.core.reserve, no runs of its own): 25.23 x 1,048,576 = 26,455,572.48 -> 26,455,572 B; in all
+    (kvdash.engines.vllm_reserve, no runs of its own): 25.23 x 1,048,576 = 26,455,572.48 -> 26,455,572 B; in all
     2,147,483,648 + 289,910,292 + 26,455,572 = 2,463,849,512 B = 2.29 GiB (2,463,849,512 / 2^30 = 2.2946)."""
 
     EST = 2_463_849_512

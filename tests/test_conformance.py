@@ -26,9 +26,11 @@ from typing import Any
 
 import pytest
 
+from kvdash.answer.budget import BudgetSpec
+from kvdash.answer.calc import CalcInput, calculate
 from kvdash.core import formulas as f
-from kvdash.core.calc import BudgetSpec, CalcInput, calculate, layer_token_bytes
 from kvdash.core.model import Architecture, load_config
+from kvdash.core.pool import layer_token_bytes
 from kvdash.errors import InputError
 from kvdash.units import GiB
 

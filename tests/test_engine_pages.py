@@ -31,7 +31,8 @@ from kvdash.sources.demo import DemoSource
 from kvdash.sources.engine import EngineReading, parse_prometheus, reading_from_samples
 
 PAGES = Path(__file__).parent / "data" / "engine_pages"
-ALL = sorted(PAGES.glob("*.prom"))
+ALL = sorted(p for p in PAGES.glob("*.prom") if not p.name.startswith("lmcache-"))  # engines with a KV pool
+LMCACHE = sorted(PAGES.glob("lmcache-*.prom"))  # LMCache's own families (its tier, no pool)
 ENGINE_FAMILIES = set(VLLM_SERIES + SGLANG_SERIES)
 
 
@@ -63,7 +64,8 @@ def test_every_layout_has_a_page_and_its_figures():
         p.name.split("-", 2)[2].removesuffix(".prom") for p in ALL if p.name.startswith("vllm-0.33.0-")}
     assert {"tp1", "tp8", "pp2", "dp2", "dp2_attn_tp2", "priority", "page64", "hicache"} <= {
         p.name.split("-", 2)[2].removesuffix(".prom") for p in ALL if p.name.startswith("sglang-0.5.23-")}
-    assert names and all(p.with_suffix(".json").exists() for p in ALL)
+    assert {p.stem for p in LMCACHE} == {"lmcache-0.5.6-tp1", "lmcache-0.5.6-tp2"}
+    assert names and all(p.with_suffix(".json").exists() for p in ALL + LMCACHE)
 
 
 @pytest.mark.parametrize("page", ALL, ids=lambda p: p.stem)
@@ -88,6 +90,8 @@ def test_live_reads_each_pool_as_the_engine_wrote_it(page):
         assert r.external_hits == sum(ext)  # vLLM writes the counter at 0 without a connector
         if fig["engines"][0].get("offload_gib"):
             assert r.offload["size_gib"] == str(fig["engines"][0]["offload_gib"])
+        else:
+            assert r.offload == {}
         assert [p.sleep for p in r.pools()] == [e.get("sleep", "awake") for e in fig["engines"]]
     else:
         assert r.block_size == fig["page_size"]
@@ -219,3 +223,134 @@ def test_exporter_publishes_the_offload_tier():
     assert got[("kvdash_engine_offload_tokens", "host_used")] == 900_000
     got = {s.labels["__name__"]: s.value for s in exporter_series(PAGES / "vllm-0.33.0-offload.prom", families=None)}
     assert got["kvdash_engine_offload_size_bytes"] == 64 * 2**30
+
+
+# --- offload tiers (issue 24 item 4, issue 29 item 5) ------------------------------------------------------
+
+def test_vllm_offload_tier_reads_as_its_connector_wrote_it():
+    """vLLM 0.33.0, --kv-offloading-size 64 on Llama-3.1-8B TP 1 (the page: CPUOffloadingSpec, its manager and the
+    connector scheduler's get_stats, through PrometheusStatLogger).  The tier: 64 GiB // (32 layers x 2 x 8 x 128
+    x 2 B x 16 = 2,097,152 B per chunk) = 32,768 chunks = 524,288 tokens (cpu_kv_cache_size_tokens: 32,768 x
+    8,192 // (8,192 / 16) = 524,288).  Loaded 4,375 chunks x 2,097,152 = 9,175,040,000 B in 9,175,040,000 / 40e9
+    = 0.229376 s; stored 12,000 chunks = 25,165,824,000 B in 0.8388608 s; 300 chunks in flight of 32,768 =
+    0.91552734375 % pinned; hits 70,000 of 140,000 KV-connector tokens = 50 %."""
+    page = PAGES / "vllm-0.33.0-offload.prom"
+    t = figures(page)["engines"][0]["offload_tier"]
+    off = read(page).offload
+    assert (off["chunks"], off["size_tokens"], off["size_bytes"], off["blocks_per_chunk"]) == (
+        t["cpu_num_chunks"], t["cpu_kv_cache_size_tokens"], t["cpu_kv_cache_size_bytes"], t["cpu_blocks_per_chunk"]) \
+        == (32_768, 524_288, 64 * 2**30, 1)
+    assert (off["loaded_bytes"], off["stored_bytes"]) == (t["loaded_bytes"], t["stored_bytes"]) == (
+        9_175_040_000, 25_165_824_000)
+    assert off["load_seconds"] == pytest.approx(t["load_seconds"]) == pytest.approx(0.229376)
+    assert off["store_seconds"] == pytest.approx(t["store_seconds"]) == pytest.approx(0.8388608)
+    assert off["pinned_fraction"] == t["cpu_cache_usage"] == 300 / 32_768
+    assert (off["hit_tokens"], off["query_tokens"], off["hit_rate"]) == (70_000, 140_000, 0.5)
+
+
+def test_vllm_deprecated_transfer_names_are_read_when_the_new_ones_are_absent():
+    """vLLM 0.33 writes vllm:kv_offload_total_bytes{transfer_type=CPU_to_GPU|GPU_to_CPU} beside the new names
+    (offloading/metrics.py keeps them during its migration): a page without the new names reads the old ones."""
+    samples = [s for s in parse_prometheus((PAGES / "vllm-0.33.0-offload.prom").read_text())
+               if not s.name.startswith(("vllm:kv_offload_load_", "vllm:kv_offload_store_"))]
+    off = reading_from_samples("u", samples).offload
+    assert (off["loaded_bytes"], off["stored_bytes"]) == (9_175_040_000, 25_165_824_000)
+
+
+def test_sglang_hicache_transfers_and_host_hits():
+    """SGLang 0.5.23 HiCache, TP 2 (the page: each rank's RadixCacheMetricsCollector and the scheduler's
+    increment_effective_prefill_tokens).  Bytes per rank's shard, summed: 400 backups of 2,500 tokens x
+    131,072 B / 2 = 163,840,000 B per rank each -> 131,072,000,000 B; tokens one rank's: 1,000,000 stored,
+    120 x 2,083 = 249,960 loaded; seconds the busiest rank's (65,536,000,000 B / 30e9 = 2.18453 s); the host
+    hit rate 250,000 / (1,200,000 + 500,000 + 250,000 + 0) = 12.82 %.  The radix cache's series say
+    dp_rank="0" without DP: still one pool."""
+    page = PAGES / "sglang-0.5.23-hicache.prom"
+    assert 'cache_type="HiRadixCache",dp_rank="0"' in page.read_text()
+    want = figures(page)["ranks"][0]["hicache"]
+    r = read(page)
+    assert len(r.pools()) == 1 and not r.invalid
+    off = r.offload
+    for key in ("stored_bytes", "loaded_bytes", "stored_tokens", "loaded_tokens"):
+        assert off[key] == want[key], key
+    assert (off["stored_bytes"], off["loaded_tokens"]) == (131_072_000_000, 249_960)
+    assert off["store_seconds"] == pytest.approx(want["stored_seconds_per_rank"]) == pytest.approx(2.1845333)
+    assert off["load_seconds"] == pytest.approx(want["loaded_seconds_per_rank"])
+    assert (off["hit_tokens"], off["query_tokens"]) == (250_000, 1_950_000)
+    assert off["hit_rate"] == pytest.approx(250_000 / 1_950_000)
+
+
+@pytest.mark.parametrize("page", LMCACHE, ids=lambda p: p.stem)
+def test_lmcache_tier_reads_as_its_logger_wrote_it(page):
+    """LMCache 0.5.6's PrometheusLogger, one process per TP rank (worker_id): every worker counts the same
+    tokens (one worker's read: 40 lookups of 8,192 tokens, 4,096 found = 163,840 of 327,680 = 50 %), each
+    holds its shard (summed: 40 x 8,192 x 131,072 B = 42,949,672,960 B = 40 GiB), seconds the busiest
+    worker's (TP 2: 20 retrieves x 8,192 x 65,536 B / 40e9 = 0.268 s)."""
+    fig = figures(page)
+    r = read(page)
+    assert (r.kind, r.served_model, r.error, r.invalid) == ("lmcache", fig["served_model"], "", {})
+    off = r.offload
+    assert off["lmcache_workers"] == fig["ranks"] == fig["tp"]
+    assert (off["hit_tokens"], off["query_tokens"]) == (fig["lookup_hit_tokens"], fig["lookup_tokens"])
+    assert off["hit_rate"] == 0.5 and off["retrieve_hit_rate"] == fig["hit_tokens"] / fig["requested_tokens"]
+    assert (off["loaded_tokens"], off["stored_tokens"]) == (fig["hit_tokens"], fig["stored_tokens"])
+    assert off["used_bytes"] == fig["local_cache_bytes"] == 40 * 2**30
+    assert off["load_seconds"] == pytest.approx(fig["load_seconds_per_rank"], rel=1e-6)
+    assert off["store_seconds"] == pytest.approx(fig["store_seconds_per_rank"], rel=1e-6)
+
+
+def test_live_shows_each_tier_beside_kvdash_figure_for_the_same_size():
+    """Issue 29 item 5: the engine's tier beside kvdash.core.tiers for the same size.  vLLM: kvdash's
+    vllm_cpu_tier(64 GiB, 16,384 B x 16 per rank, TP 1) = 32,768 chunks of 2,097,152 B = 524,288 tokens, the
+    engine's own 32,768 (difference 0); LMCache: 40 GiB // (256 x 131,072 B) = 1,280 chunks = 327,680 tokens,
+    what it stored; SGLang HiCache: not mirrored, said so."""
+    from kvdash.live.analysis import compare_engine
+    from kvdash.render.live_view import engine_rows
+
+    def row(page: str, tp: int = 1) -> dict:
+        cfg = LiveConfig(model="llama-3.1-8b", tp=tp, budget=40 * 2**30)
+        snap = DemoSource(seed=1).read()
+        from kvdash.live.analysis import analyze
+
+        kv = analyze(snap, cfg, read(PAGES / f"{page}.prom"))
+        return compare_engine(read(PAGES / f"{page}.prom"), kv, "llama-3.1-8b")
+
+    v = row("vllm-0.33.0-offload")["offload_vs_kvdash"]
+    assert (v["kvdash_chunks"], v["engine_chunks"], v["difference_chunks"], v["kvdash_tokens"], v["chunk_bytes"]) == (
+        32_768, 32_768, 0, 524_288, 2_097_152)
+    for tp in (1, 2):
+        c = row("lmcache-0.5.6-tp2", tp)["offload_vs_kvdash"]
+        assert (c["kvdash_chunks"], c["kvdash_tokens"], c["difference_tokens"]) == (1_280, 327_680, 0)
+    h = row("sglang-0.5.23-hicache", 2)
+    assert "not mirrored" in h["offload_vs_kvdash"]["note"]
+    texts = {label.strip(): value for label, value, _ in engine_rows(row("vllm-0.33.0-offload"))}
+    assert texts["tier size (kvdash)"] == "32,768 chunks, 524,288 tokens: the same"
+    assert texts["offload loaded"] == "8.54 GiB in 0.229 s = 40.0 GB/s"
+    assert texts["offload hit rate"] == "50.0% of 140,000 tokens"
+    assert all(len(label) + len(value) <= 80 - 2 for label, value, _ in engine_rows(row("sglang-0.5.23-hicache", 2))
+               if not label.startswith("engine"))
+
+
+@pytest.mark.parametrize("name", ["vllm-0.33.0-offload", "sglang-0.5.23-hicache", "lmcache-0.5.6-tp2"])
+def test_exporter_publishes_the_offload_transfers_and_hits(name):
+    page = PAGES / f"{name}.prom"
+    off = read(page).offload
+    got = {(s.labels["__name__"], s.labels.get("direction"), s.labels.get("unit")): s.value
+           for s in exporter_series(page, families=None) if s.labels["__name__"].startswith("kvdash_engine_offload_")}
+    for direction, b, sec in (("load", "loaded_bytes", "load_seconds"), ("store", "stored_bytes", "store_seconds")):
+        if b in off:
+            assert got[("kvdash_engine_offload_transfer_bytes_total", direction, None)] == off[b]
+        assert got[("kvdash_engine_offload_transfer_seconds_total", direction, None)] == pytest.approx(off[sec])
+    assert got[("kvdash_engine_offload_hit_tokens_total", None, None)] == off["hit_tokens"]
+    assert got[("kvdash_engine_offload_query_tokens_total", None, None)] == off["query_tokens"]
+    if "chunks" in off:
+        assert got[("kvdash_engine_offload_capacity", None, "chunks")] == 32_768
+
+
+def test_windowed_offload_hit_rate():
+    """Two readings of the vLLM offload page, the second with 10,000 more KV-connector tokens of which 1,000
+    hit: the window's offload hit rate is 1,000 / 10,000 = 10 % (the lifetime one stays near 50 %)."""
+    from kvdash.sources.engine import windowed
+
+    a = read(PAGES / "vllm-0.33.0-offload.prom")
+    b = replace(a, offload={**a.offload, "hit_tokens": 71_000, "query_tokens": 150_000})
+    assert windowed([a, b])["offload_hit_rate"] == 0.1

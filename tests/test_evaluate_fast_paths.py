@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvdash.core.calc import BudgetSpec, CalcInput, calculate
+from kvdash.answer.budget import BudgetSpec
+from kvdash.answer.calc import CalcInput, calculate
 from kvdash.sweep.evaluate import CAPS_DIMS, DEFAULTS, _cross_sum, expand
 from kvdash.sweep.gridfile import DIMENSIONS, parse_grid
 

@@ -271,7 +271,12 @@ def test_every_dashboard_panel_query_has_data(prom):
     assert len(exprs) >= 6
     # series only an SGLang HiCache engine gives (the demo engine is vLLM): their exporter output is checked on
     # SGLang 0.5.23's own HiCache page in tests/test_engine_pages.py (test_exporter_publishes_the_offload_tier)
-    hicache_only = {'kvdash_engine_offload_tokens{hostname=~"$hostname"}'}
+    # and the offload transfers, hits and stated capacity (the demo engine has none): checked on vLLM's, SGLang's
+    # and LMCache's own pages in tests/test_engine_pages.py (test_exporter_publishes_the_offload_transfers_and_hits)
+    hicache_only = {'kvdash_engine_offload_tokens{hostname=~"$hostname"}',
+                    'kvdash_engine_offload_capacity{hostname=~"$hostname"}'} | {
+        t["expr"] for p in json.loads((ROOT / "dashboards" / "kvdash.json").read_text())["panels"]
+        if p.get("id") in (14, 15) for t in p["targets"]}
 
     def two_scrapes(p: Any) -> bool:  # rate() panels need two samples of the exporter's counters in the window
         doc = p.query("kvdash_engine_prefix_cache_hits_total[1m]")

@@ -166,7 +166,7 @@ def test_an_empty_prometheus_is_one_line_exit_1(monkeypatch, capsys):
     import pytest
 
     from kvdash.cli import main
-    from kvdash.sources.prometheus import FleetSource
+    from kvdash.fleet.source import FleetSource
 
     monkeypatch.setattr(FleetSource, "fetch", lambda self: {})
     with pytest.raises(SystemExit) as exc:

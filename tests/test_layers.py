@@ -9,8 +9,9 @@ HEAVY = ("textual", "polars", "jinja2", "pynvml", "matplotlib", "rich", "typer")
 
 
 def test_core_imports_no_heavy_library():
-    """Importing kvdash.core.calc loads none of textual, polars, jinja2, pynvml, matplotlib, rich, typer."""
-    code = ("import sys, kvdash.core.calc, kvdash.core.model; "
+    """Importing kvdash.answer.calc (the core and the engine rules under it) loads none of textual, polars,
+    jinja2, pynvml, matplotlib, rich, typer."""
+    code = ("import sys, kvdash.answer.calc, kvdash.core.model; "
             f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert "" == out

@@ -241,7 +241,7 @@ class TestEngineMetrics:
 
     @pytest.mark.parametrize("body,words", [(b"<html>nope</html>", "not Prometheus"),
                                              (b"\xff\xfe garbage", "not Prometheus"),
-                                             (b"foo 1\n", "no vLLM or SGLang")])
+                                             (b"foo 1\n", "no vLLM, SGLang or LMCache")])
     def test_garbage(self, body, words):
         server = serve(body)
         try:

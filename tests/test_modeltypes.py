@@ -12,10 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kvdash.answer.budget import BudgetSpec
+from kvdash.answer.calc import CalcInput, calculate
 from kvdash.core import modeltypes
-from kvdash.core.calc import BudgetSpec, CalcInput, aligned_block_size, calculate, group_size_for, rank_shapes
 from kvdash.core.model import from_hf_config, load_config
 from kvdash.core.state import state_elements, state_page_bytes
+from kvdash.engines.vllm import aligned_block_size, group_size_for, rank_shapes
 from kvdash.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent

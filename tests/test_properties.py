@@ -5,9 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvdash.answer.budget import BudgetSpec
+from kvdash.answer.calc import CalcInput, calculate, paged_capacity
 from kvdash.core import formulas as f
-from kvdash.core.calc import BudgetSpec, CalcInput, calculate, paged_capacity, rank_shapes
 from kvdash.core.model import custom
+from kvdash.engines.vllm import rank_shapes
 from tests.strategies import architectures, block_sizes, budgets, dtypes, head_dims, kv_heads, layers, requests
 
 settings.register_profile("ci", max_examples=150, deadline=None)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvdash.core.calc import BudgetSpec, CalcInput, calculate
+from kvdash.answer.budget import BudgetSpec
+from kvdash.answer.calc import CalcInput, calculate
 from kvdash.core.model import custom, load_preset, resolve_model
 from kvdash.units import GiB
 

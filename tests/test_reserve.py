@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvdash.cli import main
-from kvdash.core.reserve import ACTIVATION_GIB, FAMILY_GIB, NON_TORCH_GIB, auto_reserve, gib_bytes
+from kvdash.engines.vllm_reserve import ACTIVATION_GIB, FAMILY_GIB, NON_TORCH_GIB, auto_reserve, gib_bytes
 from tests.cli_run import run
 from tests.engine_server import FaultServer
 
@@ -72,7 +72,7 @@ def test_cuda_graph_figures_are_the_medians_of_the_published_runs():
     from decimal import ROUND_HALF_UP, Decimal
     from fractions import Fraction
 
-    from kvdash.core.reserve import CUDA_GRAPH_MIB_PER_LAYER, CUDA_GRAPH_MIB_PER_LAYER_ALL
+    from kvdash.engines.vllm_reserve import CUDA_GRAPH_MIB_PER_LAYER, CUDA_GRAPH_MIB_PER_LAYER_ALL
 
     text = (Path(__file__).parent.parent / "benchmarks" / "data" / "llmd_vllm0190_h100_runs.csv").read_text()
     rows = list(csv.DictReader(text.splitlines()))

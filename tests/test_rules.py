@@ -10,6 +10,7 @@ import pytest
 
 from kvdash.core import formulas as f
 from kvdash.core.point import point_metrics, workload_inputs
+from kvdash.engines.vllm import RULES as VLLM
 
 # A small hand-checkable shape: 2 full layers of 100 B per token each (layer_token_bytes 100,
 # one group of 2 layers), block 16 -> block bytes 16 x 100 x 2 = 3,200.
@@ -22,7 +23,7 @@ SMALL = {
 
 
 def metrics(budget: int, lengths: tuple[int, ...], finals: tuple[int, ...] | None = None, **over: int) -> dict:
-    return point_metrics(SMALL | over | {"budget": budget} | workload_inputs(lengths, finals))
+    return point_metrics(SMALL | over | {"budget": budget} | workload_inputs(lengths, finals), VLLM.blocks_per_request)
 
 
 class TestFormulas:
@@ -106,7 +107,7 @@ class TestGroups:
         """A grid pads short groups with zero lengths; next_pow2(0) is 1 but an absent request reserves 0:
         group (20,) padded with l1 = f1 = 0 reserves only 32 tokens = 6,400 B."""
         x = SMALL | {"budget": 100_000, "k": 1, "l0": 20, "f0": 20, "l1": 0, "f1": 0}
-        assert point_metrics(x)["contiguous_pow2_bytes"] == 6_400
+        assert point_metrics(x, VLLM.blocks_per_request)["contiguous_pow2_bytes"] == 6_400
 
     def test_recurrent_state_counts_once_per_request_in_every_policy(self):
         """State 1,000 B a request, lengths (20, 40): paged 16,000 + 2 x 1,000 = 18,000; Max 25,600 + 2,000

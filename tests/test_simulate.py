@@ -11,20 +11,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvdash.errors import InputError
+from kvdash.simulate.allocators import Buddy, FirstFit
 from kvdash.simulate.capacity import capacity_sweep, parse_rates
 from kvdash.simulate.engine import (
     ALLOCATORS,
     POLICIES,
-    PRESETS,
     SHARES,
-    Buddy,
-    FirstFit,
+    simulate,
+)
+from kvdash.simulate.reference import simulate_reference
+from kvdash.simulate.workload import (
+    PRESETS,
     Lengths,
     Requests,
     Workload,
     draw_requests,
-    simulate,
-    simulate_reference,
 )
 from tests.cli_run import run
 

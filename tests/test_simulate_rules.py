@@ -15,24 +15,25 @@ import numpy as np
 import pytest
 
 from kvdash.errors import InputError
+from kvdash.simulate.allocators import Buddy, FirstFit
 from kvdash.simulate.capacity import capacity_sweep, parse_rates
 from kvdash.simulate.engine import (
     ALLOCATORS,
-    LENGTH_CAP,
     POLICIES,
     SHARES,
-    Buddy,
-    FirstFit,
+    check_pool,
+    simulate,
+)
+from kvdash.simulate.reference import simulate_reference
+from kvdash.simulate.rules import admit_fcfs, paged_blocks_to_admit, serve_running
+from kvdash.simulate.workload import (
+    LENGTH_CAP,
     Lengths,
     Requests,
     Workload,
-    check_pool,
     draw_requests,
     read_trace,
-    simulate,
-    simulate_reference,
 )
-from kvdash.simulate.rules import admit_fcfs, paged_blocks_to_admit, serve_running
 
 ANY = Workload("given", Lengths("fixed", 1), Lengths("fixed", 1), requests=1)
 
@@ -346,7 +347,7 @@ class TestDraw:
     def test_arrival_cap_boundary(self):
         """The cap is exclusive: a last arrival at step 2^53 - 1 is accepted, at 2^53 refused (gaps given
         directly to the helper)."""
-        from kvdash.simulate.engine import ARRIVAL_CAP, _arrival_steps
+        from kvdash.simulate.workload import ARRIVAL_CAP, _arrival_steps
         assert 2**53 == ARRIVAL_CAP
         assert [2**53 - 1] == _arrival_steps(np.asarray([2.0**53 - 1]), 1.0).tolist()
         with pytest.raises(InputError, match="--rate"):

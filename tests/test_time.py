@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 
 from kvdash.core import formulas as f
-from kvdash.core.calc import layer_token_bytes, rank_shapes
 from kvdash.core.model import from_hf_config, load_preset
+from kvdash.core.pool import layer_token_bytes
 from kvdash.core.steptime import Constants, causal_pairs, features, gpu_perf, model_compute, step_seconds
+from kvdash.engines.vllm import rank_shapes
 from kvdash.errors import InputError
-from kvdash.simulate.engine import Lengths, Workload, simulate
+from kvdash.simulate.engine import simulate
 from kvdash.simulate.timed import Pool, simulate_timed, summarize
+from kvdash.simulate.workload import Lengths, Workload
 from tests.cli_run import run
 
 DATA = Path(__file__).parent / "data" / "measured"
@@ -271,3 +273,76 @@ def test_hybrid_model_simulated_from_its_weight_figure(capsys):
     assert code in (0, None)
     d = json.loads(out)
     assert d["results"][0]["tpot_ms"]["mean"] > 0 and d["setup"]["pool_blocks"] > 0
+
+
+def test_event_simulator_gives_the_reference_schedule():
+    """Rule: the event-by-event simulator (kvdash.simulate.timed_fast, models without sliding windows) gives
+    the same schedule as the step-by-step reference on random workloads: closed loop and Poisson, pools tight
+    enough to preempt, token budgets that chunk prompts, prompts of 1 token, state blocks; the same segments
+    (first token, finish and arrival at the same segment, the same steps, preemptions and peak) and the same
+    features to 1e-12."""
+    from kvdash.simulate.timed import simulate_reference
+
+    mc, _, g = _llama8b()
+    c = Constants(1.2, 1.3, 0.002, 3e-5, 1e-5)
+    preempting = 0
+    for seed in range(80):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(1, 60))
+        P, OUT = rng.integers(1, 300, n), rng.integers(1, 200, n)
+        if seed % 3 == 0:
+            P[rng.integers(0, n)] = 1
+        groups, state = int(rng.integers(1, 3)), int(rng.integers(0, 2))
+        blocks = int(rng.integers(1, 12)) * groups * int(f.cdiv(int((P + OUT).max()), 16)) + state
+        pool = Pool(blocks, 16, groups, 0, 0, state)
+        seqs = int(rng.integers(1, 40))
+        mbt = int(rng.integers(seqs, 400))
+        kw = {"concurrency": int(rng.integers(1, 40))} if seed % 2 else {
+            "arrivals_s": np.cumsum(rng.exponential(0.01, n))}
+        a = simulate_reference(P, OUT, pool, mc, g, c, seqs, mbt, **kw)
+        b = simulate_timed(P, OUT, pool, mc, g, c, seqs, mbt, **kw)
+        assert (a.steps, a.preemptions, a.peak_running, a.token_steps) == (
+            b.steps, b.preemptions, b.peak_running, b.token_steps), seed
+        for name in ("first_seg", "finish_seg", "arrival_seg"):
+            assert getattr(a, name).tolist() == getattr(b, name).tolist(), (seed, name)
+        assert b.cum == pytest.approx(a.cum, rel=1e-12), seed
+        preempting += a.preemptions > 0
+    assert preempting >= 20  # the preemption rule is exercised, not only the quiet path
+
+
+def test_one_prompt_token_left_is_a_step_of_its_own():
+    """A chunk that leaves exactly one prompt token: the next step computes it and samples the first token,
+    so TTFT ends at that step (prompt 65, budget 64: chunk 64, then 1 -> first token at step 2, not inside a
+    later decode stretch)."""
+    mc, pool, g = _llama8b()
+    for sim in ("simulate_timed", "simulate_reference"):
+        import kvdash.simulate.timed as t
+
+        s = getattr(t, sim)(np.array([65]), np.array([20]), pool, mc, g, Constants(), 16, 64, concurrency=1)
+        assert s.first_seg.tolist() == [2] and s.steps == 21, sim
+
+
+def test_moe_layers_count_their_fused_moe_kernels():
+    """Rule (steptime.KERNELS): the per-layer term counts a dense layer's 9 kernels as one unit; a MoE layer
+    runs 13 (the fused-MoE path's 7 in place of the MLP's 3), a shared expert 3 more. Qwen3-235B: 94 MoE
+    layers, no shared expert: 94 x 13 / 9 = 135.78 units; MiniMax-M2.5 (62 MoE layers) 62 x 13 / 9 = 89.56;
+    Llama-3.1-8B (dense) 32."""
+    for name, units in (("qwen3-235b-a22b-fp8", 94 * 13 / 9), ("minimax-m2.5", 62 * 13 / 9)):
+        cfg = _cfg(name)
+        mc = model_compute(cfg, from_hf_config(cfg, name), 4, "fp8")
+        assert mc.layer_units == pytest.approx(units), name
+        assert features(mc, gpu_perf("h200"), 8, 0, 0, 0)[3] == pytest.approx(units)
+    mc, _, g = _llama8b()
+    assert features(mc, g, 8, 0, 0, 0)[3] == 32
+
+
+def test_attention_dp_moe_layers_gather_and_scatter():
+    """Rule (vLLM 0.33 all2all_backend "allgather_reducescatter"): with 2 attention-DP ranks each MoE layer
+    adds two collectives, each bringing the other rank's tokens (hidden 4,096 x 2 B) to every GPU.
+    Qwen3-235B, TP 2, DP 2, 10 tokens: 2 x 94 x 1 x 10 x 4,096 x 2 B over the H200's NVLink."""
+    cfg = _cfg("qwen3-235b-a22b-fp8")
+    arch = from_hf_config(cfg, "q")
+    g = gpu_perf("h200")
+    one, two = (features(model_compute(cfg, arch, 2, "fp8", dp=dp), g, 10, 0, 0, 0) for dp in (1, 2))
+    assert two[4] - one[4] == 2 * 94
+    assert two[5] - one[5] == pytest.approx(2 * 94 * 1 * 10 * 4096 * 2 / g.link_bytes_per_s)

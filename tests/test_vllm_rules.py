@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from kvdash.core import vllm
-from kvdash.core.calc import BudgetSpec, CalcInput, calculate
+from kvdash.answer.budget import BudgetSpec
+from kvdash.answer.calc import CalcInput, calculate
 from kvdash.core.model import load_config, load_preset
-from kvdash.core.reserve import auto_reserve
+from kvdash.engines import vllm
+from kvdash.engines.vllm_reserve import auto_reserve
 from kvdash.errors import InputError
 from kvdash.sweep.evaluate import expand
 from kvdash.sweep.gridfile import parse_grid
@@ -358,7 +359,7 @@ class TestAgainstVllmCode:
                  "state_bytes": 0, "state_blocks": 0, "chunked": chunked, "k": 1, "max_reserved": 1, "prefix": 0,
                  "max_model_len": w["max_model_len"], "max_batched_tokens": w["max_num_batched_tokens"],
                  "in_flight_tokens": in_flight, "l0": 1, "f0": 1}
-            assert request_metrics(x)["vllm_blocks_per_request"] == w["blocks"], w
+            assert request_metrics(x, vllm.RULES.blocks_per_request)["vllm_blocks_per_request"] == w["blocks"], w
 
     def test_mamba_pages_equal_vllm_spec(self):
         """MambaSpec.max_memory_usage_bytes / page: align 2 (+1 with a checkpoint block), none 1; and

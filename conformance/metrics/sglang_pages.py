@@ -71,8 +71,16 @@ LAYOUTS = [
      "ranks": [rank(900000, 0.45, 30, 2, swa_pool=180000, swa_usage=0.70, full_usage=0.45)]},
     {"name": "mamba", "model": "qwen3-next-80b-a3b-thinking", "tp": 4, "pp": 1, "dp": 1,
      "ranks": [rank(2000000, 0.30, 40, 5, mamba_usage=0.62, full_usage=0.30)]},
-    {"name": "hicache", "model": "llama-3.1-8b", "tp": 1, "pp": 1, "dp": 1, "hicache": True,
-     "ranks": [rank(600000, 0.55, 14, 1, host_total=2400000, host_used=900000)]},
+    # HiCache (--enable-hierarchical-cache), TP 2: the host pool (L2) and its transfers as the radix cache's
+    # RadixCacheMetricsCollector writes them (one per TP rank, each its own KV shard: bytes per rank, tokens the
+    # same logical count on every rank), and the prefill tokens by where their KV came from
+    # (increment_effective_prefill_tokens).  Bytes: tokens x 131,072 B per token (Llama-3.1-8B bf16) / TP 2;
+    # times at the harness's bandwidths (40 GB/s host-to-GPU, 30 GB/s GPU-to-host per rank), one op each.
+    {"name": "hicache", "model": "llama-3.1-8b", "tp": 2, "pp": 1, "dp": 1, "hicache": True,
+     "ranks": [rank(600000, 0.55, 14, 1, host_total=2400000, host_used=900000,
+                    tier={"backup_tokens": 1_000_000, "load_back_tokens": 250_000, "backup_ops": 400,
+                          "load_back_ops": 120, "input_tokens": 1_200_000, "device_hit_tokens": 500_000,
+                          "host_hit_tokens": 250_000, "storage_hit_tokens": 0})]},
 ]
 
 
@@ -105,6 +113,8 @@ def one_rank(sa: ServerArgs, layout: dict, tp_rank: int, pp_rank: int, dp_rank: 
                                              enable_lora=False, enable_hierarchical_cache=bool(layout.get("hicache")))
     c = ctx.collector
     r = layout["ranks"][get_parallel().dp_rank or 0]
+    if "tier" in r:  # every rank's cache writes its own (not only the stats-logging ranks)
+        hicache_rank(layout, r)
     page = layout.get("page_size", 1)
     c.emit_constants(max_total_num_tokens=r["pool"], max_total_num_tokens_swa=r.get("swa_pool"),
                      weight_memory_usage_gb=15.0, kv_cache_memory_usage_gb=round(r["pool"] * 131072 / 1e9 / layout["tp"], 2),
@@ -123,6 +133,37 @@ def one_rank(sa: ServerArgs, layout: dict, tp_rank: int, pp_rank: int, dp_rank: 
         hicache_host_used_tokens=r.get("host_used", 0), hicache_host_total_tokens=r.get("host_total", 0))
     c.log_stats(st)
     c.increment_retracted_reqs(r["retracted"], r["retracted"] * 1000, r["retracted"] * 10)
+    if "tier" in r:
+        t = r["tier"]
+        c.increment_effective_prefill_tokens(input_tokens=t["input_tokens"], device_hit_tokens=t["device_hit_tokens"],
+                                             host_hit_tokens=t["host_hit_tokens"],
+                                             storage_hit_tokens=t["storage_hit_tokens"])
+
+
+def hicache_rank(layout: dict, r: dict) -> None:
+    """What one rank's HiRadixCache writes (``BasePrefixCache.init_metrics_collector``, then
+    ``unified_radix_cache.py``'s backup and load-back acknowledgements)."""
+    from sglang.srt.layers.dp_attention import is_dp_attention_enabled
+    from sglang.srt.observability.metrics_collector import RadixCacheMetricsCollector, radix_cache_metric_labels
+
+    t = r["tier"]
+    rc = RadixCacheMetricsCollector(labels=radix_cache_metric_labels("HiRadixCache", get_parallel(),
+                                                                     is_dp_attention_enabled()))
+    for tokens_key, ops_key, speed, count, add_bytes, observe in (
+            ("backup_tokens", "backup_ops", 30e9, rc.increment_backup_num_tokens, rc.increment_backup_num_bytes,
+             rc.observe_backup_duration),
+            ("load_back_tokens", "load_back_ops", 40e9, rc.increment_load_back_num_tokens,
+             rc.increment_load_back_num_bytes, rc.observe_load_back_duration)):
+        tokens, n = t[tokens_key], t[ops_key]
+        per_op = tokens // n
+        for _ in range(n):
+            nbytes = per_op * BYTES_PER_TOKEN // layout["tp"]
+            count(per_op, "kv")
+            add_bytes(nbytes)
+            observe(nbytes / speed)
+
+
+BYTES_PER_TOKEN = 131072  # Llama-3.1-8B bf16: 32 layers x 2 x 8 KV heads x 128 x 2 B
 
 
 def build(layout: dict) -> tuple[str, dict]:
@@ -164,8 +205,25 @@ def build(layout: dict) -> tuple[str, dict]:
             "evictable_tokens": r["evictable"], "retractions": r["retracted"], "hit_rate": r["hit_rate"],
             "swa_usage": r.get("swa_usage"), "mamba_usage": r.get("mamba_usage"),
             "swa_pool_tokens": r.get("swa_pool"), "host_total_tokens": r.get("host_total"),
-            "host_used_tokens": r.get("host_used")})
+            "host_used_tokens": r.get("host_used"), "hicache": hicache_figures(layout, r)})
     return page, figures
+
+
+def hicache_figures(layout: dict, r: dict) -> dict | None:
+    """What the page's HiCache series add up to (per rank bytes summed over the TP ranks: the physical total)."""
+    if "tier" not in r:
+        return None
+    t, tp = r["tier"], layout["tp"]
+    out: dict = {"host_hit_tokens": t["host_hit_tokens"], "device_hit_tokens": t["device_hit_tokens"],
+                 "input_tokens": t["input_tokens"], "storage_hit_tokens": t["storage_hit_tokens"]}
+    for tokens_key, ops_key, speed, name in (("backup_tokens", "backup_ops", 30e9, "stored"),
+                                             ("load_back_tokens", "load_back_ops", 40e9, "loaded")):
+        per_op = t[tokens_key] // t[ops_key]
+        rank_bytes = per_op * BYTES_PER_TOKEN // tp
+        out[f"{name}_tokens"] = per_op * t[ops_key]
+        out[f"{name}_bytes"] = rank_bytes * t[ops_key] * tp
+        out[f"{name}_seconds_per_rank"] = rank_bytes / speed * t[ops_key]
+    return out
 
 
 def main() -> int:

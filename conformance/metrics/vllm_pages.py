@@ -73,12 +73,19 @@ LAYOUTS = [
                   "skipped": 0, "queries": 7000, "hits": 700, "preempted": 3},
                  {"blocks": 181000, "block_size": 16, "usage": 0.3, "running": 6, "waiting": 0,
                   "skipped": 0, "queries": 5000, "hits": 2500, "preempted": 0}]},
-    # KV offloading to CPU (--kv-offloading-size 64, in GiB): cache_config_info carries it.
+    # KV offloading to CPU (--kv-offloading-size 64, in GiB): cache_config_info carries it; the offloading
+    # connector's own metrics (vllm:kv_offload_*) come from its CPU tier (CPUOffloadingSpec, its manager) and
+    # the workers' transfer figures, as the connector's scheduler side hands them to the logger.  The tier
+    # figures: chunks stored (each request's full blocks) and loaded (the KV-connector hits: 70,000 tokens =
+    # 4,375 chunks of 16), the transfers timed at the harness's bandwidths (PCIe Gen5 x16-class: 40 GB/s
+    # host-to-GPU, 30 GB/s GPU-to-host), in_flight chunks still being written when the page is read.
     {"name": "offload", "model": "llama-3.1-8b", "tp": 1, "pp": 1, "dp": 1, "dp_local": None,
      "offload_gib": 64.0,
      "engines": [{"blocks": 150000, "block_size": 16, "usage": 0.77, "running": 25, "waiting": 5,
                   "skipped": 0, "queries": 200000, "hits": 60000, "preempted": 4,
-                  "ext_queries": 140000, "ext_hits": 70000}]},
+                  "ext_queries": 140000, "ext_hits": 70000,
+                  "tier": {"stored_chunks": 12000, "loaded_chunks": 4375, "in_flight_chunks": 300,
+                           "load_ops": 35, "store_ops": 96, "load_bytes_per_s": 40e9, "store_bytes_per_s": 30e9}}]},
 ]
 
 
@@ -109,6 +116,68 @@ def ready(vc: VllmConfig, rank: int, e: dict) -> bytes:
     return msgspec.msgpack.encode(resp)
 
 
+def offload_stats(vc: VllmConfig, rank: int, e: dict) -> tuple[dict, dict]:
+    """The offloading connector's stats payload for one engine, from vLLM's own code: the engine's KV cache
+    groups (``FullAttentionSpec`` per layer, as the model runner builds them) -> ``build_offloading_config``
+    -> ``OffloadingSpecFactory.create_spec`` (``CPUOffloadingSpec``: the tier's chunks) -> its
+    ``CPUOffloadingManager``, given ``prepare_store``/``complete_store``/``prepare_load`` calls; the workers'
+    transfer figures (``OffloadingWorkerMetadata``) go through the connector scheduler's own
+    ``_update_connector_output`` and ``get_stats`` (on a stand-in holding the fields they read)."""
+    import contextlib
+
+    import torch
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+        DirectionalTransferStats,
+        OffloadingWorkerMetadata,
+        TransferStats,
+    )
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import build_offloading_config
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import OffloadingConnectorStats
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import OffloadingConnectorScheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.kv_offload.base import ReqContext, make_offload_key
+    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+    from vllm.v1.outputs import KVConnectorOutput
+
+    mc, pc, t = vc.model_config, vc.parallel_config, e["tier"]
+    assert vc.kv_transfer_config is not None
+    vc.kv_transfer_config.engine_id = f"kvdash-harness-{rank}"
+    spec = FullAttentionSpec(block_size=e["block_size"], num_kv_heads=mc.get_num_kv_heads(pc),
+                             head_size=mc.get_head_size(), dtype=torch.bfloat16)
+    layers = [f"model.layers.{i}.self_attn.attn" for i in range(mc.get_num_layers(pc))]
+    kcc = KVCacheConfig(num_blocks=e["blocks"], kv_cache_tensors=[],
+                        kv_cache_groups=[KVCacheGroupSpec(layer_names=layers, kv_cache_spec=spec)])
+    tier = OffloadingSpecFactory.create_spec(build_offloading_config(vc, kcc))
+    manager = tier.get_manager()
+    ctx = ReqContext(req_id="harness")
+    manager.on_new_request(ctx)
+    keys = [make_offload_key(i.to_bytes(32, "big"), 0) for i in range(t["stored_chunks"] + t["in_flight_chunks"])]
+    manager.prepare_store(keys, ctx)
+    manager.complete_store(keys[:t["stored_chunks"]], ctx)
+    chunk_bytes = tier.kv_bytes_per_chunk
+    load_b, store_b = t["loaded_chunks"] * chunk_bytes, t["stored_chunks"] * chunk_bytes
+    load_t, store_t = load_b / t["load_bytes_per_s"], store_b / t["store_bytes_per_s"]
+
+    def ops(total: int, n: int) -> list[int]:
+        return [total // n + (1 if i < total % n else 0) for i in range(n)]
+
+    meta = OffloadingWorkerMetadata(transfer_stats=TransferStats(
+        load=DirectionalTransferStats(bytes=load_b, time=load_t, sizes=ops(load_b, t["load_ops"])),
+        store=DirectionalTransferStats(bytes=store_b, time=store_t, sizes=ops(store_b, t["store_ops"]))))
+    sched = SimpleNamespace(_connector_stats=OffloadingConnectorStats(), manager=manager, _info_sent=False,
+                            _manager_locked=contextlib.nullcontext, _stale_job_threshold=0, _jobs={})
+    OffloadingConnectorScheduler._update_connector_output(sched, KVConnectorOutput(kv_connector_worker_meta=meta))
+    stats = OffloadingConnectorScheduler.get_stats(sched)
+    assert stats is not None
+    info = tier.cpu_info
+    return stats.data, {
+        "cpu_num_chunks": info.cpu_num_chunks, "cpu_blocks_per_chunk": info.cpu_blocks_per_chunk,
+        "cpu_kv_cache_size_bytes": info.cpu_kv_cache_size_bytes, "cpu_kv_cache_size_tokens": info.cpu_kv_cache_size_tokens,
+        "chunk_bytes": chunk_bytes, "loaded_bytes": load_b, "stored_bytes": store_b, "load_seconds": load_t,
+        "store_seconds": store_t, "in_flight_chunks": t["in_flight_chunks"],
+        "cpu_cache_usage": stats.data["data"]["vllm:kv_offload_cpu_cache_usage_perc"][()]}
+
+
 def build(layout: dict) -> tuple[str, dict]:
     vc = vllm_config(layout)
     start = layout.get("dp_start", 0)
@@ -132,6 +201,9 @@ def build(layout: dict) -> tuple[str, dict]:
         stats = SchedulerStats(num_running_reqs=e["running"], num_waiting_reqs=e["waiting"],
                                num_skipped_waiting_reqs=e["skipped"], kv_cache_usage=e["usage"],
                                prefix_cache_stats=pcs, connector_prefix_cache_stats=conn)
+        tier_figures: dict | None = None
+        if "tier" in e:
+            stats.kv_connector_stats, tier_figures = offload_stats(vc, rank, e)
         it = IterationStats()
         it.num_preempted_reqs = e["preempted"]
         logger.record(stats, it, engine_idx=rank)
@@ -145,7 +217,8 @@ def build(layout: dict) -> tuple[str, dict]:
             "waiting": e["waiting"] + e["skipped"], "waiting_capacity": e["waiting"],
             "waiting_deferred": e["skipped"], "prefix_queries": e["queries"], "prefix_hits": e["hits"],
             "preemptions": e["preempted"], "external_queries": e.get("ext_queries"),
-            "external_hits": e.get("ext_hits"), "offload_gib": layout.get("offload_gib")})
+            "external_hits": e.get("ext_hits"), "offload_gib": layout.get("offload_gib"),
+            "offload_tier": tier_figures})
     if layout["name"] == "tp1":  # sleep level 1 on the single engine (POST /sleep?level=1)
         logger.record_sleep_state(sleep=1, level=1)
         figures["engines"][0]["sleep"] = "weights_offloaded"

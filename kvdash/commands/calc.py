@@ -2,7 +2,7 @@
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -137,12 +137,16 @@ def calc(
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
     slo: SloOpt = None,
     weight_format: WeightFormatOpt = "bf16",
+    engine_rules: Annotated[str, Opt("--engine-rules", help="Engine whose sizing rules are shown beside kvdash's pool: 'vllm' (vLLM 0.33, the default) or 'sglang' (SGLang 0.5.23: its mem_fraction_static default, cell size, pool and start-up line, and how it differs from vLLM). Needs --gpu or --gpu-memory for sglang.")] = "vllm",
 ) -> None:
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
-    from kvdash.core.calc import BudgetSpec, CalcInput, calculate, capture_graphs, engine_caps
+    from kvdash.answer.budget import BudgetSpec
+    from kvdash.answer.calc import CalcInput, calculate, capture_graphs, engine_caps
     from kvdash.core.model import model_from_spec, resolve_model
+    from kvdash.engines import registry
     from kvdash.units import parse_size
 
+    rules = registry.get(engine_rules)  # an unknown engine is the first error, before any figure
     if any(v is not None for v in (layers, kv_heads, head_dim)):
         if given(ctx, "model") or config:
             raise InputError("--layers", layers, "give either --model/--config or --layers/--kv-heads/--head-dim")
@@ -205,6 +209,8 @@ def calc(
                          "sizes take a unit: 12GiB (2^30 B), 80GB (10^9 B), 512MiB")
     for line in warnings:
         warn(line)
+    if rules.name == "sglang":
+        result["sglang_view"] = sglang_view(result, arch, tp, kv_dtype, block_size if given(ctx, "block_size") else None)
     if slo is not None:
         from kvdash.commands.simulate_time import calc_slo
 
@@ -221,11 +227,17 @@ def calc(
         v = result["vllm_view"]
         lines = [result["summary"], *(f"Derived (not in config.json): {line}" for line in result["architecture"]["derived"]),
                  *(f"vLLM {v['version']} would log: {line}" for line in v["log_lines"])]
+        if "sglang_view" in result:
+            lines += sglang_lines(result["sglang_view"], brief=True)
         print("\n".join(part for line in lines for part in wrap(line, terminal_width())))
         return
     from kvdash.render.calc_view import render
 
     render(result)
+    if "sglang_view" in result:
+        from kvdash.render.table import terminal_width, wrap
+
+        print("\n".join(part for line in sglang_lines(result["sglang_view"]) for part in wrap(line, terminal_width())))
     if "slo" in result:
         s = result["slo"]
         rate = "none" if s["max_rate_per_s"] is None else f"{s['max_rate_per_s']:g} requests/s"
@@ -233,6 +245,48 @@ def calc(
               f"{s['kv_capacity_requests']:,} of them at once; binds: {s['binding_limit']}")
     if offload is not None:
         _print_offload(result["offload_tiers"])
+
+
+def sglang_view(result: dict, arch: Any, tp: int, kv_dtype: str, block_size: str | None) -> dict:
+    """The SGLang 0.5.23 view beside the vLLM one (``--engine-rules sglang``)."""
+    from kvdash.engines import sglang
+
+    b = result["budget"]
+    if not b.get("gpu_memory_bytes"):
+        raise InputError("--engine-rules", "sglang", "SGLang's view derives its pool from a GPU: give --gpu or "
+                                                    "--gpu-memory (a declared --budget has no free memory to profile)")
+    if result["inputs"].get("pp", 1) != 1:
+        raise InputError("--pp", result["inputs"]["pp"], "SGLang's view is mirrored for --pp 1 only")
+    page = None
+    if block_size is not None and block_size != "auto":
+        page = int(block_size)
+    v = result["vllm_view"]
+    total = b["gpu_memory_bytes"]
+    held = total - b["per_rank_bytes"] - b.get("weights_per_rank_bytes", 0)
+    why = (f"1 - gpu_memory_utilization {b.get('utilization')} of the GPU plus the runtime reserve "
+           f"{b.get('reserve_bytes', 0) / 2**30:.2f} GiB")
+    return sglang.view(arch, total, tp, kv_dtype, int(b.get("weights_per_rank_bytes", 0)), page,
+                       {"tokens": v["gpu_kv_cache_tokens"], "label": f"vLLM {v['version']}", "held_back": held,
+                        "why": why})
+
+
+def sglang_lines(s: dict, brief: bool = False) -> list[str]:
+    if "refused" in s:
+        return [f"SGLang {s['version']} view: {s['refused']}"]
+    if brief:
+        return [f"SGLang {s['version']} would log: {s['log_line']}", *([s["comparison"]] if "comparison" in s else [])]
+    out = [f"SGLang {s['version']} view (--engine-rules sglang):",
+           f"  mem_fraction_static {s['mem_fraction_static']}: reserved {s['reserved_mib']:,.0f} MiB = "
+           + " + ".join(f"{t['mib']:,.0f} ({t['name']})" for t in s["fraction_terms"]),
+           f"  free before weights {s['free_before_weights_bytes']:,} B ({s['free_before_basis']})",
+           *(f"  {line}" for line in s["lines"]),
+           f"  cell: {s['cell']}",
+           f"  max_running_requests {s['max_running_requests']:,} (resolve_max_num_reqs: int(tokens / context_len "
+           f"{s['context_len']:,} x 512) within 2,048..4,096, at most tokens // 2)",
+           f"  SGLang {s['version']} would log: {s['log_line']}"]
+    if "comparison" in s:
+        out.append(s["comparison"])
+    return out
 
 
 def _offload(text: str, rules: str, blocks_per_chunk: int, link: str | None, disk_link: str, gpu: str | None, tp: int,

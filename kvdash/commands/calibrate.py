@@ -87,7 +87,7 @@ def calibrate(
     else:
         total, gpu_name = _nvml_total()
     if max_batched_tokens is None:  # the engine's default for this GPU (vllm/engine/arg_utils.py get_batch_defaults)
-        from kvdash.core.vllm import batch_tier
+        from kvdash.engines.vllm import batch_tier
 
         name = preset.name if preset is not None else (None if gpu_name == "custom" else gpu_name)
         max_batched_tokens = batch_tier(total, name)[0].max_num_batched_tokens

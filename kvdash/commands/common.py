@@ -173,7 +173,7 @@ def parse_budget(text: str | None) -> int | None:
 def block_size_of(value: int | str, arch: object) -> int:
     """A parsed ``--block-size`` as the number of tokens: 'auto' is vLLM 0.33's choice for the model."""
     if value == "auto":
-        from kvdash.core.calc import auto_block_size
+        from kvdash.engines.vllm import auto_block_size
 
         return auto_block_size(arch)[0]  # type: ignore[arg-type]
     return int(value)

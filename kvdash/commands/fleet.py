@@ -12,7 +12,7 @@ from kvdash.errors import InputError
 def run_fleet(url: str, cfg, once: bool, as_json: bool, interval: float) -> None:  # type: ignore[no-untyped-def]
     from dataclasses import replace
 
-    from kvdash.sources.prometheus import FleetSource
+    from kvdash.fleet.source import FleetSource
 
     cfg = replace(cfg, arch=cfg.architecture())  # read the preset once, not on every poll
     try:

@@ -8,8 +8,8 @@ import typer
 
 def models(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """List the model presets: layers, KV heads, head_dim, pattern and KV bytes per token (bf16)."""
-    from kvdash.core.calc import rank_shapes
     from kvdash.core.model import load_preset, preset_names
+    from kvdash.engines.vllm import rank_shapes
 
     rows = []
     for key in preset_names():

@@ -117,10 +117,12 @@ def simulate(
     limit_requests = requests  # a trace is read whole unless --requests is given
     requests = 2000 if requests is None else requests
     max_len: int | None = pick_alias(max_reserved, max_len_old, "--max-reserved", "--max-len")  # type: ignore[assignment]
-    from kvdash.core.calc import BudgetSpec, rank_shapes, resolve_budget
+    from kvdash.answer.budget import BudgetSpec, resolve_budget
     from kvdash.core.model import load_config, resolve_model
-    from kvdash.simulate.engine import PAPER_FIG2, POLICIES, PRESETS, Lengths, draw_requests, read_trace
+    from kvdash.engines.vllm import rank_shapes
+    from kvdash.simulate.engine import PAPER_FIG2, POLICIES
     from kvdash.simulate.engine import simulate as run
+    from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace
     from kvdash.units import parse_size
 
     if not 1 <= max_requests <= HARD_MAX_REQUESTS:
@@ -165,7 +167,10 @@ def simulate(
     if not 1 <= block_size <= max_len:
         raise InputError("--block-size", _short(block_size), f"expected 1 to --max-reserved ({max_len:,}) tokens")
     shape = rank_shapes(arch, kv_dtype, "tensor", tp, 1, block_size)[0]
-    if time_model or slo:
+    prefix_replay = hash_trace is not None or prefix_workload is not None
+    if prefix_replay and slo:
+        raise InputError("--slo", slo, "answers a length workload (--workload/--prompt/--output), not a prefix replay")
+    if (time_model or slo) and not prefix_replay:
         from kvdash.commands.simulate_time import main as timed_main
 
         timed_main(locals())
@@ -180,7 +185,7 @@ def simulate(
     spec = BudgetSpec(
         bytes=parse_budget(budget),  # neither: the 12 GiB default
         gpu=gpu, util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None)
-    from kvdash.core.calc import CalcInput, capture_graphs, engine_caps
+    from kvdash.answer.calc import CalcInput, capture_graphs, engine_caps
 
     caps_inp = CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec)  # vLLM 0.33's caps for the GPU
     caps = engine_caps(caps_inp)
@@ -188,14 +193,14 @@ def simulate(
                        graphs=capture_graphs(caps_inp, caps))
     binfo = resolve_budget(spec, arch, tp, 1)
     b = binfo["per_rank_bytes"]
-    from kvdash.core.calc import reserve_text
+    from kvdash.answer.text import reserve_text
 
     budget_lines = []  # every output says first what it assumes of the runtime reserve (as calc does)
     if "gpu_memory_bytes" in binfo:
         if spec.reserve or spec.reserve_basis:
             budget_lines.append(f"runtime reserve {binfo['reserve_bytes']:,} B per rank ({binfo['reserve_basis']})")
         else:
-            from kvdash.core.calc import upper_bound_line
+            from kvdash.answer.calc import upper_bound_line
 
             budget_lines.append(upper_bound_line(CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec), binfo))
     else:
@@ -203,15 +208,24 @@ def simulate(
     for line in notes:
         warn(line)
     capacity = b // shape.bytes_per_token
-    if hash_trace is not None or prefix_workload is not None:
-        from kvdash.commands.simulate_prefix import run_prefix
+    if prefix_replay:
+        from kvdash.commands.simulate_prefix import PrefillTiming, run_prefix
+
+        timing = None
+        if time_model:
+            if not gpu:
+                raise InputError("--gpu", None, "--time needs a GPU preset with bandwidth and FLOP/s figures "
+                                                "(e.g. h100-80gb)")
+            timing = PrefillTiming(model=model, config=str(config) if config else None, weight_format=weight_format,
+                                   max_batched=max_batched_tokens or caps.max_num_batched_tokens,
+                                   weights=weights)
 
         run_prefix(arch=arch, kv_dtype=kv_dtype, block_size=block_size, tp=tp, gpu=gpu, budget_lines=budget_lines,
                    per_rank_bytes=b, bytes_per_token=shape.bytes_per_token, capacity=capacity, hash_trace=hash_trace,
                    prefix_workload=prefix_workload, rules=rules, offload=offload, cpu_policy=cpu_policy,
                    blocks_per_chunk=blocks_per_chunk, link=link, disk_link=disk_link, capacities=capacities,
                    concurrency=concurrency, requests=limit_requests, seed=seed,
-                   max_bytes=max_bytes, as_json=as_json)
+                   max_bytes=max_bytes, as_json=as_json, timing=timing)
         return
     if max_len > arch.max_context:
         raise InputError("--max-reserved", max_len, f"at most the model's context length ({arch.max_context:,})")

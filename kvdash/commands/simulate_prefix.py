@@ -1,7 +1,7 @@
 """``kvdash simulate --hash-trace / --prefix-workload``: prefix caching and tiers over a workload with structure."""
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +11,23 @@ CHART_WIDTH = 30
 GLYPHS = {"gpu": "█", "cpu": "▓", "disk": "░"}
 
 
+@dataclass(frozen=True)
+class PrefillTiming:
+    """What ``--time`` needs to time each request's prefill with and without its hits."""
+
+    model: str
+    config: str | None
+    weight_format: str
+    max_batched: int
+    weights: str | None
+
+
 def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str | None, budget_lines: list[str],
                per_rank_bytes: int, bytes_per_token: int, capacity: int, hash_trace: Path | None,
                prefix_workload: str | None, rules: str, offload: str | None, cpu_policy: str, blocks_per_chunk: int,
                link: str | None, disk_link: str, capacities: str | None, concurrency: int | None,
-               requests: int | None, seed: int, max_bytes: int, as_json: bool) -> None:
+               requests: int | None, seed: int, max_bytes: int, as_json: bool,
+               timing: PrefillTiming | None = None) -> None:
     from kvdash.core import tiers as T
     from kvdash.simulate import prefixcache as P
     from kvdash.simulate.prefix_assumptions import prefix_assumptions
@@ -86,8 +98,14 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
                       ranks=tp, concurrency=conc)
     if spec.gpu_tokens is not None and rules == "vllm" and spec.gpu_tokens < B:
         raise InputError("--budget", per_rank_bytes, "the pool holds no whole block")
+    timer = _timer(timing, arch, tp, gpu, kv_dtype) if timing is not None else None
     keys: dict[tuple[int, bool], list[list[int]]] = {}
     result = P.replay(w, spec, keys)
+    prefill = None
+    if timer is not None and timing is not None:
+        from kvdash.simulate.prefill import prefill_saved
+
+        prefill = prefill_saved(timer, w.prompt, result.request_hits, timing.max_batched, result.request_load_s)
     swept = "disk" if "disk" in tiers_in else "cpu" if "cpu" in tiers_in else "gpu"
     points: list[dict[str, Any]] = []
     if curve is not None:
@@ -106,11 +124,54 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
              "budget_notes": budget_lines, "assumptions": assumptions}
     if as_json:
         out = {"setup": setup, "result": result.to_json(links)}
+        if prefill is not None:
+            out["prefill_time"] = prefill.to_json()
         if curve is not None:
             out["capacity_curve"] = {"tier": swept, "points": points}
         print(json.dumps(out, indent=2))
         return
     _print(setup, result, links, swept, points, budget_lines)
+    if prefill is not None:
+        _print_prefill(prefill, timing)
+
+
+def _timer(timing: PrefillTiming, arch: Any, tp: int, gpu: str | None, kv_dtype: str) -> Any:
+    """The time model's prefill timer for the model on the GPU (``--time``)."""
+    from kvdash.commands.simulate_time import model_config
+    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
+    from kvdash.simulate.prefill import ChunkTimer
+
+    if not gpu:
+        raise InputError("--gpu", None, "--time needs a GPU preset with bandwidth and FLOP/s figures (e.g. h100-80gb)")
+    if timing.max_batched < 1:
+        raise InputError("--max-batched-tokens", timing.max_batched, "expected a positive integer")
+    if timing.weights:
+        from kvdash.units import parse_size
+
+        arch = replace(arch, weight_bytes=parse_size(timing.weights, "--weights", allow_zero=True), weights_known=True,
+                       weight_basis="--weights")
+    mc = model_compute(model_config(timing.model, timing.config), arch, tp, timing.weight_format, None, kv_dtype)
+    return ChunkTimer(mc, gpu_perf(gpu), fitted_constants())
+
+
+def _print_prefill(p: Any, timing: PrefillTiming | None) -> None:
+    from rich.console import Console
+
+    console = Console()
+    line = (f"Prefill time (the time model, each request alone, {p.max_batched:,} tokens a step): "
+            f"{p.with_cache_s:,.1f} s computed with the cache, {p.without_cache_s:,.1f} s without; "
+            f"{p.saved_s:,.1f} s saved ({100 * p.saved_share:.1f} %)"
+            + (f"; tier loads {p.load_s:,.1f} s" if p.load_s else ""))
+    console.print(line, markup=False, highlight=False)
+    w, wo, sv = p.ttft_with_ms, p.ttft_without_ms, p.saved_ms
+    console.print(f"TTFT at no load, p50 / p99: {_ms(w['p50'])} / {_ms(w['p99'])} with the cache, "
+                  f"{_ms(wo['p50'])} / {_ms(wo['p99'])} without; saved per request p50 {_ms(sv['p50'])}, "
+                  f"mean {_ms(sv['mean'])} (queueing not modelled: see simulate --time)",
+                  markup=False, highlight=False)
+
+
+def _ms(x: float) -> str:
+    return f"{x:,.1f} ms" if x < 1000 else f"{x / 1000:,.2f} s"
 
 
 def _pct(x: float) -> str:

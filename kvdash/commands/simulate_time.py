@@ -10,8 +10,8 @@ from kvdash.simulate.slo import SLO_KEYS, SLO_PERCENTILE, meets, parse_slo, run_
 
 def vllm_batch_defaults(memory_bytes: int, gpu_name: str, max_model_len: int = 131072) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) vLLM 0.33 picks for ``vllm serve`` on a GPU: kvdash's one mirror,
-    :func:`kvdash.core.vllm.scheduler_caps` (``EngineArgs`` in ``vllm/engine/arg_utils.py``)."""
-    from kvdash.core.vllm import scheduler_caps
+    :func:`kvdash.engines.vllm.scheduler_caps` (``EngineArgs`` in ``vllm/engine/arg_utils.py``)."""
+    from kvdash.engines.vllm import scheduler_caps
 
     caps = scheduler_caps(memory_bytes, gpu_name, max_model_len)
     return caps.max_num_seqs, caps.max_num_batched_tokens
@@ -33,14 +33,14 @@ def main(o: dict[str, Any]) -> None:
     """The ``--time`` branch of ``kvdash simulate`` (``o``: its options, validated as far as the pool shape)."""
     from dataclasses import replace
 
+    from kvdash.answer.budget import BudgetSpec, resolve_budget
     from kvdash.calibration import reserve_spec, with_reserve
     from kvdash.commands.common import check_budget_options, parse_budget, warn
-    from kvdash.core.calc import BudgetSpec, resolve_budget
     from kvdash.core.gpus import get_gpu
     from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
-    from kvdash.simulate.engine import PRESETS, Lengths, draw_requests, read_trace
     from kvdash.simulate.lengths import parse_lengths_spec
     from kvdash.simulate.timed import Pool
+    from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace
 
     arch, shape, tp = o["arch"], o["shape"], o["tp"]
     if not o["gpu"]:
@@ -151,8 +151,8 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
 
     from kvdash.core.gpus import get_gpu
     from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
-    from kvdash.simulate.engine import PRESETS, draw_requests
     from kvdash.simulate.timed import Pool
+    from kvdash.simulate.workload import PRESETS, draw_requests
 
     slo = parse_slo(slo_text)
     if not gpu_key:

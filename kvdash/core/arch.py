@@ -59,13 +59,16 @@ class Architecture:
     decoder_layers: int = 0  # decoder layers (Falcon-H1 has an attention and a mamba mixer in each)
     derived: tuple[str, ...] = ()  # figures config.json does not state, with the rule that derived them
     counts: dict[str, int] = field(default_factory=dict, compare=False)
-    max_len_rule: Any = None  # kvdash.core.vllm.DerivedMaxLen from config.json; None: max_context
+    max_len_rule: Any = None  # kvdash.core.maxlen.DerivedMaxLen from config.json; None: max_context
+    # config.json facts an engine's own rules read (kvdash.engines.sglang): "architectures" (tuple),
+    # "nested_text_config" (bool), "length_fields" ({key: int}), "rope_scaling" (dict); empty for presets
+    facts: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def derived_max_len(self) -> Any:
         """The longest max_model_len vLLM 0.33 accepts for this model
-        (:func:`kvdash.core.vllm.derived_max_model_len`)."""
-        from kvdash.core.vllm import DerivedMaxLen
+        (:func:`kvdash.core.maxlen.derived_max_model_len`)."""
+        from kvdash.core.maxlen import DerivedMaxLen
 
         if self.max_len_rule is not None:
             return self.max_len_rule

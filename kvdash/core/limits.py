@@ -98,7 +98,7 @@ def check_int(field: str, value: object, low: int | None = None, high: int | Non
 def parse_block_size(value: str | int, field: str = "--block-size") -> int | str:
     """The one parser of ``--block-size`` (calc, live, exporter, simulate) and the grid's ``block_size``:
     ``"16"`` or 16 -> 16; ``"auto"`` stays ``"auto"`` (vLLM 0.33's choice for the model:
-    ``kvdash.core.calc.auto_block_size``); anything else one error line naming the range.
+    ``kvdash.engines.vllm.auto_block_size``); anything else one error line naming the range.
 
     >>> parse_block_size("16"), parse_block_size(32), parse_block_size(" Auto ")
     (16, 32, 'auto')

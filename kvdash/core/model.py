@@ -91,6 +91,11 @@ def _layer_kinds(cfg: dict[str, Any], n_layers: int, where: str) -> list[str]:
     return ["sliding"] * n_layers
 
 
+# the context-length keys SGLang 0.5.23 reads, in its order (srt/utils/hf_transformers/common.py
+# CONTEXT_LENGTH_KEYS); kept as config facts for kvdash.engines.sglang
+LENGTH_FIELDS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+
+
 def from_hf_config(
     cfg: dict[str, Any],
     name: str,
@@ -108,12 +113,21 @@ def from_hf_config(
     patterns, state shapes) come from :mod:`kvdash.core.modeltypes`.
     """
     from kvdash.core import modeltypes
-    from kvdash.core.vllm import derived_max_model_len
+    from kvdash.core.maxlen import derived_max_model_len
 
     where = source
     if not isinstance(cfg, dict):
         raise InputError(where, type(cfg).__name__, "expected a JSON object")
+    archs = cfg.get("architectures")
+    nested = isinstance(cfg.get("text_config"), dict)
     cfg = modeltypes.aliases(_text_config(cfg))
+    facts: dict[str, Any] = {
+        "architectures": tuple(str(a) for a in archs) if isinstance(archs, list) else (),
+        "nested_text_config": nested,
+        "length_fields": {k: cfg[k] for k in LENGTH_FIELDS if isinstance(cfg.get(k), int)
+                          and not isinstance(cfg.get(k), bool)},
+        "rope_scaling": dict(cfg["rope_scaling"]) if isinstance(cfg.get("rope_scaling"), dict) else {},
+    }
     n_layers = _int(cfg, "num_hidden_layers", where)
     heads = _int(cfg, "num_attention_heads", where)
     hidden = cfg.get("hidden_size") or 0
@@ -199,6 +213,7 @@ def from_hf_config(
         decoder_layers=n_layers,
         derived=tuple(derived),
         max_len_rule=derived_max_model_len(cfg),
+        facts=facts,
     )
 
 

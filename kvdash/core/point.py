@@ -34,7 +34,7 @@ Inputs (all integers):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kvdash.core import formulas as f
@@ -61,8 +61,16 @@ def _token_bytes(n: Any, x: Mapping[str, Any]) -> Any:
     return x["full_token_bytes"] * n + x["window_token_bytes"] * f.imin(n, x["window"])
 
 
-def request_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
-    """Figures of one request group that do not depend on the budget."""
+# an engine's blocks per request at max_model_len over these inputs (kvdash.engines.base.EngineRules
+# .blocks_per_request): ints for one configuration, polars expressions for a grid
+BlocksRule = Callable[[Mapping[str, Any]], Any]
+
+
+def request_metrics(x: Mapping[str, Any], per_request: BlocksRule | None = None) -> dict[str, Any]:
+    """Figures of one request group that do not depend on the budget.  With an engine's ``per_request`` rule
+    (vLLM 0.33's: :meth:`kvdash.engines.vllm.VllmRules.blocks_per_request`) also the blocks the engine budgets
+    per request at ``max_model_len`` (``vllm_blocks_per_request``), from which :func:`capacity_metrics` gives its
+    max concurrency and logged KV-cache size; the core holds no engine's rule of its own."""
     B, k = x["block_size"], x["k"]
     fg, wg, window, state = x["full_groups"], x["window_groups"], x["window"], x["state_bytes"]
     # a grid passes only as many lengths as its largest group; missing ones are absent, not 0
@@ -86,8 +94,7 @@ def request_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
     for n in lengths[1:]:
         longest = f.imax(longest, n)
     prefix_blocks = fg * (x["prefix"] // B)
-    L, chunked = x["max_model_len"], x["chunked"]
-    return {
+    out = {
         "bytes_per_token": x["full_token_bytes"] + x["window_token_bytes"],
         "block_bytes": bb,
         "kv_groups": fg + wg,
@@ -109,14 +116,11 @@ def request_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
         "prefix_shared_blocks": prefix_blocks,
         "prefix_shared_bytes": prefix_blocks * bb,
         "prefix_own_bytes": (group_blocks - k * prefix_blocks) * bb + k * state,
-        # vLLM 0.33 max_memory_usage_bytes per spec (vllm/v1/kv_cache_interface.py): full cdiv(L, B); sliding
-        # cdiv(min(W - 1 + T, L), B) + 1; chunked cdiv(min(C + T, L), B), T = max_in_flight_tokens (2 x
-        # max_num_batched_tokens under async scheduling); a state group 1 block (2 in align mode, 3 for Mamba-2)
-        "vllm_blocks_per_request": fg * f.cdiv(L, B)
-        + wg * (f.cdiv(f.imin(window - 1 + chunked + x["in_flight_tokens"], L), B) + 1 - chunked)
-        + x["state_blocks"],
-        "vllm_max_model_len": L,
     }
+    if per_request is not None:
+        out["vllm_blocks_per_request"] = per_request(x)
+        out["vllm_max_model_len"] = x["max_model_len"]
+    return out
 
 
 def capacity_metrics(budget: Any, k: Any, block_size: Any, r: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,8 +132,7 @@ def capacity_metrics(budget: Any, k: Any, block_size: Any, r: Mapping[str, Any])
     shared = r["prefix_shared_bytes"]
     saved = f.imax(paged - 1, 0) * shared
     tokens = pool // r["kv_groups"] * block_size
-    concurrency = fdiv(pool, r["vllm_blocks_per_request"])
-    return {
+    out = {
         "kv_token_slots": f.token_slots(budget, r["bytes_per_token"]),
         "whole_pool_blocks": pool,
         "block_backed_token_slots": tokens,
@@ -145,20 +148,24 @@ def capacity_metrics(budget: Any, k: Any, block_size: Any, r: Mapping[str, Any])
         "prefix_saved_bytes": saved,
         "prefix_saved_percent": fdiv(100 * saved, complete * r["paged_bytes"]),
         "vllm_num_gpu_blocks": pool,
-        # vLLM 0.33 get_kv_cache_capacity: int(max_concurrency x max_model_len)
-        "vllm_kv_cache_tokens": f.trunc(concurrency * r["vllm_max_model_len"]),
-        "vllm_max_concurrency": concurrency,
     }
+    if "vllm_blocks_per_request" in r:  # the engine's figures (request_metrics with its per_request rule)
+        concurrency = fdiv(pool, r["vllm_blocks_per_request"])
+        # vLLM 0.33 get_kv_cache_capacity: int(max_concurrency x max_model_len)
+        out["vllm_kv_cache_tokens"] = f.trunc(concurrency * r["vllm_max_model_len"])
+        out["vllm_max_concurrency"] = concurrency
+    return out
 
 
-def point_metrics(x: Mapping[str, Any]) -> dict[str, Any]:
-    """All capacity figures of one point (or one column of points)."""
-    r = request_metrics(x)
+def point_metrics(x: Mapping[str, Any], per_request: BlocksRule | None = None) -> dict[str, Any]:
+    """All capacity figures of one point (or one column of points); ``per_request``: the engine's blocks per
+    request at ``max_model_len`` (:func:`request_metrics`)."""
+    r = request_metrics(x, per_request)
     return r | capacity_metrics(x["budget"], x["k"], x["block_size"], r)
 
 
 def shape_inputs(shape: Any) -> dict[str, int]:
-    """The :func:`point_metrics` inputs that come from a :class:`~kvdash.core.calc.PoolShape`."""
+    """The :func:`point_metrics` inputs that come from a :class:`~kvdash.core.pool.PoolShape`."""
     return {
         "block_size": shape.block_size,
         "layer_token_bytes": shape.layer_token_bytes,

@@ -18,8 +18,8 @@ request handling and tokenization, and sampling's return to it: time outside the
   experts for ``T`` tokens routed to ``k`` each, the expected number of distinct experts when tokens
   pick experts independently and uniformly;
 * KV read: for each decode token the KV its attention reads, from kvdash's own per-layer figures
-  (:func:`kvdash.core.calc.layer_token_bytes` times the context, a sliding layer's capped at its
-  window, and :func:`kvdash.core.calc.layer_state_bytes` for state layers, read and written);
+  (:func:`kvdash.core.pool.layer_token_bytes` times the context, a sliding layer's capped at its
+  window, and :func:`kvdash.core.pool.layer_state_bytes` for state layers, read and written);
   a prefill chunk reads its earlier context once;
 * linear FLOPs: ``2 x active parameters x tokens`` (a MoE token runs ``k`` experts);
   attention FLOPs: ``2 x heads x (qk dim + v dim)`` per query-key pair per layer, the pairs of a causal
@@ -39,12 +39,13 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from kvdash.core import formulas as f
-from kvdash.core.calc import layer_state_bytes, layer_token_bytes
 from kvdash.core.model import Architecture
+from kvdash.core.pool import layer_state_bytes, layer_token_bytes
 from kvdash.errors import InputError
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -57,6 +58,15 @@ WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "mxfp4": 
 # the tensor-core rate a GEMM of these weights runs at (weight-only int4 and MXFP4 on Hopper compute in bf16)
 GEMM_RATE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4", "int4_wo": "bf16"}
 ACT_BYTES = 2  # bf16 activations on the all-reduce
+# GPU kernels one decoder layer runs in vLLM 0.33 (what the fitted per-layer constant pays for, in units of a
+# dense layer): a dense layer 9 (RMSNorm, QKV GEMM, rotary, attention, O GEMM, RMSNorm, gate-up GEMM,
+# SiLU-and-mul, down GEMM); a MoE layer replaces the MLP's 3 with the fused-MoE path's 7 (router GEMM,
+# topk_softmax, moe_align_block_size, the w13 fused_moe kernel, SiLU-and-mul, the w2 fused_moe kernel, moe_sum:
+# vllm/model_executor/layers/fused_moe/fused_moe.py, fused_experts_impl) and a shared expert adds 3
+KERNELS = {"dense": 9, "moe": 13, "shared": 3}
+
+
+_WIDER = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16",)}
 
 
 @dataclass(frozen=True)
@@ -71,7 +81,7 @@ class GPUPerf:
 
     def rate(self, kind: str) -> float:
         """FLOP/s of a GEMM kind; a kind the GPU lacks (fp4 on Hopper) runs at the next wider one."""
-        for k in {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16",)}[kind]:
+        for k in _WIDER[kind]:
             if self.flops.get(k):
                 return self.flops[k]
         raise InputError("--gpu", self.key, "no bf16 FLOP/s figure for the time model")
@@ -157,6 +167,7 @@ class ModelCompute:
     state_bytes: int  # per request, every state layer of the rank (calc.layer_state_bytes)
     weights_per_rank: int = 0  # resident weight bytes per rank (for the memory budget)
     dp: int = 1  # attention data-parallel ranks sharing the experts (their tokens reach every expert rank)
+    layer_units: float = 0.0  # the per-layer fixed work in dense-layer equivalents (0: one per layer; see KERNELS)
     basis: tuple[str, ...] = field(default=(), compare=False)
 
     def kv_read_bytes(self, context: Any) -> Any:
@@ -173,6 +184,13 @@ class ModelCompute:
     def attn_pair_flops(self, prefill: bool = False) -> tuple[float, float]:
         """FLOPs per query-key pair, summed over the rank's (full, window) attention layers; ``prefill``: with
         the dims prefill runs at (MLA: un-absorbed heads)."""
+        return self._pair_flops[prefill]
+
+    @cached_property
+    def _pair_flops(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        return self._pair_flops_of(False), self._pair_flops_of(True)
+
+    def _pair_flops_of(self, prefill: bool) -> tuple[float, float]:
         def dims(a: AttentionKind) -> int:
             if prefill and a.prefill_qk_dim:
                 return a.prefill_qk_dim + a.prefill_v_dim
@@ -278,8 +296,13 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
     state = sum(layer_state_bytes(layer, tp) for layer in arch.state_layers)
     resident = (parts["embedding"] * 2 + lm_head * 2 + attn_bytes + mlp_bytes
                 + parts["experts_total"] * parts["expert_params"] * expert_b)
+    n_layers = arch.decoder_layers or arch.num_layers
+    units = float(n_layers)
+    if parts["moe_layers"]:
+        extra = KERNELS["moe"] - KERNELS["dense"] + (KERNELS["shared"] if parts["shared"] else 0)
+        units += parts["moe_layers"] * extra / KERNELS["dense"]
     return ModelCompute(
-        name=arch.name, tp=tp, layers=arch.decoder_layers or arch.num_layers, hidden=h,
+        name=arch.name, tp=tp, layers=n_layers, hidden=h, layer_units=units,
         dense_weight_bytes=dense_bytes, dense_params=(dense_linear + lm_head) / tp,
         moe_layers=parts["moe_layers"], experts=parts["experts"], top_k=parts["top_k"],
         expert_bytes=parts["expert_params"] * expert_b / (tp * dp), expert_params=parts["expert_params"] / tp,
@@ -307,7 +330,15 @@ def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: flo
     link = 0.0
     if mc.tp > 1 and gpu.link_bytes_per_s:
         link = reduces * 2 * (mc.tp - 1) / mc.tp * tokens * mc.hidden * ACT_BYTES / gpu.link_bytes_per_s
-    return (mem, comp, 1.0, float(mc.layers), float(reduces), link)
+    gathers = 0
+    if mc.dp > 1 and mc.moe_layers:
+        # attention data parallel: each MoE layer all-gathers the dp ranks' tokens and reduce-scatters the result
+        # (vLLM 0.33's default all2all_backend "allgather_reducescatter", vllm/config/parallel.py): two
+        # collectives, each bringing (dp - 1) ranks' tokens of hidden x 2 bytes to every GPU
+        gathers = 2 * mc.moe_layers
+        if gpu.link_bytes_per_s:
+            link += gathers * (mc.dp - 1) * tokens * mc.hidden * ACT_BYTES / gpu.link_bytes_per_s
+    return (mem, comp, 1.0, float(mc.layer_units or mc.layers), float(reduces + gathers), link)
 
 
 def step_seconds(x: tuple[float, ...], c: Constants) -> float:

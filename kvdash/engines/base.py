@@ -9,7 +9,7 @@ by name through :mod:`kvdash.engines.registry`.
 
 An engine module defines one object that satisfies :class:`EngineRules` (a :class:`typing.Protocol`: no base
 class to inherit) and adds it to the registry.  The composition that turns one configuration into every
-figure (:mod:`kvdash.answer`, moving there from ``kvdash.core.calc``) calls only these methods, in this order:
+figure (:mod:`kvdash.answer.calc`) calls only these methods, in this order:
 
 1. :meth:`~EngineRules.check_max_model_len` -- refuse a context length the engine refuses;
 2. :meth:`~EngineRules.caps` -- the scheduler caps (``max_num_seqs``, ``max_num_batched_tokens``) for the GPU;

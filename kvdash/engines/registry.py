@@ -6,26 +6,27 @@ satisfies :class:`~kvdash.engines.base.EngineRules`, one line in :data:`ENGINES`
 
 from __future__ import annotations
 
-from kvdash.engines import vllm
+from kvdash.engines import sglang, vllm
 from kvdash.engines.base import EngineRules
 from kvdash.errors import InputError
 
 DEFAULT = "vllm"
 ENGINES: dict[str, EngineRules] = {
     vllm.RULES.name: vllm.RULES,
+    sglang.RULES.name: sglang.RULES,
 }
 
 
 def names() -> tuple[str, ...]:
-    """The registered engine names, in registration order: ``('vllm',)``."""
+    """The registered engine names, in registration order: ``('vllm', 'sglang')``."""
     return tuple(ENGINES)
 
 
 def get(name: str = DEFAULT, field: str = "--engine-rules") -> EngineRules:
     """The rules of engine ``name``; an unknown name is an :class:`~kvdash.errors.InputError` on ``field``.
 
-    >>> get("vllm").label
-    'vLLM 0.33'
+    >>> get("vllm").label, get("sglang").label
+    ('vLLM 0.33', 'SGLang 0.5.23')
     """
     try:
         return ENGINES[name]

@@ -1,39 +1,469 @@
-"""vLLM 0.33.0's rules behind :class:`kvdash.engines.base.EngineRules`: :data:`RULES`.
+"""vLLM 0.33.0's rules for what the engine will run, mirrored from its source (paths under ``vllm/`` of the
+v0.33.0 release; each function names the file and function it follows), behind
+:class:`kvdash.engines.base.EngineRules` as :data:`RULES`.
 
-Each rule follows vLLM's own code at the v0.33.0 release (paths under ``vllm/``), named in its docstring:
+These are the engine's choices, kept apart from the engine-free formulas of :mod:`kvdash.core`:
 
-* budget: ``floor(total x gpu_memory_utilization) - weights/rank - reserve``
-  (``Worker.determine_available_memory``, ``vllm/v1/worker/gpu_worker.py``), default utilization 0.92;
-* ``--reserve auto``: the published activation / non-torch / CUDA-graph terms of :mod:`kvdash.core.reserve`,
-  the graphs counted from the caps (``VllmConfig._set_cudagraph_sizes``);
-* block size ``auto``: the attention backend's preferred block per GPU generation and KV dtype
-  (``CudaPlatform.get_attn_backend_cls``), raised for hybrids (``Platform._align_hybrid_block_size``);
-* KV-cache groups: ``_get_kv_cache_groups_uniform_page_size`` (``vllm/v1/core/kv_cache_utils.py``);
-* scheduler caps: ``EngineArgs.get_batch_defaults`` / ``_set_default_max_num_seqs_and_batched_tokens_args``
-  (``vllm/engine/arg_utils.py``);
-* blocks per request at ``max_model_len``: ``max_memory_usage_bytes`` per spec (``vllm/v1/kv_cache_interface.py``);
-* the start-up line: ``update_kv_cache_capacity`` (``vllm/v1/core/kv_cache_utils.py``).
+* the KV budget from a GPU: ``floor(total x gpu_memory_utilization) - weights/rank - reserve``
+  (``Worker.determine_available_memory``, ``vllm/v1/worker/gpu_worker.py``), default utilization 0.92; the
+  reserve ``--reserve auto`` takes is :mod:`kvdash.engines.vllm_reserve`;
+* the scheduler caps ``vllm serve`` picks for a GPU (``max_num_seqs``, ``max_num_batched_tokens``);
+* how many batches are in flight at once (``max_concurrent_batches``), which sizes sliding-window and
+  chunked-local layers;
+* the CUDA-graph capture sizes those caps imply (they feed the reserve estimate);
+* the block size ``--block-size`` left unset gives, per GPU generation and KV dtype, and its raise for hybrids;
+* the KV-cache groups of a pool (:func:`rank_shapes`: ``_get_kv_cache_groups_uniform_page_size``) and the
+  blocks a request's recurrent state takes (``MambaSpec``);
+* the blocks vLLM budgets per request at ``max_model_len`` and its start-up log line (the figures it logs are
+  assembled in :mod:`kvdash.engines.vllm_view`);
+* the refusal of a ``max_model_len`` above the derived limit (the limit itself is read from ``config.json`` by
+  :mod:`kvdash.core.maxlen`).
+
+Pure Python, no imports beyond the standard library and kvdash's core.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from kvdash import defaults
 from kvdash.core import formulas as f
-from kvdash.core import vllm as rules
-from kvdash.core.arch import Architecture
-from kvdash.core.pool import PoolShape, check_positive
+from kvdash.core.arch import Architecture, Layer
+from kvdash.core.dtypes import check_scale_mode, get_dtype
+from kvdash.core.maxlen import (  # noqa: F401  (re-exported: vLLM's reading of the length keys)
+    DEFAULT_MAX_LEN,
+    MAX_LEN_KEYS,
+    ROPE_NOT_SCALED,
+    DerivedMaxLen,
+    derived_max_model_len,
+)
+from kvdash.core.pool import PoolShape, check_parallel, check_positive, layer_state_bytes, layer_token_bytes
 from kvdash.engines.base import Budget, Caps, Gpu, Settings
 from kvdash.errors import InputError
 from kvdash.units import scale_floor
 
-VERSION = "0.33"
+VERSION = "0.33"  # the vLLM release whose rules kvdash mirrors
+GiB = 1 << 30
 
+PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")  # vllm/config/vllm.py PerformanceMode
+
+
+@dataclass(frozen=True)
+class BatchTier:
+    """One row of ``EngineArgs.get_batch_defaults`` (``vllm/engine/arg_utils.py``) for ``vllm serve``
+    (``UsageContext.OPENAI_API_SERVER``)."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    rule: str
+
+
+TIER_LARGE = BatchTier(16384, 1024, "160 GiB or more")
+TIER_H100 = BatchTier(8192, 1024, "70 GiB or more, not an A100")
+TIER_OTHER = BatchTier(2048, 256, "under 70 GiB, or an A100")
+
+
+def batch_tier(gpu_memory: int | None, gpu_name: str | None) -> tuple[BatchTier, str]:
+    """The ``vllm serve`` defaults for a GPU of ``gpu_memory`` bytes named ``gpu_name``, and why.
+
+    ``EngineArgs.get_batch_defaults`` (``vllm/engine/arg_utils.py``, v0.33.0): ``>= 160 GiB``: 16,384 batched
+    tokens and 1,024 sequences; ``>= 70 GiB`` and ``"a100"`` not in the device name (nor a GB10): 8,192 / 1,024;
+    otherwise 2,048 / 256.  Without a GPU (a declared budget) kvdash assumes the H100/H200 row, the GPUs its
+    conformance harness plans for.
+
+    >>> batch_tier(150_754_820_096, "NVIDIA H200")[0].max_num_batched_tokens  # 140.4 GiB, not an A100
+    8192
+    >>> batch_tier(85_899_345_920, "NVIDIA A100 80GB")[0].max_num_seqs  # 80 GiB but an A100
+    256
+    >>> batch_tier(192_000_000_000, "NVIDIA B200")[0].max_num_batched_tokens  # 178.8 GiB
+    16384
+    """
+    if gpu_memory is None:
+        return TIER_H100, "no GPU given: the H100/H200 row assumed"
+    name = (gpu_name or "").lower()
+    where = f"{gpu_name or 'a GPU'} ({gpu_memory / GiB:.1f} GiB"
+    if gpu_memory >= 160 * GiB:
+        return TIER_LARGE, f"{where}: {TIER_LARGE.rule})"
+    if gpu_memory >= 70 * GiB and "a100" not in name:
+        return TIER_H100, f"{where}: {TIER_H100.rule})"
+    return TIER_OTHER, f"{where}: {TIER_OTHER.rule})"
+
+
+def scheduler_caps(gpu_memory: int | None, gpu_name: str | None, max_model_len: int,
+                   max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+                   performance_mode: str = "balanced", chunked_prefill: bool = True) -> Caps:
+    """``max_num_seqs`` and ``max_num_batched_tokens`` as vLLM 0.33 sets them for ``vllm serve``.
+
+    ``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args`` (``vllm/engine/arg_utils.py``): a value
+    the user leaves out takes the GPU's default (:func:`batch_tier`), doubled with ``--performance-mode
+    throughput``; an unset batched-token count is raised to ``max_model_len`` without chunked prefill and then
+    capped at ``max_num_seqs x max_model_len``; an unset ``max_num_seqs`` is capped at the batched tokens.
+    ``SchedulerConfig.verify_max_model_len`` (``vllm/config/scheduler.py``) refuses given values with fewer
+    batched tokens than sequences (or than ``max_model_len`` without chunked prefill).
+
+    >>> c = scheduler_caps(24_152_899_584, "NVIDIA L4", 8192)  # L4: 256 / 2,048
+    >>> c.max_num_seqs, c.max_num_batched_tokens
+    (256, 2048)
+    >>> c = scheduler_caps(85_520_809_984, "NVIDIA H100 80GB HBM3", 32768, performance_mode="throughput")
+    >>> c.max_num_seqs, c.max_num_batched_tokens  # 1,024 x 2, 8,192 x 2
+    (2048, 16384)
+    >>> scheduler_caps(24_152_899_584, "NVIDIA L4", 8192, chunked_prefill=False).max_num_batched_tokens
+    8192
+    """
+    if performance_mode not in PERFORMANCE_MODES:
+        raise InputError("--performance-mode", performance_mode, "expected " + ", ".join(PERFORMANCE_MODES))
+    tier, why = batch_tier(gpu_memory, gpu_name)
+    double = performance_mode == "throughput"
+    if max_num_batched_tokens is None:
+        tokens = tier.max_num_batched_tokens * (2 if double else 1)
+        tokens_basis = "default" + (f" {tier.max_num_batched_tokens:,} x 2 (--performance-mode throughput)"
+                                    if double else "")
+        if not chunked_prefill and max_model_len > tokens:
+            tokens = max_model_len
+            tokens_basis += f", raised to max_model_len {max_model_len:,} (chunked prefill off)"
+        seqs_for_cap = (tier.max_num_seqs * (2 if double else 1)) if max_num_seqs is None else max_num_seqs
+        if seqs_for_cap * max_model_len < tokens:
+            tokens = seqs_for_cap * max_model_len
+            tokens_basis += f", capped at max_num_seqs x max_model_len = {tokens:,}"
+    else:
+        tokens, tokens_basis = max_num_batched_tokens, "given with --max-batched-tokens"
+    if max_num_seqs is None:
+        seqs = tier.max_num_seqs * (2 if double else 1)
+        seqs_basis = "default" + (f" {tier.max_num_seqs:,} x 2 (--performance-mode throughput)" if double else "")
+        if seqs > tokens:
+            seqs = tokens
+            seqs_basis += f", capped at max_num_batched_tokens {tokens:,}"
+    else:
+        seqs, seqs_basis = max_num_seqs, "given with --max-num-seqs"
+    # vllm/config/scheduler.py SchedulerConfig.verify_max_model_len
+    if tokens < seqs:
+        raise InputError("--max-batched-tokens", tokens,
+                         f"vLLM 0.33 refuses it: max_num_batched_tokens ({tokens}) must be greater than or equal to "
+                         f"max_num_seqs ({seqs}) (vllm/config/scheduler.py, verify_max_model_len)")
+    if not chunked_prefill and tokens < max_model_len:
+        raise InputError("--max-batched-tokens", tokens,
+                         f"vLLM 0.33 refuses it: max_num_batched_tokens ({tokens}) is smaller than max_model_len "
+                         f"({max_model_len}) with chunked prefill off (vllm/config/scheduler.py, "
+                         "verify_max_model_len)")
+    return Caps(seqs, tokens, seqs_basis, tokens_basis, why)
+
+
+CAPS_SOURCE = "EngineArgs.get_batch_defaults, vllm/engine/arg_utils.py"
+
+
+def caps_text(caps: Caps) -> str:
+    """``'256 (default), 2,048 (given with --max-batched-tokens)'``-style account of both caps, and the rule.
+
+    >>> caps_text(scheduler_caps(24_152_899_584, "NVIDIA L4", 8192))
+    "max_num_seqs 256 (default), max_num_batched_tokens 2,048 (default): vLLM 0.33's defaults for NVIDIA L4 \
+(22.5 GiB: under 70 GiB, or an A100; EngineArgs.get_batch_defaults, vllm/engine/arg_utils.py)"
+    """
+    both = (f"max_num_seqs {caps.max_num_seqs:,} ({caps.seqs_basis}), max_num_batched_tokens "
+            f"{caps.max_num_batched_tokens:,} ({caps.tokens_basis})")
+    if "default" not in caps.seqs_basis + caps.tokens_basis:
+        return both
+    return f"{both}: vLLM 0.33's defaults for {caps.tier.rstrip(')')}; {CAPS_SOURCE})" if caps.tier.endswith(")") \
+        else f"{both}: vLLM 0.33's defaults, {caps.tier} ({CAPS_SOURCE})"
+
+
+def max_concurrent_batches(async_scheduling: bool = True, pp: int = 1) -> int:
+    """Batches scheduled but not yet settled: ``VllmConfig.max_concurrent_batches`` (``vllm/config/vllm.py``).
+
+    Async scheduling (on by default, ``--no-async-scheduling`` turns it off) overlaps two batches; with
+    pipeline parallelism the default V2 model runner keeps ``pp + 1`` in flight (``pp`` without async).
+
+    >>> max_concurrent_batches(), max_concurrent_batches(False), max_concurrent_batches(True, 2)
+    (2, 1, 3)
+    """
+    return pp + 1 if async_scheduling else pp
+
+
+def max_in_flight_tokens(max_num_batched_tokens: int, async_scheduling: bool = True, pp: int = 1) -> int:
+    """``VllmConfig.max_in_flight_tokens`` (``vllm/config/vllm.py``): ``max_concurrent_batches x
+    max_num_batched_tokens``, what sliding-window and chunked-local layers are sized for.
+
+    >>> max_in_flight_tokens(8192)  # H100/H200 default, async scheduling on
+    16384
+    """
+    return max_concurrent_batches(async_scheduling, pp) * max_num_batched_tokens
+
+
+def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, blackwell: bool = False,
+                            performance_mode: str = "balanced") -> list[int]:
+    """The batch sizes vLLM 0.33 captures CUDA graphs for by default (no speculative decoding).
+
+    ``VllmConfig._set_cudagraph_sizes`` (``vllm/config/vllm.py``): the largest size is ``min(2 x max_num_seqs,
+    512)`` (1,024 on Blackwell, SM100), at most ``max_num_batched_tokens``; the sizes are 1, 2, 4 (1..32 in
+    ``interactivity`` mode), then every 8 below 256, then every 16 up to the largest, plus
+    ``max_num_batched_tokens`` and ``max_num_seqs`` when they lie within it.
+
+    >>> len(cudagraph_capture_sizes(1024, 8192)), len(cudagraph_capture_sizes(256, 2048))  # Hopper: 51 each
+    (51, 51)
+    >>> len(cudagraph_capture_sizes(1024, 16384, blackwell=True)), cudagraph_capture_sizes(4, 2048)
+    (83, [1, 2, 4, 8])
+    """
+    ceiling = 1024 if blackwell else 512
+    largest = min(max_num_seqs * 2, ceiling)
+    decode = [max_num_seqs] if max_num_seqs <= largest else []
+    largest = min(max_num_batched_tokens, largest)
+    if performance_mode == "interactivity":
+        sizes = list(range(1, min(largest, 32) + 1))
+    else:
+        sizes = [i for i in (1, 2, 4) if i <= largest]
+    if largest >= 8:
+        sizes += list(range(8, min(largest + 1, 256), 8))
+    if largest >= 256:
+        sizes += list(range(256, largest + 1, 16))
+    if max_num_batched_tokens <= largest and max_num_batched_tokens not in sizes:
+        sizes.append(max_num_batched_tokens)
+    sizes += [s for s in decode if s <= max_num_batched_tokens]
+    return sorted(set(sizes))
+
+
+def gpu_generation(compute_capability: str | None) -> str:
+    """``"sm90"``-style family of a GPU preset's compute capability ("9.0" -> "sm90"); ``""`` unknown."""
+    if not compute_capability:
+        return ""
+    major = compute_capability.split(".", 1)[0]
+    return {"9": "sm90", "10": "sm100", "8": "sm80"}.get(major, "")
+
+
+def backend_block_size(use_mla: bool, quantized_kv: bool, generation: str = "sm90") -> tuple[int, str]:
+    """The block size vLLM 0.33 uses when ``--block-size`` is left unset, before hybrid alignment, and why.
+
+    ``CudaPlatform.get_attn_backend_cls`` (``vllm/platforms/cuda.py``) takes the first valid backend of
+    ``_get_backend_priorities`` for the GPU; ``Platform.update_block_size_for_backend``
+    (``vllm/platforms/interface.py``) then takes its ``get_preferred_block_size(16)``: 16 where the backend
+    accepts it, else its smallest kernel block size.
+
+    * Hopper (SM90): attention FLASH_ATTN (multiples of 16) -> 16; MLA with a bf16/fp16 KV cache
+      FLASH_ATTN_MLA (multiples of 16, bf16/fp16 KV only: ``v1/attention/backends/mla/flashattn_mla.py``)
+      -> 16; MLA with an fp8 KV cache FLASHMLA (64 only: ``mla/flashmla.py``) -> 64.
+    * Blackwell (SM100): attention FLASHINFER (16, 32, 64) -> 16; MLA FLASHINFER_MLA (32, 64:
+      ``mla/flashinfer_mla.py``, for qk_nope_head_dim 64, 128 or 192) -> 32.
+    * Ampere/Ada (SM80-89): attention FLASH_ATTN -> 16; MLA TRITON_MLA (multiples of 16) -> 16.
+
+    >>> backend_block_size(True, False)[0], backend_block_size(True, True)[0], backend_block_size(False, True)[0]
+    (16, 64, 16)
+    >>> backend_block_size(True, False, "sm100")[0], backend_block_size(True, False, "sm80")[0]
+    (32, 16)
+    """
+    if not use_mla:
+        backend = {"sm100": "FLASHINFER (kernel blocks 16, 32, 64)"}.get(generation, "FLASH_ATTN (multiples of 16)")
+        return 16, f"16: {backend} accepts vLLM's default block size of 16 ({_where(generation)})"
+    if generation == "sm100":
+        return 32, ("32: MLA on Blackwell runs FLASHINFER_MLA, whose kernel blocks are 32 or 64 "
+                    "(vllm/v1/attention/backends/mla/flashinfer_mla.py)")
+    if generation == "sm80":
+        return 16, "16: MLA on Ampere/Ada runs TRITON_MLA, which takes multiples of 16 (mla/triton_mla.py)"
+    if quantized_kv:
+        return 64, ("64: MLA with an fp8 KV cache on Hopper runs FlashMLA, which takes only 64-token blocks "
+                    "(FLASH_ATTN_MLA, first in vllm/platforms/cuda.py's SM90 order, takes bf16/fp16 KV only; "
+                    "vllm/v1/attention/backends/mla/flashmla.py)")
+    return 16, ("16: MLA with a bf16/fp16 KV cache on Hopper runs FLASH_ATTN_MLA, first in vllm/platforms/cuda.py's "
+                "SM90 order, which takes multiples of 16 (vllm/v1/attention/backends/mla/flashattn_mla.py)")
+
+
+def _where(generation: str) -> str:
+    return {"sm90": "Hopper", "sm100": "Blackwell", "sm80": "Ampere/Ada"}.get(generation, "Hopper")
+
+
+def check_max_model_len(max_model_len: int, derived: DerivedMaxLen, allow_long: bool,
+                        field: str = "--max-model-len") -> None:
+    """Refuse a ``max_model_len`` above the derived limit, as ``_get_and_verify_max_len`` (``vllm/config/model.py``)
+    does unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set (kvdash: ``--allow-long-max-model-len``)."""
+    if not derived.value or max_model_len <= derived.value or allow_long:
+        return
+    if derived.model_max_length is not None and max_model_len <= derived.model_max_length:
+        return
+    raise InputError(field, max_model_len,
+                     f"vLLM 0.33 refuses it: \"User-specified max_model_len ({max_model_len}) is greater than the "
+                     f"derived max_model_len ({derived.key}={derived.shown or derived.value} or model_max_length="
+                     f"{derived.model_max_length} in model's config.json)\" (vllm/config/model.py, "
+                     "_get_and_verify_max_len)",
+                     f"lower it to {derived.value:,} or less, or pass --allow-long-max-model-len as "
+                     "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 does")
+
+
+# --- the pool: KV-cache groups, hybrid block alignment, state blocks ----------------------------------
+
+KERNEL_BLOCK_ALIGNMENT = 16  # FlashAttention's supported kernel block sizes: multiples of 16
+# FlashInfer's gated-delta-net prefill (Hopper) exports a state checkpoint every 64 tokens in align mode
+# (vllm/v1/attention/backends/gdn_attn.py, FLASHINFER_GDN_CHECKPOINT_ALIGNMENT)
+GDN_CHECKPOINT_ALIGNMENT = 64
+
+
+def exports_checkpoints(arch: Architecture, prefix_caching: bool) -> bool:
+    """vLLM 0.33 takes prefill checkpoints only when every state layer exports them: gated delta net
+    layers do in align mode on Hopper (one extra block per request, blocks on a 64-token grid)."""
+    states = arch.state_layers
+    return prefix_caching and bool(states) and all(layer.state_family == "gdn" for layer in states)
+
+
+def takes_prefill_checkpoint(arch: Architecture, prefix_caching: bool) -> bool:
+    """Whether the state layers' ``MambaSpec`` holds a prefill-checkpoint block in align mode
+    (``num_prefill_checkpoint_blocks=1``; ``MambaSpec.max_memory_usage_bytes`` in ``vllm/v1/kv_cache_interface.py``
+    is then page x (2 + speculative + 1) per request):
+
+    * every Mamba-2 layer: ``MambaMixer2.get_kv_cache_spec`` (``vllm/model_executor/layers/mamba/mamba_mixer2.py``)
+      always sets it (Nemotron-H, Nemotron-3, Granite-4.0-H, Falcon-H1, Zamba2, Mamba-2: every model built on
+      ``MambaMixer2``); Mamba-1 (``MambaMixer``, Jamba) keeps 2 blocks;
+    * gated delta net layers when they export checkpoints (:func:`exports_checkpoints`).
+
+    With prefix caching off (mamba_cache_mode 'none') a state layer holds 1 block whatever this says."""
+    states = arch.state_layers
+    if not prefix_caching or not states:
+        return False
+    return all(layer.state_family == "mamba2" for layer in states) or exports_checkpoints(arch, prefix_caching)
+
+
+def aligned_block_size(arch: Architecture, dtype: str, scales: str, tp: int, requested: int,
+                       prefix_caching: bool = True) -> tuple[int, int]:
+    """The attention block size vLLM 0.33 uses, and the state page it must hold (0: no state layers).
+
+    ``Platform._align_hybrid_block_size`` (``vllm/platforms/interface.py``): with alignment
+    ``a = max(16, requested)`` (in align mode with checkpoints, ``lcm(a, 64)``) the block becomes
+    ``a x ceil(state page / (a x attention bytes per token))``, rounded up to a multiple of 16, when
+    that is larger than the requested one, so that one attention page holds a state page; the state
+    page is then padded to the attention page.
+
+    >>> from kvdash.core.model import Layer, Architecture
+    >>> attn = Layer("full", kv_heads=8, head_dim=128, head_dim_v=128)
+    >>> mamba = Layer("mamba", state_family="mamba1", state=(8192, 16, 4))
+    >>> aligned_block_size(Architecture("jamba", (attn, mamba), 32, 4096), "bf16", "tensor", 1, 16)
+    (80, 311296)
+    """
+    states = arch.state_layers
+    if not states:
+        return requested, 0
+    attn = arch.attention_layers[0] if arch.attention_layers else None
+    if attn is None:
+        raise InputError("model", "no attention layers", "kvdash needs at least one attention layer")
+    page = max(layer_state_bytes(layer, tp) for layer in states)
+    token = layer_token_bytes(attn, dtype, scales, tp)
+    align = f.imax(KERNEL_BLOCK_ALIGNMENT, requested)
+    if exports_checkpoints(arch, prefix_caching):
+        align = math.lcm(align, GDN_CHECKPOINT_ALIGNMENT)
+    block = align * f.cdiv(page, align * token)
+    block = KERNEL_BLOCK_ALIGNMENT * f.cdiv(block, KERNEL_BLOCK_ALIGNMENT)
+    return f.imax(requested, block), page
+
+
+def stage_layers(n_layers: int, pp: int) -> list[range]:
+    """Layer ranges per pipeline stage, as vLLM's ``get_pp_indices`` splits them: equal shares,
+    the remainder going one each to the stages before the last."""
+    sizes = [n_layers // pp] * pp
+    for i in range(2, n_layers % pp + 2):
+        sizes[-i] += 1
+    out, start = [], 0
+    for size in sizes:
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+def group_size_for(counts: Sequence[int]) -> int:
+    """Layers per KV-cache group for layer kinds of these counts (vLLM 0.33,
+    ``_get_kv_cache_groups_uniform_page_size``): the smallest count, or the largest when it is
+    below 1.5 x the smallest (12 sliding + 13 full -> 13, not 12).
+
+    >>> group_size_for([52, 10]), group_size_for([12, 13]), group_size_for([28, 4]), group_size_for([62])
+    (10, 13, 4, 62)
+    """
+    low, high = min(counts), max(counts)
+    return high if high < low * 1.5 else low
+
+
+def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_size: int,
+             state_page: int = 0, prefix_caching: bool = True, requested: int | None = None,
+             checkpoints: bool = False) -> PoolShape:
+    """The pool geometry of one stage holding ``layers`` (``block_size``: the one vLLM uses)."""
+    kinds: dict[tuple[str, int], list[int]] = {}
+    n_state = 0
+    for layer, count in Counter(layers).items():  # models repeat a few layer kinds many times
+        if layer.is_state:
+            n_state += count
+            continue
+        key = ("full" if layer.kind in ("full", "mla") else layer.kind, layer.window)
+        kinds.setdefault(key, []).extend([layer_token_bytes(layer, dtype, scales, tp)] * count)
+    if not kinds:
+        raise InputError("model", "no attention layers", "kvdash needs at least one attention layer per stage")
+    local = {kind for (kind, _) in kinds if kind != "full"}
+    if len(local) > 1:
+        raise InputError("model", "sliding and chunked layers",
+                         "one local-attention kind per model is supported (sliding or chunked)")
+    windows = {w for (kind, w) in kinds if kind != "full"}
+    if len(windows) > 1:
+        raise InputError("model.sliding_window", sorted(windows),
+                         "one sliding-window size per model is supported")
+    counts = [len(v) for v in kinds.values()] + ([n_state] if n_state else [])
+    group_size = group_size_for(counts)
+    full_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k == "full")
+    window_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k != "full")
+    layer_bytes = max(max(v) for v in kinds.values())
+    state_groups = f.cdiv(n_state, group_size) if n_state else 0
+    # MambaSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py): align mode 2 pages per request, + 1 prefill
+    # checkpoint (Mamba-2 layers, checkpointing gated delta nets: takes_prefill_checkpoint), else 1
+    state_blocks = state_groups * ((3 if checkpoints else 2) if prefix_caching else 1)
+    return PoolShape(
+        block_size=block_size,
+        layer_token_bytes=layer_bytes,
+        group_size=group_size,
+        full_groups=full_groups,
+        window_groups=window_groups,
+        window=windows.pop() if windows else 0,
+        full_token_bytes=sum(sum(v) for (k, _), v in kinds.items() if k == "full"),
+        window_token_bytes=sum(sum(v) for (k, _), v in kinds.items() if k != "full"),
+        state_bytes=state_blocks * f.block_bytes(block_size, layer_bytes, group_size),
+        attention_layers=sum(len(v) for v in kinds.values()),
+        state_layers=n_state,
+        chunked=int("chunked" in local),
+        state_groups=state_groups,
+        state_blocks=state_blocks,
+        state_page_bytes=state_page if n_state else 0,
+        requested_block_size=block_size if requested is None else requested,
+        mamba_mode=("align" if prefix_caching else "none") if n_state else "",
+    )
+
+
+def rank_shapes(arch: Architecture, dtype: str = "bf16", scales: str = "tensor", tp: int = 1,
+                pp: int = 1, block_size: int = 16, prefix_caching: bool = True) -> list[PoolShape]:
+    """One :class:`PoolShape` per pipeline stage (all tensor-parallel ranks of a stage match)."""
+    check_positive("--block-size", block_size)
+    check_scale_mode(scales)
+    get_dtype(dtype)
+    check_parallel(arch, tp, pp)
+    used, page = aligned_block_size(arch, dtype, scales, tp, block_size, prefix_caching)
+    checkpoints = takes_prefill_checkpoint(arch, prefix_caching)
+    return [shape_of([arch.layers[i] for i in r], dtype, scales, tp, used, page, prefix_caching, block_size,
+                     checkpoints) for r in stage_layers(arch.num_layers, pp)]
+
+
+def auto_block_size(arch: Architecture, kv_dtype: str = defaults.KV_DTYPE,
+                    compute_capability: str = "") -> tuple[int, str]:
+    """The block size vLLM 0.33 picks when none is given, and why: per GPU generation (the budget's GPU preset;
+    Hopper when there is none) and KV dtype (:func:`backend_block_size`); a hybrid's block is
+    then raised to hold its state page (:func:`aligned_block_size`)."""
+    generation = gpu_generation(compute_capability) or "sm90"
+    size, why = backend_block_size(arch.use_mla, get_dtype(kv_dtype).quantized, generation)
+    if compute_capability == "" and generation == "sm90":
+        why += "; no CUDA GPU preset given: Hopper's choice"
+    if arch.is_hybrid:
+        why += "; then raised so one attention page holds a state page (vllm/platforms/interface.py, " \
+               "_align_hybrid_block_size)"
+    return size, why
+
+
+# --- the interface ----------------------------------------------------------------------------------
 
 class VllmRules:
-    """vLLM 0.33.0 (:class:`~kvdash.engines.base.EngineRules`)."""
+    """vLLM 0.33.0 behind :class:`~kvdash.engines.base.EngineRules` (each method's rule is named in the
+    function it calls)."""
 
     name = "vllm"
     version = VERSION
@@ -43,17 +473,14 @@ class VllmRules:
 
     def check_max_model_len(self, arch: Architecture, max_model_len: int, allow_long: bool,
                             field: str = "--max-model-len") -> None:
-        rules.check_max_model_len(max_model_len, arch.derived_max_len, allow_long, field)
+        check_max_model_len(max_model_len, arch.derived_max_len, allow_long, field)
 
     def caps(self, gpu: Gpu, settings: Settings) -> Caps:
-        c = rules.scheduler_caps(gpu.memory, gpu.name, settings.max_model_len, settings.max_num_seqs,
-                                 settings.max_num_batched_tokens, settings.performance_mode, settings.chunked_prefill)
-        return Caps(c.max_num_seqs, c.max_num_batched_tokens, c.seqs_basis, c.tokens_basis, c.tier)
+        return scheduler_caps(gpu.memory, gpu.name, settings.max_model_len, settings.max_num_seqs,
+                              settings.max_num_batched_tokens, settings.performance_mode, settings.chunked_prefill)
 
     def block_size(self, arch: Architecture, kv_dtype: str, requested: int | str, gpu: Gpu) -> tuple[int, str]:
         if requested == "auto":
-            from kvdash.core.calc import auto_block_size
-
             return auto_block_size(arch, kv_dtype, gpu.compute_capability)
         if isinstance(requested, str):
             raise InputError("--block-size", requested, "expected a positive integer or 'auto'")
@@ -61,8 +488,6 @@ class VllmRules:
 
     def pool(self, arch: Architecture, kv_dtype: str, kv_scales: str, tp: int, pp: int, block_size: int,
              prefix_caching: bool) -> list[PoolShape]:
-        from kvdash.core.calc import rank_shapes
-
         return rank_shapes(arch, kv_dtype, kv_scales, tp, pp, block_size, prefix_caching)
 
     def budget(self, total: int, util: Decimal, weights_per_rank: int, reserve: int) -> Budget:
@@ -71,25 +496,25 @@ class VllmRules:
 
     def auto_reserve(self, arch: Architecture, tp: int, pp: int, caps: Caps, gpu: Gpu,
                      settings: Settings) -> dict[str, Any]:
-        from kvdash.core.reserve import auto_reserve
+        from kvdash.engines.vllm_reserve import auto_reserve
 
         return auto_reserve(arch.model_type, tp, pp, caps.max_num_batched_tokens, gpu.name, layers=arch.num_layers,
                             graphs=self.capture_graphs(caps, gpu, settings))
 
     def capture_graphs(self, caps: Caps, gpu: Gpu, settings: Settings) -> int:
-        """CUDA graphs vLLM 0.33 captures under these caps (the reserve's CUDA-graph term scales with them):
-        ``VllmConfig._set_cudagraph_sizes`` (``vllm/config/vllm.py``), 1,024 largest on Blackwell."""
-        blackwell = rules.gpu_generation(gpu.compute_capability) == "sm100"
-        return len(rules.cudagraph_capture_sizes(caps.max_num_seqs, caps.max_num_batched_tokens, blackwell,
-                                                 settings.performance_mode))
+        """CUDA graphs vLLM 0.33 captures under these caps on this GPU (the reserve's CUDA-graph term scales
+        with them): :func:`cudagraph_capture_sizes`, 1,024 the largest on Blackwell (SM100)."""
+        blackwell = gpu_generation(gpu.compute_capability) == "sm100"
+        return len(cudagraph_capture_sizes(caps.max_num_seqs, caps.max_num_batched_tokens, blackwell,
+                                           settings.performance_mode))
 
     def in_flight_tokens(self, caps: Caps, settings: Settings) -> int:
-        return rules.max_in_flight_tokens(caps.max_num_batched_tokens, settings.async_scheduling, settings.pp)
+        return max_in_flight_tokens(caps.max_num_batched_tokens, settings.async_scheduling, settings.pp)
 
     def blocks_per_request(self, x: Mapping[str, Any]) -> Any:
         # max_memory_usage_bytes per spec (vllm/v1/kv_cache_interface.py): full cdiv(L, B); sliding
-        # cdiv(min(W - 1 + T, L), B) + 1; chunked cdiv(min(C + T, L), B), T = max_in_flight_tokens; a state
-        # group 1 block (2 in align mode, 3 for Mamba-2): state_blocks
+        # cdiv(min(W - 1 + T, L), B) + 1; chunked cdiv(min(C + T, L), B), T = max_in_flight_tokens (2 x
+        # max_num_batched_tokens under async scheduling); a state group 1 block (2 in align mode, 3 for Mamba-2)
         B, L, window, chunked = x["block_size"], x["max_model_len"], x["window"], x["chunked"]
         local = f.cdiv(f.imin(window - 1 + chunked + x["in_flight_tokens"], L), B) + 1 - chunked
         return x["full_groups"] * f.cdiv(L, B) + x["window_groups"] * local + x["state_blocks"]
@@ -100,8 +525,7 @@ class VllmRules:
                 f"Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x")
 
     def caps_text(self, caps: Caps) -> str:
-        return rules.caps_text(rules.Caps(caps.max_num_seqs, caps.max_num_batched_tokens, caps.seqs_basis,
-                                          caps.tokens_basis, caps.tier))
+        return caps_text(caps)
 
 
 RULES = VllmRules()

@@ -295,6 +295,26 @@ class KvdashCollector(Collector):
                                     "tokens.", labels=lab + ["what"])
         offload_size = GaugeMetricFamily("kvdash_engine_offload_size_bytes",
                                          "vLLM native KV offloading: --kv-offloading-size (GiB x 2^30).", labels=lab)
+        off_lab = lab + ["tier"]
+        off_bytes = CounterMetricFamily("kvdash_engine_offload_transfer_bytes",
+                                        "The offload tier's transfers, bytes: direction load (tier to GPU) or store "
+                                        "(GPU to tier); every rank's shard summed.", labels=off_lab + ["direction"])
+        off_seconds = CounterMetricFamily("kvdash_engine_offload_transfer_seconds",
+                                          "Time the offload tier's transfers took, seconds (vLLM: summed over "
+                                          "engines; SGLang, LMCache: the busiest rank's).",
+                                          labels=off_lab + ["direction"])
+        off_xfer_tokens = CounterMetricFamily("kvdash_engine_offload_transfer_tokens",
+                                              "Tokens the offload tier loaded or stored (SGLang HiCache, LMCache).",
+                                              labels=off_lab + ["direction"])
+        off_hits = CounterMetricFamily("kvdash_engine_offload_hit_tokens",
+                                       "Prompt tokens found in the offload tier (vLLM: KV-connector hits; SGLang: "
+                                       "prefill host_hit; LMCache: lookup hits).", labels=off_lab)
+        off_queries = CounterMetricFamily("kvdash_engine_offload_query_tokens",
+                                          "Prompt tokens looked up in the offload tier (same sources).", labels=off_lab)
+        off_capacity = GaugeMetricFamily("kvdash_engine_offload_capacity",
+                                         "The offload tier's size as the engine states it: unit chunks, bytes or "
+                                         "tokens (vLLM kv_offload_config_info); LMCache: bytes used.",
+                                         labels=off_lab + ["unit"])
         diff = GaugeMetricFamily("kvdash_engine_pool_difference_tokens",
                                  "The engine's pool minus kvdash's analytical pool, tokens.", labels=lab)
         for slot in v["engines"]:
@@ -331,6 +351,8 @@ class KvdashCollector(Collector):
             for what in ("host_total_tokens", "host_used_tokens"):
                 if isinstance(good.offload.get(what), int):
                     offload.add_metric(labels + [what.removesuffix("_tokens")], float(good.offload[what]))
+            _offload_series(good.offload, labels, off_bytes, off_seconds, off_xfer_tokens, off_hits, off_queries,
+                            off_capacity)
             size = good.offload.get("size_gib")
             if size is not None:
                 try:
@@ -340,4 +362,32 @@ class KvdashCollector(Collector):
             if kv.get("ok"):
                 _set(diff, labels, compare_engine(good, kv).get("difference_tokens"))
         yield from (up, age, bs, tokens, blocks, used, usage, running, waiting, evictable, kind_usage, asleep,
-                    queries, hits, ext_q, ext_h, preempt, hit_ratio, by_reason, offload, offload_size, diff)
+                    queries, hits, ext_q, ext_h, preempt, hit_ratio, by_reason, offload, offload_size, off_bytes,
+                    off_seconds, off_xfer_tokens, off_hits, off_queries, off_capacity, diff)
+
+
+def _offload_series(off: dict[str, Any], labels: list[str], nbytes: Any, seconds: Any, tokens: Any, hits: Any,
+                    queries: Any, capacity: Any) -> None:
+    """One engine's offload tier (:func:`kvdash.sources.engine._vllm_offload`, ``_sglang_hicache``, ``_lmcache``)
+    as the exporter's ``kvdash_engine_offload_*`` series; a figure the engine does not publish is left out."""
+    if not off:
+        return
+    tier = str(off.get("tier", "offload"))[:80]
+    t = labels + [tier]
+
+    def num(key: str) -> float | None:
+        v = off.get(key)
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+    for direction, b, sec, tok in (("load", "loaded_bytes", "load_seconds", "loaded_tokens"),
+                                   ("store", "stored_bytes", "store_seconds", "stored_tokens")):
+        for fam, key in ((nbytes, b), (seconds, sec), (tokens, tok)):
+            if (v := num(key)) is not None:
+                fam.add_metric(t + [direction], v)
+    if (v := num("hit_tokens")) is not None and (q := num("query_tokens")) is not None:
+        hits.add_metric(t, v)
+        queries.add_metric(t, q)
+    for unit, key in (("chunks", "chunks"), ("bytes", "size_bytes"), ("tokens", "size_tokens"),
+                      ("used_bytes", "used_bytes")):
+        if (v := num(key)) is not None:
+            capacity.add_metric(t + [unit], v)

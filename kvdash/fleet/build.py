@@ -367,7 +367,7 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
 
 
 def _bytes_per_token(cfg: LiveConfig) -> int:
-    from kvdash.core.calc import rank_shapes
+    from kvdash.engines.vllm import rank_shapes
 
     return int(rank_shapes(cfg.architecture(), cfg.kv_dtype, "tensor", cfg.tp, 1, cfg.block_size)[0].bytes_per_token)
 

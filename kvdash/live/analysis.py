@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvdash import defaults
+from kvdash.answer.budget import BudgetSpec, resolve_budget
+from kvdash.answer.calc import CalcInput, evaluate
 from kvdash.core import formulas as f
-from kvdash.core.calc import BudgetSpec, CalcInput, evaluate, rank_shapes, resolve_budget
 from kvdash.core.model import Architecture, resolve_model, same_model
 from kvdash.core.point import group_size_problem
+from kvdash.engines.vllm import rank_shapes
 from kvdash.errors import InputError
 from kvdash.sources.base import Snapshot
 from kvdash.sources.engine import EngineReading
@@ -103,7 +105,7 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
             blocks = engine.total_tokens // shape.block_size * shape.attention_groups
             ranks = [RankPool(-1, None, blocks * shape.block_bytes, blocks, f"from the engine ({engine.kind})")]
     if cfg.budget_mode == "vllm" and ranks and not cfg.reserve and not cfg.reserve_basis:
-        from kvdash.core.reserve import auto_reserve
+        from kvdash.engines.vllm_reserve import auto_reserve
 
         auto_estimate = auto_reserve(arch.model_type, cfg.tp, 1, gpu=ranks_gpus[0].name if ranks_gpus else None,
                                      layers=arch.num_layers)["bytes"]
@@ -121,7 +123,7 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
     m = evaluate(inp, shapes, max(budget, 0), cfg.lengths)
     paged, contiguous = int(m["paged_requests"]), int(m["contiguous_requests"])
     # what vLLM 0.33 runs at once on these GPUs: max_num_seqs of `vllm serve` (EngineArgs.get_batch_defaults)
-    from kvdash.core.vllm import caps_text, scheduler_caps
+    from kvdash.engines.vllm import caps_text, scheduler_caps
 
     gpu0 = ranks_gpus[0] if ranks_gpus else None
     caps = scheduler_caps(gpu0.total_bytes if gpu0 else None, gpu0.name if gpu0 else None, cfg.max_reserved)
@@ -263,6 +265,13 @@ def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = 
         row["dp_ranks"] = [{"rank": r.rank, "total_tokens": r.total_tokens, "used_tokens": r.used_tokens,
                             "kv_usage": r.kv_usage, "running": r.running, "waiting": r.waiting}
                            for r in engine.ranks]
+    if engine.offload and not model_differs and kv.get("block_bytes"):
+        tier = offload_vs_kvdash(engine, kv)
+        if tier:
+            row["offload_vs_kvdash"] = tier
+    if engine.kind == "lmcache":
+        row["explain"] = "LMCache's own page: its tier only, no KV pool of its own"
+        return row
     if "token_slots" not in kv:
         row["explain"] = "kvdash has no pool to compare with (" + "; ".join(kv.get("notes", [])) + \
             "): give --budget SIZE or --gpu, or --budget-mode engine"
@@ -328,6 +337,46 @@ def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = 
         reasons.append("the same pool")
     row["explain"] = "; ".join(reasons)
     return row
+
+
+def offload_vs_kvdash(engine: EngineReading, kv: dict[str, Any]) -> dict[str, Any]:
+    """The engine's offload tier beside kvdash's own figure for a tier of the same size (the rules of
+    ``kvdash calc --offload``, :mod:`kvdash.core.tiers`): vLLM native offloading, its ``kv_offloading_size``
+    (GiB, over the TP ranks) in chunks and tokens (``vllm_cpu_tier``) against ``kv_offload_config_info``'s
+    ``cpu_num_chunks`` and ``cpu_kv_cache_size_tokens``; LMCache, the bytes it holds in 256-token chunks
+    (``lmcache_tier``) against the tokens it stored.  SGLang HiCache's host pool is not mirrored.  Empty when
+    the engine states no tier size of its own (an older vLLM: only ``kv_offloading_size``)."""
+    from kvdash.core.tiers import lmcache_tier, vllm_cpu_tier
+
+    off = engine.offload
+    groups, bs, tp = int(kv.get("groups", 1)), int(kv.get("block_size", 0)), int(kv.get("tp", 1))
+    if groups != 1 or not bs or not kv.get("block_bytes"):
+        return {"note": f"not compared ({groups} KV-cache groups)"}
+    per_token_rank = int(kv["block_bytes"]) // bs  # bytes per token on one rank (kvdash's model)
+    if str(off.get("tier", "")).startswith("vLLM") and off.get("size_gib") is not None:
+        if off.get("chunks") is None:  # nothing of the engine's to set beside (kvdash calc --offload gives ours)
+            return {}
+        try:
+            size = int(float(off["size_gib"]) * 2**30)
+        except ValueError:
+            return {"note": "not compared (kv_offloading_size is not a number)"}
+        engine_bs = engine.block_size or bs
+        t = vllm_cpu_tier(size, per_token_rank * engine_bs, tp, engine_bs, int(off.get("blocks_per_chunk") or 1))
+        out: dict[str, Any] = {"rules": "vllm", "size_bytes": size, "kvdash_chunks": t.chunks,
+                               "kvdash_tokens": t.tokens, "chunk_bytes": t.chunk_bytes,
+                               "engine_chunks": off.get("chunks"), "engine_tokens": off.get("size_tokens"),
+                               "engine_size_bytes": off.get("size_bytes")}
+        if off.get("chunks") is not None:
+            out["difference_chunks"] = int(off["chunks"]) - t.chunks
+        return out
+    if off.get("tier") == "LMCache" and off.get("used_bytes") is not None:
+        t = lmcache_tier(int(off["used_bytes"]), per_token_rank * tp)
+        out = {"rules": "lmcache", "size_bytes": int(off["used_bytes"]), "kvdash_chunks": t.chunks,
+               "kvdash_tokens": t.tokens, "chunk_bytes": t.chunk_bytes, "engine_tokens": off.get("stored_tokens")}
+        if off.get("stored_tokens") is not None:
+            out["difference_tokens"] = int(off["stored_tokens"]) - t.tokens
+        return out
+    return {"note": "not mirrored (SGLang's --hicache-ratio/-size)"}
 
 
 # --- the block map --------------------------------------------------------------------------------

@@ -188,7 +188,7 @@ def tables(r: dict[str, Any]) -> list[Table]:
 
 def render(result: dict[str, Any], file: IO[str] | None = None, width: int | None = None,
            color: bool | None = None) -> None:
-    """Print every section of ``result`` (from :func:`kvdash.core.calc.calculate`)."""
+    """Print every section of ``result`` (from :func:`kvdash.answer.calc.calculate`)."""
     print_tables(tables(result), f"kvdash {result['kvdash_version']} - bytes are exact; "
                  "KiB/MiB/GiB are powers of 2.", file=file, width=width, color=color,
                  header=result.get("summary", ""))

@@ -216,18 +216,63 @@ def _na(r: dict[str, Any], key: str, text: str | None = None) -> str:
 
 
 def offload_text(off: dict[str, Any]) -> str:
-    """``vLLM native offloading (native): 64.0 GiB``; ``SGLang HiCache (host memory): 900,000 of 2,400,000
-    tokens``; transfer counters where the engine publishes them."""
+    """``vLLM native offloading (native): 64.0 GiB = 32,768 chunks, 524,288 tokens``; ``SGLang HiCache (host
+    memory): 900,000 of 2,400,000 tokens used``; ``LMCache: 40.00 GiB held``."""
     parts = []
     if off.get("size_gib") is not None:
         parts.append(f"{off['size_gib']} GiB")
+    if off.get("used_bytes") is not None:
+        parts.append(f"{_size(int(off['used_bytes']))} held")
+    return f"{off.get('tier', 'offload')}: " + (", ".join(parts) or "on")
+
+
+def offload_rows(off: dict[str, Any], w: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The tier's transfers and hit rate, each as the engine states it (:mod:`kvdash.sources.engine`)."""
+    rows: list[tuple[str, str, str]] = []
+    if off.get("chunks") is not None:
+        rows.append(("  tier size (engine)", f"{off['chunks']:,} chunks" + (
+            f", {off['size_tokens']:,} tokens" if off.get("size_tokens") is not None else ""), ""))
     if off.get("host_total_tokens") is not None:
         used = off.get("host_used_tokens")
-        parts.append(f"{'n/a' if used is None else f'{used:,}'} of {off['host_total_tokens']:,} tokens used")
-    for key, word in (("loaded_bytes", "loaded"), ("stored_bytes", "stored")):
-        if isinstance(off.get(key), int | float):
-            parts.append(f"{word} {int(off[key]):,} B")
-    return f"{off.get('tier', 'offload')}: " + (", ".join(parts) or "on")
+        rows.append(("  tier size (engine)", f"{off['host_total_tokens']:,} tokens, "
+                                             f"{'n/a' if used is None else f'{used:,}'} used", ""))
+    for word, b, sec, tok in (("loaded", "loaded_bytes", "load_seconds", "loaded_tokens"),
+                              ("stored", "stored_bytes", "store_seconds", "stored_tokens")):
+        if isinstance(off.get(b), int | float):  # bytes, else tokens (LMCache counts tokens only)
+            text = _size(int(off[b]))
+        elif isinstance(off.get(tok), int | float):
+            text = f"{int(off[tok]):,} tokens"
+        else:
+            continue
+        if isinstance(off.get(sec), int | float):
+            text += f" in {off[sec]:.3f} s" + (f" = {off[b] / off[sec] / 1e9:.1f} GB/s"
+                                               if isinstance(off.get(b), int | float) and off[sec] else "")
+        rows.append((f"  offload {word}", text, ""))
+    if off.get("hit_rate") is not None:
+        hit = f"{100 * off['hit_rate']:.1f}% of {off.get('query_tokens') or 0:,} tokens"
+        if w.get("offload_hit_rate") is not None:
+            hit += f"; last {w['readings']} readings {100 * w['offload_hit_rate']:.1f}%"
+        rows.append(("  offload hit rate", hit, ""))
+    if off.get("retrieve_hit_rate") is not None:
+        rows.append(("  retrieved of requested", f"{100 * off['retrieve_hit_rate']:.1f}%", ""))
+    if off.get("pinned_fraction") is not None:
+        rows.append(("  pinned by transfers", f"{100 * off['pinned_fraction']:.1f}%", ""))
+    return rows
+
+
+def offload_compare_row(c: dict[str, Any]) -> tuple[str, str, str]:
+    """The engine's tier beside kvdash's figure for the same size (``kvdash calc --offload``'s rules)."""
+    if "note" in c:
+        return ("  tier size (kvdash)", c["note"], "dim")
+    text = f"{c['kvdash_chunks']:,} chunks, {c['kvdash_tokens']:,} tokens"
+    if c["rules"] == "vllm":
+        d = c.get("difference_chunks")
+        text += ": n/a from the engine" if d is None else (": the same" if d == 0 else f" (engine {d:+,} chunks)")
+    else:
+        d = c.get("difference_tokens")
+        text = f"{c['kvdash_chunks']:,} chunks of 256 = {c['kvdash_tokens']:,} tokens" + (
+            "" if d is None else (": as stored" if d == 0 else f" (stored {d:+,})"))
+    return ("  tier size (kvdash)", text, "")
 
 
 def _opt(v: Any) -> str:
@@ -244,6 +289,13 @@ def engine_rows(eng: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows.append(("engine", eng["status"], "bold"))
     if eng.get("served_model"):
         rows.append(("served model", eng["served_model"], "bold yellow" if eng.get("model_differs") else ""))
+    if r.get("kind") == "lmcache":  # LMCache's own page: its tier, no pool of its own
+        off = r.get("offload") or {}
+        rows.append(("offload tier", offload_text(off), ""))
+        rows.extend(offload_rows(off, eng.get("window") or {}))
+        if eng.get("offload_vs_kvdash"):
+            rows.append(offload_compare_row(eng["offload_vs_kvdash"]))
+        return rows
     usage = _na(r, "kv_usage", f"{100 * r['kv_usage']:.1f}%" if r.get("kv_usage") is not None else None)
     if "engine_used_own_blocks" in eng:  # the engine's own blocks of its own size (never kvdash's b)
         usage += (f" ({eng['engine_used_own_blocks']:,} of {eng['engine_own_blocks']:,} blocks of "
@@ -284,6 +336,9 @@ def engine_rows(eng: dict[str, Any]) -> list[tuple[str, str, str]]:
     off = r.get("offload") or {}
     if off:
         rows.append(("offload tier", offload_text(off), ""))
+        rows.extend(offload_rows(off, w))
+        if eng.get("offload_vs_kvdash"):
+            rows.append(offload_compare_row(eng["offload_vs_kvdash"]))
     for rank in eng.get("dp_ranks", []):
         u = "n/a" if rank["kv_usage"] is None else f"{100 * rank['kv_usage']:.1f}%"
         pool = "n/a" if rank["total_tokens"] is None else f"{rank['total_tokens']:,}"

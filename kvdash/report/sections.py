@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from kvdash.core.calc import rank_shapes
+from kvdash.engines.vllm import rank_shapes
 from kvdash.report.labels import Labels, gib
 from kvdash.sweep.claims import TIMED, Frame, Verdict, judge_all
 from kvdash.sweep.columns import GPUS_PER_NODE
@@ -353,12 +353,12 @@ def grid_reserves(spec: GridSpec) -> list[Any]:
 
 def _auto_span(spec: GridSpec, df: Any) -> tuple[str, str]:
     """The range ``reserve: auto`` takes over the grid's GPU points, and its share of the budget before it."""
-    from kvdash.core.reserve import auto_reserve
+    from kvdash.engines.vllm_reserve import auto_reserve
 
     rows = df.filter(df.get_column("gpu").is_not_null())
     est, shares = [], []
     from kvdash.core.gpus import gpu_presets
-    from kvdash.core.vllm import cudagraph_capture_sizes, gpu_generation
+    from kvdash.engines.vllm import cudagraph_capture_sizes, gpu_generation
 
     presets = gpu_presets()
     for r in rows.select("model", "tp", "pp", "gpu", "budget_bytes", "max_batched_tokens", "max_num_seqs") \

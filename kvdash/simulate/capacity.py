@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvdash.errors import InputError
-from kvdash.simulate.engine import Workload, draw_requests, simulate
+from kvdash.simulate.engine import simulate
+from kvdash.simulate.workload import Workload, draw_requests
 
 LABEL = ("scheduling capacity under the simulator's assumptions (every step one time unit whatever the batch, "
          "prefill free): requests per step, not GPU throughput")

@@ -554,6 +554,8 @@ class Replay:
     waits: int  # admissions that had to wait for an in-flight request to finish
     tiers: list[TierStats]
     concurrency: int
+    request_hits: list[int] = field(default_factory=list)  # hit tokens of each request, in order; -1: skipped
+    request_load_s: list[float] = field(default_factory=list)  # seconds loading its tier hits over the links
 
     @property
     def hit_rate(self) -> float:
@@ -631,6 +633,8 @@ def _replay_lmcache(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], l
         tiers.append(disk_stats)
     every = _sample_every(len(w), spec.series_points)
     hit_tokens = hit_requests = 0
+    per_request: list[int] = []
+    per_load: list[float] = []
     cpu_bps, disk_bps, ub = spec.cpu_link_bps * spec.ranks, spec.disk_link_bps, cpu_stats.unit_bytes
     d = cpu.d
     for i, ks in enumerate(keys):
@@ -646,12 +650,14 @@ def _replay_lmcache(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], l
                 if k not in dd:
                     break
                 hd += 1
+        load_s = 0.0
         if h:
             cpu_stats.hit_tokens += h * c
             cpu_stats.hit_requests += 1
             cpu_stats.loaded_units += h
             if cpu_bps:
                 cpu_stats.transfer_s.append(h * ub / cpu_bps)
+                load_s += cpu_stats.transfer_s[-1]
         if hd:
             assert disk is not None
             disk.stats.hit_tokens += hd * c
@@ -659,9 +665,12 @@ def _replay_lmcache(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], l
             disk.stats.loaded_units += hd
             if disk_bps:
                 disk.stats.transfer_s.append(hd * ub / disk_bps + (hd * ub / cpu_bps if cpu_bps else 0.0))
+                load_s += disk.stats.transfer_s[-1]
         if h or hd:
             hit_requests += 1
         hit_tokens += (h + hd) * c
+        per_request.append((h + hd) * c)
+        per_load.append(load_s)
         # every chunk goes to every tier: hits refreshed, misses inserted, in request order
         if not h and not hd and (cpu.capacity is None or len(ks) <= (cpu.capacity or 0)) and d.keys().isdisjoint(ks):
             if cpu.capacity is not None:
@@ -680,7 +689,7 @@ def _replay_lmcache(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], l
         if i % every == 0:
             for t, tier in ((cpu_stats, cpu), *(((disk.stats, disk),) if disk is not None else ())):
                 _sample(t, len(tier))
-    return Replay("lmcache", len(w), w.prompt_tokens, hit_tokens, hit_requests, 0, 0, tiers, 1)
+    return Replay("lmcache", len(w), w.prompt_tokens, hit_tokens, hit_requests, 0, 0, tiers, 1, per_request, per_load)
 
 
 def _sample(t: TierStats, used: int) -> None:
@@ -715,6 +724,8 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list
     inflight: list[tuple[int, list[int], int, list[int], set[int], set[int]]] = []
     every = _sample_every(len(w), spec.series_points)
     hit_tokens = hit_requests = skipped = waits = 0
+    per_request: list[int] = []
+    per_load: list[float] = []
     cpu_bps, disk_bps = spec.cpu_link_bps * spec.ranks, spec.disk_link_bps
 
     def finish(entry: tuple[int, list[int], int, list[int], set[int], set[int]]) -> None:
@@ -756,6 +767,8 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list
             got = pool.admit(ks, h, nblocks)
         if got is None:
             skipped += 1
+            per_request.append(-1)
+            per_load.append(0.0)
             continue
         held, plain = got
         loaded = hit_blocks - h
@@ -764,6 +777,7 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list
             gstats.hit_requests += 1
         reused: set[int] = set()
         ins: set[int] = set()
+        load_s = 0.0
         if cpu is not None:
             start = -(-h // bpc)
             if hc:
@@ -773,6 +787,7 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list
                 cstats.loaded_units += hc
                 if cpu_bps:
                     cstats.transfer_s.append(hc * cstats.unit_bytes / cpu_bps)
+                    load_s += cstats.transfer_s[-1]
                 hits = ck[start:start + hc]
                 cpu.touch(hits)
                 reused.update(hits)
@@ -785,6 +800,7 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list
                 if disk_bps:
                     dstats.transfer_s.append(hd * dstats.unit_bytes / disk_bps
                                              + (hd * dstats.unit_bytes / cpu_bps if cpu_bps else 0.0))
+                    load_s += dstats.transfer_s[-1]
                 disk.touch(dhits)
                 cpu.store(dhits, set(ck))  # promoted through the CPU tier
             # every full chunk computed is stored to the CPU tier and cascaded to the disk tier
@@ -795,6 +811,8 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list
         if h or loaded:
             hit_requests += 1
         hit_tokens += hit_blocks * B
+        per_request.append(hit_blocks * B)
+        per_load.append(load_s)
         inflight.append((i, held, plain, ck, ins, reused))
         if len(inflight) >= spec.concurrency:
             finish(inflight.pop(0))
@@ -807,7 +825,8 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list
     for entry in inflight:
         finish(entry)
     gstats.evictions = pool.evictions
-    return Replay("vllm", len(w), w.prompt_tokens, hit_tokens, hit_requests, skipped, waits, tiers, spec.concurrency)
+    return Replay("vllm", len(w), w.prompt_tokens, hit_tokens, hit_requests, skipped, waits, tiers, spec.concurrency,
+                  per_request, per_load)
 
 
 # --- specs ----------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Three simulators apply them: the event-driven one that ``kvdash simulate`` runs
 (:mod:`kvdash.simulate.engine`), the plain step-by-step reference it is checked and benchmarked
-against (:func:`kvdash.simulate.engine.simulate_reference`), and the block-position one that draws the
+against (:func:`kvdash.simulate.reference.simulate_reference`), and the block-position one that draws the
 live map (:mod:`kvdash.simulate.visual`).
 
 Paged policies follow vLLM's v1 scheduler, ``Scheduler.schedule()`` in

@@ -40,8 +40,10 @@ import numpy as np
 from kvdash.core import formulas as f
 from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, causal_pairs, features
 from kvdash.errors import InputError
+from kvdash.simulate.schedule import NFEAT, Schedule
 
-NFEAT = 6
+__all__ = ["NFEAT", "Pool", "Schedule", "TimedResult", "simulate_reference", "simulate_timed", "summarize"]
+
 
 
 @dataclass(frozen=True)
@@ -65,29 +67,6 @@ class Pool:
     def of(cls, shape: Any, budget_bytes: int) -> Pool:
         return cls(f.pool_blocks(budget_bytes, shape.block_bytes), shape.block_size, shape.full_groups,
                    shape.window_groups, shape.window, shape.state_blocks)
-
-
-@dataclass
-class Schedule:
-    """What the simulation did, in terms the step-time constants multiply: the running sums of the six
-    features at the end of every segment (one step, or a stretch of decode steps), and the segment of each
-    request's arrival (closed loop; Poisson arrivals are times), first token and finish."""
-
-    cum: np.ndarray  # (segments + 1, 6): row 0 is zero
-    first_seg: np.ndarray
-    finish_seg: np.ndarray
-    arrival_seg: np.ndarray  # closed loop: the segment whose end the request arrived at (-1: at time 0)
-    arrival_s: np.ndarray  # Poisson: seconds
-    steps: int
-    preemptions: int
-    peak_running: int
-    token_steps: int
-    closed: bool
-
-    def times(self, c: Constants) -> np.ndarray:
-        """Seconds at the end of each segment (index 0: time 0) under constants ``c``."""
-        v = np.array(c.vector() + (1.0,))
-        return self.cum @ v
 
 
 @dataclass
@@ -126,16 +105,39 @@ def simulate_timed(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: Model
                    consts: Constants, max_num_seqs: int, max_batched_tokens: int, concurrency: int = 0,
                    arrivals_s: np.ndarray | None = None) -> Schedule:
     """Run the requests (``prompt``/``output`` lengths, in order) closed-loop at ``concurrency`` or at the
-    Poisson ``arrivals_s`` (seconds, sorted); return the :class:`Schedule` (times under ``consts``)."""
-    n = len(prompt)
+    Poisson ``arrivals_s`` (seconds, sorted); return the :class:`Schedule` (times under ``consts``).
+
+    Models without sliding-window layers run event by event (:mod:`kvdash.simulate.timed_fast`, the same
+    schedule); the others step by step (:func:`simulate_reference`)."""
+    from kvdash.simulate import timed_fast
+
+    _check(prompt, output, pool, max_num_seqs, max_batched_tokens)
+    if timed_fast.applies(pool, mc):
+        return timed_fast.simulate_events(prompt, output, pool, mc, gpu, consts, max_num_seqs, max_batched_tokens,
+                                          concurrency, arrivals_s)
+    return simulate_reference(prompt, output, pool, mc, gpu, consts, max_num_seqs, max_batched_tokens,
+                              concurrency, arrivals_s)
+
+
+def _check(prompt: np.ndarray, output: np.ndarray, pool: Pool, max_num_seqs: int, max_batched_tokens: int) -> None:
     if max_batched_tokens < max_num_seqs:
         raise InputError("--max-batched-tokens", max_batched_tokens,
                          f"at least --max-num-seqs ({max_num_seqs}), as vLLM requires")
+    longest = int((prompt.astype(np.int64) + output.astype(np.int64)).max())
+    if int(pool.request_blocks(longest)) > pool.blocks:
+        raise InputError("--budget", f"{pool.blocks:,} blocks",
+                         f"the pool cannot hold the longest request ({longest:,} tokens)")
+
+
+def simulate_reference(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: ModelCompute, gpu: GPUPerf,
+                       consts: Constants, max_num_seqs: int, max_batched_tokens: int, concurrency: int = 0,
+                       arrivals_s: np.ndarray | None = None) -> Schedule:
+    """:func:`simulate_timed` step by step over numpy columns (every model; the rule the event simulator
+    is checked against)."""
+    n = len(prompt)
+    _check(prompt, output, pool, max_num_seqs, max_batched_tokens)
     P = prompt.astype(np.int64)
     OUT = output.astype(np.int64)
-    if int(pool.request_blocks(int((P + OUT).max()))) > pool.blocks:
-        raise InputError("--budget", f"{pool.blocks:,} blocks",
-                         f"the pool cannot hold the longest request ({int((P + OUT).max()):,} tokens)")
     closed = arrivals_s is None
     coef = np.array(consts.vector() + (1.0,))
     full_pf, win_pf = mc.attn_pair_flops()  # decode
@@ -198,7 +200,7 @@ def simulate_timed(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: Model
                 continue
         # --- try a stretch of decode-only steps
         c = len(running)
-        if c and not _prefilling(running, computed, generated, P):
+        if c and not _prefilling(running, computed, generated, P, first_seg):
             ids = np.asarray(running, dtype=np.int64)
             head = waiting[0] if waiting else -1
             can_admit = head >= 0 and c < max_num_seqs and max_batched_tokens > c and int(
@@ -338,9 +340,13 @@ def _serve_with_preemption(running: list[int], P: np.ndarray, generated: np.ndar
     return take_arr, free, budget, preempted
 
 
-def _prefilling(running: list[int], computed: np.ndarray, generated: np.ndarray, P: np.ndarray) -> bool:
+def _prefilling(running: list[int], computed: np.ndarray, generated: np.ndarray, P: np.ndarray,
+                first_seg: np.ndarray) -> bool:
+    """Whether a running request still prefills: more than one token to compute, or its first token not out
+    yet (a chunk that left one prompt token: the step that computes it samples the first token, so it is a
+    step of its own, never inside a stretch)."""
     ids = np.asarray(running, dtype=np.int64)
-    return bool((P[ids] + generated[ids] - computed[ids] > 1).any())
+    return bool((P[ids] + generated[ids] - computed[ids] > 1).any() or (first_seg[ids] < 0).any())
 
 
 def _fit_blocks(pool: Pool, computed: np.ndarray, held: np.ndarray, free: int, k_max: int) -> int:

@@ -15,8 +15,9 @@ from dataclasses import replace
 
 from kvdash.core import formulas as f
 from kvdash.live.analysis import FREE, RESERVED, TAIL, TOKENS
-from kvdash.simulate.engine import PRESETS, Buddy, FirstFit, Workload, draw_requests
+from kvdash.simulate.allocators import Buddy, FirstFit
 from kvdash.simulate.rules import admit_fcfs, paged_blocks_to_admit, serve_running
+from kvdash.simulate.workload import PRESETS, Workload, draw_requests
 
 EXTERNAL = "x"  # free, but the queue's head does not fit in any hole
 

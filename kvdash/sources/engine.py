@@ -25,6 +25,7 @@ DEFAULT_TIMEOUT_S = 2.0
 MAX_COUNT = 2**53  # counts above this are not exact in a float: not a real reading
 MAX_SERIES = 20_000  # vllm:/sglang: samples read from one page; a real page has tens to a few hundred
 MAX_RANKS = 1024  # SGLang data-parallel ranks (dp_rank values) on one page
+ENGINE_PREFIXES = ("vllm:", "sglang:", "lmcache:")  # the families kvdash reads
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ def parse_prometheus(text: str, deadline: float | None = None, max_series: int =
                 seen += 1
                 if deadline is not None and not seen & 255 and clock() > deadline:
                     raise TimeoutError
-                if s.name.startswith(("vllm:", "sglang:")):
+                if s.name.startswith(ENGINE_PREFIXES):
                     wanted += 1
                     if wanted > max_series:
                         raise TooManySeries(f"more than {max_series:,} vLLM/SGLang series on one page")
@@ -197,8 +198,8 @@ def _values(samples: list[Sample], *names: str) -> tuple[str, list[Sample]]:
 
 
 def _wanted(samples: list[Sample]) -> list[Sample]:
-    """Only the engine families kvdash reads (vllm:*, sglang:*), so the lookups stay short."""
-    return [s for s in samples if s.name.startswith(("vllm:", "sglang:"))]
+    """Only the engine families kvdash reads (vllm:*, sglang:*, lmcache:*), so the lookups stay short."""
+    return [s for s in samples if s.name.startswith(ENGINE_PREFIXES)]
 
 
 def _finite(check: _Checker, label: str, samples: list[Sample], *names: str) -> list[float] | None:
@@ -301,11 +302,53 @@ def reading_from_samples(url: str, samples: list[Sample]) -> EngineReading:
     samples = _wanted(samples)
     names = {s.name for s in samples}
     check = _Checker()
+    lmc = [s for s in samples if s.name.startswith("lmcache:")]
     if any(n.startswith("vllm:") for n in names):
-        return _vllm(url, samples, check)
-    if any(n.startswith("sglang:") for n in names):
-        return _sglang(url, samples, check)
-    return EngineReading(url=url, error="no vLLM or SGLang metrics at this address")
+        reading = _vllm(url, [s for s in samples if not s.name.startswith("lmcache:")], check)
+    elif any(n.startswith("sglang:") for n in names):
+        reading = _sglang(url, [s for s in samples if not s.name.startswith("lmcache:")], check)
+    elif lmc:  # LMCache's own families only: the tier, no pool
+        reading = EngineReading(url=url, kind="lmcache", served_model=_served_model(lmc)[:200])
+    else:
+        return EngineReading(url=url, error="no vLLM, SGLang or LMCache metrics at this address")
+    if lmc:
+        reading = replace(reading, offload={**reading.offload, **_lmcache(check, lmc)}, invalid=check.invalid)
+    return reading
+
+
+def _lmcache(check: _Checker, samples: list[Sample]) -> dict[str, Any]:
+    """LMCache 0.5.6's tier (``lmcache/observability.py``, ``PrometheusLogger``; one LMCache engine per vLLM
+    worker, label ``worker_id``): every worker counts the same request's tokens, so tokens are one worker's
+    (the lowest ``worker_id``); bytes held (``local_cache_usage``, each worker its shard) are summed; seconds
+    are the busiest worker's (``time_to_retrieve``/``time_to_store`` sums).  Hit rates from the counters
+    (lifetime; the ``*_hit_rate`` gauges cover only LMCache's last logging interval): the tier's hit rate is
+    the lookup's, ``num_lookup_hits`` / ``num_lookup_tokens`` (the prompt tokens LMCache found); the retrieve
+    rate, ``num_hit_tokens`` / ``num_requested_tokens``, is what it could load of what it was asked for."""
+    workers = _by(samples, "worker_id")
+    low = min(workers, key=lambda w: (0, int(w)) if w.isdigit() else (1, 0))
+    mine = workers[low]
+    out: dict[str, Any] = {"tier": "LMCache", "lmcache_workers": len(workers)}
+    for key, name in (("loaded_tokens", "lmcache:num_hit_tokens_total"),
+                      ("requested_tokens", "lmcache:num_requested_tokens_total"),
+                      ("hit_tokens", "lmcache:num_lookup_hits_total"),
+                      ("query_tokens", "lmcache:num_lookup_tokens_total"),
+                      ("stored_tokens", "lmcache:num_stored_tokens_total")):
+        v = _sum(check, f"lmcache {key}", mine, name)
+        if v is not None:
+            out[key] = check.count(f"lmcache {key}", v)
+    used = _sum(check, "lmcache local_cache_bytes", samples, "lmcache:local_cache_usage")
+    if used is not None:
+        out["used_bytes"] = check.count("lmcache local_cache_bytes", used)
+    for key, name in (("load_seconds", "lmcache:time_to_retrieve_sum"), ("store_seconds", "lmcache:time_to_store_sum")):
+        vals = _finite(check, f"lmcache {key}", samples, name)
+        if vals:
+            out[key] = max(vals)
+    if out.get("query_tokens"):
+        out["hit_rate"] = check.fraction("lmcache hit_rate", (out.get("hit_tokens") or 0) / out["query_tokens"])
+    if out.get("requested_tokens"):
+        out["retrieve_hit_rate"] = check.fraction("lmcache retrieve_hit_rate",
+                                                  (out.get("loaded_tokens") or 0) / out["requested_tokens"])
+    return out
 
 
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
@@ -369,22 +412,10 @@ def _vllm(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
     for s in samples:
         if s.name == "vllm:num_requests_waiting_by_reason" and math.isfinite(s.value):
             reasons[s.labels.get("reason", "")] = reasons.get(s.labels.get("reason", ""), 0) + int(s.value)
-    offload: dict[str, Any] = {}
-    size = first.get("kv_offloading_size", "")
-    if size not in ("", "None"):
-        offload = {"tier": f"vLLM native offloading ({first.get('kv_offloading_backend', 'native')})",
-                   "size_gib": size[:20]}
-    for key, name in (("loaded_bytes", "vllm:kv_offload_load_bytes_total"),
-                      ("stored_bytes", "vllm:kv_offload_store_bytes_total"),
-                      ("load_seconds", "vllm:kv_offload_load_time_total"),
-                      ("store_seconds", "vllm:kv_offload_store_time_total")):
-        v = _sum(check, key, samples, name)
-        if v is not None:
-            offload.setdefault("tier", "vLLM native offloading")
-            offload[key] = v
     tight = tightest(units)
     ext_q = _sum(check, "external_queries", samples, "vllm:external_prefix_cache_queries_total")
     ext_h = _sum(check, "external_hits", samples, "vllm:external_prefix_cache_hits_total")
+    offload = _vllm_offload(check, samples, first, ext_q, ext_h)
     return EngineReading(
         url=url, kind="vllm", kv_usage=_worst([u.kv_usage for u in units]),
         running=_sum_of([u.running for u in units]), waiting=_sum_of([u.waiting for u in units]),
@@ -402,13 +433,125 @@ def _vllm(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
     )
 
 
+_VLLM_TIER_INFO = (("chunks", "cpu_num_chunks"), ("blocks_per_chunk", "cpu_blocks_per_chunk"),
+                   ("size_bytes", "cpu_kv_cache_size_bytes"), ("size_tokens", "cpu_kv_cache_size_tokens"))
+# the offloading connector's transfer counters (``offloading/metrics.py``), then the deprecated names with a
+# ``transfer_type`` label that vLLM 0.33 still writes beside them for the CPU tier
+_VLLM_TRANSFERS = (("loaded_bytes", "vllm:kv_offload_load_bytes_total", "vllm:kv_offload_total_bytes_total",
+                    "CPU_to_GPU"),
+                   ("stored_bytes", "vllm:kv_offload_store_bytes_total", "vllm:kv_offload_total_bytes_total",
+                    "GPU_to_CPU"),
+                   ("load_seconds", "vllm:kv_offload_load_time_total", "vllm:kv_offload_total_time_total",
+                    "CPU_to_GPU"),
+                   ("store_seconds", "vllm:kv_offload_store_time_total", "vllm:kv_offload_total_time_total",
+                    "GPU_to_CPU"))
+
+
+def _vllm_offload(check: _Checker, samples: list[Sample], first: dict[str, str], ext_q: float | None,
+                  ext_h: float | None) -> dict[str, Any]:
+    """vLLM's offload tier: its size (``cache_config_info``'s ``kv_offloading_size``, GiB; the CPU tier's own
+    ``vllm:kv_offload_config_info``: chunks, bytes and tokens, each engine's own, the smallest taken), its
+    transfers (bytes and seconds loaded and stored, summed over engines), the share of the tier pinned by
+    transfers in flight (``kv_offload_cpu_cache_usage_perc``, the worst engine's), and its hits: the KV
+    connector's (``external_prefix_cache_*``, tokens; the offloading connector is vLLM's KV connector)."""
+    offload: dict[str, Any] = {}
+    size = first.get("kv_offloading_size", "")
+    if size not in ("", "None"):
+        offload = {"tier": f"vLLM native offloading ({first.get('kv_offloading_backend', 'native')})",
+                   "size_gib": size[:20]}
+    infos = [s.labels for s in samples if s.name == "vllm:kv_offload_config_info"]
+    for key, label in _VLLM_TIER_INFO:
+        vals = [check.count(f"offload {key}", i.get(label)) for i in infos if i.get(label) not in (None, "", "None")]
+        if vals and all(v is not None for v in vals):
+            offload.setdefault("tier", "vLLM native offloading")
+            offload[key] = min(v for v in vals if v is not None)
+    for key, name, old, direction in _VLLM_TRANSFERS:
+        found = [x for x in samples if x.name == name]
+        if not found:
+            found = [x for x in samples if x.name == old and x.labels.get("transfer_type") == direction]
+        v = _sum(check, f"offload {key}", found, name, old)
+        if v is not None and offload:
+            offload[key] = int(v) if key.endswith("bytes") and v <= MAX_COUNT else v
+    pinned = _finite(check, "offload pinned", samples, "vllm:kv_offload_cpu_cache_usage_perc")
+    if pinned is not None and offload:
+        offload["pinned_fraction"] = check.fraction("offload pinned", max(pinned))
+    if offload and ext_q:
+        offload["hit_tokens"], offload["query_tokens"] = int(ext_h or 0), int(ext_q)
+        offload["hit_rate"] = check.fraction("offload hit_rate", (ext_h or 0) / ext_q)
+    return offload
+
+
+def _by_cache_rank(samples: list[Sample], name: str) -> dict[str, list[Sample]]:
+    """SGLang's radix-cache series of ``name`` (``RadixCacheMetricsCollector``, one per TP/PP rank, labelled
+    ``dp_rank`` = 0 even without DP), per DP rank, each rank's label set as one key."""
+    out: dict[str, list[Sample]] = {}
+    for x in samples:
+        if x.name == name:
+            out.setdefault(x.labels.get("dp_rank", ""), []).append(x)
+    return out
+
+
+def _sglang_hicache(check: _Checker, cache: list[Sample], stats: dict[str, list[Sample]]) -> dict[str, Any]:
+    """SGLang HiCache's transfers between the GPU and the host pool (L2), as its radix cache writes them
+    (``sglang/srt/observability/metrics_collector.py``, ``RadixCacheMetricsCollector``): bytes per rank's KV
+    shard (summed over the ranks: the physical total), tokens the same logical count on every TP rank (one
+    rank's per DP rank), seconds the busiest rank's (ranks copy at once); and the prefill tokens by where
+    their KV came from (``sglang:prefill_effective_tokens_total``: input, device_hit, host_hit, storage_hit;
+    one scheduler's per DP rank): the host tier's hit rate is host_hit over all four."""
+    out: dict[str, Any] = {}
+    for key, name, how in (("stored_bytes", "sglang:hicache_backup_bytes_total", "sum"),
+                           ("loaded_bytes", "sglang:load_back_bytes_total", "sum"),
+                           ("stored_tokens", "sglang:hicache_backup_tokens_total", "one"),
+                           ("loaded_tokens", "sglang:load_back_tokens_total", "one"),
+                           ("store_seconds", "sglang:hicache_backup_duration_seconds_sum", "max"),
+                           ("load_seconds", "sglang:load_back_duration_seconds_sum", "max")):
+        groups = _by_cache_rank(cache, name)
+        if not groups:
+            continue
+        if any(not math.isfinite(x.value) for g in groups.values() for x in g):
+            check.invalid[f"offload {key}"] = "not a finite number"
+            continue
+        if how == "sum":
+            out[key] = check.count(f"offload {key}", sum(x.value for g in groups.values() for x in g))
+        elif how == "max":
+            out[key] = max(x.value for g in groups.values() for x in g)
+        else:  # one rank's (all its pools) per DP rank, summed over DP ranks
+            total = 0.0
+            for g in groups.values():
+                low = min(_rank_key(x) for x in g)
+                total += sum(x.value for x in g if _rank_key(x) == low)
+            out[key] = check.count(f"offload {key}", total)
+    modes: dict[str, float] = {}
+    for mine in stats.values():
+        found = [x for x in mine if x.name == "sglang:prefill_effective_tokens_total"]
+        if not found:
+            continue
+        low = min(_rank_key(x) for x in found)
+        for x in found:
+            if _rank_key(x) == low and math.isfinite(x.value):
+                modes[x.labels.get("mode", "")] = modes.get(x.labels.get("mode", ""), 0.0) + x.value
+    total = sum(modes.values())
+    if total > 0:
+        out["hit_tokens"] = check.count("offload hit_tokens", modes.get("host_hit", 0.0))
+        out["query_tokens"] = check.count("offload query_tokens", total)
+        out["hit_rate"] = check.fraction("offload hit_rate", modes.get("host_hit", 0.0) / total)
+        if modes.get("storage_hit"):
+            out["storage_hit_tokens"] = check.count("offload storage_hit_tokens", modes["storage_hit"])
+    return out
+
+
 def _sglang(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
     """SGLang: one scheduler per rank.  Every TP rank and PP stage writes the pool constants
     (``Scheduler.emit_metrics_constants`` has no rank gate); each PP stage's attention-TP rank 0 writes
     the stats (``SchedulerMetricsCollector.init_new``: ``is_stats_logging_rank``); with priority
     scheduling each queue is written as a total (``priority=""``) and per priority.  So per DP rank
     (``dp_rank``; each its own pool) kvdash takes one scheduler's figures (:func:`_one`), totals only;
-    pools are never summed over TP/PP ranks, DP ranks never averaged."""
+    pools are never summed over TP/PP ranks, DP ranks never averaged.  The radix cache's own series (label
+    ``cache_type``: HiCache's transfers) are read apart (:func:`_sglang_hicache`): they carry ``dp_rank="0"``
+    even without DP, so they would otherwise read as a second pool."""
+    cache = [s for s in samples if "cache_type" in s.labels]
+    if cache:
+        samples = [s for s in samples if "cache_type" not in s.labels]
     by_rank = _by(samples, "dp_rank")
     ranks = sorted(by_rank, key=_order)
     if len(ranks) > MAX_RANKS:
@@ -460,8 +603,9 @@ def _sglang(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
                                                           "sglang:hicache_host_used_tokens")))
     offload: dict[str, Any] = {}
     if any(v is not None for v in host_total):
-        offload = {"tier": "SGLang HiCache (host memory)", "host_total_tokens": _sum_of(host_total),
+        offload = {"tier": "SGLang HiCache (host)", "host_total_tokens": _sum_of(host_total),
                    "host_used_tokens": _sum_of(host_used)}
+        offload.update(_sglang_hicache(check, cache, by_rank))
     tight = tightest(per_rank)
     known_hits = [h for h in hit_rates if h is not None]
     return EngineReading(
@@ -689,8 +833,14 @@ def windowed(history: list[EngineReading]) -> dict[str, Any]:
     """
     good = [r for r in history if not r.error]
 
+    def value(r: EngineReading, attr: str) -> int | None:
+        if attr.startswith("offload_"):  # the tier's counters: offload["hit_tokens"], offload["query_tokens"]
+            v = r.offload.get(attr.removeprefix("offload_"))
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+        return getattr(r, attr)
+
     def delta(attr: str) -> int | None:
-        vals = [getattr(r, attr) for r in good]
+        vals = [value(r, attr) for r in good]
         run: list[int] = []
         for v in vals:
             if v is None:
@@ -702,7 +852,9 @@ def windowed(history: list[EngineReading]) -> dict[str, Any]:
 
     q, h = delta("prefix_queries"), delta("prefix_hits")
     eq, eh = delta("external_queries"), delta("external_hits")
+    oq, oh = delta("offload_query_tokens"), delta("offload_hit_tokens")
     return {"readings": len(good), "prefix_queries": q, "prefix_hits": h,
             "prefix_hit_rate": h / q if q and h is not None else None,
             "external_hit_rate": eh / eq if eq and eh is not None else None,
+            "offload_hit_rate": oh / oq if oq and oh is not None else None,
             "preemptions": delta("preemptions")}

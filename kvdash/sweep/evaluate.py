@@ -16,22 +16,16 @@ from typing import Any
 import polars as pl
 
 from kvdash import defaults as D
+from kvdash.answer.budget import BudgetSpec, budget_gpu, resolve_budget
 from kvdash.core import formulas as f
-from kvdash.core import vllm as vllm_rules
-from kvdash.core.calc import (
-    BudgetSpec,
-    PoolShape,
-    auto_block_size,
-    budget_gpu,
-    check_positive,
-    rank_shapes,
-    resolve_budget,
-)
 from kvdash.core.gpus import gpu_presets
 from kvdash.core.limits import MAX_TOKENS
 from kvdash.core.model import Architecture
 from kvdash.core.point import capacity_metrics, request_metrics, shape_inputs
-from kvdash.core.reserve import auto_reserve
+from kvdash.core.pool import PoolShape, check_positive
+from kvdash.engines import vllm as vllm_rules
+from kvdash.engines.vllm import auto_block_size, rank_shapes
+from kvdash.engines.vllm_reserve import auto_reserve
 from kvdash.errors import InputError
 from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
 from kvdash.sweep.gridfile import DIMENSIONS, GridSpec
@@ -42,7 +36,7 @@ DEFAULTS: dict[str, Any] = {  # a dimension the grid leaves out: kvdash/defaults
     "kv_dtype": D.KV_DTYPE, "kv_scales": "tensor", "block_size": D.BLOCK_SIZE, "budget": None, "gpu": None,
     "gpu_memory": None, "gpu_util": D.GPU_UTIL, "util_policy": "vllm", "weights": None, "reserve": D.RESERVE,
     "tp": D.TP, "pp": D.PP, "max_model_len": None,
-    # the engine caps: None is vLLM 0.33's default for the point's GPU (kvdash.core.vllm.scheduler_caps)
+    # the engine caps: None is vLLM 0.33's default for the point's GPU (kvdash.engines.vllm.scheduler_caps)
     "max_batched_tokens": None, "max_num_seqs": None, "performance_mode": "balanced", "async_scheduling": True,
     "chunked_prefill": True, "allow_long_max_model_len": False,
 }
@@ -381,7 +375,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
                                                   "max_batched_tokens": pl.Int64, "max_num_seqs": pl.Int64,
                                                   "in_flight_tokens": pl.Int64}),
                    on=kcols, how="left", maintain_order="left")
-    r_exprs = request_metrics({c: pl.col(c) for c in req.columns})
+    r_exprs = request_metrics({c: pl.col(c) for c in req.columns}, vllm_rules.RULES.blocks_per_request)
     finite = {name for name, kind, _ in RESULT_COLUMNS if kind == "float"}
     r_cols = {n: (pl.when(e.is_finite()).then(e.cast(pl.Float64)).otherwise(None) if n in finite else e).alias(n)
               for n, e in r_exprs.items()}

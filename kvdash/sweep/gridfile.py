@@ -152,7 +152,7 @@ class Objective:
 class SimSpec:
     """A ``simulate:`` section: the same simulated workload run on the pool of every grid point."""
 
-    workload: Any  # kvdash.simulate.engine.Workload
+    workload: Any  # kvdash.simulate.workload.Workload
     policies: tuple[str, ...]
     allocator: str
     max_len: int
@@ -287,7 +287,7 @@ class Checker:
                     raise self.fail(path, value, "expected true or false")
                 return value
             if dim == "performance_mode":
-                from kvdash.core.vllm import PERFORMANCE_MODES
+                from kvdash.engines.vllm import PERFORMANCE_MODES
 
                 if value not in PERFORMANCE_MODES:
                     raise self.fail(path, value, "expected one of: " + ", ".join(PERFORMANCE_MODES))
@@ -326,7 +326,7 @@ class Checker:
 
                 return parse_block_size(value, dotted(path))
             if dim == "reserve" and str(value).strip().lower() == "auto":
-                return "auto"  # kvdash.core.reserve's published terms, per model/GPU/TP/PP
+                return "auto"  # kvdash.engines.vllm_reserve's published terms, per model/GPU/TP/PP
             if dim in SIZE_DIMS:
                 return parse_size(value, dotted(path), allow_zero=dim in ("weights", "reserve"))
             if dim in INT_DIMS:
@@ -650,8 +650,9 @@ def sim_column(policy: str, what: str) -> str:
 def _simulate_section(c: Checker, raw: Any, grid_workloads: list[str]) -> SimSpec:
     from dataclasses import replace
 
-    from kvdash.simulate.engine import ALLOCATORS, POLICIES, PRESETS
+    from kvdash.simulate.engine import ALLOCATORS, POLICIES
     from kvdash.simulate.lengths import parse_lengths_spec
+    from kvdash.simulate.workload import PRESETS
 
     p: Path_ = ("simulate",)
     sim = c.mapping(c.renamed(c.mapping(raw, p), p, OLD_SIMULATE_KEYS), p, SIMULATE_KEYS)

@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from kvdash.core.calc import rank_shapes
+from kvdash.engines.vllm import rank_shapes
 from kvdash.errors import InputError
 from kvdash.sweep.gridfile import GridSpec, sim_column, sim_columns
 

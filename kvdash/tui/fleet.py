@@ -1,4 +1,4 @@
-"""The fleet view in the live dashboard: :class:`LiveApp` with a :class:`~kvdash.sources.prometheus.FleetSource`.
+"""The fleet view in the live dashboard: :class:`LiveApp` with a :class:`~kvdash.fleet.source.FleetSource`.
 
 Polling, pausing, the model/dtype/block/length keys and the help screen are :class:`LiveApp`'s; this
 class only lays out the fleet: totals on top, then a tree with one line per host (enter or space
@@ -17,6 +17,7 @@ from textual.widgets import Footer, Header, Static, Tree
 
 from kvdash.errors import InputError
 from kvdash.fleet.build import build_fleet
+from kvdash.fleet.source import FleetSource
 from kvdash.render.fleet_view import (
     down_line,
     engine_details,
@@ -27,7 +28,6 @@ from kvdash.render.fleet_view import (
     totals_text,
 )
 from kvdash.sources.base import Snapshot
-from kvdash.sources.prometheus import FleetSource
 from kvdash.tui.app import HelpScreen, LiveApp
 
 FLEET_HELP = """[b]kvdash live --prometheus[/b]: hosts, GPUs and engines from Prometheus

@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's own code on the rules kvdash mirrors in kvdash/core/vllm.py: SlidingWindowSpec /
+"""vLLM 0.33.0's own code on the rules kvdash mirrors in kvdash/engines/vllm.py: SlidingWindowSpec /
 ChunkedLocalAttentionSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py) under a real VllmConfig's
 max_in_flight_tokens (async scheduling on and off), MambaSpec.max_memory_usage_bytes per mamba_cache_mode and
 checkpoint blocks, whether MambaMixer2.get_kv_cache_spec sets the checkpoint block, and ModelConfig's derived

@@ -6,6 +6,10 @@ total deadline for the reading: connect, headers, bodies, parse) and builds the 
 :func:`kvdash.fleet.build.build_fleet`; the fleet rides in ``Snapshot.extra["fleet"]``.  An
 unreachable Prometheus or a query error is a snapshot with ``error`` set (the dashboard shows it in a
 panel and keeps polling), never an exception.
+
+It lives in the fleet layer, above the sources whose :class:`~kvdash.sources.base.Snapshot` it returns, because
+it is built from the fleet's queries, client and analysis (issue 26: it was ``kvdash.sources.prometheus``, whose
+imports ran up to ``kvdash.fleet`` and ``kvdash.live``).
 """
 
 from __future__ import annotations

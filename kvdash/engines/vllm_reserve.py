@@ -1,4 +1,4 @@
-"""``--reserve auto``: the runtime reserve per rank as a sum of named terms, each with its basis.
+"""``--reserve auto`` for vLLM 0.33: the runtime reserve per rank as a sum of named terms, each with its basis.
 
 How vLLM 0.33 turns these terms into KV memory (``Worker.determine_available_memory`` in
 ``vllm/v1/worker/gpu_worker.py`` at v0.33.0, with ``memory_profiling`` in ``vllm/utils/mem_utils.py``)::
@@ -180,7 +180,7 @@ def auto_reserve(model_type: str, tp: int, pp: int, max_batched_tokens: int = ME
     the published terms.  Otherwise: activation peak (per architecture, else by family) + non-torch
     overhead (by TP/PP) + CUDA-graph memory (per architecture and decoder layer; ``layers`` is the
     model's decoder layer count; ``graphs``: the CUDA-graph capture sizes the engine's caps give,
-    :func:`kvdash.core.vllm.cudagraph_capture_sizes`).  The activation peak is the published figure at 8,192
+    :func:`kvdash.engines.vllm.cudagraph_capture_sizes`).  The activation peak is the published figure at 8,192
     batched tokens, applied unscaled (and flagged extrapolated) at other ``max_num_batched_tokens``: no
     measurement at other sizes is at hand.  A term is ``extrapolated`` when the configuration differs from what it
     was measured on (another GPU, another max_num_batched_tokens, a family base or all-run median

@@ -1,0 +1,467 @@
+"""SGLang 0.5.23's KV-pool sizing, mirrored: :func:`plan` (every figure, explained) and :data:`RULES`.
+
+Each rule follows SGLang's own code at the 0.5.23 release (paths under ``python/sglang/srt/``), checked case by
+case against that code by ``conformance/sglang/`` (``expected.json``; ``tests/test_conformance_sglang.py``):
+
+* ``mem_fraction_static`` default: ``arg_groups/memory_hook.py`` ``handle_gpu_memory_settings`` -- by GPU memory
+  tier (``nvidia-smi``'s total in MiB) a chunked-prefill size and a decode CUDA-graph batch, then
+  ``reserved = 512 + 1.5 x max(chunked_prefill, 2048) + tp x pp / 8 x 1024 + 2 x decode_max_bs + prefill
+  graphs`` MiB (``reserve_for_graph_mb``: 8 MiB per prefill capture size, 1.5 GiB with MLA), at least 10 GiB
+  on a GPU above 60 GiB, and ``round((total - reserved) / total, 3)``;
+* budget: ``mem_cache/kv_cache_configurator.py`` ``_profile_available_bytes`` --
+  ``free after weights - free before weights x (1 - mem_fraction_static)``, in GB floats as SGLang computes it;
+* cell size per token: ``model_executor/pool_configurator.py`` ``DefaultPoolConfigurator._compute_cell_size``
+  (MHA/GQA: ``max(1, kv_heads // tp) x (head_dim + v_head_dim) x layers x dtype bytes``, ``ModelConfig.
+  get_num_kv_heads``; MLA: ``(kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes``);
+* hybrid sliding-window pool: ``HybridSWAPoolConfigurator`` for the architectures ``configs/model_config.py``
+  ``is_hybrid_swa_model`` lists (Llama 4, gpt-oss ...): full layers + ``swa_full_tokens_ratio`` (0.8) x SWA
+  layers per token; Gemma 2/3 and Mistral are *not* hybrids there (every layer holds every token);
+* tokens: ``available // cell``, floored to the page size (``calculate_pool_sizes``);
+* ``max_running_requests``: ``KVCacheConfigurator.resolve_max_num_reqs`` -- ``int(tokens / context_len x 512)``
+  clamped to 2,048..4,096, at most ``tokens // 2``;
+* the start-up line: ``managers/scheduler.py`` (``max_total_num_tokens=..., chunked_prefill_size=...,
+  max_prefill_tokens=..., max_running_requests=..., context_len=..., available_gpu_mem=...``).
+
+Not mirrored (refused in one line, :class:`NotMirrored`): mamba / linear-attention hybrids (the mamba share,
+``mamba_full_memory_ratio``, ``max_mamba_cache_size``), multimodal models (``adjust_mem_fraction_for_vlm``, the
+feature-transport pool, prefill graphs off), DeepSeek sparse attention's indexer, speculative decoding, DP
+attention, pipeline parallelism.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from kvdash.core.arch import Architecture
+from kvdash.core.pool import PoolShape, check_positive
+from kvdash.engines.base import Budget, Caps, Gpu, Settings
+from kvdash.errors import InputError
+
+VERSION = "0.5.23"
+LABEL = f"SGLang {VERSION}"
+MIB = 1 << 20
+GIB = 1 << 30
+MAX_PREFILL_TOKENS = 16384  # arg_groups/fields: --max-prefill-tokens default
+SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio default
+# configs/model_config.py is_hybrid_swa_model: the architectures whose pool splits into full and SWA parts
+# (the ones kvdash can meet; SWA_SINK_ARCHS and MIMO_V2 included)
+HYBRID_SWA_ARCHS = frozenset({
+    "BeamForCausalLM", "Llama4ForConditionalGeneration", "GptOssForCausalLM", "GraniteSWAForCausalLM",
+    "GraniteMoeSWAForCausalLM", "IQuestQ1ForCausalLM", "MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM",
+    "Step3p5ForCausalLM", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration", "LagunaForCausalLM",
+    "MellumForCausalLM",
+})
+# configs/model_config.py ModelConfig.__init__: multimodal is off by default for these (text-only serving)
+MM_DISABLED_ARCHS = frozenset({"Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
+                               "Step3VLForConditionalGeneration", "InklingForConditionalGeneration"})
+KV_BYTES = {"bf16": 2, "fp16": 2, "auto": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+
+class NotMirrored(InputError):
+    """A setup whose SGLang sizing kvdash does not mirror: one line naming what SGLang would do."""
+
+    def __init__(self, what: str):
+        super().__init__("--engine-rules", "sglang", f"not mirrored for this model: {what}")
+        self.what = what
+
+
+@dataclass(frozen=True)
+class Tier:
+    """``handle_gpu_memory_settings``' GPU-memory tier: the defaults it sets."""
+
+    chunked_prefill_size: int
+    decode_max_bs: int
+    text: str
+
+
+def tier(gpu_mib: float, tp: int) -> Tier:
+    """``arg_groups/memory_hook.py`` ``handle_gpu_memory_settings`` (SGLang 0.5.23): by ``nvidia-smi``'s total in
+    MiB, the chunked-prefill size and the decode CUDA-graph max batch (``tp < 4`` halves the latter's tier)."""
+    if gpu_mib < 20 * 1024:
+        return Tier(2048, 8, "under 20 GiB (T4, 4080)")
+    if gpu_mib < 35 * 1024:
+        return Tier(4096, 48 if tp < 4 else 160, "20-35 GiB (A10, 4090, 5090)")
+    if gpu_mib < 60 * 1024:
+        return Tier(4096, 32 if tp < 4 else 160, "35-60 GiB (A100 40GB, L40)")
+    if gpu_mib < 90 * 1024:
+        return Tier(8192, 256 if tp < 4 else 512, "60-90 GiB (H100, A100 80GB)")
+    if gpu_mib < 160 * 1024:
+        return Tier(8192, 256 if tp < 4 else 512, "90-160 GiB (H20, H200)")
+    return Tier(16384, 512, "160 GiB and above (B200, MI300)")
+
+
+def prefill_graph_sizes(max_bs: int) -> list[int]:
+    """``arg_groups/cuda_graph_hook.py`` ``generate_prefill_cuda_graph_batch_sizes``: the prefill capture sizes.
+
+    >>> len(prefill_graph_sizes(8192)), len(prefill_graph_sizes(4096))
+    (58, 50)
+    """
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, max_bs + 1, 512)))
+    return [s for s in sizes if s <= max_bs]
+
+
+@dataclass(frozen=True)
+class Fraction:
+    value: float
+    reserved_mib: float
+    terms: tuple[tuple[str, float], ...]
+    chunked_prefill_size: int
+    decode_max_bs: int
+    prefill_graphs: int
+    tier: str
+    given: bool = False
+
+
+def mem_fraction_static(gpu_mib: float, tp: int, use_mla: bool, model_path: str = "", pp: int = 1,
+                        chunked_prefill_size: int | None = None, max_running_requests: int | None = None,
+                        given: float | None = None) -> Fraction:
+    """SGLang 0.5.23's ``mem_fraction_static`` default (``handle_gpu_memory_settings`` with
+    ``reserve_for_graph_mb``; aggregated serving, CUDA graphs on, no speculative decoding, no DP attention).
+
+    Worked: an H200 (143,771 MiB), TP 8, Llama-3.1-70B: chunked prefill 8,192, decode max batch 512, 58 prefill
+    capture sizes: 512 + 12,288 + 1,024 + 1,024 + 464 = 15,312 MiB; (143,771 - 15,312) / 143,771 = 0.8935 -> 0.893.
+    """
+    t = tier(gpu_mib, tp)
+    cps = chunked_prefill_size if chunked_prefill_size is not None else t.chunked_prefill_size
+    max_bs = t.decode_max_bs
+    if max_running_requests is not None and max_bs > max_running_requests:
+        max_bs = max_running_requests
+    prefill_max = min(8192, cps) if use_mla else cps
+    if "llama-2" in model_path.lower():  # memory_hook.py: "For Llama2 series models, max_bs is limited to 4096"
+        prefill_max = min(prefill_max, 4096)
+    n_prefill = len(prefill_graph_sizes(prefill_max))
+    activation = max(cps, 2048) if cps > 0 else max(MAX_PREFILL_TOKENS, 2048)
+    terms = [("constant metadata", 512.0), ("activations: 1.5 x max(chunked_prefill_size, 2048)", activation * 1.5),
+             ("parallel slack: tp x pp / 8 x 1,024", tp * pp / 8 * 1024),
+             ("decode CUDA graphs: 2 x max batch", max_bs * 2.0),
+             ("prefill CUDA graphs: " + ("1.5 GiB with MLA" if use_mla else f"{n_prefill} capture sizes x 8"),
+              1.5 * 1024 if use_mla else n_prefill * 8.0)]
+    reserved = 512.0
+    reserved += activation * 1.5
+    reserved += tp * pp / 8 * 1024
+    reserved += max_bs * 2 + (1.5 * 1024 if use_mla else n_prefill * 8)
+    if gpu_mib > 60 * 1024 and reserved < 10 * 1024:
+        terms.append(("floor: at least 10 GiB above 60 GiB", 10 * 1024 - reserved))
+        reserved = max(reserved, 10 * 1024)
+    value = given if given is not None else round((gpu_mib - reserved) / gpu_mib, 3)
+    return Fraction(value, reserved, tuple(terms), cps, max_bs, n_prefill, t.text, given is not None)
+
+
+def context_len(arch: Architecture) -> int:
+    """``utils/hf_transformers/common.py`` ``get_context_length``: the first of ``max_sequence_length``,
+    ``seq_length``, ``max_seq_len``, ``model_max_length``, ``max_position_embeddings`` the config has, times
+    ``rope_scaling.factor`` unless the scaling names ``original_max_position_embeddings`` or is ``llama3``;
+    2,048 without any."""
+    fields: Mapping[str, int] = arch.facts.get("length_fields") or {}
+    rope: Mapping[str, Any] = arch.facts.get("rope_scaling") or {}
+    factor: float = 1
+    if rope:
+        factor = rope.get("factor", 1) or 1
+        if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
+            factor = 1
+    for key in ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings"):
+        if key in fields:
+            return int(factor * fields[key])
+    if not arch.facts:
+        return arch.max_context
+    return 2048
+
+
+def is_hybrid_swa(arch: Architecture) -> bool:
+    """``configs/model_config.py`` ``is_hybrid_swa_model`` on the config's ``architectures``."""
+    return any(a in HYBRID_SWA_ARCHS for a in arch.facts.get("architectures", ()))
+
+
+def swa_layer_ids(arch: Architecture) -> tuple[list[int], list[int]]:
+    """``get_hybrid_layer_ids``: Llama 4 -- every fourth layer full (``(i + 1) % 4 == 0``), the rest SWA; the
+    sliding-window-with-sinks architectures (gpt-oss) -- ``layer_types``' ``sliding_attention`` entries."""
+    n = arch.decoder_layers or arch.num_layers
+    if "Llama4ForConditionalGeneration" in arch.facts.get("architectures", ()):
+        return [i for i in range(n) if (i + 1) % 4 != 0], [i for i in range(n) if (i + 1) % 4 == 0]
+    swa = [i for i, layer in enumerate(arch.layers) if layer.kind == "sliding"]
+    return swa, [i for i in range(n) if i not in swa]
+
+
+def is_multimodal(arch: Architecture) -> bool:
+    """``ModelConfig.is_multimodal`` as far as kvdash reads it: a config nesting ``text_config`` (SGLang's
+    ``hf_config is not hf_text_config``), unless its first architecture is one SGLang serves text-only by default
+    (Gemma 3, Llama 4 ...)."""
+    archs = arch.facts.get("architectures", ())
+    return bool(arch.facts.get("nested_text_config")) and not (archs and archs[0] in MM_DISABLED_ARCHS)
+
+
+def refusal(arch: Architecture, tp: int, pp: int = 1) -> str:
+    """Why kvdash cannot give SGLang's pool for this setup ('' when it can)."""
+    if arch.state_layers:
+        return ("SGLang 0.5.23's mamba / linear-attention state pool (mamba_full_memory_ratio, "
+                "max_mamba_cache_size: kv_cache_configurator.py _handle_max_mamba_cache)")
+    if is_multimodal(arch):
+        return ("SGLang 0.5.23's multimodal start-up rules (adjust_mem_fraction_for_vlm, the feature-transport "
+                "pool, prefill CUDA graphs off)")
+    if arch.facts.get("index_topk"):
+        return "DeepSeek sparse attention's indexer cache"
+    if pp != 1:
+        return "pipeline parallelism (per-stage layer split and the MIN over stages)"
+    return ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """SGLang 0.5.23's pool on one rank, every figure with its rule."""
+
+    fraction: Fraction
+    page_size: int
+    cell_bytes: float  # bytes per token of max_total_num_tokens (a float for the hybrid SWA pool)
+    cell_text: str
+    pool: str  # "default" or "hybrid_swa"
+    free_before: int
+    free_after: int
+    available_bytes: int
+    max_total_num_tokens: int
+    swa_tokens: int | None
+    max_running_requests: int
+    context_len: int
+    layers: int
+    full_layers: int = 0
+    swa_layers: int = 0
+    full_per_token: int = 0
+    swa_per_token: int = 0
+    lines: tuple[str, ...] = field(default=())
+
+    def startup_line(self) -> str:
+        """``managers/scheduler.py`` (tp rank 0); ``available_gpu_mem`` is read after the pools and CUDA graphs
+        are allocated, which no sizing rule decides, so kvdash leaves it out."""
+        return (f"max_total_num_tokens={self.max_total_num_tokens}, chunked_prefill_size="
+                f"{self.fraction.chunked_prefill_size}, max_prefill_tokens={MAX_PREFILL_TOKENS}, "
+                f"max_running_requests={self.max_running_requests}, context_len={self.context_len}, "
+                "available_gpu_mem=")
+
+
+def read_free(free: int, ranks: int) -> float:
+    """``get_available_gpu_memory(distributed=True)``: ``torch.tensor(free, dtype=torch.float32)`` all-reduced with
+    MIN, so above one rank the reading is rounded to the nearest float32 (16 KiB steps near 140 GB).
+
+    >>> read_free(149_555_960_320, 2) - 149_555_960_320
+    -6656.0
+    """
+    if ranks <= 1:
+        return float(free)
+    return float(struct.unpack("f", struct.pack("f", free))[0])
+
+
+def kv_heads_per_rank(total: int, tp: int) -> int:
+    """``ModelConfig.get_num_kv_heads``: ``max(1, total // tp)`` (a rank keeps at least one KV head)."""
+    return max(1, total // tp)
+
+
+def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before: int, weights_per_rank: int,
+         page_size: int | None = None, fraction: float | None = None, model_path: str = "",
+         max_running_requests: int | None = None, chunked_prefill_size: int | None = None) -> Plan:
+    """SGLang 0.5.23's pool for ``arch`` at tensor-parallel ``tp`` on a GPU of ``gpu_mib`` MiB (``nvidia-smi``),
+    with ``free_before`` bytes free before the weights load and ``weights_per_rank`` bytes of weights.
+    Raises :class:`NotMirrored` for what kvdash does not mirror, :class:`InputError` where SGLang refuses."""
+    why = refusal(arch, tp)
+    if why:
+        raise NotMirrored(why)
+    kv_bytes = KV_BYTES.get(kv_dtype)
+    if kv_bytes is None:
+        raise InputError("--kv-dtype", kv_dtype, "SGLang's view takes bf16 or fp8")
+    page = check_positive("--block-size", page_size) if page_size is not None else 1
+    f = mem_fraction_static(gpu_mib, tp, arch.use_mla, model_path or arch.name,
+                            chunked_prefill_size=chunked_prefill_size, max_running_requests=max_running_requests,
+                            given=fraction)
+    free_after = free_before - weights_per_rank
+    # kv_cache_configurator.py _profile_available_bytes: GB floats (utils/common.py get_available_gpu_memory);
+    # with more than one rank both readings are a MIN over ranks through a float32 tensor
+    pre_gb = read_free(free_before, tp) / GIB
+    rest = read_free(free_after, tp) / GIB - pre_gb * (1 - f.value)
+    if rest <= 0:
+        minimum = 1 - (free_after / GIB) / pre_gb
+        raise InputError("--weights", weights_per_rank,
+                         f"SGLang {VERSION} refuses: loaded weights leave no GPU memory for the KV cache under "
+                         f"mem_fraction_static={f.value}; it needs above {math.ceil(minimum * 1000) / 1000:.3f}")
+    available = int(rest * GIB)
+    n_layers = arch.num_layers
+    lines = [f"mem_fraction_static {f.value}: " + ("given" if f.given else
+             f"round(({gpu_mib:,.0f} MiB - {f.reserved_mib:,.0f} MiB reserved) / {gpu_mib:,.0f} MiB, 3), "
+             f"GPU tier {f.tier} (arg_groups/memory_hook.py handle_gpu_memory_settings)"),
+             f"budget {available:,} B = free after weights {free_after:,} - free before weights {free_before:,} x "
+             f"(1 - {f.value}) (mem_cache/kv_cache_configurator.py _profile_available_bytes)"]
+    ctx = context_len(arch)
+    if is_hybrid_swa(arch):
+        swa_ids, full_ids = swa_layer_ids(arch)
+        layer = arch.first("full", "sliding", "chunked")
+        assert layer is not None
+        per_token = kv_heads_per_rank(layer.kv_heads, tp) * (layer.head_dim + (layer.head_dim_v or layer.head_dim)) \
+            * kv_bytes
+        cell: float = per_token * len(full_ids) + SWA_FULL_TOKENS_RATIO * (per_token * len(swa_ids))
+        tokens = int(available // cell)
+        full = tokens // page * page
+        swa = int(full * SWA_FULL_TOKENS_RATIO) // page * page
+        window = max((x.window for x in arch.layers if x.kind in ("sliding", "chunked")), default=0)
+        if window and window + page >= swa:
+            raise InputError("--gpu-memory", None, f"SGLang {VERSION} refuses: the SWA pool ({swa} tokens) cannot "
+                             f"hold one request (sliding window {window} + page {page})")
+        cell_text = (f"{len(full_ids)} full x {per_token:,} B + {SWA_FULL_TOKENS_RATIO} x {len(swa_ids)} SWA x "
+                     f"{per_token:,} B = {cell:,.1f} B per full-pool token (HybridSWAPoolConfigurator)")
+        lines.append(f"hybrid SWA pool (is_hybrid_swa_model): full {full:,} tokens, SWA {swa:,} tokens "
+                     f"(swa_full_tokens_ratio {SWA_FULL_TOKENS_RATIO})")
+        mrr = max_num_reqs(full, ctx, max_running_requests)
+        return Plan(f, page, cell, cell_text, "hybrid_swa", free_before, free_after, available, full, swa, mrr, ctx,
+                    n_layers, len(full_ids), len(swa_ids), per_token, per_token, tuple(lines))
+    if arch.use_mla:
+        mla = arch.first("mla")
+        assert mla is not None
+        icell = mla.latent_dim * n_layers * kv_bytes
+        cell_text = (f"MLA: (kv_lora_rank {mla.kv_lora_rank} + qk_rope_head_dim {mla.qk_rope_head_dim}) x "
+                     f"{n_layers} layers x {kv_bytes} B = {icell:,} B (replicated on every rank)")
+    else:
+        layer = arch.first("full", "sliding", "chunked")
+        if layer is None:
+            raise NotMirrored("a model without attention layers")
+        heads = kv_heads_per_rank(layer.kv_heads, tp)
+        hv = layer.head_dim_v or layer.head_dim
+        icell = heads * (layer.head_dim + hv) * n_layers * kv_bytes
+        cell_text = (f"max(1, {layer.kv_heads} // {tp}) = {heads} KV heads x ({layer.head_dim} + {hv}) x "
+                     f"{n_layers} layers x {kv_bytes} B = {icell:,} B")
+        if arch.counts.get("sliding") or arch.counts.get("chunked"):
+            cell_text += " (SGLang keeps every token in every layer: not a hybrid-SWA architecture)"
+    tokens = available // icell // page * page
+    lines.append(f"max_total_num_tokens {tokens:,} = {available:,} // {icell:,} floored to page {page} "
+                 "(DefaultPoolConfigurator.calculate_pool_sizes)")
+    mrr = max_num_reqs(tokens, ctx, max_running_requests)
+    return Plan(f, page, icell, cell_text, "default", free_before, free_after, available, tokens, None, mrr, ctx,
+                n_layers, n_layers, 0, icell // n_layers if n_layers else 0, 0, tuple(lines))
+
+
+def max_num_reqs(tokens: int, ctx: int, requested: int | None = None) -> int:
+    """``KVCacheConfigurator.resolve_max_num_reqs``: ``int(tokens / context_len x 512)`` clamped to
+    2,048..4,096, at most ``tokens // 2``; a requested ``--max-running-requests`` is kept up to ``tokens // 2``.
+
+    >>> max_num_reqs(2_832_693, 131_072)   # 11,065 clamped to 4,096
+    4096
+    """
+    if requested is not None:
+        return min(max(1, requested), tokens // 2)
+    estimated = max(min(int(tokens / ctx * 512), 4096), 2048)
+    return min(estimated, tokens // 2)
+
+
+class SglangRules:
+    """SGLang 0.5.23 behind :class:`~kvdash.engines.base.EngineRules`, as far as its questions have SGLang
+    answers; the block/group questions (vLLM's layout) raise :class:`NotImplementedError` with the reason."""
+
+    name = "sglang"
+    version = VERSION
+    label = LABEL
+    default_util = "auto"  # mem_fraction_static is computed per GPU, TP and model: mem_fraction_static()
+    metric_prefix = "sglang:"
+
+    def check_max_model_len(self, arch: Architecture, max_model_len: int, allow_long: bool,
+                            field: str = "--max-model-len") -> None:
+        # configs/model_config.py _derive_context_length: above the derived length needs
+        # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
+        derived = context_len(arch)
+        if max_model_len > derived and not allow_long:
+            raise InputError(field, max_model_len, f"SGLang {VERSION} refuses a context length above the derived "
+                             f"{derived:,} (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 allows it)")
+
+    def caps(self, gpu: Gpu, settings: Settings) -> Caps:
+        mib = (gpu.memory or 0) / MIB
+        t = tier(mib, 1)
+        cps = settings.max_num_batched_tokens or t.chunked_prefill_size
+        seqs = settings.max_num_seqs
+        return Caps(seqs or 0, cps, "given with --max-running-requests" if seqs else
+                    "resolved from the pool (resolve_max_num_reqs)",
+                    "given" if settings.max_num_batched_tokens else "default", t.text)
+
+    def block_size(self, arch: Architecture, kv_dtype: str, requested: int | str, gpu: Gpu) -> tuple[int, str]:
+        if requested == "auto":
+            return 1, "1: SGLang's page size on CUDA (--page-size unset)"
+        if isinstance(requested, str):
+            raise InputError("--block-size", requested, "expected a positive integer or 'auto'")
+        return check_positive("--block-size", requested), f"{requested}: requested (--page-size)"
+
+    def pool(self, arch: Architecture, kv_dtype: str, kv_scales: str, tp: int, pp: int, block_size: int,
+             prefix_caching: bool) -> list[PoolShape]:
+        raise NotImplementedError("SGLang has no KV-cache groups: its pool is tokens x cell size (plan())")
+
+    def budget(self, total: int, util: Decimal, weights_per_rank: int, reserve: int) -> Budget:
+        # _profile_available_bytes with free before weights = total - reserve (kvdash's reserve stands for what
+        # is taken before the weights: CUDA context, NCCL) and util = mem_fraction_static
+        free_before = total - reserve
+        rest = (free_before - weights_per_rank) / GIB - free_before / GIB * (1 - float(util))
+        return Budget(free_before, int(rest * GIB),
+                      "free after weights - free before weights x (1 - mem_fraction_static)")
+
+    def auto_reserve(self, arch: Architecture, tp: int, pp: int, caps: Caps, gpu: Gpu,
+                     settings: Settings) -> dict[str, Any]:
+        raise NotImplementedError("SGLang reserves through mem_fraction_static, not a separate reserve")
+
+    def in_flight_tokens(self, caps: Caps, settings: Settings) -> int:
+        raise NotImplementedError("SGLang sizes no per-request sliding-window blocks")
+
+    def blocks_per_request(self, x: Mapping[str, Any]) -> Any:
+        raise NotImplementedError("SGLang caps running requests by resolve_max_num_reqs, not blocks per request")
+
+    def startup_line(self, kv_tokens: int, max_model_len: int, concurrency: float) -> str:
+        raise NotImplementedError("SGLang's start-up line needs the whole plan: Plan.startup_line()")
+
+    def caps_text(self, caps: Caps) -> str:
+        return (f"chunked_prefill_size {caps.max_num_batched_tokens:,} ({caps.tokens_basis}, GPU tier {caps.tier}); "
+                f"max_running_requests {caps.seqs_basis} (SGLang {VERSION} arg_groups/memory_hook.py, "
+                "mem_cache/kv_cache_configurator.py)")
+
+
+RULES = SglangRules()
+
+
+CONTEXT_BYTES = 1024 * MIB  # free before weights = total - this: CUDA context and NCCL buffers (an assumption)
+
+
+def view(arch: Architecture, gpu_memory: int, tp: int, kv_dtype: str, weights_per_rank: int,
+         page_size: int | None = None, vllm: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The SGLang 0.5.23 view of one configuration, for ``kvdash calc --engine-rules sglang`` and sweeps: every
+    figure of :func:`plan` with its rule, the start-up line, and -- given kvdash's vLLM figures for the same setup
+    (``{"tokens", "budget", "util", "reserve", "label"}``) -- one line saying by how much the engines differ and
+    why.  A setup kvdash does not mirror gives ``{"refused": "<one line>"}``."""
+    gpu_mib = gpu_memory / MIB
+    free_before = gpu_memory - CONTEXT_BYTES
+    try:
+        p = plan(arch, gpu_mib, tp, kv_dtype, free_before, weights_per_rank, page_size)
+    except NotMirrored as exc:
+        return {"version": VERSION, "refused": exc.allowed}
+    except InputError as exc:
+        return {"version": VERSION, "refused": str(exc)}
+    held_back = free_before * (1 - p.fraction.value)
+    out: dict[str, Any] = {
+        "version": VERSION, "mem_fraction_static": p.fraction.value, "reserved_mib": p.fraction.reserved_mib,
+        "fraction_terms": [{"name": n, "mib": v} for n, v in p.fraction.terms], "gpu_tier": p.fraction.tier,
+        "chunked_prefill_size": p.fraction.chunked_prefill_size, "cuda_graph_max_bs": p.fraction.decode_max_bs,
+        "free_before_weights_bytes": free_before, "free_after_weights_bytes": p.free_after,
+        "free_before_basis": "GPU total - 1 GiB (CUDA context and NCCL buffers: an assumption; SGLang measures it)",
+        "weights_per_rank_bytes": weights_per_rank, "available_bytes": p.available_bytes,
+        "held_back_bytes": int(held_back), "pool": p.pool, "cell_bytes": p.cell_bytes, "cell": p.cell_text,
+        "page_size": p.page_size, "max_total_num_tokens": p.max_total_num_tokens,
+        "swa_max_total_num_tokens": p.swa_tokens, "max_running_requests": p.max_running_requests,
+        "context_len": p.context_len, "log_line": p.startup_line() + "(measured at start-up)",
+        "lines": list(p.lines),
+    }
+    if vllm:
+        tokens, label = int(vllm["tokens"]), str(vllm.get("label", "vLLM"))
+        diff = p.max_total_num_tokens - tokens
+        pct = 100 * diff / tokens if tokens else 0.0
+        vllm_kept = int(vllm.get("held_back", 0))
+        out["comparison"] = (
+            f"SGLang {VERSION} holds {p.max_total_num_tokens:,} tokens per rank where {label} holds {tokens:,} "
+            f"({'+' if diff >= 0 else ''}{pct:.1f} %): SGLang keeps {held_back / GIB:.2f} GiB per rank out of the KV "
+            f"cache ((1 - mem_fraction_static {p.fraction.value}) x the free memory before the weights, its default "
+            f"for this GPU at TP {tp}), {label} keeps {vllm_kept / GIB:.2f} GiB ({vllm.get('why', '')})"
+            + ("" if p.pool == "default" or not vllm.get("hybrid_note") else f"; {vllm['hybrid_note']}"))
+    return out

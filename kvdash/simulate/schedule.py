@@ -1,0 +1,34 @@
+"""What a timed simulation did (:mod:`kvdash.simulate.timed` and :mod:`kvdash.simulate.timed_fast` both return it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvdash.core.steptime import Constants
+
+NFEAT = 6
+
+
+@dataclass
+class Schedule:
+    """What the simulation did, in terms the step-time constants multiply: the running sums of the six
+    features at the end of every segment (one step, or a stretch of decode steps), and the segment of each
+    request's arrival (closed loop; Poisson arrivals are times), first token and finish."""
+
+    cum: np.ndarray  # (segments + 1, 6): row 0 is zero
+    first_seg: np.ndarray
+    finish_seg: np.ndarray
+    arrival_seg: np.ndarray  # closed loop: the segment whose end the request arrived at (-1: at time 0)
+    arrival_s: np.ndarray  # Poisson: seconds
+    steps: int
+    preemptions: int
+    peak_running: int
+    token_steps: int
+    closed: bool
+
+    def times(self, c: Constants) -> np.ndarray:
+        """Seconds at the end of each segment (index 0: time 0) under constants ``c``."""
+        v = np.array(c.vector() + (1.0,))
+        return self.cum @ v

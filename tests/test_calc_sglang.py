@@ -1,0 +1,56 @@
+"""``kvdash calc --engine-rules sglang``: SGLang 0.5.23's view beside vLLM's (issue 27 item 1).  The rules
+themselves are checked case by case against SGLang's own code in ``test_conformance_sglang.py``; here the face."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli_run import run
+
+
+def test_sglang_view_llama70b_tp8_h200(capsys):
+    """Llama-3.1-70B (preset weights 141,200,000,000 B: 17,650,000,000 per rank at TP 8) on an H200 (143,771 MiB):
+    free before weights 142,747 MiB = 149,681,078,272 B (the 1 GiB context assumption), after 132,031,078,272 B;
+    fraction 0.893 (reserved 15,312 MiB); budget int((132,031,078,272 - 149,681,078,272 x 0.107 in GB floats,
+    float32 readings at TP 8) x 2^30) = 116,015,203,024 B; // 40,960 B per token = 2,832,402 tokens; 4,096 running."""
+    code, out, _ = run(["calc", "--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "8", "--engine-rules", "sglang",
+                        "--json"], capsys)
+    assert code in (0, None)
+    s = json.loads(out)["sglang_view"]
+    assert (s["mem_fraction_static"], s["reserved_mib"], s["cell_bytes"]) == (0.893, 15312.0, 40960)
+    assert (s["available_bytes"], s["max_total_num_tokens"], s["max_running_requests"]) == \
+        (116_015_203_024, 2_832_402, 4096)
+    assert s["log_line"].startswith("max_total_num_tokens=2832402, chunked_prefill_size=8192, max_prefill_tokens=16384,"
+                                    " max_running_requests=4096, context_len=131072, available_gpu_mem=")
+    assert "SGLang 0.5.23 holds 2,832,402 tokens per rank where vLLM 0.33 holds" in s["comparison"]
+
+
+def test_sglang_view_text_and_brief(capsys):
+    code, out, _ = run(["calc", "--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "8", "--engine-rules", "sglang",
+                        "--brief"], capsys)
+    assert code in (0, None)
+    assert "SGLang 0.5.23 would log: max_total_num_tokens=2832402" in out.replace("\n", " ")
+    code, out, _ = run(["calc", "--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "8", "--engine-rules", "sglang"],
+                       capsys)
+    assert "SGLang 0.5.23 view (--engine-rules sglang):" in out
+    assert "(1 - mem_fraction_static 0.893)" in out.replace("\n", " ")
+
+
+def test_gemma3_differs_by_its_sliding_layers(capsys):
+    """Gemma 3 in SGLang keeps every token in all 62 layers; the view says so in its cell line."""
+    code, out, _ = run(["calc", "--config", "tests/data/configs/gemma-3-27b-it/config.json", "--gpu", "h200",
+                        "--weights", "54GB", "--engine-rules", "sglang", "--json"], capsys)
+    s = json.loads(out)["sglang_view"]
+    assert s["cell_bytes"] == 16 * 256 * 62 * 2
+    assert "not a hybrid-SWA architecture" in s["cell"]
+
+
+def test_refusals_are_one_line(capsys):
+    code, _, err = run(["calc", "--model", "llama-3.1-70b", "--gpu", "h200", "--engine-rules", "tgi"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "expected vllm, sglang" in err
+    code, _, err = run(["calc", "--model", "llama-3.1-8b", "--budget", "40GiB", "--engine-rules", "sglang"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "give --gpu or --gpu-memory" in err
+    code, out, _ = run(["calc", "--config", "tests/data/configs/qwen3-next-80b-a3b-thinking/config.json", "--gpu",
+                        "h200", "--tp", "4", "--weights", "160GB", "--engine-rules", "sglang", "--brief"], capsys)
+    assert code in (0, None)
+    assert "SGLang 0.5.23 view: not mirrored for this model: SGLang 0.5.23's mamba" in out.replace("\n", " ")

@@ -1,0 +1,179 @@
+"""kvdash's SGLang view (:mod:`kvdash.engines.sglang`) against SGLang 0.5.23's own sizing code, figure by figure.
+
+``conformance/sglang/expected.json`` is written by ``conformance/sglang/run.sh`` from SGLang 0.5.23 itself:
+``ServerArgs.resolve_once`` (the ``mem_fraction_static`` default, page size, chunked prefill), ``ModelConfig``,
+a real ``KVCacheConfigurator`` and its ``_profile_available_bytes``, ``config_from_budget``
+(``create_memory_pool_configurator(...).calculate_pool_sizes``) and ``resolve_max_num_reqs``, with the two
+free-memory readings mocked (the file's header states them).  Every case is compared here, with the case's own
+inputs (GPU MiB, free memory before the weights, weights per rank): the fraction, the budget, the cell size per
+token, the pool tokens (full and SWA), ``max_running_requests``, ``context_len`` and the start-up line.
+
+A case SGLang refuses must be refused by kvdash too (one ``InputError``).  A case kvdash does not mirror must be
+refused by kvdash in one line, for a reason recorded in :data:`NOT_MIRRORED`; a config kvdash cannot read at
+all is recorded in :data:`KVDASH_CANNOT_READ`.  One test per config.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvdash.core.model import Architecture, load_config
+from kvdash.engines import sglang as S
+from kvdash.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "tests" / "data" / "configs"
+EXPECTED = ROOT / "conformance" / "sglang" / "expected.json"
+FIELDS = ("mem_fraction_static", "page_size", "cell_size_bytes", "available_bytes", "max_total_num_tokens",
+          "swa_max_total_num_tokens", "max_running_requests", "context_len", "log_line")
+
+# configs kvdash's SGLang view refuses in one line, and the reason's opening words (kvdash.engines.sglang.refusal)
+NOT_MIRRORED = {
+    "jamba-1.5-mini": "SGLang 0.5.23's mamba",
+    "nemotron-3-nano-30b-a3b": "SGLang 0.5.23's mamba",
+    "nemotron-h-56b-base-8k": "SGLang 0.5.23's mamba",
+    "qwen3-next-80b-a3b-thinking": "SGLang 0.5.23's mamba",
+    "qwen3.5-27b": "SGLang 0.5.23's mamba",
+    "qwen3.5-35b-a3b": "SGLang 0.5.23's mamba",
+    "kimi-k2.5": "SGLang 0.5.23's multimodal",
+    "qwen3-vl-30b-a3b-instruct": "SGLang 0.5.23's multimodal",
+    "qwen3-vl-8b-instruct": "SGLang 0.5.23's multimodal",
+}
+# configs kvdash's config reader refuses (one InputError), with what SGLang 0.5.23 did with them
+KVDASH_CANNOT_READ = {
+    "falcon-40b-refinedweb": "refused",  # RWForCausalLM custom code: SGLang refuses too
+    "minicpm-2b-sft-bf16": "refused",  # remote code: SGLang refuses too
+    "yi-34b-first-release": "refused",  # remote code: SGLang refuses too
+    "falcon-h1-0.5b": "refused",  # transformers' FalconH1Config refuses the copy: SGLang too
+    "ministral-3-3b-2512": "ok",  # model_type ministral3: kvdash has no rule; SGLang serves it (multimodal)
+}
+
+
+@functools.cache
+def _expected() -> dict[str, Any]:
+    return json.loads(EXPECTED.read_text())
+
+
+def _configs() -> list[str]:
+    return sorted({c["config"] for c in _expected()["cases"]})
+
+
+@functools.cache
+def _arch(config: str) -> Architecture:
+    return load_config(CONFIGS / config / "config.json")
+
+
+def kvdash_case(case: dict[str, Any]) -> dict[str, Any]:
+    """kvdash's SGLang figures for one case of ``expected.json``, from the case's own inputs."""
+    page = None if case["page_size_requested"] == "auto" else int(case["page_size_requested"])
+    p = S.plan(_arch(case["config"]), case["gpu_total_mib"], case["tp"], case["kv_dtype"],
+               case["free_before_weights_bytes"], case["weights_bytes_per_rank"], page,
+               model_path=str(CONFIGS / case["config"]))
+    return {"mem_fraction_static": p.fraction.value, "page_size": p.page_size, "cell_size_bytes": p.cell_bytes,
+            "available_bytes": p.available_bytes, "max_total_num_tokens": p.max_total_num_tokens,
+            "swa_max_total_num_tokens": p.swa_tokens, "max_running_requests": p.max_running_requests,
+            "context_len": p.context_len, "log_line": p.startup_line()}
+
+
+def test_header_names_the_producer_and_its_inputs():
+    """The file says which SGLang produced it and what the mocked inputs were."""
+    e = _expected()
+    assert e["sglang_version"] == "0.5.23"
+    assert "1,024 MiB" in e["free_before_weights"]
+    assert set(e["gpus"]) == {"h100", "h200"}
+    assert len({(c["gpu"], c["tp"], c["kv_dtype"], str(c["page_size_requested"])) for c in e["cases"]}) == 48
+
+
+def test_every_config_is_in_the_grid():
+    on_disk = sorted(p.name for p in CONFIGS.iterdir() if (p / "config.json").exists())
+    assert _configs() == on_disk
+
+
+@pytest.mark.parametrize("config", _configs())
+def test_config_agrees_with_sglang(config: str):
+    cases = [c for c in _expected()["cases"] if c["config"] == config]
+    assert cases, config
+    if config in KVDASH_CANNOT_READ:
+        with pytest.raises(InputError):
+            load_config(CONFIGS / config / "config.json")
+        assert {c["status"] for c in cases} == {KVDASH_CANNOT_READ[config]}
+        return
+    if config in NOT_MIRRORED:
+        for c in cases:
+            with pytest.raises(S.NotMirrored) as err:
+                kvdash_case(c)
+            assert err.value.what.startswith(NOT_MIRRORED[config]), err.value.what
+            assert "\n" not in str(err.value)
+        return
+    bad: Counter[str] = Counter()
+    first: dict[str, str] = {}
+    for c in cases:
+        where = f"{c['gpu']} tp{c['tp']} {c['kv_dtype']} page {c['page_size_requested']}"
+        if c["status"] != "ok":
+            try:
+                kvdash_case(c)
+            except InputError:
+                continue
+            bad["refusal"] += 1
+            first.setdefault("refusal", f"{where}: SGLang refused ({c['reason'][:120]}), kvdash planned")
+            continue
+        got = kvdash_case(c)
+        for k in FIELDS:
+            if got[k] != c.get(k):
+                bad[k] += 1
+                first.setdefault(k, f"{where}: kvdash {got[k]!r}, SGLang {c.get(k)!r}")
+    assert not bad, f"{config}: {dict(bad)} of {len(cases)} cases; first: {first}"
+
+
+def test_agreement_counts_match_readme():
+    """conformance/sglang/README.md states how many cases agree; this keeps the statement true."""
+    cases = _expected()["cases"]
+    ok = [c for c in cases if c["status"] == "ok"]
+    mirrored = [c for c in ok if c["config"] not in NOT_MIRRORED and c["config"] not in KVDASH_CANNOT_READ]
+    refused = [c for c in cases if c["status"] != "ok"]
+    text = (ROOT / "conformance" / "sglang" / "README.md").read_text()
+    assert f"{len(cases):,} cases" in text
+    assert f"{len(mirrored):,} planned by SGLang and by kvdash" in text
+    assert f"{len(refused):,} refused by SGLang" in text
+
+
+def test_worked_example_llama_70b_tp8_h200():
+    """The rule by hand, Llama-3.1-70B at TP 8 on an H200 (143,771 MiB), bf16, page 1:
+    reserved 512 + 1.5 x 8,192 + 8/8 x 1,024 + 2 x 512 + 58 x 8 = 15,312 MiB, fraction round(128,459 / 143,771, 3)
+    = 0.893; cell max(1, 8 // 8) = 1 KV head x (128 + 128) x 80 layers x 2 B = 40,960 B; with 139,536 MiB free
+    before and 17,638,096,896 B of weights per rank the budget is 116,027,106,000 B and 116,027,106,000 // 40,960
+    = 2,832,693 tokens; max_running_requests min(4,096, 2,832,693 // 2) = 4,096 (2,832,693 / 131,072 x 512 =
+    11,065 clamped)."""
+    arch = _arch("llama-3.1-70b")
+    p = S.plan(arch, 143771, 8, "bf16", (143771 - 1024) * 2**20, 17_638_096_896)
+    assert (p.fraction.reserved_mib, p.fraction.value) == (15312.0, 0.893)
+    assert p.cell_bytes == 40_960
+    assert (p.available_bytes, p.max_total_num_tokens, p.max_running_requests) == (116_027_106_000, 2_832_693, 4096)
+
+
+def test_gemma3_is_not_a_hybrid_in_sglang():
+    """is_hybrid_swa_model does not list Gemma 3: every one of its 62 layers holds every token:
+    16 KV heads x (128 + 128) x 62 x 2 B = 507,904 B per token at TP 1."""
+    p = S.plan(_arch("gemma-3-27b-it"), 143771, 1, "bf16", 100 * 2**30, 0)
+    assert (p.pool, p.cell_bytes) == ("default", 507_904)
+
+
+def test_llama4_is_a_hybrid_swa_pool():
+    """Llama 4: 12 full + 0.8 x 36 SWA layers of max(1, 8 // 4) = 2 KV heads x (128 + 128) x 2 B = 1,024 B:
+    12,288 + 0.8 x 36,864 = 41,779.2 B per full-pool token at TP 4; the SWA pool is 0.8 x the full pool."""
+    p = S.plan(_arch("llama-4-scout-17b-16e-instruct"), 143771, 4, "bf16", 100 * 2**30, 0)
+    assert (p.pool, p.full_layers, p.swa_layers, p.full_per_token) == ("hybrid_swa", 12, 36, 1024)
+    assert p.cell_bytes == pytest.approx(41779.2)
+    assert p.swa_tokens == int(p.max_total_num_tokens * 0.8)
+
+
+def test_refusal_is_one_line():
+    with pytest.raises(S.NotMirrored) as err:
+        S.plan(_arch("qwen3-next-80b-a3b-thinking"), 143771, 4, "bf16", 100 * 2**30, 0)
+    assert str(err.value).count("\n") == 0 and "mamba" in str(err.value)
