@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvdash.core.calc import rank_shapes
 from kvdash.core.model import load_preset
 from kvdash.core.steptime import Constants, gpu_perf, model_compute
+from kvdash.engines.vllm import rank_shapes
 from kvdash.errors import InputError
 from kvdash.simulate import slo
 from kvdash.simulate import timed_contiguous as tc

@@ -5,7 +5,7 @@ that differ only in how much KV memory a request reserves when it is admitted: `
 (2,048 there), ``pow2`` its prompt plus the next power of two of its output ("over-reserves the space for
 outputs by at most 2x"), ``oracle`` exactly its final length.  :func:`kvdash.core.formulas.pow2_output_reservation`
 is the rule, shared with the step simulator (:func:`kvdash.simulate.engine.check_pool`), and the reservation is
-placed by the same first-fit or buddy allocator (:class:`kvdash.simulate.engine.FirstFit`, ``Buddy``).
+placed by the same first-fit or buddy allocator (:class:`kvdash.simulate.allocators.FirstFit`, ``Buddy``).
 
 Everything else is :func:`kvdash.simulate.timed.simulate_timed`'s scheduler, so that paged and contiguous runs
 differ only in the memory rule: every step the running requests, oldest first, take their next tokens within
@@ -28,7 +28,7 @@ import numpy as np
 from kvdash.core import formulas as f
 from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, causal_pairs, features
 from kvdash.errors import InputError
-from kvdash.simulate.engine import Buddy, FirstFit
+from kvdash.simulate.allocators import Buddy, FirstFit
 from kvdash.simulate.timed import Schedule
 
 CONTIGUOUS = ("max", "pow2", "oracle")

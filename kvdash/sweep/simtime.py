@@ -64,9 +64,9 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
 
     from kvdash.core.steptime import WEIGHT_BYTES
     from kvdash.errors import InputError
-    from kvdash.simulate.engine import PRESETS
     from kvdash.simulate.lengths import parse_lengths_spec
     from kvdash.simulate.slo import parse_rates_per_s, parse_slo
+    from kvdash.simulate.workload import PRESETS
 
     sec = c.mapping(raw if raw is not True else {}, p, TIME_KEYS)
     gpu = sec.get("gpu")
@@ -221,12 +221,12 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
     import numpy as np
     import polars as pl
 
-    from kvdash.core.calc import rank_shapes
     from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
+    from kvdash.engines.vllm import rank_shapes
     from kvdash.errors import InputError
     from kvdash.simulate import tasks as T
-    from kvdash.simulate.engine import draw_requests
     from kvdash.simulate.timed import Pool
+    from kvdash.simulate.workload import draw_requests
     from kvdash.sweep.parallel import run_tasks
 
     sim = spec.simulate
