@@ -57,8 +57,20 @@ def pages(hosts: int, gpus: int) -> dict[str, str]:
         used = [120_000 + (h * 7 + g * 13) % 9_000 for g in range(gpus)]
         out[f"/{name}/dcgm"] = dcgm_page(name, [(u, H200_MIB - 615 - u, 615) for u in used])
         out[f"/{name}/vllm"] = vllm_page("meta-llama/Llama-3.1-70B-Instruct", blocks=172_725, block_size=16,
-                                         usage=round((h % 20) / 20, 2), running=h % 50, waiting=h % 7)
+                                         usage=round((h % 20) / 20, 2), running=h % 50, waiting=h % 7) + \
+            counters("meta-llama/Llama-3.1-70B-Instruct", h)
     return out
+
+
+def counters(model: str, h: int) -> str:
+    """The three vLLM counters the fleet's windowed rates read (the fleet's ``engines`` query fetches them
+    since the windowed rates), as vLLM's PrometheusStatLogger names and labels them."""
+    lab = f'engine="0",model_name="{model}"'
+    return "\n".join([
+        "# TYPE vllm:prefix_cache_queries counter", f"vllm:prefix_cache_queries_total{{{lab}}} {90_000 + h}.0",
+        "# TYPE vllm:prefix_cache_hits counter", f"vllm:prefix_cache_hits_total{{{lab}}} {36_000 + h}.0",
+        "# TYPE vllm:num_preemptions counter", f"vllm:num_preemptions_total{{{lab}}} {h % 5}.0",
+    ]) + "\n"
 
 
 def serve(hosts: int, gpus: int, ports: multiprocessing.queues.Queue[int]) -> None:

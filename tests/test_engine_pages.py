@@ -354,3 +354,42 @@ def test_windowed_offload_hit_rate():
     a = read(PAGES / "vllm-0.33.0-offload.prom")
     b = replace(a, offload={**a.offload, "hit_tokens": 71_000, "query_tokens": 150_000})
     assert windowed([a, b])["offload_hit_rate"] == 0.1
+
+
+# --- the fleet: each engine against its own model's pool; the counters behind windowed rates -------------
+
+def test_an_engine_of_another_model_is_set_beside_its_own_models_pool():
+    """The SGLang page serves org/llama-3.1-8b beside kvdash's Llama-3.1-70B (not comparable, as before), and
+    is compared with kvdash's Llama-3.1-8B pool on the same budget: --budget 40 GiB at --tp 8, bf16: 32
+    layers x 2 x 1 KV head per rank x 128 x 2 B = 16,384 B per token per rank; 40 GiB // (16,384 x 16) =
+    163,840 blocks = 2,621,440 tokens; the engine's 600,000 is 2,021,440 fewer."""
+    cfg = LiveConfig(budget=40 * 2**30, budget_mode="explicit")
+    fleet = build_fleet({"engines": as_series(PAGES / "sglang-0.5.23-tp1.prom", "n:30000", ENGINE_FAMILIES)}, cfg)
+    (e,) = fleet["engines"]
+    assert not e["comparable"] and "kvdash_tokens" not in e
+    assert (e["own_model"], e["own_kvdash_tokens"], e["own_difference_tokens"]) == (
+        "llama-3.1-8b", 2_621_440, 600_000 - 2_621_440)
+    assert fleet["totals"]["free_kv_bytes"] == 0  # totals still count only kvdash's model in bytes
+    from kvdash.render.fleet_view import engine_details, engine_line
+
+    assert "own model 2,621,440 (-2,021,440)" in engine_line(e).plain
+    assert "against its own model's pool (llama-3.1-8b" in engine_details(fleet).plain
+
+
+def test_a_served_model_no_preset_names_says_so():
+    series = [Series({**s.labels, "model_name": "acme/unknown-13b"}, s.value)
+              for s in as_series(PAGES / "sglang-0.5.23-tp1.prom", "n:30000", ENGINE_FAMILIES)]
+    (e,) = build_fleet({"engines": series}, LiveConfig(budget=40 * 2**30, budget_mode="explicit"))["engines"]
+    assert "own_kvdash_tokens" not in e and "no kvdash preset is named like acme/unknown-13b" in e["own_model_note"]
+
+
+@pytest.mark.parametrize("via", ["prometheus", "exporter"])
+def test_fleet_rows_carry_the_counters_for_windowed_rates(via):
+    """vLLM tp1 page: prefix_cache_queries 90,000, hits 36,000, preemptions 2, read straight from the engine's
+    series or back from kvdash exporter's counters."""
+    page = PAGES / "vllm-0.33.0-tp1.prom"
+    series = as_series(page, "node-a:8000", ENGINE_FAMILIES) if via == "prometheus" else exporter_series(page)
+    (e,) = build_fleet({"engines": series}, LiveConfig())["engines"]
+    fig = figures(page)["engines"][0]
+    assert (e["prefix_queries"], e["prefix_hits"], e["preemptions"]) == (
+        fig["prefix_queries"], fig["prefix_hits"], fig["preemptions"]) == (90_000, 36_000, 2)

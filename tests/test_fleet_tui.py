@@ -130,3 +130,54 @@ def test_snapshot_fleet_80x24(snap_compare):
     """The fleet screen at 80x24 with 16 hosts x 8 GPUs, one down, the third host open (pinned inputs)."""
     app = FleetApp(StaticFleet(16, 8, down=1), LiveConfig(), autopoll=False)
     assert snap_compare(app, terminal_size=(80, 24), press=["down", "down", "enter"])
+
+
+class GrowingEngine:
+    """The vLLM tp1 page from vLLM's own logger (tests/data/engine_pages), its counters advanced on each read:
+    +10,000 prefix-cache query tokens, +2,500 hits and +3 preemptions per poll."""
+
+    name = "prometheus (test)"
+
+    def __init__(self) -> None:
+        from tests.test_engine_pages import ENGINE_FAMILIES, PAGES, as_series
+
+        self.base = as_series(PAGES / "vllm-0.33.0-tp1.prom", "node-a:8000", ENGINE_FAMILIES)
+        self.reads = 0
+
+    def read(self, config: LiveConfig | None = None) -> Snapshot:
+        from kvdash.fleet.client import Series
+
+        step = {"vllm:prefix_cache_queries_total": 10_000, "vllm:prefix_cache_hits_total": 2_500,
+                "vllm:num_preemptions_total": 3}
+        series = [Series(s.labels, s.value + self.reads * step.get(s.labels["__name__"], 0)) for s in self.base]
+        self.reads += 1
+        cfg = config or LiveConfig()
+        results = {"engines": series}
+        return Snapshot(time=1_767_225_600.0 + self.reads, source=self.name, gpus=(),
+                        extra={"fleet": build_fleet(results, cfg), "results": results, "config": cfg})
+
+    def close(self) -> None:
+        return None
+
+
+async def test_fleet_view_shows_windowed_rates_over_the_last_readings():
+    """n polls (the app's own first reads and two more): the window holds n readings, 10,000 x (n - 1) query
+    tokens and 2,500 x (n - 1) hits (25.0 %, where the lifetime rate is 40 %), 3 x (n - 1) preemptions; `v`
+    shows them; a change of model (m) keeps the history."""
+    app = FleetApp(GrowingEngine(), LiveConfig(), autopoll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.apply(*app.read_once())
+        app.apply(*app.read_once())
+        await pilot.pause()
+        (e,) = app.fleet["engines"]
+        n = e["window"]["readings"]
+        assert n >= 3 and (e["window"]["prefix_hit_rate"], e["window"]["preemptions"]) == (0.25, 3 * (n - 1))
+        assert e["prefix_hits"] / e["prefix_queries"] > 0.35  # the lifetime rate: not the window's
+        await pilot.press("v")
+        await pilot.pause()
+        text = str(app.query_one("#fleet-details-text").render())
+        assert f"last {n} readings (the server's): prefix-cache hit rate 25.0%, preemptions {3 * (n - 1)}" in text
+        await pilot.press("m")
+        await pilot.pause()
+        assert app.fleet["engines"][0]["window"]["readings"] == n

@@ -391,6 +391,26 @@ def make_vllm_config(mc: ModelConfig, tp: int, kv: str, block: int | None,
     return vc
 
 
+class _CudaTensorsOnMeta(torch.overrides.TorchFunctionMode):
+    """A model class that allocates a working buffer on ``current_platform.device_type`` explicitly
+    (``device="cuda"``; e.g. DeepSeek-V3.2's shared top-k index buffer,
+    vllm/models/deepseek_v32/nvidia/model.py) gets it on ``meta`` too, like every other tensor here.
+    Only where a tensor is placed changes: no buffer is a KV-cache spec, and a model that built
+    before never asked for a CUDA tensor (it would have failed without a driver)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        device = kwargs.get("device")
+        if device is not None:
+            try:
+                on_cuda = torch.device(device).type == "cuda"
+            except (RuntimeError, TypeError):
+                on_cuda = False
+            if on_cuda:
+                kwargs["device"] = torch.device("meta")
+        return func(*args, **kwargs)
+
+
 def build_model(vc: VllmConfig):
     """vLLM's loader builds the model under the target device (base_loader.load_model); here
     that device is ``meta``, so no tensor holds memory and no weight is read."""
@@ -402,7 +422,7 @@ def build_model(vc: VllmConfig):
     saved = vc.device_config.device
     vc.device_config.device = torch.device("meta")
     try:
-        with set_default_torch_dtype(vc.model_config.dtype), torch.device("meta"):
+        with set_default_torch_dtype(vc.model_config.dtype), torch.device("meta"), _CudaTensorsOnMeta():
             return initialize_model(vllm_config=vc)
     finally:
         vc.device_config.device = saved

@@ -473,7 +473,8 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     if s0.attention_groups > 1:  # one request's blocks in each kind of KV-cache group (gpt-oss: 52 full + 9 sliding)
         local = "chunked" if s0.chunked else "sliding"
         out["request"]["paged_blocks_per_group"] = {
-            kind: int(f.request_blocks(inp.used, s0.block_size, int(kind == "full"), int(kind != "full"), s0.window))
+            kind: int(f.request_blocks(inp.used, s0.block_size, int(kind == "full"), int(kind != "full"), s0.window,
+                                       s0.full_ratio, s0.window_ratio))
             for kind, n in (("full", s0.full_groups), (local, s0.window_groups)) if n}
     out["engine"] = _engine(inp, caps, int(m["paged_requests"]))
     first = 1 if out["assumptions"][0].startswith("UPPER BOUND") else 0

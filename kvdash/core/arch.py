@@ -11,9 +11,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = ("full", "sliding", "chunked", "mla", "mamba", "linear")
+KINDS = ("full", "sliding", "chunked", "mla", "mamba", "linear", "short_conv")
 ATTENTION_KINDS = ("full", "sliding", "chunked", "mla")
-STATE_KINDS = ("mamba", "linear")
+STATE_KINDS = ("mamba", "linear", "short_conv")
 SLIDING_NAMES = {"sliding_attention", "sliding", "local", "local_attention"}
 CHUNKED_NAMES = {"chunked_attention"}
 FULL_NAMES = {"full_attention", "full", "global", "global_attention", "attention"}
@@ -29,7 +29,7 @@ class Layer:
     window: int = 0  # sliding window, or the chunk of chunked attention, in tokens
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
-    state_family: str = ""  # mamba1, mamba2, gdn or fixed (kvdash.core.state)
+    state_family: str = ""  # mamba1, mamba2, gdn, short_conv or fixed (kvdash.core.state)
     state: tuple[int, ...] = ()  # the family's shape fields (kvdash.core.state.FIELDS)
     conv_bytes: int = 2  # bytes per element of the conv state (model dtype)
     ssm_bytes: int = 2  # bytes per element of the temporal state

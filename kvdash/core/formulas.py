@@ -165,15 +165,21 @@ def window_blocks(n: Any, window: Any, block_size: Any) -> Any:
 
 
 def request_blocks(
-    n: Any, block_size: Any, full_groups: Any, window_groups: Any, window: Any
+    n: Any, block_size: Any, full_groups: Any, window_groups: Any, window: Any,
+    full_ratio: Any = 1, window_ratio: Any = 1,
 ) -> Any:
     """Pool blocks one request of ``n`` tokens holds: every full group needs ``⌈n/B⌉``, every
-    window group at most the window's blocks.
+    window group at most the window's blocks.  A kind whose page is a ``ratio``-th of the largest
+    holds ``ratio x B`` tokens per block (vLLM's ``unify_kv_cache_spec_page_size``; 1 for every
+    model whose layers share one page size).
 
     >>> request_blocks(825, 16, 1, 0, 0)  # tutorial: 52
     52
+    >>> request_blocks(2048, 16, 1, 5, 128, full_ratio=2)  # MiMo-V2-Flash: 2,048 / 32 + 5 x 9
+    109
     """
-    return full_groups * cdiv(n, block_size) + window_groups * window_blocks(n, window, block_size)
+    return (full_groups * cdiv(n, block_size * full_ratio)
+            + window_groups * window_blocks(n, window, block_size * window_ratio))
 
 
 def contiguous_request_bytes(

@@ -57,7 +57,11 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "gemma3n_text": ("Gemma 3n text model",
                      "full + sliding; the last num_kv_shared_layers layers read earlier layers' KV and hold none"),
     "gpt_oss": ("gpt-oss", "full + sliding"),
+    "mimo_v2_flash": ("MiMo-V2-Flash", "full + sliding (hybrid_layer_pattern), each kind with its own KV heads and "
+                      "head sizes; the full layers' smaller page holds twice the tokens per block"),
     "falcon": ("Falcon 7B/40B/180B", "full"),
+    "lfm2": ("LFM2", "full + short_conv (short-convolution state layers, layer_types)"),
+    "lfm2_moe": ("LFM2-MoE", "full + short_conv (short-convolution state layers, layer_types)"),
     "falcon_h1": ("Falcon-H1", "full + mamba (Mamba-2), both in every layer"),
     "jamba": ("Jamba", "full + mamba (Mamba-1)"),
     "nemotron_h": ("Nemotron-H", "full + mamba (Mamba-2)"),
@@ -118,6 +122,11 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "starcoder2": ("starcoder2-7b",),
     "cohere": ("aya-23-8b",),
     "opt": ("opt-125m",),
+    "exaone4": ("exaone-4.0-32b",),
+    "lfm2": ("lfm2-1.2b",),
+    "mimo_v2_flash": ("mimo-v2-flash",),
+    "olmo3": ("olmo-3-7b",),
+    "seed_oss": ("seed-oss-36b",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {
@@ -126,14 +135,18 @@ REFUSED_BY_VLLM: dict[str, str] = {
     "minicpm": "vLLM 0.33 reads this config only with the model's remote code (trust_remote_code), which kvdash "
                "does not run",
 }
+# architectures (config.json "architectures") vLLM 0.33 does not register although their model_type is served
+# (vllm/model_executor/models/registry.py resolves a model by its architecture, not its model_type)
+REFUSED_ARCHITECTURES: dict[str, str] = {
+    "Ernie4_5_ForCausalLM": "vLLM 0.33 registers ERNIE 4.5 as Ernie4_5ForCausalLM; this config names "
+                            "Ernie4_5_ForCausalLM, the remote-code class of the first release (auto_map), which vLLM "
+                            "0.33 refuses ('not supported for now'); use the release whose config.json names "
+                            "Ernie4_5ForCausalLM",
+}
 # model types vLLM 0.33 serves whose KV layout kvdash does not model yet: refused in one line that says why and what
 # to pass instead (docs/model-types.md lists them)
 _INSTEAD = "; give the shape with --layers/--kv-heads/--head-dim instead (a uniform model)"
 NOT_MODELLED: dict[str, str] = {
-    "mimo_v2_flash": "MiMo-V2-Flash's full layers (4 KV heads) and sliding layers (8 KV heads, window 128) have "
-                     "pages of two sizes (vllm/model_executor/models/mimo_v2.py, MiMoV2DecoderLayer), so vLLM 0.33 "
-                     "doubles the full layers' block (32 tokens beside 16: vllm/v1/core/kv_cache_planning.py, "
-                     "unify_kv_cache_spec_page_size); kvdash models one block size per pool",
     "deepseek_v32": "sparse MLA keeps a second cache beside the latent in every layer (the indexer's fp8 keys, 132 B "
                     "per token: vllm/models/deepseek_v32/attention.py, DeepseekV32Indexer) and Hopper's sparse MLA "
                     "backends take only 64-token blocks; kvdash does not model the indexer cache yet",
@@ -147,13 +160,11 @@ NOT_MODELLED: dict[str, str] = {
                     "at least one attention layer",
     "mamba2": "attention-free: only Mamba-2 state pages (vllm/model_executor/models/mamba2.py); kvdash's pool needs "
               "at least one attention layer",
-    "lfm2": "LFM2's short-convolution state layers (vllm/model_executor/layers/mamba/short_conv.py) are not modelled "
-            "yet",
-    "lfm2_moe": "LFM2-MoE's short-convolution state layers (vllm/model_executor/layers/mamba/short_conv.py) are not "
-                "modelled yet",
 }
 HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "bamba", "granitemoehybrid",
-                "falcon_h1", "zamba2")
+                "falcon_h1", "zamba2", "lfm2", "lfm2_moe")
+# model types whose attention layers come shaped by their own rule (heads and head sizes per layer kind)
+SHAPED_TYPES = ("mimo_v2_flash",)
 # model types transformers does not define (remote code): read as published, with the rules below
 RAW_TYPES = {"chatglm", "kimi_k2"}
 FALCON_TYPES = {"falcon", "RefinedWeb", "RefinedWebModel"}
@@ -176,6 +187,9 @@ def normalise(raw: Any, where: str) -> dict[str, Any]:
     if model_type in REFUSED_BY_VLLM:
         raise InputError(f"{where}: model_type", model_type,
                          REFUSED_BY_VLLM[model_type] + "; supported: " + supported_text())
+    archs = raw.get("architectures")
+    if isinstance(archs, list) and archs and all(a in REFUSED_ARCHITECTURES for a in archs):
+        raise InputError(f"{where}: architectures", archs[0], REFUSED_ARCHITECTURES[archs[0]])
     if model_type in NOT_MODELLED:
         raise InputError(f"{where}: model_type", model_type,
                          "vLLM 0.33 serves it but " + NOT_MODELLED[model_type] + _INSTEAD)
@@ -309,10 +323,26 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
     heads and head size are its own, come built)."""
     from kvdash.core.arch import Layer
 
-    if model_type not in HYBRID_TYPES:
+    if model_type not in HYBRID_TYPES and model_type not in SHAPED_TYPES:
         return None
     hidden = _pos(cfg, "hidden_size", where)
     full: tuple[str, Layer | None] = ("full", None)
+    if model_type == "mimo_v2_flash":
+        # vllm/model_executor/models/mimo_v2.py, MiMoV2FlashDecoderLayer.__init__: hybrid_layer_pattern[i] == 1
+        # (is_compressed_softmax_layer) builds a sliding layer of swa_num_key_value_heads KV heads, swa_head_dim
+        # K and swa_v_head_dim V, window sliding_window_size; any other value a full layer of num_key_value_heads,
+        # head_dim and v_head_dim.  Their pages differ (MiMo-V2-Flash: 4 x 320 and 8 x 320 B-elements per token):
+        # unify_kv_cache_spec_page_size then doubles the full layers' block (kvdash.core.calc.PoolShape.full_ratio)
+        pattern = cfg.get("hybrid_layer_pattern")
+        if not isinstance(pattern, list) or len(pattern) != n_layers:
+            raise InputError(f"{where}: hybrid_layer_pattern", pattern, f"expected a list of {n_layers} 0/1 values")
+        swa = Layer("sliding", kv_heads=_pos(cfg, "swa_num_key_value_heads", where),
+                    head_dim=_pos(cfg, "swa_head_dim", where),
+                    head_dim_v=cfg.get("swa_v_head_dim") or _pos(cfg, "swa_head_dim", where),
+                    window=_pos(cfg, "sliding_window_size", where))
+        glob = Layer("full", kv_heads=_pos(cfg, "num_key_value_heads", where), head_dim=_pos(cfg, "head_dim", where),
+                     head_dim_v=cfg.get("v_head_dim") or _pos(cfg, "head_dim", where))
+        return [("sliding", swa) if p == 1 else ("full", glob) for p in pattern]
     if model_type == "jamba":  # vllm/model_executor/models/jamba.py: layers_block_type
         period, offset = _pos(cfg, "attn_layer_period", where), cfg.get("attn_layer_offset", 0)
         inter = _pos(cfg, "mamba_expand", where) * hidden
@@ -340,6 +370,17 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
                 raise InputError(f"{where}: layer_types[{i}]", name,
                                  f"expected full_attention or linear_attention for {model_type}")
         return out
+    if model_type in ("lfm2", "lfm2_moe"):
+        # vllm/model_executor/models/lfm2.py (Lfm2Model.__init__, get_layer: layer_types[i] == "full_attention" is an
+        # attention layer, any other a Lfm2ShortConvDecoderLayer; lfm2_moe.py the same): a ShortConv layer
+        # (vllm/model_executor/layers/mamba/short_conv.py, get_state_shape) keeps one conv state of conv_dim / tp x
+        # (conv_L_cache - 1) in the model dtype, no temporal state, and no prefill checkpoint
+        conv = Layer("short_conv", state_family="short_conv",
+                     state=(_pos(cfg, "conv_dim", where), _pos(cfg, "conv_L_cache", where)))
+        types = cfg.get("layer_types")
+        if not isinstance(types, list) or len(types) != n_layers:
+            raise InputError(f"{where}: layer_types", types, f"expected a list of {n_layers} layer kinds")
+        return [full if name == "full_attention" else ("short_conv", conv) for name in types]
     if model_type == "nemotron_h":
         pattern = _nemotron_pattern(cfg)
         ssm_dtype = str(cfg.get("mamba_ssm_cache_dtype") or "float16")

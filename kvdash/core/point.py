@@ -20,6 +20,8 @@ Inputs (all integers):
 ``state_bytes``        fixed recurrent state per request (pool bytes: ``state_blocks`` blocks)
 ``state_blocks``       pool blocks the state groups hold per request (vLLM 0.33: 1 or 2 per group)
 ``chunked``            1 when the window groups are chunked-local attention (Llama 4), else 0
+``full_ratio``         tokens per full-group block in units of ``B`` (page ratio; 1 unless pages differ)
+``window_ratio``       the same for the window groups
 ``budget``             KV budget of the rank in bytes
 ``l0``..``l7``         tokens each request of the group holds now (0: no request)
 ``f0``..``f7``         final length of each request, for Pow2 and Oracle (0: no request)
@@ -42,7 +44,8 @@ from kvdash.core import formulas as f
 MAX_LENGTHS = 8
 INPUTS = (
     "block_size", "layer_token_bytes", "group_size", "full_groups", "window_groups", "window",
-    "full_token_bytes", "window_token_bytes", "state_bytes", "state_blocks", "chunked", "budget", "k",
+    "full_token_bytes", "window_token_bytes", "state_bytes", "state_blocks", "chunked", "full_ratio",
+    "window_ratio", "budget", "k",
     "max_reserved", "prefix",
     "max_model_len", "max_batched_tokens", "in_flight_tokens",
     *(f"l{i}" for i in range(MAX_LENGTHS)), *(f"f{i}" for i in range(MAX_LENGTHS)),
@@ -79,8 +82,10 @@ def request_metrics(x: Mapping[str, Any], per_request: BlocksRule | None = None)
 
     bb = f.block_bytes(B, x["layer_token_bytes"], x["group_size"])
 
+    fr, wr = x.get("full_ratio", 1), x.get("window_ratio", 1)
+
     def blocks(n: Any) -> Any:
-        return f.request_blocks(n, B, fg, wg, window)
+        return f.request_blocks(n, B, fg, wg, window, fr, wr)
 
     group_blocks = sum(blocks(n) for n in lengths)
     group_bytes = group_blocks * bb + k * state
@@ -178,6 +183,8 @@ def shape_inputs(shape: Any) -> dict[str, int]:
         "state_bytes": shape.state_bytes,
         "state_blocks": shape.state_blocks,
         "chunked": shape.chunked,
+        "full_ratio": shape.full_ratio,
+        "window_ratio": shape.window_ratio,
     }
 
 

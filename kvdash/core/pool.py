@@ -48,6 +48,11 @@ class PoolShape:
     state_page_bytes: int = 0  # one state layer's unpadded page (vLLM MambaSpec) on this rank
     requested_block_size: int = 0
     mamba_mode: str = ""  # 'align' (prefix caching on), 'none', or '' without state layers
+    # tokens per block of the full / window groups in units of block_size: a kind whose page is a ratio-th of the
+    # largest page gets ratio x block_size tokens per block (vllm/v1/core/kv_cache_planning.py,
+    # unify_kv_cache_spec_page_size; MiMo-V2-Flash's full layers: 2); 1 when every layer has one page size
+    full_ratio: int = 1
+    window_ratio: int = 1
 
     @property
     def bytes_per_token(self) -> int:

@@ -11,6 +11,9 @@ class's ``get_mamba_state_shape_from_config``, i.e. ``MambaStateShapeCalculator`
   ``(H/tp) x head_dim x d_state``.
 * ``gdn`` (gated delta net, Qwen3-Next): conv ``(2 Hk dk + Hv dv)/tp x (d_conv - 1)``, ssm
   ``(Hv/tp) x dk x dv``.
+* ``short_conv`` (LFM2's short-convolution layers): conv ``(conv_dim/tp) x (L_cache - 1)``, no temporal
+  state (``MambaStateShapeCalculator.short_conv_state_shape``; ``ShortConv.get_state_shape`` in
+  ``vllm/model_executor/layers/mamba/short_conv.py``).
 * ``fixed``: a state size given in bytes (``_kvdash.state_bytes_per_layer``), split evenly over ranks.
 
 Element sizes: the conv state is stored in the model dtype (2 bytes for bf16/fp16), the ssm state in the
@@ -22,12 +25,13 @@ from __future__ import annotations
 from kvdash.core import formulas as f
 from kvdash.errors import InputError
 
-FAMILIES = ("mamba1", "mamba2", "gdn", "fixed")
+FAMILIES = ("mamba1", "mamba2", "gdn", "short_conv", "fixed")
 # the fields of Layer.state for each family, in order
 FIELDS = {
     "mamba1": ("intermediate_size", "d_state", "d_conv"),
     "mamba2": ("intermediate_size", "n_groups", "num_heads", "head_dim", "d_state", "d_conv"),
     "gdn": ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "d_conv"),
+    "short_conv": ("conv_dim", "d_conv"),
     "fixed": ("bytes",),
 }
 
@@ -45,6 +49,8 @@ def state_elements(family: str, dims: tuple[int, ...], tp: int) -> tuple[int, in
     (24576, 131072)
     >>> state_elements("gdn", (16, 32, 128, 128, 4), 1)  # Qwen3-Next-80B-A3B
     (24576, 524288)
+    >>> state_elements("short_conv", (2048, 3), 1)  # LFM2-1.2B: 2,048 x 2, no temporal state
+    (4096, 0)
     """
     if family == "mamba1":
         inter, d_state, d_conv = dims
@@ -62,6 +68,9 @@ def state_elements(family: str, dims: tuple[int, ...], tp: int) -> tuple[int, in
         k_heads, v_heads, dk, dv, d_conv = dims
         conv_dim = _divide(2 * k_heads * dk + v_heads * dv, tp, "convolution width")
         return conv_dim * (d_conv - 1), _divide(v_heads, tp, "value heads") * dk * dv
+    if family == "short_conv":
+        conv_dim, d_conv = dims
+        return _divide(conv_dim, tp, "convolution width") * (d_conv - 1), 0
     if family == "fixed":
         return int(f.cdiv(dims[0], tp)), 0
     raise InputError("state layer", family, "expected one of: " + ", ".join(FAMILIES))

@@ -435,10 +435,8 @@ def view(arch: Architecture, gpu_memory: int, tp: int, kv_dtype: str, weights_pe
     free_before = gpu_memory - CONTEXT_BYTES
     try:
         p = plan(arch, gpu_mib, tp, kv_dtype, free_before, weights_per_rank, page_size)
-    except NotMirrored as exc:
+    except InputError as exc:  # NotMirrored, or what SGLang refuses: the reason, in one line
         return {"version": VERSION, "refused": exc.allowed}
-    except InputError as exc:
-        return {"version": VERSION, "refused": str(exc)}
     held_back = free_before * (1 - p.fraction.value)
     out: dict[str, Any] = {
         "version": VERSION, "mem_fraction_static": p.fraction.value, "reserved_mib": p.fraction.reserved_mib,

@@ -406,6 +406,14 @@ def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_si
     full_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k == "full")
     window_groups = sum(f.cdiv(len(v), group_size) for (k, _), v in kinds.items() if k != "full")
     layer_bytes = max(max(v) for v in kinds.values())
+
+    def ratio(local: bool) -> int:
+        # unify_kv_cache_spec_page_size (vllm/v1/core/kv_cache_planning.py): a smaller page that divides the
+        # largest gets a ratio x longer block (MiMo-V2-Flash's full layers: 2); one that does not is padded (1)
+        sizes = {b for (k, _), v in kinds.items() if (k != "full") == local for b in v}
+        only = sizes.pop() if len(sizes) == 1 else layer_bytes
+        return layer_bytes // only if layer_bytes % only == 0 else 1
+
     state_groups = f.cdiv(n_state, group_size) if n_state else 0
     # MambaSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py): align mode 2 pages per request, + 1 prefill
     # checkpoint (Mamba-2 layers, checkpointing gated delta nets: takes_prefill_checkpoint), else 1
@@ -428,6 +436,8 @@ def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_si
         state_page_bytes=state_page if n_state else 0,
         requested_block_size=block_size if requested is None else requested,
         mamba_mode=("align" if prefix_caching else "none") if n_state else "",
+        full_ratio=ratio(False) if full_groups else 1,
+        window_ratio=ratio(True) if window_groups else 1,
     )
 
 
@@ -514,10 +524,13 @@ class VllmRules:
     def blocks_per_request(self, x: Mapping[str, Any]) -> Any:
         # max_memory_usage_bytes per spec (vllm/v1/kv_cache_interface.py): full cdiv(L, B); sliding
         # cdiv(min(W - 1 + T, L), B) + 1; chunked cdiv(min(C + T, L), B), T = max_in_flight_tokens (2 x
-        # max_num_batched_tokens under async scheduling); a state group 1 block (2 in align mode, 3 for Mamba-2)
+        # max_num_batched_tokens under async scheduling); a state group 1 block (2 in align mode, 3 for Mamba-2).
+        # A kind whose page is a ratio-th of the largest holds ratio x B tokens per block
+        # (unify_kv_cache_spec_page_size, vllm/v1/core/kv_cache_planning.py; PoolShape.full_ratio / window_ratio)
         B, L, window, chunked = x["block_size"], x["max_model_len"], x["window"], x["chunked"]
-        local = f.cdiv(f.imin(window - 1 + chunked + x["in_flight_tokens"], L), B) + 1 - chunked
-        return x["full_groups"] * f.cdiv(L, B) + x["window_groups"] * local + x["state_blocks"]
+        fb, wb = B * x.get("full_ratio", 1), B * x.get("window_ratio", 1)
+        local = f.cdiv(f.imin(window - 1 + chunked + x["in_flight_tokens"], L), wb) + 1 - chunked
+        return x["full_groups"] * f.cdiv(L, fb) + x["window_groups"] * local + x["state_blocks"]
 
     def startup_line(self, kv_tokens: int, max_model_len: int, concurrency: float) -> str:
         # vllm/v1/core/kv_cache_utils.py (v0.33.0), update_kv_cache_capacity: one line

@@ -172,10 +172,16 @@ def _engines(series: list[Series]) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
+_EXPORTER_COUNTERS = {"kvdash_engine_prefix_cache_queries_total": "prefix_queries",
+                      "kvdash_engine_prefix_cache_hits_total": "prefix_hits",
+                      "kvdash_engine_preemptions_total": "preemptions"}
+
+
 def _exporter_reading(url: str, e: dict[str, Any]) -> tuple[EngineReading, str]:
     """An engine as ``kvdash exporter`` published it (one series per pool, label ``rank``), and its state:
     "up", "down" (kvdash_engine_up 0) or "stale" (its last good reading older than ENGINE_STALE_S)."""
     by_rank: dict[str, dict[str, float]] = {}
+    counters: dict[str, int | None] = {}
     up, age, block_size = None, None, None
     check = _Checker()  # every figure as the engine client checks a page: n/a with its reason when bad
 
@@ -191,6 +197,8 @@ def _exporter_reading(url: str, e: dict[str, Any]) -> tuple[EngineReading, str]:
             block_size = check.count("block_size", s.value, low=1)
         elif s.name in POOL_SERIES:
             by_rank.setdefault(s.labels.get("rank", "0"), {})[s.name] = s.value
+        elif s.name in _EXPORTER_COUNTERS:
+            counters[_EXPORTER_COUNTERS[s.name]] = check.count(_EXPORTER_COUNTERS[s.name], s.value)
     pools = []
     for rank in sorted(by_rank, key=lambda r: (len(r), r)):
         v = by_rank[rank]
@@ -214,7 +222,9 @@ def _exporter_reading(url: str, e: dict[str, Any]) -> tuple[EngineReading, str]:
                             used_tokens=tight.used_tokens if tight else None,
                             kv_usage=max((p.kv_usage for p in pools if p.kv_usage is not None), default=None),
                             running=pools[0].running if len(pools) == 1 else None,
-                            waiting=pools[0].waiting if len(pools) == 1 else None, invalid=check.invalid)
+                            waiting=pools[0].waiting if len(pools) == 1 else None, invalid=check.invalid,
+                            prefix_queries=counters.get("prefix_queries"), prefix_hits=counters.get("prefix_hits"),
+                            preemptions=counters.get("preemptions"))
     if len(pools) == 1:
         reading = replace(reading, ranks=(), kv_usage=pools[0].kv_usage)
     return reading, state if pools or up is not None else "up"
@@ -255,6 +265,43 @@ class _Analyses:
         return self.cache[key]
 
 
+class _OwnModels:
+    """An engine of another model than ``--model``, set beside kvdash's pool for the model it serves: the
+    preset named like its ``model_name`` (organisation, case, punctuation and a chat/instruct suffix ignored,
+    as ``kvdash calibrate`` picks it; exactly one preset must match), on the same host's GPUs with the
+    fleet's other settings (``--tp``, KV dtype, block size, budget)."""
+
+    def __init__(self, cfg: LiveConfig) -> None:
+        self.cfg = cfg
+        self.presets: dict[str, str | None] = {}
+        self.analyses: dict[str, _Analyses] = {}
+
+    def preset(self, served: str) -> str | None:
+        if served not in self.presets:
+            from kvdash.core.model import preset_names
+
+            found = [name for name in preset_names() if same_model(served, name)]
+            self.presets[served] = found[0] if len(found) == 1 else None
+        return self.presets[served]
+
+    def compare(self, served: str, gpus: list[dict[str, Any]], one: EngineReading, lengths: tuple[int, ...],
+                compared: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+        name = self.preset(served)
+        if name is None:
+            return {"own_model_note": f"no kvdash preset is named like {served}: give --model or --config"}
+        if name not in self.analyses:
+            self.analyses[name] = _Analyses(replace(self.cfg, model=name, arch=None))
+        try:
+            kv = self.analyses[name].get(gpus, one, lengths)
+        except InputError as exc:
+            kv = {"ok": False, "notes": [str(exc)]}
+        if not kv.get("ok") or "token_slots" not in kv:
+            return {"own_model": name, "own_model_note": "; ".join(kv.get("notes", [])) or "no pool"}
+        cmp = _compare(compared, one, kv)
+        return {"own_model": name, "own_kvdash_tokens": kv["token_slots"],
+                "own_difference_tokens": cmp.get("difference_tokens"), "own_explain": cmp.get("explain", "")}
+
+
 def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, Any]:
     """The fleet document ``kvdash live --prometheus --once --json`` prints (see the README)."""
     aliases: dict[str, str] = {}
@@ -283,6 +330,7 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
         else:
             h["targets_up"] += 1
     analyses = _Analyses(cfg)
+    own_models = _OwnModels(cfg)
     lengths = cfg.lengths
     engines_out = []
     model_name = cfg.architecture().name
@@ -330,9 +378,14 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
                     f"not comparable: the engine serves {served}, kvdash's pool is for {model_name} (choose the "
                     "served model with m or --model)"]),
                 "invalid": invalid,
+                # the server's counters (summed over its pools), for the fleet view's windowed rates
+                "prefix_queries": reading.prefix_queries, "prefix_hits": reading.prefix_hits,
+                "preemptions": reading.preemptions,
             }
             if label and len(pools) > 1:
                 row["engine"] = f"{label} rank {pool.rank}"
+            if not comparable and served:
+                row.update(own_models.compare(served, h["gpus"], one, lengths, compared))
             if kv.get("ok") and comparable:
                 cmp = _compare(compared, one, kv)
                 row.update({"kvdash_tokens": kv["token_slots"], "kvdash_pool_blocks": kv["pool_blocks"],

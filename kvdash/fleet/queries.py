@@ -21,6 +21,10 @@ Series read (units as the exporters publish them):
 - ``kvdash exporter``'s view of its engines (``--engine``): ``kvdash_engine_kv_pool_tokens``, ``_kv_pool_blocks``,
   ``_kv_usage_ratio``, ``_requests_running``, ``_requests_waiting`` (used for a host only when
   Prometheus does not scrape that host's engines itself, so no engine is counted twice).
+- the counters behind the fleet view's windowed rates (prefix-cache hit rate and preemptions over the last
+  readings): ``vllm:prefix_cache_{queries,hits}_total``, ``vllm:num_preemptions_total``,
+  ``sglang:num_retracted_requests_total``, ``kvdash_engine_prefix_cache_{queries,hits}_total``,
+  ``kvdash_engine_preemptions_total``.
 - Prometheus' own ``up`` (1 scraped, 0 down) for every target.
 """
 
@@ -31,14 +35,17 @@ KVDASH_MEMORY_SERIES = ("kvdash_gpu_memory_used_bytes", "kvdash_gpu_memory_free_
                         "kvdash_gpu_memory_reserved_bytes", "kvdash_gpu_memory_total_bytes")
 VLLM_SERIES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cache_config_info",
                "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_requests_waiting_by_reason",
-               "vllm:engine_sleep_state")
+               "vllm:engine_sleep_state", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+               "vllm:num_preemptions_total")
 KVDASH_ENGINE_SERIES = ("kvdash_engine_up", "kvdash_engine_reading_age_seconds", "kvdash_engine_block_size_tokens",
                         "kvdash_engine_kv_pool_tokens", "kvdash_engine_kv_pool_blocks", "kvdash_engine_kv_used_tokens",
                         "kvdash_engine_kv_usage_ratio", "kvdash_engine_requests_running",
-                        "kvdash_engine_requests_waiting")
+                        "kvdash_engine_requests_waiting", "kvdash_engine_prefix_cache_queries_total",
+                        "kvdash_engine_prefix_cache_hits_total", "kvdash_engine_preemptions_total")
 SGLANG_SERIES = ("sglang:max_total_num_tokens", "sglang:token_usage", "sglang:num_used_tokens",
                  "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:page_size", "sglang:kv_evictable_tokens",
-                 "sglang:full_token_usage", "sglang:swa_token_usage", "sglang:mamba_usage")
+                 "sglang:full_token_usage", "sglang:swa_token_usage", "sglang:mamba_usage",
+                 "sglang:num_retracted_requests_total")
 
 
 def _names(names: tuple[str, ...]) -> str:

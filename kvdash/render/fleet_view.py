@@ -73,7 +73,11 @@ def engine_line(e: dict[str, Any]) -> Text:
                f"w{e['waiting'] if e['waiting'] is not None else '-'} pool {_n(e['pool_tokens'])}",
                style="dim" if state != "up" else "")
     if not e.get("comparable", True):
-        out.append(" not comparable", style="yellow")
+        if e.get("own_kvdash_tokens") is not None:  # against the pool of the model it serves
+            out.append(f" own model {_n(e['own_kvdash_tokens'])} ({_signed(e.get('own_difference_tokens'))})",
+                       style="yellow")
+        else:
+            out.append(" not comparable", style="yellow")
     elif e.get("kvdash_tokens") is not None:
         out.append(f" kvdash {_n(e['kvdash_tokens'])} ({_signed(e.get('difference_tokens'))})")
     else:
@@ -97,6 +101,18 @@ def engine_details(fleet: dict[str, Any] | None) -> Text:
         out.append(f"  pool {_n(e['pool_tokens'])} tokens ({_n(e['num_gpu_blocks'])} blocks of "
                    f"{e['block_size'] or '-'}), usage {_pct(e['usage'])}, running {e['running']}, "
                    f"waiting {e['waiting']}\n")
+        if e.get("own_kvdash_tokens") is not None:
+            out.append(f"  against its own model's pool ({e['own_model']}, same GPUs and --tp): kvdash "
+                       f"{_n(e['own_kvdash_tokens'])} tokens, engine {_signed(e.get('own_difference_tokens'))}: "
+                       f"{e.get('own_explain', '')}\n")
+        elif e.get("own_model_note"):
+            out.append(f"  its own model: {e['own_model_note']}\n", style="dim")
+        w = e.get("window") or {}
+        if w.get("prefix_hit_rate") is not None or w.get("preemptions") is not None:
+            word = "retractions" if e["kind"] == "sglang" else "preemptions"
+            hit = "n/a" if w.get("prefix_hit_rate") is None else f"{100 * w['prefix_hit_rate']:.1f}%"
+            out.append(f"  last {w['readings']} readings (the server's): prefix-cache hit rate {hit}, "
+                       f"{word} {'n/a' if w.get('preemptions') is None else format(w['preemptions'], ',')}\n")
         for note in e.get("kvdash_notes", []):
             out.append(f"  {note}\n", style="dim")
     return out

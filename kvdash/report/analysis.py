@@ -68,6 +68,39 @@ HEADLINE_WORST = 2
 
 # --- the decision ------------------------------------------------------------------------------
 
+def _engines(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
+    """``grid: engine: [vllm, sglang]``: each (model, GPU, TP, KV dtype) with both engines' pools per rank, the
+    difference and why (SGLang keeps (1 - mem_fraction_static) of the free memory, vLLM 1 - util of the GPU plus
+    its reserve).  None without the dimension."""
+    if "sglang" not in spec.engines or "sglang_kv_cache_tokens" not in df.columns:
+        return None
+    cols = ["model", "gpu", "tp", "kv_dtype", "vllm_kv_cache_tokens", "sglang_mem_fraction_static",
+            "sglang_kv_cache_tokens", "sglang_running_requests", "sglang_vs_vllm_percent", "sglang_note"]
+    rows = []
+    for r in df.select(cols).unique(subset=cols[:4], maintain_order=True).iter_rows(named=True):
+        s_tokens = r["sglang_kv_cache_tokens"]
+        rows.append([str(r["model"]), str(r["gpu"] or "-"), f"{r['tp']}", str(r["kv_dtype"]),
+                     f"{r['vllm_kv_cache_tokens']:,}",
+                     "-" if r["sglang_mem_fraction_static"] is None else f"{r['sglang_mem_fraction_static']:g}",
+                     "-" if s_tokens is None else f"{s_tokens:,}",
+                     "-" if r["sglang_running_requests"] is None else f"{r['sglang_running_requests']:,}",
+                     "-" if r["sglang_vs_vllm_percent"] is None else f"{r['sglang_vs_vllm_percent']:+.1f} %",
+                     r["sglang_note"] or ""])
+    return {"rows": rows, "why": (
+        "vLLM 0.33 gives the KV cache gpu_memory_utilization x the GPU less the weights and its runtime reserve; "
+        "SGLang 0.5.23 gives it the free memory after the weights less (1 - mem_fraction_static) x the free memory "
+        "before them, with mem_fraction_static by GPU memory tier and TP (arg_groups/memory_hook.py), its pool at "
+        "page size 1 (mem_cache/kv_cache_configurator.py, model_executor/pool_configurator.py). SGLang keeps every "
+        "token in Gemma 2/3's sliding layers (no hybrid pool there) and sizes Llama 4 / gpt-oss as full + 0.8 x "
+        "SWA layers. The free memory before the weights is taken as the GPU's total less 1 GiB.")}
+
+
+def _engine_columns(spec: GridSpec) -> list[tuple[str, str, str]]:
+    from kvdash.sweep.engines import engine_columns
+
+    return engine_columns(spec)
+
+
 def _objective_value(metric: str, v: Any) -> str:
     if v is None:
         return "-"
@@ -432,7 +465,9 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "sensitivity": _sensitivity(spec, df, labels, picks),
         "waste": _waste(df, spec),
         "charts": charts_for(spec),
-        "columns": RESULT_COLUMNS + (_simulation_columns(spec) if spec.simulate else []) + _prefix_columns(spec),
+        "columns": RESULT_COLUMNS + _engine_columns(spec) + (_simulation_columns(spec) if spec.simulate else [])
+        + _prefix_columns(spec),
+        "engines": _engines(spec, df),
         "simulation": _simulation(spec, df),
         "time": time_section(spec, df, spec.dimensions),
         "prefix_cache": _prefix_cache(spec, df),

@@ -56,17 +56,19 @@ class Pool:
     window_groups: int
     window: int
     state_blocks: int
+    full_ratio: int = 1  # tokens per full-group block in units of block_size (PoolShape.full_ratio)
+    window_ratio: int = 1
 
     def request_blocks(self, tokens: Any) -> Any:
         if not self.window_groups:  # f.request_blocks without a window group, inlined (the hot path)
-            return self.full_groups * (-(-tokens // self.block_size)) + self.state_blocks
+            return self.full_groups * (-(-tokens // (self.block_size * self.full_ratio))) + self.state_blocks
         return f.request_blocks(tokens, self.block_size, self.full_groups, self.window_groups,
-                                self.window) + self.state_blocks
+                                self.window, self.full_ratio, self.window_ratio) + self.state_blocks
 
     @classmethod
     def of(cls, shape: Any, budget_bytes: int) -> Pool:
         return cls(f.pool_blocks(budget_bytes, shape.block_bytes), shape.block_size, shape.full_groups,
-                   shape.window_groups, shape.window, shape.state_blocks)
+                   shape.window_groups, shape.window, shape.state_blocks, shape.full_ratio, shape.window_ratio)
 
 
 @dataclass

@@ -507,6 +507,10 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
     # the feeds as columns of the query: common subexpressions are found among column expressions only (gathers
     # inside the expressions made paged_requests be computed seven times)
     frame = points.lazy().with_columns(e.alias(c) for c, e in at.items()).select(out).collect()
+    if spec.engines:
+        from kvdash.sweep.engines import add_engines
+
+        frame = add_engines(spec, frame)
     if spec.simulate is not None:
         from kvdash.sweep.simulation import add_simulation
 

@@ -195,6 +195,7 @@ class GridSpec:
     prefix_cache: PrefixCacheSpec | None = None
     question: str = ""
     objective: Objective = field(default_factory=Objective)
+    engines: tuple[str, ...] = ()  # grid: engine: [vllm, sglang]: the engines shown per point (kvdash.sweep.engines)
 
     @property
     def dimensions(self) -> list[str]:
@@ -462,8 +463,19 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
         if isinstance(raw, list):
             raise c.fail(("defaults", dim), raw, "a default is a single value; put lists under grid:")
         factors.append({dim: values(dim, raw, ("defaults", dim))})
+    engines: tuple[str, ...] = ()
     for dim, raw in c.mapping(top.get("grid", {}), ("grid",)).items():
         add(dim, ("grid", dim))
+        if dim == "engine":  # the engines shown beside each other per point (kvdash.sweep.engines), not points
+            items = c.seq(raw, ("grid", dim), allow_scalar=True)
+            for j, v in enumerate(items):
+                if v not in ("vllm", "sglang"):
+                    raise c.fail(("grid", dim, j) if isinstance(raw, list) else ("grid", dim), v,
+                                 "expected vllm or sglang")
+            if len(set(items)) != len(items):
+                raise c.fail(("grid", dim), raw, "values of a dimension must be distinct")
+            engines = tuple(str(v) for v in items)
+            continue
         factors.append({dim: values(dim, raw, ("grid", dim))})
     zip_raw = top.get("zip", [])
     for i, group in enumerate(c.seq(zip_raw, ("zip",)) if zip_raw else []):
@@ -562,7 +574,11 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
 
     pcache = _prefix_cache_section(c, top["prefix_cache"], path) if "prefix_cache" in top else None
     c.note_old_keys()
-    return GridSpec(path=path, text=text, simulate=sim, prefix_cache=pcache, title=str(top.get("title", path.stem)),
+    if "sglang" in engines and "weights" in seen:
+        raise c.fail(seen["weights"], "weights", "engine: sglang reads each model's own weight figure (give it in "
+                     "models:); a weights dimension would apply to vLLM's points only")
+    return GridSpec(path=path, text=text, simulate=sim, prefix_cache=pcache, engines=engines,
+                    title=str(top.get("title", path.stem)),
                     question=str(top.get("question", "")), objective=objective,
                     description=str(top.get("description", "")), models=models, workloads=workloads,
                     factors=factors, excludes=excludes, claims=claims, gates=gates, tree=tree)

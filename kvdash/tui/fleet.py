@@ -8,6 +8,7 @@ be read.  At 80x24 the tree shows 16 host lines; arrow keys, page up/down and ho
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from rich.text import Text
@@ -28,6 +29,7 @@ from kvdash.render.fleet_view import (
     totals_text,
 )
 from kvdash.sources.base import Snapshot
+from kvdash.sources.engine import WINDOW, EngineReading, windowed
 from kvdash.tui.app import HelpScreen, LiveApp
 
 FLEET_HELP = """[b]kvdash live --prometheus[/b]: hosts, GPUs and engines from Prometheus
@@ -89,7 +91,7 @@ class FleetApp(LiveApp):
         super().on_mount()
         self.query_one("#fleet", Tree).focus()
 
-    def recompute(self) -> None:
+    def recompute(self, remember: bool = False) -> None:
         snap = self.snapshot
         if snap is None:
             return
@@ -103,6 +105,10 @@ class FleetApp(LiveApp):
                 self.message = str(exc)
         else:
             self.fleet = None
+        if remember:
+            self._remember()
+        else:
+            self._attach_windows()
         self.refresh_view()
 
     def refresh_view(self) -> None:
@@ -121,6 +127,28 @@ class FleetApp(LiveApp):
             self._fill_details()
         self._status(snap)
 
+    def _remember(self) -> None:
+        """The fleet's engine counters of this poll, per engine (instance and engine label), the last
+        :data:`WINDOW` kept: the windowed rates of ``kvdash.sources.engine.windowed``, as live shows them."""
+        history: dict[tuple[str, str], deque[EngineReading]] = getattr(self, "engine_windows", {})
+        self.engine_windows = history
+        if self.fleet is None:
+            return
+        for e in self.fleet["engines"]:
+            key = (e["instance"], e["engine"])
+            state = e.get("state", "up")
+            history.setdefault(key, deque(maxlen=WINDOW)).append(EngineReading(
+                url=e["instance"], error="" if state == "up" else state, prefix_queries=e.get("prefix_queries"),
+                prefix_hits=e.get("prefix_hits"), preemptions=e.get("preemptions")))
+        self._attach_windows()
+
+    def _attach_windows(self) -> None:
+        history = getattr(self, "engine_windows", {})
+        for e in (self.fleet or {}).get("engines", []):
+            past = history.get((e["instance"], e["engine"]))
+            if past:
+                e["window"] = windowed(list(past))
+
     def apply(self, snap: Snapshot, engine: Any) -> None:
         self.polls += 1
         if snap.error and self.snapshot is not None:
@@ -130,7 +158,7 @@ class FleetApp(LiveApp):
             self.refresh_view()
             return
         self.snapshot = snap
-        self.recompute()
+        self.recompute(remember=True)
 
     def read_once(self) -> tuple[Snapshot, None]:
         read = self.source.read
