@@ -149,3 +149,14 @@ def test_frame_equality_is_not_trivially_true():
     """The determinism tests compare frames with DataFrame.equals, which does see one changed value."""
     a = pl.DataFrame({"x": [1.0, 2.0]})
     assert not a.equals(pl.DataFrame({"x": [1.0, 2.000001]}))
+
+
+def test_default_jobs_are_the_idle_cores(monkeypatch):
+    """4 cores at load 1.2: 3 workers; at load 15: 1 (none); never more than the cores."""
+    from kvdash.sweep import parallel
+
+    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda _: {0, 1, 2, 3})
+    for load, want in ((1.2, 3), (15.0, 1), (0.0, 4)):
+        monkeypatch.setattr(parallel.os, "getloadavg", lambda load=load: (load, load, load))
+        assert parallel.default_jobs() == want
+    assert parallel.check_jobs(0) == 4 and parallel.check_jobs(3) == 3

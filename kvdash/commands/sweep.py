@@ -26,8 +26,8 @@ def sweep(
     force: Annotated[bool, Opt("--force", help="Write into an --out folder kvdash did not write: replace only the "
                                                "report's files, leave every other file alone.")] = False,
     jobs: Annotated[int, Opt("--jobs", "-j", help="Worker processes for the grid's simulations (simulate:): 0 = "
-                                                  "every core this process may use; 1 = none. Results are the same "
-                                                  "either way.")] = 0,
+                                                  "the idle cores (cores less the load average); 1 = none. Results "
+                                                  "are the same either way.")] = 0,
     use_ray: Annotated[bool, Opt("--ray", help="Run the grid's simulations as Ray tasks (the cluster RAY_ADDRESS "
                                                "names, else a local one); needs pip install 'kvdash[ray]'.")] = False,
 ) -> None:

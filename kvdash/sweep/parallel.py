@@ -20,15 +20,22 @@ MIN_PARALLEL = 4  # fewer tasks run in this process: starting workers costs more
 
 
 def default_jobs() -> int:
-    """The cores this process may use (``os.sched_getaffinity``), at least 1."""
+    """The idle cores this process may use: its cores (``os.sched_getaffinity``) less the one-minute load average,
+    at least 1.  On a busy machine workers only add their start-up (``benchmarks/sweep_jobs.py`` measured 2
+    workers at 0.6-0.7x of one process on 2 cores at load 15)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    return max(1, min(cores, int(cores - load + 0.5)))
 
 
 def check_jobs(jobs: int | None) -> int:
-    """``--jobs``: 0 or None -> :func:`default_jobs`; otherwise 1 to 256."""
+    """``--jobs``: 0 or None -> :func:`default_jobs` (the idle cores); otherwise 1 to 256."""
     if jobs is None or jobs == 0:
         return default_jobs()
     if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= 256:
