@@ -16,8 +16,10 @@ constants; the fit is a non-negative least-squares fit of the relative errors of
 TPOT of the calibration rows.
 
 Assumptions (not in the data): ``gpu_memory_utilization`` 0.9 (vLLM's default before 0.20), the runtime
-reserve of ``--reserve auto`` (kvdash.engines.vllm_reserve), ``max_num_batched_tokens`` 8192 and ``max_num_seqs``
-1024 (vLLM's defaults for online serving on these GPUs), KV cache fp8 where the row's precision is fp8
+reserve of ``--reserve auto`` (kvdash.engines.vllm_reserve), ``max_num_batched_tokens`` and ``max_num_seqs``
+as vLLM 0.33 picks them for the row's GPU (``batch_caps``; ``KVDASH_FIT_CAPS=0``: 8,192 and 1,024 everywhere),
+the users out of step (``KVDASH_FIT_STAGGER``: ``1`` evenly spread phases, the default; ``random``; ``0`` all
+starting together), KV cache fp8 where the row's precision is fp8
 (else bf16), 16-token blocks (64 for MLA), checkpoint formats as their config.json state (gpt-oss: MXFP4
 experts, bf16 attention; Kimi-K2.5: int4/NVFP4 experts, bf16 attention and dense layers).
 
@@ -117,11 +119,11 @@ def setup(row: dict[str, str]) -> dict[str, Any]:
 
 
 def batch_caps(row: dict[str, str]) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens) vLLM picks on the row's GPU (kvdash.core.vllm.scheduler_caps,
+    """(max_num_seqs, max_num_batched_tokens) vLLM picks on the row's GPU (kvdash.engines.vllm.scheduler_caps,
     vLLM 0.33's EngineArgs.get_batch_defaults: 8,192 tokens on H100/H200, 16,384 on B200/B300)."""
     if not CAPS:
         return MAX_SEQS, MAX_BATCHED
-    from kvdash.core.vllm import scheduler_caps
+    from kvdash.engines.vllm import scheduler_caps
 
     gpu = get_gpu(GPUS[row["system"]])
     caps = scheduler_caps(gpu.memory_bytes, gpu.name, int(row["isl"]) + int(row["osl"]))
@@ -177,6 +179,11 @@ def predict(f: np.ndarray, c: np.ndarray, ttft: bool = False) -> float:
 
 def mape(pred: list[float], meas: list[float]) -> float:
     return 100 * float(np.mean([abs(p - m) / m for p, m in zip(pred, meas, strict=True)])) if pred else float("nan")
+
+
+def mdape(pred: list[float], meas: list[float]) -> float:
+    """The median absolute percentage error (a few rows far off move the mean, not the median)."""
+    return 100 * float(np.median([abs(p - m) / m for p, m in zip(pred, meas, strict=True)])) if pred else float("nan")
 
 
 def cliffs(series: list[tuple[int, float]]) -> set[int]:
@@ -260,8 +267,8 @@ def main() -> None:
         for a in csv.DictReader(aic_path.open()):
             if a["aic_ttft_ms"]:
                 aic[a["id"]] = (float(a["aic_ttft_ms"]), float(a["aic_tpot_ms"]))
-    table = ["| set | model | rows | TPOT MAPE % | TTFT MAPE % | cliffs measured | predicted at the same step | "
-             "false cliffs |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    table = ["| set | model | rows | TPOT MAPE % | TTFT MAPE % | TPOT / TTFT median APE % | cliffs measured | "
+             "predicted at the same step | false cliffs |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     cmp = ["| model | rows (aiconfigurator estimated) | kvdash TPOT MAPE % | aiconfigurator TPOT MAPE % | "
            "kvdash TTFT MAPE % | aiconfigurator TTFT MAPE % |", "|---|---:|---:|---:|---:|---:|"]
     totals: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -298,8 +305,8 @@ def main() -> None:
             totals[label]["mt"] += mt
             totals[label]["pf"] += pf
             totals[label]["mf"] += mf
-            table.append(f"| {label} | {model} | {len(ids)} | {mape(pt, mt):.1f} | {mape(pf, mf):.1f} | {meas_c} | "
-                         f"{hit} | {false} |")
+            table.append(f"| {label} | {model} | {len(ids)} | {mape(pt, mt):.1f} | {mape(pf, mf):.1f} | "
+                         f"{mdape(pt, mt):.1f} / {mdape(pf, mf):.1f} | {meas_c} | {hit} | {false} |")
             both = [i for i in ids if i in aic]
             if label == "validation" and both:
                 k_pt = [predict(sims[i]["tpot_f"], coef) * 1000 for i in both]
@@ -320,7 +327,8 @@ def main() -> None:
         t = totals[label]
         c = cliff_tot[label]
         table.append(f"| **{label}** | all | {len(t['pt'])} | **{mape(t['pt'], t['mt']):.1f}** | "
-                     f"**{mape(t['pf'], t['mf']):.1f}** | {c[0]} | {c[1]} | {c[2]} |")
+                     f"**{mape(t['pf'], t['mf']):.1f}** | {mdape(t['pt'], t['mt']):.1f} / "
+                     f"{mdape(t['pf'], t['mf']):.1f} | {c[0]} | {c[1]} | {c[2]} |")
     t = totals["cmp"]
     if t["kt"]:
         cmp.append(f"| **all** | {len(t['kt'])} | **{mape(t['kt'], t['mt']):.1f}** | "

@@ -31,6 +31,7 @@ from kvdash.answer.calc import CalcInput, calculate
 from kvdash.core import formulas as f
 from kvdash.core.model import Architecture, load_config
 from kvdash.core.pool import layer_token_bytes
+from kvdash.engines.vllm import stored_kv_dtype
 from kvdash.errors import InputError
 from kvdash.units import GiB
 
@@ -71,7 +72,8 @@ def kvdash_case(config: str, tp: int, kv_dtype: str, block_size: int | str, budg
         if layer.is_state:  # padded to the attention page (vLLM's page_size_padded)
             pages[layer.kind] = block * stage["layer_token_bytes"]
         else:
-            pages[layer.kind] = block * layer_token_bytes(layer, kv_dtype, "tensor", tp)
+            # the dtype vLLM stores the cache in (Falcon keeps bf16 under fp8: engines/vllm.py stored_kv_dtype)
+            pages[layer.kind] = block * layer_token_bytes(layer, stored_kv_dtype(arch, kv_dtype)[0], "tensor", tp)
     # vLLM assigns layers[i::n] to the i-th of a kind's n groups
     sizes = []
     counts = Counter(("state" if layer.is_state else layer.kind, layer.window) for layer in arch.layers)
@@ -192,31 +194,10 @@ def test_every_case_has_vllm_figures():
     assert set(sources) <= {"vllm-layers"}, sources
 
 
-# Known disagreement, not mirrored yet: vLLM 0.33.0's falcon.py (FalconAttention.__init__, the rotary branch,
-# lines 173-180) builds its Attention without cache_config, so a rotary Falcon's KV stays in the model dtype
-# whatever --kv-cache-dtype says (falcon-7b tp 1, 12 GiB, fp8: vLLM 98,304 blocks / 768x, kvdash 196,608 /
-# 1,536x).  The xfail below is strict: it fails the day kvdash mirrors the rule, so this list must shrink then.
-KV_DTYPE_IGNORED = {"falcon-7b-instruct", "falcon-40b-instruct"}
-
-
-def _known_disagreement(c: dict[str, Any]) -> bool:
-    return c["config"] in KV_DTYPE_IGNORED and c.get("kv_dtype") == "fp8"
-
-
 @pytest.mark.parametrize("config", sorted(BY_CONFIG))
 def test_config_agrees_with_vllm(config):
     """All cases of one config: vLLM refused it and kvdash refuses it, or every figure agrees."""
-    cases = [c for c in BY_CONFIG[config] if c["status"] in ("ok", "refused") and not _known_disagreement(c)]
-    text = report(config, cases)
-    assert not text, "\n" + text
-
-
-@pytest.mark.xfail(strict=True, reason="vLLM 0.33's rotary Falcon ignores --kv-cache-dtype (falcon.py); not mirrored")
-@pytest.mark.parametrize("config", sorted(KV_DTYPE_IGNORED))
-def test_rotary_falcon_fp8_agrees_with_vllm(config):
-    """The known disagreement above, kept visible: kvdash sizes fp8 KV where vLLM keeps bf16."""
-    cases = [c for c in BY_CONFIG[config] if c["status"] in ("ok", "refused") and _known_disagreement(c)]
-    assert cases
+    cases = [c for c in BY_CONFIG[config] if c["status"] in ("ok", "refused")]
     text = report(config, cases)
     assert not text, "\n" + text
 

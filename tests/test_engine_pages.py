@@ -393,3 +393,41 @@ def test_fleet_rows_carry_the_counters_for_windowed_rates(via):
     fig = figures(page)["engines"][0]
     assert (e["prefix_queries"], e["prefix_hits"], e["preemptions"]) == (
         fig["prefix_queries"], fig["prefix_hits"], fig["preemptions"]) == (90_000, 36_000, 2)
+
+
+@pytest.mark.parametrize("name, line", [
+    ("vllm-0.33.0-offload", "offload 32,768 chunks (kvdash 32,768) | hit 50.0% | load 40.0 GB/s"),
+    ("sglang-0.5.23-hicache", "offload 900,000/2,400,000 host tokens | hit 12.8% | load 80.0 GB/s"),
+    ("lmcache-0.5.6-tp2", "offload 40.00 GiB held (kvdash 327,680 tok) | hit 50.0%"),
+])
+def test_the_dashboard_summary_has_one_offload_line_within_80_columns(name, line):
+    """The 80x24 dashboard's summary (kv_summary): the tier in one line once it reports more than its
+    configured size (the demo engine, size only, keeps its layout)."""
+    from kvdash.live.analysis import analyze
+    from kvdash.render.live_view import kv_summary
+
+    cfg = LiveConfig(model="llama-3.1-8b", tp=2, budget=40 * 2**30, budget_mode="explicit")
+    kv = analyze(DemoSource(seed=1).read(), cfg, read(PAGES / f"{name}.prom"))
+    lines = kv_summary(kv).plain.splitlines()
+    assert line in lines and all(len(x) <= 78 for x in lines if x.startswith("offload"))
+    from kvdash.sources.engine import from_snapshot
+
+    snap = DemoSource(seed=1).read()
+    engine = from_snapshot(snap.extra)
+    assert engine is not None and engine.offload == {"tier": "vLLM native offloading (native)", "size_gib": "64.0"}
+    demo = kv_summary(analyze(snap, LiveConfig(), engine)).plain.splitlines()
+    assert any(x.startswith("engine") for x in demo) and not any(x.startswith("offload") for x in demo)
+
+
+def test_sglang_prefix_counters_for_the_windowed_hit_rate():
+    """SGLang's sglang:prefill_effective_tokens_total (its help: windowed hit rate = rate of the *_hit modes over
+    all modes), one scheduler's: the HiCache page has 1,200,000 input + 500,000 device + 250,000 host + 0
+    storage = 1,950,000 prompt tokens, 750,000 of them hits; the other pages' series are pre-seeded at 0.
+    The fleet carries them too (the windowed rates of its v view)."""
+    r = read(PAGES / "sglang-0.5.23-hicache.prom")
+    assert (r.prefix_queries, r.prefix_hits) == (1_950_000, 750_000)
+    assert (read(PAGES / "sglang-0.5.23-tp8.prom").prefix_queries, read(PAGES / "sglang-0.5.23-tp8.prom").prefix_hits) \
+        == (0, 0)
+    fleet = build_fleet({"engines": as_series(PAGES / "sglang-0.5.23-hicache.prom", "n:30000", ENGINE_FAMILIES)},
+                        LiveConfig())
+    assert (fleet["engines"][0]["prefix_queries"], fleet["engines"][0]["prefix_hits"]) == (1_950_000, 750_000)

@@ -43,6 +43,23 @@ class TestVllmRules:
         arch = config("falcon-7b-instruct")
         assert (1, 64, 32) == (arch.kv_heads, arch.head_dim, arch.num_layers)
 
+    def test_falcon_keeps_bf16_kv_under_fp8(self):
+        """vLLM 0.33's falcon.py builds the rotary Attention without cache_config (FalconAttention.__init__, lines
+        173-180), so --kv-cache-dtype fp8 leaves the cache in bf16: falcon-7b (1 KV head of 64) is 2 x 64 x 2 B =
+        256 B per token per layer x 32 layers = 8,192 B per token either way; 12 GiB / (16 x 256 x 32) = 98,304
+        blocks, 98,304 / 128 blocks per 2,048-token request = 768.00x (what vLLM's own Falcon layers give;
+        fp8 would have been 196,608 blocks and 1,536.00x).  The answer says so in its second assumption line."""
+        from kvdash.engines.vllm import stored_kv_dtype
+
+        arch = config("falcon-7b-instruct")
+        assert ("bf16", "fp8") == (stored_kv_dtype(arch, "fp8")[0], stored_kv_dtype(config("llama-3.1-8b"), "fp8")[0])
+        assert "falcon.py lines 173-180" in stored_kv_dtype(arch, "fp8")[1]
+        for kv in ("bf16", "fp8"):
+            r = calculate(CalcInput(arch=arch, kv_dtype=kv, block_size=16, max_model_len=2048))
+            assert (98_304, "768.00x") == (r["vllm_view"]["num_gpu_blocks"], r["vllm_view"]["log_lines"][0][-7:])
+        fp8 = calculate(CalcInput(arch=arch, kv_dtype="fp8", block_size=16, max_model_len=2048))
+        assert fp8["assumptions"][2].startswith("KV cache stays bf16, not fp8: vLLM 0.33 does not apply")
+
     def test_falcon_new_decoder_architecture(self):
         """Falcon-40B: ``num_kv_heads`` 8, head 8,192 / 128 = 64."""
         arch = config("falcon-40b-instruct")

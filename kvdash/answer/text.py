@@ -9,6 +9,7 @@ from typing import Any
 from kvdash.answer.inputs import CalcInput
 from kvdash.core.dtypes import get_dtype
 from kvdash.core.pool import PoolShape
+from kvdash.engines.vllm import stored_kv_dtype
 from kvdash.units import human_bytes
 
 
@@ -20,7 +21,10 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
         f"{arch.num_attention_heads} attention heads, {arch.kv_heads} KV heads, head_dim {arch.head_dim}; "
         f"max context {arch.max_context:,} tokens"
         + "".join(f"; {line}" for line in arch.derived),
-        f"KV dtype: {dt.name}, {dt.bytes_per_element} byte(s) per element; scales: "
+        (f"KV dtype: {dt.name}, {dt.bytes_per_element} byte(s) per element; scales: " if not
+         stored_kv_dtype(arch, inp.kv_dtype)[1] else
+         f"KV dtype: {dt.name} asked, stored as {stored_kv_dtype(arch, inp.kv_dtype)[0]} "
+         f"({get_dtype(stored_kv_dtype(arch, inp.kv_dtype)[0]).bytes_per_element} byte(s) per element); scales: ")
         + ("fp32 per token per KV head for K and V" if inp.kv_scales == "token_head" else
            "per tensor (no per-token bytes)"),
         f"block size: {inp.block_size} tokens per block"
@@ -36,7 +40,11 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
         "capacities are instantaneous snapshots: every request at the same length, no growth "
         "headroom, no prefix reuse unless --prefix is given",
     ]
-    if dt.quantized and inp.kv_scales == "tensor" and dt.name != "fp8_ds_mla":
+    stored, why = stored_kv_dtype(arch, inp.kv_dtype)
+    if why:  # vLLM 0.33 ignores --kv-cache-dtype for this model's attention (Falcon): said second, it moves the answer
+        lines.insert(1, f"KV cache stays {stored}, not {dt.name}: vLLM 0.33 does not apply --kv-cache-dtype to "
+                        f"{arch.model_type}'s attention ({why}); every figure here uses {stored}")
+    elif dt.quantized and inp.kv_scales == "tensor" and dt.name != "fp8_ds_mla":
         lines.append(f"{dt.name} figures are idealized: scale storage, kernel alignment and accuracy "
                      "are not included and must be measured")
     if s.groups > 1:

@@ -65,7 +65,6 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "falcon_h1": ("Falcon-H1", "full + mamba (Mamba-2), both in every layer"),
     "jamba": ("Jamba", "full + mamba (Mamba-1)"),
     "nemotron_h": ("Nemotron-H", "full + mamba (Mamba-2)"),
-    "bamba": ("Bamba", "full + mamba (Mamba-2)"),
     "granitemoehybrid": ("Granite 4.0 hybrid", "full + mamba (Mamba-2)"),
     "zamba2": ("Zamba2", "mamba (Mamba-2) in every layer + full in each hybrid layer"),
     "olmo": ("OLMo", "full"),
@@ -132,6 +131,8 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
 REFUSED_BY_VLLM: dict[str, str] = {
     "RefinedWeb": "vLLM 0.33 no longer serves RWForCausalLM (supported until v0.28.0)",
     "RefinedWebModel": "vLLM 0.33 no longer serves RWForCausalLM (supported until v0.28.0)",
+    "bamba": "vLLM 0.33 no longer serves BambaForCausalLM (supported until v0.23.0: _PREVIOUSLY_SUPPORTED_MODELS in "
+             "vllm/model_executor/models/registry.py)",
     "minicpm": "vLLM 0.33 reads this config only with the model's remote code (trust_remote_code), which kvdash "
                "does not run",
 }
@@ -147,12 +148,16 @@ REFUSED_ARCHITECTURES: dict[str, str] = {
 # to pass instead (docs/model-types.md lists them)
 _INSTEAD = "; give the shape with --layers/--kv-heads/--head-dim instead (a uniform model)"
 NOT_MODELLED: dict[str, str] = {
-    "deepseek_v32": "sparse MLA keeps a second cache beside the latent in every layer (the indexer's fp8 keys, 132 B "
-                    "per token: vllm/models/deepseek_v32/attention.py, DeepseekV32Indexer) and Hopper's sparse MLA "
-                    "backends take only 64-token blocks; kvdash does not model the indexer cache yet",
-    "glm_moe_dsa": "GLM-5 is sparse MLA (vllm/models/deepseek_v32, GlmMoeDsaForCausalLM): a second cache beside the "
-                   "latent in every layer (the indexer's fp8 keys, 132 B per token) and 64-token blocks on Hopper; "
-                   "kvdash does not model the indexer cache yet",
+    "deepseek_v32": "sparse MLA keeps a second cache beside the latent in every layer, the indexer's keys (132 B per "
+                    "token, uint8, whatever the KV dtype: DeepseekV32IndexerCache.get_kv_cache_spec, "
+                    "vllm/model_executor/models/deepseek_v2.py), and vLLM 0.33 plans latent and indexer pages of "
+                    "different sizes in one group (built here: DeepSeek-V3.2 bf16 tp 1, 12 GiB, 2,048 tokens -> "
+                    "2,570 blocks of 64, 80.31x); Hopper's sparse MLA backends take only 64-token blocks; kvdash "
+                    "does not model the indexer cache yet",
+    "glm_moe_dsa": "GLM-5 is sparse MLA (vllm/models/deepseek_v32, GlmMoeDsaForCausalLM): an indexer cache of 132 B "
+                   "per token beside the latent in every layer (DeepseekV32IndexerCache.get_kv_cache_spec, "
+                   "vllm/model_executor/models/deepseek_v2.py), planned in one group with it, and 64-token blocks "
+                   "on Hopper; kvdash does not model the indexer cache yet",
     "mamba": "attention-free: vLLM 0.33 plans only Mamba-1 state pages, one group of every layer "
              "(vllm/model_executor/models/mamba.py), and kvdash's pool needs at least one attention layer",
     "falcon_mamba": "attention-free: vLLM 0.33 serves FalconMambaForCausalLM as MambaForCausalLM "
@@ -161,7 +166,7 @@ NOT_MODELLED: dict[str, str] = {
     "mamba2": "attention-free: only Mamba-2 state pages (vllm/model_executor/models/mamba2.py); kvdash's pool needs "
               "at least one attention layer",
 }
-HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "bamba", "granitemoehybrid",
+HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "granitemoehybrid",
                 "falcon_h1", "zamba2", "lfm2", "lfm2_moe")
 # model types whose attention layers come shaped by their own rule (heads and head sizes per layer kind)
 SHAPED_TYPES = ("mimo_v2_flash",)
@@ -433,11 +438,6 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
         cfg, where, inter, "mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_d_state", "mamba_d_conv"))
     if model_type == "falcon_h1":  # every decoder layer has an attention and a mamba mixer
         return [entry for _ in range(n_layers) for entry in (full, ("mamba", mamba))]
-    if model_type == "bamba":
-        indices = cfg.get("attn_layer_indices") or []
-        if not isinstance(indices, list):
-            raise InputError(f"{where}: attn_layer_indices", indices, "expected a list of layer indices")
-        return [full if i in indices else ("mamba", mamba) for i in range(n_layers)]
     # granitemoehybrid
     types = cfg.get("layer_types") or cfg.get("layers_block_type")
     if not isinstance(types, list) or len(types) != n_layers:

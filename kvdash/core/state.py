@@ -6,7 +6,7 @@ class's ``get_mamba_state_shape_from_config``, i.e. ``MambaStateShapeCalculator`
 ``vllm/model_executor/layers/mamba/mamba_utils.py`` (vLLM v0.33.0).  The formulas below mirror it:
 
 * ``mamba1`` (Jamba): conv ``(I/tp) x (d_conv - 1)``, ssm ``(I/tp) x d_state``.
-* ``mamba2`` (Nemotron-H, Bamba, Granite-4 hybrid, Falcon-H1): ``G`` groups are padded to ``tp`` when
+* ``mamba2`` (Nemotron-H, Granite-4 hybrid, Falcon-H1, Zamba2): ``G`` groups are padded to ``tp`` when
   ``tp`` does not divide them; conv ``(d_conv - 1) x (I + 2 G d_state)/tp``, ssm
   ``(H/tp) x head_dim x d_state``.
 * ``gdn`` (gated delta net, Qwen3-Next): conv ``(2 Hk dk + Hv dv)/tp x (d_conv - 1)``, ssm

@@ -441,12 +441,34 @@ def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_si
     )
 
 
+# vllm/model_executor/models/falcon.py (v0.33.0), FalconAttention.__init__: the rotary branch (lines 173-180) and the
+# ALiBi branch (lines 189-196) build their Attention without cache_config, so its kv_cache_dtype stays "auto" (the
+# model dtype) whatever --kv-cache-dtype says; only the branch with neither passes cache_config, and transformers'
+# FalconConfig has rotary = not alibi, so every Falcon takes one of the first two.  Measured with vLLM's own Falcon
+# layers: falcon-7b tp 1, 12 GiB, fp8 -> 98,304 blocks, as with bf16 (conformance/vllm/expected.json).
+KV_DTYPE_IGNORED = {"falcon": "vllm/model_executor/models/falcon.py lines 173-180 (FalconAttention builds its "
+                              "rotary Attention without cache_config)"}
+
+
+def stored_kv_dtype(arch: Architecture, dtype: str) -> tuple[str, str]:
+    """The dtype vLLM 0.33 stores this model's KV cache in when ``--kv-cache-dtype`` is ``dtype``, and, when it is
+    not ``dtype``, why (else ``""``).  A quantized dtype asked of a model whose attention ignores it
+    (:data:`KV_DTYPE_IGNORED`) is stored in the model dtype, bf16 (what the harness and ``--dtype auto`` give a
+    bfloat16 checkpoint)."""
+    kv = get_dtype(dtype)
+    why = KV_DTYPE_IGNORED.get(arch.model_type, "")
+    if kv.quantized and why:
+        return "bf16", why
+    return kv.name, ""
+
+
 def rank_shapes(arch: Architecture, dtype: str = "bf16", scales: str = "tensor", tp: int = 1,
                 pp: int = 1, block_size: int = 16, prefix_caching: bool = True) -> list[PoolShape]:
-    """One :class:`PoolShape` per pipeline stage (all tensor-parallel ranks of a stage match)."""
+    """One :class:`PoolShape` per pipeline stage (all tensor-parallel ranks of a stage match); the KV dtype is the
+    one vLLM stores the cache in (:func:`stored_kv_dtype`: Falcon keeps bf16)."""
     check_positive("--block-size", block_size)
     check_scale_mode(scales)
-    get_dtype(dtype)
+    dtype = stored_kv_dtype(arch, dtype)[0]
     check_parallel(arch, tp, pp)
     used, page = aligned_block_size(arch, dtype, scales, tp, block_size, prefix_caching)
     checkpoints = takes_prefill_checkpoint(arch, prefix_caching)

@@ -277,9 +277,10 @@ class KvdashCollector(Collector):
                                        "SGLang hybrids: usage of the full / swa / mamba pool.", labels=rlab + ["kind"])
         asleep = GaugeMetricFamily("kvdash_engine_sleeping", "vLLM: 1 when the engine sleeps (engine_sleep_state).",
                                    labels=rlab + ["level"])
-        queries = CounterMetricFamily("kvdash_engine_prefix_cache_queries", "Prefix-cache queries, tokens (vLLM).",
-                                      labels=lab)
-        hits = CounterMetricFamily("kvdash_engine_prefix_cache_hits", "Prefix-cache hits, tokens (vLLM).", labels=lab)
+        queries = CounterMetricFamily("kvdash_engine_prefix_cache_queries", "Prefix-cache queries, tokens (vLLM; "
+                                      "SGLang: prefill tokens of every mode).", labels=lab)
+        hits = CounterMetricFamily("kvdash_engine_prefix_cache_hits", "Prefix-cache hits, tokens (vLLM; SGLang: "
+                                   "device, host and storage hits).", labels=lab)
         ext_q = CounterMetricFamily("kvdash_engine_external_prefix_cache_queries",
                                     "KV-connector prefix-cache queries, tokens (vLLM).", labels=lab)
         ext_h = CounterMetricFamily("kvdash_engine_external_prefix_cache_hits",

@@ -23,7 +23,8 @@ Series read (units as the exporters publish them):
   Prometheus does not scrape that host's engines itself, so no engine is counted twice).
 - the counters behind the fleet view's windowed rates (prefix-cache hit rate and preemptions over the last
   readings): ``vllm:prefix_cache_{queries,hits}_total``, ``vllm:num_preemptions_total``,
-  ``sglang:num_retracted_requests_total``, ``kvdash_engine_prefix_cache_{queries,hits}_total``,
+  ``sglang:num_retracted_requests_total``, ``sglang:prefill_effective_tokens_total`` (by ``mode``),
+  ``kvdash_engine_prefix_cache_{queries,hits}_total``,
   ``kvdash_engine_preemptions_total``.
 - Prometheus' own ``up`` (1 scraped, 0 down) for every target.
 """
@@ -45,7 +46,7 @@ KVDASH_ENGINE_SERIES = ("kvdash_engine_up", "kvdash_engine_reading_age_seconds",
 SGLANG_SERIES = ("sglang:max_total_num_tokens", "sglang:token_usage", "sglang:num_used_tokens",
                  "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:page_size", "sglang:kv_evictable_tokens",
                  "sglang:full_token_usage", "sglang:swa_token_usage", "sglang:mamba_usage",
-                 "sglang:num_retracted_requests_total")
+                 "sglang:num_retracted_requests_total", "sglang:prefill_effective_tokens_total")
 
 
 def _names(names: tuple[str, ...]) -> str:

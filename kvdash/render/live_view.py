@@ -260,6 +260,27 @@ def offload_rows(off: dict[str, Any], w: dict[str, Any]) -> list[tuple[str, str,
     return rows
 
 
+def offload_summary(off: dict[str, Any], c: dict[str, Any]) -> str:
+    """One line of the dashboard's summary, once the tier reports more than its configured size:
+    ``32,768 chunks (kvdash 32,768) | hit 50.0% | load 40.0 GB/s``."""
+    parts = []
+    if off.get("chunks") is not None:
+        parts.append(f"{off['chunks']:,} chunks" + (f" (kvdash {c['kvdash_chunks']:,})"
+                                                    if c.get("kvdash_chunks") is not None else ""))
+    elif off.get("host_total_tokens") is not None:
+        used = off.get("host_used_tokens")
+        parts.append(f"{'n/a' if used is None else f'{used:,}'}/{off['host_total_tokens']:,} host tokens")
+    elif off.get("used_bytes") is not None:
+        parts.append(f"{_size(int(off['used_bytes']))} held" + (f" (kvdash {c['kvdash_tokens']:,} tok)"
+                                                                 if c.get("kvdash_tokens") is not None else ""))
+    if off.get("hit_rate") is not None:
+        parts.append(f"hit {100 * off['hit_rate']:.1f}%")
+    b, sec = off.get("loaded_bytes"), off.get("load_seconds")
+    if isinstance(b, int | float) and isinstance(sec, int | float) and sec:
+        parts.append(f"load {b / sec / 1e9:.1f} GB/s")
+    return " | ".join(parts) if len(parts) > 1 or off.get("chunks") is not None else ""
+
+
 def offload_compare_row(c: dict[str, Any]) -> tuple[str, str, str]:
     """The engine's tier beside kvdash's figure for the same size (``kvdash calc --offload``'s rules)."""
     if "note" in c:
@@ -468,8 +489,15 @@ def kv_summary(kv: dict[str, Any]) -> Text:
                 usage += f" = {eng['used_blocks']:,}/{eng['engine_blocks']:,} blocks"
             word = "retracted" if r.get("kind") == "sglang" else "preempted"
             out.append("engine  ", style="bold")
-            out.append(f"KV {usage} | run {_na(r, 'running')} | wait {_na(r, 'waiting')} | "
-                       f"{word} {_na(r, 'preemptions')}\n")
+            if r.get("kind") == "lmcache":  # LMCache's own page: its tier, no pool
+                out.append("LMCache (its tier only, no KV pool of its own)\n")
+            else:
+                out.append(f"KV {usage} | run {_na(r, 'running')} | wait {_na(r, 'waiting')} | "
+                           f"{word} {_na(r, 'preemptions')}\n")
+            tier = offload_summary(r.get("offload") or {}, eng.get("offload_vs_kvdash") or {})
+            if tier:
+                out.append("offload ", style="bold")
+                out.append(tier + "\n")
             if eng.get("model_note"):
                 out.append(eng["model_note"] + "\n", style="yellow")
             elif "engine_tokens" in eng:

@@ -44,7 +44,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     closed = arrivals_s is None
     arr: list[float] = arrivals_s.tolist() if arrivals_s is not None else []
     coef_np = np.array(consts.vector() + (1.0,))
-    B, fg, sb, total = pool.block_size, pool.full_groups, pool.state_blocks, pool.blocks
+    # tokens per block of the full groups (Pool.request_blocks without window groups)
+    B, fg, sb, total = pool.block_size * pool.full_ratio, pool.full_groups, pool.state_blocks, pool.blocks
 
     def rb(t: int) -> int:  # Pool.request_blocks without window groups
         return fg * (-(-t // B)) + sb

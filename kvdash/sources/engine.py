@@ -491,6 +491,22 @@ def _by_cache_rank(samples: list[Sample], name: str) -> dict[str, list[Sample]]:
     return out
 
 
+def _prefill_modes(stats: dict[str, list[Sample]]) -> dict[str, float]:
+    """``sglang:prefill_effective_tokens_total`` by ``mode`` (input, device_hit, host_hit, storage_hit): one
+    scheduler's per DP rank (pre-seeded at 0 on every rank, counted on the stats-logging rank), summed over DP
+    ranks."""
+    modes: dict[str, float] = {}
+    for mine in stats.values():
+        found = [x for x in mine if x.name == "sglang:prefill_effective_tokens_total"]
+        if not found:
+            continue
+        low = min(_rank_key(x) for x in found)
+        for x in found:
+            if _rank_key(x) == low and math.isfinite(x.value):
+                modes[x.labels.get("mode", "")] = modes.get(x.labels.get("mode", ""), 0.0) + x.value
+    return modes
+
+
 def _sglang_hicache(check: _Checker, cache: list[Sample], stats: dict[str, list[Sample]]) -> dict[str, Any]:
     """SGLang HiCache's transfers between the GPU and the host pool (L2), as its radix cache writes them
     (``sglang/srt/observability/metrics_collector.py``, ``RadixCacheMetricsCollector``): bytes per rank's KV
@@ -521,15 +537,7 @@ def _sglang_hicache(check: _Checker, cache: list[Sample], stats: dict[str, list[
                 low = min(_rank_key(x) for x in g)
                 total += sum(x.value for x in g if _rank_key(x) == low)
             out[key] = check.count(f"offload {key}", total)
-    modes: dict[str, float] = {}
-    for mine in stats.values():
-        found = [x for x in mine if x.name == "sglang:prefill_effective_tokens_total"]
-        if not found:
-            continue
-        low = min(_rank_key(x) for x in found)
-        for x in found:
-            if _rank_key(x) == low and math.isfinite(x.value):
-                modes[x.labels.get("mode", "")] = modes.get(x.labels.get("mode", ""), 0.0) + x.value
+    modes = _prefill_modes(stats)
     total = sum(modes.values())
     if total > 0:
         out["hit_tokens"] = check.count("offload hit_tokens", modes.get("host_hit", 0.0))
@@ -608,8 +616,14 @@ def _sglang(url: str, samples: list[Sample], check: _Checker) -> EngineReading:
         offload.update(_sglang_hicache(check, cache, by_rank))
     tight = tightest(per_rank)
     known_hits = [h for h in hit_rates if h is not None]
+    # the prefix-cache counters behind the windowed hit rate: prompt tokens (all four modes) and those whose
+    # KV was found (device, host or storage hits), as SGLang's own help text defines the windowed rate
+    modes = _prefill_modes(by_rank)
+    queries = check.count("prefix_queries", sum(modes.values())) if modes else None
+    hits = check.count("prefix_hits", sum(v for k, v in modes.items() if k.endswith("_hit"))) if modes else None
     return EngineReading(
-        url=url, kind="sglang", kv_usage=_worst([r.kv_usage for r in per_rank]),
+        url=url, kind="sglang", prefix_queries=queries, prefix_hits=hits,
+        kv_usage=_worst([r.kv_usage for r in per_rank]),
         running=_sum_of([r.running for r in per_rank]), waiting=_sum_of([r.waiting for r in per_rank]),
         preemptions=_sum_of(retracted) if any(v is not None for v in retracted) else None,
         prefix_hit_rate=min(known_hits) if known_hits else None,
