@@ -121,3 +121,14 @@ def test_auto_reserve_counts_the_caps_graphs():
     est = VLLM.auto_reserve(load_preset("llama-3.1-8b"), 1, 1, caps, H100, Settings(8192))
     assert [t["bytes"] for t in est["terms"]] == [2_029_372_047, 289_910_292, 901_943_132]
     assert est["bytes"] == 3_221_225_471
+
+
+def test_batch_tier_boundaries_are_inclusive():
+    """EngineArgs.get_batch_defaults compares ``device_memory >= 160 GiB`` and ``>= 70 GiB``: exactly
+    160 x 2^30 = 171,798,691,840 B takes the large row (16,384 / 1,024), one byte less the H100 row (8,192);
+    exactly 70 x 2^30 = 75,161,927,680 B takes the H100 row, one byte less the small row (2,048 / 256)."""
+    def tokens(memory: int) -> int:
+        return VLLM.caps(Gpu(memory, "NVIDIA X"), Settings(8192)).max_num_batched_tokens
+
+    assert (tokens(171_798_691_840), tokens(171_798_691_839)) == (16_384, 8_192)
+    assert (tokens(75_161_927_680), tokens(75_161_927_679)) == (8_192, 2_048)

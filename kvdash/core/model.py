@@ -127,6 +127,11 @@ def from_hf_config(
         "length_fields": {k: cfg[k] for k in LENGTH_FIELDS if isinstance(cfg.get(k), int)
                           and not isinstance(cfg.get(k), bool)},
         "rope_scaling": dict(cfg["rope_scaling"]) if isinstance(cfg.get("rope_scaling"), dict) else {},
+        # sliding-window layers with their own geometry (MiMo-V2), and the layer pattern that names them
+        "swa": {k: cfg[k] for k in ("swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim")
+                if isinstance(cfg.get(k), int) and not isinstance(cfg.get(k), bool)},
+        "hybrid_layer_pattern": tuple(cfg["hybrid_layer_pattern"])
+        if isinstance(cfg.get("hybrid_layer_pattern"), list) else (),
     }
     n_layers = _int(cfg, "num_hidden_layers", where)
     heads = _int(cfg, "num_attention_heads", where)
