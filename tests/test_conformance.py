@@ -70,7 +70,9 @@ def kvdash_case(config: str, tp: int, kv_dtype: str, block_size: int | str, budg
     block = pool["block_size"]
     pages: dict[str, int] = {}
     for layer in arch.layers:
-        if layer.is_state:  # padded to the attention page (vLLM's page_size_padded)
+        if layer.is_state and not arch.attention_layers:  # attention-free: the state page itself
+            pages[layer.kind] = stage["state_page_bytes"]
+        elif layer.is_state:  # padded to the attention page (vLLM's page_size_padded)
             pages[layer.kind] = block * stage["layer_token_bytes"]
         else:
             # the dtype vLLM stores the cache in (Falcon keeps bf16 under fp8: engines/vllm.py stored_kv_dtype)
@@ -83,7 +85,7 @@ def kvdash_case(config: str, tp: int, kv_dtype: str, block_size: int | str, budg
         sizes.extend(len(range(i, count, n)) for i in range(n))
     attn = arch.first("full", "sliding", "chunked")
     return {
-        "num_kv_heads": max(1, attn.kv_heads // tp) if attn else 1,
+        "num_kv_heads": max(1, attn.kv_heads // tp) if attn else (1 if arch.use_mla else 0),
         "head_size": arch.head_dim,
         "use_mla": arch.use_mla,
         "is_hybrid": arch.is_hybrid,

@@ -344,9 +344,9 @@ def aligned_block_size(arch: Architecture, dtype: str, scales: str, tp: int, req
     if not states:
         return requested, 0
     attn = arch.attention_layers[0] if arch.attention_layers else None
-    if attn is None:
-        raise InputError("model", "no attention layers", "kvdash needs at least one attention layer")
     page = max(layer_state_bytes(layer, tp) for layer in states)
+    if attn is None:  # attention-free (Mamba): nothing to align to; a block is one state page per layer
+        return requested, page
     token = layer_token_bytes(attn, dtype, scales, tp)
     align = f.imax(KERNEL_BLOCK_ALIGNMENT, requested)
     if exports_checkpoints(arch, prefix_caching):
@@ -393,8 +393,20 @@ def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_si
             continue
         key = ("full" if layer.kind in ("full", "mla") else layer.kind, layer.window)
         kinds.setdefault(key, []).extend([layer_token_bytes(layer, dtype, scales, tp)] * count)
+    if not kinds and not n_state:
+        raise InputError("model", "no layers", "a pipeline stage holds no cache layer")
     if not kinds:
-        raise InputError("model", "no attention layers", "kvdash needs at least one attention layer per stage")
+        # attention-free (Mamba, Falcon-Mamba: vllm/model_executor/models/mamba.py): every layer's MambaSpec page,
+        # one group of them all (_get_kv_cache_groups_uniform_page_size), a block = one page per layer; a request
+        # holds 2 blocks in align mode (prefix caching on), 3 with a Mamba-2 checkpoint, 1 without prefix caching
+        # (MambaSpec.max_memory_usage_bytes, vllm/v1/kv_cache_interface.py)
+        blocks = (3 if checkpoints else 2) if prefix_caching else 1
+        return PoolShape(
+            block_size=block_size, layer_token_bytes=0, group_size=n_state, full_groups=0, window_groups=0,
+            window=0, full_token_bytes=0, window_token_bytes=0, state_bytes=blocks * state_page * n_state,
+            attention_layers=0, state_layers=n_state, state_groups=1, state_blocks=blocks,
+            state_page_bytes=state_page, requested_block_size=block_size if requested is None else requested,
+            mamba_mode="align" if prefix_caching else "none", fixed_block_bytes=state_page * n_state)
     local = {kind for (kind, _) in kinds if kind != "full"}
     if len(local) > 1:
         raise InputError("model", "sliding and chunked layers",
