@@ -31,8 +31,6 @@ for _case in CASES:
 # Known disagreements: a model type kvdash refuses although vLLM 0.33 serves it, being added by another change
 # of issue 22.  The test below fails the day kvdash agrees, so this table must shrink then.
 KNOWN: dict[str, str] = {
-    "falcon-mamba-7b": "falcon_mamba (attention-free, served as MambaForCausalLM) is not modelled yet: kvdash "
-                       "refuses all 256 cases vLLM 0.33 plans",
     "deepseek-v3.2": "deepseek_v32 (sparse MLA: an indexer cache beside the latent) is not modelled yet: kvdash "
                      "refuses the 32 cases vLLM 0.33 plans",
     "glm-5": "glm_moe_dsa (GLM-5, sparse MLA) is not modelled yet: kvdash refuses the 32 cases vLLM 0.33 plans",
