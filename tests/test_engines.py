@@ -154,6 +154,11 @@ class TestLogCheckBoundaries:
         assert out["reserve_range_bytes"] == [0, 1_000_000_000] and out["verdict"] == "implausible"
         assert "a runtime reserve of 0 to 1,000,000,000 B per rank" in out["text"]
 
+    def test_a_reserve_from_minus_one_is_at_most(self):
+        """Budgets 7e9..8,000,000,001: reserve -1 to 1,000,000,000 B: written 'at most 1,000,000,000'."""
+        out = self.check((7_000_000_000, 8_000_000_001))
+        assert "a runtime reserve of at most 1,000,000,000 B per rank" in out["text"]
+
     def test_a_reserve_of_at_most_zero_is_possible_but_implausible(self):
         """Budgets 8e9..8.5e9: reserve -500,000,000 to 0: not more than vLLM can have (r_hi = 0 is not < 0)."""
         out = self.check((8_000_000_000, 8_500_000_000))
