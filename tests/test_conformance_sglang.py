@@ -41,6 +41,7 @@ NOT_MIRRORED = {
     "qwen3-next-80b-a3b-thinking": "SGLang 0.5.23's mamba",
     "qwen3.5-27b": "SGLang 0.5.23's mamba",
     "qwen3.5-35b-a3b": "SGLang 0.5.23's mamba",
+    "lfm2-1.2b": "SGLang 0.5.23's mamba",  # short-conv layers: SGLang sizes them as mamba state
     "kimi-k2.5": "SGLang 0.5.23's multimodal",
     "qwen3-vl-30b-a3b-instruct": "SGLang 0.5.23's multimodal",
     "qwen3-vl-8b-instruct": "SGLang 0.5.23's multimodal",
@@ -52,6 +53,7 @@ KVDASH_CANNOT_READ = {
     "yi-34b-first-release": "refused",  # remote code: SGLang refuses too
     "falcon-h1-0.5b": "refused",  # transformers' FalconH1Config refuses the copy: SGLang too
     "ministral-3-3b-2512": "ok",  # model_type ministral3: kvdash has no rule; SGLang serves it (multimodal)
+    "ernie-4.5-0.3b": "ok",  # kvdash follows vLLM 0.33's registry, which names ERNIE 4.5 otherwise; SGLang serves it
 }
 
 
@@ -73,7 +75,7 @@ def kvdash_case(case: dict[str, Any]) -> dict[str, Any]:
     """kvdash's SGLang figures for one case of ``expected.json``, from the case's own inputs."""
     page = None if case["page_size_requested"] == "auto" else int(case["page_size_requested"])
     p = S.plan(_arch(case["config"]), case["gpu_total_mib"], case["tp"], case["kv_dtype"],
-               case["free_before_weights_bytes"], case["weights_bytes_per_rank"], page,
+               case.get("free_before_weights_bytes", 0), case.get("weights_bytes_per_rank", 0), page,
                model_path=str(CONFIGS / case["config"]))
     return {"mem_fraction_static": p.fraction.value, "page_size": p.page_size, "cell_size_bytes": p.cell_bytes,
             "available_bytes": p.available_bytes, "max_total_num_tokens": p.max_total_num_tokens,

@@ -72,3 +72,24 @@ def test_record_engine_then_replay(engine, capsys, tmp_path):
 def test_record_engine_with_demo_is_refused(engine, capsys, tmp_path):
     code, _, err = run(["record", "--demo", "--engine", engine, "--out", tmp_path / "x.jsonl"], capsys)
     assert code == 2 and "--engine" in err
+
+
+def test_sglang_engine_is_compared_with_sglang_rules(engine, capsys, monkeypatch):
+    """Beside an SGLang engine (its page: llama-3.1-8b, page size 64, 599,936 tokens) on an H200 (143,771 MiB),
+    kvdash's pool is SGLang 0.5.23's rules, not vLLM's: TP 1 reserves 512 + 12,288 + 128 + 2 x 256 + 58 x 8 =
+    13,904 MiB, mem_fraction_static round(129,867 / 143,771, 3) = 0.903; 8 KV heads x 256 x 32 layers x 2 B =
+    131,072 B per token; free before the weights 142,747 MiB, weights 16,060,000,000 B: budget
+    int((133,621,078,272 / 2^30 - 149,681,078,272 / 2^30 x 0.097) x 2^30) B, // 131,072 and floored to 64."""
+    from kvdash.core.model import load_preset
+    from kvdash.engines import sglang
+
+    monkeypatch.setattr(nvml_mod, "_load", lambda: fake_nvml())
+    code, out, err = run(["live", "--engine", engine, "--json", "--model", "llama-3.1-8b", "--tp", "1"], capsys)
+    assert code == 0, err
+    eng = json.loads(out)["kv_pool"]["engine"]
+    rules = sglang.plan(load_preset("llama-3.1-8b"), 143771, 1, "bf16", 142_747 * 2**20, 16_060_000_000, 64)
+    assert rules.fraction.value == 0.903 and rules.cell_bytes == 131_072
+    assert eng["kvdash_rules"] == "SGLang 0.5.23" and eng["kvdash_tokens"] == rules.max_total_num_tokens
+    assert eng["kvdash_tokens"] % 64 == 0
+    assert eng["difference_tokens"] == 599_936 - rules.max_total_num_tokens
+    assert "mem_fraction_static 0.903" in eng["explain"] and "reconciling_reserve_bytes" not in eng

@@ -61,7 +61,8 @@ class Architecture:
     counts: dict[str, int] = field(default_factory=dict, compare=False)
     max_len_rule: Any = None  # kvdash.core.maxlen.DerivedMaxLen from config.json; None: max_context
     # config.json facts an engine's own rules read (kvdash.engines.sglang): "architectures" (tuple),
-    # "nested_text_config" (bool), "length_fields" ({key: int}), "rope_scaling" (dict); empty for presets
+    # "nested_text_config" (bool), "length_fields" ({key: int}), "rope_scaling" (dict), "swa" ({key: int}),
+    # "hybrid_layer_pattern" (tuple); empty for presets
     facts: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -92,8 +93,8 @@ class Architecture:
 
     @property
     def is_hybrid(self) -> bool:
-        """Attention and state layers together (vLLM's ``is_hybrid``)."""
-        return bool(self.state_layers)
+        """Attention and state layers together (vLLM's ``is_hybrid``; an attention-free Mamba is not hybrid)."""
+        return bool(self.state_layers) and bool(self.attention_layers)
 
     @property
     def use_mla(self) -> bool:

@@ -182,6 +182,10 @@ def swa_layer_ids(arch: Architecture) -> tuple[list[int], list[int]]:
     """``get_hybrid_layer_ids``: Llama 4 -- every fourth layer full (``(i + 1) % 4 == 0``), the rest SWA; the
     sliding-window-with-sinks architectures (gpt-oss) -- ``layer_types``' ``sliding_attention`` entries."""
     n = arch.decoder_layers or arch.num_layers
+    pattern = arch.facts.get("hybrid_layer_pattern") or ()
+    if any(a in ("MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM") for a in arch.facts.get("architectures", ())) \
+            and len(pattern) >= n:  # MiMo-V2: hybrid_layer_pattern, 1 = SWA
+        return [i for i in range(n) if pattern[i] == 1], [i for i in range(n) if pattern[i] == 0]
     if "Llama4ForConditionalGeneration" in arch.facts.get("architectures", ()):
         return [i for i in range(n) if (i + 1) % 4 != 0], [i for i in range(n) if (i + 1) % 4 == 0]
     swa = [i for i, layer in enumerate(arch.layers) if layer.kind == "sliding"]
@@ -198,8 +202,8 @@ def is_multimodal(arch: Architecture) -> bool:
 
 def refusal(arch: Architecture, tp: int, pp: int = 1) -> str:
     """Why kvdash cannot give SGLang's pool for this setup ('' when it can)."""
-    if arch.state_layers:
-        return ("SGLang 0.5.23's mamba / linear-attention state pool (mamba_full_memory_ratio, "
+    if arch.state_layers or any(layer.kind not in ("full", "sliding", "chunked", "mla") for layer in arch.layers):
+        return ("SGLang 0.5.23's mamba / linear-attention / short-conv state pool (mamba_full_memory_ratio, "
                 "max_mamba_cache_size: kv_cache_configurator.py _handle_max_mamba_cache)")
     if is_multimodal(arch):
         return ("SGLang 0.5.23's multimodal start-up rules (adjust_mem_fraction_for_vlm, the feature-transport "
@@ -300,7 +304,13 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
         assert layer is not None
         per_token = kv_heads_per_rank(layer.kv_heads, tp) * (layer.head_dim + (layer.head_dim_v or layer.head_dim)) \
             * kv_bytes
-        cell: float = per_token * len(full_ids) + SWA_FULL_TOKENS_RATIO * (per_token * len(swa_ids))
+        # ModelConfig.get_swa_num_kv_heads, swa_head_dim, swa_v_head_dim: the SWA layers' own geometry where the
+        # config gives one (MiMo-V2), else the full layers'
+        g = arch.facts.get("swa") or {}
+        swa_hd = g.get("swa_head_dim", layer.head_dim)
+        swa_per_token = kv_heads_per_rank(g.get("swa_num_key_value_heads", layer.kv_heads), tp) \
+            * (swa_hd + g.get("swa_v_head_dim", swa_hd)) * kv_bytes
+        cell: float = per_token * len(full_ids) + SWA_FULL_TOKENS_RATIO * (swa_per_token * len(swa_ids))
         tokens = int(available // cell)
         full = tokens // page * page
         swa = int(full * SWA_FULL_TOKENS_RATIO) // page * page
@@ -309,12 +319,12 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
             raise InputError("--gpu-memory", None, f"SGLang {VERSION} refuses: the SWA pool ({swa} tokens) cannot "
                              f"hold one request (sliding window {window} + page {page})")
         cell_text = (f"{len(full_ids)} full x {per_token:,} B + {SWA_FULL_TOKENS_RATIO} x {len(swa_ids)} SWA x "
-                     f"{per_token:,} B = {cell:,.1f} B per full-pool token (HybridSWAPoolConfigurator)")
+                     f"{swa_per_token:,} B = {cell:,.1f} B per full-pool token (HybridSWAPoolConfigurator)")
         lines.append(f"hybrid SWA pool (is_hybrid_swa_model): full {full:,} tokens, SWA {swa:,} tokens "
                      f"(swa_full_tokens_ratio {SWA_FULL_TOKENS_RATIO})")
         mrr = max_num_reqs(full, ctx, max_running_requests)
         return Plan(f, page, cell, cell_text, "hybrid_swa", free_before, free_after, available, full, swa, mrr, ctx,
-                    n_layers, len(full_ids), len(swa_ids), per_token, per_token, tuple(lines))
+                    n_layers, len(full_ids), len(swa_ids), per_token, swa_per_token, tuple(lines))
     if arch.use_mla:
         mla = arch.first("mla")
         assert mla is not None
@@ -371,6 +381,11 @@ class SglangRules:
         if max_model_len > derived and not allow_long:
             raise InputError(field, max_model_len, f"SGLang {VERSION} refuses a context length above the derived "
                              f"{derived:,} (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 allows it)")
+
+    def check_one_request_fits(self, budget: int, block_bytes: int, blocks_per_request: int, max_model_len: int,
+                               estimated_max_len: int, field: str = "--max-model-len") -> None:
+        raise NotImplementedError("vLLM's start check (one request of max_model_len beside the null block, "
+                                  "get_kv_cache_configs) is not mirrored for SGLang, whose pool has no blocks")
 
     def caps(self, gpu: Gpu, settings: Settings) -> Caps:
         mib = (gpu.memory or 0) / MIB

@@ -174,7 +174,34 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         measured = measure_engine_reserve(engine, arch, cfg, ranks_gpus, snapshot.driver)
         out["measured_reserve"] = measured
         out["engine"] = compare_engine(engine, out, arch.name, cfg.model, measured)
+        gpu_bytes = ranks_gpus[0].total_bytes if ranks_gpus else None
+        if engine.kind == "sglang" and cfg.budget_mode == "vllm" and gpu_bytes and "engine_tokens" in out["engine"] \
+                and not out["engine"].get("model_differs"):
+            sglang_rules(out["engine"], arch, cfg, gpu_bytes, weights, engine.block_size)
     return out
+
+
+def sglang_rules(row: dict[str, Any], arch: Architecture, cfg: LiveConfig, gpu_bytes: int, weights: int,
+                 page_size: int | None) -> None:
+    """Beside an SGLang engine the pool gap compares like with like: kvdash's figure is SGLang 0.5.23's own rules
+    for this GPU, TP, KV dtype and the engine's page size (:func:`kvdash.engines.sglang.view`), not vLLM's."""
+    from kvdash.engines import sglang
+
+    v = sglang.view(arch, gpu_bytes, cfg.tp, cfg.kv_dtype, f.weights_per_rank(weights, cfg.tp), page_size)
+    row["sglang_rules"] = v
+    if "refused" in v:
+        row["explain"] = f"SGLang {sglang.VERSION}'s rules: {v['refused']}; kvdash's figure is vLLM 0.33's"
+        return
+    ours = int(v["max_total_num_tokens"])
+    row["kvdash_tokens"], row["kvdash_rules"] = ours, f"SGLang {sglang.VERSION}"
+    row["difference_tokens"] = row["engine_tokens"] - ours
+    row.pop("reconciling_reserve_bytes", None)  # vLLM's reserve: no meaning beside SGLang's fraction
+    row["explain"] = (f"kvdash's pool by SGLang {sglang.VERSION}'s rules: mem_fraction_static "
+                      f"{v['mem_fraction_static']} (its default for this GPU at TP {cfg.tp}), free memory before the "
+                      f"weights taken as the GPU's total less 1 GiB, {v['cell_bytes']:,} B per token, page size "
+                      f"{v['page_size']}; " + ("the same pool" if row["difference_tokens"] == 0 else
+                      "a gap is the engine's measured free memory, a --mem-fraction-static or --max-total-tokens "
+                      "it was given, or weights other than kvdash's"))
 
 
 def reserve_short(cfg: LiveConfig, basis: str) -> str:

@@ -366,7 +366,8 @@ def engine_rows(eng: dict[str, Any]) -> list[tuple[str, str, str]]:
         rows.append((f"  pool {rank['rank']} (DP rank)", f"{pool} tokens, usage {u}, r {_opt(rank.get('running'))} "
                      f"w {_opt(rank.get('waiting'))}", ""))
     if "engine_tokens" in eng:
-        rows.append(("engine pool vs kvdash", f"{eng['engine_tokens']:,} vs {eng['kvdash_tokens']:,} tokens "
+        rules = f" ({eng['kvdash_rules']} rules)" if eng.get("kvdash_rules") else ""
+        rows.append((f"engine pool vs kvdash{rules}", f"{eng['engine_tokens']:,} vs {eng['kvdash_tokens']:,} tokens "
                                               f"({eng['difference_tokens']:+,})", ""))
     return rows
 
@@ -502,7 +503,8 @@ def kv_summary(kv: dict[str, Any]) -> Text:
                 out.append(eng["model_note"] + "\n", style="yellow")
             elif "engine_tokens" in eng:
                 out.append("pools   ", style="bold")
-                out.append(f"engine {eng['engine_tokens']:,} vs kvdash {eng['kvdash_tokens']:,} "
+                rules = f" by {eng['kvdash_rules']}'s rules" if eng.get("kvdash_rules") else ""
+                out.append(f"engine {eng['engine_tokens']:,} vs kvdash{rules} {eng['kvdash_tokens']:,} "
                            f"({eng['difference_tokens']:+,})")
                 m = kv.get("measured_reserve") or {}
                 matches = ""
