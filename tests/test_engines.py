@@ -174,3 +174,20 @@ class TestLogCheckBoundaries:
         smallest published one: plausible; one byte less (lowest budget one byte more): implausible."""
         assert self.check((6_904_783_340, 6_904_783_350))["verdict"] == "plausible"
         assert self.check((6_904_783_341, 6_904_783_350))["verdict"] == "implausible"
+
+
+def test_caps_raise_to_max_model_len_only_above_the_default():
+    """Chunked prefill off: batched tokens are raised to max_model_len only when it is larger
+    (_set_default_max_num_seqs_and_batched_tokens_args): on an H100 at max_model_len 8,192 = the default 8,192
+    the basis stays "default"; at 8,193 it is raised."""
+    at = VLLM.caps(H100, Settings(8192, chunked_prefill=False))
+    above = VLLM.caps(H100, Settings(8193, chunked_prefill=False))
+    assert (at.max_num_batched_tokens, at.tokens_basis) == (8192, "default")
+    assert above.max_num_batched_tokens == 8193 and "raised to max_model_len 8,193" in above.tokens_basis
+
+
+def test_throughput_mode_caps_tokens_by_the_doubled_seqs():
+    """--performance-mode throughput on an H100 at max_model_len 16: seqs 1,024 x 2 = 2,048; 2,048 x 16 = 32,768
+    is not below the doubled 16,384 batched tokens, so they stay 16,384; at max_model_len 4: 2,048 x 4 = 8,192."""
+    assert VLLM.caps(H100, Settings(16, performance_mode="throughput")).max_num_batched_tokens == 16_384
+    assert VLLM.caps(H100, Settings(4, performance_mode="throughput")).max_num_batched_tokens == 8_192
