@@ -42,16 +42,17 @@ CALC_FIELDS = {field.name for field in dataclasses.fields(CalcInput)}
 
 
 @functools.cache
-def _arch(config: str) -> Architecture:
-    return load_config(CONFIGS / config / "config.json")
+def _arch(config: str, root: Path = CONFIGS) -> Architecture:
+    return load_config(root / config / "config.json")
 
 
 def kvdash_case(config: str, tp: int, kv_dtype: str, block_size: int | str, budget: int, prefix_caching: bool,
-                max_model_len: int, serve: dict[str, Any] | None = None) -> dict[str, Any]:
+                max_model_len: int, serve: dict[str, Any] | None = None, root: Path = CONFIGS) -> dict[str, Any]:
     """kvdash's figures for one case, in the schema of ``expected.json``.  ``serve``: the engine settings of
     ``expected.json``'s header (batched tokens, max_num_seqs, async scheduling), passed to kvdash where its
-    ``CalcInput`` has the field."""
-    arch = _arch(config)
+    ``CalcInput`` has the field; ``root``: the folder holding ``config/config.json`` (``tests/data/configs``,
+    or ``conformance/vllm/external`` for the external set)."""
+    arch = _arch(config, root)
     length = min(max_model_len, arch.max_context)
     extra: dict[str, Any] = {}
     serve = serve or {}
@@ -69,7 +70,9 @@ def kvdash_case(config: str, tp: int, kv_dtype: str, block_size: int | str, budg
     block = pool["block_size"]
     pages: dict[str, int] = {}
     for layer in arch.layers:
-        if layer.is_state:  # padded to the attention page (vLLM's page_size_padded)
+        if layer.is_state and not arch.attention_layers:  # attention-free: the state page itself
+            pages[layer.kind] = stage["state_page_bytes"]
+        elif layer.is_state:  # padded to the attention page (vLLM's page_size_padded)
             pages[layer.kind] = block * stage["layer_token_bytes"]
         else:
             # the dtype vLLM stores the cache in (Falcon keeps bf16 under fp8: engines/vllm.py stored_kv_dtype)
@@ -82,7 +85,7 @@ def kvdash_case(config: str, tp: int, kv_dtype: str, block_size: int | str, budg
         sizes.extend(len(range(i, count, n)) for i in range(n))
     attn = arch.first("full", "sliding", "chunked")
     return {
-        "num_kv_heads": max(1, attn.kv_heads // tp) if attn else 1,
+        "num_kv_heads": max(1, attn.kv_heads // tp) if attn else (1 if arch.use_mla else 0),
         "head_size": arch.head_dim,
         "use_mla": arch.use_mla,
         "is_hybrid": arch.is_hybrid,
@@ -123,10 +126,13 @@ def case_id(case: dict[str, Any]) -> str:
             f"prefix {'on' if case['prefix_caching'] else 'off'} {case['budget_bytes'] // GiB} GiB")
 
 
-def compare(case: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(figure, vLLM, kvdash) for every figure of ``case`` kvdash disagrees on; empty when it agrees."""
+def compare(case: dict[str, Any], serve: dict[str, Any] | None = None,
+            root: Path = CONFIGS) -> list[tuple[str, Any, Any]]:
+    """(figure, vLLM, kvdash) for every figure of ``case`` kvdash disagrees on; empty when it agrees.
+    ``serve`` (default: this file's header) and ``root`` (default ``tests/data/configs``) let another
+    harness output, such as the external set's, be compared the same way."""
     args = (case["config"], case["tp"], case["kv_dtype"], case["block_size_requested"], case["budget_bytes"],
-            case["prefix_caching"], case["max_model_len"], SERVE)
+            case["prefix_caching"], case["max_model_len"], SERVE if serve is None else serve, root)
     if case["status"] == "refused":
         try:
             got = kvdash_case(*args)
@@ -149,12 +155,13 @@ def compare(case: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     return diffs
 
 
-def report(config: str, cases: list[dict[str, Any]], examples: int = 3) -> str:
+def report(config: str, cases: list[dict[str, Any]], examples: int = 3, serve: dict[str, Any] | None = None,
+           root: Path = CONFIGS) -> str:
     """Every disagreement of one config, grouped by figure: count, then the first cases."""
     by_figure: dict[str, list[str]] = {}
     bad = 0
     for case in cases:
-        diffs = compare(case)
+        diffs = compare(case, serve, root)
         bad += bool(diffs)
         for key, want, have in diffs:
             by_figure.setdefault(key, []).append(f"{case_id(case)}: vLLM {want!r}, kvdash {have!r}")

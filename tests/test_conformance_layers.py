@@ -76,6 +76,10 @@ def per_layer_kinds(cfg: Any, mla: bool) -> tuple[str, list[str | None]] | None:
         if unknown:
             pytest.fail(f"layer_types values without a rule in this cross-check: {unknown}")
         kinds: list[str | None] = [LAYER_TYPES[t] for t in list(types)[:n]]
+        if getattr(cfg, "model_type", "") in ("mamba", "falcon_mamba"):
+            # transformers' MambaConfig / FalconMambaConfig name every layer "linear_attention"; each is a Mamba-1
+            # mixer (vllm/model_executor/models/mamba.py, MambaDecoderLayer), a MambaSpec of kind "mamba"
+            kinds = ["mamba" if k == "linear" else k for k in kinds]
         if mla:
             kinds = ["mla" if k == "full" else k for k in kinds]
         return "layer_types", kinds

@@ -222,10 +222,10 @@ class Clock:
 @pytest.mark.parametrize("mode", ["hang", "drip", "nan", "500", "garbage", "inf"])
 async def test_gpu_readings_advance_while_engine_misbehaves(mode):
     """Regression: a drip-slow endpoint froze the GPU panel for 40+ s; a hung one halved the refresh.
-    GPU polls every 0.1 s while the engine hangs or drips under a 1 s deadline: in 1.5 s the GPU
-    readings advance at least 4 times (demo time moves 1 s per poll; with the engine read inside the
-    GPU poll a hang allowed at most 2), and the engine error names its URL.  Then the server is fixed
-    and the error clears."""
+    GPU polls every 0.1 s while the engine hangs or drips under a 1 s deadline: in 3 s the GPU
+    readings advance at least 5 times (demo time moves 1 s per poll; with the engine read inside the
+    GPU poll a hang allows at most 3 in 3 s; the window is wide so that a loaded machine's slow polls
+    still pass), and the engine error names its URL.  Then the server is fixed and the error clears."""
     from kvdash.tui.app import LiveApp
 
     clock = Clock()
@@ -236,8 +236,8 @@ async def test_gpu_readings_advance_while_engine_misbehaves(mode):
             await pilot.pause(0.3)
             first = app.snapshot.time
             polls = app.polls
-            await pilot.pause(1.5)
-            assert app.polls - polls >= 4 and app.snapshot.time - first >= 4
+            await pilot.pause(3.0)
+            assert app.polls - polls >= 5 and app.snapshot.time - first >= 5
             for _ in range(30):  # the engine's first answer (its deadline is 1 s)
                 if app.engine_polls:
                     break
@@ -368,11 +368,16 @@ async def test_replay_bad_line_is_a_notification_and_a_skipped_frame(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     source = ReplaySource(path)
     app = LiveApp(source, LiveConfig(), interval=0.05)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause(0.6)
-        assert any("line 2, gpus[0].used_bytes" in n.message for n in app._notifications)
-        assert 1_767_225_602.0 == app.snapshot.time  # line 3 (demo tick 2), line 2 skipped
-    source.close()
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(100):  # up to 10 s on a loaded machine; three frames at 0.05 s when quiet
+                if app.snapshot is not None and app.snapshot.time >= 1_767_225_602.0:
+                    break
+                await pilot.pause(0.1)
+            assert any("line 2, gpus[0].used_bytes" in n.message for n in app._notifications)
+            assert 1_767_225_602.0 == app.snapshot.time  # line 3 (demo tick 2), line 2 skipped
+    finally:
+        source.close()
 
 
 def test_replay_streamed_first_frame_fast_and_memory_bounded(tmp_path):

@@ -301,11 +301,11 @@ class TestRefusals:
 
     def test_cli_one_line_exit_2(self, tmp_path):
         path = tmp_path / "config.json"
-        path.write_text(json.dumps({"model_type": "mamba", "num_hidden_layers": 2}))
+        path.write_text(json.dumps({"model_type": "mamba2", "num_hidden_layers": 2}))
         proc = subprocess.run([sys.executable, "-m", "kvdash.cli", "calc", "--config", str(path)],
                               capture_output=True, text=True)
         assert 2 == proc.returncode
-        assert 1 == len(proc.stderr.strip().splitlines()) and "'mamba'" in proc.stderr
+        assert 1 == len(proc.stderr.strip().splitlines()) and "'mamba2'" in proc.stderr
         assert "attention-free" in proc.stderr and "--layers/--kv-heads/--head-dim" in proc.stderr
 
     def test_state_layer_without_a_hybrid_type(self):

@@ -3,6 +3,8 @@
 #
 # Usage: conformance/vllm/run.sh [harness options, e.g. --only qwen3-8b jamba-1.5-mini]
 #        conformance/vllm/run.sh --registry     # only conformance/vllm/registry.json
+#        conformance/vllm/run.sh --external [harness options]
+#            # the external set: conformance/vllm/external/*/config.json -> external/expected.json
 #
 # The side virtualenv holding vllm==0.33.0 (about 8 GB with torch's CUDA libraries) is
 # VLLM_VENV, default /work/vllm-venv if it exists, else ./.vllm-venv in the repository.
@@ -35,15 +37,22 @@ if [[ "${1:-}" == "--registry" ]]; then
   "$VLLM_VENV/bin/python" "$here/registry.py" "$here/registry.json"
   exit 0
 fi
+configs=tests/data/configs
+out="$here/expected.json"
+if [[ "${1:-}" == "--external" ]]; then
+  shift
+  configs=conformance/vllm/external
+  out="$here/external/expected.json"
+fi
 jobs="${JOBS:-2}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 pids=()
 for ((k = 0; k < jobs; k++)); do
-  "$VLLM_VENV/bin/python" "$here/harness.py" --configs tests/data/configs --shard "$k/$jobs" \
+  "$VLLM_VENV/bin/python" "$here/harness.py" --configs "$configs" --shard "$k/$jobs" \
     --partial-out "$tmp/shard$k.json" "$@" 2> >(sed "s/^/[shard $k] /" >&2) &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
-python3 "$here/merge.py" "$here/expected.json" "$tmp"/shard*.json
+python3 "$here/merge.py" "$out" "$tmp"/shard*.json
 echo "conformance/vllm/run.sh: $(( $(date +%s) - start )) s" >&2

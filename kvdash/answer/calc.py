@@ -67,6 +67,31 @@ def evaluate(inp: CalcInput, shapes: Sequence[PoolShape], budget: int, lengths: 
     return out
 
 
+def check_engine_starts(inp: CalcInput, shapes: Sequence[PoolShape], budget: int) -> None:
+    """The engine refuses to start when one request of ``--max-model-len`` tokens does not fit beside its null
+    block (:meth:`kvdash.engines.base.EngineRules.check_one_request_fits`; vLLM 0.33:
+    :func:`kvdash.engines.vllm.check_one_request_fits`); checked on every pipeline stage, as vLLM checks every
+    worker, and only where ``--max-model-len`` is given (without it kvdash's vLLM figures are for
+    ``--max-reserved``, not a length vLLM was given).  The length it suggests is the longest that fits (vLLM's
+    ``estimate_max_model_len``: a binary search on the same blocks-per-request figure)."""
+    length = int(inp.max_model_len or 0)
+    for shape in shapes:
+        def request(n: int, shape: PoolShape = shape) -> tuple[int, int]:
+            m = evaluate(replace(inp, max_model_len=n), [shape], budget, (1,))
+            return int(m["block_bytes"]), int(m["vllm_blocks_per_request"])
+        block_bytes, blocks = request(length)
+        if block_bytes * (blocks + 1) <= budget:
+            continue
+        lo, hi, best = 1, length, 0
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if block_bytes * request(mid)[1] <= budget - block_bytes:
+                best, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        rules_of(inp).check_one_request_fits(budget, block_bytes, blocks, length, best, "--max-model-len")
+
+
 def paged_capacity(inp: CalcInput, shapes: Sequence[PoolShape], budget: int, n: int) -> int:
     """Requests of ``n`` tokens that fit, paged (the tightest stage decides)."""
     return int(evaluate(inp, shapes, budget, (n,))["paged_requests"])
@@ -467,6 +492,8 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
         "allow_long_max_model_len": inp.allow_long_max_model_len,
     }
     out["budget"] = budget_info
+    if inp.max_model_len and inp.target is None and inp.logged_tokens is None:  # those ask about other budgets
+        check_engine_starts(inp, shapes, budget)
     m = evaluate(inp, shapes, budget, (inp.used,), (inp.final or inp.used,))
     out.update(_core(inp, m))
     s0 = shapes[0]

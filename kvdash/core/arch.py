@@ -93,8 +93,8 @@ class Architecture:
 
     @property
     def is_hybrid(self) -> bool:
-        """Attention and state layers together (vLLM's ``is_hybrid``)."""
-        return bool(self.state_layers)
+        """Attention and state layers together (vLLM's ``is_hybrid``; an attention-free Mamba is not hybrid)."""
+        return bool(self.state_layers) and bool(self.attention_layers)
 
     @property
     def use_mla(self) -> bool:

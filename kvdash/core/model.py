@@ -134,7 +134,9 @@ def from_hf_config(
         if isinstance(cfg.get("hybrid_layer_pattern"), list) else (),
     }
     n_layers = _int(cfg, "num_hidden_layers", where)
-    heads = _int(cfg, "num_attention_heads", where)
+    model_type = str(cfg.get("model_type") or "")
+    attention_free = model_type in modeltypes.ATTENTION_FREE_TYPES  # Mamba: no attention heads to read
+    heads = 0 if attention_free else _int(cfg, "num_attention_heads", where)
     hidden = cfg.get("hidden_size") or 0
     if hidden:
         hidden = limits.check_int(f"{where}: hidden_size", hidden, name="hidden_size")
@@ -152,20 +154,23 @@ def from_hf_config(
         layers = tuple(Layer("mla", kv_heads=1, kv_lora_rank=rank, qk_rope_head_dim=rope)
                        for _ in range(n_layers))
     else:
-        head_dim = modeltypes.head_size(cfg, heads, where)
-        kv_heads = modeltypes.total_kv_heads(cfg, heads, where)
-        derived += derived_figures(cfg, heads, head_dim, kv_heads)
-        head_dim_v = cfg.get("v_head_dim") or head_dim
-        limits.check_int(f"{where}: v_head_dim", head_dim_v, name="v_head_dim")
-        window = cfg.get("sliding_window") or 0
-        if window:
-            limits.check_int(f"{where}: sliding_window", window, name="sliding_window")
-        if window and model_type == "cohere2":
-            # vllm/model_executor/models/commandr.py: a Cohere2 sliding layer sees sliding_window + 1 tokens
-            window += 1
-        chunk = cfg.get("attention_chunk_size") or 0
-        if chunk:
-            limits.check_int(f"{where}: attention_chunk_size", chunk, name="sliding_window")
+        if attention_free:
+            head_dim = kv_heads = head_dim_v = window = chunk = 0
+        else:
+            head_dim = modeltypes.head_size(cfg, heads, where)
+            kv_heads = modeltypes.total_kv_heads(cfg, heads, where)
+            derived += derived_figures(cfg, heads, head_dim, kv_heads)
+            head_dim_v = cfg.get("v_head_dim") or head_dim
+            limits.check_int(f"{where}: v_head_dim", head_dim_v, name="v_head_dim")
+            window = cfg.get("sliding_window") or 0
+            if window:
+                limits.check_int(f"{where}: sliding_window", window, name="sliding_window")
+            if window and model_type == "cohere2":
+                # vllm/model_executor/models/commandr.py: a Cohere2 sliding layer sees sliding_window + 1 tokens
+                window += 1
+            chunk = cfg.get("attention_chunk_size") or 0
+            if chunk:
+                limits.check_int(f"{where}: attention_chunk_size", chunk, name="sliding_window")
         hybrid = modeltypes.hybrid_layers(cfg, model_type, n_layers, where)
         if hybrid is not None:
             kinds = [kind for kind, _ in hybrid]

@@ -64,6 +64,8 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "lfm2_moe": ("LFM2-MoE", "full + short_conv (short-convolution state layers, layer_types)"),
     "falcon_h1": ("Falcon-H1", "full + mamba (Mamba-2), both in every layer"),
     "jamba": ("Jamba", "full + mamba (Mamba-1)"),
+    "mamba": ("Mamba (attention-free)", "mamba (Mamba-1) in every layer"),
+    "falcon_mamba": ("Falcon-Mamba (attention-free)", "mamba (Mamba-1) in every layer"),
     "nemotron_h": ("Nemotron-H", "full + mamba (Mamba-2)"),
     "granitemoehybrid": ("Granite 4.0 hybrid", "full + mamba (Mamba-2)"),
     "zamba2": ("Zamba2", "mamba (Mamba-2) in every layer + full in each hybrid layer"),
@@ -126,6 +128,8 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "mimo_v2_flash": ("mimo-v2-flash",),
     "olmo3": ("olmo-3-7b",),
     "seed_oss": ("seed-oss-36b",),
+    "mamba": ("mamba-130m",),
+    "falcon_mamba": ("falcon-mamba-7b",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {
@@ -158,16 +162,13 @@ NOT_MODELLED: dict[str, str] = {
                    "per token beside the latent in every layer (DeepseekV32IndexerCache.get_kv_cache_spec, "
                    "vllm/model_executor/models/deepseek_v2.py), planned in one group with it, and 64-token blocks "
                    "on Hopper; kvdash does not model the indexer cache yet",
-    "mamba": "attention-free: vLLM 0.33 plans only Mamba-1 state pages, one group of every layer "
-             "(vllm/model_executor/models/mamba.py), and kvdash's pool needs at least one attention layer",
-    "falcon_mamba": "attention-free: vLLM 0.33 serves FalconMambaForCausalLM as MambaForCausalLM "
-                    "(vllm/model_executor/models/mamba.py) and plans only Mamba-1 state pages; kvdash's pool needs "
-                    "at least one attention layer",
     "mamba2": "attention-free: only Mamba-2 state pages (vllm/model_executor/models/mamba2.py); kvdash's pool needs "
               "at least one attention layer",
 }
 HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "granitemoehybrid",
-                "falcon_h1", "zamba2", "lfm2", "lfm2_moe")
+                "falcon_h1", "zamba2", "lfm2", "lfm2_moe", "mamba", "falcon_mamba")
+# model types without attention layers: only state pages (num_attention_heads, head_dim not read)
+ATTENTION_FREE_TYPES = ("mamba", "falcon_mamba")
 # model types whose attention layers come shaped by their own rule (heads and head sizes per layer kind)
 SHAPED_TYPES = ("mimo_v2_flash",)
 # model types transformers does not define (remote code): read as published, with the rules below
@@ -375,6 +376,13 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
                 raise InputError(f"{where}: layer_types[{i}]", name,
                                  f"expected full_attention or linear_attention for {model_type}")
         return out
+    if model_type in ATTENTION_FREE_TYPES:
+        # vllm/model_executor/models/mamba.py (MambaDecoderLayer: MambaMixer(intermediate_size=config.intermediate_size,
+        # ssm_state_size=config.state_size, conv_kernel_size=config.conv_kernel)); FalconMambaForCausalLM is served
+        # by the same class (registry.py); Mamba-1: no prefill checkpoint
+        mamba = Layer("mamba", state_family="mamba1", state=(
+            _pos(cfg, "intermediate_size", where), _pos(cfg, "state_size", where), _pos(cfg, "conv_kernel", where)))
+        return [("mamba", mamba)] * n_layers
     if model_type in ("lfm2", "lfm2_moe"):
         # vllm/model_executor/models/lfm2.py (Lfm2Model.__init__, get_layer: layer_types[i] == "full_attention" is an
         # attention layer, any other a Lfm2ShortConvDecoderLayer; lfm2_moe.py the same): a ShortConv layer

@@ -45,7 +45,7 @@ MAX_LENGTHS = 8
 INPUTS = (
     "block_size", "layer_token_bytes", "group_size", "full_groups", "window_groups", "window",
     "full_token_bytes", "window_token_bytes", "state_bytes", "state_blocks", "chunked", "full_ratio",
-    "window_ratio", "budget", "k",
+    "window_ratio", "fixed_block_bytes", "budget", "k",
     "max_reserved", "prefix",
     "max_model_len", "max_batched_tokens", "in_flight_tokens",
     *(f"l{i}" for i in range(MAX_LENGTHS)), *(f"f{i}" for i in range(MAX_LENGTHS)),
@@ -80,7 +80,7 @@ def request_metrics(x: Mapping[str, Any], per_request: BlocksRule | None = None)
     lengths = [x[f"l{i}"] for i in range(MAX_LENGTHS) if f"l{i}" in x]
     finals = [x[f"f{i}"] for i in range(MAX_LENGTHS) if f"f{i}" in x]
 
-    bb = f.block_bytes(B, x["layer_token_bytes"], x["group_size"])
+    bb = f.block_bytes(B, x["layer_token_bytes"], x["group_size"]) + x.get("fixed_block_bytes", 0)
 
     fr, wr = x.get("full_ratio", 1), x.get("window_ratio", 1)
 
@@ -136,9 +136,9 @@ def capacity_metrics(budget: Any, k: Any, block_size: Any, r: Mapping[str, Any])
     contiguous = f.capacity(budget, r["contiguous_max_bytes"]) * k
     shared = r["prefix_shared_bytes"]
     saved = f.imax(paged - 1, 0) * shared
-    tokens = pool // r["kv_groups"] * block_size
+    tokens = pool // f.imax(r["kv_groups"], 1) * block_size  # an attention-free pool has no attention group
     out = {
-        "kv_token_slots": f.token_slots(budget, r["bytes_per_token"]),
+        "kv_token_slots": f.token_slots(budget, f.imax(r["bytes_per_token"], 1)),  # 0 B/token: attention-free
         "whole_pool_blocks": pool,
         "block_backed_token_slots": tokens,
         "leftover_bytes": budget - pool * r["block_bytes"],
@@ -185,6 +185,7 @@ def shape_inputs(shape: Any) -> dict[str, int]:
         "chunked": shape.chunked,
         "full_ratio": shape.full_ratio,
         "window_ratio": shape.window_ratio,
+        "fixed_block_bytes": shape.fixed_block_bytes,
     }
 
 

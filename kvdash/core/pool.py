@@ -53,6 +53,9 @@ class PoolShape:
     # unify_kv_cache_spec_page_size; MiMo-V2-Flash's full layers: 2); 1 when every layer has one page size
     full_ratio: int = 1
     window_ratio: int = 1
+    # an attention-free pool (Mamba, Falcon-Mamba): a block is one state page per layer of its group, whatever the
+    # block size (layer_token_bytes 0): vLLM 0.33 plans only MambaSpec pages, one group of every layer
+    fixed_block_bytes: int = 0
 
     @property
     def bytes_per_token(self) -> int:
@@ -60,7 +63,7 @@ class PoolShape:
 
     @property
     def block_bytes(self) -> int:
-        return f.block_bytes(self.block_size, self.layer_token_bytes, self.group_size)
+        return f.block_bytes(self.block_size, self.layer_token_bytes, self.group_size) + self.fixed_block_bytes
 
     @property
     def attention_groups(self) -> int:

@@ -124,6 +124,13 @@ class EngineRules(Protocol):
         for ``arch``; ``allow_long``: the engine's override (vLLM: ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``)."""
         ...
 
+    def check_one_request_fits(self, budget: int, block_bytes: int, blocks_per_request: int, max_model_len: int,
+                               estimated_max_len: int, field: str = "--max-model-len") -> None:
+        """Raise :class:`kvdash.errors.InputError` (naming ``field``) where the engine refuses to start because a
+        pool of ``budget`` bytes in blocks of ``block_bytes`` cannot hold one request of ``max_model_len`` tokens
+        (``blocks_per_request`` blocks); ``estimated_max_len``: the longest length that would fit."""
+        ...
+
     def caps(self, gpu: Gpu, settings: Settings) -> Caps:
         """The scheduler caps for this GPU: given values kept, missing ones the engine's defaults for the GPU.
         Raise :class:`~kvdash.errors.InputError` for a combination the engine refuses."""

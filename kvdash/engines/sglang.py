@@ -382,6 +382,11 @@ class SglangRules:
             raise InputError(field, max_model_len, f"SGLang {VERSION} refuses a context length above the derived "
                              f"{derived:,} (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 allows it)")
 
+    def check_one_request_fits(self, budget: int, block_bytes: int, blocks_per_request: int, max_model_len: int,
+                               estimated_max_len: int, field: str = "--max-model-len") -> None:
+        raise NotImplementedError("vLLM's start check (one request of max_model_len beside the null block, "
+                                  "get_kv_cache_configs) is not mirrored for SGLang, whose pool has no blocks")
+
     def caps(self, gpu: Gpu, settings: Settings) -> Caps:
         mib = (gpu.memory or 0) / MIB
         t = tier(mib, 1)

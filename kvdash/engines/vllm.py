@@ -16,6 +16,8 @@ These are the engine's choices, kept apart from the engine-free formulas of :mod
   blocks a request's recurrent state takes (``MambaSpec``);
 * the blocks vLLM budgets per request at ``max_model_len`` and its start-up log line (the figures it logs are
   assembled in :mod:`kvdash.engines.vllm_view`);
+* the refusal to start when one request of ``max_model_len`` does not fit beside the null block
+  (:func:`check_one_request_fits`);
 * the refusal of a ``max_model_len`` above the derived limit (the limit itself is read from ``config.json`` by
   :mod:`kvdash.core.maxlen`).
 
@@ -342,9 +344,9 @@ def aligned_block_size(arch: Architecture, dtype: str, scales: str, tp: int, req
     if not states:
         return requested, 0
     attn = arch.attention_layers[0] if arch.attention_layers else None
-    if attn is None:
-        raise InputError("model", "no attention layers", "kvdash needs at least one attention layer")
     page = max(layer_state_bytes(layer, tp) for layer in states)
+    if attn is None:  # attention-free (Mamba): nothing to align to; a block is one state page per layer
+        return requested, page
     token = layer_token_bytes(attn, dtype, scales, tp)
     align = f.imax(KERNEL_BLOCK_ALIGNMENT, requested)
     if exports_checkpoints(arch, prefix_caching):
@@ -391,8 +393,20 @@ def shape_of(layers: Sequence[Layer], dtype: str, scales: str, tp: int, block_si
             continue
         key = ("full" if layer.kind in ("full", "mla") else layer.kind, layer.window)
         kinds.setdefault(key, []).extend([layer_token_bytes(layer, dtype, scales, tp)] * count)
+    if not kinds and not n_state:
+        raise InputError("model", "no layers", "a pipeline stage holds no cache layer")
     if not kinds:
-        raise InputError("model", "no attention layers", "kvdash needs at least one attention layer per stage")
+        # attention-free (Mamba, Falcon-Mamba: vllm/model_executor/models/mamba.py): every layer's MambaSpec page,
+        # one group of them all (_get_kv_cache_groups_uniform_page_size), a block = one page per layer; a request
+        # holds 2 blocks in align mode (prefix caching on), 3 with a Mamba-2 checkpoint, 1 without prefix caching
+        # (MambaSpec.max_memory_usage_bytes, vllm/v1/kv_cache_interface.py)
+        blocks = (3 if checkpoints else 2) if prefix_caching else 1
+        return PoolShape(
+            block_size=block_size, layer_token_bytes=0, group_size=n_state, full_groups=0, window_groups=0,
+            window=0, full_token_bytes=0, window_token_bytes=0, state_bytes=blocks * state_page * n_state,
+            attention_layers=0, state_layers=n_state, state_groups=1, state_blocks=blocks,
+            state_page_bytes=state_page, requested_block_size=block_size if requested is None else requested,
+            mamba_mode="align" if prefix_caching else "none", fixed_block_bytes=state_page * n_state)
     local = {kind for (kind, _) in kinds if kind != "full"}
     if len(local) > 1:
         raise InputError("model", "sliding and chunked layers",
@@ -491,6 +505,41 @@ def auto_block_size(arch: Architecture, kv_dtype: str = defaults.KV_DTYPE,
     return size, why
 
 
+def check_one_request_fits(budget: int, block_bytes: int, blocks_per_request: int, max_model_len: int,
+                           estimated_max_len: int, field: str = "--max-model-len") -> None:
+    """Refuse a pool that cannot hold one request of ``max_model_len`` tokens, as vLLM 0.33 refuses to start.
+
+    ``get_kv_cache_configs`` (``vllm/v1/core/kv_cache_planning.py``) plans against the memory left once the
+    null block is held back (``available - bytes_per_block``) and ``_check_enough_kv_cache_memory`` raises when
+    one request at ``max_model_len`` needs more: ``bytes_per_block x blocks_per_request`` (the sum over groups
+    of ``max_memory_usage_bytes`` in pages, ``_max_memory_usage_bytes_from_groups``).  So it refuses exactly
+    when ``bytes_per_block x (blocks_per_request + 1) > available``, i.e. when the pool's whole blocks
+    ``available // bytes_per_block`` are no more than the blocks one request takes.  Its message quotes GiB
+    as ``round(b / 2**30, 2)`` (``format_gib``, ``vllm/utils/mem_utils.py``) and the longest length that
+    fits (``estimate_max_model_len``'s binary search, here ``estimated_max_len``).
+
+    >>> check_one_request_fits(12 * 2**30, 8_257_536, 2048, 32768, 24944)  # Llama-3.1-405B, tp 1, bf16
+    Traceback (most recent call last):
+    ...
+    kvdash.errors.InputError: --max-model-len: 32768 ...
+    """
+    if block_bytes <= 0 or block_bytes * (blocks_per_request + 1) <= budget:
+        return
+    needed, available = block_bytes * blocks_per_request, budget - block_bytes
+    estimate = (f"Based on the available memory, the estimated maximum model length is {estimated_max_len}. "
+                if estimated_max_len > 0 else "")
+    said = (f"To serve at least one request with the model's max seq len ({max_model_len}), "
+            f"({round(needed / 2**30, 2)} GiB KV cache is needed, which is larger than the available KV cache "
+            f"memory ({round(available / 2**30, 2)} GiB). {estimate}").rstrip()
+    raise InputError(field, max_model_len,
+                     f"vLLM 0.33 refuses to start: \"{said}\" "
+                     f"(vllm/v1/core/kv_cache_planning.py, get_kv_cache_configs: {blocks_per_request:,} blocks "
+                     f"of {block_bytes:,} B for one request, {budget // block_bytes:,} in the pool of which one "
+                     "is its null block)",
+                     (f"lower it to {estimated_max_len:,} or less, " if estimated_max_len > 0 else "")
+                     + "or give the KV cache more memory")
+
+
 # --- the interface ----------------------------------------------------------------------------------
 
 class VllmRules:
@@ -506,6 +555,10 @@ class VllmRules:
     def check_max_model_len(self, arch: Architecture, max_model_len: int, allow_long: bool,
                             field: str = "--max-model-len") -> None:
         check_max_model_len(max_model_len, arch.derived_max_len, allow_long, field)
+
+    def check_one_request_fits(self, budget: int, block_bytes: int, blocks_per_request: int, max_model_len: int,
+                               estimated_max_len: int, field: str = "--max-model-len") -> None:
+        check_one_request_fits(budget, block_bytes, blocks_per_request, max_model_len, estimated_max_len, field)
 
     def caps(self, gpu: Gpu, settings: Settings) -> Caps:
         return scheduler_caps(gpu.memory, gpu.name, settings.max_model_len, settings.max_num_seqs,
