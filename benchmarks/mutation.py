@@ -49,6 +49,7 @@ EQUIVALENT = REPO / "benchmarks" / "mutation_equivalent.txt"
 CORE_TESTS = ["tests/test_architectures.py", "tests/test_properties.py", "tests/test_published.py",
               "tests/test_cli.py", "tests/test_rules.py"]
 SIMULATE_TESTS = ["tests/test_simulate_rules.py"]
+REPORT_TESTS = ["tests/test_report_decision.py", "tests/test_report_fast_paths.py", "tests/test_sweep.py"]
 TARGETS: dict[str, list[str]] = {
     "kvdash/core/formulas.py": CORE_TESTS,
     "kvdash/core/point.py": CORE_TESTS + ["tests/test_sweep.py"],
@@ -71,6 +72,15 @@ TARGETS: dict[str, list[str]] = {
     "kvdash/simulate/allocators.py": SIMULATE_TESTS,  # and the reference simulator
     "kvdash/simulate/reference.py": SIMULATE_TESTS,
     "kvdash/simulate/rules.py": SIMULATE_TESTS,
+    # the report (split by what it does, issue 26): the fast paths against their plain definitions, then the
+    # report's sentences and tables worked by hand (minutes per mutant: a sample with --limit on two cores)
+    "kvdash/report/picks.py": ["tests/test_report_fast_paths.py", "tests/test_report_decision.py"],
+    "kvdash/report/labels.py": REPORT_TESTS,
+    "kvdash/report/analysis.py": REPORT_TESTS,
+    "kvdash/report/sections.py": REPORT_TESTS,
+    "kvdash/report/charts.py": REPORT_TESTS,
+    "kvdash/report/render.py": REPORT_TESTS,
+    "kvdash/report/build.py": REPORT_TESTS,
     "kvdash/simulate/capacity.py": SIMULATE_TESTS,
 }
 GOLDEN = "tests/test_reports_current.py"

@@ -27,6 +27,11 @@ class InputError(ValueError):
         text = one_line(text)
         super().__init__(text)
 
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        """Pickled by its four parts, so an error raised in a worker process (``kvdash sweep --jobs``) arrives
+        whole."""
+        return InputError, (self.field, self.value, self.allowed, self.hint)
+
 
 class Interrupted(Exception):
     """Ctrl-C (or SIGTERM, SIGHUP), with what it left behind; the CLI prints the message as one line and exits

@@ -228,6 +228,23 @@ class TestNewTypes:
         assert off["vllm_view"]["log_lines"][0].endswith("504.12x")
 
 
+    def test_mamba_attention_free(self):
+        """Mamba-130m (vllm/model_executor/models/mamba.py: a Mamba-1 mixer in each of 24 layers, no attention):
+        a state page of conv 1,536 x (4 - 1) + ssm 1,536 x 16 = 29,184 elements x 2 B = 58,368 B; one group of
+        all 24 layers, a block one page per layer: 12 GiB / (58,368 x 24) = 9,198 blocks; a request of any length
+        holds 2 of them in align mode -> 4,599.00x, 1 without prefix caching -> 9,198.00x (vLLM's own layers
+        give both, conformance/vllm/expected.json)."""
+        arch = config("mamba-130m")
+        assert ("24 mamba(mamba1)", 0, False) == (arch.pattern(), arch.num_attention_heads, arch.is_hybrid)
+        r = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048))
+        assert (9_198, 1, 58_368) == (r["vllm_view"]["num_gpu_blocks"], r["vllm_view"]["kv_cache_groups"],
+                                      r["pool"]["state_page_bytes"])
+        assert r["vllm_view"]["log_lines"][0].endswith("4599.00x")
+        assert "blocks of one 58,368-byte state page per layer (attention-free" in r["summary"]
+        off = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048, prefix_caching=False))
+        assert off["vllm_view"]["log_lines"][0].endswith("9198.00x")
+
+
 class TestConformanceMap:
     """The README's "conformance-checked on" column (modeltypes.CONFORMANCE) names real configs that check each type."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -18,6 +19,14 @@ from kvdash.sweep.evaluate import expand
 from kvdash.sweep.gridfile import parse_grid
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def _vendor():
+    """The vendor grid, parsed and evaluated once for every test that reads it (its simulate: time: block runs
+    the points in seconds)."""
+    spec = parse_grid(REPO / "sweeps" / "vendor-claims.yaml")
+    return spec, expand(spec)
 CHAT = REPO / "sweeps" / "chat-256.yaml"
 
 
@@ -171,8 +180,8 @@ class TestVerdicts:
     def test_applies_by_parameter_class(self):
         """The vendor grid's own 70B-as-MHA (weights 141.2 GB at 2 bytes: 70.6B) qualifies for the 70B claim and
         holds it: 2 x 80 x 64 x 128 x 2 B x 131,072 tokens / 8 ranks = 42.9 GB > 141.2 GB / 8 = 17.65 GB."""
-        spec = parse_grid(REPO / "sweeps" / "vendor-claims.yaml")
-        df = expand(spec).frame
+        spec, vendor = _vendor()
+        df = vendor.frame
         v = next(v for v in judge_all(df, dims=["model", "kv_dtype", "workload"],
                                       models={n: e.arch for n, e in spec.models.items()})
                  if v.claim.id == "128k-70b-exceeds-weights")
@@ -181,8 +190,8 @@ class TestVerdicts:
 
     def test_tail_claim_not_applicable_on_single_lengths(self):
         """A single 2,048-token request fills 128 blocks exactly: tail 0, which says nothing about an average."""
-        spec = parse_grid(REPO / "sweeps" / "vendor-claims.yaml")
-        v = next(v for v in judge_all(expand(spec).frame) if v.claim.id == "tail-8-tokens-4-percent")
+        spec, vendor = _vendor()
+        v = next(v for v in judge_all(vendor.frame) if v.claim.id == "tail-8-tokens-4-percent")
         assert v.verdict == "not applicable" and "remainder mod the block size" in v.note
 
     def test_tail_claim_judged_over_a_group(self, tmp_path):
@@ -196,8 +205,8 @@ class TestVerdicts:
     def test_prefix_claim_is_measured_where_retention_decides(self):
         """Issue 29: the claim is no longer judged on the prefix's share of each request (an input); it needs a
         prefix_cache: replay, and there it is judged on the share of prompt tokens retained blocks serve."""
-        spec = parse_grid(REPO / "sweeps" / "vendor-claims.yaml")
-        v = next(v for v in judge_all(expand(spec).frame) if v.claim.id == "prefix-sharing-40-60")
+        spec, vendor = _vendor()
+        v = next(v for v in judge_all(vendor.frame) if v.claim.id == "prefix-sharing-40-60")
         assert v.verdict == "not applicable"
         spec = parse_grid(REPO / "sweeps" / "prefix-cache.yaml")
         v = next(v for v in judge_all(expand(spec).frame) if v.claim.id == "prefix-sharing-40-60")
@@ -224,8 +233,8 @@ class TestVerdicts:
         assert (row["contiguous_requests"], row["paged_requests"]) == (20, 72)
 
     def test_reserve_beside_capacity_claims(self, tmp_path):
-        spec = parse_grid(REPO / "sweeps" / "vendor-claims.yaml")
-        ctx = analysis.build_context(spec, expand(spec))
+        spec, vendor = _vendor()
+        ctx = analysis.build_context(spec, vendor)
         row = next(r for r in ctx["claims"]["rows"] if r["id"] == "70b-8xh100-paged-60-80")
         assert "reserve auto/rank" in row["why"]  # issue 23: the default reserve of GPU-derived budgets
         assert "runtime reserve auto per rank (kvdash's default" in ctx["claims"]["reserve"]
@@ -240,8 +249,8 @@ class TestConcise:
         assert "Not computable from capacity arithmetic" in md
 
     def test_sensitivity_medians_per_workload(self):
-        spec = parse_grid(REPO / "sweeps" / "vendor-claims.yaml")
-        ctx = analysis.build_context(spec, expand(spec))
+        spec, vendor = _vendor()
+        ctx = analysis.build_context(spec, vendor)
         sens = ctx["sensitivity"]
         assert sens["workloads"] == ["chat-2k", "chat-2k-prefix-1k", "long-32k", "context-128k"]
         model = next(t for t in sens["tables"] if t["dimension"] == "model")

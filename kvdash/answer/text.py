@@ -157,9 +157,12 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
         line = f"{plan}. {line}"
     if "log_check" in r:
         line = f"{r['log_check']['text']} {line}"
+    attention_free = pool["state_layers"] and not r["bytes_per_token"]  # Mamba: state pages only
     line += (f": a KV budget of {pool['budget_bytes']:,} B ({human_bytes(pool['budget_bytes'])}) per rank "
-             f"holds {r['whole_pool_blocks']:,} blocks of {pool['block_size']} tokens "
-             f"({r['bytes_per_token']:,} B per token)")
+             + (f"holds {r['whole_pool_blocks']:,} blocks of one {pool['state_page_bytes']:,}-byte state page per "
+                f"layer (attention-free: no per-token KV)" if attention_free else
+                f"holds {r['whole_pool_blocks']:,} blocks of {pool['block_size']} tokens "
+                f"({r['bytes_per_token']:,} B per token)"))
     if "group" in r:
         g = r["group"]
         off = g["offload"]
@@ -170,7 +173,12 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
         if inp.max_reserved > max(g["lengths"]) or inp.max_reserved > min(g["lengths"]):
             line += f"; contiguous, each request reserves --max-reserved {inp.max_reserved:,} tokens up front"
         return line + "."
-    line += f"; paged, a request takes {req['paged_blocks']:,} blocks"
+    if attention_free:
+        line += (f"; a request of any length holds {pool['state_blocks_per_request']:,} of them, "
+                 f"{pool['state_bytes_per_request']:,} B of recurrent state (mamba_cache_mode "
+                 f"'{pool['mamba_cache_mode']}')")
+    else:
+        line += f"; paged, a request takes {req['paged_blocks']:,} blocks"
     per = req.get("paged_blocks_per_group")
     if per:  # several KV-cache groups: the request's blocks in each kind of group (gpt-oss-120b: 52 + 9)
         parts = []
@@ -179,7 +187,7 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
             parts.append(f"{blocks:,} in its {kind} group" if n == 1 else
                          f"{blocks:,} in each of its {n} {kind} groups")
         line += f" ({' + '.join(parts)})"
-    if pool["state_layers"]:
+    if pool["state_layers"] and not attention_free:
         line += f" plus {pool['state_bytes_per_request']:,} B of recurrent state"
     if "prefix" in r:
         p = r["prefix"]

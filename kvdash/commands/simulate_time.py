@@ -1,40 +1,11 @@
 """``kvdash simulate --time``: the paged simulator in seconds, and the highest load meeting an SLO (issue 28)."""
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from kvdash.errors import InputError
-
-SLO_KEYS = ("ttft", "tpot", "e2e")
-SLO_PERCENTILE = "p90"
-
-
-def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:
-    """``ttft=2s,tpot=50ms`` -> seconds per metric (``ms`` or ``s``; a bare number is seconds)."""
-    out: dict[str, float] = {}
-    allowed = "expected KEY=TIME pairs, KEY one of ttft, tpot, e2e and TIME like 2s or 50ms (ttft=2s,tpot=50ms)"
-    for part in str(text).split(","):
-        key, sep, value = part.strip().partition("=")
-        key, value = key.strip().lower(), value.strip().lower()
-        if not sep or key not in SLO_KEYS or key in out:
-            raise InputError(field, text, allowed)
-        scale = 1.0
-        if value.endswith("ms"):
-            value, scale = value[:-2], 1e-3
-        elif value.endswith("s"):
-            value = value[:-1]
-        try:
-            seconds = float(value) * scale
-        except ValueError as exc:
-            raise InputError(field, text, allowed) from exc
-        if not (math.isfinite(seconds) and seconds > 0):
-            raise InputError(field, text, allowed)
-        out[key] = seconds
-    return out
+from kvdash.simulate.slo import SLO_KEYS, SLO_PERCENTILE, meets, parse_slo, run_point, slo_search  # noqa: F401
 
 
 def vllm_batch_defaults(memory_bytes: int, gpu_name: str, max_model_len: int = 131072) -> tuple[int, int]:
@@ -56,82 +27,6 @@ def model_config(model: str, config: str | None) -> dict[str, Any]:
     if not path.is_file():
         return dict(json.loads(Path(model).read_text(encoding="utf-8")))
     return dict(json.loads(path.read_text(encoding="utf-8")))
-
-
-def run_point(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, concurrency: int = 0,
-              rate: float = 0.0, seed: int = 0) -> Any:
-    from kvdash.simulate.timed import simulate_timed, summarize
-
-    arrivals = None
-    if rate:
-        rng = np.random.default_rng(seed + 1)
-        arrivals = np.cumsum(rng.exponential(1 / rate, size=len(prompt)))
-    sched = simulate_timed(prompt, output, setup["pool"], setup["mc"], setup["gpu"], setup["consts"],
-                           setup["max_num_seqs"], setup["max_batched"], concurrency=concurrency, arrivals_s=arrivals)
-    res = summarize(sched, setup["consts"], output, setup["tp"])
-    res.extra = {"kv_capacity_requests": setup["kv_requests"]}
-    return res
-
-
-def meets(res: Any, slo: dict[str, float]) -> bool:
-    got = {"ttft": res.ttft_ms, "tpot": res.tpot_ms, "e2e": res.e2e_ms}
-    return all(got[k][SLO_PERCENTILE] <= v * 1000 for k, v in slo.items())
-
-
-def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, slo: dict[str, float],
-               seed: int = 0) -> dict[str, Any]:
-    """The highest closed-loop concurrency and the highest Poisson rate whose p90 latencies meet ``slo``
-    (doubling, then bisection), and which limit binds just above the concurrency found."""
-    seen: dict[int, Any] = {}
-
-    def ok_c(c: int) -> tuple[bool, Any]:
-        if c not in seen:
-            seen[c] = run_point(setup, prompt, output, concurrency=c, seed=seed)
-        return meets(seen[c], slo), seen[c]
-
-    cap = len(prompt)  # more users than requests would all start at once
-    lo, hi, c = 0, 0, 1
-    last = None
-    while True:
-        c = min(c, cap)
-        good, r = ok_c(c)
-        if not good:
-            hi = c
-            break
-        lo, last = c, r
-        if c == cap:
-            break
-        c *= 2
-    while hi and hi - lo > 1:
-        mid = (lo + hi) // 2
-        good, r = ok_c(mid)
-        if good:
-            lo, last = mid, r
-        else:
-            hi = mid
-    binds = f"none up to {cap:,} users (the requests simulated)"
-    if hi:
-        above = ok_c(hi)[1]
-        if hi > setup["max_num_seqs"]:
-            binds = f"max_num_seqs ({setup['max_num_seqs']:,})"
-        elif above.preemptions or hi > setup["kv_requests"]:
-            binds = f"KV cache (about {setup['kv_requests']:,} mean-length requests fit)"
-        else:
-            binds = "compute (step time grows with the batch)"
-    # the Poisson rate: bisection over requests per second between 0 and what the best concurrency served
-    top_rate = None
-    if last is not None:
-        r_lo, r_hi = 0.0, max(last.requests_per_s * 2, 1e-3)
-        for _ in range(10):
-            mid = (r_lo + r_hi) / 2
-            if meets(run_point(setup, prompt, output, rate=mid, seed=seed), slo):
-                r_lo = mid
-            else:
-                r_hi = mid
-        top_rate = round(r_lo, 4)
-    return {"slo": {k: v for k, v in slo.items()}, "percentile": SLO_PERCENTILE, "max_concurrency": lo,
-            "max_rate_per_s": top_rate, "binding_limit": binds, "kv_capacity_requests": setup["kv_requests"],
-            "max_num_seqs": setup["max_num_seqs"], "at_max_concurrency": last.to_json() if last else None}
 
 
 def main(o: dict[str, Any]) -> None:

@@ -25,12 +25,20 @@ def sweep(
     quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress and no summary.")] = False,
     force: Annotated[bool, Opt("--force", help="Write into an --out folder kvdash did not write: replace only the "
                                                "report's files, leave every other file alone.")] = False,
+    jobs: Annotated[int, Opt("--jobs", "-j", help="Worker processes for the grid's simulations (simulate:): 0 = "
+                                                  "the idle cores (cores less the load average); 1 = none. Results "
+                                                  "are the same either way.")] = 0,
+    use_ray: Annotated[bool, Opt("--ray", help="Run the grid's simulations as Ray tasks (the cluster RAY_ADDRESS "
+                                               "names, else a local one); needs pip install 'kvdash[ray]'.")] = False,
 ) -> None:
     """Run a grid of configurations and write results.csv, report.md, report.html and SVG charts."""
     from kvdash.core.limits import MAX_POINTS_CEILING, check_int
     from kvdash.sweep.gridfile import parse_grid
 
     check_int("--max-points", max_points, 1, MAX_POINTS_CEILING)
+    from kvdash.sweep.parallel import check_jobs
+
+    workers = check_jobs(jobs)
     spec = parse_grid(grid)
     if dry_run:
         _dry_run(spec, max_points)
@@ -41,7 +49,7 @@ def sweep(
     before = plan(target, force)  # refuse a folder kvdash may not replace before any work
     try:
         with terminate_like_interrupt():
-            frame, written = _run(spec, target, max_points, csv, parquet, quiet, force)
+            frame, written = _run(spec, target, max_points, csv, parquet, quiet, force, workers, use_ray)
     except KeyboardInterrupt as exc:  # signals are held back while the report is swapped in: nothing changed
         how = "interrupted" if signal_code(exc) == 130 else f"interrupted by {signal_name(exc)}"
         raise Interrupted(f"{how}; the previous report is unchanged", signal_code(exc)) from None
@@ -67,7 +75,7 @@ def sweep(
 
 
 def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: bool,  # type: ignore[no-untyped-def]
-         force: bool):
+         force: bool, jobs: int = 1, use_ray: bool = False):
     from kvdash.sweep.evaluate import expand
 
     show = sys.stderr.isatty() and not quiet  # rich (0.15 s to import) only for a person watching
@@ -79,7 +87,7 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
 
     warm = _warm_up() if spec.size() >= WARM_UP_POINTS else None
     with err.status("evaluating the grid", spinner="dots") if show else _null(), deferred_interrupt() as checkpoint:
-        expanded = expand(spec, max_points)
+        expanded = expand(spec, max_points, jobs=jobs, use_ray=use_ray)
         checkpoint()  # Ctrl-C during evaluation: raised here, not inside polars
     if warm is not None:
         warm.join()

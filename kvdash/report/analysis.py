@@ -51,6 +51,7 @@ from kvdash.report.sections import (
     reserve_line,
     reserve_text,
 )
+from kvdash.report.timesection import time_section
 from kvdash.sweep.claims import Frame, Verdict, shared_where
 from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
 from kvdash.sweep.evaluate import Expanded
@@ -468,6 +469,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         + _prefix_columns(spec),
         "engines": _engines(spec, df),
         "simulation": _simulation(spec, df),
+        "time": time_section(spec, df, spec.dimensions),
         "prefix_cache": _prefix_cache(spec, df),
     }
     judged = judge_claims(spec, df) if verdicts is None else \

@@ -91,10 +91,14 @@ def _write_report(spec: GridSpec, expanded: Expanded, out: Path, formats: tuple[
             verdicts = pool.submit(judge_claims, spec, expanded.frame)
             step("charts")
             write_charts(spec, expanded.frame, tmp)
-            if spec.simulate is not None:
+            if spec.simulate is not None and spec.simulate.policies:
                 write_simulation_chart(spec, expanded.frame, tmp)
                 if spec.simulate.rates:
                     write_capacity_chart(spec, expanded.frame, tmp)
+            if spec.simulate is not None and spec.simulate.time is not None:
+                from kvdash.report.timesection import write_time_charts
+
+                write_time_charts(spec, expanded.frame, tmp)
             ctx = build_context(spec, expanded, main, verdicts)
             if answer is not None:
                 answer.update(ctx["decision"])

@@ -18,9 +18,12 @@ CHARTS = ("capacity.svg", "ratio.svg", "waste.svg")
 
 
 def charts_for(spec: GridSpec) -> tuple[str, ...]:
-    return CHARTS + (("simulation.svg",) if spec.simulate else ()) + (
-        ("simulation-capacity.svg",) if spec.simulate and spec.simulate.rates else ()) + (
-        ("prefix-cache.svg",) if spec.prefix_cache and spec.prefix_cache.capacities else ())
+    from kvdash.report.timesection import time_charts
+
+    stepped = bool(spec.simulate and spec.simulate.policies)  # a time: block alone runs no step simulation
+    return CHARTS + (("simulation.svg",) if stepped else ()) + (
+        ("simulation-capacity.svg",) if stepped and spec.simulate and spec.simulate.rates else ()) + (
+        ("prefix-cache.svg",) if spec.prefix_cache and spec.prefix_cache.capacities else ()) + time_charts(spec)
 
 
 def write_prefix_chart(ctx: dict[str, Any], out: Path) -> None:

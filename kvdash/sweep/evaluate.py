@@ -223,7 +223,7 @@ REQUEST_PARAMETERS = (("model", pl.Utf8), ("workload", pl.Utf8), ("kv_dtype", pl
                       ("tp", pl.Int64), ("pp", pl.Int64))
 
 
-def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
+def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, use_ray: bool = False) -> Expanded:
     """Every point of the grid with every result column (:data:`RESULT_COLUMNS`)."""
     size = spec.size()
     if size > max_points:
@@ -514,7 +514,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS) -> Expanded:
     if spec.simulate is not None:
         from kvdash.sweep.simulation import add_simulation
 
-        frame = add_simulation(spec, frame)
+        frame = add_simulation(spec, frame, jobs, use_ray)
     if spec.prefix_cache is not None:
         from kvdash.sweep.simulation import add_prefix_cache
 

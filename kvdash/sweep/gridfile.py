@@ -23,7 +23,7 @@ TOP_KEYS = ("title", "description", "question", "objective", "models", "workload
 PREFIX_CACHE_KEYS = ("trace", "workload", "requests", "rules", "offload", "cpu_policy", "capacities", "seed",
                      "concurrency")
 SIMULATE_KEYS = ("workload", "prompt", "output", "requests", "rate", "concurrency", "prefix", "policies", "allocator",
-                 "max_reserved", "seed", "rates", "latency_bound", "watermark", "clip")
+                 "max_reserved", "seed", "rates", "latency_bound", "watermark", "clip", "time")
 SIMULATE_MAX_POINTS = 500
 DIMENSIONS = ("model", "workload", "kv_dtype", "kv_scales", "block_size", "budget", "gpu", "gpu_memory",
               "gpu_util", "util_policy", "weights", "reserve", "tp", "pp", "max_model_len", "max_batched_tokens",
@@ -160,6 +160,7 @@ class SimSpec:
     rates: list[float] | None = None  # a capacity sweep (``rates: "A:B:N"``)
     latency_bound: float = 2.0
     watermark: float = 0.0
+    time: Any = None  # kvdash.sweep.simtime.TimeSpec: the points in seconds (simulate: time:)
 
 
 @dataclass
@@ -525,13 +526,24 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
                              closest(str(cid), known))
             claims.append(cid)
 
+    sim = None
+    if "simulate" in top:
+        sim = _simulate_section(c, top["simulate"], list(workloads))
+        size = 1
+        for factor in factors:
+            size *= len(next(iter(factor.values())))
+        if size > SIMULATE_MAX_POINTS:
+            raise c.fail(("simulate",), f"{size:,} points",
+                         f"a grid with simulate: may have at most {SIMULATE_MAX_POINTS} points")
+    # gates and the objective may read the simulation's numeric columns too
+    numeric = [name for name, kind, _ in RESULT_COLUMNS + sim_columns(sim) if kind in ("int", "float")]
+
     gates: list[Gate] = []
     gates_raw = top.get("gates", [])
     for i, g in enumerate(c.seq(gates_raw, ("gates",)) if gates_raw else []):
         p = ("gates", i)
         g = c.mapping(g, p, GATE_KEYS)
         metric = g.get("metric")
-        numeric = [name for name, kind, _ in RESULT_COLUMNS if kind in ("int", "float")]
         if metric not in numeric:
             raise c.fail(p + ("metric",), metric, "expected a numeric result column", closest(str(metric), numeric))
         lo, hi = g.get("min"), g.get("max")
@@ -555,21 +567,11 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
         if len(raw) != 1:
             raise c.fail(("objective",), raw, "expected one of maximize: METRIC or minimize: METRIC")
         (direction, metric), = raw.items()
-        numeric = [name for name, kind, _ in RESULT_COLUMNS if kind in ("int", "float")]
         if metric not in numeric:
             raise c.fail(("objective", direction), metric, "expected a numeric result column",
                          closest(str(metric), numeric))
         objective = Objective(str(metric), direction == "maximize", True)
 
-    sim = None
-    if "simulate" in top:
-        sim = _simulate_section(c, top["simulate"])
-        size = 1
-        for factor in factors:
-            size *= len(next(iter(factor.values())))
-        if size > SIMULATE_MAX_POINTS:
-            raise c.fail(("simulate",), f"{size:,} points",
-                         f"a grid with simulate: may have at most {SIMULATE_MAX_POINTS} points")
     pcache = _prefix_cache_section(c, top["prefix_cache"], path) if "prefix_cache" in top else None
     c.note_old_keys()
     if "sglang" in engines and "weights" in seen:
@@ -629,7 +631,39 @@ def _prefix_cache_section(c: Checker, raw: Any, path: Path) -> PrefixCacheSpec:
     return PrefixCacheSpec(w, label, rules, offload, policy, caps, conc, str(sec.get("trace", "")))
 
 
-def _simulate_section(c: Checker, raw: Any) -> SimSpec:
+def sim_columns(sim: SimSpec | None) -> list[tuple[str, str, str]]:
+    """(name, kind, meaning) of the columns a ``simulate:`` section adds, in order (none without one)."""
+    if sim is None:
+        return []
+    out = []
+    for pol in sim.policies:
+        for short in ("token_states", "reservation", "internal", "external", "free"):
+            out.append((sim_column(pol, short), "float",
+                        f"simulated {pol}: time-averaged share of the pool, {short}, %"))
+        out.append((sim_column(pol, "avg_batch"), "float", f"simulated {pol}: average running requests"))
+        out.append((sim_column(pol, "preemptions"), "int", f"simulated {pol}: preemptions (recompute)"))
+        out.append((sim_column(pol, "norm_latency"), "float",
+                    f"simulated {pol}: mean normalized latency, steps per output token (queueing included)"))
+    if sim.rates:
+        for pol in sim.policies:
+            for k, rate in enumerate(sim.rates):
+                out.append((sim_column(pol, f"latency_r{k}"), "float",
+                            f"simulated {pol}: normalized latency at {rate:.4g} requests per step"))
+            out.append((sim_column(pol, "capacity_rate"), "float",
+                        f"simulated {pol}: highest swept rate within {sim.latency_bound:g} steps per "
+                        "output token (scheduling capacity under the simulator's assumptions, not GPU throughput)"))
+    if sim.time is not None:
+        from kvdash.sweep.simtime import time_columns
+
+        out += time_columns(sim.time)
+    return out
+
+
+def sim_column(policy: str, what: str) -> str:
+    return f"sim_{policy.replace('-', '_')}_{what}"
+
+
+def _simulate_section(c: Checker, raw: Any, grid_workloads: list[str]) -> SimSpec:
     from dataclasses import replace
 
     from kvdash.simulate.engine import ALLOCATORS, POLICIES
@@ -663,8 +697,10 @@ def _simulate_section(c: Checker, raw: Any) -> SimSpec:
     if concurrency is not None:
         c.positive_int(concurrency, p + ("concurrency",))
     prefix = c.positive_int(sim.get("prefix", 0), p + ("prefix",), allow_zero=True)
-    policies = tuple(str(x) for x in c.seq(sim.get("policies", ["max", "pow2", "oracle", "paged"]),
-                                           p + ("policies",), allow_scalar=True))
+    # with a time: block and no policies, the points are simulated in seconds only
+    policies = () if "time" in sim and "policies" not in sim else tuple(
+        str(x) for x in c.seq(sim.get("policies", ["max", "pow2", "oracle", "paged"]), p + ("policies",),
+                              allow_scalar=True))
     for i, pol in enumerate(policies):
         if pol not in POLICIES:
             raise c.fail(p + ("policies", i), pol, "expected one of: " + ", ".join(POLICIES), closest(pol, POLICIES))
@@ -695,6 +731,11 @@ def _simulate_section(c: Checker, raw: Any) -> SimSpec:
         raise c.fail(p + ("seed",), seed, "expected an integer from 0 to 2^63 - 1")
     w = replace(w, requests=requests, rate=float(rate), prefix=prefix, clip=clip,
                 arrival="closed" if concurrency else "poisson", concurrency=int(concurrency or 0))
+    timed = None
+    if "time" in sim:
+        from kvdash.sweep.simtime import parse_time
+
+        timed = parse_time(c, sim["time"], p + ("time",), w, grid_workloads)
     return SimSpec(workload=w, policies=policies, allocator=allocator,
                    max_len=c.positive_int(sim.get("max_reserved", D.RESERVATION), p + ("max_reserved",)),
-                   seed=seed, rates=rates, latency_bound=float(bound), watermark=float(watermark))
+                   seed=seed, rates=rates, latency_bound=float(bound), watermark=float(watermark), time=timed)

@@ -1,0 +1,211 @@
+"""Answers in seconds against an SLO, and request rate at a normalized-latency bound (issue 28).
+
+One place for ``kvdash simulate --time --slo``, ``kvdash calc --slo`` and a grid's ``simulate: time:`` block:
+
+* :func:`slo_search`: the highest closed-loop concurrency and Poisson request rate whose p90 TTFT / TPOT /
+  E2E meet an SLO, and which limit binds just above it (KV cache, ``max_num_seqs``, compute);
+* :func:`rate_curve`: the PagedAttention paper's Figure 12 (Kwon et al., SOSP 2023, §6.2) in seconds: a
+  policy's normalized latency (the mean over requests of end-to-end latency / output tokens, s/token) at each
+  Poisson request rate, and the highest rate of the curve within a bound.
+
+A ``setup`` is a dictionary: ``pool`` (:class:`kvdash.simulate.timed.Pool`), ``mc``, ``gpu``, ``consts`` (the
+step-time model), ``max_num_seqs``, ``max_batched``, ``tp``, ``kv_requests`` (mean-length requests the pool
+holds); contiguous policies also read ``slots`` (token slots), ``max_len`` and ``allocator``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from kvdash.errors import InputError
+
+SLO_KEYS = ("ttft", "tpot", "e2e")
+SLO_PERCENTILE = "p90"
+
+
+def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:
+    """``ttft=2s,tpot=50ms`` -> seconds per metric (``ms`` or ``s``; a bare number is seconds)."""
+    out: dict[str, float] = {}
+    allowed = "expected KEY=TIME pairs, KEY one of ttft, tpot, e2e and TIME like 2s or 50ms (ttft=2s,tpot=50ms)"
+    for part in str(text).split(","):
+        key, sep, value = part.strip().partition("=")
+        key, value = key.strip().lower(), value.strip().lower()
+        if not sep or key not in SLO_KEYS or key in out:
+            raise InputError(field, text, allowed)
+        scale = 1.0
+        if value.endswith("ms"):
+            value, scale = value[:-2], 1e-3
+        elif value.endswith("s"):
+            value = value[:-1]
+        try:
+            seconds = float(value) * scale
+        except ValueError as exc:
+            raise InputError(field, text, allowed) from exc
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise InputError(field, text, allowed)
+        out[key] = seconds
+    return out
+
+
+def slo_text(slo: dict[str, float]) -> str:
+    """``{"tpot": 0.05}`` -> ``tpot=50ms`` (the form :func:`parse_slo` reads)."""
+    return ",".join(f"{k}={v * 1000:g}ms" if v < 1 else f"{k}={v:g}s" for k, v in slo.items())
+
+
+def arrivals(rate: float, n: int, seed: int = 0) -> np.ndarray:
+    """Poisson arrival times (seconds) of ``n`` requests at ``rate`` per second: the same draw for every policy."""
+    rng = np.random.default_rng(seed + 1)
+    return np.cumsum(rng.exponential(1 / rate, size=n))
+
+
+def schedule(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, concurrency: int = 0,
+             rate: float = 0.0, seed: int = 0, policy: str = "paged") -> Any:
+    """One run: paged through :func:`kvdash.simulate.timed.simulate_timed` (vLLM 0.33's scheduler), Orca's
+    ``max``/``pow2``/``oracle`` through :mod:`kvdash.simulate.timed_contiguous` (the same scheduler, whole
+    reservations)."""
+    arr = arrivals(rate, len(prompt), seed) if rate else None
+    if policy == "paged":
+        from kvdash.simulate.timed import simulate_timed
+
+        return simulate_timed(prompt, output, setup["pool"], setup["mc"], setup["gpu"], setup["consts"],
+                              setup["max_num_seqs"], setup["max_batched"], concurrency=concurrency, arrivals_s=arr)
+    from kvdash.simulate import timed_contiguous
+
+    return timed_contiguous.run(policy, prompt, output, setup, concurrency=concurrency, arrivals_s=arr)
+
+
+def run_point(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, concurrency: int = 0,
+              rate: float = 0.0, seed: int = 0, policy: str = "paged") -> Any:
+    """A :class:`kvdash.simulate.timed.TimedResult` of one run."""
+    from kvdash.simulate.timed import summarize
+
+    sched = schedule(setup, prompt, output, concurrency, rate, seed, policy)
+    res = summarize(sched, setup["consts"], output, setup["tp"], policy)
+    res.extra = {"kv_capacity_requests": setup["kv_requests"],
+                 "normalized_latency_s": normalized_latency(sched, setup["consts"], output)}
+    return res
+
+
+def normalized_latency(sched: Any, consts: Any, output: np.ndarray) -> float:
+    """The paper's normalized latency: the mean over requests of (finish - arrival) / output tokens, seconds per
+    token (queueing included; each request's ``c_request`` added, as :func:`kvdash.simulate.timed.summarize` does)."""
+    t = sched.times(consts)
+    finish = t[sched.finish_seg]
+    if sched.closed:
+        arrive = np.where(sched.arrival_seg < 0, 0.0, t[np.maximum(sched.arrival_seg, 0)])
+    else:
+        arrive = sched.arrival_s
+    e2e = finish - arrive + consts.c_request
+    return round(float((e2e / np.maximum(output.astype(np.int64), 1)).mean()), 6)
+
+
+def meets(res: Any, slo: dict[str, float]) -> bool:
+    got = {"ttft": res.ttft_ms, "tpot": res.tpot_ms, "e2e": res.e2e_ms}
+    return all(got[k][SLO_PERCENTILE] <= v * 1000 for k, v in slo.items())
+
+
+BINDS = ("kv", "max_num_seqs", "compute", "none")
+
+
+def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, slo: dict[str, float],
+               seed: int = 0, policy: str = "paged") -> dict[str, Any]:
+    """The highest closed-loop concurrency and the highest Poisson rate whose p90 latencies meet ``slo``
+    (doubling, then bisection), and which limit binds just above the concurrency found: ``binds`` is one of
+    :data:`BINDS` (``binding_limit`` says it in words)."""
+    seen: dict[int, Any] = {}
+
+    def ok_c(c: int) -> tuple[bool, Any]:
+        if c not in seen:
+            seen[c] = run_point(setup, prompt, output, concurrency=c, seed=seed, policy=policy)
+        return meets(seen[c], slo), seen[c]
+
+    cap = len(prompt)  # more users than requests would all start at once
+    lo, hi, c = 0, 0, 1
+    last = None
+    while True:
+        c = min(c, cap)
+        good, r = ok_c(c)
+        if not good:
+            hi = c
+            break
+        lo, last = c, r
+        if c == cap:
+            break
+        c *= 2
+    while hi and hi - lo > 1:
+        mid = (lo + hi) // 2
+        good, r = ok_c(mid)
+        if good:
+            lo, last = mid, r
+        else:
+            hi = mid
+    binds, words = "none", f"none up to {cap:,} users (the requests simulated)"
+    if hi:
+        above = ok_c(hi)[1]
+        if hi > setup["max_num_seqs"]:
+            binds, words = "max_num_seqs", f"max_num_seqs ({setup['max_num_seqs']:,})"
+        elif above.preemptions or hi > setup["kv_requests"]:
+            binds, words = "kv", f"KV cache (about {setup['kv_requests']:,} mean-length requests fit)"
+        else:
+            binds, words = "compute", "compute (step time grows with the batch)"
+    # the Poisson rate: bisection over requests per second between 0 and what the best concurrency served
+    top_rate = None
+    if last is not None:
+        r_lo, r_hi = 0.0, max(last.requests_per_s * 2, 1e-3)
+        for _ in range(10):
+            mid = (r_lo + r_hi) / 2
+            if meets(run_point(setup, prompt, output, rate=mid, seed=seed, policy=policy), slo):
+                r_lo = mid
+            else:
+                r_hi = mid
+        top_rate = round(r_lo, 4)
+    return {"slo": dict(slo), "percentile": SLO_PERCENTILE, "max_concurrency": lo,
+            "max_rate_per_s": top_rate, "binding_limit": words, "binds": binds,
+            "kv_capacity_requests": setup["kv_requests"], "max_num_seqs": setup["max_num_seqs"],
+            "at_max_concurrency": last.to_json() if last else None}
+
+
+def rate_curve(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, rates: list[float], bound: float,
+               seed: int = 0, policy: str = "paged", refine: int = 0) -> tuple[list[float], float | None]:
+    """Normalized latency (s/token) at each Poisson rate (requests/s; the same arrival draw scaled for every
+    policy), and the highest rate of ``rates`` at and below which it stays within ``bound`` (None: not even the
+    lowest, or within it at every swept rate: the rate is then beyond the sweep); ``refine`` bisection steps
+    then narrow that rate between it and the next swept one (or 0 and the lowest), so a ratio of two policies'
+    rates is not the sweep's spacing."""
+    def nlat(r: float) -> float:
+        return normalized_latency(schedule(setup, prompt, output, rate=r, seed=seed, policy=policy), setup["consts"],
+                                  output)
+
+    curve = [nlat(r) for r in rates]
+    top = None
+    k = 0
+    for r, lat in zip(rates, curve, strict=True):
+        if lat > bound:
+            break
+        top = r
+        k += 1
+    if k == len(rates):
+        return curve, None  # within the bound at every swept rate: its rate is beyond the sweep, not known
+    if refine and k < len(rates):
+        lo, hi = (top or 0.0), rates[k]
+        for _ in range(refine):
+            mid = (lo + hi) / 2
+            if nlat(mid) <= bound:
+                lo = mid
+            else:
+                hi = mid
+        top = round(lo, 4) if lo > 0 else None
+    return curve, top
+
+
+def parse_rates_per_s(text: str, field: str) -> list[float]:
+    """``A:B:N`` requests per second (:func:`kvdash.simulate.capacity.parse_rates`' rule)."""
+    from kvdash.simulate.capacity import parse_rates
+
+    try:
+        return parse_rates(text, field)
+    except InputError as exc:
+        raise InputError(field, text, exc.allowed.replace("requests per step", "requests per second")) from exc

@@ -1,0 +1,330 @@
+"""A grid's ``simulate: time:`` block: every point in seconds (issue 28).
+
+The simulator in seconds (:mod:`kvdash.simulate.timed`, vLLM 0.33's scheduler under the fitted step-time
+model of :mod:`kvdash.core.steptime`) runs on each point's own pool (its budget per rank, blocks and block
+rule), ``max_num_seqs`` and ``max_num_batched_tokens``, and yields result columns gates and objectives can use:
+
+* ``slo:`` (``ttft=2s,tpot=50ms``, at p90): ``time_slo_users`` and ``time_slo_rate``, the highest closed-loop
+  concurrency and Poisson request rate that meet it, and ``time_binds``, the limit that binds just above
+  (``kv``, ``max_num_seqs``, ``compute``; ``none`` when every user simulated met it);
+* ``users:`` N: p90 TTFT/TPOT/E2E and tokens/s per GPU and per user at N closed-loop users (e.g. a gate
+  ``time_tpot_p90_ms`` ``max: 50`` for "256 users at TPOT <= 50 ms");
+* ``rates:`` (requests per second, ``A:B:N``) and ``latency_bound:`` (s per output token): each of
+  ``policies`` (paged, and Orca's contiguous max, pow2, oracle through
+  :mod:`kvdash.simulate.timed_contiguous`) at every rate, its normalized latency (the PagedAttention paper's
+  Figure 12 metric), the highest rate within the bound, and paged's rate over each contiguous one's.
+
+Requests are drawn from the ``simulate:`` workload, or per grid workload from ``workloads:`` (a preset name
+or ``{prompt: SPEC, output: SPEC}``, each with its own ``rates:`` and ``requests:`` if given); a grid workload
+not listed there is not simulated in time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+TIME_KEYS = ("gpu", "weight_format", "policies", "slo", "users", "rates", "latency_bound", "workloads", "requests",
+             "max_num_seqs", "max_batched_tokens", "refine")
+WORKLOAD_KEYS = ("preset", "prompt", "output", "rates", "requests")
+TIME_POLICIES = ("paged", "max", "pow2", "oracle")
+LABEL = ("kvdash's time model (steptime fitted on measured vLLM rows; its measured error is in the README: "
+         "Time model accuracy)")
+
+
+@dataclass
+class TimeSpec:
+    gpu: str | None  # the GPU figures for points whose budget is declared (no gpu of their own)
+    weight_format: str
+    policies: tuple[str, ...]
+    slo: dict[str, float] | None
+    slo_text: str
+    users: int | None
+    rates: list[float] | None
+    latency_bound: float
+    workloads: dict[str, Any] | None  # grid workload -> kvdash.simulate.engine.Workload (None: the simulate one)
+    requests: int
+    max_num_seqs: int | None
+    max_batched_tokens: int | None
+    workload_rates: dict[str, list[float]] | None = None  # a grid workload's own rates (else ``rates``)
+    workload_requests: dict[str, int] | None = None  # a grid workload's own request count (else ``requests``)
+    refine: int = 6  # bisection steps narrowing each policy's rate at the bound
+
+    def rates_of(self, workload: str) -> list[float] | None:
+        return (self.workload_rates or {}).get(workload, self.rates)
+
+    def most_rates(self) -> int:
+        return max([len(self.rates or [])] + [len(r) for r in (self.workload_rates or {}).values()])
+
+
+def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: list[str]) -> TimeSpec:
+    """Read ``simulate: time:`` (``c``: the grid's checker; ``base``: the simulate workload)."""
+    from dataclasses import replace
+
+    from kvdash.core.steptime import WEIGHT_BYTES
+    from kvdash.errors import InputError
+    from kvdash.simulate.lengths import parse_lengths_spec
+    from kvdash.simulate.slo import parse_rates_per_s, parse_slo
+    from kvdash.simulate.workload import PRESETS
+
+    sec = c.mapping(raw if raw is not True else {}, p, TIME_KEYS)
+    gpu = sec.get("gpu")
+    if gpu is not None:
+        from kvdash.core.steptime import gpu_perf
+
+        try:
+            gpu_perf(str(gpu))
+        except InputError as exc:
+            raise c.fail(p + ("gpu",), gpu, exc.allowed) from exc
+    wf = str(sec.get("weight_format", "bf16"))
+    if wf not in WEIGHT_BYTES:
+        raise c.fail(p + ("weight_format",), wf, "expected one of: " + ", ".join(WEIGHT_BYTES))
+    policies = tuple(str(x) for x in c.seq(sec.get("policies", ["paged"]), p + ("policies",), allow_scalar=True))
+    for i, pol in enumerate(policies):
+        if pol not in TIME_POLICIES:
+            raise c.fail(p + ("policies", i), pol, "expected some of: " + ", ".join(TIME_POLICIES))
+    slo = None
+    if "slo" in sec:
+        try:
+            slo = parse_slo(str(sec["slo"]), "slo")
+        except InputError as exc:
+            raise c.fail(p + ("slo",), sec["slo"], exc.allowed) from exc
+    users = c.positive_int(sec["users"], p + ("users",)) if "users" in sec else None
+    rates = None
+    if "rates" in sec:
+        try:
+            rates = parse_rates_per_s(str(sec["rates"]), "rates")
+        except InputError as exc:
+            raise c.fail(p + ("rates",), sec["rates"], exc.allowed) from exc
+    bound = sec.get("latency_bound", 0.5)
+    if isinstance(bound, bool) or not isinstance(bound, int | float) or not math.isfinite(bound) or bound <= 0:
+        raise c.fail(p + ("latency_bound",), bound, "expected seconds per output token, more than 0")
+    workloads = None
+    workload_rates: dict[str, list[float]] = {}
+    workload_requests: dict[str, int] = {}
+    if "workloads" in sec:
+        workloads = {}
+        shape = ("expected a preset (" + ", ".join(PRESETS) + ") or {preset: NAME} or {prompt: SPEC, output: SPEC}, "
+                 "each with an optional rates: A:B:N")
+        for name, spec in c.mapping(sec["workloads"], p + ("workloads",)).items():
+            q = p + ("workloads", name)
+            if str(name) not in grid_workloads:
+                raise c.fail(q, name, "expected a workload of the grid: " + ", ".join(grid_workloads), key=True)
+            m = {"preset": spec} if isinstance(spec, str) else c.mapping(spec, q, WORKLOAD_KEYS)
+            if ("preset" in m) == ("prompt" in m or "output" in m):
+                raise c.fail(q, spec, shape)
+            if "preset" in m:
+                if str(m["preset"]) not in PRESETS:
+                    raise c.fail(q + (() if isinstance(spec, str) else ("preset",)), m["preset"], shape)
+                pre = PRESETS[str(m["preset"])]
+                w = replace(base, name=pre.name, prompt=pre.prompt, output=pre.output, note=pre.note)
+            else:
+                w = base
+                for key in ("prompt", "output"):
+                    if key not in m:
+                        raise c.fail(q, spec, shape)
+                    try:
+                        w = replace(w, **{key: parse_lengths_spec(str(m[key]), key)}, name=str(name),
+                                    note="custom lengths")
+                    except InputError as exc:
+                        raise c.fail(q + (key,), m[key], exc.allowed) from exc
+            if "rates" in m:
+                try:
+                    workload_rates[str(name)] = parse_rates_per_s(str(m["rates"]), "rates")
+                except InputError as exc:
+                    raise c.fail(q + ("rates",), m["rates"], exc.allowed) from exc
+            if "requests" in m:
+                workload_requests[str(name)] = c.positive_int(m["requests"], q + ("requests",))
+                if workload_requests[str(name)] > 20_000:
+                    raise c.fail(q + ("requests",), m["requests"], "expected at most 20,000 per grid point")
+            workloads[str(name)] = w
+    refine = sec.get("refine", 6)
+    if isinstance(refine, bool) or not isinstance(refine, int) or not 0 <= refine <= 20:
+        raise c.fail(p + ("refine",), refine, "expected 0 to 20 bisection steps")
+    requests = c.positive_int(sec.get("requests", min(base.requests, 500)), p + ("requests",))
+    if requests > 20_000:
+        raise c.fail(p + ("requests",), requests, "expected at most 20,000 per grid point")
+    caps = {}
+    for key in ("max_num_seqs", "max_batched_tokens"):
+        caps[key] = c.positive_int(sec[key], p + (key,)) if key in sec else None
+    ts = TimeSpec(gpu=None if gpu is None else str(gpu), weight_format=wf, policies=policies, slo=slo,
+                    slo_text=str(sec.get("slo", "")), users=users, rates=rates, latency_bound=float(bound),
+                    workloads=workloads, requests=requests, **caps, workload_rates=workload_rates or None,
+                  workload_requests=workload_requests or None,
+                    refine=refine)
+    if slo is None and users is None and not ts.most_rates():
+        raise c.fail(p, "-", "expected at least one of slo, users or rates")
+    return ts
+
+
+def time_columns(ts: TimeSpec) -> list[tuple[str, str, str]]:
+    """(name, kind, meaning) of the columns a ``time:`` block adds, in order."""
+    out = [("time_gpu", "str", "time model: the GPU whose bandwidth and FLOP/s figures timed the point"),
+           ("time_kv_requests", "int", "time model: mean-length requests of the point's time workload the pool holds")]
+    if ts.slo:
+        out += [("time_slo_users", "int", f"time model: most closed-loop users meeting {ts.slo_text} at p90 (paged)"),
+                ("time_slo_rate", "float", f"time model: highest Poisson requests/s meeting {ts.slo_text} at p90"),
+                ("time_binds", "str", "time model: the limit binding just above time_slo_users: kv, max_num_seqs, "
+                                      "compute (none: every user simulated met the SLO)")]
+    if ts.users:
+        u = f"at {ts.users:,} closed-loop users (paged)"
+        out += [("time_ttft_p90_ms", "float", f"time model: p90 time to first token {u}, ms"),
+                ("time_tpot_p90_ms", "float", f"time model: p90 time per output token {u}, ms"),
+                ("time_e2e_p90_ms", "float", f"time model: p90 end-to-end latency {u}, ms"),
+                ("time_tokens_per_s_per_gpu", "float", f"time model: output tokens/s per GPU {u}"),
+                ("time_tokens_per_s_per_user", "float", f"time model: output tokens/s per user (mean of 1 / TPOT) {u}"),
+                ("time_preemptions", "int", f"time model: preemptions {u}")]
+    if ts.most_rates():
+        per = bool(ts.workload_rates)
+        if per:
+            out.append(("time_rates", "str", "time model: the Poisson rates swept at this point, requests/s"))
+        for pol in ts.policies:
+            for k in range(ts.most_rates()):
+                at = f"the point's rate {k + 1} (time_rates)" if per else f"{(ts.rates or [])[k]:.4g} requests/s"
+                out.append((f"time_{pol}_nlat_r{k}", "float",
+                            f"time model: {pol}, normalized latency at {at}, s per output token"))
+            out.append((f"time_{pol}_rate", "float", f"time model: {pol}, highest requests/s within "
+                                                      f"{ts.latency_bound:g} s per output token (empty: below it "
+                                                      "at no swept rate, or at every one)"))
+        if "paged" in ts.policies:
+            for pol in ts.policies:
+                if pol != "paged":
+                    out.append((f"time_paged_over_{pol}", "float",
+                                f"time model: paged's request rate over Orca ({pol})'s at {ts.latency_bound:g} s per "
+                                "output token"))
+    return out
+
+
+def model_config_of(entry: Any, grid_dir: Any) -> dict[str, Any] | None:
+    """The ``config.json`` a grid model was read from (a preset's shipped copy or the grid's ``config:``), for the
+    time model's parameter counts; None for a model given by its dimensions only."""
+    import json
+    from pathlib import Path
+
+    from kvdash.core.model import DATA
+
+    spec = entry.spec
+    if "config" in spec:
+        path = Path(grid_dir) / str(spec["config"])
+    elif "preset" in spec and not set(spec) - {"preset", "weights", "max_context", "window"}:
+        path = DATA / "models" / f"{str(spec['preset']).lower()}.json"
+    else:
+        return None
+    if not path.is_file():
+        return None
+    return dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any:
+    """The ``time:`` columns of every point (one simulation task per distinct setup)."""
+    import numpy as np
+    import polars as pl
+
+    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
+    from kvdash.engines.vllm import rank_shapes
+    from kvdash.errors import InputError
+    from kvdash.simulate import tasks as T
+    from kvdash.simulate.timed import Pool
+    from kvdash.simulate.workload import draw_requests
+    from kvdash.sweep.parallel import run_tasks
+
+    sim = spec.simulate
+    ts: TimeSpec = sim.time
+    consts = fitted_constants()
+    cfgs: dict[str, dict[str, Any] | None] = {}
+    drawn: dict[tuple[str, int], Any] = {}
+    tasks: dict[tuple[Any, ...], dict[str, Any]] = {}
+    keys: list[tuple[Any, ...] | None] = []
+    gpus: list[str | None] = []
+    kv_req: list[int | None] = []
+    wls: list[str] = []
+    cols = ("model", "workload", "kv_dtype", "kv_scales", "tp", "pp", "block_size", "budget_bytes", "gpu",
+            "kv_token_slots", "max_num_seqs", "max_batched_tokens")
+    for r in frame.select([c for c in cols if c in frame.columns]).iter_rows(named=True):
+        model, wl = str(r["model"]), str(r["workload"])
+        wls.append(wl)
+        gpu = r.get("gpu") or ts.gpu
+        w = sim.workload if ts.workloads is None else ts.workloads.get(wl)
+        if model not in cfgs:
+            cfgs[model] = model_config_of(spec.models[model], spec.path.parent)
+        cfg = cfgs[model]
+        if w is None or cfg is None or not gpu or r["pp"] != 1 or not r["budget_bytes"]:
+            keys.append(None)
+            gpus.append(None)
+            kv_req.append(None)
+            continue
+        arch = spec.models[model].arch
+        max_len = min(sim.max_len, arch.max_context)
+        if (wl, max_len) not in drawn:
+            from dataclasses import replace
+
+            try:
+                n_req = (ts.workload_requests or {}).get(wl, ts.requests)
+                drawn[(wl, max_len)] = draw_requests(replace(w, requests=n_req, arrival="closed",
+                                                             concurrency=1), sim.seed, max_len)
+            except InputError:  # longer than the model's context (or simulate's max_reserved): not simulated
+                drawn[(wl, max_len)] = None
+        reqs = drawn[(wl, max_len)]
+        if reqs is None:
+            keys.append(None)
+            gpus.append(None)
+            kv_req.append(None)
+            continue
+        shape = rank_shapes(arch, str(r["kv_dtype"]), str(r["kv_scales"]), r["tp"], 1, r["block_size"])[0]
+        pool = Pool.of(shape, int(r["budget_bytes"]))
+        mean_len = max(int(round(float(reqs.final.mean()))), 1)
+        kv = pool.blocks // max(int(pool.request_blocks(mean_len)), 1)
+        seqs = ts.max_num_seqs or int(r["max_num_seqs"])
+        batched = max(ts.max_batched_tokens or int(r["max_batched_tokens"]), seqs)
+        key = (model, wl, str(r["kv_dtype"]), str(r["kv_scales"]), r["tp"], r["block_size"], int(r["budget_bytes"]),
+               str(gpu), seqs, batched, max_len)
+        keys.append(key)
+        gpus.append(str(gpu))
+        if int(pool.request_blocks(int(reqs.final.max()))) > pool.blocks:
+            kv_req.append(kv)
+            keys[-1] = None  # the pool cannot hold the longest request
+            continue
+        kv_req.append(kv)
+        if key in tasks:
+            continue
+        try:
+            mc = model_compute(cfg, arch, r["tp"], ts.weight_format, None, str(r["kv_dtype"]), str(r["kv_scales"]))
+        except InputError:
+            keys[-1] = None
+            continue
+        setup = {"pool": pool, "mc": mc, "gpu": gpu_perf(str(gpu)), "consts": consts, "max_num_seqs": seqs,
+                 "max_batched": batched, "tp": r["tp"], "kv_requests": kv, "slots": int(r["kv_token_slots"]),
+                 "max_len": max_len, "allocator": sim.allocator}
+        tasks[key] = {"setup": setup, "prompt": np.asarray(reqs.prompt), "output": np.asarray(reqs.output),
+                      "seed": sim.seed, "slo": ts.slo, "users": ts.users, "rates": ts.rates_of(wl),
+                      "refine": ts.refine,
+                      "bound": ts.latency_bound, "policies": list(ts.policies)}
+    results = dict(zip(tasks, run_tasks(T.time_point, list(tasks.values()), jobs, use_ray), strict=True))
+    columns = time_columns(ts)
+    rows: dict[str, list[Any]] = {name: [] for name, _, _ in columns}
+    for point_key, gpu_key, kv_n, wl in zip(keys, gpus, kv_req, wls, strict=True):
+        res = results.get(point_key) if point_key is not None else None
+        rows["time_gpu"].append(gpu_key if res is not None else None)
+        rows["time_kv_requests"].append(kv_n)
+        for name, _, _ in columns[2:]:
+            rows[name].append(None if res is None else _value(res, name[len("time_"):], ts, wl))
+    dtypes = {"str": pl.Utf8, "int": pl.Int64, "float": pl.Float64}
+    return frame.with_columns(pl.Series(name, rows[name], dtype=dtypes[kind]) for name, kind, _ in columns)
+
+
+def _value(res: dict[str, Any], name: str, ts: TimeSpec, wl: str) -> Any:
+    """A column's value from a :func:`kvdash.simulate.tasks.time_point` result (``name`` without ``time_``)."""
+    if name in res:
+        return res[name]
+    if name == "rates":
+        rates = ts.rates_of(wl)
+        return None if rates is None else ",".join(f"{r:.4g}" for r in rates)
+    if name.startswith("paged_over_"):
+        a, b = res.get("paged_rate"), res.get(name[len("paged_over_"):] + "_rate")
+        return None if a is None or not b else round(a / b, 6)
+    pol, _, k = name.rpartition("_nlat_r")
+    if pol and k.isdigit():
+        curve = res.get(f"{pol}_curve")
+        return None if curve is None or int(k) >= len(curve) else curve[int(k)]
+    return None

@@ -1,0 +1,162 @@
+"""Issue 28 items 3 and 7: a grid's ``simulate: time:`` block (SLO columns, gates on them, Orca's rates), and its
+simulations on several local cores (``--jobs``) or on Ray, with the same results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from kvdash.errors import InputError
+from kvdash.sweep.evaluate import expand
+from kvdash.sweep.gridfile import parse_grid
+from tests.cli_run import run
+
+GRID = """\
+title: time
+models: [llama-3.1-8b]
+workloads:
+  chat: {length: 512}
+defaults: {gpu: h100-80gb}
+grid:
+  kv_dtype: [bf16, fp8]
+  block_size: [16, 32]
+simulate:
+  workload: sharegpt
+  requests: 60
+  time:
+    slo: "ttft=2s,tpot=30ms"
+    users: 16
+    rates: "1:16:3"
+    latency_bound: 0.05
+    policies: [paged, max]
+gates:
+  - {name: "16 users at TPOT <= 50 ms", metric: time_tpot_p90_ms, max: 50}
+  - {name: "SLO met by 16 users", metric: time_slo_users, min: 16}
+"""
+
+
+def _grid(tmp_path: Path, text: str = GRID) -> Path:
+    path = tmp_path / "grid.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_time_block_columns_and_gates_on_them(tmp_path):
+    """The time block adds its columns (and no step-unit ones without policies:), and gates may name them."""
+    spec = parse_grid(_grid(tmp_path))
+    assert spec.simulate is not None and spec.simulate.policies == ()
+    assert [g.metric for g in spec.gates] == ["time_tpot_p90_ms", "time_slo_users"]
+    df = expand(spec).frame
+    cols = [c for c in df.columns if c.startswith(("time_", "sim_"))]
+    assert cols[:5] == ["time_gpu", "time_kv_requests", "time_slo_users", "time_slo_rate", "time_binds"]
+    assert "time_paged_over_max" in cols and not any(c.startswith("sim_") for c in cols)
+    assert df.get_column("time_gpu").to_list() == ["h100-80gb"] * 4
+    # fp8 halves the bytes per token: twice the mean-length requests fit (within a block's rounding)
+    kv = dict(zip(zip(df["kv_dtype"], df["block_size"], strict=True), df["time_kv_requests"], strict=True))
+    assert abs(kv[("fp8", 16)] - 2 * kv[("bf16", 16)]) <= 2
+    assert set(df.get_column("time_binds").to_list()) <= {"kv", "max_num_seqs", "compute", "none"}
+    assert (df.get_column("time_tpot_p90_ms") > 0).all()
+    # paged sustains at least Max's rate: the same scheduler, only the reservation differs
+    assert (df.get_column("time_paged_over_max") >= 1).all()
+
+
+def test_time_gate_fails_where_the_slo_is_missed(tmp_path, capsys):
+    """A TPOT gate tighter than any point's p90 fails every point: --check exits 1."""
+    text = GRID.replace("metric: time_tpot_p90_ms, max: 50", "metric: time_tpot_p90_ms, max: 0.5")
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--check", "--out", str(tmp_path / "out"), "-q",
+                        "--jobs", "1"], capsys)
+    assert code == 1 and "time_tpot_p90_ms" in err
+
+
+@pytest.mark.parametrize("bad, where", [
+    ('slo: "ttft=fast"', "simulate.time.slo"),
+    ("policies: [paged, orca]", "simulate.time.policies"),
+    ("latency_bound: 0", "simulate.time.latency_bound"),
+    ("workloads: {nope: sharegpt}", "simulate.time.workloads"),
+    ("workloads: {chat: lmsys}", "simulate.time.workloads"),
+])
+def test_time_block_bad_input_is_one_line(tmp_path, capsys, bad, where):
+    key = bad.split(":")[0]
+    lines = [line for line in GRID.splitlines() if not line.startswith(f"    {key}:")]  # the time block's own
+    text = "\n".join(lines).replace("  time:\n", f"  time:\n    {bad}\n")
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--dry-run"], capsys)
+    assert code == 2 and where in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_gate_on_a_time_column_needs_the_time_block(tmp_path, capsys):
+    text = GRID.split("simulate:")[0] + "gates:\n  - {metric: time_slo_users, min: 1}\n"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--dry-run"], capsys)
+    assert code == 2 and "gates[0].metric" in err
+
+
+def test_jobs_give_the_same_results_as_one_process(tmp_path):
+    """Four points, each its own simulation: two worker processes give a frame equal to the serial one."""
+    spec = parse_grid(_grid(tmp_path))
+    serial = expand(spec, jobs=1).frame
+    parallel = expand(spec, jobs=2).frame
+    assert serial.equals(parallel)
+    assert serial.height == 4
+
+
+def test_step_simulations_in_parallel_are_the_same(tmp_path):
+    """The step-unit simulate: block (paper-table1's shape) through two workers equals the serial run."""
+    text = GRID.split("simulate:")[0] + ("simulate:\n  workload: alpaca\n  requests: 80\n  policies: [max, paged]\n"
+                                          "  rates: \"0.5:2:3\"\n")
+    spec = parse_grid(_grid(tmp_path, text))
+    serial = expand(spec, jobs=1).frame
+    assert serial.equals(expand(spec, jobs=2).frame)
+    assert serial.get_column("sim_paged_capacity_rate").null_count() == 0
+
+
+def test_jobs_option_checked(capsys, tmp_path):
+    code, _, err = run(["sweep", str(_grid(tmp_path)), "--jobs", "-3", "--dry-run"], capsys)
+    assert code == 2 and "--jobs" in err
+
+
+def test_ray_tasks_match_serial(tmp_path):
+    """Ray (an optional extra) on a one-machine cluster: the same frame as the serial run."""
+    ray = pytest.importorskip("ray")
+    spec = parse_grid(_grid(tmp_path, GRID.replace("block_size: [16, 32]", "block_size: [16]")))
+    serial = expand(spec, jobs=1).frame
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        got = expand(spec, use_ray=True).frame
+    finally:
+        ray.shutdown()
+    assert serial.equals(got)
+
+
+def test_run_tasks_without_ray_is_one_clear_error(monkeypatch):
+    import builtins
+
+    from kvdash.sweep import parallel
+
+    real = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray":
+            raise ImportError("no ray")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(InputError, match=r"kvdash\[ray\]"):
+        parallel.run_tasks(len, [{}], use_ray=True)
+
+
+def test_frame_equality_is_not_trivially_true():
+    """The determinism tests compare frames with DataFrame.equals, which does see one changed value."""
+    a = pl.DataFrame({"x": [1.0, 2.0]})
+    assert not a.equals(pl.DataFrame({"x": [1.0, 2.000001]}))
+
+
+def test_default_jobs_are_the_idle_cores(monkeypatch):
+    """4 cores at load 1.2: 3 workers; at load 15: 1 (none); never more than the cores."""
+    from kvdash.sweep import parallel
+
+    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda _: {0, 1, 2, 3})
+    for load, want in ((1.2, 3), (15.0, 1), (0.0, 4)):
+        monkeypatch.setattr(parallel.os, "getloadavg", lambda load=load: (load, load, load))
+        assert parallel.default_jobs() == want
+    assert parallel.check_jobs(0) == 4 and parallel.check_jobs(3) == 3
