@@ -30,10 +30,7 @@ for _case in CASES:
 
 # Known disagreements: a model type kvdash refuses although vLLM 0.33 serves it, being added by another change
 # of issue 22.  The test below fails the day kvdash agrees, so this table must shrink then.
-KNOWN: dict[str, str] = {
-    "falcon-mamba-7b": "falcon_mamba (attention-free, served as MambaForCausalLM) is not modelled yet: kvdash "
-                       "refuses all 256 cases vLLM 0.33 plans",
-}
+KNOWN: dict[str, str] = {}
 # Configs the harness could not build here (no vLLM figures: recorded "not_built", never guessed): DeepSeek-V3.2
 # and GLM-5 allocate a working buffer on "cuda" explicitly (sparse MLA's top-k indices,
 # vllm/models/deepseek_v32), which a machine without a CUDA driver cannot create.  Fails once they build.
