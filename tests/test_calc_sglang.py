@@ -54,3 +54,12 @@ def test_refusals_are_one_line(capsys):
                         "h200", "--tp", "4", "--weights", "160GB", "--engine-rules", "sglang", "--brief"], capsys)
     assert code in (0, None)
     assert "SGLang 0.5.23 view: not mirrored for this model: SGLang 0.5.23's mamba" in out.replace("\n", " ")
+
+
+def test_hybrid_comparison_names_the_cell(capsys):
+    """Llama 4 at TP 4: SGLang's 12 full + 0.8 x 36 SWA layers of 1,024 B = 41,779.2 B per token against vLLM's
+    48 layers x 1,024 B = 49,152 B: the comparison line says so."""
+    code, out, _ = run(["calc", "--config", "tests/data/configs/llama-4-scout-17b-16e-instruct/config.json", "--gpu",
+                        "h200", "--tp", "4", "--weights", "218GB", "--engine-rules", "sglang", "--json"], capsys)
+    s = json.loads(out)["sglang_view"]
+    assert "a token takes 41,779.2 B in SGLang's pool against 49,152 B in vLLM 0.33's" in s["comparison"]

@@ -30,13 +30,17 @@ for _case in CASES:
 
 # Known disagreements: a model type kvdash refuses although vLLM 0.33 serves it, being added by another change
 # of issue 22.  The test below fails the day kvdash agrees, so this table must shrink then.
-KNOWN: dict[str, str] = {}
-# Configs the harness could not build here (no vLLM figures: recorded "not_built", never guessed): DeepSeek-V3.2
-# and GLM-5 allocate a working buffer on "cuda" explicitly (sparse MLA's top-k indices,
-# vllm/models/deepseek_v32), which a machine without a CUDA driver cannot create.  Fails once they build.
+KNOWN: dict[str, str] = {
+    "deepseek-v3.2": "deepseek_v32 (sparse MLA: an indexer cache beside the latent) is not modelled yet: kvdash "
+                     "refuses the 32 cases vLLM 0.33 plans",
+    "glm-5": "glm_moe_dsa (GLM-5, sparse MLA) is not modelled yet: kvdash refuses the 32 cases vLLM 0.33 plans",
+}
+# Configs the harness could not build here in some cases (no vLLM figures: recorded "not_built", never guessed):
+# DeepSeek-V3.2 and GLM-5 (sparse MLA): 96 of each config's 128 cases (all fp8 KV, half the bf16 ones) fail to
+# build here ("No valid attention backend found", or vLLM's WorkspaceManager wanting a device).
 NOT_BUILT: dict[str, str] = {
-    "deepseek-v3.2": "sparse MLA: the indexer's top-k buffer is created on cuda",
-    "glm-5": "sparse MLA (GlmMoeDsaForCausalLM): the indexer's top-k buffer is created on cuda",
+    "deepseek-v3.2": "sparse MLA: 96 of 128 cases not built here",
+    "glm-5": "sparse MLA (GlmMoeDsaForCausalLM): 96 of 128 cases not built here",
 }
 
 
@@ -66,15 +70,14 @@ def test_external_configs_are_not_the_projects_own():
 
 
 def test_every_case_has_vllm_figures():
-    """Every case came from vLLM's own layer code, or vLLM refused it; only the configs of NOT_BUILT are
-    "not built" (all of their cases, nothing mirrored in their place)."""
+    """Every case came from vLLM's own layer code, or vLLM refused it; only configs of NOT_BUILT have cases
+    "not built" (nothing mirrored in their place)."""
     missing = Counter(c["config"] for c in CASES if c["status"] not in ("ok", "refused"))
     assert set(missing) == set(NOT_BUILT), missing
-    assert all(missing[name] == len(BY_CONFIG[name]) for name in NOT_BUILT)
     assert {c.get("spec_source") for c in CASES if c["status"] in ("ok", "refused")} <= {"vllm-layers"}
 
 
-@pytest.mark.parametrize("config", sorted(set(BY_CONFIG) - set(KNOWN) - set(NOT_BUILT)))
+@pytest.mark.parametrize("config", sorted(set(BY_CONFIG) - set(KNOWN)))
 def test_external_config_agrees_with_vllm(config):
     """All cases of one external config: the same figures as vLLM 0.33.0, or refused where it refuses."""
     text = report(config, [c for c in BY_CONFIG[config] if c["status"] in ("ok", "refused")],

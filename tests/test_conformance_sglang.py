@@ -41,7 +41,9 @@ NOT_MIRRORED = {
     "qwen3-next-80b-a3b-thinking": "SGLang 0.5.23's mamba",
     "qwen3.5-27b": "SGLang 0.5.23's mamba",
     "qwen3.5-35b-a3b": "SGLang 0.5.23's mamba",
-    "lfm2-1.2b": "SGLang 0.5.23's mamba",  # short-conv layers: SGLang sizes them as mamba state
+    "lfm2-1.2b": "SGLang 0.5.23's mamba",
+    "falcon-mamba-7b": "SGLang 0.5.23's mamba",  # pure Mamba-1: SGLang's pool is its state slots
+    "mamba-130m": "SGLang 0.5.23's mamba",  # short-conv layers: SGLang sizes them as mamba state
     "kimi-k2.5": "SGLang 0.5.23's multimodal",
     "qwen3-vl-30b-a3b-instruct": "SGLang 0.5.23's multimodal",
     "qwen3-vl-8b-instruct": "SGLang 0.5.23's multimodal",

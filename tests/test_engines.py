@@ -132,3 +132,62 @@ def test_batch_tier_boundaries_are_inclusive():
 
     assert (tokens(171_798_691_840), tokens(171_798_691_839)) == (16_384, 8_192)
     assert (tokens(75_161_927_680), tokens(75_161_927_679)) == (8_192, 2_048)
+
+
+class TestLogCheckBoundaries:
+    """kvdash.engines.vllm_view.log_check on hand-made figures: all vLLM can give the KV cache is
+    requested 10,000,000,000 - weights 2,000,000,000 = 8,000,000,000 B per rank; the implied reserve range is
+    8,000,000,000 - (highest, lowest) budget.  The smallest published reserve is 1.02 GiB = 1,095,216,660 B."""
+
+    BUDGET = {"gpu_memory_bytes": 12_000_000_000, "source": "vllm", "requested_bytes": 10_000_000_000,
+              "weights_per_rank_bytes": 2_000_000_000, "utilization": "0.92", "per_rank_bytes": 1}
+    VIEW = {"gpu_kv_cache_tokens": 1000, "max_model_len": 8192}
+
+    def check(self, span: tuple[int, int]) -> dict:
+        from kvdash.engines import vllm_view
+
+        return vllm_view.log_check(1000, self.VIEW, span, self.BUDGET, "basis")
+
+    def test_a_reserve_from_exactly_zero_is_a_range(self):
+        """Budgets 7e9..8e9: reserve 0 to 1,000,000,000 B (from 0, not 'at most'); below 1.02 GiB: implausible."""
+        out = self.check((7_000_000_000, 8_000_000_000))
+        assert out["reserve_range_bytes"] == [0, 1_000_000_000] and out["verdict"] == "implausible"
+        assert "a runtime reserve of 0 to 1,000,000,000 B per rank" in out["text"]
+
+    def test_a_reserve_from_minus_one_is_at_most(self):
+        """Budgets 7e9..8,000,000,001: reserve -1 to 1,000,000,000 B: written 'at most 1,000,000,000'."""
+        out = self.check((7_000_000_000, 8_000_000_001))
+        assert "a runtime reserve of at most 1,000,000,000 B per rank" in out["text"]
+
+    def test_a_reserve_of_at_most_zero_is_possible_but_implausible(self):
+        """Budgets 8e9..8.5e9: reserve -500,000,000 to 0: not more than vLLM can have (r_hi = 0 is not < 0)."""
+        out = self.check((8_000_000_000, 8_500_000_000))
+        assert out["reserve_range_bytes"] == [-500_000_000, 0] and out["verdict"] == "implausible"
+        assert "a runtime reserve of at most 0 B per rank" in out["text"]
+
+    def test_one_byte_more_than_vllm_can_give_is_impossible(self):
+        """Lowest budget 8,000,000,001: the reserve is at most -1 B: impossible."""
+        assert self.check((8_000_000_001, 8_000_000_001))["verdict"] == "impossible"
+
+    def test_exactly_the_smallest_published_reserve_is_plausible(self):
+        """Lowest budget 8e9 - 1,095,216,660 = 6,904,783,340: reserve up to 1,095,216,660 B, not below the
+        smallest published one: plausible; one byte less (lowest budget one byte more): implausible."""
+        assert self.check((6_904_783_340, 6_904_783_350))["verdict"] == "plausible"
+        assert self.check((6_904_783_341, 6_904_783_350))["verdict"] == "implausible"
+
+
+def test_caps_raise_to_max_model_len_only_above_the_default():
+    """Chunked prefill off: batched tokens are raised to max_model_len only when it is larger
+    (_set_default_max_num_seqs_and_batched_tokens_args): on an H100 at max_model_len 8,192 = the default 8,192
+    the basis stays "default"; at 8,193 it is raised."""
+    at = VLLM.caps(H100, Settings(8192, chunked_prefill=False))
+    above = VLLM.caps(H100, Settings(8193, chunked_prefill=False))
+    assert (at.max_num_batched_tokens, at.tokens_basis) == (8192, "default")
+    assert above.max_num_batched_tokens == 8193 and "raised to max_model_len 8,193" in above.tokens_basis
+
+
+def test_throughput_mode_caps_tokens_by_the_doubled_seqs():
+    """--performance-mode throughput on an H100 at max_model_len 16: seqs 1,024 x 2 = 2,048; 2,048 x 16 = 32,768
+    is not below the doubled 16,384 batched tokens, so they stay 16,384; at max_model_len 4: 2,048 x 4 = 8,192."""
+    assert VLLM.caps(H100, Settings(16, performance_mode="throughput")).max_num_batched_tokens == 16_384
+    assert VLLM.caps(H100, Settings(4, performance_mode="throughput")).max_num_batched_tokens == 8_192

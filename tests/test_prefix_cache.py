@@ -11,6 +11,7 @@ import pytest
 from kvdash.core import tiers as T
 from kvdash.errors import InputError
 from kvdash.simulate import prefixcache as P
+from kvdash.simulate.prefix_tiers import GpuPool
 
 DATA = Path(__file__).resolve().parent / "data"
 MOONCAKE = DATA / "mooncake"
@@ -130,7 +131,7 @@ def test_matches_vllm_blockpool() -> None:
             w = P.parse_workload_spec(spec, seed=0)
         B = case["block_size"]
         keys = P.block_keys(w, B, True)
-        pool = P.GpuPool(case["gpu_blocks"])
+        pool = GpuPool(case["gpu_blocks"])
         hits = []
         for i, ks in enumerate(keys):
             p = w.prompt[i]

@@ -267,7 +267,7 @@ def sglang_view(result: dict, arch: Any, tp: int, kv_dtype: str, block_size: str
            f"{b.get('reserve_bytes', 0) / 2**30:.2f} GiB")
     return sglang.view(arch, total, tp, kv_dtype, int(b.get("weights_per_rank_bytes", 0)), page,
                        {"tokens": v["gpu_kv_cache_tokens"], "label": f"vLLM {v['version']}", "held_back": held,
-                        "why": why})
+                        "why": why, "bytes_per_token": result.get("bytes_per_token")})
 
 
 def sglang_lines(s: dict, brief: bool = False) -> list[str]:

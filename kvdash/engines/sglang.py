@@ -476,5 +476,7 @@ def view(arch: Architecture, gpu_memory: int, tp: int, kv_dtype: str, weights_pe
             f"({'+' if diff >= 0 else ''}{pct:.1f} %): SGLang keeps {held_back / GIB:.2f} GiB per rank out of the KV "
             f"cache ((1 - mem_fraction_static {p.fraction.value}) x the free memory before the weights, its default "
             f"for this GPU at TP {tp}), {label} keeps {vllm_kept / GIB:.2f} GiB ({vllm.get('why', '')})"
-            + ("" if p.pool == "default" or not vllm.get("hybrid_note") else f"; {vllm['hybrid_note']}"))
+            + ("" if not vllm.get("bytes_per_token") or int(vllm["bytes_per_token"]) == round(p.cell_bytes) else
+               f"; and a token takes {p.cell_bytes:,.1f} B in SGLang's pool against {int(vllm['bytes_per_token']):,} B "
+               f"in {label}'s ({p.pool.replace('_', ' ')} pool: {p.cell_text.split(' = ')[0]})"))
     return out

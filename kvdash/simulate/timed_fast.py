@@ -61,7 +61,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     state_s = 2 * mc.state_bytes / bw
     base_cache: dict[int, list[float]] = {}
     if not mc.moe_layers:  # a dense model's terms are element-wise in the tokens: all step sizes at once
-        feats = features(mc, gpu, np.arange(max_batched_tokens + 1), 0.0, 0.0, 0.0)
+        every_size: Any = np.arange(max_batched_tokens + 1)  # features() is element-wise: an array of token counts
+        feats = features(mc, gpu, every_size, 0.0, 0.0, 0.0)
         table = np.stack([np.broadcast_to(np.asarray(v, dtype=float), (max_batched_tokens + 1,)) for v in feats], 1)
     else:
         table = None
