@@ -129,6 +129,7 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "olmo3": ("olmo-3-7b",),
     "seed_oss": ("seed-oss-36b",),
     "mamba": ("mamba-130m",),
+    "falcon_mamba": ("falcon-mamba-7b",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {
