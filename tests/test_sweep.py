@@ -172,7 +172,17 @@ def test_grid_equals_scalar_calculator(scalar_grid, data):
     """Any point of a grid has exactly the figures `kvdash calc` gives for the same configuration."""
     spec, frame = scalar_grid
     row = frame.row(data.draw(st.integers(0, frame.height - 1)), named=True)
-    r = _calc_for(row, spec)
+    try:
+        r = _calc_for(row, spec)
+    except InputError as e:
+        # vLLM 0.33 refuses to start when one request of max_model_len does not fit beside its null block
+        # (kvdash/engines/vllm.py: check_one_request_fits, after kv_cache_planning.py's
+        # _check_enough_kv_cache_memory); calc refuses such a point, the sweep does not apply the refusal yet
+        # (README), so the grid's point must show a vLLM max concurrency of one request or less (plus the
+        # null block: under 1 + 1/64 with the grid's blocks of at most 64 tokens and max_model_len >= 2,048)
+        assert "refuses to start" in str(e)
+        assert row["vllm_max_concurrency"] < 1 + 1 / 32
+        return
     assert r["bytes_per_token"] == row["bytes_per_token"]
     assert r["kv_token_slots"] == row["kv_token_slots"]
     assert r["whole_pool_blocks"] == row["whole_pool_blocks"]
