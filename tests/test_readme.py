@@ -126,3 +126,18 @@ def test_command_1_prints_what_the_readme_shows(folder):
     shown = next(body for lang, body in BLOCKS if lang == "text" and body.startswith("16 points"))
     proc = run("kvdash sweep sweeps/tutorial.yaml", folder)
     assert (0, shown) == (proc.returncode, proc.stdout)
+
+
+def test_ci_runs_the_readmes_test_command():
+    """The README's command 2 (the tests a new user runs) is `bash .ci/run`, and `.ci/run` is the whole check:
+    it installs from the clone, then runs ruff and mypy over the project and pytest over every test path
+    (pyproject's ``testpaths``), with nothing deselected; CI runs exactly that file from a fresh clone."""
+    block = README.split("## Two commands", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert commands[-1].strip() == "bash .ci/run"
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    steps = [line for line in script if line.startswith(".venv/bin/")]
+    assert steps[-3:] == [".venv/bin/ruff check kvdash tests benchmarks", ".venv/bin/mypy",
+                          ".venv/bin/python -m pytest"]
+    assert any("pip install -q -e '.[test]'" in line for line in script)
+    assert 'testpaths = ["tests", "kvdash"]' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
