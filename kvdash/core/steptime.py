@@ -219,6 +219,18 @@ def causal_pairs(prior: Any, chunk: Any, window: int = 0) -> Any:
     return capped
 
 
+def prefill_chunk_seconds(mc: ModelCompute, prior: int, chunk: int, pair_flops: tuple[float, float],
+                          flops_per_s: float, hbm_bytes_per_s: float) -> tuple[float, float]:
+    """(memory s, compute s) that a prefill chunk of ``chunk`` tokens after ``prior`` ones adds to its step at the
+    spec figures: the prior tokens' KV read, and the chunk's causal query-key pairs at the prefill dims
+    (``pair_flops``: :meth:`ModelCompute.attn_pair_flops` with ``prefill=True``, full and window layers).  The
+    one definition the timed simulators and the prefill-saved figures share."""
+    full_pp, win_pp = pair_flops
+    pw = causal_pairs(prior, chunk, mc.window) if mc.window else 0
+    return (float(mc.kv_read_bytes(prior)) / hbm_bytes_per_s,
+            (full_pp * causal_pairs(prior, chunk) + win_pp * pw) / flops_per_s)
+
+
 def _moe_shape(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tuple[int, int, int, int] | None:
     """(routed experts, width, shared width, experts per token) of a MoE layer (None: dense), from the
     same rules :func:`kvdash.core.modeltypes.estimate_parameters` counts weights with."""

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, causal_pairs, features, step_seconds
+from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, prefill_chunk_seconds, step_seconds
 from kvdash.simulate.timed import _stats as _ms
 
 
@@ -30,7 +30,7 @@ class ChunkTimer:
 
     def __init__(self, mc: ModelCompute, gpu: GPUPerf, consts: Constants) -> None:
         self.mc, self.gpu, self.consts = mc, gpu, consts
-        self.full_pp, self.win_pp = mc.attn_pair_flops(prefill=True)
+        self.pair_flops = mc.attn_pair_flops(prefill=True)
         self.f_attn = gpu.rate("bf16")
         self._base: dict[int, tuple[float, ...]] = {}
 
@@ -39,11 +39,11 @@ class ChunkTimer:
         if base is None:
             base = features(self.mc, self.gpu, chunk, 0.0, 0.0, 0.0)
             self._base[chunk] = base
-        mc = self.mc
-        pw = causal_pairs(prior, chunk, mc.window) if mc.window else 0
+        mem_s, cmp_s = prefill_chunk_seconds(self.mc, prior, chunk, self.pair_flops, self.f_attn,
+                                             self.gpu.hbm_bytes_per_s)
         x = list(base)
-        x[1] += (self.full_pp * causal_pairs(prior, chunk) + self.win_pp * pw) / self.f_attn
-        x[0] += float(mc.kv_read_bytes(prior)) / self.gpu.hbm_bytes_per_s
+        x[1] += cmp_s
+        x[0] += mem_s
         return step_seconds(tuple(x), self.consts)
 
     def prefill(self, prior: int, tokens: int, max_batched: int) -> float:

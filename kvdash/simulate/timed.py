@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from kvdash.core import formulas as f
-from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, causal_pairs, features
+from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, prefill_chunk_seconds
 from kvdash.errors import InputError
 from kvdash.simulate.schedule import NFEAT, Schedule
 
@@ -285,9 +285,9 @@ def simulate_reference(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: M
             x[1] += dec_cmp_full * full_ctx + dec_cmp_win * win_ctx
         if not decode.all():
             for p0, q in zip(comp0[~decode].tolist(), stake[~decode].tolist(), strict=True):
-                pw = causal_pairs(p0, q, mc.window) if mc.window else 0
-                x[1] += (full_pp * causal_pairs(p0, q) + win_pp * pw) / f_attn
-                x[0] += float(mc.kv_read_bytes(p0)) / bw
+                mem_s, cmp_s = prefill_chunk_seconds(mc, p0, q, (full_pp, win_pp), f_attn, bw)
+                x[1] += cmp_s
+                x[0] += mem_s
         steps += 1
         token_steps += len(sids)
         end_segment(x)
