@@ -98,6 +98,16 @@ def test_blocks_per_request_full_and_sliding():
     assert VLLM.blocks_per_request(x | {"state_blocks": 2}) == 1_027
 
 
+def test_blocks_per_request_with_lengthened_blocks():
+    """unify_kv_cache_spec_page_size: a kind whose page is half the largest holds 2 x B = 32 tokens a block.  The
+    gpt-oss-like pool above with full_ratio 2: full cdiv(8,192, 32) = 256, sliding 513: 769; with window_ratio 2:
+    full 512, sliding cdiv(min(127 + 16,384, 8,192), 32) + 1 = 256 + 1 = 257: 769."""
+    x = {"block_size": 16, "max_model_len": 8192, "window": 128, "chunked": 0, "full_groups": 1,
+         "window_groups": 1, "state_blocks": 0, "in_flight_tokens": 16_384}
+    assert VLLM.blocks_per_request(x | {"full_ratio": 2}) == 769
+    assert VLLM.blocks_per_request(x | {"window_ratio": 2}) == 769
+
+
 def test_startup_line_word_for_word():
     """update_kv_cache_capacity (vllm/v1/core/kv_cache_utils.py) prints the tokens with commas and the
     concurrency to two decimals."""
@@ -386,3 +396,29 @@ class TestOneRequestFits:
 
         with pytest.raises(InputError):
             check_one_request_fits(10, 1, 10, 160, 0)
+
+    def test_the_refusal_quotes_vllms_message(self):
+        """Llama-3.1-405B, tp 1, bf16, block 16: 8,257,536 B a block, 2,048 blocks at max_model_len 32,768, a 12 GiB
+        budget.  _check_enough_kv_cache_memory's words, with format_gib = round(b / 2^30, 2): needed 8,257,536 x
+        2,048 = 16,911,433,728 B = 15.75 GiB; available 12,884,901,888 - 8,257,536 = 12,876,644,352 B = 11.992...
+        -> 11.99 GiB; the pool 12,884,901,888 // 8,257,536 = 1,560 blocks.  With an estimate of 0 the "Based on the
+        available memory" sentence and the "lower it to" fix are left out."""
+        from kvdash.engines.vllm import check_one_request_fits
+
+        with pytest.raises(InputError) as err:
+            check_one_request_fits(12 * 2**30, 8_257_536, 2048, 32768, 24944)
+        text = str(err.value)
+        assert ("\"To serve at least one request with the model's max seq len (32768), (15.75 GiB KV cache is needed, "
+                "which is larger than the available KV cache memory (11.99 GiB). Based on the available memory, the "
+                "estimated maximum model length is 24944.\"") in text
+        assert "2,048 blocks of 8,257,536 B for one request, 1,560 in the pool of which one is its null block" in text
+        assert "lower it to 24,944 or less, or give the KV cache more memory" in text
+        with pytest.raises(InputError) as err:
+            check_one_request_fits(12 * 2**30, 8_257_536, 2048, 32768, 0)
+        text = str(err.value)
+        assert "memory (11.99 GiB).\" (vllm/v1" in text and "Based on" not in text
+        assert "lower it to" not in text and "or give the KV cache more memory" in text
+        with pytest.raises(InputError) as err:  # an estimate of 1 token is still one (estimated_max_len > 0)
+            check_one_request_fits(12 * 2**30, 8_257_536, 2048, 32768, 1)
+        assert "the estimated maximum model length is 1.\"" in str(err.value)
+        assert "lower it to 1 or less, or give" in str(err.value)
