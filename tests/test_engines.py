@@ -418,6 +418,9 @@ class TestOneRequestFits:
         text = str(err.value)
         assert "memory (11.99 GiB).\" (vllm/v1" in text and "Based on" not in text
         assert "lower it to" not in text and "or give the KV cache more memory" in text
+        with pytest.raises(InputError) as err:  # 2,047 blocks: 8,257,536 x 2,047 = 16,903,176,192 B = 15.742... GiB
+            check_one_request_fits(12 * 2**30, 8_257_536, 2047, 32752, 24944)
+        assert "(15.74 GiB KV cache is needed" in str(err.value)
         with pytest.raises(InputError) as err:  # an estimate of 1 token is still one (estimated_max_len > 0)
             check_one_request_fits(12 * 2**30, 8_257_536, 2048, 32768, 1)
         assert "the estimated maximum model length is 1.\"" in str(err.value)
