@@ -63,3 +63,18 @@ def test_hybrid_comparison_names_the_cell(capsys):
                         "h200", "--tp", "4", "--weights", "218GB", "--engine-rules", "sglang", "--json"], capsys)
     s = json.loads(out)["sglang_view"]
     assert "a token takes 41,779.2 B in SGLang's pool against 49,152 B in vLLM 0.33's" in s["comparison"]
+
+
+def test_dsa_refusal_keys_on_the_model_type():
+    """DeepSeek sparse attention (SGLang's configs/model_config.py is_deepseek_nsa) is refused by the model_type
+    kvdash reads (deepseek_v32, glm_moe_dsa), not by a config field kvdash never loads: DeepSeek-V3's own
+    architecture is planned, the same layers under model_type deepseek_v32 are refused."""
+    from dataclasses import replace
+
+    from kvdash.core.model import load_preset
+    from kvdash.engines import sglang
+
+    v3 = load_preset("deepseek-v3")
+    assert sglang.refusal(v3, 8) == ""
+    for model_type in ("deepseek_v32", "glm_moe_dsa"):
+        assert sglang.refusal(replace(v3, model_type=model_type), 8) == "DeepSeek sparse attention's indexer cache"
