@@ -66,15 +66,17 @@ def test_hybrid_comparison_names_the_cell(capsys):
 
 
 def test_dsa_refusal_keys_on_the_model_type():
-    """DeepSeek sparse attention (SGLang's configs/model_config.py is_deepseek_nsa) is refused by the model_type
-    kvdash reads (deepseek_v32, glm_moe_dsa), not by a config field kvdash never loads: DeepSeek-V3's own
-    architecture is planned, the same layers under model_type deepseek_v32 are refused."""
-    from dataclasses import replace
+    """DeepSeek sparse attention (SGLang's configs/model_config.py is_deepseek_nsa: an indexer cache beside the
+    latent) is refused by the model_type kvdash reads, not by a config field kvdash never loads: the published
+    DeepSeek-V3.2 and GLM-5 configs (conformance/vllm/external) are refused, DeepSeek-V3 (plain MLA) is planned."""
+    from pathlib import Path
 
-    from kvdash.core.model import load_preset
+    from kvdash.core.model import load_config, load_preset
     from kvdash.engines import sglang
 
-    v3 = load_preset("deepseek-v3")
-    assert sglang.refusal(v3, 8) == ""
-    for model_type in ("deepseek_v32", "glm_moe_dsa"):
-        assert sglang.refusal(replace(v3, model_type=model_type), 8) == "DeepSeek sparse attention's indexer cache"
+    external = Path(__file__).resolve().parents[1] / "conformance" / "vllm" / "external"
+    assert sglang.refusal(load_preset("deepseek-v3"), 8) == ""
+    for name, model_type in (("deepseek-v3.2", "deepseek_v32"), ("glm-5", "glm_moe_dsa")):
+        arch = load_config(external / name / "config.json")
+        assert arch.model_type == model_type
+        assert sglang.refusal(arch, 8) == "DeepSeek sparse attention's indexer cache"
