@@ -80,3 +80,27 @@ def test_dsa_refusal_keys_on_the_model_type():
         arch = load_config(external / name / "config.json")
         assert arch.model_type == model_type
         assert sglang.refusal(arch, 8) == "DeepSeek sparse attention's indexer cache"
+
+
+def test_vllm_view_is_omitted_under_sglang(capsys):
+    """Under --engine-rules sglang the start-up line is SGLang's: calc's vllm_view (vLLM's 'GPU KV cache size'
+    lines) is left out with one statement, in JSON, --brief and the tables; with the default rules it stays."""
+    base = ["calc", "--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "8"]
+    code, out, _ = run([*base, "--engine-rules", "sglang", "--json"], capsys)
+    d = json.loads(out)
+    assert "vllm_view" not in d and "log_check" not in d
+    assert d["vllm_view_omitted"].startswith("--engine-rules sglang: the start-up line shown is SGLang 0.5.23's")
+    code, out, _ = run([*base, "--engine-rules", "sglang", "--brief"], capsys)
+    flat = out.replace("\n", " ")
+    assert "vLLM 0.33 would log" not in flat and "vLLM 0.33's start-up lines are omitted" in flat
+    code, out, _ = run([*base, "--engine-rules", "sglang"], capsys)
+    assert "What vLLM 0.33 would log" not in out and "Engine start-up line" in out
+    code, out, _ = run([*base, "--json"], capsys)
+    assert "vllm_view" in json.loads(out) and "vllm_view_omitted" not in json.loads(out)
+
+
+def test_logged_vllm_figure_is_refused_under_sglang(capsys):
+    code, _, err = run(["calc", "--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "8", "--engine-rules", "sglang",
+                        "--logged-tokens", "2832402"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "--logged-tokens: 2832402" in err and "compare SGLang's own start-up line" in err

@@ -68,7 +68,9 @@ def test_engine_is_a_dimension(tmp_path, capsys):
     assert "engines on the same hardware: SGLang 0.5.23 fits +2.2% of vLLM 0.33's paged requests over 1 point " in md
     assert "| llama-3.1-70b | 8 x h200 | bf16 | 106.64 GiB | 2,795,536 | 108.05 GiB | 0.893 | 2,832,402 | 4,096 | " \
            "+1.3 % |" in md
-    assert "budget +1.3 %: SGLang holds back" in md and "same cell 40,960 B/token" in md
+    # 1 GiB + (1 - 0.893) x (143,771 MiB - 1 GiB) = 1 + 14.92 = 15.92 GiB kept from weights and KV
+    assert "budget +1.3 %: SGLang keeps back 15.92 GiB/rank (1 GiB + (1 - 0.893) x the rest)" in md
+    assert "same cell 40,960 B/token" in md
     assert "caps 4,096 (resolve_max_num_reqs, context_len 131,072) against 1,024 (max_num_seqs)" in md
     assert "| qwen3-next | 8 x h200 | bf16 | not mirrored for this model: SGLang 0.5.23's mamba" in md
     assert "3 points (4 before exclusions)" in md

@@ -40,9 +40,8 @@ def _held(r: dict[str, Any], weights: int, total: int) -> int:
 def _why(v: dict[str, Any], s: dict[str, Any], weights: int, total: int, arch: Any) -> str:
     """One sentence per model: what makes SGLang's pool differ from vLLM's on the same GPUs."""
     held_v, held_s = _held(v, weights, total), _held(s, weights, total)
-    parts = [f"budget {_pct(s['budget_bytes'], v['budget_bytes'])}: SGLang holds back {_gib(held_s)}/rank ((1 - "
-             f"{s['gpu_util']}) x free before weights), vLLM {_gib(held_v)} (1 - {v['gpu_util']} of the GPU + "
-             "reserve)"]
+    parts = [f"budget {_pct(s['budget_bytes'], v['budget_bytes'])}: SGLang keeps back {_gib(held_s)}/rank (1 GiB + "
+             f"(1 - {s['gpu_util']}) x the rest), vLLM {_gib(held_v)} ((1 - {v['gpu_util']}) x GPU + reserve)"]
     sliding = arch.counts.get("sliding", 0) + arch.counts.get("chunked", 0)
     window = max((x.window for x in arch.layers if x.kind in ("sliding", "chunked")), default=0)
     cell = f"cell {s['bytes_per_token']:,} B/token against {v['bytes_per_token']:,} B"
