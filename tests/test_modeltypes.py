@@ -287,18 +287,6 @@ class TestRefusals:
         assert "--layers/--kv-heads/--head-dim" in text and "\n" not in text
         assert model_type not in modeltypes.SUPPORTED
 
-    @pytest.mark.parametrize("name,model_type,why", [
-        ("deepseek-v3.2", "deepseek_v32", "indexer"),
-        ("glm-5", "glm_moe_dsa", "indexer"),
-    ])
-    def test_published_configs_not_modelled(self, name, model_type, why):
-        """The published configs of tests/data/configs_not_modelled/ are refused in one line, saying why."""
-        with pytest.raises(InputError) as err:
-            load_config(ROOT / "tests" / "data" / "configs_not_modelled" / name / "config.json")
-        text = str(err.value)
-        assert f"'{model_type}'" in text and why in text and "--layers/--kv-heads/--head-dim" in text
-        assert "\n" not in text
-
     @pytest.mark.parametrize("model_type", ["rwkv", "bert", "yi"])
     def test_unknown_model_type(self, tmp_path, model_type):
         """A model type kvdash cannot model exactly is one line naming it and what is supported."""

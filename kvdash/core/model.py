@@ -130,6 +130,8 @@ def from_hf_config(
         # sliding-window layers with their own geometry (MiMo-V2), and the layer pattern that names them
         "swa": {k: cfg[k] for k in ("swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim")
                 if isinstance(cfg.get(k), int) and not isinstance(cfg.get(k), bool)},
+        # DeepSeek sparse attention's indexer (SGLang's engine rules refuse it: kvdash.engines.sglang.refusal)
+        "index_topk": cfg["index_topk"] if isinstance(cfg.get("index_topk"), int) else 0,
         "hybrid_layer_pattern": tuple(cfg["hybrid_layer_pattern"])
         if isinstance(cfg.get("hybrid_layer_pattern"), list) else (),
     }
@@ -151,7 +153,8 @@ def from_hf_config(
     if cfg.get("kv_lora_rank"):
         rank = _int(cfg, "kv_lora_rank", where)
         rope = _int(cfg, "qk_rope_head_dim", where)
-        layers = tuple(Layer("mla", kv_heads=1, kv_lora_rank=rank, qk_rope_head_dim=rope)
+        index = modeltypes.sparse_mla_index_bytes(cfg, model_type, n_layers, where)
+        layers = tuple(Layer("mla", kv_heads=1, kv_lora_rank=rank, qk_rope_head_dim=rope, index_bytes=index)
                        for _ in range(n_layers))
     else:
         if attention_free:
