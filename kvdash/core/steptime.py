@@ -245,17 +245,20 @@ def _moe_shape(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) 
 
 def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights: str = "bf16",
                   experts_weights: str | None = None, kv_dtype: str = "bf16", scales: str = "tensor",
-                  dp: int = 1) -> ModelCompute:
+                  dp: int = 1, attention_weights: str | None = None) -> ModelCompute:
     """The per-rank figures of a model from its ``config.json`` (``text_config`` for multimodal ones)
     and its kvdash :class:`Architecture`: ``weights`` / ``experts_weights`` name the storage format of
     the dense and routed-expert weights (``bf16``, ``fp8``, ``nvfp4``, ``mxfp4``, ``int4_wo``);
-    attention projections of gpt-oss stay bf16 (its checkpoint quantizes only the experts).  With ``dp``
+    attention projections of gpt-oss stay bf16 (its checkpoint quantizes only the experts), and
+    ``attention_weights`` names the attention projections' format where a checkpoint keeps them apart from
+    the other dense weights (NVIDIA's NVFP4 checkpoints list ``self_attn`` in their quantization ``ignore``:
+    bf16).  With ``dp``
     attention data-parallel ranks of ``tp`` GPUs each, the routed experts are split over all ``tp x dp``
     GPUs (expert parallelism) and every rank's tokens reach them."""
     from kvdash.core.model import _text_config
     from kvdash.core.modeltypes import aliases, parameter_parts
 
-    for value in (weights, experts_weights or weights):
+    for value in (weights, experts_weights or weights, attention_weights or weights):
         if value not in WEIGHT_BYTES:
             raise InputError("--weight-format", value, "expected one of: " + ", ".join(WEIGHT_BYTES))
     # the language model only: a vision encoder runs on images, which a text request does not send
@@ -277,7 +280,7 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
                     f"figure ({arch.weight_basis}) at 2 B each, all read every step")
     ew = experts_weights or weights
     dense_fmt = "bf16" if arch.model_type == "gpt_oss" else weights
-    attn_fmt = dense_fmt
+    attn_fmt = attention_weights or dense_fmt
     dense_b, expert_b = WEIGHT_BYTES[dense_fmt], WEIGHT_BYTES[ew]
     h = parts["hidden"]
     lm_head = parts["vocab"] * h  # read every step (the embedding lookup reads a row per token: left out)
@@ -323,8 +326,10 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
         state_bytes=state, dp=dp,
         weights_per_rank=math.ceil(resident / tp - parts["experts_total"] * parts["expert_params"] * expert_b
                                    * (1 / tp - 1 / (tp * dp))),
-        basis=(fallback or f"weights {dense_fmt} (experts {ew}): {WEIGHT_BYTES[dense_fmt]:g} / "
-               f"{WEIGHT_BYTES[ew]:g} B per parameter, parameters counted from config.json",))
+        basis=(fallback or f"weights {dense_fmt} (experts {ew}"
+               + (f", attention {attn_fmt}" if attn_fmt != dense_fmt else "")
+               + f"): {WEIGHT_BYTES[dense_fmt]:g} / {WEIGHT_BYTES[ew]:g} B per parameter, parameters counted from "
+               "config.json",))
 
 
 def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: float, pairs_full: float,

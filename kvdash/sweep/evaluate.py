@@ -10,7 +10,7 @@ from :func:`kvdash.core.point.point_metrics` evaluated on polars expressions -- 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -57,6 +57,8 @@ def _h(text: str, digits: int) -> int:
 class Expanded:
     frame: pl.DataFrame  # one row per point, result columns in RESULT_COLUMNS order
     size_before_exclude: int
+    # grid: engine: -- the (model, KV dtype, TP, PP, GPU) an engine's rules refuse, with the reason
+    engine_refusals: list[dict[str, Any]] = field(default_factory=list)
 
 
 def dominant_stage(shapes: list[PoolShape], where: str) -> PoolShape:
@@ -507,10 +509,11 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
     # the feeds as columns of the query: common subexpressions are found among column expressions only (gathers
     # inside the expressions made paged_requests be computed seven times)
     frame = points.lazy().with_columns(e.alias(c) for c, e in at.items()).select(out).collect()
-    if spec.engines:
+    refusals: list[dict[str, Any]] = []
+    if spec.engines:  # one row per engine and point (kvdash.sweep.engines)
         from kvdash.sweep.engines import add_engines
 
-        frame = add_engines(spec, frame)
+        frame, refusals = add_engines(spec, frame)
     if spec.simulate is not None:
         from kvdash.sweep.simulation import add_simulation
 
@@ -519,4 +522,5 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
         from kvdash.sweep.simulation import add_prefix_cache
 
         frame = add_prefix_cache(spec, frame)
-    return Expanded(frame=frame, size_before_exclude=size)
+    # grid: engine: multiplies the points (one row per engine)
+    return Expanded(frame=frame, size_before_exclude=size * max(1, len(spec.engines)), engine_refusals=refusals)
