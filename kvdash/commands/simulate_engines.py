@@ -5,8 +5,6 @@ The pool is SGLang's own (:func:`kvdash.engines.sglang.view`, checked against SG
 CUDA unless ``--block-size`` gives ``--page-size``).  The scheduling stays the simulator's (vLLM v1's rules):
 SGLang's scheduler is not mirrored, and the output says so."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from kvdash.core import formulas as f
