@@ -112,6 +112,9 @@ NOTES = """Notes:
   0.33 turns `--kv-cache-dtype auto` into (`resolve_kv_cache_dtype_string`, vllm/utils/torch_utils.py), and
   keep attention in bf16 (`self_attn` in their quantization `ignore`). Rows of other checkpoints: fp8 KV where
   the row's precision is fp8 (assumed: the data does not say which `--kv-cache-dtype` the run passed).
+- GEMM rates: each dense GEMM runs at its own weights' rate (bf16 attention at bf16), and gpt-oss's MXFP4
+  experts at bf16, as vLLM 0.33 runs them (bf16 activations: `_get_priority_backends_for_gpt_oss`,
+  vllm/model_executor/layers/fused_moe/oracle/mxfp4.py). The calibration rows are unchanged by both.
 - No GPU was available this session: the bandwidth and FLOP terms were not measured on a device (issue 28
   item 6); every figure here is from the simulator with the constants fitted on the calibration rows."""
 
@@ -248,6 +251,41 @@ def cliffs(series: list[tuple[int, float]]) -> set[int]:
     for (_, t0), (c1, t1) in itertools.pairwise(s):
         if t0 > 0 and t1 / t0 >= CLIFF:
             out.add(c1)
+    return out
+
+
+BANDS = ((1, 8), (9, 32), (33, 128), (129, 1024))
+
+
+def breakdown(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, dict[str, Any]],
+              coef: np.ndarray) -> list[str]:
+    """Tables of the validation error by (model, GPU) and by concurrency band."""
+    err: dict[str, tuple[float, float]] = {}
+    for i in ids:
+        r, s = by_id[i], sims[i]
+        err[i] = (predict(s["tpot_f"], coef) * 1000 / float(r["silicon_tpot_ms"]) - 1,
+                  predict(s["ttft_f"], coef, True) * 1000 / float(r["silicon_ttft_ms"]) - 1)
+    n = len(ids)
+
+    def line(label: str, group: list[str]) -> str:
+        t = np.array([err[i][0] for i in group])
+        f = np.array([err[i][1] for i in group])
+        return (f"| {label} | {len(group)} | {100 * np.abs(t).mean():.1f} | {100 * t.mean():+.1f} | "
+                f"{100 * np.abs(t).sum() / n:.1f} | {100 * np.abs(f).mean():.1f} | {100 * np.median(f):+.1f} | "
+                f"{100 * np.abs(f).sum() / n:.1f} |")
+
+    head = ["| {} | rows | TPOT MAPE % | TPOT bias % | TPOT points | TTFT MAPE % | TTFT bias % | TTFT points |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [head[0].format("model, GPU"), head[1]]
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for i in ids:
+        groups[(by_id[i]["model_path"].split("/")[1], by_id[i]["system"].split("_")[0].upper())].append(i)
+    out += [line(f"{m} {g}", v) for (m, g), v in sorted(groups.items())]
+    out += ["", head[0].format("concurrency"), head[1]]
+    for lo, hi in BANDS:
+        group = [i for i in ids if lo <= int(by_id[i]["batch_size"]) <= hi]
+        if group:
+            out.append(line(f"{lo}-{hi}", group))
     return out
 
 
@@ -391,7 +429,11 @@ def main() -> None:
                    f"**{mape(t['kf'], t['mf']):.1f}** | **{mape(t['af'], t['mf']):.1f}** |")
     out = "\n".join(lines + ["kvdash's time model against the measured rows (mean absolute percentage error):", ""]
                     + table + ["", "The same validation rows, kvdash against aiconfigurator 0.12 (its default "
-                               "vLLM database), on the rows aiconfigurator estimated:", ""] + cmp)
+                               "vLLM database), on the rows aiconfigurator estimated:", ""] + cmp
+                    + ["", "Where the validation error is, by model and GPU and by concurrency (bias: the mean signed "
+                       "error of TPOT and the median signed error of TTFT, + when kvdash predicts more; points: the "
+                       "share of the validation MAPE the group carries):", ""]
+                    + breakdown([i for i in sims if by_id[i]["model_path"] in VALIDATION], by_id, sims, coef))
     print(out)
     if args.write:
         (ROOT / "kvdash/data/steptime.json").write_text(json.dumps(

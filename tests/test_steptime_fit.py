@@ -70,3 +70,27 @@ def test_attention_weights_read_at_their_own_format():
     assert mixed.dense_weight_bytes - fp4.dense_weight_bytes == pytest.approx(extra)
     assert mixed.weights_per_rank - fp4.weights_per_rank == pytest.approx(2_730_491_904 * 1.4375, abs=1)
 
+
+
+def test_gemm_rates_follow_each_weights_format():
+    """vLLM 0.33 runs gpt-oss's MXFP4 experts with bf16 activations (_get_priority_backends_for_gpt_oss:
+    FLASHINFER_TRTLLM_MXFP4_BF16 on SM100, TRITON on Hopper), so on an H100 (989 TFLOP/s bf16) 64 tokens'
+    expert FLOPs are 2 x 64 x 36 layers x 4 experts x 3 x 2,880 x 2,880 = 458,647,142,400 at the bf16 rate,
+    beside the bf16 dense weights (attention, router, LM head), not at the fp8 rate the GPU has for fp4."""
+    from kvdash.core.steptime import features, gpu_perf
+
+    cfg = _cfg("gpt-oss-120b")
+    mc = model_compute(cfg, from_hf_config(cfg, "gpt-oss-120b"), 1, "bf16", "mxfp4")
+    assert mc.gemm == "bf16" and [k for k, _ in mc.dense_rates] == ["bf16"]
+    comp = features(mc, gpu_perf("h100-80gb"), 64, 0.0, 0.0, 0.0)[1]
+    assert comp == pytest.approx((458_647_142_400 + 2 * 64 * mc.dense_params) / 989e12)
+
+
+def test_nvfp4_attention_gemms_at_the_bf16_rate():
+    """MiniMax-M2.5 on NVIDIA's NVFP4 checkpoint, one GPU: the 2,730,491,904 attention parameters run at the bf16
+    rate; the router (62 x 3,072 x 256 = 48,758,784) and LM head (200,064 x 3,072 = 614,596,608) at the dense
+    weights' (fp4); the routed experts at fp4."""
+    cfg = _cfg("minimax-m2.5")
+    mc = model_compute(cfg, from_hf_config(cfg, "minimax-m2.5"), 1, "nvfp4", "nvfp4", "fp8", attention_weights="bf16")
+    assert mc.dense_rates == (("bf16", 2_730_491_904.0), ("fp4", 48_758_784.0 + 614_596_608.0))
+    assert mc.gemm == "fp4"

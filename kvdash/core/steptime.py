@@ -159,7 +159,7 @@ class ModelCompute:
     top_k: int
     expert_bytes: float  # one routed expert of one layer, per rank
     expert_params: float
-    gemm: str  # "bf16", "fp8" or "fp4": the rate of the weights' GEMMs
+    gemm: str  # "bf16", "fp8" or "fp4": the rate of the weights' GEMMs (of the routed experts' on a MoE model)
     attention: tuple[AttentionKind, ...]
     kv_full_bytes: int  # per token of context, every full/MLA layer of the rank (calc.layer_token_bytes)
     kv_window_bytes: int  # per token of context, every sliding layer of the rank
@@ -168,6 +168,9 @@ class ModelCompute:
     weights_per_rank: int = 0  # resident weight bytes per rank (for the memory budget)
     dp: int = 1  # attention data-parallel ranks sharing the experts (their tokens reach every expert rank)
     layer_units: float = 0.0  # the per-layer fixed work in dense-layer equivalents (0: one per layer; see KERNELS)
+    # the dense linear parameters by the rate their GEMMs run at, ((kind, params per rank), ...); () : all of
+    # dense_params at ``gemm``
+    dense_rates: tuple[tuple[str, float], ...] = ()
     basis: tuple[str, ...] = field(default=(), compare=False)
 
     def kv_read_bytes(self, context: Any) -> Any:
@@ -316,12 +319,24 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
     if parts["moe_layers"]:
         extra = KERNELS["moe"] - KERNELS["dense"] + (KERNELS["shared"] if parts["shared"] else 0)
         units += parts["moe_layers"] * extra / KERNELS["dense"]
+    # each dense GEMM at the rate of its own weights: attention projections at theirs (bf16 where the checkpoint
+    # keeps them so), the dense MLPs, shared experts, router and LM head at the dense weights' (the router and
+    # LM head, stored bf16, are left at that rate: a simplification that keeps the dense models' figures)
+    rate: dict[str, float] = {}
+    for kind, params in ((GEMM_RATE[attn_fmt], parts["attention"]),
+                         (GEMM_RATE[dense_fmt], parts["dense_mlp"] + parts["shared"] + parts["router"] + lm_head)):
+        rate[kind] = rate.get(kind, 0.0) + params / tp
+    rates = tuple(sorted((k, float(v)) for k, v in rate.items() if v))
+    # gpt-oss's MXFP4 experts run with bf16 activations on every GPU here: vLLM 0.33 picks the first supported of
+    # _get_priority_backends_for_gpt_oss (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py):
+    # FLASHINFER_TRTLLM_MXFP4_BF16 on SM100, TRITON (matmul_ogs, bf16 activations) on Hopper
+    expert_rate = "bf16" if arch.model_type == "gpt_oss" and ew == "mxfp4" else GEMM_RATE[ew]
     return ModelCompute(
         name=arch.name, tp=tp, layers=n_layers, hidden=h, layer_units=units,
         dense_weight_bytes=dense_bytes, dense_params=(dense_linear + lm_head) / tp,
         moe_layers=parts["moe_layers"], experts=parts["experts"], top_k=parts["top_k"],
         expert_bytes=parts["expert_params"] * expert_b / (tp * dp), expert_params=parts["expert_params"] / tp,
-        gemm=GEMM_RATE[ew if parts["moe_layers"] else weights], attention=tuple(attention),
+        gemm=expert_rate if parts["moe_layers"] else GEMM_RATE[weights], attention=tuple(attention), dense_rates=rates,
         kv_full_bytes=full, kv_window_bytes=win, window=win_layers[0].window if win_layers else 0,
         state_bytes=state, dp=dp,
         weights_per_rank=math.ceil(resident / tp - parts["experts_total"] * parts["expert_params"] * expert_b
@@ -339,10 +354,14 @@ def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: flo
     the causal query-key pairs of the prefill chunks (full and window layers) and the KV they read."""
     moe_bytes = mc.moe_layers * mc.touched_experts(tokens * mc.dp) * mc.expert_bytes
     mem = (mc.dense_weight_bytes + moe_bytes + decode_kv_bytes + prefill_kv_bytes) / gpu.hbm_bytes_per_s
-    linear = 2 * (mc.dense_params + mc.moe_layers * mc.top_k * mc.expert_params) * tokens
     full, win = mc.attn_pair_flops()
     attn = full * pairs_full + win * pairs_window
-    comp = linear / gpu.rate(mc.gemm) + attn / gpu.rate("bf16")
+    if mc.dense_rates:
+        comp = (2 * mc.moe_layers * mc.top_k * mc.expert_params * tokens / gpu.rate(mc.gemm)
+                + sum(2 * p * tokens / gpu.rate(kind) for kind, p in mc.dense_rates) + attn / gpu.rate("bf16"))
+    else:
+        linear = 2 * (mc.dense_params + mc.moe_layers * mc.top_k * mc.expert_params) * tokens
+        comp = linear / gpu.rate(mc.gemm) + attn / gpu.rate("bf16")
     reduces = 2 * mc.layers if mc.tp > 1 else 0
     link = 0.0
     if mc.tp > 1 and gpu.link_bytes_per_s:
