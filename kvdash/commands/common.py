@@ -58,7 +58,8 @@ EngineRulesOpt = Annotated[str, Opt("--engine-rules", help="Engine whose sizing 
                                                          "mem_fraction_static default, cell size, token-slot pool "
                                                          "and start-up line; needs a GPU). calc shows SGLang's view "
                                                          "beside kvdash's pool and how it differs from vLLM; "
-                                                         "simulate runs on SGLang's pool.")]
+                                                         "simulate runs on SGLang's pool; the exporter sizes its "
+                                                         "analytical pool by the rules.")]
 ReserveOpt = Annotated[str, Opt(help="Runtime reserve per rank of a GPU-derived budget (activations, CUDA graphs, "
                                      "non-torch memory): 'auto', a kvdash calibrate entry, else the published "
                                      "terms; 0 asks for the upper bound; or a size (4GiB). A declared --budget "
