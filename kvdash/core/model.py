@@ -130,8 +130,6 @@ def from_hf_config(
         # sliding-window layers with their own geometry (MiMo-V2), and the layer pattern that names them
         "swa": {k: cfg[k] for k in ("swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim")
                 if isinstance(cfg.get(k), int) and not isinstance(cfg.get(k), bool)},
-        # DeepSeek sparse attention's indexer (SGLang's engine rules refuse it: kvdash.engines.sglang.refusal)
-        "index_topk": cfg["index_topk"] if isinstance(cfg.get("index_topk"), int) else 0,
         "hybrid_layer_pattern": tuple(cfg["hybrid_layer_pattern"])
         if isinstance(cfg.get("hybrid_layer_pattern"), list) else (),
     }

@@ -68,6 +68,7 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "jamba": ("Jamba", "full + mamba (Mamba-1)"),
     "mamba": ("Mamba (attention-free)", "mamba (Mamba-1) in every layer"),
     "falcon_mamba": ("Falcon-Mamba (attention-free)", "mamba (Mamba-1) in every layer"),
+    "mamba2": ("Mamba-2, Mamba-Codestral (attention-free)", "mamba (Mamba-2) in every layer"),
     "nemotron_h": ("Nemotron-H", "full + mamba (Mamba-2)"),
     "granitemoehybrid": ("Granite 4.0 hybrid", "full + mamba (Mamba-2)"),
     "zamba2": ("Zamba2", "mamba (Mamba-2) in every layer + full in each hybrid layer"),
@@ -132,6 +133,8 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "seed_oss": ("seed-oss-36b",),
     "mamba": ("mamba-130m",),
     "falcon_mamba": ("falcon-mamba-7b",),
+    "mamba2": ("mamba-codestral-7b",),
+    "glm_moe_dsa": ("glm-5.1",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {
@@ -154,13 +157,11 @@ REFUSED_ARCHITECTURES: dict[str, str] = {
 # to pass instead (docs/model-types.md lists them)
 _INSTEAD = "; give the shape with --layers/--kv-heads/--head-dim instead (a uniform model)"
 NOT_MODELLED: dict[str, str] = {
-    "mamba2": "attention-free: only Mamba-2 state pages (vllm/model_executor/models/mamba2.py); kvdash's pool needs "
-              "at least one attention layer",
 }
 HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "granitemoehybrid",
-                "falcon_h1", "zamba2", "lfm2", "lfm2_moe", "mamba", "falcon_mamba")
+                "falcon_h1", "zamba2", "lfm2", "lfm2_moe", "mamba", "falcon_mamba", "mamba2")
 # model types without attention layers: only state pages (num_attention_heads, head_dim not read)
-ATTENTION_FREE_TYPES = ("mamba", "falcon_mamba")
+ATTENTION_FREE_TYPES = ("mamba", "falcon_mamba", "mamba2")
 # sparse MLA (DeepSeek sparse attention): an indexer key cache beside every layer's latent
 SPARSE_MLA_TYPES = ("deepseek_v32", "glm_moe_dsa")
 # model types whose attention layers come shaped by their own rule (heads and head sizes per layer kind)
@@ -195,7 +196,7 @@ def normalise(raw: Any, where: str) -> dict[str, Any]:
                          "vLLM 0.33 serves it but " + NOT_MODELLED[model_type] + _INSTEAD)
     if model_type not in SUPPORTED:
         raise InputError(f"{where}: model_type", model_type,
-                         "kvdash cannot model this type exactly; supported: " + supported_text())
+                         "kvdash cannot model this type exactly; supported: " + supported_text() + _INSTEAD)
     if model_type in RAW_TYPES:
         return dict(raw)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -400,6 +401,17 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
                 raise InputError(f"{where}: layer_types[{i}]", name,
                                  f"expected full_attention or linear_attention for {model_type}")
         return out
+    if model_type == "mamba2":
+        # vllm/model_executor/models/mamba2.py, Mamba2DecoderLayer.__init__: MambaMixer2(intermediate_size=
+        # getattr(config, "intermediate_size", expand x hidden_size), n_groups, num_heads, head_dim,
+        # ssm_state_size=state_size, conv_kernel_size=conv_kernel); Mamba2ForCausalLM is attention-free
+        # (IsAttentionFree), and MambaMixer2.get_kv_cache_spec takes one prefill-checkpoint block in align mode
+        inter = cfg.get("intermediate_size") or _pos(cfg, "expand", where) * hidden
+        mamba = Layer("mamba", state_family="mamba2", state=(
+            _pos({"intermediate_size": inter}, "intermediate_size", where), _pos(cfg, "n_groups", where),
+            _pos(cfg, "num_heads", where), _pos(cfg, "head_dim", where), _pos(cfg, "state_size", where),
+            _pos(cfg, "conv_kernel", where)))
+        return [("mamba", mamba)] * n_layers
     if model_type in ATTENTION_FREE_TYPES:
         # vllm/model_executor/models/mamba.py (MambaDecoderLayer: MambaMixer(intermediate_size=config.intermediate_size,
         # ssm_state_size=config.state_size, conv_kernel_size=config.conv_kernel)); FalconMambaForCausalLM is served
@@ -637,8 +649,9 @@ def readme_table() -> str:
     checked_types = [t for t in SUPPORTED if t in CONFORMANCE]
     lines += ["", f"{len(checked_types)} of these {len(SUPPORTED)} model types are conformance-checked against vLLM "
               "0.33.0's own code on a published config (`tests/data/configs/`, `conformance/vllm/expected.json`)."]
-    refused = ", ".join(f"`{t}`" for t in NOT_MODELLED)
-    lines += ["", f"Served by vLLM 0.33 but not modelled (refused in one line that says why): {refused}."]
+    refused = ", ".join(f"`{t}`" for t in NOT_MODELLED) or "none of the families above"
+    lines += ["", f"Served by vLLM 0.33 but not modelled (refused in one line that says why): {refused}; any "
+              "other model type is refused in one line naming the supported ones and what to pass instead."]
     lines += ["", "Layer kinds: " + ", ".join(f"`{k}`" for k in KINDS) + ".", "", README_END]
     return "\n".join(lines)
 
