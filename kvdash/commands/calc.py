@@ -16,6 +16,7 @@ from kvdash.commands.common import (  # noqa: F401 - check_budget_options and wa
     ChunkedPrefillOpt,
     ConfigOpt,
     DiskLinkOpt,
+    EngineRulesOpt,
     GpuMemoryOpt,
     GpuOpt,
     GpuUtilOpt,
@@ -137,7 +138,7 @@ def calc(
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
     slo: SloOpt = None,
     weight_format: WeightFormatOpt = "bf16",
-    engine_rules: Annotated[str, Opt("--engine-rules", help="Engine whose sizing rules are shown beside kvdash's pool: 'vllm' (vLLM 0.33, the default) or 'sglang' (SGLang 0.5.23: its mem_fraction_static default, cell size, pool and start-up line, and how it differs from vLLM). Needs --gpu or --gpu-memory for sglang.")] = "vllm",
+    engine_rules: EngineRulesOpt = "vllm",
 ) -> None:
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
     from kvdash.answer.budget import BudgetSpec
