@@ -72,17 +72,75 @@ STAGGER = __import__("os").environ.get("KVDASH_FIT_STAGGER", "1")  # "0": in ste
 CAPS = __import__("os").environ.get("KVDASH_FIT_CAPS", "1") == "1"
 
 
-def formats(row: dict[str, str]) -> tuple[str, str, str]:
-    """(dense weights, expert weights, KV dtype) of a row."""
+# the checkpoint a row's quantization runs (vLLM serves NVFP4 only from a pre-quantized checkpoint): NVIDIA's
+# ModelOpt NVFP4 releases of Kimi-K2.5 and MiniMax-M2.5, their config.json as aiconfigurator ships them
+# (tests/data/measured/SOURCE.md); every other row runs the model's own checkpoint (MODELS)
+CHECKPOINTS = {("moonshotai/Kimi-K2.5", "nvfp4"): "kimi-k2.5-nvfp4",
+               ("MiniMaxAI/MiniMax-M2.5", "nvfp4"): "minimax-m2.5-nvfp4"}
+
+
+def checkpoint_kv_dtype(cfg: dict[str, Any]) -> str | None:
+    """The KV cache dtype a checkpoint declares, as vLLM 0.33 resolves ``--kv-cache-dtype auto``
+    (``resolve_kv_cache_dtype_string`` and ``get_kv_cache_quant_algo_string`` in vllm/utils/torch_utils.py: a
+    ModelOpt ``kv_cache_scheme`` of 8-bit static floats, or ``kv_cache_quant_algo`` FP8, is fp8; and
+    ``Attention.__init__`` in vllm/model_executor/layers/attention/attention.py: a compressed-tensors
+    ``kv_cache_scheme`` is fp8); None: the checkpoint declares none."""
+    q = cfg.get("quantization_config") or cfg.get("text_config", {}).get("quantization_config") or {}
+    inner = q.get("quantization", q)
+    algo = inner.get("kv_cache_scheme") or q.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
+    if isinstance(algo, dict):
+        if str(q.get("quant_method", "")).startswith("modelopt"):
+            ok = algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float"
+            return "fp8" if ok else None
+        return "fp8"  # compressed-tensors: any declared scheme makes the cache fp8
+    if isinstance(algo, str) and algo.upper() == "FP8":
+        return "fp8"
+    return None
+
+
+def _ignored(cfg: dict[str, Any], module: str) -> bool:
+    """Whether the checkpoint's quantization ``ignore`` / ``exclude_modules`` list keeps ``module`` unquantized."""
+    q = cfg.get("quantization_config") or cfg.get("text_config", {}).get("quantization_config") or {}
+    return any(module in x for x in q.get("ignore", q.get("exclude_modules", [])))
+
+
+NOTES = """Notes:
+
+- Checkpoints: rows whose quantization is NVFP4 run NVIDIA's ModelOpt NVFP4 release of the model (vLLM serves
+  NVFP4 only from a pre-quantized checkpoint): `nvidia/Kimi-K2.5-NVFP4`, `nvidia/MiniMax-M2.5-NVFP4`, their
+  config.json in `tests/data/measured/models/*-nvfp4/`. Both declare an 8-bit float KV cache scheme, which vLLM
+  0.33 turns `--kv-cache-dtype auto` into (`resolve_kv_cache_dtype_string`, vllm/utils/torch_utils.py), and
+  keep attention in bf16 (`self_attn` in their quantization `ignore`). Rows of other checkpoints: fp8 KV where
+  the row's precision is fp8 (assumed: the data does not say which `--kv-cache-dtype` the run passed).
+- GEMM rates: each dense GEMM runs at its own weights' rate (bf16 attention at bf16), and gpt-oss's MXFP4
+  experts at bf16, as vLLM 0.33 runs them (bf16 activations: `_get_priority_backends_for_gpt_oss`,
+  vllm/model_executor/layers/fused_moe/oracle/mxfp4.py). The calibration rows are unchanged by both.
+- No GPU was available this session: the bandwidth and FLOP terms were not measured on a device (issue 28
+  item 6); every figure here is from the simulator with the constants fitted on the calibration rows."""
+
+
+def formats(row: dict[str, str]) -> tuple[str, str, str, str]:
+    """(dense weights, expert weights, KV dtype, attention weights) of a row."""
     model = row["model_path"]
     gemm = row["gemm_quant_mode"] or "bf16"
     moe = row["moe_quant_mode"] or gemm
+    ckpt = CHECKPOINTS.get((model, moe))
+    declared = None
+    if ckpt is not None:
+        cfg = json.loads((DATA / "models" / ckpt / "config.json").read_text())
+        declared = checkpoint_kv_dtype(cfg)
+        attention = "bf16" if _ignored(cfg, "self_attn") else gemm
+        # NVIDIA's NVFP4 releases: experts, shared experts and dense MLPs NVFP4; attention and lm_head bf16
+        return gemm, moe, declared or ("fp8" if row["precision"] == "fp8" else "bf16"), attention
+    # no declared KV scheme: fp8 where the row's precision is fp8 (the benchmark's --kv-cache-dtype, assumed)
     kv = "fp8" if row["precision"] == "fp8" else "bf16"
     if model == "openai/gpt-oss-120b":
-        return "bf16", "mxfp4", kv  # the checkpoint: MXFP4 experts, everything else bf16
+        return "bf16", "mxfp4", kv, "bf16"  # the checkpoint: MXFP4 experts, everything else bf16
     if model == "moonshotai/Kimi-K2.5":
-        return "bf16", moe, kv  # int4 / NVFP4 experts; attention, shared experts and dense layers bf16
-    return gemm, moe, kv
+        # the int4 checkpoint (compressed-tensors, kv_cache_scheme null): attention, shared experts and dense
+        # layers bf16
+        return "bf16", moe, kv, "bf16"
+    return gemm, moe, kv, gemm
 
 
 _cfg_cache: dict[str, Any] = {}
@@ -102,8 +160,8 @@ def setup(row: dict[str, str]) -> dict[str, Any]:
         dp = moe_gpus // tp
     if int(row["pp_size"] or 1) != 1:
         raise ValueError("pipeline parallel")
-    dense, experts, kv = formats(row)
-    mc = model_compute(cfg, arch, tp, dense, experts, kv, dp=dp)
+    dense, experts, kv, attention = formats(row)
+    mc = model_compute(cfg, arch, tp, dense, experts, kv, dp=dp, attention_weights=attention)
     gkey = GPUS[row["system"]]
     gpu = gpu_perf(gkey)
     block = 64 if arch.use_mla else 16
@@ -193,6 +251,41 @@ def cliffs(series: list[tuple[int, float]]) -> set[int]:
     for (_, t0), (c1, t1) in itertools.pairwise(s):
         if t0 > 0 and t1 / t0 >= CLIFF:
             out.add(c1)
+    return out
+
+
+BANDS = ((1, 8), (9, 32), (33, 128), (129, 1024))
+
+
+def breakdown(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, dict[str, Any]],
+              coef: np.ndarray) -> list[str]:
+    """Tables of the validation error by (model, GPU) and by concurrency band."""
+    err: dict[str, tuple[float, float]] = {}
+    for i in ids:
+        r, s = by_id[i], sims[i]
+        err[i] = (predict(s["tpot_f"], coef) * 1000 / float(r["silicon_tpot_ms"]) - 1,
+                  predict(s["ttft_f"], coef, True) * 1000 / float(r["silicon_ttft_ms"]) - 1)
+    n = len(ids)
+
+    def line(label: str, group: list[str]) -> str:
+        t = np.array([err[i][0] for i in group])
+        f = np.array([err[i][1] for i in group])
+        return (f"| {label} | {len(group)} | {100 * np.abs(t).mean():.1f} | {100 * t.mean():+.1f} | "
+                f"{100 * np.abs(t).sum() / n:.1f} | {100 * np.abs(f).mean():.1f} | {100 * np.median(f):+.1f} | "
+                f"{100 * np.abs(f).sum() / n:.1f} |")
+
+    head = ["| {} | rows | TPOT MAPE % | TPOT bias % | TPOT points | TTFT MAPE % | TTFT bias % | TTFT points |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [head[0].format("model, GPU"), head[1]]
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for i in ids:
+        groups[(by_id[i]["model_path"].split("/")[1], by_id[i]["system"].split("_")[0].upper())].append(i)
+    out += [line(f"{m} {g}", v) for (m, g), v in sorted(groups.items())]
+    out += ["", head[0].format("concurrency"), head[1]]
+    for lo, hi in BANDS:
+        group = [i for i in ids if lo <= int(by_id[i]["batch_size"]) <= hi]
+        if group:
+            out.append(line(f"{lo}-{hi}", group))
     return out
 
 
@@ -336,7 +429,11 @@ def main() -> None:
                    f"**{mape(t['kf'], t['mf']):.1f}** | **{mape(t['af'], t['mf']):.1f}** |")
     out = "\n".join(lines + ["kvdash's time model against the measured rows (mean absolute percentage error):", ""]
                     + table + ["", "The same validation rows, kvdash against aiconfigurator 0.12 (its default "
-                               "vLLM database), on the rows aiconfigurator estimated:", ""] + cmp)
+                               "vLLM database), on the rows aiconfigurator estimated:", ""] + cmp
+                    + ["", "Where the validation error is, by model and GPU and by concurrency (bias: the mean signed "
+                       "error of TPOT and the median signed error of TTFT, + when kvdash predicts more; points: the "
+                       "share of the validation MAPE the group carries):", ""]
+                    + breakdown([i for i in sims if by_id[i]["model_path"] in VALIDATION], by_id, sims, coef))
     print(out)
     if args.write:
         (ROOT / "kvdash/data/steptime.json").write_text(json.dumps(
@@ -344,7 +441,8 @@ def main() -> None:
              "c_allreduce": consts.c_allreduce, "c_request": consts.c_request, "fitted_on": consts.fitted_on},
             indent=2) + "\n")
         (ROOT / "benchmarks/results/steptime_validation.md").write_text(
-            "# Step-time model: fit and validation (`python benchmarks/steptime_fit.py --write`)\n\n" + out + "\n")
+            "# Step-time model: fit and validation (`python benchmarks/steptime_fit.py --write`)\n\n" + out + "\n\n"
+            + NOTES + "\n")
 
 
 if __name__ == "__main__":

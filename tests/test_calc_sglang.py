@@ -63,3 +63,44 @@ def test_hybrid_comparison_names_the_cell(capsys):
                         "h200", "--tp", "4", "--weights", "218GB", "--engine-rules", "sglang", "--json"], capsys)
     s = json.loads(out)["sglang_view"]
     assert "a token takes 41,779.2 B in SGLang's pool against 49,152 B in vLLM 0.33's" in s["comparison"]
+
+
+def test_dsa_refusal_keys_on_the_model_type():
+    """DeepSeek sparse attention (SGLang's configs/model_config.py is_deepseek_nsa: an indexer cache beside the
+    latent) is refused by the model_type kvdash reads, not by a config field kvdash never loads: the published
+    DeepSeek-V3.2 and GLM-5 configs (conformance/vllm/external) are refused, DeepSeek-V3 (plain MLA) is planned."""
+    from pathlib import Path
+
+    from kvdash.core.model import load_config, load_preset
+    from kvdash.engines import sglang
+
+    external = Path(__file__).resolve().parents[1] / "conformance" / "vllm" / "external"
+    assert sglang.refusal(load_preset("deepseek-v3"), 8) == ""
+    for name, model_type in (("deepseek-v3.2", "deepseek_v32"), ("glm-5", "glm_moe_dsa")):
+        arch = load_config(external / name / "config.json")
+        assert arch.model_type == model_type
+        assert sglang.refusal(arch, 8) == "DeepSeek sparse attention's indexer cache"
+
+
+def test_vllm_view_is_omitted_under_sglang(capsys):
+    """Under --engine-rules sglang the start-up line is SGLang's: calc's vllm_view (vLLM's 'GPU KV cache size'
+    lines) is left out with one statement, in JSON, --brief and the tables; with the default rules it stays."""
+    base = ["calc", "--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "8"]
+    code, out, _ = run([*base, "--engine-rules", "sglang", "--json"], capsys)
+    d = json.loads(out)
+    assert "vllm_view" not in d and "log_check" not in d
+    assert d["vllm_view_omitted"].startswith("--engine-rules sglang: the start-up line shown is SGLang 0.5.23's")
+    code, out, _ = run([*base, "--engine-rules", "sglang", "--brief"], capsys)
+    flat = out.replace("\n", " ")
+    assert "vLLM 0.33 would log" not in flat and "vLLM 0.33's start-up lines are omitted" in flat
+    code, out, _ = run([*base, "--engine-rules", "sglang"], capsys)
+    assert "What vLLM 0.33 would log" not in out and "Engine start-up line" in out
+    code, out, _ = run([*base, "--json"], capsys)
+    assert "vllm_view" in json.loads(out) and "vllm_view_omitted" not in json.loads(out)
+
+
+def test_logged_vllm_figure_is_refused_under_sglang(capsys):
+    code, _, err = run(["calc", "--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "8", "--engine-rules", "sglang",
+                        "--logged-tokens", "2832402"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "--logged-tokens: 2832402" in err and "compare SGLang's own start-up line" in err

@@ -75,13 +75,22 @@ def kvdash_case(config: str, tp: int, kv_dtype: str, block_size: int | str, budg
         elif layer.is_state:  # padded to the attention page (vLLM's page_size_padded)
             pages[layer.kind] = block * stage["layer_token_bytes"]
         else:
-            # the dtype vLLM stores the cache in (Falcon keeps bf16 under fp8: engines/vllm.py stored_kv_dtype)
-            pages[layer.kind] = block * layer_token_bytes(layer, stored_kv_dtype(arch, kv_dtype)[0], "tensor", tp)
+            # the dtype vLLM stores the cache in (Falcon keeps bf16 under fp8: engines/vllm.py stored_kv_dtype);
+            # a sparse MLA layer is two cache layers to vLLM, the latent and the indexer's keys (a page of
+            # block x index_bytes), in one group: kvdash holds both in one layer of their summed bytes per token
+            pages[layer.kind] = block * (layer_token_bytes(layer, stored_kv_dtype(arch, kv_dtype)[0], "tensor", tp)
+                                         - layer.index_bytes)
+            if layer.index_bytes:
+                pages["indexer"] = block * layer.index_bytes
     # vLLM assigns layers[i::n] to the i-th of a kind's n groups
     sizes = []
     counts = Counter(("state" if layer.is_state else layer.kind, layer.window) for layer in arch.layers)
+    indexers = sum(1 for layer in arch.layers if layer.index_bytes)
+    kinds = dict(arch.counts) | ({"indexer": indexers} if indexers else {})
+    if indexers:  # vLLM's one group holds the latents and the indexers (UniformTypeKVCacheSpecs)
+        counts[("mla", 0)] += indexers
     for count in counts.values():
-        n = f.cdiv(count, stage["group_size"])
+        n = f.cdiv(count, stage["group_size"] * (2 if indexers else 1))  # a sparse MLA layer: 2 cache layers
         sizes.extend(len(range(i, count, n)) for i in range(n))
     attn = arch.first("full", "sliding", "chunked")
     return {
@@ -89,7 +98,7 @@ def kvdash_case(config: str, tp: int, kv_dtype: str, block_size: int | str, budg
         "head_size": arch.head_dim,
         "use_mla": arch.use_mla,
         "is_hybrid": arch.is_hybrid,
-        "layer_kinds": dict(arch.counts),
+        "layer_kinds": kinds,
         "block_size": block,
         "page_bytes": pages,
         "num_groups": view["kv_cache_groups"],

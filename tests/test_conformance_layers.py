@@ -31,7 +31,10 @@ EXPECTED = ROOT / "conformance" / "vllm" / "expected.json"
 # gated delta net, mamba -> MambaSpec (Mamba-1/2), conv -> MambaSpec of a short convolution (LFM2).
 LAYER_TYPES = {"full_attention": "full", "attention": "full", "sliding_attention": "sliding",
                "chunked_attention": "chunked", "linear_attention": "linear", "mamba": "mamba",
-               "conv": "short_conv"}
+               "conv": "short_conv", "indexed_attention": "indexed"}
+# sparse MLA (GLM-5's GlmMoeDsaConfig: "indexed_attention"): the layer holds the latent (MLAAttentionSpec) and the
+# indexer's key cache (DeepseekV32IndexerCache, harness kind "indexer"), two cache layers of one decoder index
+INDEXED = {"mla", "indexer"}
 NEMOTRON_PATTERN = {"M": "mamba", "*": "full", "-": None, "E": None}
 LAYER_INDEX = re.compile(r"(?:^|\.)(\d+)\.")  # model.layers.3.self_attn.attn, transformer.h.3.self_attention.attn
 
@@ -76,9 +79,10 @@ def per_layer_kinds(cfg: Any, mla: bool) -> tuple[str, list[str | None]] | None:
         if unknown:
             pytest.fail(f"layer_types values without a rule in this cross-check: {unknown}")
         kinds: list[str | None] = [LAYER_TYPES[t] for t in list(types)[:n]]
-        if getattr(cfg, "model_type", "") in ("mamba", "falcon_mamba"):
-            # transformers' MambaConfig / FalconMambaConfig name every layer "linear_attention"; each is a Mamba-1
-            # mixer (vllm/model_executor/models/mamba.py, MambaDecoderLayer), a MambaSpec of kind "mamba"
+        if getattr(cfg, "model_type", "") in ("mamba", "falcon_mamba", "mamba2"):
+            # transformers' MambaConfig / FalconMambaConfig / Mamba2Config name every layer "linear_attention"; each
+            # is a Mamba-1 mixer (vllm/model_executor/models/mamba.py, MambaDecoderLayer) or a Mamba-2 one
+            # (mamba2.py, Mamba2DecoderLayer), a MambaSpec of kind "mamba"
             kinds = ["mamba" if k == "linear" else k for k in kinds]
         if mla:
             kinds = ["mla" if k == "full" else k for k in kinds]
@@ -116,7 +120,7 @@ def test_layer_kinds_agree_with_transformers(name):
     wrong = []
     for i, kind in enumerate(kinds):
         got = built.get(i, set())
-        want = set() if kind is None else {kind}
+        want = set() if kind is None else INDEXED if kind == "indexed" else {kind}
         if name.startswith("falcon-h1") and kind is not None:
             want = {kind, "mamba"}
         if got != want:

@@ -275,9 +275,14 @@ class TestConformanceMap:
 
 
 class TestRefusals:
-    @pytest.mark.parametrize("model_type", sorted(modeltypes.NOT_MODELLED))
-    def test_served_by_vllm_but_not_modelled(self, tmp_path, model_type):
-        """A type vLLM 0.33 serves but kvdash cannot model yet: one line with why (the vLLM file) and what to pass."""
+    def test_served_by_vllm_but_not_modelled(self, tmp_path, monkeypatch):
+        """A type vLLM 0.33 serves but kvdash cannot model yet: one line with why (the vLLM file) and what to pass.
+        Every type of the table is modelled now (issue 22), so the rule is checked on an entry put in for the test
+        (Bailing's linear-attention MoE: vllm/model_executor/models/bailing_moe_linear.py keeps a state kvdash has no
+        rule for)."""
+        model_type = "bailing_moe_linear"
+        monkeypatch.setitem(modeltypes.NOT_MODELLED, model_type, "its linear-attention state "
+                            "(vllm/model_executor/models/bailing_moe_linear.py) is not mirrored")
         path = tmp_path / "config.json"
         path.write_text(json.dumps({"model_type": model_type, "num_hidden_layers": 2}))
         with pytest.raises(InputError) as err:
@@ -286,18 +291,6 @@ class TestRefusals:
         assert f"'{model_type}'" in text and "vLLM 0.33 serves it" in text and "vllm/" in text
         assert "--layers/--kv-heads/--head-dim" in text and "\n" not in text
         assert model_type not in modeltypes.SUPPORTED
-
-    @pytest.mark.parametrize("name,model_type,why", [
-        ("deepseek-v3.2", "deepseek_v32", "indexer"),
-        ("glm-5", "glm_moe_dsa", "indexer"),
-    ])
-    def test_published_configs_not_modelled(self, name, model_type, why):
-        """The published configs of tests/data/configs_not_modelled/ are refused in one line, saying why."""
-        with pytest.raises(InputError) as err:
-            load_config(ROOT / "tests" / "data" / "configs_not_modelled" / name / "config.json")
-        text = str(err.value)
-        assert f"'{model_type}'" in text and why in text and "--layers/--kv-heads/--head-dim" in text
-        assert "\n" not in text
 
     @pytest.mark.parametrize("model_type", ["rwkv", "bert", "yi"])
     def test_unknown_model_type(self, tmp_path, model_type):
@@ -309,6 +302,7 @@ class TestRefusals:
             load_config(path)
         text = str(err.value)
         assert f"'{model_type}'" in text and "supported: llama" in text and "\n" not in text
+        assert text.endswith("give the shape with --layers/--kv-heads/--head-dim instead (a uniform model)")
 
     def test_missing_model_type(self, tmp_path):
         path = tmp_path / "config.json"
@@ -318,12 +312,12 @@ class TestRefusals:
 
     def test_cli_one_line_exit_2(self, tmp_path):
         path = tmp_path / "config.json"
-        path.write_text(json.dumps({"model_type": "mamba2", "num_hidden_layers": 2}))
+        path.write_text(json.dumps({"model_type": "rwkv", "num_hidden_layers": 2}))
         proc = subprocess.run([sys.executable, "-m", "kvdash.cli", "calc", "--config", str(path)],
                               capture_output=True, text=True)
         assert 2 == proc.returncode
-        assert 1 == len(proc.stderr.strip().splitlines()) and "'mamba2'" in proc.stderr
-        assert "attention-free" in proc.stderr and "--layers/--kv-heads/--head-dim" in proc.stderr
+        assert 1 == len(proc.stderr.strip().splitlines()) and "'rwkv'" in proc.stderr
+        assert "cannot model this type" in proc.stderr and "--layers/--kv-heads/--head-dim" in proc.stderr
 
     def test_state_layer_without_a_hybrid_type(self):
         cfg = {"num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 64,

@@ -144,7 +144,8 @@ def test_matches_vllm_blockpool() -> None:
             pool.release(*got)
         assert hits == case["hits"], spec
         assert pool.evictions == case["evictions"], spec
-        r = P.replay(w, P.TierSpec(block_size=B, gpu_tokens=case["gpu_blocks"] * B))
+        r = P.replay(w, P.TierSpec(block_size=B, gpu_tokens=case["gpu_blocks"] * B))  # the dense pool
+        assert r.request_hits == [h * B if h >= 0 else -1 for h in case["hits"]], spec
         assert r.hit_tokens == sum(h for h in case["hits"] if h > 0) * B
         assert r.tiers[0].evictions == case["evictions"]
 

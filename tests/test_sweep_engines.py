@@ -1,13 +1,16 @@
-"""``grid: engine: [vllm, sglang]`` (issue 27 item 3): SGLang 0.5.23's pool beside vLLM 0.33's at every point,
-in results.csv and in the report's "Engines compared" section.  The SGLang figures are kvdash.engines.sglang's,
-checked against SGLang's own code in test_conformance_sglang.py."""
+"""``grid: engine: [vllm, sglang]`` (issue 27): the engine as a grid dimension -- one row per engine and point,
+each its own engine's plan -- and the report weighing the engines on the same hardware.  SGLang's pool figures
+are kvdash.engines.sglang's, checked against SGLang 0.5.23's own code in test_conformance_sglang.py."""
 
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
+from kvdash.sweep.engines import token_pool_metrics
 from tests.cli_run import run
 
+CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
 GRID = """title: Two engines
 models:
   - preset: llama-3.1-70b
@@ -17,32 +20,92 @@ models:
 grid:
   gpu: [h200]
   tp: [8]
-  engine: [vllm, sglang]
-"""
+{engine}"""
 
 
-def test_two_engine_grid(tmp_path, capsys):
-    """Llama-3.1-70B on 8 x H200: SGLang 0.893, 2,832,402 tokens per rank (the calc view's worked figures:
-    tests/test_calc_sglang.py) beside vLLM's 2,795,536: +1.3 %; Qwen3-Next: not mirrored, said in one line."""
-    from pathlib import Path
+def _rows(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(path.read_text().splitlines()))
 
-    config = Path(__file__).resolve().parent / "data" / "configs" / "qwen3-next-80b-a3b-thinking" / "config.json"
-    grid = tmp_path / "g.yaml"
-    grid.write_text(GRID.format(config=config))
-    code, out, err = run(["sweep", grid, "--out", tmp_path / "out", "-q"], capsys)
+
+def _sweep(tmp_path, capsys, text: str, name: str) -> Path:
+    grid = tmp_path / f"{name}.yaml"
+    grid.write_text(text)
+    code, _, err = run(["sweep", grid, "--out", tmp_path / name, "-q"], capsys)
     assert code in (0, None), err
-    rows = {r["model"]: r for r in csv.DictReader((tmp_path / "out" / "results.csv").read_text().splitlines())}
-    llama = rows["llama-3.1-70b"]
-    assert (llama["sglang_mem_fraction_static"], llama["sglang_kv_cache_tokens"], llama["sglang_running_requests"]) \
-        == ("0.893000", "2832402", "4096")
-    assert llama["vllm_kv_cache_tokens"] == "2795536"
-    assert llama["sglang_vs_vllm_percent"].startswith("1.3187")
-    assert rows["qwen3-next"]["sglang_kv_cache_tokens"] == ""
-    assert "not mirrored for this model: SGLang 0.5.23's mamba" in rows["qwen3-next"]["sglang_note"]
-    md = (tmp_path / "out" / "report.md").read_text()
-    assert "## Engines compared: vLLM 0.33 and SGLang 0.5.23" in md
-    assert "| llama-3.1-70b | h200 | 8 | bf16 | 2,795,536 | 0.893 | 2,832,402 | 4,096 | +1.3 % |  |" in md
-    assert "Engines compared" in (tmp_path / "out" / "report.html").read_text()
+    return tmp_path / name
+
+
+def test_engine_is_a_dimension(tmp_path, capsys):
+    """Llama-3.1-70B on 8 x H200, the default workload (825 tokens held, 2,048 reserved).  SGLang's plan
+    (test_calc_sglang.py): 116,015,203,024 B // 40,960 B = 2,832,402 token slots, max_running_requests 4,096.
+    At page 1 a request holds its 825 tokens: 2,832,402 // 825 = 3,433 fit (3,433 x 825 = 2,832,225); all run
+    (3,433 <= 4,096); contiguous Max 2,832,402 // 2,048 = 1,383.  vLLM's row is the point of the grid without
+    engine:, unchanged, and runs 1,024 (max_num_seqs).  Qwen3-Next: not mirrored for SGLang, no sglang row."""
+    config = CONFIGS / "qwen3-next-80b-a3b-thinking" / "config.json"
+    out = _sweep(tmp_path, capsys, GRID.format(config=config, engine="  engine: [vllm, sglang]\n"), "two")
+    plain = _sweep(tmp_path, capsys, GRID.format(config=config, engine=""), "one")
+    rows, base = _rows(out / "results.csv"), _rows(plain / "results.csv")
+    assert [(r["model"], r["engine"]) for r in rows] == [("llama-3.1-70b", "vllm"), ("llama-3.1-70b", "sglang"),
+                                                         ("qwen3-next", "vllm")]
+    for r, b in zip([rows[0], rows[2]], base, strict=True):  # the vLLM rows are the points unchanged
+        assert {k: r[k] for k in b} == b
+        assert r["engine_kv_cache_tokens"] == b["vllm_kv_cache_tokens"] and r["engine_vs_vllm_percent"] == "0.000000"
+    s = rows[1]
+    assert (s["block_size"], s["gpu_util"], s["util_policy"], s["budget_bytes"], s["bytes_per_token"]) == \
+        ("1", "0.893", "sglang", "116015203024", "40960")
+    assert (s["engine_kv_cache_tokens"], s["kv_token_slots"], s["max_num_seqs"]) == ("2832402", "2832402", "4096")
+    assert (s["paged_requests"], s["running_requests"], s["contiguous_requests"], s["tail_waste_slots"]) == \
+        ("3433", "3433", "1383", "0")
+    assert s["vllm_kv_cache_tokens"] == "" and s["id"] != rows[0]["id"]
+    # (2,832,402 - 2,795,536) / 2,795,536 = +1.3187 %
+    assert rows[0]["vllm_kv_cache_tokens"] == "2795536" and s["engine_vs_vllm_percent"].startswith("1.3187")
+    md = (out / "report.md").read_text()
+    assert "Points are named by the swept dimensions: model, engine" in md
+    # the decision weighs the engines: SGLang runs 3,433 where vLLM's max_num_seqs stops at 1,024 (-70.2 %)
+    assert "best is llama-3.1-70b, sglang, 8 x h200 with 429.1 running_requests_per_gpu" in md
+    assert "runner-up vllm with 128.0 (-70.2%)" in md
+    # 3,433 paged against vLLM's 3,360: +2.2 %
+    assert "engines on the same hardware: SGLang 0.5.23 fits +2.2% of vLLM 0.33's paged requests over 1 point " in md
+    assert "| llama-3.1-70b | 8 x h200 | bf16 | 106.64 GiB | 2,795,536 | 108.05 GiB | 0.893 | 2,832,402 | 4,096 | " \
+           "+1.3 % |" in md
+    # 1 GiB + (1 - 0.893) x (143,771 MiB - 1 GiB) = 1 + 14.92 = 15.92 GiB kept from weights and KV
+    assert "budget +1.3 %: SGLang keeps back 15.92 GiB/rank (1 GiB + (1 - 0.893) x the rest)" in md
+    assert "same cell 40,960 B/token" in md
+    assert "caps 4,096 (resolve_max_num_reqs, context_len 131,072) against 1,024 (max_num_seqs)" in md
+    assert "| qwen3-next | 8 x h200 | bf16 | not mirrored for this model: SGLang 0.5.23's mamba" in md
+    assert "3 points (4 before exclusions)" in md
+    assert "Engines compared" in (out / "report.html").read_text()
+
+
+def test_hybrid_swa_rows_need_both_pools(tmp_path, capsys):
+    """gpt-oss-120b (is_hybrid_swa_model): SGLang's SWA pool is int(0.8 x the full pool).  A 100-token request
+    is inside the 128-token window, so it holds 100 slots in each pool and the smaller SWA pool decides:
+    SWA // 100 requests, not full // 100.  A 16,384-token one holds at most 2 x 128 = 256 SWA slots
+    (maybe_evict_swa), so there the full pool decides: full // 16,384."""
+    from kvdash.core.gpus import gpu_presets
+    from kvdash.core.model import load_config, load_preset
+    from kvdash.engines import sglang
+
+    preset = load_preset("gpt-oss-120b")
+    arch = load_config(CONFIGS / "gpt-oss-120b" / "config.json")
+    v = sglang.view(arch, gpu_presets()["h200"].memory_bytes, 8, "bf16", -(-preset.weight_bytes // 8))
+    full, swa = v["max_total_num_tokens"], v["swa_max_total_num_tokens"]
+    assert v["pool"] == "hybrid_swa" and swa == int(full * 0.8)
+    out = _sweep(tmp_path, capsys, "models: [gpt-oss-120b]\nworkloads:\n  short: {length: 100, max_reserved: 128}\n"
+                 "  long: {length: 16384, max_reserved: 16384}\ngrid:\n  gpu: [h200]\n  tp: [8]\n"
+                 "  engine: [vllm, sglang]\n", "swa")
+    rows = {r["workload"]: r for r in _rows(out / "results.csv") if r["engine"] == "sglang"}
+    assert rows["short"]["engine_kv_cache_tokens"] == str(full) and rows["short"]["engine_swa_tokens"] == str(swa)
+    assert rows["short"]["paged_requests"] == str(swa // 100)
+    assert rows["long"]["paged_requests"] == str(full // 16384)
+
+
+def test_token_pool_metrics_by_hand():
+    """A pool of 100 token slots, page 16: a 30-token request holds 32 slots, a 10-token one 16: 48 a group,
+    100 // 48 = 2 groups (4 requests), tails 2 + 6 = 8 slots; contiguous Max 40 x 2 = 80 a group: 1 group."""
+    m = token_pool_metrics(100, 16, (30, 10), (30, 10), 40, 0)
+    assert (m["allocated_slots"], m["tail_waste_slots"], m["complete_groups"], m["paged_requests"],
+            m["contiguous_requests"]) == (48, 8, 2, 4, 2)
 
 
 def test_engine_values_are_checked(tmp_path, capsys):
@@ -53,13 +116,14 @@ def test_engine_values_are_checked(tmp_path, capsys):
     grid.write_text("models: [llama-3.1-8b]\ngrid:\n  gpu: [h200]\n  weights: [16GB]\n  engine: [sglang]\n")
     code, _, err = run(["sweep", grid, "--out", tmp_path / "out"], capsys)
     assert code == 2 and "engine: sglang reads each model's own weight figure" in err
+    grid.write_text("models: [llama-3.1-8b]\ngrid:\n  gpu: [h200]\n  engine: [vllm, sglang]\n"
+                    "simulate: {workload: sharegpt, requests: 10, rate: 0.5}\n")
+    code, _, err = run(["sweep", grid, "--out", tmp_path / "out"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "the simulators replay vLLM's block allocator" in err
 
 
 def test_grid_without_engine_has_no_engine_columns(tmp_path, capsys):
-    grid = tmp_path / "g.yaml"
-    grid.write_text("models: [llama-3.1-8b]\ngrid:\n  gpu: [h200]\n")
-    code, _, err = run(["sweep", grid, "--out", tmp_path / "out", "-q"], capsys)
-    assert code in (0, None), err
-    header = (tmp_path / "out" / "results.csv").read_text().splitlines()[0]
-    assert "sglang" not in header
-    assert "Engines compared" not in (tmp_path / "out" / "report.md").read_text()
+    out = _sweep(tmp_path, capsys, "models: [llama-3.1-8b]\ngrid:\n  gpu: [h200]\n", "plain")
+    header = (out / "results.csv").read_text().splitlines()[0]
+    assert "engine" not in header
+    assert "Engines compared" not in (out / "report.md").read_text()

@@ -236,6 +236,16 @@ import vllm.model_executor.models.registry as _registry  # noqa: E402
 
 _registry._run_in_subprocess = lambda fn: fn()
 
+# The worker sets up vLLM's workspace manager before it builds the model runner and the model
+# (Worker._init_workspace_and_model_runner, vllm/v1/worker/gpu_worker.py: init_workspace_manager(
+# self.device, ...)); sparse MLA's FLASHMLA_SPARSE layers reserve their scratch from it while
+# being built (DeepSeek-V3.2 / GLM-5 with fp8 KV: "WorkspaceManager not initialized" otherwise).
+# Here it is vLLM's own WorkspaceManager on the device the harness builds on, ``meta``: the
+# scratch is a working buffer, never a KV-cache spec, and no tensor on meta holds memory.
+from vllm.v1.worker.workspace import init_workspace_manager  # noqa: E402
+
+init_workspace_manager(torch.device("meta"))
+
 from vllm.config import (  # noqa: E402
     CacheConfig,
     DeviceConfig,
@@ -263,6 +273,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     MambaSpec,
     MLAAttentionSpec,
     SlidingWindowSpec,
+    SparseCacheRole,
 )
 
 # --- what `vllm serve` gets on one H100/H200 per rank ------------------------------------------
@@ -442,7 +453,9 @@ def engine_specs(vc: VllmConfig) -> dict:
 
 def spec_kind(spec) -> str:
     if isinstance(spec, MLAAttentionSpec):
-        return "mla"
+        # sparse MLA's indexer key cache (DeepseekV32IndexerCache.get_kv_cache_spec,
+        # vllm/model_executor/models/deepseek_v2.py: cache_role INDEXER) beside each latent
+        return "indexer" if getattr(spec, "cache_role", None) == SparseCacheRole.INDEXER else "mla"
     if isinstance(spec, SlidingWindowSpec):
         return "sliding"
     if isinstance(spec, ChunkedLocalAttentionSpec):
@@ -660,7 +673,8 @@ def cases_for(name: str, d: Path, log, fresh: bool) -> tuple[list[dict], dict]:
                                         k = spec_kind(spec)
                                         kinds[k] = kinds.get(k, 0) + 1
                                     attn = [sp for sp in specs.values()
-                                            if hasattr(sp, "num_kv_heads")]
+                                            if hasattr(sp, "num_kv_heads")
+                                            and spec_kind(sp) != "indexer"]
                                     case.update(status="ok", reason="", spec_source="vllm-layers",
                                                 attention_backends=backends,
                                                 num_kv_heads=(attn[0].num_kv_heads if attn else 0),
@@ -695,6 +709,11 @@ def plan_one(name, mc, tp, kv, block, prefix, builds, info, log, fresh):
         try:
             built = build_for(vc)
         except Exception as exc:  # noqa: BLE001 - the model cannot be built here
+            if isinstance(exc, ValueError) and str(exc).startswith("No valid attention backend found"):
+                # vLLM's selector (CudaPlatform.get_attn_backend_cls, vllm/platforms/cuda.py) refuses
+                # the combination while the model is built: `vllm serve` stops with this error on the
+                # H200 too (e.g. sparse MLA at --block-size 16/32: its backends take multiples of 64)
+                return None, reason_of(exc), "refused"
             reason = "harness: vLLM's model class could not be built here: " + reason_of(exc)
             info.setdefault("build_errors", {})[f"tp{tp}-{kv}-pc{int(prefix)}"] = reason[:600]
             log(f"  {name} tp{tp} {kv} pc{int(prefix)}: build failed: {reason[:300]}")

@@ -16,6 +16,7 @@ from kvdash.commands.common import (  # noqa: F401 - check_budget_options and wa
     ChunkedPrefillOpt,
     ConfigOpt,
     DiskLinkOpt,
+    EngineRulesOpt,
     GpuMemoryOpt,
     GpuOpt,
     GpuUtilOpt,
@@ -137,7 +138,7 @@ def calc(
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
     slo: SloOpt = None,
     weight_format: WeightFormatOpt = "bf16",
-    engine_rules: Annotated[str, Opt("--engine-rules", help="Engine whose sizing rules are shown beside kvdash's pool: 'vllm' (vLLM 0.33, the default) or 'sglang' (SGLang 0.5.23: its mem_fraction_static default, cell size, pool and start-up line, and how it differs from vLLM). Needs --gpu or --gpu-memory for sglang.")] = "vllm",
+    engine_rules: EngineRulesOpt = "vllm",
 ) -> None:
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
     from kvdash.answer.budget import BudgetSpec
@@ -169,6 +170,10 @@ def calc(
     if max_reserved is None:  # the reservation the question implies: at least the longest length asked about
         max_reserved = D.reservation(arch.max_context, used, final or 0, *(parse_lengths(group) or ()))
     logged_tokens, max_model_len = logged_figure(logged_tokens, from_log, max_model_len)
+    if rules.name == "sglang" and logged_tokens is not None:
+        raise InputError("--logged-tokens" if from_log is None else "--from-log", logged_tokens,
+                         "checks vLLM 0.33's 'GPU KV cache size' line; with --engine-rules sglang compare SGLang's "
+                         "own start-up line (max_total_num_tokens=..., in the SGLang view) instead")
     spec = BudgetSpec(
         bytes=parse_budget(budget),
         gpu=gpu,
@@ -211,6 +216,9 @@ def calc(
         warn(line)
     if rules.name == "sglang":
         result["sglang_view"] = sglang_view(result, arch, tp, kv_dtype, block_size if given(ctx, "block_size") else None)
+        # the start-up line shown is SGLang's; vLLM's view stays only as the comparison's reference figure
+        result.pop("vllm_view")
+        result["vllm_view_omitted"] = VLLM_VIEW_OMITTED
     if slo is not None:
         from kvdash.commands.simulate_time import calc_slo
 
@@ -224,9 +232,10 @@ def calc(
     if brief:
         from kvdash.render.table import terminal_width, wrap
 
-        v = result["vllm_view"]
+        v = result.get("vllm_view")
         lines = [result["summary"], *(f"Derived (not in config.json): {line}" for line in result["architecture"]["derived"]),
-                 *(f"vLLM {v['version']} would log: {line}" for line in v["log_lines"])]
+                 *(f"vLLM {v['version']} would log: {line}" for line in (v["log_lines"] if v else ())),
+                 *([result["vllm_view_omitted"]] if "vllm_view_omitted" in result else [])]
         if "sglang_view" in result:
             lines += sglang_lines(result["sglang_view"], brief=True)
         print("\n".join(part for line in lines for part in wrap(line, terminal_width())))
@@ -245,6 +254,11 @@ def calc(
               f"{s['kv_capacity_requests']:,} of them at once; binds: {s['binding_limit']}")
     if offload is not None:
         _print_offload(result["offload_tiers"])
+
+
+VLLM_VIEW_OMITTED = ("--engine-rules sglang: the start-up line shown is SGLang 0.5.23's (sglang_view.log_line); "
+                     "vLLM 0.33's start-up lines are omitted, its GPU KV cache size kept only as the reference of "
+                     "sglang_view.comparison")
 
 
 def sglang_view(result: dict, arch: Any, tp: int, kv_dtype: str, block_size: str | None) -> dict:

@@ -53,6 +53,13 @@ GpuUtilOpt = Annotated[Optional[str], Opt(help=f"Fraction of GPU memory for the 
 WeightsOpt = Annotated[Optional[str], Opt(help="Weight bytes of the whole model (split over tp x pp ranks). Default: "
                                                "the preset's figure, the safetensors index, or an estimate counted "
                                                "from config.json.")]
+EngineRulesOpt = Annotated[str, Opt("--engine-rules", help="Engine whose sizing rules are used: 'vllm' (vLLM 0.33, "
+                                                         "the default) or 'sglang' (SGLang 0.5.23: its "
+                                                         "mem_fraction_static default, cell size, token-slot pool "
+                                                         "and start-up line; needs a GPU). calc shows SGLang's view "
+                                                         "beside kvdash's pool and how it differs from vLLM; "
+                                                         "simulate runs on SGLang's pool; the exporter sizes its "
+                                                         "analytical pool by the rules.")]
 ReserveOpt = Annotated[str, Opt(help="Runtime reserve per rank of a GPU-derived budget (activations, CUDA graphs, "
                                      "non-torch memory): 'auto', a kvdash calibrate entry, else the published "
                                      "terms; 0 asks for the upper bound; or a size (4GiB). A declared --budget "

@@ -15,6 +15,7 @@ from kvdash.commands.common import (
     BudgetOpt,
     ConfigOpt,
     DiskLinkOpt,
+    EngineRulesOpt,
     GpuOpt,
     GpuUtilOpt,
     KvDtypeOpt,
@@ -61,6 +62,7 @@ def simulate(
     weights: WeightsOpt = None,
     reserve: ReserveOpt = D.RESERVE,
     tp: TpOpt = D.TP,
+    engine_rules: EngineRulesOpt = "vllm",
     workload: Annotated[str, Opt(help="sharegpt or alpaca (synthetic, shaped after the paper's datasets).")] = "sharegpt",
     prompt: Annotated[Optional[str], Opt(help="Prompt lengths: fixed:N, uniform:A,B, lognormal:MEAN,SIGMA. Default: the --workload preset's.")] = None,
     output: Annotated[Optional[str], Opt(help="Output lengths, same forms. Default: the --workload preset's.")] = None,
@@ -168,6 +170,12 @@ def simulate(
         raise InputError("--block-size", _short(block_size), f"expected 1 to --max-reserved ({max_len:,}) tokens")
     shape = rank_shapes(arch, kv_dtype, "tensor", tp, 1, block_size)[0]
     prefix_replay = hash_trace is not None or prefix_workload is not None
+    from kvdash.engines import registry
+
+    registry.get(engine_rules)  # an unknown engine: one line
+    if engine_rules == "sglang" and (prefix_replay or time_model or slo):
+        raise InputError("--engine-rules", "sglang", "sizes the pool of the length simulation only (not --time, "
+                                                     "--slo, --hash-trace or --prefix-workload)")
     if prefix_replay and slo:
         raise InputError("--slo", slo, "answers a length workload (--workload/--prompt/--output), not a prefix replay")
     if (time_model or slo) and not prefix_replay:
@@ -193,10 +201,21 @@ def simulate(
                        graphs=capture_graphs(caps_inp, caps))
     binfo = resolve_budget(spec, arch, tp, 1)
     b = binfo["per_rank_bytes"]
+    bytes_per_token = shape.bytes_per_token
+    sglang_pool = None
+    if engine_rules == "sglang":
+        from kvdash.commands.simulate_engines import sglang_pool as sglang_pool_of
+
+        sglang_pool = sglang_pool_of(arch, gpu, tp, kv_dtype, binfo, size if given(ctx, "block_size") else None,
+                                     reserve if given(ctx, "reserve") else None, gpu_util)
+        b, bytes_per_token, block_size = sglang_pool["budget_bytes"], sglang_pool["cell_bytes"], \
+            sglang_pool["page_size"]
     from kvdash.answer.text import reserve_text
 
     budget_lines = []  # every output says first what it assumes of the runtime reserve (as calc does)
-    if "gpu_memory_bytes" in binfo:
+    if sglang_pool is not None:
+        budget_lines += sglang_pool["lines"]
+    elif "gpu_memory_bytes" in binfo:
         if spec.reserve or spec.reserve_basis:
             budget_lines.append(f"runtime reserve {binfo['reserve_bytes']:,} B per rank ({binfo['reserve_basis']})")
         else:
@@ -207,7 +226,7 @@ def simulate(
         budget_lines.append(f"KV budget {b:,} B per rank: {reserve_text(binfo)}")
     for line in notes:
         warn(line)
-    capacity = b // shape.bytes_per_token
+    capacity = b // bytes_per_token if sglang_pool is None else sglang_pool["max_total_num_tokens"]
     if prefix_replay:
         from kvdash.commands.simulate_prefix import PrefillTiming, run_prefix
 
@@ -291,11 +310,14 @@ def simulate(
                f"{reqs.redrawn:,} lognormal draws longer than --max-reserved drawn again" if reqs.redrawn else
                "no request longer than --max-reserved")
     setup = {"model": arch.name, "kv_dtype": kv_dtype, "block_size": block_size, "tp": tp, "budget_bytes": b,
-             "bytes_per_token": shape.bytes_per_token, "capacity_slots": capacity, "workload": w.name,
+             "bytes_per_token": bytes_per_token, "capacity_slots": capacity, "workload": w.name,
              "workload_note": w.note, "requests": requests, "arrival": w.arrival, "rate": rate,
              "concurrency": concurrency, "prefix": prefix, "max_len": max_len, "allocator": allocator, "seed": seed,
              "watermark": watermark, "clipped": reqs.clipped, "redrawn": reqs.redrawn, "budget_notes": budget_lines,
              "scheduler": "vLLM v1 Scheduler.schedule() rules (vllm/v1/core/sched/scheduler.py, vLLM 0.33.0)"}
+    if sglang_pool is not None:  # the pool is SGLang's; the scheduling stays the simulator's (vLLM's rules)
+        setup["engine_rules"] = "sglang"
+        setup["sglang_pool"] = sglang_pool["view"]
     if as_json:
         out = {"setup": setup, "results": [r.to_json(traces=bool(trace_every)) for r in results],
                "paper_figure_2": {k: v for k, v in PAPER_FIG2.items()}, "paper_setup": PAPER_SETUP,
@@ -310,7 +332,7 @@ def simulate(
     for line in budget_lines:
         console.print(line, markup=False, highlight=False)
     console.print(f"[bold]{arch.name}[/bold], {kv_dtype}, block {block_size}, TP {tp}: {capacity:,} token slots "
-                  f"({b:,} B / {shape.bytes_per_token:,} B per token); {w.name} ({w.note}; {lengths}); "
+                  f"({b:,} B / {bytes_per_token:,} B per token); {w.name} ({w.note}; {lengths}); "
                   f"{requests:,} requests, "
                   + (f"closed loop of {concurrency}" if concurrency else f"Poisson {rate:g} per step")
                   + f"; max length {max_len:,}; contiguous allocator {allocator}; watermark {watermark:g}; seed {seed}")

@@ -33,6 +33,9 @@ class Layer:
     state: tuple[int, ...] = ()  # the family's shape fields (kvdash.core.state.FIELDS)
     conv_bytes: int = 2  # bytes per element of the conv state (model dtype)
     ssm_bytes: int = 2  # bytes per element of the temporal state
+    # sparse MLA (DeepSeek-V3.2, GLM-5): bytes per token of the layer's indexer key cache, a second cache layer
+    # beside the latent in the same KV-cache group (kvdash.core.modeltypes.sparse_mla_index_bytes); 0: none
+    index_bytes: int = 0
 
     @property
     def latent_dim(self) -> int:

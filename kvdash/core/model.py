@@ -151,7 +151,8 @@ def from_hf_config(
     if cfg.get("kv_lora_rank"):
         rank = _int(cfg, "kv_lora_rank", where)
         rope = _int(cfg, "qk_rope_head_dim", where)
-        layers = tuple(Layer("mla", kv_heads=1, kv_lora_rank=rank, qk_rope_head_dim=rope)
+        index = modeltypes.sparse_mla_index_bytes(cfg, model_type, n_layers, where)
+        layers = tuple(Layer("mla", kv_heads=1, kv_lora_rank=rank, qk_rope_head_dim=rope, index_bytes=index)
                        for _ in range(n_layers))
     else:
         if attention_free:

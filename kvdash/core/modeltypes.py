@@ -43,6 +43,8 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "deepseek_v2": ("DeepSeek-V2, V2-Lite", "mla"),
     "deepseek_v3": ("DeepSeek-V3, Kimi-K2", "mla"),
     "kimi_k2": ("Kimi-K2", "mla"),
+    "deepseek_v32": ("DeepSeek-V3.2 (sparse MLA)", "mla + the indexer's key cache in every layer"),
+    "glm_moe_dsa": ("GLM-5 (sparse MLA)", "mla + the indexer's key cache in every layer"),
     "kimi_k25": ("Kimi-K2.5 (multimodal config, text_config)", "mla"),
     "glm4_moe_lite": ("GLM-4.7-Flash", "mla"),
     "glm4_moe": ("GLM-4.5", "full"),
@@ -66,6 +68,7 @@ SUPPORTED: dict[str, tuple[str, str]] = {
     "jamba": ("Jamba", "full + mamba (Mamba-1)"),
     "mamba": ("Mamba (attention-free)", "mamba (Mamba-1) in every layer"),
     "falcon_mamba": ("Falcon-Mamba (attention-free)", "mamba (Mamba-1) in every layer"),
+    "mamba2": ("Mamba-2, Mamba-Codestral (attention-free)", "mamba (Mamba-2) in every layer"),
     "nemotron_h": ("Nemotron-H", "full + mamba (Mamba-2)"),
     "granitemoehybrid": ("Granite 4.0 hybrid", "full + mamba (Mamba-2)"),
     "zamba2": ("Zamba2", "mamba (Mamba-2) in every layer + full in each hybrid layer"),
@@ -130,6 +133,8 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "seed_oss": ("seed-oss-36b",),
     "mamba": ("mamba-130m",),
     "falcon_mamba": ("falcon-mamba-7b",),
+    "mamba2": ("mamba-codestral-7b",),
+    "glm_moe_dsa": ("glm-5.1",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {
@@ -152,23 +157,13 @@ REFUSED_ARCHITECTURES: dict[str, str] = {
 # to pass instead (docs/model-types.md lists them)
 _INSTEAD = "; give the shape with --layers/--kv-heads/--head-dim instead (a uniform model)"
 NOT_MODELLED: dict[str, str] = {
-    "deepseek_v32": "sparse MLA keeps a second cache beside the latent in every layer, the indexer's keys (132 B per "
-                    "token, uint8, whatever the KV dtype: DeepseekV32IndexerCache.get_kv_cache_spec, "
-                    "vllm/model_executor/models/deepseek_v2.py), and vLLM 0.33 plans latent and indexer pages of "
-                    "different sizes in one group (built here: DeepSeek-V3.2 bf16 tp 1, 12 GiB, 2,048 tokens -> "
-                    "2,570 blocks of 64, 80.31x); Hopper's sparse MLA backends take only 64-token blocks; kvdash "
-                    "does not model the indexer cache yet",
-    "glm_moe_dsa": "GLM-5 is sparse MLA (vllm/models/deepseek_v32, GlmMoeDsaForCausalLM): an indexer cache of 132 B "
-                   "per token beside the latent in every layer (DeepseekV32IndexerCache.get_kv_cache_spec, "
-                   "vllm/model_executor/models/deepseek_v2.py), planned in one group with it, and 64-token blocks "
-                   "on Hopper; kvdash does not model the indexer cache yet",
-    "mamba2": "attention-free: only Mamba-2 state pages (vllm/model_executor/models/mamba2.py); kvdash's pool needs "
-              "at least one attention layer",
 }
 HYBRID_TYPES = ("jamba", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "nemotron_h", "granitemoehybrid",
-                "falcon_h1", "zamba2", "lfm2", "lfm2_moe", "mamba", "falcon_mamba")
+                "falcon_h1", "zamba2", "lfm2", "lfm2_moe", "mamba", "falcon_mamba", "mamba2")
 # model types without attention layers: only state pages (num_attention_heads, head_dim not read)
-ATTENTION_FREE_TYPES = ("mamba", "falcon_mamba")
+ATTENTION_FREE_TYPES = ("mamba", "falcon_mamba", "mamba2")
+# sparse MLA (DeepSeek sparse attention): an indexer key cache beside every layer's latent
+SPARSE_MLA_TYPES = ("deepseek_v32", "glm_moe_dsa")
 # model types whose attention layers come shaped by their own rule (heads and head sizes per layer kind)
 SHAPED_TYPES = ("mimo_v2_flash",)
 # model types transformers does not define (remote code): read as published, with the rules below
@@ -201,7 +196,7 @@ def normalise(raw: Any, where: str) -> dict[str, Any]:
                          "vLLM 0.33 serves it but " + NOT_MODELLED[model_type] + _INSTEAD)
     if model_type not in SUPPORTED:
         raise InputError(f"{where}: model_type", model_type,
-                         "kvdash cannot model this type exactly; supported: " + supported_text())
+                         "kvdash cannot model this type exactly; supported: " + supported_text() + _INSTEAD)
     if model_type in RAW_TYPES:
         return dict(raw)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -303,6 +298,36 @@ def cache_holders(cfg: dict[str, Any], model_type: str, kinds: list[str], where:
             if i < first or first - (2 if kind == "sliding" else 1) < 0]
 
 
+def sparse_mla_index_bytes(cfg: dict[str, Any], model_type: str, n_layers: int, where: str) -> int:
+    """Bytes per token of a sparse MLA layer's indexer key cache, the same in every layer (0 for other types).
+
+    vLLM 0.33 (``vllm/models/deepseek_v32/attention.py``, ``DeepseekV32Indexer.__init__``; DeepSeek-V3.2 and
+    GLM-5's ``GlmMoeDsaForCausalLM`` share it) gives each indexed layer a ``DeepseekV32IndexerCache`` of
+    ``index_head_dim + index_head_dim // 128 x 4`` bytes per token (fp8 keys and one fp32 scale per 128, stored as
+    ``torch.uint8`` whatever ``--kv-cache-dtype`` says): its ``get_kv_cache_spec``
+    (``vllm/model_executor/models/deepseek_v2.py``) is an ``MLAAttentionSpec`` of one head of that size, so
+    DeepSeek-V3.2's 128-wide index keys take 132 B.  ``DeepseekV32Attention.__init__`` leaves the indexer out of a
+    layer that ``index_topk_freq`` / ``index_topk_pattern`` skip; a config that skips any is refused here (its
+    layers would hold caches of two sizes, not mirrored).
+
+    >>> sparse_mla_index_bytes({"index_head_dim": 128, "index_topk": 2048}, "deepseek_v32", 61, "config.json")
+    132
+    """
+    if model_type not in SPARSE_MLA_TYPES:
+        return 0
+    head = _pos(cfg, "index_head_dim", where)
+    if head % 128:
+        raise InputError(f"{where}: index_head_dim", head, "expected a multiple of 128 (the indexer's fp8 keys "
+                         "carry one fp32 scale per 128: vllm/models/deepseek_v32/attention.py)")
+    freq, pattern = cfg.get("index_topk_freq", 1), cfg.get("index_topk_pattern")
+    if freq not in (None, 1) or (pattern is not None and any(p == "S" for p in list(pattern)[:n_layers])):
+        raise InputError(f"{where}: index_topk_freq", freq if pattern is None else pattern,
+                         "a sparse MLA config whose index_topk_freq / index_topk_pattern leaves layers without an "
+                         "indexer is not mirrored (DeepseekV32Attention.__init__, "
+                         "vllm/models/deepseek_v32/attention.py); expected every layer indexed")
+    return head + head // 128 * 4
+
+
 def _nemotron_pattern(cfg: dict[str, Any]) -> str:
     pattern = cfg.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
@@ -376,6 +401,17 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
                 raise InputError(f"{where}: layer_types[{i}]", name,
                                  f"expected full_attention or linear_attention for {model_type}")
         return out
+    if model_type == "mamba2":
+        # vllm/model_executor/models/mamba2.py, Mamba2DecoderLayer.__init__: MambaMixer2(intermediate_size=
+        # getattr(config, "intermediate_size", expand x hidden_size), n_groups, num_heads, head_dim,
+        # ssm_state_size=state_size, conv_kernel_size=conv_kernel); Mamba2ForCausalLM is attention-free
+        # (IsAttentionFree), and MambaMixer2.get_kv_cache_spec takes one prefill-checkpoint block in align mode
+        inter = cfg.get("intermediate_size") or _pos(cfg, "expand", where) * hidden
+        mamba = Layer("mamba", state_family="mamba2", state=(
+            _pos({"intermediate_size": inter}, "intermediate_size", where), _pos(cfg, "n_groups", where),
+            _pos(cfg, "num_heads", where), _pos(cfg, "head_dim", where), _pos(cfg, "state_size", where),
+            _pos(cfg, "conv_kernel", where)))
+        return [("mamba", mamba)] * n_layers
     if model_type in ATTENTION_FREE_TYPES:
         # vllm/model_executor/models/mamba.py (MambaDecoderLayer: MambaMixer(intermediate_size=config.intermediate_size,
         # ssm_state_size=config.state_size, conv_kernel_size=config.conv_kernel)); FalconMambaForCausalLM is served
@@ -613,8 +649,9 @@ def readme_table() -> str:
     checked_types = [t for t in SUPPORTED if t in CONFORMANCE]
     lines += ["", f"{len(checked_types)} of these {len(SUPPORTED)} model types are conformance-checked against vLLM "
               "0.33.0's own code on a published config (`tests/data/configs/`, `conformance/vllm/expected.json`)."]
-    refused = ", ".join(f"`{t}`" for t in NOT_MODELLED)
-    lines += ["", f"Served by vLLM 0.33 but not modelled (refused in one line that says why): {refused}."]
+    refused = ", ".join(f"`{t}`" for t in NOT_MODELLED) or "none of the families above"
+    lines += ["", f"Served by vLLM 0.33 but not modelled (refused in one line that says why): {refused}; any "
+              "other model type is refused in one line naming the supported ones and what to pass instead."]
     lines += ["", "Layer kinds: " + ", ".join(f"`{k}`" for k in KINDS) + ".", "", README_END]
     return "\n".join(lines)
 

@@ -100,13 +100,15 @@ def layer_token_bytes(layer: Layer, dtype: str, scales: str, tp: int) -> int:
 
     Full/sliding/chunked: ``max(1, kv_heads // tp) x (head_dim + head_dim_v) x bytes`` (heads are
     replicated when ``tp > kv_heads``), plus ``2 x heads x 4`` with per-token-head scales.
-    MLA: ``(kv_lora_rank + qk_rope_head_dim) x bytes`` on every rank (the latent is not split).
+    MLA: ``(kv_lora_rank + qk_rope_head_dim) x bytes`` on every rank (the latent is not split); a sparse MLA
+    layer adds its indexer key cache, ``index_bytes`` whatever the KV dtype.
     """
     kv = get_dtype(dtype)
     if layer.kind == "mla":
         if kv.name == "fp8_ds_mla":
-            return fp8_ds_mla_token_bytes(layer.kv_lora_rank, layer.qk_rope_head_dim)
-        return layer.latent_dim * kv.bytes_per_element + (SCALE_BYTES if scales == "token_head" else 0)
+            return fp8_ds_mla_token_bytes(layer.kv_lora_rank, layer.qk_rope_head_dim) + layer.index_bytes
+        return (layer.latent_dim * kv.bytes_per_element + (SCALE_BYTES if scales == "token_head" else 0)
+                + layer.index_bytes)
     if kv.name == "fp8_ds_mla":
         raise InputError("--kv-dtype", dtype, "fp8_ds_mla applies to MLA models only")
     heads = f.imax(1, layer.kv_heads // tp)

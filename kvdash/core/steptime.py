@@ -159,7 +159,7 @@ class ModelCompute:
     top_k: int
     expert_bytes: float  # one routed expert of one layer, per rank
     expert_params: float
-    gemm: str  # "bf16", "fp8" or "fp4": the rate of the weights' GEMMs
+    gemm: str  # "bf16", "fp8" or "fp4": the rate of the weights' GEMMs (of the routed experts' on a MoE model)
     attention: tuple[AttentionKind, ...]
     kv_full_bytes: int  # per token of context, every full/MLA layer of the rank (calc.layer_token_bytes)
     kv_window_bytes: int  # per token of context, every sliding layer of the rank
@@ -168,6 +168,9 @@ class ModelCompute:
     weights_per_rank: int = 0  # resident weight bytes per rank (for the memory budget)
     dp: int = 1  # attention data-parallel ranks sharing the experts (their tokens reach every expert rank)
     layer_units: float = 0.0  # the per-layer fixed work in dense-layer equivalents (0: one per layer; see KERNELS)
+    # the dense linear parameters by the rate their GEMMs run at, ((kind, params per rank), ...); () : all of
+    # dense_params at ``gemm``
+    dense_rates: tuple[tuple[str, float], ...] = ()
     basis: tuple[str, ...] = field(default=(), compare=False)
 
     def kv_read_bytes(self, context: Any) -> Any:
@@ -245,17 +248,20 @@ def _moe_shape(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) 
 
 def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights: str = "bf16",
                   experts_weights: str | None = None, kv_dtype: str = "bf16", scales: str = "tensor",
-                  dp: int = 1) -> ModelCompute:
+                  dp: int = 1, attention_weights: str | None = None) -> ModelCompute:
     """The per-rank figures of a model from its ``config.json`` (``text_config`` for multimodal ones)
     and its kvdash :class:`Architecture`: ``weights`` / ``experts_weights`` name the storage format of
     the dense and routed-expert weights (``bf16``, ``fp8``, ``nvfp4``, ``mxfp4``, ``int4_wo``);
-    attention projections of gpt-oss stay bf16 (its checkpoint quantizes only the experts).  With ``dp``
+    attention projections of gpt-oss stay bf16 (its checkpoint quantizes only the experts), and
+    ``attention_weights`` names the attention projections' format where a checkpoint keeps them apart from
+    the other dense weights (NVIDIA's NVFP4 checkpoints list ``self_attn`` in their quantization ``ignore``:
+    bf16).  With ``dp``
     attention data-parallel ranks of ``tp`` GPUs each, the routed experts are split over all ``tp x dp``
     GPUs (expert parallelism) and every rank's tokens reach them."""
     from kvdash.core.model import _text_config
     from kvdash.core.modeltypes import aliases, parameter_parts
 
-    for value in (weights, experts_weights or weights):
+    for value in (weights, experts_weights or weights, attention_weights or weights):
         if value not in WEIGHT_BYTES:
             raise InputError("--weight-format", value, "expected one of: " + ", ".join(WEIGHT_BYTES))
     # the language model only: a vision encoder runs on images, which a text request does not send
@@ -277,7 +283,7 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
                     f"figure ({arch.weight_basis}) at 2 B each, all read every step")
     ew = experts_weights or weights
     dense_fmt = "bf16" if arch.model_type == "gpt_oss" else weights
-    attn_fmt = dense_fmt
+    attn_fmt = attention_weights or dense_fmt
     dense_b, expert_b = WEIGHT_BYTES[dense_fmt], WEIGHT_BYTES[ew]
     h = parts["hidden"]
     lm_head = parts["vocab"] * h  # read every step (the embedding lookup reads a row per token: left out)
@@ -313,18 +319,32 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
     if parts["moe_layers"]:
         extra = KERNELS["moe"] - KERNELS["dense"] + (KERNELS["shared"] if parts["shared"] else 0)
         units += parts["moe_layers"] * extra / KERNELS["dense"]
+    # each dense GEMM at the rate of its own weights: attention projections at theirs (bf16 where the checkpoint
+    # keeps them so), the dense MLPs, shared experts, router and LM head at the dense weights' (the router and
+    # LM head, stored bf16, are left at that rate: a simplification that keeps the dense models' figures)
+    rate: dict[str, float] = {}
+    for kind, params in ((GEMM_RATE[attn_fmt], parts["attention"]),
+                         (GEMM_RATE[dense_fmt], parts["dense_mlp"] + parts["shared"] + parts["router"] + lm_head)):
+        rate[kind] = rate.get(kind, 0.0) + params / tp
+    rates = tuple(sorted((k, float(v)) for k, v in rate.items() if v))
+    # gpt-oss's MXFP4 experts run with bf16 activations on every GPU here: vLLM 0.33 picks the first supported of
+    # _get_priority_backends_for_gpt_oss (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py):
+    # FLASHINFER_TRTLLM_MXFP4_BF16 on SM100, TRITON (matmul_ogs, bf16 activations) on Hopper
+    expert_rate = "bf16" if arch.model_type == "gpt_oss" and ew == "mxfp4" else GEMM_RATE[ew]
     return ModelCompute(
         name=arch.name, tp=tp, layers=n_layers, hidden=h, layer_units=units,
         dense_weight_bytes=dense_bytes, dense_params=(dense_linear + lm_head) / tp,
         moe_layers=parts["moe_layers"], experts=parts["experts"], top_k=parts["top_k"],
         expert_bytes=parts["expert_params"] * expert_b / (tp * dp), expert_params=parts["expert_params"] / tp,
-        gemm=GEMM_RATE[ew if parts["moe_layers"] else weights], attention=tuple(attention),
+        gemm=expert_rate if parts["moe_layers"] else GEMM_RATE[weights], attention=tuple(attention), dense_rates=rates,
         kv_full_bytes=full, kv_window_bytes=win, window=win_layers[0].window if win_layers else 0,
         state_bytes=state, dp=dp,
         weights_per_rank=math.ceil(resident / tp - parts["experts_total"] * parts["expert_params"] * expert_b
                                    * (1 / tp - 1 / (tp * dp))),
-        basis=(fallback or f"weights {dense_fmt} (experts {ew}): {WEIGHT_BYTES[dense_fmt]:g} / "
-               f"{WEIGHT_BYTES[ew]:g} B per parameter, parameters counted from config.json",))
+        basis=(fallback or f"weights {dense_fmt} (experts {ew}"
+               + (f", attention {attn_fmt}" if attn_fmt != dense_fmt else "")
+               + f"): {WEIGHT_BYTES[dense_fmt]:g} / {WEIGHT_BYTES[ew]:g} B per parameter, parameters counted from "
+               "config.json",))
 
 
 def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: float, pairs_full: float,
@@ -334,10 +354,14 @@ def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: flo
     the causal query-key pairs of the prefill chunks (full and window layers) and the KV they read."""
     moe_bytes = mc.moe_layers * mc.touched_experts(tokens * mc.dp) * mc.expert_bytes
     mem = (mc.dense_weight_bytes + moe_bytes + decode_kv_bytes + prefill_kv_bytes) / gpu.hbm_bytes_per_s
-    linear = 2 * (mc.dense_params + mc.moe_layers * mc.top_k * mc.expert_params) * tokens
     full, win = mc.attn_pair_flops()
     attn = full * pairs_full + win * pairs_window
-    comp = linear / gpu.rate(mc.gemm) + attn / gpu.rate("bf16")
+    if mc.dense_rates:
+        comp = (2 * mc.moe_layers * mc.top_k * mc.expert_params * tokens / gpu.rate(mc.gemm)
+                + sum(2 * p * tokens / gpu.rate(kind) for kind, p in mc.dense_rates) + attn / gpu.rate("bf16"))
+    else:
+        linear = 2 * (mc.dense_params + mc.moe_layers * mc.top_k * mc.expert_params) * tokens
+        comp = linear / gpu.rate(mc.gemm) + attn / gpu.rate("bf16")
     reduces = 2 * mc.layers if mc.tp > 1 else 0
     link = 0.0
     if mc.tp > 1 and gpu.link_bytes_per_s:

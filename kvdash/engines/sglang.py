@@ -59,6 +59,9 @@ HYBRID_SWA_ARCHS = frozenset({
 # configs/model_config.py ModelConfig.__init__: multimodal is off by default for these (text-only serving)
 MM_DISABLED_ARCHS = frozenset({"Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
                                "Step3VLForConditionalGeneration", "InklingForConditionalGeneration"})
+# DeepSeek sparse attention (an indexer cache beside the latent): the model_types kvdash reads for it (SGLang's
+# configs/model_config.py is_deepseek_nsa keys on these models' architectures and their index_topk)
+DSA_MODEL_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
 KV_BYTES = {"bf16": 2, "fp16": 2, "auto": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
@@ -208,7 +211,7 @@ def refusal(arch: Architecture, tp: int, pp: int = 1) -> str:
     if is_multimodal(arch):
         return ("SGLang 0.5.23's multimodal start-up rules (adjust_mem_fraction_for_vlm, the feature-transport "
                 "pool, prefill CUDA graphs off)")
-    if arch.facts.get("index_topk"):
+    if arch.model_type in DSA_MODEL_TYPES:
         return "DeepSeek sparse attention's indexer cache"
     if pp != 1:
         return "pipeline parallelism (per-stage layer split and the MIN over stages)"

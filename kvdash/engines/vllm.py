@@ -464,16 +464,78 @@ KV_DTYPE_IGNORED = {"falcon": "vllm/model_executor/models/falcon.py lines 173-18
                               "rotary Attention without cache_config)"}
 
 
+# vllm/model_executor/layers/attention/mla_attention.py (v0.33.0), _canonicalize_sparse_mla_kv_cache_dtype: a
+# sparse MLA layer whose backend is FLASHMLA_SPARSE (Hopper's choice for a quantized KV cache: FLASH_ATTN_MLA_SPARSE,
+# first in vllm/platforms/cuda.py's SM90 order, takes bf16/fp16 only) stores any quantized dtype but NVFP4 as
+# fp8_ds_mla (656 B per token: MLAAttention.get_kv_cache_spec's state_content_bytes)
+SPARSE_FP8 = ("vllm/model_executor/layers/attention/mla_attention.py, _canonicalize_sparse_mla_kv_cache_dtype: "
+              "sparse MLA with an fp8 KV cache runs FLASHMLA_SPARSE on Hopper, which stores fp8_ds_mla")
+
+
+def is_sparse_mla(arch: Architecture) -> bool:
+    """DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): MLA layers with an indexer key cache beside the latent."""
+    return any(layer.index_bytes for layer in arch.layers if layer.kind == "mla")
+
+
 def stored_kv_dtype(arch: Architecture, dtype: str) -> tuple[str, str]:
     """The dtype vLLM 0.33 stores this model's KV cache in when ``--kv-cache-dtype`` is ``dtype``, and, when it is
     not ``dtype``, why (else ``""``).  A quantized dtype asked of a model whose attention ignores it
     (:data:`KV_DTYPE_IGNORED`) is stored in the model dtype, bf16 (what the harness and ``--dtype auto`` give a
-    bfloat16 checkpoint)."""
+    bfloat16 checkpoint); ``fp8`` asked of sparse MLA is stored as ``fp8_ds_mla`` (:data:`SPARSE_FP8`), and
+    another quantized dtype there is refused (FlashMLA's sparse kernel takes ``fp8`` and ``fp8_ds_mla``; which
+    backend serves the others is not mirrored)."""
     kv = get_dtype(dtype)
     why = KV_DTYPE_IGNORED.get(arch.model_type, "")
     if kv.quantized and why:
         return "bf16", why
+    if kv.quantized and is_sparse_mla(arch):
+        if kv.name in ("fp8", "fp8_ds_mla"):
+            return "fp8_ds_mla", "" if kv.name == "fp8_ds_mla" else SPARSE_FP8
+        raise InputError("--kv-dtype", dtype, "for sparse MLA (DeepSeek-V3.2, GLM-5) kvdash mirrors bf16, fp8 and "
+                         "fp8_ds_mla (vLLM 0.33 on Hopper: FLASH_ATTN_MLA_SPARSE and FLASHMLA_SPARSE, "
+                         "vllm/platforms/cuda.py); the backend another quantized dtype gets is not mirrored")
     return kv.name, ""
+
+
+SPARSE_BLOCK = 64  # FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE, FLASHINFER_MLA_SPARSE_SM90: MultipleOf(64) kernel blocks
+
+
+def check_sparse_block(arch: Architecture, block_size: int, generation: str = "sm90") -> None:
+    """Refuse a block size (or GPU) no sparse MLA backend of vLLM 0.33 takes, as its selector refuses to start.
+
+    ``CudaPlatform.get_attn_backend_cls`` (``vllm/platforms/cuda.py``) raises "No valid attention backend found"
+    when every backend of ``_get_backend_priorities`` rejects the combination: on Hopper (SM90) the sparse MLA
+    backends FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE and FLASHINFER_MLA_SPARSE_SM90 take only multiples of 64
+    tokens (``get_supported_kernel_block_sizes``: ``MultipleOf(64)``, ``v1/attention/backends/mla/``), and no
+    SM80-89 backend is sparse.  Blackwell's sparse choice (per KV dtype and heads per rank) is not mirrored.
+
+    >>> from kvdash.core.arch import Architecture, Layer
+    >>> v32 = Architecture("v3.2", (Layer("mla", kv_heads=1, kv_lora_rank=512, qk_rope_head_dim=64, index_bytes=132),),
+    ...                    128, 163840)
+    >>> check_sparse_block(v32, 64), check_sparse_block(v32, 128)
+    (None, None)
+    >>> check_sparse_block(v32, 16)
+    Traceback (most recent call last):
+    ...
+    kvdash.errors.InputError: --block-size: 16 ...
+    """
+    if not is_sparse_mla(arch):
+        return
+    if generation == "sm80":
+        raise InputError("--gpu", "compute capability 8.x", "vLLM 0.33 has no sparse MLA backend for SM80-89 "
+                         "(FLASH_ATTN_MLA_SPARSE and FLASHINFER_MLA_SPARSE_SM90 take SM90 only, FLASHMLA_SPARSE SM90 "
+                         "and SM100: vllm/v1/attention/backends/mla/), so it refuses to start")
+    if generation == "sm100":
+        raise InputError("--gpu", "compute capability 10.x", "sparse MLA on Blackwell (FLASHINFER_MLA_SPARSE, "
+                         "FLASHMLA_SPARSE or FA4 by KV dtype and heads per rank: vllm/platforms/cuda.py) is not "
+                         "mirrored; kvdash mirrors Hopper's")
+    if block_size % SPARSE_BLOCK:
+        raise InputError("--block-size", block_size,
+                         f"vLLM 0.33 refuses to start: \"No valid attention backend found\" for sparse MLA at block "
+                         f"size {block_size} (vllm/platforms/cuda.py, get_attn_backend_cls: Hopper's sparse MLA "
+                         "backends FLASH_ATTN_MLA_SPARSE, FLASHMLA_SPARSE and FLASHINFER_MLA_SPARSE_SM90 take only "
+                         "multiples of 64 tokens, vllm/v1/attention/backends/mla/)",
+                         "a multiple of 64, or auto (64)")
 
 
 def rank_shapes(arch: Architecture, dtype: str = "bf16", scales: str = "tensor", tp: int = 1,
@@ -482,6 +544,7 @@ def rank_shapes(arch: Architecture, dtype: str = "bf16", scales: str = "tensor",
     one vLLM stores the cache in (:func:`stored_kv_dtype`: Falcon keeps bf16)."""
     check_positive("--block-size", block_size)
     check_scale_mode(scales)
+    check_sparse_block(arch, block_size)
     dtype = stored_kv_dtype(arch, dtype)[0]
     check_parallel(arch, tp, pp)
     used, page = aligned_block_size(arch, dtype, scales, tp, block_size, prefix_caching)
@@ -496,6 +559,12 @@ def auto_block_size(arch: Architecture, kv_dtype: str = defaults.KV_DTYPE,
     Hopper when there is none) and KV dtype (:func:`backend_block_size`); a hybrid's block is
     then raised to hold its state page (:func:`aligned_block_size`)."""
     generation = gpu_generation(compute_capability) or "sm90"
+    if is_sparse_mla(arch):
+        check_sparse_block(arch, SPARSE_BLOCK, generation)
+        backend = "FLASHMLA_SPARSE" if get_dtype(kv_dtype).quantized else "FLASH_ATTN_MLA_SPARSE"
+        return SPARSE_BLOCK, (f"64: sparse MLA on Hopper runs {backend} (vllm/platforms/cuda.py's SM90 order; "
+                              "FLASH_ATTN_MLA_SPARSE takes bf16/fp16 KV only), whose kernel blocks are multiples of "
+                              "64 (vllm/v1/attention/backends/mla/)")
     size, why = backend_block_size(arch.use_mla, get_dtype(kv_dtype).quantized, generation)
     if compute_capability == "" and generation == "sm90":
         why += "; no CUDA GPU preset given: Hopper's choice"
@@ -569,7 +638,9 @@ class VllmRules:
             return auto_block_size(arch, kv_dtype, gpu.compute_capability)
         if isinstance(requested, str):
             raise InputError("--block-size", requested, "expected a positive integer or 'auto'")
-        return check_positive("--block-size", requested), f"{requested}: requested"
+        check_sparse_block(arch, check_positive("--block-size", requested),
+                           gpu_generation(gpu.compute_capability) or "sm90")
+        return requested, f"{requested}: requested"
 
     def pool(self, arch: Architecture, kv_dtype: str, kv_scales: str, tp: int, pp: int, block_size: int,
              prefix_caching: bool) -> list[PoolShape]:

@@ -144,7 +144,18 @@ def tables(r: dict[str, Any]) -> list[Table]:
             ("memory saved at the unshared count", b(p["saved_bytes_at_requests_without_sharing"]),
              f"{p['saved_percent_at_requests_without_sharing']:.2f} % of that memory"),
         ]))
-    v = r["vllm_view"]
+    v = r.get("vllm_view")
+    if v is None:  # --engine-rules sglang: SGLang's own start-up line follows the tables
+        note = Table(title="Engine start-up line", show_header=False)
+        note.add_column("line")
+        note.add_row(r.get("vllm_view_omitted", "vLLM's start-up lines are omitted"))
+        out.append(note)
+    else:
+        out.append(_vllm_view(v))
+    return _after_view(r, out)
+
+
+def _vllm_view(v: dict[str, Any]) -> Table:
     why = Table(title=f"What vLLM {v['version']} would log for this configuration, and why it differs from kvdash",
                 show_header=False)
     why.add_column("line")
@@ -154,7 +165,10 @@ def tables(r: dict[str, Any]) -> list[Table]:
         why.add_row(Styled(line, "bold"))
     for note in v["differences"]:
         why.add_row(f"- {note}")
-    out.append(why)
+    return why
+
+
+def _after_view(r: dict[str, Any], out: list[Table]) -> list[Table]:
     if "planning" in r:
         p = r["planning"]
         rows = [

@@ -20,6 +20,7 @@ import polars as pl
 
 from kvdash import __version__
 from kvdash.report.charts import charts_for
+from kvdash.report.engines import engines_section, vllm_rows
 from kvdash.report.labels import HEADERS, Labels, cell, num
 from kvdash.report.picks import (
     DECISION_K,
@@ -68,33 +69,6 @@ HEADLINE_WORST = 2
 
 # --- the decision ------------------------------------------------------------------------------
 
-def _engines(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
-    """``grid: engine: [vllm, sglang]``: each (model, GPU, TP, KV dtype) with both engines' pools per rank, the
-    difference and why (SGLang keeps (1 - mem_fraction_static) of the free memory, vLLM 1 - util of the GPU plus
-    its reserve).  None without the dimension."""
-    if "sglang" not in spec.engines or "sglang_kv_cache_tokens" not in df.columns:
-        return None
-    cols = ["model", "gpu", "tp", "kv_dtype", "vllm_kv_cache_tokens", "sglang_mem_fraction_static",
-            "sglang_kv_cache_tokens", "sglang_running_requests", "sglang_vs_vllm_percent", "sglang_note"]
-    rows = []
-    for r in df.select(cols).unique(subset=cols[:4], maintain_order=True).iter_rows(named=True):
-        s_tokens = r["sglang_kv_cache_tokens"]
-        rows.append([str(r["model"]), str(r["gpu"] or "-"), f"{r['tp']}", str(r["kv_dtype"]),
-                     f"{r['vllm_kv_cache_tokens']:,}",
-                     "-" if r["sglang_mem_fraction_static"] is None else f"{r['sglang_mem_fraction_static']:g}",
-                     "-" if s_tokens is None else f"{s_tokens:,}",
-                     "-" if r["sglang_running_requests"] is None else f"{r['sglang_running_requests']:,}",
-                     "-" if r["sglang_vs_vllm_percent"] is None else f"{r['sglang_vs_vllm_percent']:+.1f} %",
-                     r["sglang_note"] or ""])
-    return {"rows": rows, "why": (
-        "vLLM 0.33 gives the KV cache gpu_memory_utilization x the GPU less the weights and its runtime reserve; "
-        "SGLang 0.5.23 gives it the free memory after the weights less (1 - mem_fraction_static) x the free memory "
-        "before them, with mem_fraction_static by GPU memory tier and TP (arg_groups/memory_hook.py), its pool at "
-        "page size 1 (mem_cache/kv_cache_configurator.py, model_executor/pool_configurator.py). SGLang keeps every "
-        "token in Gemma 2/3's sliding layers (no hybrid pool there) and sizes Llama 4 / gpt-oss as full + 0.8 x "
-        "SWA layers. The free memory before the weights is taken as the GPU's total less 1 GiB.")}
-
-
 def _engine_columns(spec: GridSpec) -> list[tuple[str, str, str]]:
     from kvdash.sweep.engines import engine_columns
 
@@ -107,7 +81,8 @@ def _objective_value(metric: str, v: Any) -> str:
     return cell(metric, v) if metric in HEADERS or metric.endswith("_percent") else num(v)
 
 
-def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | None = None) -> dict[str, Any]:
+def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | None = None,
+              refusals: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """One or two computed sentences: what passes, the best per workload, its margin, the runner-up."""
     o = spec.objective
     cols = list(dict.fromkeys(["id", "workload", "paged_requests", "running_requests", "max_num_seqs", "gpus",
@@ -167,6 +142,9 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
         elif len(top) == 1:
             text += "; no runner-up passes"
         lines.append(text + ".")
+    engines = engines_section(spec, df, refusals or [])  # grid: engine: both engines weighed on the same hardware
+    if engines:
+        lines += engines["decision"]
     return {"question": spec.question, "head": head, "lines": lines,
             "objective": f"{o.text()}{'' if o.given else ' (the default objective)'}"
                          + (" among points passing every gate" if spec.gates else "")}
@@ -260,7 +238,9 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
         texts = {labels.part(c, r) for r in every.iter_rows(named=True)}
         (varying if len(texts) > 1 else constant).append(c)
     first = every.row(0, named=True) if every.height else {}
-    headers = [HEADERS[c] for c in varying] + [HEADERS[c] for c in metrics] + (["gates"] if gated else [])
+    headers = [HEADERS[c] for c in varying] + [HEADERS[c] if c != "running_requests" or "engine" not in df.columns
+                                               else "runs (engine's cap)" for c in metrics] \
+        + (["gates"] if gated else [])
 
     def rows(frame: pl.DataFrame) -> list[list[str]]:
         out = []
@@ -438,8 +418,10 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
     ctx = {
         "title": spec.title,
         "description": spec.description,
-        "reserve_line": reserve_line(spec, df, labels.has_gpu),
-        "engine_caps": engine_caps_text(df),
+        "reserve_line": reserve_line(spec, df, labels.has_gpu) + (
+            " SGLang's rows take no reserve: SGLang holds back (1 - mem_fraction_static) of the free memory instead "
+            "(Engines compared)." if "sglang" in spec.engines else ""),
+        "engine_caps": engine_caps_text(vllm_rows(df)),
         "version": __version__,
         "grid_name": spec.path.name,
         "grid_sha256": hashlib.sha256(spec.text.encode()).hexdigest(),
@@ -448,7 +430,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "results": results,
         "results_note": (f"Parquet: the grid has more than {PARQUET_ABOVE:,} points (--csv writes CSV)"
                          if results.endswith(".parquet") else ""),
-        "decision": _decision(spec, df, labels, picks),
+        "decision": _decision(spec, df, labels, picks, expanded.engine_refusals),
         "gates": _gates(spec, df, labels),
         "mechanism": _mechanism(spec, df),
         "label_names": labels.names,
@@ -467,7 +449,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "charts": charts_for(spec),
         "columns": RESULT_COLUMNS + _engine_columns(spec) + (_simulation_columns(spec) if spec.simulate else [])
         + _prefix_columns(spec),
-        "engines": _engines(spec, df),
+        "engines": engines_section(spec, df, expanded.engine_refusals),
         "simulation": _simulation(spec, df),
         "time": time_section(spec, df, spec.dimensions),
         "prefix_cache": _prefix_cache(spec, df),

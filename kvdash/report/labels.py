@@ -12,10 +12,11 @@ from kvdash.sweep.gridfile import GridSpec
 from kvdash.units import gib_text, ratio_text
 
 # label order, and how each swept column is written in a point's label
-LABEL_ORDER = ("model", "gpu", "tp", "pp", "kv_dtype", "kv_scales", "block_size", "budget_bytes", "gpu_util",
+LABEL_ORDER = ("model", "engine", "gpu", "tp", "pp", "kv_dtype", "kv_scales", "block_size", "budget_bytes", "gpu_util",
                "util_policy", "max_model_len", "max_batched_tokens", "workload")
 HEADERS = {
-    "model": "model", "gpu": "GPUs", "tp": "TP", "pp": "PP", "kv_dtype": "KV dtype", "kv_scales": "KV scales",
+    "model": "model", "engine": "engine", "gpu": "GPUs", "tp": "TP", "pp": "PP", "kv_dtype": "KV dtype",
+    "kv_scales": "KV scales",
     "block_size": "block", "budget_bytes": "KV budget/rank", "gpu_util": "util", "util_policy": "util policy",
     "max_model_len": "max_model_len", "max_batched_tokens": "batched tokens", "workload": "workload",
     "contiguous_requests": "contiguous (Max)", "paged_requests": "paged", "paged_requests_per_gpu": "paged/GPU",
@@ -65,6 +66,8 @@ class Labels:
             for dim, vals in factor.items():
                 if len({repr(v) for v in vals}) > 1:
                     swept.add("budget_bytes" if dim in ("budget", "gpu_memory", "weights", "reserve") else dim)
+        if len(spec.engines) > 1:  # grid: engine: [vllm, sglang] -- each row one engine's plan
+            swept.add("engine")
         self.has_gpu = df.height > 0 and df.get_column("gpu").null_count() < df.height
         if self.has_gpu:
             swept.add("gpu")

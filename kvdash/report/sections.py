@@ -233,7 +233,10 @@ def _assumption_lines(df: pl.DataFrame) -> list[str]:
         "Bytes, slots and blocks are exact integers; GiB = 2^30 bytes, GB = 10^9 bytes.",
         "Budgets are per rank; when derived from a GPU: " + " or ".join(
             {"vllm": "floor(GPU total x utilization) - weights/rank - reserve (vLLM)",
-             "trtllm": "floor((total - weights/rank - reserve) x utilization) (TensorRT-LLM)"}[p]
+             "trtllm": "floor((total - weights/rank - reserve) x utilization) (TensorRT-LLM)",
+             # grid: engine: sglang rows (kvdash.sweep.engines)
+             "sglang": "free after weights - free before weights x (1 - mem_fraction_static) (SGLang 0.5.23, "
+                       "free before weights = GPU total - 1 GiB)"}[p]
             for p in policies) + "; the tightest rank decides.",
         "Capacities are snapshots: every request of a workload at its stated length, whole groups only, no growth "
         "headroom, no preemption. A capacity ratio is not a throughput ratio.",
@@ -250,6 +253,11 @@ def _assumption_lines(df: pl.DataFrame) -> list[str]:
                      "accuracy cost.")
     if not df.get_column("fits").all():
         lines.append("Points whose weights and reserve leave no KV memory are kept with capacity 0 (fits = no).")
+        if "vllm_max_concurrency" in df.columns and df.select(
+                (~pl.col("fits") & (pl.col("budget_bytes") > 0) & (pl.col("vllm_max_concurrency") <= 1)).any()).item():
+            lines.append("Points where vLLM 0.33 would refuse to start (one request of max_model_len needs every whole "
+                         "block of the pool or more: _check_enough_kv_cache_memory, vllm/v1/core/kv_cache_planning.py) "
+                         "are marked fits = no; their capacities are what such a pool would hold.")
     return lines
 
 

@@ -1,6 +1,9 @@
-"""The tiers a prefix-cache replay runs through (:mod:`kvdash.simulate.prefixcache`): vLLM 0.33's GPU block pool
-with prefix caching, an LRU chunk tier (vLLM's ``LRUCachePolicy`` or LMCache's ``LRUCacheFast``), vLLM's
-ARC chunk tier, and the counters each tier reports."""
+"""The tiers of a prefix-cache replay (:mod:`kvdash.simulate.prefixcache`) as ordered dicts: vLLM 0.33's GPU
+block pool with prefix caching, an LRU chunk tier (vLLM's ``LRUCachePolicy`` or LMCache's ``LRUCacheFast``),
+vLLM's ARC chunk tier, and the counters each tier reports.  LMCache's rules and the ARC tier run on these;
+under vLLM's rules the GPU pool and the LRU tiers run on their numpy twins in
+:mod:`kvdash.simulate.prefix_dense`, and :class:`GpuPool` and :class:`LruTier` are the readable reference
+that ``tests/test_prefix_dense.py`` drives beside them, call by call."""
 
 from __future__ import annotations
 
@@ -54,7 +57,8 @@ def _pct(values: list[float], q: int) -> float | None:
 
 
 class GpuPool:
-    """vLLM's BlockPool with prefix caching (``vllm/v1/core/block_pool.py``), counted by key.
+    """vLLM's BlockPool with prefix caching (``vllm/v1/core/block_pool.py``), counted by key: the readable
+    reference for the replay's :class:`~kvdash.simulate.prefix_dense.DenseGpuPool` (a test drives both).
 
     ``ref`` holds the hashed blocks that running requests hold, with their reference counts; ``free``
     the hashed blocks none holds, in free-queue order (the front is evicted first); the two are
@@ -92,24 +96,16 @@ class GpuPool:
         do not fit (nothing changed)."""
         ref, free = self.ref, self.free
         hit_keys = keys[:hits]
-        if ref:
-            held_free = sum(1 for k in hit_keys if k in free)
-        else:
-            held_free = hits
+        held_free = sum(1 for k in hit_keys if k in free)
         need = blocks - hits
         if need > self.free_blocks() - held_free:
             return None
-        if ref:  # touch(): one more reference, out of the free queue
-            for k in hit_keys:
-                if k in free:
-                    del free[k]
-                    ref[k] = 1
-                else:
-                    ref[k] += 1
-        else:
-            for k in hit_keys:
+        for k in hit_keys:  # touch(): one more reference, out of the free queue
+            if k in free:
                 del free[k]
-            ref.update(zip(hit_keys, repeat(1)))
+                ref[k] = 1
+            else:
+                ref[k] += 1
         plain_free = self.total - len(ref) - len(free) - self.plain
         take = need - min(need, plain_free)  # the rest comes from the front of the free queue: evictions
         pop = free.popitem
@@ -138,17 +134,13 @@ class GpuPool:
     def release(self, held: list[int], plain: int) -> None:
         """``free_blocks(reversed(blocks))``: the tail's hashed blocks reach the free queue first."""
         ref, free = self.ref, self.free
-        if len(ref) == len(held):  # the only holder: every count is 1
-            free.update(zip(reversed(held), repeat(None)))
-            ref.clear()
-        else:
-            for k in reversed(held):
-                c = ref[k] - 1
-                if c == 0:
-                    del ref[k]
-                    free[k] = None
-                else:
-                    ref[k] = c
+        for k in reversed(held):
+            c = ref[k] - 1
+            if c == 0:
+                del ref[k]
+                free[k] = None
+            else:
+                ref[k] = c
         self.plain -= plain
 
 
@@ -301,3 +293,4 @@ class ArcTier:
                 self.t2[k] = None
             elif k in reused and k in self.t2:
                 self.t2.move_to_end(k)
+

@@ -47,7 +47,8 @@ import numpy as np
 
 from kvdash import safeio
 from kvdash.errors import InputError
-from kvdash.simulate.prefix_tiers import ArcTier, GpuPool, LruTier, TierStats
+from kvdash.simulate.prefix_dense import DenseGpuPool, DenseLru
+from kvdash.simulate.prefix_tiers import ArcTier, LruTier, TierStats
 
 SEG_SHIFT = 21  # a block key is segment << 21 | end offset: segments up to 2^21 - 1 tokens
 MAX_SEG = (1 << SEG_SHIFT) - 1
@@ -215,35 +216,50 @@ def system_prompts(requests: int, prompts: Sequence[int], shares: Sequence[float
     return w
 
 
-def block_keys(w: Workload, size: int, with_output: bool) -> list[list[int]]:
-    """The key of every full block of ``size`` tokens of each request: prompt blocks, then (when
+def block_keys_flat(w: Workload, size: int, with_output: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The key of every full block of ``size`` tokens of each request, all requests in one array, and
+    where each request's keys start (``offsets``, ``len(w) + 1`` of them): prompt blocks, then (when
     ``with_output``) the blocks that end in the output (generated tokens are cached too under vLLM's
     rules).  A block is identified by the segment holding its last token and that token's end offset in
-    it; the pairs are numbered densely (``np.unique``), so keys are small ints that Python's dicts spread
-    without collisions and that convert fast."""
-    raw: list[np.ndarray] = []
-    for i in range(len(w)):
-        p, ends, segs = w.prompt[i], w.seg_ends[i], w.segs[i]
-        total = p + w.output[i] if with_output else p
-        e = np.arange(size, total + 1, size, dtype=np.int64)
-        inside = e[e <= p]
-        k = np.searchsorted(ends, inside - 1, side="right")
-        starts = np.concatenate(([0], ends[:-1]))
-        keys = (segs[k] << SEG_SHIFT) | (inside - starts[k])
-        if with_output and len(e) > len(inside):
-            tail = e[len(inside):] - p
-            keys = np.concatenate((keys, (np.int64(w.out_seg[i]) << SEG_SHIFT) | tail))
-        raw.append(keys)
-    counts = [len(k) for k in raw]
-    flat = np.concatenate(raw) if raw else np.zeros(0, dtype=np.int64)
-    _, dense = np.unique(flat, return_inverse=True)
-    ids = dense.astype(np.int64).tolist()
-    out: list[list[int]] = []
-    at = 0
-    for n in counts:
-        out.append(ids[at:at + n])
-        at += n
-    return out
+    it; the pairs are numbered densely (``np.unique``: keys ``0 .. n - 1``, as small ints that Python's
+    dicts spread without collisions and that index the dense tiers' arrays).  One pass over all requests:
+    each segment's count of block ends names the segment of every block without a search."""
+    n = len(w)
+    prompt = np.asarray(w.prompt, dtype=np.int64)
+    total = prompt + np.asarray(w.output, dtype=np.int64) if with_output else prompt
+    per = total // size  # full blocks of each request
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(per, out=offsets[1:])
+    if not n or not offsets[-1]:
+        return np.zeros(0, dtype=np.int64), offsets
+    req = np.repeat(np.arange(n, dtype=np.int64), per)
+    end = (np.arange(offsets[-1], dtype=np.int64) - offsets[req] + 1) * size  # each block's end, in its request
+    seg_count = np.fromiter((len(e) for e in w.seg_ends), dtype=np.int64, count=n)
+    seg_end = np.concatenate(w.seg_ends)  # in its request's coordinates
+    seg_start = np.concatenate(([0], seg_end[:-1]))
+    first = np.zeros(n, dtype=np.int64)
+    np.cumsum(seg_count[:-1], out=first[1:])
+    seg_start[first] = 0
+    segs = np.concatenate(w.segs)
+    keys = np.empty(len(end), dtype=np.int64)
+    inside = end <= prompt[req]
+    # a block ending at e (its last token e - 1) lies in the segment with start < e <= end: a segment holds
+    # end // size - start // size block ends, so repeating each segment that often, in order, names the
+    # segment of every prompt block of every request in turn
+    k = np.repeat(np.arange(len(seg_end), dtype=np.int64), seg_end // size - seg_start // size)
+    keys[inside] = (segs[k] << SEG_SHIFT) | (end[inside] - seg_start[k])
+    if with_output:
+        out = ~inside
+        r = req[out]
+        out_seg = np.asarray(w.out_seg, dtype=np.int64)
+        keys[out] = (out_seg[r] << SEG_SHIFT) | (end[out] - prompt[r])
+    _, dense = np.unique(keys, return_inverse=True)
+    return dense.astype(np.int64).reshape(-1), offsets
+
+
+def block_keys(w: Workload, size: int, with_output: bool) -> list[list[int]]:
+    """:func:`block_keys_flat` as one list of Python ints per request (the GPU pool's dict keys)."""
+    return _keys(w, size, with_output, {})
 
 
 # --- the replay -----------------------------------------------------------------------------------
@@ -297,7 +313,10 @@ class TierSpec:
     series_points: int = 100
 
 
-def replay(w: Workload, spec: TierSpec, keys_cache: dict[tuple[int, bool], list[list[int]]] | None = None) -> Replay:
+KeyCache = dict[tuple[str, int, bool], Any]  # block keys by (form, block size, with outputs), kept across replays
+
+
+def replay(w: Workload, spec: TierSpec, keys_cache: KeyCache | None = None) -> Replay:
     """Replay ``w`` under ``spec``; ``keys_cache`` keeps the block keys across calls (capacity sweeps)."""
     if spec.rules not in RULES:
         raise InputError("--rules", spec.rules, "expected vllm or lmcache")
@@ -307,11 +326,20 @@ def replay(w: Workload, spec: TierSpec, keys_cache: dict[tuple[int, bool], list[
     return _replay_vllm(w, spec, cache)
 
 
-def _keys(w: Workload, size: int, with_output: bool, cache: dict[tuple[int, bool], list[list[int]]]) -> list[list[int]]:
-    k = (size, with_output)
+def _flat(w: Workload, size: int, with_output: bool, cache: KeyCache) -> tuple[np.ndarray, np.ndarray]:
+    k = ("flat", size, with_output)
     if k not in cache:
-        cache[k] = block_keys(w, size, with_output)
-    return cache[k]
+        cache[k] = block_keys_flat(w, size, with_output)
+    return cache[k]  # type: ignore[no-any-return]
+
+
+def _keys(w: Workload, size: int, with_output: bool, cache: KeyCache) -> list[list[int]]:
+    k = ("lists", size, with_output)
+    if k not in cache:
+        flat, offsets = _flat(w, size, with_output, cache)
+        ids, bounds = flat.tolist(), offsets.tolist()
+        cache[k] = [ids[bounds[i]:bounds[i + 1]] for i in range(len(w))]
+    return cache[k]  # type: ignore[no-any-return]
 
 
 def _units(tokens: int | None, unit: int) -> int | None:
@@ -322,7 +350,7 @@ def _sample_every(n: int, points: int) -> int:
     return max(1, -(-n // max(1, points)))
 
 
-def _replay_lmcache(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list[list[int]]]) -> Replay:
+def _replay_lmcache(w: Workload, spec: TierSpec, cache: KeyCache) -> Replay:
     """LMCache's rules; with one tier and ``concurrency`` 1 this is LMCache's ``simulate(fast=True)``
     step for step (tests compare both on the same trace)."""
     c = spec.chunk_tokens
@@ -404,67 +432,82 @@ def _sample(t: TierStats, used: int) -> None:
     t.series.append(used)
 
 
-def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list[list[int]]]) -> Replay:
+def _replay_vllm(w: Workload, spec: TierSpec, cache: KeyCache) -> Replay:
     B = spec.block_size
-    keys = _keys(w, B, True, cache)
+    gflat, goffsets = _flat(w, B, True, cache)
+    gbounds = goffsets.tolist()
     gpu_blocks = _units(spec.gpu_tokens, B)
     gstats = TierStats("gpu", B, gpu_blocks, B * spec.bytes_per_token)
     big = sum(w.prompt) + sum(w.output)
-    pool = GpuPool(gpu_blocks if gpu_blocks is not None else -(-big // B) + len(w) + 1)
+    pool = DenseGpuPool(gpu_blocks if gpu_blocks is not None else -(-big // B) + len(w) + 1,
+                        int(gflat.max()) + 1 if len(gflat) else 0)
     tiers = [gstats]
     ct = B * spec.blocks_per_chunk
-    cpu: LruTier | ArcTier | None = None
-    disk: LruTier | None = None
-    ckeys: list[list[int]] = []
+    arc = spec.cpu_policy == "arc"
+    cpu: DenseLru | ArcTier | None = None
+    disk: DenseLru | None = None
+    cflat = np.zeros(0, dtype=np.int64)
+    cbounds: list[int] = []
+    ckeys: list[list[int]] = []  # ARC's keys, as Python ints
     if spec.cpu_tokens != 0:
         cstats = TierStats("cpu", ct, _units(spec.cpu_tokens, ct), ct * spec.bytes_per_token)
-        cpu = ArcTier(cstats.capacity, cstats) if spec.cpu_policy == "arc" else LruTier(cstats.capacity, cstats)
+        cflat, coffsets = _flat(w, ct, True, cache)
+        cbounds = coffsets.tolist()
+        n_keys = int(cflat.max()) + 1 if len(cflat) else 0
+        if arc:
+            cpu = ArcTier(cstats.capacity, cstats)
+            ckeys = _keys(w, ct, True, cache)
+        else:
+            cpu = DenseLru(cstats.capacity, cstats, n_keys)
         tiers.append(cstats)
-        ckeys = keys if spec.blocks_per_chunk == 1 else _keys(w, ct, True, cache)
         if spec.disk_tokens != 0:
             dstats = TierStats("disk", ct, _units(spec.disk_tokens, ct), ct * spec.bytes_per_token)
-            disk = LruTier(dstats.capacity, dstats)
+            disk = DenseLru(dstats.capacity, dstats, n_keys)
             tiers.append(dstats)
     bpc = spec.blocks_per_chunk
-    inflight: list[tuple[int, list[int], int, list[int], set[int], set[int]]] = []
+    Entry = tuple[np.ndarray, int, np.ndarray, list[int], set[int], set[int]]
+    inflight: list[Entry] = []
     every = _sample_every(len(w), spec.series_points)
     hit_tokens = hit_requests = skipped = waits = 0
     per_request: list[int] = []
     per_load: list[float] = []
     cpu_bps, disk_bps = spec.cpu_link_bps * spec.ranks, spec.disk_link_bps
+    no_set: set[int] = set()
 
-    def finish(entry: tuple[int, list[int], int, list[int], set[int], set[int]]) -> None:
-        _, held, plain, ck, ins, reused = entry
+    def finish(entry: Entry) -> None:
+        held, plain, ca, cl, ins, reused = entry
         pool.release(held, plain)
-        if cpu is not None:
-            if isinstance(cpu, ArcTier):
-                cpu.finish(ck, ins, reused)
-            else:
-                cpu.finish(ck)
-            if disk is not None:
-                disk.finish(ck)
+        if isinstance(cpu, ArcTier):
+            cpu.finish(cl, ins, reused)
+        elif cpu is not None:
+            cpu.finish(ca)
+        if disk is not None:
+            disk.finish(ca)
 
-    for i, ks in enumerate(keys):
+    for i in range(len(w)):
+        ks = gflat[gbounds[i]:gbounds[i + 1]]
         p = w.prompt[i]
         nblocks = -(-(p + w.output[i]) // B)
         limit = (p - 1) // B  # max_cache_hit_length = num_tokens - 1
         h = pool.hit(ks, limit)
         # offload tiers continue the hit in whole chunks, up to the same limit
         hc = hd = 0
-        ck: list[int] = []
+        ca = cflat[cbounds[i]:cbounds[i + 1]] if cpu is not None else cflat
+        cl: list[int] = ckeys[i] if arc and cpu is not None else []
+        start = -(-h // bpc)
         if cpu is not None:
-            ck = ckeys[i]
             climit = limit // bpc
-            start = -(-h // bpc)
-            j = start
-            while j < climit and ck[j] in cpu:
-                j += 1
-            hc = j - start
-            if disk is not None:
-                while j < climit and ck[j] in disk:
-                    j += 1
-                hd = j - start - hc
-        hit_blocks = max(h, (-(-h // bpc) + hc + hd) * bpc) if (hc or hd) else h
+            if start < climit:
+                if isinstance(cpu, ArcTier):
+                    j = start
+                    while j < climit and cl[j] in cpu:
+                        j += 1
+                    hc = j - start
+                else:
+                    hc = cpu.run(ca[start:climit])
+                if disk is not None and start + hc < climit:
+                    hd = disk.run(ca[start + hc:climit])
+        hit_blocks = max(h, (start + hc + hd) * bpc) if (hc or hd) else h
         got = pool.admit(ks, h, nblocks)  # blocks loaded from a tier are new GPU blocks, hashed at once
         while got is None and inflight:
             finish(inflight.pop(0))
@@ -480,11 +523,10 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list
         if h:
             gstats.hit_tokens += h * B
             gstats.hit_requests += 1
-        reused: set[int] = set()
-        ins: set[int] = set()
+        reused: set[int] = no_set
+        ins: set[int] = no_set
         load_s = 0.0
         if cpu is not None:
-            start = -(-h // bpc)
             if hc:
                 cstats = tiers[1]
                 cstats.hit_tokens += ((start + hc) * bpc - h) * B
@@ -493,11 +535,13 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list
                 if cpu_bps:
                     cstats.transfer_s.append(hc * cstats.unit_bytes / cpu_bps)
                     load_s += cstats.transfer_s[-1]
-                hits = ck[start:start + hc]
-                cpu.touch(hits)
-                reused.update(hits)
+                if isinstance(cpu, ArcTier):
+                    hits = cl[start:start + hc]
+                    cpu.touch(hits)
+                    reused = set(hits)
+                else:
+                    cpu.touch(ca[start:start + hc])
             if hd and disk is not None:
-                dhits = ck[start + hc:start + hc + hd]
                 dstats = disk.stats
                 dstats.hit_tokens += (loaded - ((start + hc) * bpc - h if hc else 0)) * B
                 dstats.hit_requests += 1
@@ -506,19 +550,25 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: dict[tuple[int, bool], list
                     dstats.transfer_s.append(hd * dstats.unit_bytes / disk_bps
                                              + (hd * dstats.unit_bytes / cpu_bps if cpu_bps else 0.0))
                     load_s += dstats.transfer_s[-1]
-                disk.touch(dhits)
-                cpu.store(dhits, set(ck))  # promoted through the CPU tier
+                disk.touch(ca[start + hc:start + hc + hd])
+                # promoted through the CPU tier
+                if isinstance(cpu, ArcTier):
+                    cpu.store(cl[start + hc:start + hc + hd], set(cl))
+                else:
+                    cpu.store(ca[start + hc:start + hc + hd], ca)
             # every full chunk computed is stored to the CPU tier and cascaded to the disk tier
-            full = (p + w.output[i]) // ct
-            ins = set(cpu.store(ck[:full], set(ck)))
+            if isinstance(cpu, ArcTier):
+                ins = set(cpu.store(cl, set(cl)))
+            else:
+                cpu.store(ca, ca)
             if disk is not None:
-                disk.store(ck[:full])
+                disk.store(ca)
         if h or loaded:
             hit_requests += 1
         hit_tokens += hit_blocks * B
         per_request.append(hit_blocks * B)
         per_load.append(load_s)
-        inflight.append((i, held, plain, ck, ins, reused))
+        inflight.append((held, plain, ca, cl, ins, reused))
         if len(inflight) >= spec.concurrency:
             finish(inflight.pop(0))
         if i % every == 0:

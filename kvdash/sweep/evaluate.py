@@ -10,7 +10,7 @@ from :func:`kvdash.core.point.point_metrics` evaluated on polars expressions -- 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -57,6 +57,8 @@ def _h(text: str, digits: int) -> int:
 class Expanded:
     frame: pl.DataFrame  # one row per point, result columns in RESULT_COLUMNS order
     size_before_exclude: int
+    # grid: engine: -- the (model, KV dtype, TP, PP, GPU) an engine's rules refuse, with the reason
+    engine_refusals: list[dict[str, Any]] = field(default_factory=list)
 
 
 def dominant_stage(shapes: list[PoolShape], where: str) -> PoolShape:
@@ -340,6 +342,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
                                                                   "_kv128k_over_weights": pl.Float64}), on="_shape") \
         .join(pl.DataFrame(wtable), on="_c_workload").with_columns(
             rkeys.lookup("max_model_len", pl.Int64).fill_null(pl.col("max_reserved")).alias("max_model_len"),
+            rkeys.lookup("max_model_len", pl.Int64).is_not_null().alias("_max_model_len_given"),
             *(rkeys.code(d).alias(f"_k_{d}") for d in (*CAP_INPUTS, "model", "allow_long_max_model_len")))
     # vLLM refuses a max_model_len above the model's derived limit (vllm/config/model.py) unless allowed
     given = [v for v in values["max_model_len"] if v is not None]
@@ -461,7 +464,10 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
     shown = [c for c in shown if c not in literal]
     # the rest only feed the divisions and the id: gathered as columns of the final query, not into the points
     # frame (fewer page faults: each million-row column is 8 MB of fresh memory)
-    feeds = [c for c in dict.fromkeys(["k", "_hreq", *(source[n] for n in reads.read), "_node_mult", "_node_div"])
+    start_check = any(v is not None for v in values["max_model_len"])
+    feeds = [c for c in dict.fromkeys(["k", "_hreq", *(source[n] for n in reads.read), "_node_mult", "_node_div",
+                                       *(("_max_model_len_given", source["vllm_blocks_per_request"])
+                                         if start_check else ())])
              if c not in shown]
     bud_shown = [c for c in ("budget_bytes", "fits", "gpu", "util_policy", "gpu_util") if c not in literal]
     bud_feeds = ["_hbud"]
@@ -486,6 +492,14 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
                                {n: pl.col(source[n]) for n in r_exprs})
     metrics: dict[str, pl.Expr] = {n: pl.col(source[n]) for n in r_exprs} | c_exprs
     metrics["kv_128k_over_weights"] = pl.col("_kv128k_over_weights")
+    if start_check:
+        # vLLM 0.33 refuses to start where one request of max_model_len does not fit beside the null block
+        # (kvdash/engines/vllm.py: check_one_request_fits, after kv_cache_planning.py's
+        # _check_enough_kv_cache_memory): the pool's whole blocks are no more than one request takes.  As in
+        # calc, only where max_model_len is given (otherwise the vLLM figures are for max_reserved).
+        refused = pl.col("_max_model_len_given") & (c_exprs["whole_pool_blocks"]
+                                                    <= pl.col(source["vllm_blocks_per_request"]))
+        metrics["fits"] = pl.col("fits") & ~refused
     metrics |= literal
     gpus = metrics.get("gpus", pl.col("gpus"))
     metrics["paged_requests_per_gpu"] = c_exprs["paged_requests"] / gpus
@@ -507,10 +521,11 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
     # the feeds as columns of the query: common subexpressions are found among column expressions only (gathers
     # inside the expressions made paged_requests be computed seven times)
     frame = points.lazy().with_columns(e.alias(c) for c, e in at.items()).select(out).collect()
-    if spec.engines:
+    refusals: list[dict[str, Any]] = []
+    if spec.engines:  # one row per engine and point (kvdash.sweep.engines)
         from kvdash.sweep.engines import add_engines
 
-        frame = add_engines(spec, frame)
+        frame, refusals = add_engines(spec, frame)
     if spec.simulate is not None:
         from kvdash.sweep.simulation import add_simulation
 
@@ -519,4 +534,5 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
         from kvdash.sweep.simulation import add_prefix_cache
 
         frame = add_prefix_cache(spec, frame)
-    return Expanded(frame=frame, size_before_exclude=size)
+    # grid: engine: multiplies the points (one row per engine)
+    return Expanded(frame=frame, size_before_exclude=size * max(1, len(spec.engines)), engine_refusals=refusals)

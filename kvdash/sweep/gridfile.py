@@ -577,6 +577,9 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
     if "sglang" in engines and "weights" in seen:
         raise c.fail(seen["weights"], "weights", "engine: sglang reads each model's own weight figure (give it in "
                      "models:); a weights dimension would apply to vLLM's points only")
+    if "sglang" in engines and (sim is not None or pcache is not None):
+        raise c.fail(("grid", "engine"), "sglang", "engine: sglang with simulate: or prefix_cache: is not supported: "
+                     "the simulators replay vLLM's block allocator; sweep the engines in a grid without them")
     return GridSpec(path=path, text=text, simulate=sim, prefix_cache=pcache, engines=engines,
                     title=str(top.get("title", path.stem)),
                     question=str(top.get("question", "")), objective=objective,

@@ -1,0 +1,44 @@
+"""Mamba-2 (``mamba2``: Mamba-Codestral-7B) as vLLM 0.33.0 plans it: attention-free, every layer a ``MambaMixer2``.
+
+Rules guarded: ``Mamba2DecoderLayer.__init__`` (``vllm/model_executor/models/mamba2.py``) builds each mixer with
+``intermediate_size`` (else ``expand x hidden_size``), ``n_groups``, ``num_heads``, ``head_dim``, ``state_size``
+and ``conv_kernel``; ``MambaStateShapeCalculator.mamba2_state_shape`` gives its conv state ``(conv_kernel - 1) x
+(intermediate + 2 x n_groups x state_size)`` and its SSM state ``num_heads x head_dim x state_size`` (model dtype);
+the model is attention-free, so vLLM plans one group of every layer's ``MambaSpec`` page, a block being one page
+per layer; ``MambaMixer2.get_kv_cache_spec`` takes one prefill-checkpoint block in align mode, so a request holds
+3 blocks with prefix caching on and 1 with it off (``MambaSpec.max_memory_usage_bytes``,
+``vllm/v1/kv_cache_interface.py``).  ``conformance/vllm/expected.json`` holds vLLM's own 256 cases of the config
+(``tests/test_conformance.py`` compares each)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvdash.answer.budget import BudgetSpec
+from kvdash.answer.calc import CalcInput, calculate
+from kvdash.core.model import load_config
+from kvdash.core.pool import layer_state_bytes
+
+CONFIG = Path(__file__).resolve().parent / "data" / "configs" / "mamba-codestral-7b" / "config.json"
+
+
+def test_mamba_codestral_state_page_by_hand():
+    """conv: 3 x (8,192 + 2 x 8 x 128) x 2 B = 61,440; SSM: 128 x 64 x 128 x 2 B = 2,097,152; page 2,158,592 B."""
+    arch = load_config(CONFIG)
+    assert (64, {"mamba"}, False) == (arch.num_layers, set(arch.counts), arch.is_hybrid)
+    assert 2_158_592 == layer_state_bytes(arch.layers[0], 1)
+
+
+def test_mamba_codestral_blocks_by_hand():
+    """12 GiB / (64 x 2,158,592 B) = 93 blocks; prefix caching on: 3 blocks a request -> 31.00x (63,488 tokens
+    at 2,048); off: 1 block -> 93.00x; vLLM 0.33.0's code gave the same (conformance/vllm/expected.json)."""
+    arch = load_config(CONFIG)
+    out = {}
+    for prefix in (True, False):
+        r = calculate(CalcInput(arch=arch, kv_dtype="bf16", block_size="auto", budget=BudgetSpec(bytes=12 * 2**30),
+                                tp=1, used=1, max_reserved=2048, max_model_len=2048, prefix_caching=prefix,
+                                max_batched_tokens=8192))
+        out[prefix] = (r["vllm_view"]["num_gpu_blocks"], r["vllm_view"]["log_lines"][0])
+    line = "GPU KV cache size: 63,488 tokens, Maximum concurrency for 2,048 tokens per request: 31.00x"
+    assert (93, line) == out[True]
+    assert 93 == out[False][0] and out[False][1].endswith("93.00x")

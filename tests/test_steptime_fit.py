@@ -1,0 +1,96 @@
+"""Issue 28: what the validation script assumes of each measured row's checkpoint (benchmarks/steptime_fit.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.steptime_fit import DATA, checkpoint_kv_dtype, formats
+from kvdash.core.model import from_hf_config
+from kvdash.core.steptime import WEIGHT_BYTES, model_compute
+
+MODELS = Path(DATA) / "models"
+
+
+def _cfg(name: str) -> dict:
+    return json.loads((MODELS / name / "config.json").read_text())
+
+
+def _row(model: str, quant: str, precision: str, tp: int = 1) -> dict[str, str]:
+    return {"model_path": model, "gemm_quant_mode": quant, "moe_quant_mode": quant, "precision": precision,
+            "system": "b200_sxm", "tp_size": str(tp), "attention_dp_size": "1", "moe_tp_size": str(tp),
+            "moe_ep_size": "1", "pp_size": "1", "isl": "8192", "osl": "1024", "batch_size": "32"}
+
+
+@pytest.mark.parametrize(("name", "kv"), [
+    ("kimi-k2.5-nvfp4", "fp8"),  # ModelOpt: kv_cache_scheme {dynamic: false, num_bits: 8, type: float}
+    ("minimax-m2.5-nvfp4", "fp8"),
+    ("kimi-k2.5", None),  # compressed-tensors int4, kv_cache_scheme null
+    ("minimax-m2.5", None),  # quant_method fp8 (weights only): no KV scheme
+    ("qwen3-235b-a22b-fp8", None),
+    ("gpt-oss-120b", None),  # mxfp4 experts only
+])
+def test_checkpoint_kv_dtype_as_vllm_resolves_auto(name, kv):
+    """vLLM 0.33 resolve_kv_cache_dtype_string (vllm/utils/torch_utils.py): --kv-cache-dtype auto becomes fp8
+    for a ModelOpt checkpoint declaring an 8-bit static float KV scheme, and stays the model dtype otherwise."""
+    assert checkpoint_kv_dtype(_cfg(name)) == kv
+
+
+def test_checkpoint_kv_dtype_other_spellings():
+    """The hf_quant_config spelling (kv_cache_quant_algo "FP8") is fp8; a dynamic ModelOpt scheme is not
+    recognised (vLLM falls back to auto); a compressed-tensors scheme makes the cache fp8 (Attention.__init__)."""
+    assert checkpoint_kv_dtype({"quantization_config": {"quant_method": "modelopt",
+                                                        "quantization": {"kv_cache_quant_algo": "FP8"}}}) == "fp8"
+    dynamic = {"dynamic": True, "num_bits": 8, "type": "float"}
+    modelopt_dynamic = {"quantization_config": {"quant_method": "modelopt", "kv_cache_scheme": dynamic}}
+    assert checkpoint_kv_dtype(modelopt_dynamic) is None
+    assert checkpoint_kv_dtype({"quantization_config": {"quant_method": "compressed-tensors",
+                                                        "kv_cache_scheme": dynamic}}) == "fp8"
+
+
+def test_nvfp4_rows_run_nvidias_checkpoint():
+    """MiniMax-M2.5 and Kimi-K2.5 nvfp4 rows: NVFP4 weights, fp8 KV (declared), attention bf16 (the checkpoints
+    list self_attn in their quantization ignore); the fp8 and int4 rows keep their own checkpoint's rules."""
+    assert formats(_row("MiniMaxAI/MiniMax-M2.5", "nvfp4", "fp4")) == ("nvfp4", "nvfp4", "fp8", "bf16")
+    assert formats(_row("moonshotai/Kimi-K2.5", "nvfp4", "fp4")) == ("nvfp4", "nvfp4", "fp8", "bf16")
+    assert formats(_row("moonshotai/Kimi-K2.5", "int4_wo", "int4")) == ("bf16", "int4_wo", "bf16", "bf16")
+    assert formats(_row("MiniMaxAI/MiniMax-M2.5", "fp8", "fp8")) == ("fp8", "fp8", "fp8", "fp8")
+
+
+def test_attention_weights_read_at_their_own_format():
+    """MiniMax-M2.5: 62 layers x (3,072 x (6,144 + 2 x 1,024) q/k/v + 6,144 x 3,072 o) = 2,730,491,904 attention
+    parameters; at bf16 rather than NVFP4 each step reads 2,730,491,904 x (2 - 0.5625) B more on one GPU."""
+    cfg = _cfg("minimax-m2.5")
+    arch = from_hf_config(cfg, name="minimax-m2.5")
+    fp4 = model_compute(cfg, arch, 1, "nvfp4", "nvfp4", "fp8")
+    mixed = model_compute(cfg, arch, 1, "nvfp4", "nvfp4", "fp8", attention_weights="bf16")
+    extra = 2_730_491_904 * (2 - WEIGHT_BYTES["nvfp4"])
+    assert mixed.dense_weight_bytes - fp4.dense_weight_bytes == pytest.approx(extra)
+    assert mixed.weights_per_rank - fp4.weights_per_rank == pytest.approx(2_730_491_904 * 1.4375, abs=1)
+
+
+
+def test_gemm_rates_follow_each_weights_format():
+    """vLLM 0.33 runs gpt-oss's MXFP4 experts with bf16 activations (_get_priority_backends_for_gpt_oss:
+    FLASHINFER_TRTLLM_MXFP4_BF16 on SM100, TRITON on Hopper), so on an H100 (989 TFLOP/s bf16) 64 tokens'
+    expert FLOPs are 2 x 64 x 36 layers x 4 experts x 3 x 2,880 x 2,880 = 458,647,142,400 at the bf16 rate,
+    beside the bf16 dense weights (attention, router, LM head), not at the fp8 rate the GPU has for fp4."""
+    from kvdash.core.steptime import features, gpu_perf
+
+    cfg = _cfg("gpt-oss-120b")
+    mc = model_compute(cfg, from_hf_config(cfg, "gpt-oss-120b"), 1, "bf16", "mxfp4")
+    assert mc.gemm == "bf16" and [k for k, _ in mc.dense_rates] == ["bf16"]
+    comp = features(mc, gpu_perf("h100-80gb"), 64, 0.0, 0.0, 0.0)[1]
+    assert comp == pytest.approx((458_647_142_400 + 2 * 64 * mc.dense_params) / 989e12)
+
+
+def test_nvfp4_attention_gemms_at_the_bf16_rate():
+    """MiniMax-M2.5 on NVIDIA's NVFP4 checkpoint, one GPU: the 2,730,491,904 attention parameters run at the bf16
+    rate; the router (62 x 3,072 x 256 = 48,758,784) and LM head (200,064 x 3,072 = 614,596,608) at the dense
+    weights' (fp4); the routed experts at fp4."""
+    cfg = _cfg("minimax-m2.5")
+    mc = model_compute(cfg, from_hf_config(cfg, "minimax-m2.5"), 1, "nvfp4", "nvfp4", "fp8", attention_weights="bf16")
+    assert mc.dense_rates == (("bf16", 2_730_491_904.0), ("fp4", 48_758_784.0 + 614_596_608.0))
+    assert mc.gemm == "fp4"
