@@ -670,3 +670,20 @@ class TestEngineStarts:
             self._calc(262_144, 160)
         assert "estimated maximum model length" not in str(e.value) and "lower it to" not in str(e.value)
         assert "or give the KV cache more memory" in str(e.value)
+
+
+class TestPlanningDetails:
+    """_planning's inverse of the capacity figures (MHA64: a 16-token block is 262,144 B)."""
+
+    def test_budget_needed_with_a_shared_prefix(self):
+        """--prefix 32 (2 whole blocks, stored once), requests of 48 tokens (3 blocks, 1 their own), target 3:
+        needed = shared 2 x 262,144 + 3 requests x own 1 x 262,144 = 524,288 + 786,432 = 1,310,720 B."""
+        p = calculate(CalcInput(MHA64, used=48, max_reserved=48, prefix=32, target=3,
+                                budget=BudgetSpec(bytes=TEN_BLOCKS)))["planning"]
+        assert (p["budget_needed_per_rank_bytes"], p["prefix_tokens"]) == (1_310_720, 32)
+
+    def test_runs_at_once_up_to_max_num_seqs(self):
+        """The target runs at once when it is at most max_num_seqs: 10 requests with --max-num-seqs 10 do, 11
+        do not."""
+        assert _plan(10, max_num_seqs=10)["runs_at_once"] is True
+        assert _plan(11, max_num_seqs=10)["runs_at_once"] is False
