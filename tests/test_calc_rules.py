@@ -687,3 +687,127 @@ class TestPlanningDetails:
         do not."""
         assert _plan(10, max_num_seqs=10)["runs_at_once"] is True
         assert _plan(11, max_num_seqs=10)["runs_at_once"] is False
+
+
+class TestNoKvMemory:
+    """answer.budget.no_kv_memory (issue 23): a GPU-derived budget that leaves no KV memory is one error naming the
+    option the value came from, how the budget was worked, and only fixes that work: the smallest larger TP
+    (TP_CANDIDATES) that leaves memory, vLLM's smallest --gpu-util (ceil((weights/rank + reserve + 1) / total) to
+    0.01), a smaller --reserve, then a larger GPU.  MHA64 (64 heads: every TP up to 64 divides them)."""
+
+    def _error(self, spec: BudgetSpec, arch: Architecture = MHA64, pp: int = 1) -> InputError:
+        with pytest.raises(InputError) as e:
+            resolve_budget(spec, arch, 1, pp)
+        return e.value
+
+    def _fixes(self, **kw) -> str:
+        return self._error(BudgetSpec(gpu_memory=1_000_000, **kw)).allowed.split("; fix: ")[1]
+
+    def test_a_tp_is_offered_only_where_it_leaves_memory(self):
+        """At --gpu-util 0.5 (500,000 B per rank whatever the TP): 1,000,000 B of weights leave
+        500,000 - 500,000 = 0 B at TP 2 (not offered) and 250,000 B at TP 4; 999,998 B leave
+        500,000 - cdiv(999,998, 2) = 1 B at TP 2 (offered).  Both leave 1,000,000 - weights > 0 before the
+        utilization: ceil(1,000,001 / 1,000,000) = 1.01 is over 1 (no utilization fix); ceil(999,999 /
+        1,000,000) = 1.00 leaves 2 B ("1.00 or more")."""
+        assert self._fixes(util="0.5", weights=1_000_000) == "--tp 4 (weights/rank 250,000 B) or a larger GPU"
+        assert self._fixes(util="0.5", weights=999_998) == ("--tp 2 (weights/rank 499,999 B) or --gpu-util 1.00 or "
+                                                            "more or a larger GPU")
+
+    def test_one_byte_left_at_full_utilization_is_a_fix(self):
+        """999,999 B of weights: 1,000,000 - 999,999 = 1 B is left at utilization 1: ceil(1,000,000 / 1,000,000) =
+        1.00 -> "--gpu-util 1.00 or more"; TP 2 leaves 500,000 - 500,000 = 0, TP 4 500,000 - 250,000."""
+        assert self._fixes(util="0.5", weights=999_999) == ("--tp 4 (weights/rank 250,000 B) or --gpu-util 1.00 or "
+                                                            "more or a larger GPU")
+
+    def test_the_smallest_utilization_on_the_grid_itself(self):
+        """599,999 B of weights: ceil(600,000 / 1,000,000) = 0.60 exactly, which leaves floor(600,000) - 599,999 =
+        1 B: 0.60 (not 0.61)."""
+        assert self._fixes(util="0.5", weights=599_999) == ("--tp 2 (weights/rank 300,000 B) or --gpu-util 0.60 or "
+                                                            "more or a larger GPU")
+
+    def test_a_smaller_reserve_only_where_the_weights_leave_room(self):
+        """--reserve 10 at the default 0.92 (920,000 B): 920,000 B of weights leave 920,000 - 920,000 = 0 for any
+        reserve (no reserve fix); 919,999 B leave 1: "--reserve under 1 B".  TP 2: 920,000 - 460,000 - 10 > 0;
+        utilization ceil(920,011 / 1,000,000) and ceil(920,010 / 1,000,000) = 0.93."""
+        assert self._fixes(weights=920_000, reserve=10) == ("--tp 2 (weights/rank 460,000 B) or --gpu-util 0.93 or "
+                                                            "more or a larger GPU")
+        assert self._fixes(weights=919_999, reserve=10) == ("--tp 2 (weights/rank 460,000 B) or --gpu-util 0.93 or "
+                                                            "more or --reserve under 1 B (now 10 B: given with "
+                                                            "--reserve) or a larger GPU")
+
+    def test_a_reserve_from_elsewhere_names_its_source(self):
+        """A reserve with a basis (a calibration's, not typed): the error names --gpu-memory, and the reserve fix
+        quotes the basis up to its first " (": "calibration c.json"."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, reserve=950_000,
+                                   reserve_basis="calibration c.json (measured)"))
+        assert (e.field, e.value) == ("--gpu-memory", 1_000_000)
+        assert e.allowed.endswith("fix: --gpu-util 0.96 or more or --reserve under 920,000 B (now 950,000 B: "
+                                  "calibration c.json) or a larger GPU")
+
+    def test_weights_equal_to_the_gpu_are_the_weights_alone(self):
+        """1,000,000 B of weights on 1,000,000 B (wr >= total): "the weights alone ... exceed the GPU's"."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, util="0.5", weights=1_000_000))
+        assert e.allowed.startswith("the weights alone (1,000,000 B per rank: given with --weights) exceed the GPU's "
+                                    "1,000,000 B: ")
+
+    def test_pipeline_stages_split_the_weights(self):
+        """PP 2 over 2 layers: 1,200,000 B of weights are cdiv(1,200,000, 1 x 2) = 600,000 B per rank; --tp 2
+        gives cdiv(1,200,000, 2 x 2) = 300,000 B and leaves 500,000 - 300,000."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, util="0.5", weights=1_200_000),
+                        Architecture("mha64x2", MHA64.layers * 2, 64, 4096), pp=2)
+        assert e.allowed == ("no memory is left for the KV cache: floor(1,000,000 x 0.5) - weights/rank 600,000 - "
+                             "reserve 0 = -100,000 B; fix: --tp 2 (weights/rank 300,000 B) or --gpu-util 0.61 or more "
+                             "or a larger GPU")
+
+    def test_util_typed_names_util_and_both_fixes(self):
+        """1,000,000 B at --gpu-util 0.5 with 600,000 B of weights: floor(500,000) - 600,000 = -100,000 B.  --tp 2
+        leaves 500,000 - 300,000 = 200,000 B; the smallest utilization: ceil(600,001 / 1,000,000 = 0.600001) =
+        0.61 (0.60 leaves 0 B)."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, util="0.5", weights=600_000))
+        assert (e.field, e.value) == ("--gpu-util", "0.5")
+        assert e.allowed == ("no memory is left for the KV cache: floor(1,000,000 x 0.5) - weights/rank 600,000 - "
+                             "reserve 0 = -100,000 B; fix: --tp 2 (weights/rank 300,000 B) or --gpu-util 0.61 or more "
+                             "or a larger GPU")
+
+    def test_utilization_of_exactly_one_is_a_fix(self):
+        """995,000 B of weights on 1,000,000 B at 0.5: ceil(995,001 / 1,000,000) to 0.01 = 1.00, which leaves
+        1,000,000 - 995,000 = 5,000 B: "--gpu-util 1.00 or more" is offered."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, util="0.5", weights=995_000))
+        assert e.allowed.endswith("fix: --tp 2 (weights/rank 497,500 B) or --gpu-util 1.00 or more or a larger GPU")
+
+    def test_weights_alone_exceed_the_gpu(self):
+        """--weights 2,000,000 on 1,000,000 B with --reserve 100 at vLLM's default 0.92: 920,000 - 2,000,000 - 100 =
+        -1,080,100 B; --tp 2 leaves 920,000 - 1,000,000 - 100 < 0, --tp 4 920,000 - 500,000 - 100 = 419,900 B; no
+        utilization helps (total - weights < 0) and no reserve either (920,000 - 2,000,000 < 0)."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, weights=2_000_000, reserve=100))
+        assert (e.field, e.value) == ("--weights", 2_000_000)
+        assert e.allowed == ("the weights alone (2,000,000 B per rank: given with --weights) exceed the GPU's "
+                             "1,000,000 B: floor(1,000,000 x 0.92, vLLM 0.33's default gpu_memory_utilization) - "
+                             "weights/rank 2,000,000 - reserve 100 = -1,080,100 B; fix: --tp 4 (weights/rank "
+                             "500,000 B) or a larger GPU")
+
+    def test_reserve_typed_names_reserve_and_its_fix(self):
+        """--reserve 950,000 on 1,000,000 B (no weights): 920,000 - 950,000 = -30,000 B; no TP helps (the reserve
+        is per rank); ceil(950,001 / 1,000,000) = 0.96 leaves 10,000 B; a reserve under 920,000 B leaves memory."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, reserve=950_000))
+        assert (e.field, e.value) == ("--reserve", "950,000 B")
+        assert e.allowed.endswith("= -30,000 B; fix: --gpu-util 0.96 or more or --reserve under 920,000 B (now "
+                                  "950,000 B: given with --reserve) or a larger GPU")
+
+    def test_nothing_helps_but_a_gpu_with_more_memory(self):
+        """A model of 2 x 10^12 B of weights on an L4 (24,152,899,584 B): even TP 64 leaves 31,250,000,000 B of
+        weights per rank: the error names --gpu and offers only more memory than the L4's."""
+        huge = Architecture("huge", MHA64.layers, 64, 4096, weight_bytes=2 * 10**12, weight_basis="hand-made")
+        e = self._error(BudgetSpec(gpu="l4"), huge)
+        assert (e.field, e.value) == ("--gpu", "l4")
+        assert e.allowed.startswith("the weights alone (2,000,000,000,000 B per rank: hand-made) exceed the GPU's "
+                                    "24,152,899,584 B")
+        assert e.allowed.endswith("; fix: a GPU with more memory than 24,152,899,584 B")
+
+    def test_trtllm_offers_the_smallest_tp_beyond_the_current_one(self):
+        """TensorRT-LLM's rule, 999,990 B of weights on 1,000,000 B at 0.01: floor((1,000,000 - 999,990) x 0.01) =
+        floor(0.1) = 0 B.  TP 1 (the current) is not offered although 10 B are free before the fraction; --tp 2
+        leaves 1,000,000 - 499,995 = 500,005 B; vLLM's utilization and reserve fixes do not apply."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, util="0.01", weights=999_990, policy="trtllm"))
+        assert e.allowed == ("no memory is left for the KV cache: floor((1,000,000 - weights/rank 999,990 - reserve 0) "
+                             "x 0.01) = 0 B; fix: --tp 2 (weights/rank 499,995 B) or a larger GPU")
