@@ -811,3 +811,47 @@ class TestNoKvMemory:
         e = self._error(BudgetSpec(gpu_memory=1_000_000, util="0.01", weights=999_990, policy="trtllm"))
         assert e.allowed == ("no memory is left for the KV cache: floor((1,000,000 - weights/rank 999,990 - reserve 0) "
                              "x 0.01) = 0 B; fix: --tp 2 (weights/rank 499,995 B) or a larger GPU")
+
+
+class TestImpliedBudgets:
+    """implied_budgets: the KV budgets per rank for which vLLM 0.33 logs exactly N tokens (GPU KV cache size =
+    int(num_gpu_blocks / blocks per request x max_model_len)), found by doubling then bisection.  MHA64 at
+    max_model_len 16: one 16-token block of 262,144 B per request, so the log says 16 x (budget // 262,144)."""
+
+    @pytest.fixture(autouse=True)
+    def _ends(self):
+        """Each search must end (a wrong bound would loop for ever): 20 s is thousands of times what it takes."""
+        import signal
+
+        def stop(*_):
+            raise TimeoutError("the budget search did not end")
+        old = signal.signal(signal.SIGALRM, stop)
+        signal.alarm(20)
+        yield
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+    def _range(self, tokens: int, arch: Architecture = MHA64):
+        from kvdash.answer.calc import implied_budgets
+
+        inp = CalcInput(arch, used=16, max_reserved=16, budget=BudgetSpec(bytes=TEN_BLOCKS))
+        return implied_budgets(inp, rank_shapes(arch), tokens)
+
+    def test_whole_blocks(self):
+        """16 tokens: 1 block, budgets 262,144 to 2 x 262,144 - 1 = 524,287; 160 tokens: 10 blocks, 2,621,440 to
+        2,883,583; 150 tokens is no multiple of 16: no budget logs it."""
+        assert self._range(16) == (262_144, 524_287)
+        assert self._range(160) == (2_621_440, 2_883_583)
+        assert self._range(150) is None
+
+    def test_a_block_that_is_not_a_power_of_two(self):
+        """3 such layers: a block of 786,432 B; 16 tokens from 786,432 to 1,572,863 B.  (The doubling passes 2^20 =
+        1,048,576, which already logs 16: the lowest budget lies below it.)"""
+        three = Architecture("mha64x3", MHA64.layers * 3, 64, 4096)
+        assert self._range(16, three) == (786_432, 1_572_863)
+
+    def test_up_to_the_largest_budget_kvdash_takes(self):
+        """limits.MAX_BYTES = 2^60 B: 2^60 / 2^18 = 2^42 blocks log 2^46 = 70,368,744,177,664 tokens, reached only at
+        2^60 itself (one more block would need more than 2^60 B); 16 tokens more: None."""
+        assert self._range(2**46) == (2**60, 2**60)
+        assert self._range(2**46 + 16) is None
