@@ -855,3 +855,35 @@ class TestImpliedBudgets:
         2^60 itself (one more block would need more than 2^60 B); 16 tokens more: None."""
         assert self._range(2**46) == (2**60, 2**60)
         assert self._range(2**46 + 16) is None
+
+
+class TestEngineSection:
+    """calculate's engine section (_engine): requests running at once = min(requests the KV cache holds,
+    max_num_seqs), limited by max_num_seqs only when it is below them.  MHA64 with 10 blocks holds 10 requests of
+    16 tokens."""
+
+    def _engine(self, **kw) -> dict:
+        return calculate(CalcInput(MHA64, used=16, max_reserved=16, budget=BudgetSpec(bytes=TEN_BLOCKS), **kw))
+
+    def test_running_is_the_smaller_of_the_two(self):
+        """No GPU: the H100/H200 row's 1,024 seqs: min(10, 1,024) = 10, the KV cache limits; --max-num-seqs 4:
+        min(10, 4) = 4, max_num_seqs limits; --max-num-seqs 10 = the 10 held: the KV cache (not below it)."""
+        e = self._engine()["engine"]
+        assert (e["requests_in_kv_cache"], e["running_requests"], e["limited_by"]) == (10, 10, "kv_cache")
+        e = self._engine(max_num_seqs=4)["engine"]
+        assert (e["running_requests"], e["limited_by"]) == (4, "max_num_seqs")
+        e = self._engine(max_num_seqs=10)["engine"]
+        assert (e["running_requests"], e["limited_by"]) == (10, "kv_cache")
+
+    def test_caps_line_first_without_an_upper_bound(self):
+        """A declared budget has no UPPER BOUND line: the engine caps are the first assumption."""
+        assert self._engine()["assumptions"][0].startswith("engine caps: vLLM 0.33 runs at most 1,024 requests")
+
+    def test_blocks_per_group_are_the_first_stages(self):
+        """Layers sliding (window 32), full, full, full on 2 pipeline stages: the first stage holds a sliding and a
+        full group, the second only full layers; a request of 16 tokens takes cdiv(16, 16) = 1 full block and
+        min(cdiv(16, 16), cdiv(31, 16) + 1) = 1 sliding block, split by kind as the first stage's groups are."""
+        sliding = Layer("sliding", kv_heads=64, head_dim=64, head_dim_v=64, window=32)
+        arch = Architecture("sfff", (sliding, *MHA64.layers * 3), 64, 4096)
+        r = calculate(CalcInput(arch, used=16, max_reserved=16, pp=2, budget=BudgetSpec(bytes=TEN_BLOCKS)))
+        assert r["request"]["paged_blocks_per_group"] == {"full": 1, "sliding": 1}
