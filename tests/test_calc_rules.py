@@ -663,6 +663,13 @@ class TestEngineStarts:
         assert "the estimated maximum model length is 1." in str(e.value)
         assert "lower it to 1 or less" in str(e.value)
 
+    def test_the_search_reaches_the_length_just_past_a_probe(self):
+        """Block size 1, max_model_len 16, a budget of 10 blocks (163,840 B): 9 blocks are left beside the null
+        block, so 9 tokens are the longest.  The search over 1..16 probes 8 (fits), then 12, 10 (do not) and 9."""
+        with pytest.raises(InputError) as e:
+            self._calc(163_840, 16, block_size=1)
+        assert "the estimated maximum model length is 9." in str(e.value)
+
     def test_no_length_fits_beside_the_null_block(self):
         """A budget of one block (262,144 B): beside the null block nothing is left, so no length fits (estimate 0)
         and the refusal suggests no length."""
