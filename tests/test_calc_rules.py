@@ -670,6 +670,13 @@ class TestEngineStarts:
             self._calc(163_840, 16, block_size=1)
         assert "the estimated maximum model length is 9." in str(e.value)
 
+    def test_the_search_reaches_the_length_just_below_a_probe(self):
+        """Block size 1, max_model_len 16, 12 blocks (196,608 B): 11 are left beside the null block, 11 tokens the
+        longest.  The search probes 8 (fits), 12 (does not: the next bound is 11), 10 and 11 (fit)."""
+        with pytest.raises(InputError) as e:
+            self._calc(196_608, 16, block_size=1)
+        assert "the estimated maximum model length is 11." in str(e.value)
+
     def test_no_length_fits_beside_the_null_block(self):
         """A budget of one block (262,144 B): beside the null block nothing is left, so no length fits (estimate 0)
         and the refusal suggests no length."""
@@ -894,3 +901,16 @@ class TestEngineSection:
         arch = Architecture("sfff", (sliding, *MHA64.layers * 3), 64, 4096)
         r = calculate(CalcInput(arch, used=16, max_reserved=16, pp=2, budget=BudgetSpec(bytes=TEN_BLOCKS)))
         assert r["request"]["paged_blocks_per_group"] == {"full": 1, "sliding": 1}
+
+
+def test_attention_free_pool_lengthens_no_block():
+    """An attention-free pool (Mamba-130m, tests/data/configs: 24 Mamba-1 layers, vllm/model_executor/models/mamba.py)
+    has no attention page to unify (unify_kv_cache_spec_page_size): both block ratios stay 1 (what --json's pool
+    stages show); a block is the 24 state pages, 24 x 58,368 = 1,400,832 B."""
+    from pathlib import Path
+
+    from kvdash.core.model import load_config
+
+    arch = load_config(Path(__file__).parent / "data" / "configs" / "mamba-130m" / "config.json")
+    (s,) = rank_shapes(arch)
+    assert (s.full_ratio, s.window_ratio, s.fixed_block_bytes, s.block_bytes) == (1, 1, 1_400_832, 1_400_832)
