@@ -914,3 +914,12 @@ def test_attention_free_pool_lengthens_no_block():
     arch = load_config(Path(__file__).parent / "data" / "configs" / "mamba-130m" / "config.json")
     (s,) = rank_shapes(arch)
     assert (s.full_ratio, s.window_ratio, s.fixed_block_bytes, s.block_bytes) == (1, 1, 1_400_832, 1_400_832)
+
+
+def test_sparse_mla_token_bytes_add_the_indexer_cache():
+    """layer_token_bytes of a sparse MLA layer (DeepSeek-V3.2: kv_lora_rank 512, qk_rope_head_dim 64, an indexer key
+    cache of 132 B per token, uint8 whatever the KV dtype): bf16 (512 + 64) x 2 + 132 = 1,284 B; fp8_ds_mla's
+    656 B + 132 = 788 B."""
+    v32 = Layer("mla", kv_heads=1, kv_lora_rank=512, qk_rope_head_dim=64, index_bytes=132)
+    assert layer_token_bytes(v32, "bf16", "tensor", 1) == 1_284
+    assert layer_token_bytes(v32, "fp8_ds_mla", "tensor", 1) == 788
