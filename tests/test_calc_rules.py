@@ -858,6 +858,14 @@ class TestImpliedBudgets:
         assert self._range(160) == (2_621_440, 2_883_583)
         assert self._range(150) is None
 
+    def test_consecutive_figures_at_max_model_len_one(self):
+        """At max_model_len 1 a request takes 1 block and the log says int(blocks / 1 x 1) = the blocks: 10 tokens
+        are logged from 10 x 262,144 = 2,621,440 to 11 x 262,144 - 1 = 2,883,583 B (11 is logged from there)."""
+        from kvdash.answer.calc import implied_budgets
+
+        inp = CalcInput(MHA64, used=1, max_reserved=1, budget=BudgetSpec(bytes=TEN_BLOCKS))
+        assert implied_budgets(inp, rank_shapes(MHA64), 10) == (2_621_440, 2_883_583)
+
     def test_a_block_that_is_not_a_power_of_two(self):
         """3 such layers: a block of 786,432 B; 16 tokens from 786,432 to 1,572,863 B.  (The doubling passes 2^20 =
         1,048,576, which already logs 16: the lowest budget lies below it.)"""
