@@ -45,6 +45,7 @@ from kvdash.core.maxlen import (  # noqa: F401  (re-exported: vLLM's reading of 
     derived_max_model_len,
 )
 from kvdash.core.pool import PoolShape, check_parallel, check_positive, layer_state_bytes, layer_token_bytes
+from kvdash.core.state import state_page_bytes
 from kvdash.engines.base import Budget, Caps, Gpu, Settings
 from kvdash.errors import InputError
 from kvdash.units import scale_floor
@@ -347,13 +348,29 @@ def aligned_block_size(arch: Architecture, dtype: str, scales: str, tp: int, req
     page = max(layer_state_bytes(layer, tp) for layer in states)
     if attn is None:  # attention-free (Mamba): nothing to align to; a block is one state page per layer
         return requested, page
+    # the page the alignment is computed for: the model class's (get_mamba_state_shape_from_config), which is the
+    # layers' own but for a Zamba2 config whose mamba_headdim is not intermediate // n_mamba_heads (Layer.align_state)
+    aligned_page = max(state_page_bytes(layer.state_family, layer.align_state or layer.state, tp, layer.conv_bytes,
+                                        layer.ssm_bytes) for layer in states)
     token = layer_token_bytes(attn, dtype, scales, tp)
     align = f.imax(KERNEL_BLOCK_ALIGNMENT, requested)
     if exports_checkpoints(arch, prefix_caching):
         align = math.lcm(align, GDN_CHECKPOINT_ALIGNMENT)
-    block = align * f.cdiv(page, align * token)
+    block = align * f.cdiv(aligned_page, align * token)
     block = KERNEL_BLOCK_ALIGNMENT * f.cdiv(block, KERNEL_BLOCK_ALIGNMENT)
-    return f.imax(requested, block), page
+    used = f.imax(requested, block)
+    if page > used * token:
+        # the state page is padded to the attention page (cache_config.mamba_page_size_padded); a layer whose own page
+        # is larger trips MambaSpec.page_size_bytes' "assert self.page_size_padded >= page_size"
+        # (vllm/v1/kv_cache_interface.py) while the engine plans its KV cache: vLLM 0.33 does not start
+        raise InputError("--block-size", used,
+                         f"vLLM 0.33 refuses to start (AssertionError in MambaSpec.page_size_bytes, "
+                         f"vllm/v1/kv_cache_interface.py): the model class aligns the block to a {aligned_page:,} B "
+                         f"state page (get_mamba_state_shape_from_config) but its layers hold {page:,} B, more than "
+                         f"the {used * token:,} B attention page of {used} tokens",
+                         f"a --block-size of at least {f.cdiv(page, token)} tokens whose attention page holds the "
+                         "state (and that the attention backend takes)")
+    return used, page
 
 
 def stage_layers(n_layers: int, pp: int) -> list[range]:
