@@ -60,6 +60,11 @@ def test_parse_offload_and_links() -> None:
         T.parse_link("fast", "--link")
     # 5,242,880 B over PCIe Gen5 x16 at 64 GB/s: 81.92 us
     assert T.transfer_seconds(5_242_880, T.links()["pcie5-x16"]) == pytest.approx(81.92e-6)
+    # remote tiers: 400 Gb/s RDMA = 400e9 / 8 = 50 GB/s, 100 Gb/s Ethernet = 12.5 GB/s; the same 5,242,880 B chunk
+    # takes 104.8576 us and 419.4304 us
+    assert T.parse_link("rdma-400g", "--disk-link").bytes_per_s == 50 * 10**9
+    assert T.transfer_seconds(5_242_880, T.links()["rdma-400g"]) == pytest.approx(104.8576e-6)
+    assert T.transfer_seconds(5_242_880, T.links()["ethernet-100g"]) == pytest.approx(419.4304e-6)
 
 
 def test_every_gpu_preset_has_a_host_link() -> None:

@@ -177,9 +177,11 @@ def test_grid_equals_scalar_calculator(scalar_grid, data):
     except InputError as e:
         # vLLM 0.33 refuses to start when one request of max_model_len does not fit beside its null block
         # (kvdash/engines/vllm.py: check_one_request_fits, after kv_cache_planning.py's
-        # _check_enough_kv_cache_memory); calc refuses such a point, the sweep does not apply the refusal yet
-        # (README), so the grid's point must show a vLLM max concurrency of one request or less (plus the
-        # null block: under 1 + 1/64 with the grid's blocks of at most 64 tokens and max_model_len >= 2,048)
+        # _check_enough_kv_cache_memory); _calc_for passes the point's max_model_len, so calc refuses such a
+        # point, while this grid gives none and the sweep (as calc without --max-model-len) applies no start
+        # check (tests/test_vllm_start_check.py covers a grid that gives it); so the grid's point must show a
+        # vLLM max concurrency of one request or less (plus the null block: under 1 + 1/64 with the grid's
+        # blocks of at most 64 tokens and max_model_len >= 2,048)
         assert "refuses to start" in str(e)
         assert row["vllm_max_concurrency"] < 1 + 1 / 32
         return

@@ -75,3 +75,44 @@ def test_a_request_that_fits_still_plans():
     """At 2,048 tokens a request takes 128 blocks of the 1,560: 1,560 / 128 = 12.19x, as vLLM logs it."""
     got = run("llama-3.1-405b", 12 * GiB, 2048)
     assert got["vllm_view"]["log_lines"][0].endswith("12.19x")
+
+
+START_GRID = """
+models: [llama-3.1-8b]
+workloads:
+  w: {length: 1000, max_reserved: 32768}
+grid:
+  kv_dtype: [bf16]
+  block_size: [16]
+  budget: [4294967296, 4297064448]
+"""
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_sweep_marks_points_vllm_would_not_start(tmp_path, given):
+    """The sweep applies the same rule to every point where max_model_len is given (as calc, only then).
+    Llama-3.1-8B bf16: 32 layers x 2 x 8 KV heads x 128 x 2 B = 131,072 B per token, 2,097,152 B per 16-token
+    block; one request of 32,768 tokens takes 2,048 blocks.  4 GiB holds exactly 2,048 blocks: one is the
+    null block, so vLLM refuses to start (fits = false); 4 GiB + 2 MiB holds 2,049 and starts (max
+    concurrency 2,049 / 2,048 = 1.00049).  Without max_model_len the grid's vLLM figures are for
+    max_reserved and nothing is refused, as calc without --max-model-len."""
+    from kvdash.sweep.evaluate import expand
+    from kvdash.sweep.gridfile import parse_grid
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(START_GRID + ("  max_model_len: [32768]\n" if given else ""))
+    frame = expand(parse_grid(path)).frame.sort("budget_bytes")
+    assert frame.get_column("whole_pool_blocks").to_list() == [2048, 2049]
+    assert frame.get_column("vllm_max_concurrency").to_list() == [1.0, 2049 / 2048]
+    assert frame.get_column("fits").to_list() == ([False, True] if given else [True, True])
+    assert frame.get_column("paged_requests").to_list() == [2048 * 16 // 1008, 2049 * 16 // 1008]  # 63 blocks each
+    if given:  # calc agrees point for point
+        llama = Path(__file__).resolve().parent / "data" / "configs" / "llama-3.1-8b" / "config.json"
+        arch = load_config(llama)
+
+        def calc(budget: int):
+            return calculate(CalcInput(arch=arch, kv_dtype="bf16", block_size=16, budget=BudgetSpec(bytes=budget),
+                                       tp=1, used=1000, max_reserved=32768, max_model_len=32768))
+        with pytest.raises(InputError, match="refuses to start"):
+            calc(4294967296)
+        assert calc(4297064448)["vllm_view"]["max_concurrency"] == pytest.approx(2049 / 2048)

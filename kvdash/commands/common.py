@@ -58,7 +58,8 @@ EngineRulesOpt = Annotated[str, Opt("--engine-rules", help="Engine whose sizing 
                                                          "mem_fraction_static default, cell size, token-slot pool "
                                                          "and start-up line; needs a GPU). calc shows SGLang's view "
                                                          "beside kvdash's pool and how it differs from vLLM; "
-                                                         "simulate runs on SGLang's pool.")]
+                                                         "simulate runs on SGLang's pool; the exporter sizes its "
+                                                         "analytical pool by the rules.")]
 ReserveOpt = Annotated[str, Opt(help="Runtime reserve per rank of a GPU-derived budget (activations, CUDA graphs, "
                                      "non-torch memory): 'auto', a kvdash calibrate entry, else the published "
                                      "terms; 0 asks for the upper bound; or a size (4GiB). A declared --budget "
@@ -109,7 +110,8 @@ OffloadOpt = Annotated[Optional[str], Opt(help="Tiers below the GPU: cpu:SIZE[,d
 BlocksPerChunkOpt = Annotated[int, Opt(help="vLLM offloading: GPU blocks per CPU chunk.")]
 LinkOpt = Annotated[Optional[str], Opt(help="GPU-host link: pcie4-x16, pcie5-x16, nvlink-c2c or a bandwidth (25GB/s). "
                                           "Default: the --gpu preset's (PCIe Gen5 x16 without one).")]
-DiskLinkOpt = Annotated[str, Opt(help="Disk tier bandwidth: nvme-gen4, nvme-gen5 or a bandwidth.")]
+DiskLinkOpt = Annotated[str, Opt(help="Disk (or remote) tier bandwidth: nvme-gen4, nvme-gen5, ethernet-100g, "
+                                       "rdma-400g or a bandwidth.")]
 MaxReservedOpt = Annotated[Optional[int], Opt(help=f"Tokens a contiguous allocator reserves per request (Max "
                                                    f"policy). Default: the largest of {D.RESERVATION} (capped at the "
                                                    "model's context) and every length asked about.")]

@@ -15,6 +15,7 @@ from kvdash.commands.common import (
     BudgetOpt,
     ConfigOpt,
     DemoOpt,
+    EngineRulesOpt,
     EngineTimeoutOpt,
     ExporterLengthOpt,
     GpusOpt,
@@ -40,6 +41,7 @@ DEFAULT_PORT = 9847  # not DCGM exporter's 9400, node exporter's 9100 nor vLLM's
 
 
 def exporter(
+    ctx: typer.Context,
     host: Annotated[str, Opt(help="Address to listen on (loopback by default; 0.0.0.0 for every interface).")] = "127.0.0.1",
     port: Annotated[int, Opt(help="Port to listen on (0: any free port, printed at start); 9847 avoids DCGM 9400, node 9100, vLLM 8000.")] = DEFAULT_PORT,
     demo: DemoOpt = False,
@@ -49,6 +51,7 @@ def exporter(
     kv_dtype: KvDtypeOpt = D.KV_DTYPE,
     block_size: BlockSizeOpt = str(D.BLOCK_SIZE),
     tp: TpOpt = D.LIVE_TP,
+    engine_rules: EngineRulesOpt = "vllm",
     gpu_util: GpuUtilOpt = None,
     weights: WeightsOpt = None,
     reserve: ReserveOpt = D.RESERVE,
@@ -79,7 +82,8 @@ def exporter(
         raise InputError("--port", port, "expected 0 to 65535")
     check_demo_gpus(gpus)
     cfg = live_config(model, config, kv_dtype, block_size, tp, gpu_util, weights, reserve, budget, budget_mode,
-                      exporter_lengths(length or []), max_reserved)
+                      exporter_lengths(length or []), max_reserved, engine_rules,
+                      ctx.get_parameter_source("block_size").name != "DEFAULT")  # type: ignore[union-attr]
     cfg = replace(cfg, arch=cfg.architecture())  # read the preset once, not on every scrape
     source = _source(demo, seed, gpus)
     state = ExporterState(source, cfg, list(engine or []), interval=interval, engine_timeout=engine_timeout,

@@ -200,13 +200,30 @@ def live_lengths(length: Optional[str], group: Optional[str]) -> tuple[int, ...]
 
 def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: str, tp: int,  # type: ignore[no-untyped-def]
                 gpu_util: Optional[str], weights: Optional[str], reserve: str, budget: Optional[str],
-                budget_mode: Optional[str], lengths: tuple[int, ...], max_reserved: Optional[int]):
-    """live's and exporter's analytical-pool options as a LiveConfig, validated the same way for both."""
+                budget_mode: Optional[str], lengths: tuple[int, ...], max_reserved: Optional[int],
+                engine_rules: str = "vllm", block_size_given: bool = True):
+    """live's and exporter's analytical-pool options as a LiveConfig, validated the same way for both
+    (``engine_rules`` sglang: the exporter's pool by SGLang 0.5.23's rules, its page size 1 unless given)."""
     from kvdash.core.model import load_config
     from kvdash.live.analysis import LiveConfig
     from kvdash.units import parse_fraction, parse_size
 
     size = parse_block_size(block_size)  # checked before the model is read, as calc does
+    from kvdash.engines import registry
+
+    registry.get(engine_rules)  # an unknown engine: one line
+    if engine_rules == "sglang":
+        if gpu_util is not None:
+            raise InputError("--gpu-util", gpu_util, "none with --engine-rules sglang: --gpu-util is vLLM's "
+                                                     "gpu_memory_utilization, SGLang's mem_fraction_static its "
+                                                     "default for the GPU and TP")
+        if reserve != D.RESERVE:
+            raise InputError("--reserve", reserve, "none with --engine-rules sglang: SGLang holds back (1 - "
+                                                   "mem_fraction_static) of the free memory; a runtime reserve is "
+                                                   "vLLM's")
+        reserve = "0"
+        if not block_size_given or size == "auto":
+            size = 1  # SGLang's page size on CUDA (--page-size unset)
     if (budget_mode or ("explicit" if budget else "vllm")) != "vllm" and reserve == D.RESERVE:
         reserve = "0"  # a declared budget (or the engine's own pool) takes no reserve: the default asks for none
     gpu_util = D.GPU_UTIL if gpu_util is None else gpu_util
@@ -220,6 +237,7 @@ def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: s
         reserve=0 if reserve.strip().lower() == "auto" else parse_size(reserve, "--reserve", allow_zero=True),
         budget_mode=budget_mode or ("explicit" if budget else "vllm"), budget=parse_budget(budget),
         lengths=lengths, max_reserved=D.reservation(arch.max_context, *lengths) if max_reserved is None else max_reserved,
+        engine_rules=engine_rules,
     )
     if reserve.strip().lower() == "auto":  # a kvdash calibrate entry, else the published terms
         from kvdash.calibration import reserve_spec

@@ -7,7 +7,7 @@ from a running engine's own pool; the pool is the smallest rank's, as the engine
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvdash import defaults
@@ -39,6 +39,7 @@ class LiveConfig:
     budget: int | None = None
     lengths: tuple[int, ...] = (defaults.LENGTH,)
     max_reserved: int = defaults.RESERVATION
+    engine_rules: str = "vllm"  # exporter --engine-rules: whose rules size the analytical pool (sglang: SGLang 0.5.23)
 
     def architecture(self) -> Architecture:
         return self.arch or resolve_model(self.model)
@@ -56,7 +57,9 @@ class LiveConfig:
             if n <= 0 or n > self.max_reserved:
                 raise InputError(option, n, f"expected 1 to --max-reserved={self.max_reserved}")
         arch = self.architecture()
-        rank_shapes(arch, self.kv_dtype, "tensor", self.tp, 1, self.block_size)
+        shape = rank_shapes(arch, self.kv_dtype, "tensor", self.tp, 1, self.block_size)[0]
+        if self.engine_rules == "sglang":
+            check_sglang_pool(arch, self, shape)
         if self.max_reserved > arch.max_context:
             raise InputError("--max-reserved", self.max_reserved, f"at most {arch.max_context} for {arch.name}")
 
@@ -82,7 +85,17 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
     notes: list[str] = []
     if len(ranks_gpus) < cfg.tp and cfg.budget_mode == "vllm":
         notes.append(f"TP {cfg.tp} needs {cfg.tp} GPUs with memory readings; {len(ranks_gpus)} are readable")
-    for g in ranks_gpus if cfg.budget_mode == "vllm" else []:
+    for g in ranks_gpus if cfg.budget_mode == "vllm" and cfg.engine_rules == "sglang" else []:
+        # --engine-rules sglang: SGLang 0.5.23's budget on this GPU (its mem_fraction_static default)
+        from kvdash.engines import sglang
+
+        sv = sglang.view(arch, g.total_bytes or 0, cfg.tp, cfg.kv_dtype, f.weights_per_rank(weights, cfg.tp),
+                         cfg.block_size)
+        b = int(sv.get("available_bytes", 0))
+        ranks.append(RankPool(g.index, g.total_bytes, b, int(f.pool_blocks(b, shape.block_bytes)),
+                              sv.get("refused", f"SGLang {sglang.VERSION}'s rules: mem_fraction_static "
+                                                f"{sv.get('mem_fraction_static')}")))
+    for g in ranks_gpus if cfg.budget_mode == "vllm" and cfg.engine_rules != "sglang" else []:
         info = resolve_budget(BudgetSpec(gpu_memory=g.total_bytes, util=cfg.gpu_util, weights=weights,
                                          reserve=cfg.reserve), arch, cfg.tp, 1, strict=False)
         b = int(info["per_rank_bytes"])
@@ -104,7 +117,8 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         else:
             blocks = engine.total_tokens // shape.block_size * shape.attention_groups
             ranks = [RankPool(-1, None, blocks * shape.block_bytes, blocks, f"from the engine ({engine.kind})")]
-    if cfg.budget_mode == "vllm" and ranks and not cfg.reserve and not cfg.reserve_basis:
+    if cfg.budget_mode == "vllm" and cfg.engine_rules != "sglang" and ranks and not cfg.reserve \
+            and not cfg.reserve_basis:
         from kvdash.engines.vllm_reserve import auto_reserve
 
         auto_estimate = auto_reserve(arch.model_type, cfg.tp, 1, gpu=ranks_gpus[0].name if ranks_gpus else None,
@@ -127,10 +141,20 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
 
     gpu0 = ranks_gpus[0] if ranks_gpus else None
     caps = scheduler_caps(gpu0.total_bytes if gpu0 else None, gpu0.name if gpu0 else None, cfg.max_reserved)
+    caps_basis = caps_text(caps)
+    if cfg.engine_rules == "sglang" and cfg.budget_mode == "vllm":  # SGLang's cap: from its pool
+        from kvdash.engines import sglang
+
+        tokens = tight.pool_blocks * shape.block_size
+        caps = replace(caps, max_num_seqs=sglang.max_num_reqs(tokens, sglang.context_len(arch)))
+        caps_basis = (f"max_running_requests {caps.max_num_seqs:,} (SGLang {sglang.VERSION} resolve_max_num_reqs: "
+                      f"int(tokens / context_len x 512) within 2,048..4,096)")
     per_group = int(m["paged_blocks"])
     used_blocks = int(m["complete_groups"]) * per_group
     headroom_blocks = tight.pool_blocks - used_blocks
-    reserve_basis = ({"explicit": "a declared KV budget: no runtime reserve taken off",
+    reserve_basis = ("SGLang 0.5.23's rules: (1 - mem_fraction_static) of the free memory held back, no runtime "
+                     "reserve" if cfg.engine_rules == "sglang" and cfg.budget_mode == "vllm" else None) or \
+        ({"explicit": "a declared KV budget: no runtime reserve taken off",
                       "engine": "the engine's own pool: its reserve is already taken off"}.get(cfg.budget_mode)
                      or cfg.reserve_basis or ("given with --reserve" if cfg.reserve else "0 B: an upper bound"))
     out: dict[str, Any] = {
@@ -154,7 +178,7 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "paged_requests": paged,
         "max_num_seqs": caps.max_num_seqs,
         "max_num_batched_tokens": caps.max_num_batched_tokens,
-        "caps_basis": caps_text(caps),
+        "caps_basis": caps_basis,
         "running_requests": min(paged, caps.max_num_seqs),
         "contiguous_requests": contiguous,
         "ratio": (paged / contiguous) if contiguous else None,
@@ -204,6 +228,22 @@ def sglang_rules(row: dict[str, Any], arch: Architecture, cfg: LiveConfig, gpu_b
                       "it was given, or weights other than kvdash's"))
 
 
+def check_sglang_pool(arch: Architecture, cfg: LiveConfig, shape: Any) -> None:
+    """``--engine-rules sglang`` sizes the analytical pool as SGLang 0.5.23 does; kvdash does that where SGLang's
+    pool is one pool of one cell per token equal to the rank shape's (full attention, MLA), else refuses."""
+    from kvdash.engines import sglang
+
+    why = sglang.refusal(arch, cfg.tp)
+    if why:
+        raise InputError("--engine-rules", "sglang", f"not mirrored for this model: {why}")
+    if cfg.budget_mode != "vllm":
+        raise InputError("--engine-rules", "sglang", "sizes a budget derived from the GPUs: drop --budget / "
+                                                     "--budget-mode")
+    if sglang.is_hybrid_swa(arch) or shape.groups != 1 or shape.window_groups or shape.state_bytes:
+        raise InputError("--engine-rules", "sglang", "the analytical pool under SGLang's rules is one pool of "
+                                                     "full-attention or MLA layers; this model's is not")
+
+
 def reserve_short(cfg: LiveConfig, basis: str) -> str:
     """The reserve basis in a few words, for the first line of live's KV panel and the exporter's banner."""
     from kvdash.units import human_bytes
@@ -212,6 +252,8 @@ def reserve_short(cfg: LiveConfig, basis: str) -> str:
         return "declared budget, no reserve"
     if cfg.budget_mode == "engine":
         return "engine's own pool"
+    if cfg.engine_rules == "sglang":
+        return "SGLang 0.5.23's rules (mem_fraction_static)"
     if basis.startswith("--reserve auto: calibration"):
         return f"reserve auto {human_bytes(cfg.reserve)} (calibrated)"
     if basis.startswith("--reserve auto"):

@@ -253,6 +253,11 @@ def _assumption_lines(df: pl.DataFrame) -> list[str]:
                      "accuracy cost.")
     if not df.get_column("fits").all():
         lines.append("Points whose weights and reserve leave no KV memory are kept with capacity 0 (fits = no).")
+        if "vllm_max_concurrency" in df.columns and df.select(
+                (~pl.col("fits") & (pl.col("budget_bytes") > 0) & (pl.col("vllm_max_concurrency") <= 1)).any()).item():
+            lines.append("Points where vLLM 0.33 would refuse to start (one request of max_model_len needs every whole "
+                         "block of the pool or more: _check_enough_kv_cache_memory, vllm/v1/core/kv_cache_planning.py) "
+                         "are marked fits = no; their capacities are what such a pool would hold.")
     return lines
 
 

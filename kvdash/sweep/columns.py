@@ -20,7 +20,8 @@ RESULT_COLUMNS: list[tuple[str, str, str]] = [
     ("gpu_util", "str", "utilization fraction when derived"),
     ("util_policy", "str", "vllm (fraction of total) or trtllm (fraction of free after weights)"),
     ("budget_bytes", "int", "KV budget per rank in bytes (0 when weights and reserve leave nothing)"),
-    ("fits", "bool", "false when the derived budget leaves no memory for the KV cache"),
+    ("fits", "bool", "false when the derived budget leaves no memory for the KV cache, or (max_model_len given) "
+     "where vLLM 0.33 would refuse to start: whole_pool_blocks <= vllm_blocks_per_request"),
     ("max_model_len", "int", "vLLM max_model_len used for its start-up figures"),
     ("max_batched_tokens", "int", "vLLM max_num_batched_tokens: the grid's, else vLLM 0.33's default for the GPU "
      "(EngineArgs.get_batch_defaults); sliding-window layers are sized for 2 x it under async scheduling"),

@@ -342,6 +342,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
                                                                   "_kv128k_over_weights": pl.Float64}), on="_shape") \
         .join(pl.DataFrame(wtable), on="_c_workload").with_columns(
             rkeys.lookup("max_model_len", pl.Int64).fill_null(pl.col("max_reserved")).alias("max_model_len"),
+            rkeys.lookup("max_model_len", pl.Int64).is_not_null().alias("_max_model_len_given"),
             *(rkeys.code(d).alias(f"_k_{d}") for d in (*CAP_INPUTS, "model", "allow_long_max_model_len")))
     # vLLM refuses a max_model_len above the model's derived limit (vllm/config/model.py) unless allowed
     given = [v for v in values["max_model_len"] if v is not None]
@@ -463,7 +464,10 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
     shown = [c for c in shown if c not in literal]
     # the rest only feed the divisions and the id: gathered as columns of the final query, not into the points
     # frame (fewer page faults: each million-row column is 8 MB of fresh memory)
-    feeds = [c for c in dict.fromkeys(["k", "_hreq", *(source[n] for n in reads.read), "_node_mult", "_node_div"])
+    start_check = any(v is not None for v in values["max_model_len"])
+    feeds = [c for c in dict.fromkeys(["k", "_hreq", *(source[n] for n in reads.read), "_node_mult", "_node_div",
+                                       *(("_max_model_len_given", source["vllm_blocks_per_request"])
+                                         if start_check else ())])
              if c not in shown]
     bud_shown = [c for c in ("budget_bytes", "fits", "gpu", "util_policy", "gpu_util") if c not in literal]
     bud_feeds = ["_hbud"]
@@ -488,6 +492,14 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
                                {n: pl.col(source[n]) for n in r_exprs})
     metrics: dict[str, pl.Expr] = {n: pl.col(source[n]) for n in r_exprs} | c_exprs
     metrics["kv_128k_over_weights"] = pl.col("_kv128k_over_weights")
+    if start_check:
+        # vLLM 0.33 refuses to start where one request of max_model_len does not fit beside the null block
+        # (kvdash/engines/vllm.py: check_one_request_fits, after kv_cache_planning.py's
+        # _check_enough_kv_cache_memory): the pool's whole blocks are no more than one request takes.  As in
+        # calc, only where max_model_len is given (otherwise the vLLM figures are for max_reserved).
+        refused = pl.col("_max_model_len_given") & (c_exprs["whole_pool_blocks"]
+                                                    <= pl.col(source["vllm_blocks_per_request"]))
+        metrics["fits"] = pl.col("fits") & ~refused
     metrics |= literal
     gpus = metrics.get("gpus", pl.col("gpus"))
     metrics["paged_requests_per_gpu"] = c_exprs["paged_requests"] / gpus

@@ -1,0 +1,44 @@
+"""``kvdash exporter --engine-rules sglang`` (issue 27): the analytical pool sized by SGLang 0.5.23's rules
+(kvdash.engines.sglang, checked on SGLang's own code in test_conformance_sglang.py), as calc's SGLang view."""
+
+from __future__ import annotations
+
+from tests.cli_run import run
+
+CONFIGS = "tests/data/configs"
+
+
+def _series(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not on the page")
+
+
+def test_demo_pool_by_sglang_rules(capsys):
+    """The demo: Llama-3.1-70B, TP 8, on 8 x H200 (143,771 MiB).  SGLang's budget 116,015,203,024 B (the worked
+    figure of test_calc_sglang.py) // 40,960 B per token = 2,832,402 slots in pages of 1; 825-token requests:
+    2,832,402 // 825 = 3,433 fit; contiguous 2,048-token reservations: 1,383.  The default rules keep vLLM's."""
+    code, out, _ = run(["exporter", "--demo", "--once", "--engine-rules", "sglang"], capsys)
+    assert code in (0, None)
+    assert _series(out, "kvdash_kv_budget_bytes") == 116_015_203_024
+    assert _series(out, "kvdash_kv_pool_token_slots") == 2_832_402
+    assert _series(out, "kvdash_kv_block_bytes") == 40_960
+    assert 'kvdash_kv_requests_fit{layout="paged",length="825"} 3433.0' in out
+    assert 'kvdash_kv_requests_fit{layout="contiguous",length="825"} 1383.0' in out
+    assert 'reserve="SGLang 0.5.23\'s rules (mem_fraction_static)"' in out and 'block_size="1"' in out
+    code, out, _ = run(["exporter", "--demo", "--once"], capsys)
+    assert _series(out, "kvdash_kv_budget_bytes") != 116_015_203_024 and 'block_size="16"' in out
+
+
+def test_refusals_are_one_line(capsys):
+    base = ["exporter", "--demo", "--once", "--engine-rules"]
+    for extra, needle in ((["sglang", "--gpu-util", "0.9"], "--gpu-util is vLLM's"),
+                          (["sglang", "--reserve", "2GiB"], "a runtime reserve is vLLM's"),
+                          (["sglang", "--budget", "40GiB"], "a budget derived from the GPUs"),
+                          (["sglang", "--config", f"{CONFIGS}/qwen3-next-80b-a3b-thinking/config.json", "--weights",
+                            "160GB"], "not mirrored for this model: SGLang 0.5.23's mamba"),
+                          (["sglang", "--model", "gpt-oss-120b"], "one pool of full-attention or MLA layers"),
+                          (["tgi"], "expected vllm, sglang")):
+        code, _, err = run([*base, *extra], capsys)
+        assert code == 2 and err.count("\n") == 1 and needle in err, (extra, err)
