@@ -134,6 +134,7 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "mamba": ("mamba-130m",),
     "falcon_mamba": ("falcon-mamba-7b",),
     "mamba2": ("mamba-codestral-7b",),
+    "zamba2": ("zamba2-7b",),
     "glm_moe_dsa": ("glm-5.1",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
