@@ -629,3 +629,61 @@ class TestMoreEdges:
         for policy, util in (("vllm", 0.97), ("trtllm", 0.96)):
             spec = BudgetSpec(gpu_memory=10_000_000, weights=1_000_000, reserve=500_000, policy=policy, util="0.9")
             assert _plan(31, budget=spec)["min_gpu_util"] == util
+
+
+class TestEngineStarts:
+    """calculate with --max-model-len checks vLLM 0.33's start-up refusal on every stage (check_engine_starts:
+    get_kv_cache_configs plans against the pool less its null block, _check_enough_kv_cache_memory refuses when
+    one request of max_model_len needs more); the length it suggests is the longest that fits (estimate_max_model_len).
+    MHA64: a 16-token block is 262,144 B; max_model_len 160 takes cdiv(160, 16) = 10 blocks."""
+
+    def _calc(self, budget: int, max_model_len: int, **kw) -> dict:
+        return calculate(CalcInput(MHA64, used=16, max_reserved=16, max_model_len=max_model_len,
+                                   budget=BudgetSpec(bytes=budget), **kw))
+
+    def test_one_request_beside_the_null_block_exactly_starts(self):
+        """262,144 x (10 + 1) = 2,883,584 B holds the null block and one request: it starts, with 11 blocks."""
+        assert self._calc(2_883_584, 160)["vllm_view"]["num_gpu_blocks"] == 11
+
+    def test_one_byte_less_is_refused_with_the_longest_length_that_fits(self):
+        """2,883,583 B: refused; the longest length that fits beside the null block needs 262,144 x cdiv(n, 16) <=
+        2,883,583 - 262,144 = 2,621,439, i.e. at most 9 blocks: 9 x 16 = 144 tokens."""
+        with pytest.raises(InputError) as e:
+            self._calc(2_883_583, 160)
+        assert e.value.field == "--max-model-len"
+        assert "the estimated maximum model length is 144." in str(e.value)
+        assert "10 blocks of 262,144 B for one request, 10 in the pool" in str(e.value)
+
+    def test_a_single_token_can_be_the_longest(self):
+        """Block size 1 (16,384 B a block), max_model_len 16 (16 blocks), a budget of 2 blocks (32,768 B): refused
+        (16,384 x 17 > 32,768); beside the null block 1 block fits, so 1 token is the estimate (the search starts
+        at 1)."""
+        with pytest.raises(InputError) as e:
+            self._calc(32_768, 16, block_size=1)
+        assert "the estimated maximum model length is 1." in str(e.value)
+        assert "lower it to 1 or less" in str(e.value)
+
+    def test_no_length_fits_beside_the_null_block(self):
+        """A budget of one block (262,144 B): beside the null block nothing is left, so no length fits (estimate 0)
+        and the refusal suggests no length."""
+        with pytest.raises(InputError) as e:
+            self._calc(262_144, 160)
+        assert "estimated maximum model length" not in str(e.value) and "lower it to" not in str(e.value)
+        assert "or give the KV cache more memory" in str(e.value)
+
+
+class TestPlanningDetails:
+    """_planning's inverse of the capacity figures (MHA64: a 16-token block is 262,144 B)."""
+
+    def test_budget_needed_with_a_shared_prefix(self):
+        """--prefix 32 (2 whole blocks, stored once), requests of 48 tokens (3 blocks, 1 their own), target 3:
+        needed = shared 2 x 262,144 + 3 requests x own 1 x 262,144 = 524,288 + 786,432 = 1,310,720 B."""
+        p = calculate(CalcInput(MHA64, used=48, max_reserved=48, prefix=32, target=3,
+                                budget=BudgetSpec(bytes=TEN_BLOCKS)))["planning"]
+        assert (p["budget_needed_per_rank_bytes"], p["prefix_tokens"]) == (1_310_720, 32)
+
+    def test_runs_at_once_up_to_max_num_seqs(self):
+        """The target runs at once when it is at most max_num_seqs: 10 requests with --max-num-seqs 10 do, 11
+        do not."""
+        assert _plan(10, max_num_seqs=10)["runs_at_once"] is True
+        assert _plan(11, max_num_seqs=10)["runs_at_once"] is False

@@ -84,6 +84,7 @@ def test_pool_of_a_uniform_model_is_one_group_of_all_layers():
     4,096 B per token per layer; block 16 x 4,096 x 32 = 2,097,152 B."""
     (s,) = VLLM.pool(load_preset("llama-3.1-8b"), "bf16", "tensor", 1, 1, 16, True)
     assert (s.groups, s.group_size, s.layer_token_bytes, s.block_bytes) == (1, 32, 4_096, 2_097_152)
+    assert (s.full_ratio, s.window_ratio) == (1, 1)  # one page size: no block lengthened (no window group at all)
 
 
 def test_blocks_per_request_full_and_sliding():
@@ -95,6 +96,16 @@ def test_blocks_per_request_full_and_sliding():
     assert VLLM.blocks_per_request(x) == 1_025
     assert VLLM.blocks_per_request(x | {"chunked": 1}) == 1_024
     assert VLLM.blocks_per_request(x | {"state_blocks": 2}) == 1_027
+
+
+def test_blocks_per_request_with_lengthened_blocks():
+    """unify_kv_cache_spec_page_size: a kind whose page is half the largest holds 2 x B = 32 tokens a block.  The
+    gpt-oss-like pool above with full_ratio 2: full cdiv(8,192, 32) = 256, sliding 513: 769; with window_ratio 2:
+    full 512, sliding cdiv(min(127 + 16,384, 8,192), 32) + 1 = 256 + 1 = 257: 769."""
+    x = {"block_size": 16, "max_model_len": 8192, "window": 128, "chunked": 0, "full_groups": 1,
+         "window_groups": 1, "state_blocks": 0, "in_flight_tokens": 16_384}
+    assert VLLM.blocks_per_request(x | {"full_ratio": 2}) == 769
+    assert VLLM.blocks_per_request(x | {"window_ratio": 2}) == 769
 
 
 def test_startup_line_word_for_word():
@@ -191,3 +202,226 @@ def test_throughput_mode_caps_tokens_by_the_doubled_seqs():
     is not below the doubled 16,384 batched tokens, so they stay 16,384; at max_model_len 4: 2,048 x 4 = 8,192."""
     assert VLLM.caps(H100, Settings(16, performance_mode="throughput")).max_num_batched_tokens == 16_384
     assert VLLM.caps(H100, Settings(4, performance_mode="throughput")).max_num_batched_tokens == 8_192
+
+
+def test_caps_balanced_mode_caps_tokens_by_the_undoubled_seqs():
+    """_set_default_max_num_seqs_and_batched_tokens_args: batched tokens = min(max_num_seqs x max_model_len, default);
+    on an H100 in balanced mode max_num_seqs is 1,024 (not doubled): at max_model_len 6, 1,024 x 6 = 6,144 < 8,192,
+    so 6,144 ("capped" in the basis); at max_model_len 8, 1,024 x 8 = 8,192 is not below 8,192: the default stands
+    and the basis does not say "capped"."""
+    six = VLLM.caps(H100, Settings(6))
+    assert (six.max_num_seqs, six.max_num_batched_tokens) == (1024, 6_144)
+    assert six.tokens_basis == "default, capped at max_num_seqs x max_model_len = 6,144"
+    eight = VLLM.caps(H100, Settings(8))
+    assert (eight.max_num_batched_tokens, eight.tokens_basis) == (8_192, "default")
+
+
+def test_caps_default_seqs_said_capped_only_below_the_tokens():
+    """An unset max_num_seqs is min(default, max_num_batched_tokens): on an H100 the default 1,024 beside a given
+    1,024 batched tokens stays 1,024 with the basis "default" (not "capped": 1,024 is not above 1,024); beside a
+    given 1,000 it becomes 1,000, "capped at max_num_batched_tokens 1,000"."""
+    same = VLLM.caps(H100, Settings(8192, max_num_batched_tokens=1024))
+    assert (same.max_num_seqs, same.seqs_basis) == (1024, "default")
+    below = VLLM.caps(H100, Settings(8192, max_num_batched_tokens=1000))
+    assert (below.max_num_seqs, below.seqs_basis) == (1000, "default, capped at max_num_batched_tokens 1,000")
+
+
+class TestCudagraphCaptureSizes:
+    """VllmConfig._set_cudagraph_sizes (vllm/config/vllm.py, v0.33.0), no speculative decoding: the largest size is
+    min(2 x max_num_seqs, 512; 1,024 on SM100), then at most max_num_batched_tokens; sizes 1, 2, 4 (1..min(largest,
+    32) in interactivity mode), every 8 from 8 below min(largest + 1, 256), every 16 from 256 up to the largest,
+    max_num_batched_tokens if within the largest, max_num_seqs if within the pre-token largest and the tokens."""
+
+    def test_largest_is_twice_the_seqs(self):
+        """200 seqs: largest min(400, 512) = 400: 1, 2, 4 (3) + 8..248 (31) + 256..400 by 16 (10) = 44 sizes."""
+        from kvdash.engines.vllm import cudagraph_capture_sizes
+
+        sizes = cudagraph_capture_sizes(200, 8192)
+        assert (len(sizes), sizes[-2:]) == (44, [384, 400])
+
+    def test_a_largest_of_exactly_256_captures_256(self):
+        """128 seqs: largest min(256, 512) = 256 >= 256, so the 16-stride part is range(256, 257, 16) = [256]:
+        3 + 31 + 1 = 35 sizes ending 248, 256 (128 is on the 8-grid)."""
+        from kvdash.engines.vllm import cudagraph_capture_sizes
+
+        sizes = cudagraph_capture_sizes(128, 8192)
+        assert (len(sizes), sizes[-2:]) == (35, [248, 256])
+
+    def test_decode_size_beyond_the_ceiling_is_not_captured(self):
+        """513 seqs on Hopper: largest min(1,026, 512) = 512, and 513 > 512 is not added (the list ends at 512);
+        1,025 seqs on Blackwell: min(2,050, 1,024) = 1,024, 1,025 not added; 300 seqs (within 512, off the
+        16-stride: 300 - 256 = 44) is added."""
+        from kvdash.engines.vllm import cudagraph_capture_sizes
+
+        assert cudagraph_capture_sizes(513, 8192)[-2:] == [496, 512]
+        assert cudagraph_capture_sizes(1025, 16384, blackwell=True)[-2:] == [1008, 1024]
+        assert 300 in cudagraph_capture_sizes(300, 8192)
+
+    def test_small_largest_sizes(self):
+        """2 seqs: largest min(4, 512) = 4: [1, 2, 4] (4 <= 4 kept).  8 seqs, 15 batched tokens: largest
+        min(16, 512) = 16, then min(15, 16) = 15: 1, 2, 4, the 8-grid below min(16, 256) is [8] (not 16), the
+        tokens 15 appended: [1, 2, 4, 8, 15]."""
+        from kvdash.engines.vllm import cudagraph_capture_sizes
+
+        assert cudagraph_capture_sizes(2, 2048) == [1, 2, 4]
+        assert cudagraph_capture_sizes(8, 15) == [1, 2, 4, 8, 15]
+
+    def test_off_stride_token_count_is_the_largest(self):
+        """200 seqs, 271 batched tokens: largest min(400, 512) = 400, then min(271, 400) = 271; the 16-stride part
+        range(256, 272, 16) is [256] (not 272); 271 <= 271 and off the grid, so it is appended: 3 + 31 + 1 + 1 =
+        36 sizes ending 256, 271."""
+        from kvdash.engines.vllm import cudagraph_capture_sizes
+
+        sizes = cudagraph_capture_sizes(200, 271)
+        assert (len(sizes), sizes[-2:]) == (36, [256, 271])
+
+    def test_interactivity_mode_every_size_to_32(self):
+        """--performance-mode interactivity: 1..min(largest, 32).  10 seqs: largest 20: 1..20 (20 sizes; the 8-grid
+        8, 16 and the decode 10 are among them).  1,024 seqs, 8,192 tokens: largest 512: 1..32 (32) + 8..248 by 8
+        less 8, 16, 24, 32 (27) + 256..512 by 16 (17) = 76 sizes, 33 not among them."""
+        from kvdash.engines.vllm import cudagraph_capture_sizes
+
+        assert cudagraph_capture_sizes(10, 8192, performance_mode="interactivity") == list(range(1, 21))
+        wide = cudagraph_capture_sizes(1024, 8192, performance_mode="interactivity")
+        assert (len(wide), wide[:33] == list(range(1, 33)) + [40]) == (76, True)
+
+
+def test_check_max_model_len_allows_up_to_model_max_length():
+    """_get_and_verify_max_len (vllm/config/model.py): above the derived length, a config's model_max_length
+    still allows max_model_len up to and including it (it raises when max_model_len > model_max_length):
+    derived 4,096 with model_max_length 8,192 accepts 8,192 and refuses 8,193."""
+    from kvdash.core.maxlen import DerivedMaxLen
+    from kvdash.engines.vllm import check_max_model_len
+
+    derived = DerivedMaxLen(4096, "max_position_embeddings", "hand-made", model_max_length=8192)
+    check_max_model_len(8192, derived, allow_long=False)
+    with pytest.raises(InputError) as err:
+        check_max_model_len(8193, derived, allow_long=False)
+    assert "User-specified max_model_len (8193)" in str(err.value)
+
+
+class TestAttentionFreePool:
+    """An attention-free model (vllm/model_executor/models/mamba.py): one group of every state layer, a block one
+    MambaSpec page per layer; a request holds 2 blocks in align mode (prefix caching on), 3 with a Mamba-2
+    prefill checkpoint, 1 with prefix caching off (MambaSpec.max_memory_usage_bytes, vllm/v1/kv_cache_interface.py)."""
+
+    def test_mamba1_two_blocks_in_align_mode_one_without(self):
+        """Mamba-130m (tests/data/configs, 24 Mamba-1 layers): page (1,536 x 3 + 1,536 x 16) x 2 B = 58,368 B;
+        align mode 2 x 58,368 x 24 = 2,801,664 B per request; prefix caching off 1 x 58,368 x 24 = 1,400,832 B."""
+        from pathlib import Path
+
+        from kvdash.core.model import load_config
+
+        arch = load_config(Path(__file__).parent / "data" / "configs" / "mamba-130m" / "config.json")
+        (on,) = VLLM.pool(arch, "bf16", "tensor", 1, 1, 16, True)
+        (off,) = VLLM.pool(arch, "bf16", "tensor", 1, 1, 16, False)
+        assert (on.state_blocks, on.state_bytes, on.state_page_bytes, on.mamba_mode) == (2, 2_801_664, 58_368, "align")
+        assert (off.state_blocks, off.state_bytes, off.mamba_mode) == (1, 1_400_832, "none")
+        # no attention: no token bytes, no attention group, one group of all 24 state layers; a block is the 24
+        # pages alone (16 x 0 x 24 + 1,400,832 B), and a request of any length holds its 2 state blocks
+        assert (on.layer_token_bytes, on.bytes_per_token, on.full_groups, on.window_groups, on.window,
+                on.attention_layers) == (0, 0, 0, 0, 0, 0)
+        assert (on.group_size, on.state_layers, on.state_groups, on.groups, on.requested_block_size) \
+            == (24, 24, 1, 1, 16)
+        assert (on.fixed_block_bytes, on.block_bytes) == (1_400_832, 1_400_832)
+        x = {"block_size": 16, "max_model_len": 2048, "window": on.window, "chunked": on.chunked,
+             "full_groups": on.full_groups, "window_groups": on.window_groups, "state_blocks": on.state_blocks,
+             "in_flight_tokens": 16_384}
+        assert VLLM.blocks_per_request(x) == 2
+
+    def test_mamba2_three_blocks_with_its_checkpoint(self):
+        """24 Mamba-2 layers (MambaMixer2 always sets a prefill checkpoint block), inter 1,536, 1 group, 24 heads of
+        64, d_state 128, d_conv 4: conv (4 - 1) x (1,536 + 2 x 1 x 128) = 5,376, ssm 24 x 64 x 128 = 196,608
+        elements, x 2 B = 403,968 B a page; align mode 3 x 403,968 x 24 = 29,085,696 B per request."""
+        from kvdash.core.arch import Architecture, Layer
+
+        layer = Layer("mamba", state_family="mamba2", state=(1536, 1, 24, 64, 128, 4))
+        (s,) = VLLM.pool(Architecture("mamba2-hand", (layer,) * 24, 0, 2048), "bf16", "tensor", 1, 1, 16, True)
+        assert (s.state_blocks, s.state_page_bytes, s.state_bytes) == (3, 403_968, 29_085_696)
+
+
+class TestPageSizeUnification:
+    """unify_kv_cache_spec_page_size (vllm/v1/core/kv_cache_planning.py): a smaller attention page that divides the
+    largest gets a block ratio x longer; one that does not is padded to the largest (ratio 1)."""
+
+    def test_a_page_that_does_not_divide_is_padded(self):
+        """4 full layers of 8 KV heads x (128 + 128) x 2 B = 4,096 B per token and 4 sliding ones (window 128) of 6
+        heads = 3,072 B: pages 16 x 4,096 = 65,536 and 16 x 3,072 = 49,152 B; 65,536 % 49,152 != 0, so the sliding
+        page is padded (window_ratio 1).  A request at L 8,192, T 16,384: full cdiv(8,192, 16) = 512, sliding
+        cdiv(min(127 + 16,384, 8,192), 16) + 1 = 513: 1,025 blocks (a ratio of 2 would give 256 + 1 = 257)."""
+        from kvdash.core.arch import Architecture, Layer
+
+        full = Layer("full", kv_heads=8, head_dim=128, head_dim_v=128)
+        sliding = Layer("sliding", kv_heads=6, head_dim=128, head_dim_v=128, window=128)
+        (s,) = VLLM.pool(Architecture("hand", (full,) * 4 + (sliding,) * 4, 48, 8192), "bf16", "tensor", 1, 1, 16,
+                         True)
+        assert (s.layer_token_bytes, s.full_groups, s.window_groups, s.full_ratio, s.window_ratio) == (4096, 1, 1, 1, 1)
+        x = {"block_size": 16, "max_model_len": 8192, "window": 128, "chunked": 0, "full_groups": 1,
+             "window_groups": 1, "state_blocks": 0, "in_flight_tokens": 16_384, "full_ratio": s.full_ratio,
+             "window_ratio": s.window_ratio}
+        assert VLLM.blocks_per_request(x) == 1_025
+
+    def test_no_full_group_keeps_ratio_one(self):
+        """Mistral-7B-v0.1 (tests/data/configs): sliding_window 4,096 on all 32 layers: no full group, one sliding
+        group of 32; both ratios stay 1 (the pool's stages in --json show them)."""
+        from pathlib import Path
+
+        from kvdash.core.model import load_config
+
+        arch = load_config(Path(__file__).parent / "data" / "configs" / "mistral-7b-v0.1" / "config.json")
+        (s,) = VLLM.pool(arch, "bf16", "tensor", 1, 1, 16, True)
+        assert (s.full_groups, s.window_groups, s.group_size, s.full_ratio, s.window_ratio) == (0, 1, 32, 1, 1)
+
+
+class TestOneRequestFits:
+    """get_kv_cache_configs / _check_enough_kv_cache_memory (vllm/v1/core/kv_cache_planning.py): the memory left
+    after the null block must hold one request at max_model_len: refused exactly when
+    bytes_per_block x (blocks_per_request + 1) > available."""
+
+    def test_exactly_one_request_beside_the_null_block_starts(self):
+        """1,000-byte blocks, 9 per request: 1,000 x (9 + 1) = 10,000 <= 10,000 starts; 9,999 is refused (one
+        request needs 9,000 B, the pool less its null block holds 8,999)."""
+        from kvdash.engines.vllm import check_one_request_fits
+
+        check_one_request_fits(10_000, 1_000, 9, 144, 0)
+        with pytest.raises(InputError) as err:
+            check_one_request_fits(9_999, 1_000, 9, 144, 128)
+        assert "9 blocks of 1,000 B for one request, 9 in the pool" in str(err.value)
+        assert "lower it to 128 or less" in str(err.value)
+
+    def test_one_byte_blocks_are_checked_too(self):
+        """Only a pool of zero-byte blocks skips the check: 1-byte blocks, 10 per request, a 10-byte budget:
+        1 x (10 + 1) = 11 > 10: refused."""
+        from kvdash.engines.vllm import check_one_request_fits
+
+        with pytest.raises(InputError):
+            check_one_request_fits(10, 1, 10, 160, 0)
+
+    def test_the_refusal_quotes_vllms_message(self):
+        """Llama-3.1-405B, tp 1, bf16, block 16: 8,257,536 B a block, 2,048 blocks at max_model_len 32,768, a 12 GiB
+        budget.  _check_enough_kv_cache_memory's words, with format_gib = round(b / 2^30, 2): needed 8,257,536 x
+        2,048 = 16,911,433,728 B = 15.75 GiB; available 12,884,901,888 - 8,257,536 = 12,876,644,352 B = 11.992...
+        -> 11.99 GiB; the pool 12,884,901,888 // 8,257,536 = 1,560 blocks.  With an estimate of 0 the "Based on the
+        available memory" sentence and the "lower it to" fix are left out."""
+        from kvdash.engines.vllm import check_one_request_fits
+
+        with pytest.raises(InputError) as err:
+            check_one_request_fits(12 * 2**30, 8_257_536, 2048, 32768, 24944)
+        text = str(err.value)
+        assert ("\"To serve at least one request with the model's max seq len (32768), (15.75 GiB KV cache is needed, "
+                "which is larger than the available KV cache memory (11.99 GiB). Based on the available memory, the "
+                "estimated maximum model length is 24944.\"") in text
+        assert "2,048 blocks of 8,257,536 B for one request, 1,560 in the pool of which one is its null block" in text
+        assert "lower it to 24,944 or less, or give the KV cache more memory" in text
+        with pytest.raises(InputError) as err:
+            check_one_request_fits(12 * 2**30, 8_257_536, 2048, 32768, 0)
+        text = str(err.value)
+        assert "memory (11.99 GiB).\" (vllm/v1" in text and "Based on" not in text
+        assert "lower it to" not in text and "or give the KV cache more memory" in text
+        with pytest.raises(InputError) as err:  # 2,047 blocks: 8,257,536 x 2,047 = 16,903,176,192 B = 15.742... GiB
+            check_one_request_fits(12 * 2**30, 8_257_536, 2047, 32752, 24944)
+        assert "(15.74 GiB KV cache is needed" in str(err.value)
+        with pytest.raises(InputError) as err:  # an estimate of 1 token is still one (estimated_max_len > 0)
+            check_one_request_fits(12 * 2**30, 8_257_536, 2048, 32768, 1)
+        assert "the estimated maximum model length is 1.\"" in str(err.value)
+        assert "lower it to 1 or less, or give" in str(err.value)

@@ -71,9 +71,13 @@ def test_engine_is_a_dimension(tmp_path, capsys):
     # 1 GiB + (1 - 0.893) x (143,771 MiB - 1 GiB) = 1 + 14.92 = 15.92 GiB kept from weights and KV
     assert "budget +1.3 %: SGLang keeps back 15.92 GiB/rank (1 GiB + (1 - 0.893) x the rest)" in md
     assert "same cell 40,960 B/token" in md
-    assert "caps 4,096 (resolve_max_num_reqs, context_len 131,072) against 1,024 (max_num_seqs)" in md
+    assert "caps 4,096 (max_running_requests at context_len 131,072) against 1,024 (max_num_seqs)" in md
+    # held back: 143,771 MiB = 150,754,820,096 B - 17,650,000,000 B of weights - the budget
+    assert s["engine_held_back_bytes"] == str(150_754_820_096 - 17_650_000_000 - 116_015_203_024)  # 17,089,617,072
+    assert rows[0]["engine_held_back_bytes"] == str(150_754_820_096 - 17_650_000_000 - 114_505_346_781)
     assert "| qwen3-next | 8 x h200 | bf16 | not mirrored for this model: SGLang 0.5.23's mamba" in md
     assert "3 points (4 before exclusions)" in md
+    assert "`sglang-activations-5-8gb`" in md and "**contradicted (0/1)**" in md  # the claims: all default
     assert "Engines compared" in (out / "report.html").read_text()
 
 
@@ -126,4 +130,17 @@ def test_grid_without_engine_has_no_engine_columns(tmp_path, capsys):
     out = _sweep(tmp_path, capsys, "models: [llama-3.1-8b]\ngrid:\n  gpu: [h200]\n", "plain")
     header = (out / "results.csv").read_text().splitlines()[0]
     assert "engine" not in header
-    assert "Engines compared" not in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "Engines compared" not in md
+    # an engine's own claim is scoped by engine grids only: not listed (not even as not applicable) here
+    assert "sglang-activations-5-8gb" not in md
+
+
+def test_sglang_activation_rule_of_thumb_is_judged(tmp_path, capsys):
+    """The claim sglang-activations-5-8gb (SGLang's Hyperparameter Tuning page: 5-8 GB outside the weights and the
+    KV pool is typically enough) is judged on the sglang rows' engine_held_back_bytes: Llama-3.1-70B on 8 x H200
+    keeps 17,089,617,072 B per rank (above 8 GB: contradicted); the vllm rows are not its points."""
+    out = _sweep(tmp_path, capsys, "models: [llama-3.1-70b]\nclaims: [sglang-activations-5-8gb]\ngrid:\n"
+                 "  gpu: [h200]\n  tp: [8]\n  engine: [vllm, sglang]\n", "claim")
+    md = (out / "report.md").read_text()
+    assert "| 5,000,000,000 to 8,000,000,000 | 17,089,617,072 | **contradicted (0/1)** | above" in md

@@ -55,7 +55,7 @@ def _why(v: dict[str, Any], s: dict[str, Any], weights: int, total: int, arch: A
                  + ("" if s["engine_swa_tokens"] is not None else
                     ", SGLang keeps every token in every layer (not hybrid SWA there)"))
     parts.append(cell)
-    parts.append(f"caps {s['max_num_seqs']:,} (resolve_max_num_reqs, context_len {s['max_model_len']:,}) against "
+    parts.append(f"caps {s['max_num_seqs']:,} (max_running_requests at context_len {s['max_model_len']:,}) against "
                  f"{v['max_num_seqs']:,} (max_num_seqs)")
     vtok, stok = v["engine_kv_cache_tokens"], s["engine_kv_cache_tokens"]
     return f"{_pct(stok, vtok) if vtok else '-'} tokens: " + "; ".join(parts) + "."
@@ -92,11 +92,10 @@ def engines_section(spec: GridSpec, df: pl.DataFrame, refusals: list[dict[str, A
                 str(r["kv_dtype"]), str(r["reason"])] for r in refusals]
     return {"headers": HEADERS, "rows": rows, "why": why, "refused": refused, "decision": _decision_lines(df),
             "rules": (
-                "vLLM 0.33: gpu_memory_utilization x the GPU less the weights and its reserve, in blocks. SGLang "
-                "0.5.23: free memory after the weights less (1 - mem_fraction_static) x free memory before them "
-                "(kv_cache_configurator.py _profile_available_bytes; the fraction by GPU tier and TP, "
-                "memory_hook.py), token slots at page 1 (pool_configurator.py); free before weights taken as the "
-                "GPU's total less 1 GiB (an assumption). Each row is its engine's own plan.")}
+                "vLLM 0.33: util x GPU - weights - reserve, in blocks. SGLang 0.5.23: free after weights - (1 - "
+                "mem_fraction_static) x free before (kv_cache_configurator.py _profile_available_bytes; the fraction "
+                "from memory_hook.py), token slots at page 1; free before weights = GPU total - 1 GiB (an "
+                "assumption). Each row is its engine's own plan.")}
 
 
 def _decision_lines(df: pl.DataFrame) -> list[str]:
@@ -113,5 +112,5 @@ def _decision_lines(df: pl.DataFrame) -> list[str]:
         lo, hi, med = min(rel), max(rel), statistics.median(rel)
         span = f"{lo:+.1%}" if lo == hi else f"{lo:+.1%} to {hi:+.1%} (median {med:+.1%})"
         lines.append(f"**{w}**, engines on the same hardware: SGLang 0.5.23 fits {span} of vLLM 0.33's paged requests "
-                     f"over {len(rel):,} point{'s' if len(rel) > 1 else ''} (why, per model: Engines compared).")
+                     f"over {len(rel):,} point{'s' if len(rel) > 1 else ''} (why: Engines compared).")
     return lines

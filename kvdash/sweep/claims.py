@@ -647,6 +647,8 @@ def judge_all(df: pl.DataFrame, ids: list[str] | None = None, dims: list[str] | 
     claims = load_claims()
     if ids is not None:
         claims = [c for c in claims if c.id in ids]
+    elif "engine" not in df.columns:  # an engine's own statement is scoped by grids with engine: only (every
+        claims = [c for c in claims if "engine" not in c.applies_to]  # other grid's points are vLLM's plans)
     dims = list(dims if dims is not None else SEPARATORS)
     frame = Frame(df, model_properties(models) if models else None)
     joints: dict[str, list[Claim]] = {}

@@ -69,6 +69,9 @@ def engine_columns(spec: GridSpec) -> list[tuple[str, str, str]]:
          "empty otherwise)"),
         ("engine_vs_vllm_percent", "float", "100 x (engine_kv_cache_tokens - the vLLM row's) / the vLLM row's, at "
          "the same point (0 in vllm rows)"),
+        ("engine_held_back_bytes", "int", "GPU bytes per rank the engine keeps from the weights and the KV cache: "
+         "the GPU's total - weights per rank - budget_bytes (vLLM: (1 - util) x total + reserve; SGLang: the 1 GiB "
+         "taken before the weights + (1 - mem_fraction_static) x the rest); empty without a GPU preset"),
     ]
 
 
@@ -221,5 +224,25 @@ def add_engines(spec: GridSpec, frame: pl.DataFrame) -> tuple[pl.DataFrame, list
             part, refusals = sglang_plan_rows(spec, frame)
         parts.append(part.with_columns(pl.lit(rank, dtype=pl.Int64).alias("_rank")))
     order = [name for name, _, _ in RESULT_COLUMNS] + [name for name, _, _ in engine_columns(spec)]
+    order.remove("engine_held_back_bytes")
     out = pl.concat([p.select(*order, "_src", "_rank") for p in parts]).sort("_src", "_rank", maintain_order=True)
-    return out.drop("_src", "_rank"), refusals
+    return _held_back(spec, out.drop("_src", "_rank")), refusals
+
+
+def _held_back(spec: GridSpec, frame: pl.DataFrame) -> pl.DataFrame:
+    """``engine_held_back_bytes``: the GPU's total - weights per rank - budget_bytes, per row (each engine's own
+    budget), for points on a GPU preset."""
+    presets = gpu_presets()
+    keys = frame.select(pl.col("model").cast(pl.Utf8), pl.col("gpu").cast(pl.Utf8), "gpus").unique()
+    table = []
+    for model, gpu, gpus in keys.iter_rows():
+        arch = spec.models[model].arch
+        preset = presets.get(gpu) if gpu else None
+        table.append({"model": model, "gpu": gpu, "gpus": gpus, "_fixed": None if preset is None or not
+                      arch.weights_known else preset.memory_bytes - f.weights_per_rank(arch.weight_bytes, gpus)})
+    fixed = pl.DataFrame(table, schema={"model": pl.Utf8, "gpu": pl.Utf8, "gpus": pl.Int64, "_fixed": pl.Int64})
+    return frame.with_columns(pl.col("model").cast(pl.Utf8).alias("_m"), pl.col("gpu").cast(pl.Utf8).alias("_g")) \
+        .join(fixed.rename({"model": "_m", "gpu": "_g"}), on=["_m", "_g", "gpus"], how="left", maintain_order="left",
+              nulls_equal=True) \
+        .with_columns((pl.col("_fixed") - pl.col("budget_bytes")).alias("engine_held_back_bytes")) \
+        .drop("_m", "_g", "_fixed")
