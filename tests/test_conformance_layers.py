@@ -105,7 +105,24 @@ def test_expected_records_vllm_layers_for_every_planned_config():
     assert planned <= set(LAYERS), sorted(planned - set(LAYERS))
 
 
-@pytest.mark.parametrize("name", sorted(LAYERS))
+# Zamba2 (vllm/model_executor/models/zamba2.py, Zamba2Attention.__init__): the shared attention blocks name their
+# Attention "model.attn.{j}", j numbering the hybrid layers block by block (num_mem_blocks), not by decoder index
+ZAMBA_ATTN = re.compile(r"^model\.attn\.\d+$")
+
+
+def test_zamba2_attention_per_hybrid_layer():
+    """Zamba2: a Mamba-2 mixer in every decoder layer, and one attention cache per "hybrid" layer of
+    transformers' layers_block_type (its KV cache is unique for every attention layer)."""
+    for name in (n for n in LAYERS if transformers_config(n).model_type == "zamba2"):
+        cfg = transformers_config(name)
+        attn = [k for k, kind in LAYERS[name].items() if ZAMBA_ATTN.match(k)]
+        assert {LAYERS[name][k] for k in attn} == {"full"}
+        assert len(attn) == list(cfg.layers_block_type).count("hybrid")
+        mixers = [kind for k, kind in LAYERS[name].items() if k not in attn]  # named by vLLM's own layer numbering
+        assert mixers == ["mamba"] * cfg.num_hidden_layers
+
+
+@pytest.mark.parametrize("name", sorted(n for n in LAYERS if transformers_config(n).model_type != "zamba2"))
 def test_layer_kinds_agree_with_transformers(name):
     cfg = transformers_config(name)
     built = vllm_kinds(LAYERS[name])

@@ -45,6 +45,7 @@ NOT_MIRRORED = {
     "falcon-mamba-7b": "SGLang 0.5.23's mamba",  # pure Mamba-1: SGLang's pool is its state slots
     "mamba-130m": "SGLang 0.5.23's mamba",  # short-conv layers: SGLang sizes them as mamba state
     "mamba-codestral-7b": "SGLang 0.5.23's mamba",  # pure Mamba-2
+    "zamba2-7b": "SGLang 0.5.23's mamba",  # Mamba-2 + shared attention
     "glm-5.1": "DeepSeek sparse attention's indexer",  # sparse MLA: SGLang's DSA indexer pool
     "kimi-k2.5": "SGLang 0.5.23's multimodal",
     "qwen3-vl-30b-a3b-instruct": "SGLang 0.5.23's multimodal",

@@ -120,6 +120,9 @@ def from_hf_config(
         raise InputError(where, type(cfg).__name__, "expected a JSON object")
     archs = cfg.get("architectures")
     nested = isinstance(cfg.get("text_config"), dict)
+    quant = cfg.get("quantization_config")
+    if not isinstance(quant, dict) and nested:
+        quant = cfg["text_config"].get("quantization_config")
     cfg = modeltypes.aliases(_text_config(cfg))
     facts: dict[str, Any] = {
         "architectures": tuple(str(a) for a in archs) if isinstance(archs, list) else (),
@@ -132,6 +135,8 @@ def from_hf_config(
                 if isinstance(cfg.get(k), int) and not isinstance(cfg.get(k), bool)},
         "hybrid_layer_pattern": tuple(cfg["hybrid_layer_pattern"])
         if isinstance(cfg.get("hybrid_layer_pattern"), list) else (),
+        # the checkpoint's quantization_config (top level, else text_config's): what a KV dtype of "auto" becomes
+        "quantization_config": dict(quant) if isinstance(quant, dict) else {},
     }
     n_layers = _int(cfg, "num_hidden_layers", where)
     model_type = str(cfg.get("model_type") or "")
