@@ -47,9 +47,6 @@ NOT_MIRRORED = {
     "mamba-codestral-7b": "SGLang 0.5.23's mamba",  # pure Mamba-2
     "zamba2-7b": "SGLang 0.5.23's mamba",  # Mamba-2 + shared attention
     "glm-5.1": "DeepSeek sparse attention's indexer",  # sparse MLA: SGLang's DSA indexer pool
-    "kimi-k2.5": "SGLang 0.5.23's multimodal",
-    "qwen3-vl-30b-a3b-instruct": "SGLang 0.5.23's multimodal",
-    "qwen3-vl-8b-instruct": "SGLang 0.5.23's multimodal",
 }
 # configs kvdash's config reader refuses (one InputError), with what SGLang 0.5.23 did with them
 KVDASH_CANNOT_READ = {
