@@ -385,6 +385,15 @@ class TestCommand:
         code, out, err = run(["simulate", "--rate", "1e-30", "--requests", "5"], capsys)
         assert 2 == code and "--rate" in err and "2^53" in err and 1 == len(err.strip().splitlines())
 
+    def test_pool_smaller_than_a_block_says_what_is_allowed(self, capsys):
+        """A budget smaller than one block: the tutorial model's 327,680 B per token (2 x 80 layers x 8 KV heads
+        x 128 x 2 B) in 1 MiB = 1,048,576 B holds 1,048,576 // 327,680 = 3 token slots, so --block-size 16 is
+        refused in one line that says the pool, the division and what would be allowed."""
+        code, _, err = run(["simulate", "--budget", "1MiB"], capsys)
+        assert 2 == code and 1 == len(err.strip().splitlines())
+        assert ("--block-size: 16 is not allowed; the pool holds only 3 token slots (1,048,576 B per rank // "
+                "327,680 B per token): a block of at most 3 tokens, or a larger --budget") in err
+
     def test_issue_13_same_requests_with_prefix(self, capsys):
         """The issue's case: paged (20,000 token-steps) and paged-prefix (was 100) now run the same requests:
         100 requests x 200 output tokens each = 20,000 for both."""

@@ -249,7 +249,10 @@ def simulate(
     if max_len > arch.max_context:
         raise InputError("--max-reserved", max_len, f"at most the model's context length ({arch.max_context:,})")
     if block_size > capacity:
-        raise InputError("--block-size", block_size, f"the pool holds only {capacity:,} token slots")
+        how = (f" ({b:,} B per rank // {bytes_per_token:,} B per token)" if sglang_pool is None else
+               " (SGLang's max_total_num_tokens)")
+        raise InputError("--block-size", block_size, f"the pool holds only {capacity:,} token slots{how}: a block "
+                                                     f"of at most {capacity:,} tokens, or a larger --budget")
     from kvdash.core import limits
 
     limits.check_rate("--rate", rate)
