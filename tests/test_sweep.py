@@ -296,7 +296,7 @@ class TestCommands:
     def test_check_passes(self, tmp_path, capsys):
         text = BASIC + "gates:\n  - {metric: paged_requests, min: 1}\n"
         code, out, _ = run(["sweep", str(grid(tmp_path, text)), "--out", str(tmp_path / "r"), "--check"], capsys)
-        assert 0 == code and "gates: all 1 passed" in out
+        assert 0 == code and "gates: the 1 gate passed" in out  # one gate: singular, not "all 1"
 
     def test_claims_command(self, capsys):
         code, out, _ = run(["claims", "--json"], capsys)
