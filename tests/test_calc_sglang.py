@@ -70,16 +70,18 @@ def test_hybrid_comparison_names_the_cell(capsys):
 def test_dsa_refusal_keys_on_the_model_type():
     """DeepSeek sparse attention (SGLang's configs/model_config.py is_deepseek_nsa: an indexer cache beside the
     latent) is refused by the model_type kvdash reads, not by a config field kvdash never loads: the published
-    DeepSeek-V3.2 and GLM-5 configs (conformance/vllm/external) are refused, DeepSeek-V3 (plain MLA) is planned."""
+    DeepSeek-V3.2 (tests/data/configs) and GLM-5 (conformance/vllm/external)
+    configs are refused, DeepSeek-V3 (plain MLA) is planned."""
     from pathlib import Path
 
     from kvdash.core.model import load_config, load_preset
     from kvdash.engines import sglang
 
-    external = Path(__file__).resolve().parents[1] / "conformance" / "vllm" / "external"
+    root = Path(__file__).resolve().parents[1]
     assert sglang.refusal(load_preset("deepseek-v3"), 8) == ""
-    for name, model_type in (("deepseek-v3.2", "deepseek_v32"), ("glm-5", "glm_moe_dsa")):
-        arch = load_config(external / name / "config.json")
+    for folder, model_type in (("tests/data/configs/deepseek-v3.2", "deepseek_v32"),
+                               ("conformance/vllm/external/glm-5", "glm_moe_dsa")):
+        arch = load_config(root / folder / "config.json")
         assert arch.model_type == model_type
         assert sglang.refusal(arch, 8) == "DeepSeek sparse attention's indexer cache"
 

@@ -71,7 +71,9 @@ def per_layer_kinds(cfg: Any, mla: bool) -> tuple[str, list[str | None]] | None:
     if pattern:
         return "hybrid_override_pattern", [NEMOTRON_PATTERN[ch] for ch in pattern[:n]]
     blocks = getattr(cfg, "layers_block_type", None)
-    if blocks:
+    # transformers' GraniteMoeHybridConfig answers layers_block_type with its layer_types (attribute_map:
+    # "full_attention" / "linear_attention"), read below
+    if blocks and getattr(cfg, "model_type", "") != "granitemoehybrid":
         return "layers_block_type", [{"attention": "full", "mamba": "mamba"}[b] for b in list(blocks)[:n]]
     types = getattr(cfg, "layer_types", None)
     if types:
@@ -79,10 +81,12 @@ def per_layer_kinds(cfg: Any, mla: bool) -> tuple[str, list[str | None]] | None:
         if unknown:
             pytest.fail(f"layer_types values without a rule in this cross-check: {unknown}")
         kinds: list[str | None] = [LAYER_TYPES[t] for t in list(types)[:n]]
-        if getattr(cfg, "model_type", "") in ("mamba", "falcon_mamba", "mamba2"):
+        if getattr(cfg, "model_type", "") in ("mamba", "falcon_mamba", "mamba2", "granitemoehybrid"):
             # transformers' MambaConfig / FalconMambaConfig / Mamba2Config name every layer "linear_attention"; each
             # is a Mamba-1 mixer (vllm/model_executor/models/mamba.py, MambaDecoderLayer) or a Mamba-2 one
-            # (mamba2.py, Mamba2DecoderLayer), a MambaSpec of kind "mamba"
+            # (mamba2.py, Mamba2DecoderLayer), a MambaSpec of kind "mamba"; GraniteMoeHybridConfig names Granite-4.0-H's
+            # Mamba-2 layers so too (granitemoehybrid.py, ALL_DECODER_LAYER_TYPES: "linear_attention" ->
+            # GraniteMoeHybridMambaDecoderLayer, a MambaMixer2)
             kinds = ["mamba" if k == "linear" else k for k in kinds]
         if mla:
             kinds = ["mla" if k == "full" else k for k in kinds]

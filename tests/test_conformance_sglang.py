@@ -47,6 +47,8 @@ NOT_MIRRORED = {
     "mamba-codestral-7b": "SGLang 0.5.23's mamba",  # pure Mamba-2
     "zamba2-7b": "SGLang 0.5.23's mamba",  # Mamba-2 + shared attention
     "glm-5.1": "DeepSeek sparse attention's indexer",  # sparse MLA: SGLang's DSA indexer pool
+    "deepseek-v3.2": "DeepSeek sparse attention's indexer",  # sparse MLA, as glm-5.1
+    "granite-4.0-h-tiny": "SGLang 0.5.23's mamba",  # Granite-4.0-H: Mamba-2 + attention
 }
 # configs kvdash's config reader refuses (one InputError), with what SGLang 0.5.23 did with them
 KVDASH_CANNOT_READ = {

@@ -136,6 +136,9 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "mamba2": ("mamba-codestral-7b",),
     "zamba2": ("zamba2-7b",),
     "glm_moe_dsa": ("glm-5.1",),
+    "deepseek_v32": ("deepseek-v3.2",),
+    "granitemoehybrid": ("granite-4.0-h-tiny",),
+    "hunyuan_v1_dense": ("hunyuan-7b",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {
