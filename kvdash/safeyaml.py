@@ -139,6 +139,16 @@ BoundedLoader.add_constructor("tag:yaml.org,2002:int", BoundedLoader.construct_y
 BoundedLoader.add_constructor("tag:yaml.org,2002:str", BoundedLoader.construct_visible_str)
 
 
+def _line_at(text: str, mark: Any) -> str:
+    """The text of the line a YAML error points at (the last non-blank one before it when that line is blank,
+    as at the end of the file): the value an error line shows."""
+    lines = text.splitlines()
+    at = min(mark.line, len(lines) - 1) if mark is not None else len(lines) - 1
+    while at > 0 and not lines[at].strip():
+        at -= 1
+    return lines[at].strip() if lines else ""
+
+
 def compose(text: str, name: str) -> Any:
     """The node tree of ``text`` (None for an empty document), within the bounds, or one YAMLLimit line."""
     loader = BoundedLoader(text, name)
@@ -146,7 +156,8 @@ def compose(text: str, name: str) -> Any:
         return loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
-        raise YAMLLimit(loader._where(mark), "YAML", f"the file is not valid YAML: {exc.problem}") from exc
+        raise YAMLLimit(loader._where(mark), _line_at(text, mark), f"the file is not valid YAML: {exc.problem}") \
+            from exc
     except yaml.YAMLError as exc:  # ReaderError: a control character such as NUL
         problem = " ".join(str(getattr(exc, "reason", "") or exc).split())
         raise YAMLLimit(name, "YAML", f"the file is not valid YAML: {problem}") from exc
@@ -162,7 +173,8 @@ def load(text: str, name: str) -> Any:
     except YAMLLimit:
         raise
     except yaml.MarkedYAMLError as exc:
-        raise YAMLLimit(loader._where(exc.problem_mark), "YAML", f"the file is not valid YAML: {exc.problem}") from exc
+        raise YAMLLimit(loader._where(exc.problem_mark), _line_at(text, exc.problem_mark),
+                        f"the file is not valid YAML: {exc.problem}") from exc
     except yaml.YAMLError as exc:
         problem = " ".join(str(getattr(exc, "reason", "") or exc).split())
         raise YAMLLimit(name, "YAML", f"the file is not valid YAML: {problem}") from exc

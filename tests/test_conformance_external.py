@@ -55,8 +55,9 @@ def test_external_configs_are_not_the_projects_own():
 
 def test_every_case_has_vllm_figures():
     """Every case came from vLLM's own layer code, or vLLM refused it: none is "not built" (nothing mirrored in
-    its place).  DeepSeek-V3.2 and GLM-5 (sparse MLA) build in every case since the harness sets up vLLM's
-    workspace manager as the worker does, and their block sizes 16 and 32 are vLLM's own refusals."""
+    its place).  GLM-5 (sparse MLA; DeepSeek-V3.2 moved to tests/data/configs) builds in every case since the
+    harness sets up vLLM's workspace manager as the worker does, and its block sizes 16 and 32 are vLLM's own
+    refusals."""
     missing = Counter(c["config"] for c in CASES if c["status"] not in ("ok", "refused"))
     assert not missing, missing
     assert {c.get("spec_source") for c in CASES if c["status"] in ("ok", "refused")} <= {"vllm-layers"}
@@ -67,17 +68,3 @@ def test_external_config_agrees_with_vllm(config):
     """All cases of one external config: the same figures as vLLM 0.33.0, or refused where it refuses."""
     text = report(config, BY_CONFIG[config], serve=DATA["serve"], root=EXTERNAL)
     assert not text, "\n" + text
-
-
-def test_sparse_mla_external_figures():
-    """DeepSeek-V3.2 (sparse MLA) as vLLM 0.33.0 planned it, worked by hand: 61 latents of 576 x 2 B and 61
-    indexer caches of 132 B per token (DeepseekV32IndexerCache, uint8 whatever the KV dtype) in one group, 64-token
-    blocks: a block is 61 x 64 x (1,152 + 132) = 5,012,736 B, and 12 GiB / that = 2,570 blocks; fp8 KV is stored
-    as fp8_ds_mla (656 B): 61 x 64 x (656 + 132) = 3,076,352 B per block, 4,188 blocks; a request of 2,048 tokens
-    holds 32 blocks (80.31x, 130.88x)."""
-    got = {c["kv_dtype"]: c for c in BY_CONFIG["deepseek-v3.2"] if c["tp"] == 1 and c["status"] == "ok"
-           and c["block_size_requested"] == "auto" and c["max_model_len"] == 2048 and c["budget_bytes"] == 12 * 2**30}
-    assert (2570, 80.3125, {"mla": 73728, "indexer": 8448}) == (
-        got["bf16"]["num_gpu_blocks"], got["bf16"]["max_concurrency"], got["bf16"]["page_bytes"])
-    assert (4188, 130.875, {"mla": 41984, "indexer": 8448}) == (
-        got["fp8"]["num_gpu_blocks"], got["fp8"]["max_concurrency"], got["fp8"]["page_bytes"])

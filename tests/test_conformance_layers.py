@@ -71,7 +71,9 @@ def per_layer_kinds(cfg: Any, mla: bool) -> tuple[str, list[str | None]] | None:
     if pattern:
         return "hybrid_override_pattern", [NEMOTRON_PATTERN[ch] for ch in pattern[:n]]
     blocks = getattr(cfg, "layers_block_type", None)
-    if blocks:
+    # transformers' GraniteMoeHybridConfig answers layers_block_type with its layer_types (attribute_map:
+    # "full_attention" / "linear_attention"), read below
+    if blocks and getattr(cfg, "model_type", "") != "granitemoehybrid":
         return "layers_block_type", [{"attention": "full", "mamba": "mamba"}[b] for b in list(blocks)[:n]]
     types = getattr(cfg, "layer_types", None)
     if types:
@@ -79,10 +81,12 @@ def per_layer_kinds(cfg: Any, mla: bool) -> tuple[str, list[str | None]] | None:
         if unknown:
             pytest.fail(f"layer_types values without a rule in this cross-check: {unknown}")
         kinds: list[str | None] = [LAYER_TYPES[t] for t in list(types)[:n]]
-        if getattr(cfg, "model_type", "") in ("mamba", "falcon_mamba", "mamba2"):
+        if getattr(cfg, "model_type", "") in ("mamba", "falcon_mamba", "mamba2", "granitemoehybrid"):
             # transformers' MambaConfig / FalconMambaConfig / Mamba2Config name every layer "linear_attention"; each
             # is a Mamba-1 mixer (vllm/model_executor/models/mamba.py, MambaDecoderLayer) or a Mamba-2 one
-            # (mamba2.py, Mamba2DecoderLayer), a MambaSpec of kind "mamba"
+            # (mamba2.py, Mamba2DecoderLayer), a MambaSpec of kind "mamba"; GraniteMoeHybridConfig names Granite-4.0-H's
+            # Mamba-2 layers so too (granitemoehybrid.py, ALL_DECODER_LAYER_TYPES: "linear_attention" ->
+            # GraniteMoeHybridMambaDecoderLayer, a MambaMixer2)
             kinds = ["mamba" if k == "linear" else k for k in kinds]
         if mla:
             kinds = ["mla" if k == "full" else k for k in kinds]
@@ -105,7 +109,24 @@ def test_expected_records_vllm_layers_for_every_planned_config():
     assert planned <= set(LAYERS), sorted(planned - set(LAYERS))
 
 
-@pytest.mark.parametrize("name", sorted(LAYERS))
+# Zamba2 (vllm/model_executor/models/zamba2.py, Zamba2Attention.__init__): the shared attention blocks name their
+# Attention "model.attn.{j}", j numbering the hybrid layers block by block (num_mem_blocks), not by decoder index
+ZAMBA_ATTN = re.compile(r"^model\.attn\.\d+$")
+
+
+def test_zamba2_attention_per_hybrid_layer():
+    """Zamba2: a Mamba-2 mixer in every decoder layer, and one attention cache per "hybrid" layer of
+    transformers' layers_block_type (its KV cache is unique for every attention layer)."""
+    for name in (n for n in LAYERS if transformers_config(n).model_type == "zamba2"):
+        cfg = transformers_config(name)
+        attn = [k for k, kind in LAYERS[name].items() if ZAMBA_ATTN.match(k)]
+        assert {LAYERS[name][k] for k in attn} == {"full"}
+        assert len(attn) == list(cfg.layers_block_type).count("hybrid")
+        mixers = [kind for k, kind in LAYERS[name].items() if k not in attn]  # named by vLLM's own layer numbering
+        assert mixers == ["mamba"] * cfg.num_hidden_layers
+
+
+@pytest.mark.parametrize("name", sorted(n for n in LAYERS if transformers_config(n).model_type != "zamba2"))
 def test_layer_kinds_agree_with_transformers(name):
     cfg = transformers_config(name)
     built = vllm_kinds(LAYERS[name])

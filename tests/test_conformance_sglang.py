@@ -45,10 +45,10 @@ NOT_MIRRORED = {
     "falcon-mamba-7b": "SGLang 0.5.23's mamba",  # pure Mamba-1: SGLang's pool is its state slots
     "mamba-130m": "SGLang 0.5.23's mamba",  # short-conv layers: SGLang sizes them as mamba state
     "mamba-codestral-7b": "SGLang 0.5.23's mamba",  # pure Mamba-2
+    "zamba2-7b": "SGLang 0.5.23's mamba",  # Mamba-2 + shared attention
     "glm-5.1": "DeepSeek sparse attention's indexer",  # sparse MLA: SGLang's DSA indexer pool
-    "kimi-k2.5": "SGLang 0.5.23's multimodal",
-    "qwen3-vl-30b-a3b-instruct": "SGLang 0.5.23's multimodal",
-    "qwen3-vl-8b-instruct": "SGLang 0.5.23's multimodal",
+    "deepseek-v3.2": "DeepSeek sparse attention's indexer",  # sparse MLA, as glm-5.1
+    "granite-4.0-h-tiny": "SGLang 0.5.23's mamba",  # Granite-4.0-H: Mamba-2 + attention
 }
 # configs kvdash's config reader refuses (one InputError), with what SGLang 0.5.23 did with them
 KVDASH_CANNOT_READ = {

@@ -1,4 +1,4 @@
-"""``kvdash exporter --engine-rules sglang`` (issue 27): the analytical pool sized by SGLang 0.5.23's rules
+"""``kvdash exporter --engine-rules sglang`` and live's (issue 27): the analytical pool sized by SGLang 0.5.23's rules
 (kvdash.engines.sglang, checked on SGLang's own code in test_conformance_sglang.py), as calc's SGLang view."""
 
 from __future__ import annotations
@@ -42,3 +42,21 @@ def test_refusals_are_one_line(capsys):
                           (["tgi"], "expected vllm, sglang")):
         code, _, err = run([*base, *extra], capsys)
         assert code == 2 and err.count("\n") == 1 and needle in err, (extra, err)
+
+
+def test_live_pool_by_sglang_rules(capsys):
+    """live takes the same option: the demo's pool is SGLang's (2,832,402 slots), its cap SGLang's
+    max_running_requests int(2,832,402 / 131,072 x 512) = 11,064, clamped to 4,096; beside the demo's vLLM engine
+    the gap is said to compare two engines' rules (no reconciling reserve)."""
+    import json
+
+    code, out, _ = run(["live", "--demo", "--once", "--json", "--engine-rules", "sglang"], capsys)
+    assert code in (0, None)
+    kv = json.loads(out)["kv_pool"]
+    assert (kv["engine_rules"], kv["budget_bytes"], kv["token_slots"]) == ("sglang", 116_015_203_024, 2_832_402)
+    assert (kv["paged_requests"], kv["max_num_seqs"], kv["running_requests"]) == (3_433, 4_096, 3_433)
+    assert "two engines' rules" in kv["engine"]["explain"] and "reconciling_reserve_bytes" not in kv["engine"]
+    code, out, _ = run(["live", "--demo", "--once", "--engine-rules", "sglang"], capsys)
+    assert "SGLang runs at once" in out and "its max_running_requests 4,096" in out
+    code, out, _ = run(["live", "--demo", "--once", "--json"], capsys)
+    assert "engine_rules" not in json.loads(out)["kv_pool"]

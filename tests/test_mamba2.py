@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kvdash.answer.budget import BudgetSpec
 from kvdash.answer.calc import CalcInput, calculate
 from kvdash.core.model import load_config
 from kvdash.core.pool import layer_state_bytes
+from kvdash.errors import InputError
 
 CONFIG = Path(__file__).resolve().parent / "data" / "configs" / "mamba-codestral-7b" / "config.json"
 
@@ -42,3 +45,39 @@ def test_mamba_codestral_blocks_by_hand():
     line = "GPU KV cache size: 63,488 tokens, Maximum concurrency for 2,048 tokens per request: 31.00x"
     assert (93, line) == out[True]
     assert 93 == out[False][0] and out[False][1].endswith("93.00x")
+
+
+ZAMBA2 = Path(__file__).resolve().parent / "data" / "configs" / "zamba2-7b" / "config.json"
+
+
+def _zamba(tp: int = 1, kv: str = "bf16", block: int | str = "auto"):
+    return calculate(CalcInput(arch=load_config(ZAMBA2), kv_dtype=kv, block_size=block,
+                               budget=BudgetSpec(bytes=12 * 2**30), tp=tp, used=1, max_reserved=2048,
+                               max_model_len=2048, max_batched_tokens=8192))
+
+
+def test_groups_tp_must_divide_unless_one():
+    """MambaMixer2.__init__ (vllm/model_executor/layers/mamba/mamba_mixer2.py): "If tensor parallel world size does
+    not divide num_groups, then num_groups must equal 1".  Zamba2-7B has mamba_ngroups 2: tp 2 is planned, tp 4
+    refused (vLLM 0.33's code refused all 64 of its tp 4 and tp 8 cases); a single group is replicated to tp."""
+    from kvdash.core.state import state_elements
+
+    assert _zamba(tp=2, block=64)["vllm_view"]["num_gpu_blocks"] > 0
+    with pytest.raises(InputError, match="num_groups must equal 1"):
+        _zamba(tp=4, block=64)
+    # one group of 128-wide states replicated to 4 ranks: conv 3 x (8,192 + 2 x 4 x 128) / 4 = 6,912
+    assert (6912, 32 * 64 * 128) == state_elements("mamba2", (8192, 1, 128, 64, 128, 4), 4)
+
+
+def test_block_alignment_on_the_model_class_page():
+    """Zamba2ForCausalLM.get_mamba_state_shape_from_config takes head_dim = mamba_headdim (64), the layers
+    intermediate // n_mamba_heads = 7,168 // 8 = 896.  Alignment page: (3 x (7,168 + 2 x 2 x 64) + 8 x 64 x 64) x 2
+    = 110,080 B, so block auto stays 16 (16 x 28,672 B of attention per token = 458,752 B >= it); the layers' page
+    is (22,272 + 8 x 896 x 64) x 2 = 962,048 B, larger than the padded page: MambaSpec.page_size_bytes asserts and
+    vLLM does not start.  Block 64 (1,835,008 B) holds it: planned, 540 blocks, as vLLM 0.33's code gave."""
+    for block in ("auto", 16, 32):
+        with pytest.raises(InputError, match="page_size_bytes"):
+            _zamba(block=block)
+    with pytest.raises(InputError, match="page_size_bytes"):
+        _zamba(kv="fp8", block=64)  # fp8 attention page 917,504 B < 962,048 B
+    assert 540 == _zamba(block=64)["vllm_view"]["num_gpu_blocks"]

@@ -171,7 +171,7 @@ class TestNewTypes:
         # a type that gained a published config here (OLMo-3, EXAONE-4, Seed-OSS) is conformance-checked on it too
         assert model_type in modeltypes.CONFORMANCE or model_type in self.NOT_CHECKED_YET
 
-    NOT_CHECKED_YET = {"ernie4_5", "ernie4_5_moe", "hunyuan_v1_dense", "hunyuan_v1_moe"}
+    NOT_CHECKED_YET = {"ernie4_5", "ernie4_5_moe", "hunyuan_v1_moe"}
 
     def test_gemma3n_shared_layers_hold_no_cache(self):
         """Gemma 3n (vllm/model_executor/models/gemma3n.py, Gemma3nAttention): with 35 layers and

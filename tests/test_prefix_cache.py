@@ -317,6 +317,25 @@ def test_calc_offload_issue_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert "20,480 chunks" in out and "327,680 tokens" in out
 
 
+def test_calc_footer_closes_the_output_after_every_section(capsys: pytest.CaptureFixture[str]) -> None:
+    """calc's footer (the version and what KiB/MiB/GiB mean) is its last line, after the sections printed below
+    the tables: the offload tiers (cpu:100GiB at TP 8: 20,480 chunks of 5,242,880 B, as above) and SGLang's view
+    (Llama-3.1-70B on 8 x H200: max_total_num_tokens 2,832,402, as tests/test_calc_sglang.py works out)."""
+    from tests.cli_run import run
+
+    for args, section, figure in (
+            (["--model", "llama-3.1-70b", "--tp", "8", "--offload", "cpu:100GiB"], "Offload tiers (vLLM native",
+             "20,480 chunks"),
+            (["--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "8", "--engine-rules", "sglang"],
+             "SGLang 0.5.23 view (--engine-rules sglang):", "max_total_num_tokens=2832402")):
+        code, out, _ = run(["calc", *args], capsys)
+        assert code in (0, None)
+        flat = out.replace("\n", " ")  # every line is wrapped to the terminal's width
+        assert flat.rstrip().endswith(" - bytes are exact; KiB/MiB/GiB are powers of 2.")
+        assert flat.count("bytes are exact") == 1
+        assert flat.index(section) < flat.index(figure) < flat.index("bytes are exact")
+
+
 @pytest.mark.parametrize("args, field", [
     (["calc", "--offload", "disk:1TB"], "--offload"),
     (["calc", "--link", "pcie5-x16"], "--offload"),

@@ -62,6 +62,43 @@ class TestDecision:
                 "(running_requests ≥ 256); "
                 "block 32 tie; runner-up qwen2.5-72b with 72.2 (-1.0%).") in d
 
+    def test_point_no_swept_dimension_names_is_named_by_its_model(self, tmp_path):
+        """A grid sweeping nothing but workloads leaves a point's label empty once the workload is said: the
+        decision names it by its model, never by its hash id.  Llama-3.1-8B, bf16, the default 12 GiB budget
+        (by hand): 2 x 32 layers x 8 KV heads x 128 x 2 B = 131,072 B/token, 2,097,152 B a 16-token block,
+        12 GiB / 2 MiB = 6,144 blocks; 825 tokens = 52 blocks -> floor(6,144 / 52) = 118 requests;
+        2,000 tokens = 125 blocks -> floor(6,144 / 125) = 49."""
+        path = tmp_path / "g.yaml"
+        path.write_text("models: [llama-3.1-8b]\n"
+                        "workloads:\n  short: {length: 825}\n  long: {length: 2000}\n")
+        spec = parse_grid(path)
+        expanded = expand(spec)
+        write_report(spec, expanded, tmp_path / "r")
+        d = section((tmp_path / "r" / "report.md").read_text(), "Decision")
+        assert "**short**: best is llama-3.1-8b with 118.0 running_requests_per_gpu; no runner-up passes." in d
+        assert "**long**: best is llama-3.1-8b with 49.0 running_requests_per_gpu; no runner-up passes." in d
+        for point_id in expanded.frame.get_column("id"):
+            assert point_id not in d
+
+    def test_one_point_is_said_in_the_singular(self, tmp_path, capsys):
+        """A grid of one point (Llama-3.1-8B, 825 tokens: 118 requests in the default 12 GiB, worked out above)
+        says "1 point", "its 1 configuration", "1 of 1 configuration passes" and "the 1 gate", never "1 points",
+        "all 1 configurations" or "all 1 passed"."""
+        from tests.cli_run import run
+
+        path = tmp_path / "g.yaml"
+        path.write_text("models: [llama-3.1-8b]\n")
+        code, out, _ = run(["sweep", str(path), "--out", str(tmp_path / "r")], capsys)
+        assert 0 == code or code is None
+        assert out.startswith("1 point (no reserve: declared KV budgets) -> ")
+        assert "No gates in this grid: its 1 configuration is the candidate." in out
+        assert "best is llama-3.1-8b with 118.0 running_requests_per_gpu" in out
+        path.write_text("models: [llama-3.1-8b]\ngates:\n  - {name: any, metric: paged_requests, min: 118}\n")
+        code, out, _ = run(["sweep", str(path), "--out", str(tmp_path / "r"), "--check"], capsys)
+        assert 0 == code
+        assert "1 of 1 configuration passes every gate." in out and "gates: the 1 gate passed" in out
+        assert "1 points" not in out and "all 1 " not in out
+
     def test_decision_comes_first_and_assumptions_after(self, chat):
         _, _, md, _ = chat
         order = [md.index(f"## {t}\n") for t in ("Decision", "Gates", "Headline", "Claims, scoped to this grid",

@@ -278,7 +278,7 @@ def test_sweep_default_reserve_is_auto_on_gpu_budgets(tmp_path, capsys):
         main(["sweep", str(grid), "--out", str(tmp_path / "out"), "--check"])
     assert 0 == exc.value.code
     out = capsys.readouterr().out
-    assert "1 points (reserve auto, 3.00 GiB per rank, published terms) -> " in out
+    assert "1 point (reserve auto, 3.00 GiB per rank, published terms) -> " in out  # one point: singular
     assert "gates: none in this grid (reserve auto, 3.00 GiB per rank, published terms)" in out
     csv = (tmp_path / "out" / "results.csv").read_text().splitlines()
     row = dict(zip(csv[0].split(","), csv[1].split(","), strict=True))

@@ -12,8 +12,9 @@ Rules guarded (vLLM 0.33.0 files; kvdash/core/modeltypes.py and kvdash/engines/v
 * Hopper's sparse MLA backends take multiples of 64 tokens only (``get_supported_kernel_block_sizes``:
   ``MultipleOf(64)``), so ``--block-size`` unset is 64 and 16 or 32 is refused at start-up.
 
-The external set (``conformance/vllm/external/``) holds the published DeepSeek-V3.2 and GLM-5 configs; every one of
-their 256 cases is compared with vLLM's own figures in ``tests/test_conformance_external.py``.
+The published DeepSeek-V3.2 config is in ``tests/data/configs/`` (moved from the external set after the audit
+measured it; its 128 cases are compared with vLLM's own figures in ``tests/test_conformance.py``); GLM-5's is in the
+external set (``conformance/vllm/external/``, ``tests/test_conformance_external.py``).
 """
 
 from __future__ import annotations
@@ -33,11 +34,14 @@ from kvdash.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTERNAL = ROOT / "conformance" / "vllm" / "external"
+CONFIGS = ROOT / "tests" / "data" / "configs"
+EXPECTED = ROOT / "conformance" / "vllm" / "expected.json"
 GiB = 2**30
 
 
 def _arch(name: str):
-    return load_config(EXTERNAL / name / "config.json")
+    own = CONFIGS / name / "config.json"
+    return load_config(own if own.is_file() else EXTERNAL / name / "config.json")
 
 
 def _calc(arch, kv: str = "bf16", block: int | str = "auto", budget: int = 12 * GiB, length: int = 2048):
@@ -123,3 +127,18 @@ def test_sglang_still_refuses_the_indexer():
     from kvdash.engines.sglang import refusal
 
     assert "indexer" in refusal(_arch("deepseek-v3.2"), 1)
+
+
+def test_sparse_mla_figures_vllm_gave():
+    """DeepSeek-V3.2 (sparse MLA) as vLLM 0.33.0 planned it (conformance/vllm/expected.json), worked by hand: 61
+    latents of 576 x 2 B and 61 indexer caches of 132 B per token (DeepseekV32IndexerCache, uint8 whatever the KV
+    dtype) in one group, 64-token blocks: a block is 61 x 64 x (1,152 + 132) = 5,012,736 B, and 12 GiB / that = 2,570
+    blocks; fp8 KV is stored as fp8_ds_mla (656 B): 61 x 64 x (656 + 132) = 3,076,352 B per block, 4,188 blocks; a
+    request of 2,048 tokens holds 32 blocks (80.31x, 130.88x)."""
+    cases = json.loads(EXPECTED.read_text(encoding="utf-8"))["cases"]
+    got = {c["kv_dtype"]: c for c in cases if c["config"] == "deepseek-v3.2" and c["tp"] == 1 and c["status"] == "ok"
+           and c["block_size_requested"] == "auto" and c["max_model_len"] == 2048 and c["budget_bytes"] == 12 * GiB}
+    assert (2570, 80.3125, {"mla": 73728, "indexer": 8448}) == (
+        got["bf16"]["num_gpu_blocks"], got["bf16"]["max_concurrency"], got["bf16"]["page_bytes"])
+    assert (4188, 130.875, {"mla": 41984, "indexer": 8448}) == (
+        got["fp8"]["num_gpu_blocks"], got["fp8"]["max_concurrency"], got["fp8"]["page_bytes"])

@@ -69,6 +69,19 @@ class TestGridFile:
         message = str(exc.value)
         assert where in message and words in message
 
+    @pytest.mark.parametrize("text,line", [
+        ("models: [llama-3.1-70b\n  grid: {\n", "grid.yaml:2:7: 'grid: {' is not allowed; the file is not valid YAML: "
+                                               "did not find expected ',' or ']'"),
+        ("grid: [1, 2\n\n", "grid.yaml:3:1: 'grid: [1, 2' is not allowed; the file is not valid YAML: "
+                            "did not find expected ',' or ']'"),  # at the end: the last line that holds text
+    ])
+    def test_invalid_yaml_shows_the_line_it_points_at(self, tmp_path, capsys, text, line):
+        """Not YAML: the error shows the offending line as its value (it showed the word 'YAML'), after the file
+        position PyYAML gives (line 2, column 7 for the unclosed [ of line 1 met by a mapping key)."""
+        code, _, err = run(["sweep", str(grid(tmp_path, text))], capsys)
+        assert 2 == code and 1 == len(err.strip().splitlines())
+        assert err.strip().endswith(line) and "'YAML'" not in err
+
     def test_cli_error_is_one_line_exit_2(self, tmp_path, capsys):
         code, _, err = run(["sweep", str(grid(tmp_path, "grid:\n  kv_dtpye: [bf16]\n"))], capsys)
         assert 2 == code and 1 == len(err.strip().splitlines()) and "Traceback" not in err
@@ -296,7 +309,7 @@ class TestCommands:
     def test_check_passes(self, tmp_path, capsys):
         text = BASIC + "gates:\n  - {metric: paged_requests, min: 1}\n"
         code, out, _ = run(["sweep", str(grid(tmp_path, text)), "--out", str(tmp_path / "r"), "--check"], capsys)
-        assert 0 == code and "gates: all 1 passed" in out
+        assert 0 == code and "gates: the 1 gate passed" in out  # one gate: singular, not "all 1"
 
     def test_claims_command(self, capsys):
         code, out, _ = run(["claims", "--json"], capsys)

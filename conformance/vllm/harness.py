@@ -687,6 +687,12 @@ def cases_for(name: str, d: Path, log, fresh: bool) -> tuple[list[dict], dict]:
     return out, info
 
 
+# Assertions vLLM's layers make about the config while they are built, which `vllm serve` hits at start-up on
+# the H200 as here: MambaMixer2.__init__ (vllm/model_executor/layers/mamba/mamba_mixer2.py).
+MODEL_CHECKS = ("If tensor parallel world size does not divide num_groups",
+                "Tensor parallel world size must divide num heads")
+
+
 def build_key(tp: int, kv: str, prefix: bool) -> tuple:
     return (tp, kv, prefix)
 
@@ -709,10 +715,12 @@ def plan_one(name, mc, tp, kv, block, prefix, builds, info, log, fresh):
         try:
             built = build_for(vc)
         except Exception as exc:  # noqa: BLE001 - the model cannot be built here
-            if isinstance(exc, ValueError) and str(exc).startswith("No valid attention backend found"):
+            if (isinstance(exc, ValueError) and str(exc).startswith("No valid attention backend found")) or (
+                    isinstance(exc, AssertionError) and str(exc).startswith(MODEL_CHECKS)):
                 # vLLM's selector (CudaPlatform.get_attn_backend_cls, vllm/platforms/cuda.py) refuses
                 # the combination while the model is built: `vllm serve` stops with this error on the
-                # H200 too (e.g. sparse MLA at --block-size 16/32: its backends take multiples of 64)
+                # H200 too (e.g. sparse MLA at --block-size 16/32: its backends take multiples of 64), as do
+                # the model layers' own checks of the parallel layout (MODEL_CHECKS)
                 return None, reason_of(exc), "refused"
             reason = "harness: vLLM's model class could not be built here: " + reason_of(exc)
             info.setdefault("build_errors", {})[f"tp{tp}-{kv}-pc{int(prefix)}"] = reason[:600]

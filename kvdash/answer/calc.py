@@ -28,7 +28,7 @@ from kvdash.core.pool import PoolShape, layer_token_bytes
 from kvdash.engines import vllm_view
 from kvdash.engines.base import Caps
 from kvdash.engines.vllm import RULES as VLLM
-from kvdash.engines.vllm import max_concurrent_batches
+from kvdash.engines.vllm import max_concurrent_batches, stored_kv_dtype
 from kvdash.errors import InputError
 from kvdash.units import GiB
 
@@ -366,7 +366,9 @@ def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
     if arch.num_attention_heads == 64:  # the tutorial's key, where its name is true (Llama-3.1-70B)
         out["mha_64_kv_heads_bytes_per_token"] = out["mha_bytes_per_token"]
     variants: list[tuple[str, CalcInput]] = [("as configured", inp)]
-    dt = get_dtype(inp.kv_dtype)
+    # what the cache is stored in (vLLM's --kv-cache-dtype auto may be a checkpoint's declared fp8)
+    auto = inp.kv_dtype.lower() == "auto"
+    dt = get_dtype(stored_kv_dtype(arch, inp.kv_dtype)[0] if auto else inp.kv_dtype)
     if dt.bytes_per_element != 1:
         variants.append(("kv dtype fp8 (idealized)", replace(inp, kv_dtype="fp8", kv_scales="tensor")))
     if dt.bytes_per_element != 2 and dt.name != "fp8_ds_mla":

@@ -23,7 +23,8 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
         + "".join(f"; {line}" for line in arch.derived),
         (f"KV dtype: {dt.name}, {dt.bytes_per_element} byte(s) per element; scales: " if not
          stored_kv_dtype(arch, inp.kv_dtype)[1] else
-         f"KV dtype: {dt.name} asked, stored as {stored_kv_dtype(arch, inp.kv_dtype)[0]} "
+         f"KV dtype: {inp.kv_dtype if inp.kv_dtype.lower() == 'auto' else dt.name} asked, stored as "
+         f"{stored_kv_dtype(arch, inp.kv_dtype)[0]} "
          f"({get_dtype(stored_kv_dtype(arch, inp.kv_dtype)[0]).bytes_per_element} byte(s) per element); scales: ")
         + ("fp32 per token per KV head for K and V" if inp.kv_scales == "token_head" else
            "per tensor (no per-token bytes)"),
@@ -41,7 +42,9 @@ def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolSh
         "headroom, no prefix reuse unless --prefix is given",
     ]
     stored, why = stored_kv_dtype(arch, inp.kv_dtype)
-    if why:  # vLLM 0.33 ignores --kv-cache-dtype for this model's attention (Falcon): said second, it moves the answer
+    if why.startswith("auto:"):  # the checkpoint declares its KV dtype: said second, it moves the answer
+        lines.insert(1, f"KV cache {stored}, from --kv-dtype {why}; every figure here uses {stored}")
+    elif why:  # vLLM 0.33 ignores --kv-cache-dtype for this model's attention (Falcon): said second
         lines.insert(1, f"KV cache stays {stored}, not {dt.name}: vLLM 0.33 does not apply --kv-cache-dtype to "
                         f"{arch.model_type}'s attention ({why}); every figure here uses {stored}")
     elif dt.quantized and inp.kv_scales == "tensor" and dt.name != "fp8_ds_mla":

@@ -240,9 +240,10 @@ def calc(
             lines += sglang_lines(result["sglang_view"], brief=True)
         print("\n".join(part for line in lines for part in wrap(line, terminal_width())))
         return
-    from kvdash.render.calc_view import render
+    from kvdash.render.calc_view import footer, render
+    from kvdash.render.table import print_tables
 
-    render(result)
+    render(result, closing=False)  # the footer closes the output, after the sections below
     if "sglang_view" in result:
         from kvdash.render.table import terminal_width, wrap
 
@@ -254,6 +255,7 @@ def calc(
               f"{s['kv_capacity_requests']:,} of them at once; binds: {s['binding_limit']}")
     if offload is not None:
         _print_offload(result["offload_tiers"])
+    print_tables([], footer(result))
 
 
 VLLM_VIEW_OMITTED = ("--engine-rules sglang: the start-up line shown is SGLang 0.5.23's (sglang_view.log_line); "

@@ -16,6 +16,7 @@ from kvdash.commands.common import (
     BudgetOpt,
     ConfigOpt,
     DemoOpt,
+    EngineRulesOpt,
     EngineTimeoutOpt,
     GpusOpt,
     GpuUtilOpt,
@@ -80,6 +81,7 @@ def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int,  # type: i
 
 
 def live(
+    ctx: typer.Context,
     demo: DemoOpt = False,
     replay: Annotated[Optional[Path], Opt(help="Play back snapshots recorded by kvdash record. Default: none (NVML).")] = None,
     engine: Annotated[Optional[str], Opt(help="A vLLM or SGLang Prometheus endpoint, e.g. localhost:8000. Default: none.")] = None,
@@ -89,6 +91,7 @@ def live(
     kv_dtype: KvDtypeOpt = D.KV_DTYPE,
     block_size: BlockSizeOpt = str(D.BLOCK_SIZE),
     tp: TpOpt = D.LIVE_TP,
+    engine_rules: EngineRulesOpt = "vllm",
     gpu_util: GpuUtilOpt = None,
     weights: WeightsOpt = None,
     reserve: ReserveOpt = D.RESERVE,
@@ -117,7 +120,8 @@ def live(
     check_engine_timeout(engine_timeout)
     max_bytes = parse_max_file_size(max_file_size)
     cfg = live_config(model, config, kv_dtype, block_size, tp, gpu_util, weights, reserve, budget, budget_mode,
-                      live_lengths(length, group), max_reserved)
+                      live_lengths(length, group), max_reserved, engine_rules,
+                      ctx.get_parameter_source("block_size").name != "DEFAULT")  # type: ignore[union-attr]
     mode = cfg.budget_mode
     from kvdash.netaddr import check_url
 

@@ -70,7 +70,9 @@ def sweep(
                 print(line, file=sys.stderr)
             raise typer.Exit(1)
         if not quiet:
-            print((f"gates: all {len(spec.gates)} passed" if spec.gates else "gates: none in this grid")
+            n = len(spec.gates)
+            print(("gates: none in this grid" if not n else "gates: the 1 gate passed" if n == 1 else
+                   f"gates: all {n} passed")
                   + f" ({_reserve(spec, frame)})")
 
 
@@ -111,7 +113,8 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
     if not quiet:
         from kvdash.report.build import answer_lines
 
-        print(f"{expanded.frame.height:,} points ({_reserve(spec, expanded.frame)}) -> {target}/ "
+        points = expanded.frame.height
+        print(f"{points:,} point{'' if points == 1 else 's'} ({_reserve(spec, expanded.frame)}) -> {target}/ "
               f"({', '.join(f.name for f in files)})")
         print("\n".join(answer_lines(answer)))
         print(f"Report: {target / 'report.md'} (and report.html beside it)")

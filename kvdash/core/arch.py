@@ -36,6 +36,9 @@ class Layer:
     # sparse MLA (DeepSeek-V3.2, GLM-5): bytes per token of the layer's indexer key cache, a second cache layer
     # beside the latent in the same KV-cache group (kvdash.core.modeltypes.sparse_mla_index_bytes); 0: none
     index_bytes: int = 0
+    # the state shape the model class gives vLLM's hybrid block alignment (get_mamba_state_shape_from_config) where
+    # it differs from the layer's own (kvdash.core.modeltypes: Zamba2); () when they agree
+    align_state: tuple[int, ...] = ()
 
     @property
     def latent_dim(self) -> int:
@@ -64,8 +67,9 @@ class Architecture:
     counts: dict[str, int] = field(default_factory=dict, compare=False)
     max_len_rule: Any = None  # kvdash.core.maxlen.DerivedMaxLen from config.json; None: max_context
     # config.json facts an engine's own rules read (kvdash.engines.sglang): "architectures" (tuple),
-    # "nested_text_config" (bool), "length_fields" ({key: int}), "rope_scaling" (dict), "swa" ({key: int}),
-    # "hybrid_layer_pattern" (tuple); empty for presets
+    # "nested_text_config" (bool), "top_model_type" (str), "vision_config" ({key: int} or None), "length_fields"
+    # ({key: int}), "rope_scaling" (dict), "swa" ({key: int}), "hybrid_layer_pattern" (tuple),
+    # "quantization_config" (dict, kvdash.engines.vllm: resolve_auto_kv_dtype)
     facts: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property

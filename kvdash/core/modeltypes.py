@@ -134,7 +134,11 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "mamba": ("mamba-130m",),
     "falcon_mamba": ("falcon-mamba-7b",),
     "mamba2": ("mamba-codestral-7b",),
+    "zamba2": ("zamba2-7b",),
     "glm_moe_dsa": ("glm-5.1",),
+    "deepseek_v32": ("deepseek-v3.2",),
+    "granitemoehybrid": ("granite-4.0-h-tiny",),
+    "hunyuan_v1_dense": ("hunyuan-7b",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {
@@ -460,9 +464,14 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
         heads = _pos(cfg, "n_mamba_heads", where)
         if inter % heads:
             raise InputError(f"{where}: n_mamba_heads", heads, f"must divide mamba_expand x hidden_size = {inter}")
-        mamba = Layer("mamba", state_family="mamba2", state=(
-            inter, _pos(cfg, "mamba_ngroups", where), heads, inter // heads, _pos(cfg, "mamba_d_state", where),
-            _pos(cfg, "mamba_d_conv", where)))
+        # Zamba2ForCausalLM.get_mamba_state_shape_from_config, which vLLM's block alignment asks
+        # (Platform._align_hybrid_block_size, vllm/platforms/interface.py), takes head_dim = mamba_headdim, the layer
+        # intermediate // n_mamba_heads: a config where they differ aligns to a page that is not the layer's
+        dims = (inter, _pos(cfg, "mamba_ngroups", where), heads, inter // heads, _pos(cfg, "mamba_d_state", where),
+                _pos(cfg, "mamba_d_conv", where))
+        headdim = cfg.get("mamba_headdim") or dims[3]
+        mamba = Layer("mamba", state_family="mamba2", state=dims,
+                      align_state=() if headdim == dims[3] else dims[:3] + (headdim,) + dims[4:])
         attn_heads, attn_dim = _pos(cfg, "num_attention_heads", where), _pos(cfg, "attention_head_dim", where)
         attention = Layer("full", kv_heads=attn_heads, head_dim=attn_dim, head_dim_v=attn_dim)
         types = cfg.get("layers_block_type")

@@ -6,8 +6,9 @@ class's ``get_mamba_state_shape_from_config``, i.e. ``MambaStateShapeCalculator`
 ``vllm/model_executor/layers/mamba/mamba_utils.py`` (vLLM v0.33.0).  The formulas below mirror it:
 
 * ``mamba1`` (Jamba): conv ``(I/tp) x (d_conv - 1)``, ssm ``(I/tp) x d_state``.
-* ``mamba2`` (Nemotron-H, Granite-4 hybrid, Falcon-H1, Zamba2): ``G`` groups are padded to ``tp`` when
-  ``tp`` does not divide them; conv ``(d_conv - 1) x (I + 2 G d_state)/tp``, ssm
+* ``mamba2`` (Nemotron-H, Granite-4 hybrid, Falcon-H1, Zamba2, Mamba-2): a single group is replicated to ``tp``
+  ranks, and more groups than one must be divisible by ``tp`` (``MambaMixer2.__init__``); conv
+  ``(d_conv - 1) x (I + 2 G d_state)/tp``, ssm
   ``(H/tp) x head_dim x d_state``.
 * ``gdn`` (gated delta net, Qwen3-Next): conv ``(2 Hk dk + Hv dv)/tp x (d_conv - 1)``, ssm
   ``(Hv/tp) x dk x dv``.
@@ -58,9 +59,15 @@ def state_elements(family: str, dims: tuple[int, ...], tp: int) -> tuple[int, in
         return local * (d_conv - 1), local * d_state
     if family == "mamba2":
         inter, groups, heads, head_dim, d_state, d_conv = dims
-        if groups % tp:  # vLLM's extra_groups_for_head_shards: fewer groups than ranks are replicated to tp
-            if groups > tp:
-                raise InputError("--tp", tp, f"must divide the state layers' groups ({groups}) or exceed them")
+        if groups % tp:  # vLLM's extra_groups_for_head_shards: a single group is replicated to tp
+            # MambaMixer2.__init__ (vllm/model_executor/layers/mamba/mamba_mixer2.py) asserts that tp divides the
+            # groups or that there is only one: "If tensor parallel world size does not divide num_groups, then
+            # num_groups must equal 1", so vLLM 0.33 refuses to start otherwise
+            if groups != 1:
+                raise InputError("--tp", tp, f"must divide the state layers' groups ({groups}): vLLM 0.33 refuses to "
+                                 "start (\"If tensor parallel world size does not divide num_groups, then num_groups "
+                                 "must equal 1\", MambaMixer2.__init__, vllm/model_executor/layers/mamba/"
+                                 "mamba_mixer2.py)")
             groups = tp
         conv_dim = _divide(inter + 2 * groups * d_state, tp, "convolution width")
         return (d_conv - 1) * conv_dim, _divide(heads, tp, "SSM heads") * head_dim * d_state

@@ -45,6 +45,7 @@ from kvdash.core.maxlen import (  # noqa: F401  (re-exported: vLLM's reading of 
     derived_max_model_len,
 )
 from kvdash.core.pool import PoolShape, check_parallel, check_positive, layer_state_bytes, layer_token_bytes
+from kvdash.core.state import state_page_bytes
 from kvdash.engines.base import Budget, Caps, Gpu, Settings
 from kvdash.errors import InputError
 from kvdash.units import scale_floor
@@ -347,13 +348,29 @@ def aligned_block_size(arch: Architecture, dtype: str, scales: str, tp: int, req
     page = max(layer_state_bytes(layer, tp) for layer in states)
     if attn is None:  # attention-free (Mamba): nothing to align to; a block is one state page per layer
         return requested, page
+    # the page the alignment is computed for: the model class's (get_mamba_state_shape_from_config), which is the
+    # layers' own but for a Zamba2 config whose mamba_headdim is not intermediate // n_mamba_heads (Layer.align_state)
+    aligned_page = max(state_page_bytes(layer.state_family, layer.align_state or layer.state, tp, layer.conv_bytes,
+                                        layer.ssm_bytes) for layer in states)
     token = layer_token_bytes(attn, dtype, scales, tp)
     align = f.imax(KERNEL_BLOCK_ALIGNMENT, requested)
     if exports_checkpoints(arch, prefix_caching):
         align = math.lcm(align, GDN_CHECKPOINT_ALIGNMENT)
-    block = align * f.cdiv(page, align * token)
+    block = align * f.cdiv(aligned_page, align * token)
     block = KERNEL_BLOCK_ALIGNMENT * f.cdiv(block, KERNEL_BLOCK_ALIGNMENT)
-    return f.imax(requested, block), page
+    used = f.imax(requested, block)
+    if page > used * token:
+        # the state page is padded to the attention page (cache_config.mamba_page_size_padded); a layer whose own page
+        # is larger trips MambaSpec.page_size_bytes' "assert self.page_size_padded >= page_size"
+        # (vllm/v1/kv_cache_interface.py) while the engine plans its KV cache: vLLM 0.33 does not start
+        raise InputError("--block-size", used,
+                         f"vLLM 0.33 refuses to start (AssertionError in MambaSpec.page_size_bytes, "
+                         f"vllm/v1/kv_cache_interface.py): the model class aligns the block to a {aligned_page:,} B "
+                         f"state page (get_mamba_state_shape_from_config) but its layers hold {page:,} B, more than "
+                         f"the {used * token:,} B attention page of {used} tokens",
+                         f"a --block-size of at least {f.cdiv(page, token)} tokens whose attention page holds the "
+                         "state (and that the attention backend takes)")
+    return used, page
 
 
 def stage_layers(n_layers: int, pp: int) -> list[range]:
@@ -477,6 +494,51 @@ def is_sparse_mla(arch: Architecture) -> bool:
     return any(layer.index_bytes for layer in arch.layers if layer.kind == "mla")
 
 
+MODELOPT_KV = {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}  # MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP, vllm/utils/torch_utils.py
+
+
+def resolve_auto_kv_dtype(arch: Architecture) -> tuple[str, str]:
+    """What ``--kv-cache-dtype auto`` (vLLM's default) stores for this checkpoint, and why when it is not the
+    model dtype (else ``""``).
+
+    ``EngineArgs.create_engine_config`` (``vllm/engine/arg_utils.py``) resolves ``auto`` with
+    ``resolve_kv_cache_dtype_string`` (``vllm/utils/torch_utils.py``): a ModelOpt checkpoint
+    (``quant_method`` ``modelopt*``) names its KV scheme in ``kv_cache_scheme`` or ``kv_cache_quant_algo``
+    (inside ``quantization`` or at the top; ``get_kv_cache_quant_algo_string``): a static 8-bit float scheme
+    or ``"FP8"`` is ``fp8_e4m3``, a 4-bit float one ``nvfp4``, anything else stays ``auto``.  A
+    compressed-tensors checkpoint that declares a ``kv_cache_scheme`` makes ``auto`` ``fp8`` in
+    ``Attention.__init__`` (``vllm/model_executor/layers/attention/attention.py``).  ``auto`` otherwise is
+    the model dtype, bf16 here (the same 2 bytes for an fp16 checkpoint)."""
+    q = arch.facts.get("quantization_config") or {}
+    method = str(q.get("quant_method", ""))
+    if method.startswith("modelopt"):
+        inner: dict[str, Any] = q["quantization"] if isinstance(q.get("quantization"), dict) else q
+        algo = (inner.get("kv_cache_scheme") or q.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
+                or q.get("kv_cache_quant_algo"))
+        if isinstance(algo, dict):
+            if algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float":
+                algo = "fp8"
+            elif algo.get("num_bits") == 4 and algo.get("type") == "float":
+                algo = "nvfp4"
+            else:
+                return "bf16", ""
+        dtype = MODELOPT_KV.get(algo.lower(), "") if isinstance(algo, str) else ""
+        if dtype == "nvfp4":
+            raise InputError("--kv-dtype", "auto", "the checkpoint declares an NVFP4 KV cache (its ModelOpt "
+                             "quantization_config), which vLLM 0.33 stores as nvfp4; kvdash does not mirror that "
+                             "layout", "pass --kv-dtype explicitly (e.g. fp8 or bf16)")
+        if dtype:
+            return dtype, (f"auto: the checkpoint's ModelOpt quantization_config declares its KV cache as {algo}, "
+                           "which vLLM 0.33 stores as fp8_e4m3 (resolve_kv_cache_dtype_string, "
+                           "vllm/utils/torch_utils.py)")
+        return "bf16", ""
+    if method == "compressed-tensors" and q.get("kv_cache_scheme") is not None:
+        return "fp8", ("auto: the checkpoint's compressed-tensors quantization_config declares a kv_cache_scheme, "
+                       "so vLLM 0.33 stores fp8 (Attention.__init__, "
+                       "vllm/model_executor/layers/attention/attention.py)")
+    return "bf16", ""
+
+
 def stored_kv_dtype(arch: Architecture, dtype: str) -> tuple[str, str]:
     """The dtype vLLM 0.33 stores this model's KV cache in when ``--kv-cache-dtype`` is ``dtype``, and, when it is
     not ``dtype``, why (else ``""``).  A quantized dtype asked of a model whose attention ignores it
@@ -484,6 +546,12 @@ def stored_kv_dtype(arch: Architecture, dtype: str) -> tuple[str, str]:
     bfloat16 checkpoint); ``fp8`` asked of sparse MLA is stored as ``fp8_ds_mla`` (:data:`SPARSE_FP8`), and
     another quantized dtype there is refused (FlashMLA's sparse kernel takes ``fp8`` and ``fp8_ds_mla``; which
     backend serves the others is not mirrored)."""
+    auto_why = ""
+    if dtype.lower() == "auto":
+        dtype, auto_why = resolve_auto_kv_dtype(arch)
+        if auto_why:
+            stored, why = stored_kv_dtype(arch, dtype)
+            return stored, auto_why + (f"; then {why}" if why else "")
     kv = get_dtype(dtype)
     why = KV_DTYPE_IGNORED.get(arch.model_type, "")
     if kv.quantized and why:
@@ -559,6 +627,8 @@ def auto_block_size(arch: Architecture, kv_dtype: str = defaults.KV_DTYPE,
     Hopper when there is none) and KV dtype (:func:`backend_block_size`); a hybrid's block is
     then raised to hold its state page (:func:`aligned_block_size`)."""
     generation = gpu_generation(compute_capability) or "sm90"
+    if kv_dtype.lower() == "auto":
+        kv_dtype = resolve_auto_kv_dtype(arch)[0]
     if is_sparse_mla(arch):
         check_sparse_block(arch, SPARSE_BLOCK, generation)
         backend = "FLASHMLA_SPARSE" if get_dtype(kv_dtype).quantized else "FLASH_ATTN_MLA_SPARSE"

@@ -194,6 +194,8 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "reserve_text": reserve_short(cfg, reserve_basis),
         "notes": notes,
     }
+    if cfg.engine_rules == "sglang" and cfg.budget_mode == "vllm":
+        out["engine_rules"] = "sglang"  # --engine-rules sglang: the pool, its cap and budget are SGLang 0.5.23's
     if engine is not None:
         measured = measure_engine_reserve(engine, arch, cfg, ranks_gpus, snapshot.driver)
         out["measured_reserve"] = measured
@@ -202,6 +204,12 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         if engine.kind == "sglang" and cfg.budget_mode == "vllm" and gpu_bytes and "engine_tokens" in out["engine"] \
                 and not out["engine"].get("model_differs"):
             sglang_rules(out["engine"], arch, cfg, gpu_bytes, weights, engine.block_size)
+        elif cfg.engine_rules == "sglang" and engine.kind.startswith("vllm") and "engine_tokens" in out["engine"]:
+            row = out["engine"]  # --engine-rules sglang beside a vLLM engine: two engines' rules, not a reserve
+            row.pop("reconciling_reserve_bytes", None)
+            row["explain"] = ("kvdash's pool follows SGLang 0.5.23's rules (--engine-rules sglang) and the engine is "
+                              "vLLM: the gap compares two engines' rules (without --engine-rules, kvdash follows "
+                              "vLLM's)")
     return out
 
 

@@ -200,9 +200,14 @@ def _after_view(r: dict[str, Any], out: list[Table]) -> list[Table]:
     return out
 
 
+def footer(result: dict[str, Any]) -> str:
+    """The closing line of calc's tables: the version and what the units mean."""
+    return f"kvdash {result['kvdash_version']} - bytes are exact; KiB/MiB/GiB are powers of 2."
+
+
 def render(result: dict[str, Any], file: IO[str] | None = None, width: int | None = None,
-           color: bool | None = None) -> None:
-    """Print every section of ``result`` (from :func:`kvdash.answer.calc.calculate`)."""
-    print_tables(tables(result), f"kvdash {result['kvdash_version']} - bytes are exact; "
-                 "KiB/MiB/GiB are powers of 2.", file=file, width=width, color=color,
+           color: bool | None = None, closing: bool = True) -> None:
+    """Print every section of ``result`` (from :func:`kvdash.answer.calc.calculate`); ``closing=False`` leaves
+    the footer out, for a caller that prints more sections after the tables and the footer after those."""
+    print_tables(tables(result), footer(result) if closing else "", file=file, width=width, color=color,
                  header=result.get("summary", ""))

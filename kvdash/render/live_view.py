@@ -424,7 +424,8 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
         ("model", f"{kv['model']} | {kv['kv_dtype']} | block {kv['block_size']} | TP {kv['tp']}", ""),
         ("budget per rank", f"{kv['budget_bytes']:,} B ({gib(kv['budget_bytes'])} GiB, "
                              + ("upper bound)" if kv.get("reserve_basis", "").startswith("0 B")
-                                and kv["budget_mode"] == "vllm" else f"{kv['budget_mode']})"), ""),
+                                and kv["budget_mode"] == "vllm" else "SGLang 0.5.23's rules)"
+                                if kv.get("engine_rules") == "sglang" else f"{kv['budget_mode']})"), ""),
         ("runtime reserve (per rank)", kv.get("reserve_text", ""), ""),
         *([("upper bound: --reserve auto", f"-{gib(kv['auto_reserve_estimate_bytes'])} GiB per rank (published "
                                            "terms)", "yellow")] if kv.get("auto_reserve_estimate_bytes") else []),
@@ -434,7 +435,9 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
         *([("state per request (fixed)", f"{kv['state_bytes_per_request']:,} B, whatever the length", "")]
           if kv.get("state_bytes_per_request") else []),
         (f"requests of {lengths} tokens, paged", f"{kv['paged_requests']:,}", ""),
-        *([("vLLM runs at once", f"{kv['running_requests']:,} (its max_num_seqs {kv['max_num_seqs']:,})",
+        *([("SGLang runs at once" if kv.get("engine_rules") == "sglang" else "vLLM runs at once",
+            f"{kv['running_requests']:,} (its " + ("max_running_requests" if kv.get("engine_rules") == "sglang"
+                                                  else "max_num_seqs") + f" {kv['max_num_seqs']:,})",
             "yellow" if kv["running_requests"] < kv["paged_requests"] else "")] if "max_num_seqs" in kv else []),
         (f"contiguous (reserve {kv['max_reserved']:,})", f"{kv['contiguous_requests']:,}", ""),
         ("paged / contiguous", ratio_text(kv["ratio"], "n/a", "x (capacity, not throughput)"), ""),

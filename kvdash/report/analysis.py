@@ -93,11 +93,13 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
         frame = frame.with_columns(passing_expr(spec).alias("_pass"))
         passing = frame.filter(pl.col("_pass"))
         share = shared_where(frame, "_pass", labels.columns) if 0 < passing.height < frame.height else ""
-        head = (f"{passing.height:,} of {frame.height:,} configurations pass every gate"
+        head = (f"{passing.height:,} of {frame.height:,} configuration{'s pass' if frame.height != 1 else ' passes'} "
+                "every gate"
                 + (f" (those with {share})" if share else "") + ".")
     else:
         passing = frame
-        head = f"No gates in this grid: all {frame.height:,} configurations are candidates."
+        head = ("No gates in this grid: its 1 configuration is the candidate." if frame.height == 1 else
+                f"No gates in this grid: all {frame.height:,} configurations are candidates.")
     by, desc = _order(spec)
     lines = []
     tops = picks.rows(picks.best(DECISION_K), frame.columns[1:]) if picks is not None and not spec.gates else \

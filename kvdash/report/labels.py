@@ -79,9 +79,9 @@ class Labels:
 
     @property
     def data_columns(self) -> list[str]:
-        """Result columns a label reads."""
+        """Result columns a label reads (``model`` always: it names a point no swept dimension tells apart)."""
         extra = ["tp", "pp"] if self.has_gpu else []
-        return list(dict.fromkeys([*self.columns, *extra]))
+        return list(dict.fromkeys([*self.columns, *extra, "model"]))
 
     @property
     def names(self) -> str:
@@ -111,7 +111,8 @@ class Labels:
 
     def __call__(self, row: dict[str, Any], short: bool = False, skip: tuple[str, ...] = ()) -> str:
         parts = [self.part(c, row, short) for c in self.columns if c not in skip]
-        return (" " if short else ", ").join(parts) or str(row.get("id", "the point"))
+        # nothing swept is left to tell the point apart (one point, or one per workload): its model names it
+        return (" " if short else ", ").join(parts) or str(row.get("model") or row.get("id", "the point"))
 
     def differing(self, row: dict[str, Any], base: dict[str, Any]) -> str:
         """Only the parts of ``row``'s label that differ from ``base``'s."""

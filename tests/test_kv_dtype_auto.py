@@ -1,0 +1,74 @@
+"""``--kv-dtype auto`` is what vLLM 0.33's ``--kv-cache-dtype auto`` (its default) stores for the checkpoint
+(kvdash/engines/vllm.py: resolve_auto_kv_dtype, after ``resolve_kv_cache_dtype_string`` and
+``get_kv_cache_quant_algo_string`` in vllm/utils/torch_utils.py and ``Attention.__init__`` in
+vllm/model_executor/layers/attention/attention.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from kvdash.answer.budget import BudgetSpec
+from kvdash.answer.calc import CalcInput, calculate
+from kvdash.core.model import load_config
+from kvdash.engines.vllm import resolve_auto_kv_dtype
+from kvdash.errors import InputError
+from kvdash.units import GiB
+
+MODELS = Path(__file__).resolve().parent / "data" / "measured" / "models"
+
+
+def _with_quant(quant: dict) -> object:
+    arch = load_config(MODELS / "llama-3.1-8b" / "config.json")
+    return dataclasses.replace(arch, facts={**arch.facts, "quantization_config": quant})
+
+
+@pytest.mark.parametrize(("quant", "dtype"), [
+    # ModelOpt: a static 8-bit float kv_cache_scheme, or kv_cache_quant_algo "FP8" (inside "quantization" or at
+    # the top), maps through MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP: "fp8" -> "fp8_e4m3"
+    ({"quant_method": "modelopt", "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"}}, "fp8_e4m3"),
+    ({"quant_method": "modelopt", "quantization": {"kv_cache_quant_algo": "FP8"}}, "fp8_e4m3"),
+    ({"quant_method": "modelopt_fp4", "kv_cache_quant_algo": "fp8"}, "fp8_e4m3"),
+    # a dynamic scheme, an unknown name or no KV entry: vLLM falls back to auto, the model dtype
+    ({"quant_method": "modelopt", "kv_cache_scheme": {"dynamic": True, "num_bits": 8, "type": "float"}}, "bf16"),
+    ({"quant_method": "modelopt", "kv_cache_quant_algo": "int8"}, "bf16"),
+    ({"quant_method": "modelopt"}, "bf16"),
+    # compressed-tensors: any declared kv_cache_scheme makes auto fp8 (Attention.__init__); null does not
+    ({"quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8, "type": "float"}}, "fp8"),
+    ({"quant_method": "compressed-tensors", "kv_cache_scheme": None}, "bf16"),
+    # other methods (block-fp8 weights, no KV entry) and no quantization_config: the model dtype
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "bf16"),
+    ({}, "bf16"),
+])
+def test_auto_resolves_as_vllm(quant: dict, dtype: str) -> None:
+    got, why = resolve_auto_kv_dtype(_with_quant(quant))  # type: ignore[arg-type]
+    assert got == dtype
+    assert bool(why) == (dtype != "bf16")
+
+
+def test_nvfp4_kv_is_refused_in_one_line() -> None:
+    arch = _with_quant({"quant_method": "modelopt", "kv_cache_scheme": {"num_bits": 4, "type": "float"}})
+    with pytest.raises(InputError, match="NVFP4 KV cache"):
+        resolve_auto_kv_dtype(arch)  # type: ignore[arg-type]
+
+
+def _calc(config: str, kv_dtype: str) -> dict:
+    arch = load_config(MODELS / config / "config.json")
+    return calculate(CalcInput(arch=arch, kv_dtype=kv_dtype, block_size=64, budget=BudgetSpec(bytes=40 * GiB), tp=4,
+                               used=2048, max_reserved=4096, max_model_len=4096))
+
+
+def test_published_modelopt_checkpoint_stores_fp8_under_auto() -> None:
+    """nvidia/Kimi-K2.5-NVFP4's config.json (aiconfigurator's copy, tests/data/measured/SOURCE.md) declares
+    kv_cache_scheme {dynamic: false, num_bits: 8, type: float}: under auto vLLM 0.33 stores fp8_e4m3, so every
+    figure equals --kv-dtype fp8_e4m3's (MLA: 576 latent elements x 1 B x 61 layers = 35,136 B per token),
+    half of the bf16 figure; moonshotai/Kimi-K2.5's own config (compressed-tensors, kv_cache_scheme null) keeps
+    bf16 under auto."""
+    auto, fp8 = _calc("kimi-k2.5-nvfp4", "auto"), _calc("kimi-k2.5-nvfp4", "fp8_e4m3")
+    assert auto["bytes_per_token"] == fp8["bytes_per_token"] == 576 * 61
+    assert auto["kv_token_slots"] == fp8["kv_token_slots"]
+    assert any("declares its KV cache as fp8" in a and "fp8_e4m3" in a for a in auto["assumptions"])
+    plain, bf16 = _calc("kimi-k2.5", "auto"), _calc("kimi-k2.5", "bf16")
+    assert plain["bytes_per_token"] == bf16["bytes_per_token"] == 2 * 576 * 61
