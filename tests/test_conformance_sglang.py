@@ -52,6 +52,7 @@ NOT_MIRRORED = {
     "kimi-k2.5": "SGLang 0.5.23's multimodal",
     "qwen3-vl-30b-a3b-instruct": "SGLang 0.5.23's multimodal",
     "qwen3-vl-8b-instruct": "SGLang 0.5.23's multimodal",
+    "gemma-3n-e4b": "SGLang 0.5.23's multimodal",  # Gemma3nForConditionalGeneration
 }
 # configs kvdash's config reader refuses (one InputError), with what SGLang 0.5.23 did with them
 KVDASH_CANNOT_READ = {
