@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.cli_run import run
 
 
@@ -106,3 +108,62 @@ def test_logged_vllm_figure_is_refused_under_sglang(capsys):
                         "--logged-tokens", "2832402"], capsys)
     assert code == 2 and err.count("\n") == 1
     assert "--logged-tokens: 2832402" in err and "compare SGLang's own start-up line" in err
+
+
+def test_multimodal_qwen3_vl_on_h100_by_hand():
+    """SGLang 0.5.23 on Qwen3-VL-8B, H100 (81,559 MiB), TP 1, bf16, page 16, weights 0 (conformance case):
+    * prefill CUDA graphs off (cuda_graph_hook.py: not on the multimodal breakable-graph list), so the reserve is
+      512 + 1.5 x 8,192 + 1/8 x 1,024 + 2 x 256 = 13,440 MiB; round((81,559 - 13,440) / 81,559, 3) = 0.835;
+    * adjust_mem_fraction_for_vlm: ViT depth 27 x width 1,152 -> 27 x 1,152^2 / (24 x 1,024^2) = 1.423828125,
+      0.95 x (1 - 0.1 x 0.423828125) = 0.909736328125; 0.835 x that = 0.759629833984375;
+    * budget: 80,535 MiB free (78.6474609375 GB) x 0.7596298... = 59.7429577 GB, less 1 GB (CUDA IPC feature pool
+      1,024 MiB, no embedding cache: Qwen3-VL's large-Hopper defaults) = 58.7429577 GB = 63,074,770,542 B;
+    * cell 8 KV heads x (128 + 128) x 36 layers x 2 B = 147,456 B; 63,074,770,542 // 147,456 = 427,753 -> page
+      16: 427,744 tokens (435,034 without the 1 GiB cut)."""
+    from kvdash.core.model import load_config
+    from kvdash.engines import sglang
+
+    arch = load_config("tests/data/configs/qwen3-vl-8b-instruct/config.json")
+    p = sglang.plan(arch, 81_559, 1, "bf16", 80_535 * 2**20, 0, 16)
+    assert p.fraction.reserved_mib == 13_440 and p.fraction.prefill_graphs == 0
+    assert p.fraction.value == pytest.approx(0.759629833984375, abs=1e-15)
+    assert p.available_bytes == 63_074_770_542
+    assert p.cell_bytes == 147_456 and p.max_total_num_tokens == 427_744
+    mm = sglang.multimodal(arch, 81_559)
+    assert mm is not None and (mm.transport, mm.reservation_mib) == ("cuda_ipc", 1024)
+    # below 60 GiB the large-Hopper defaults do not apply: CPU transport, the 100 MiB embedding cache
+    small = sglang.multimodal(arch, 48 * 1024)
+    assert small is not None and (small.transport, small.reservation_mib) == ("cpu", 100)
+    # a given --mem-fraction-static is not adjusted (memory_hook.py adjusts the default only)
+    assert sglang.plan(arch, 81_559, 1, "bf16", 80_535 * 2**20, 0, 16, fraction=0.8).fraction.value == 0.8
+
+
+def test_multimodal_kimi_k25_keeps_prefill_graphs_and_reads_its_class_defaults():
+    """Kimi-K2.5 (H100, TP 1): KimiK25VisionConfig ignores config.json's vt_* keys, so the ViT is its defaults,
+    27 x 1,152 (factor 0.909736328125 as above); it is on the breakable-graph list, so MLA's 1.5 GiB prefill term
+    stays: 512 + 12,288 + 128 + 512 + 1,536 = 14,976 MiB, round(66,583 / 81,559, 3) = 0.816, x 0.909736328125 =
+    0.74234484375; the budget loses the 100 MiB embedding cache (CPU transport)."""
+    from kvdash.core.model import load_config
+    from kvdash.engines import sglang
+
+    arch = load_config("tests/data/configs/kimi-k2.5/config.json")
+    p = sglang.plan(arch, 81_559, 1, "bf16", 80_535 * 2**20, 0, 16)
+    assert p.fraction.reserved_mib == 14_976
+    assert p.fraction.value == pytest.approx(0.74234484375, abs=1e-15)
+    rest = 80_535 / 1024 * p.fraction.value - 100 / 1024
+    assert p.available_bytes == int(rest * 2**30) == 62_583_988_018
+
+
+def test_multimodal_unknown_vision_config_class_is_not_mirrored():
+    """A multimodal config whose model_type SGLang's vision-config reading kvdash does not know is refused in one
+    line rather than guessed (adjust_mem_fraction_for_vlm reads the class's attributes, not the JSON keys)."""
+    from kvdash.core.model import from_hf_config
+    from kvdash.engines import sglang
+
+    arch = from_hf_config({"model_type": "made_up_vl", "architectures": ["MadeUpVLForConditionalGeneration"],
+                           "text_config": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+                                           "num_attention_heads": 4},
+                           "vision_config": {"depth": 32, "hidden_size": 1280}}, "x")
+    with pytest.raises(sglang.NotMirrored) as err:
+        sglang.plan(arch, 81_559, 1, "bf16", 80_535 * 2**20, 0)
+    assert "model_type made_up_vl" in err.value.what and "\n" not in str(err.value)

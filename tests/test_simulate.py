@@ -385,6 +385,22 @@ class TestCommand:
         code, out, err = run(["simulate", "--rate", "1e-30", "--requests", "5"], capsys)
         assert 2 == code and "--rate" in err and "2^53" in err and 1 == len(err.strip().splitlines())
 
+    def test_custom_lengths_are_named_as_given(self, capsys):
+        """--prompt and --output replace the preset's lengths, so the workload is "custom" (it was called
+        "sharegpt"); with one of them the preset keeps its name and the note says which lengths are its.  The
+        requests are the given ones: 10 requests x 50 output tokens = 500 token-steps."""
+        code, out, _ = run(["simulate", "--prompt", "fixed:100", "--output", "fixed:50", "--requests", "10",
+                            "--policies", "paged", "--json"], capsys)
+        data = json.loads(out)
+        assert 0 == code and data["setup"]["workload"] == "custom"
+        assert data["setup"]["workload_note"] == "custom lengths: --prompt fixed:100, --output fixed:50"
+        assert data["results"][0]["token_steps"] == 500
+        code, out, _ = run(["simulate", "--prompt", "fixed:100", "--requests", "10", "--policies", "paged",
+                            "--json"], capsys)
+        setup = json.loads(out)["setup"]
+        assert (setup["workload"], setup["workload_note"]) == (
+            "sharegpt", "custom lengths: --prompt fixed:100, sharegpt's output lengths")
+
     def test_pool_smaller_than_a_block_says_what_is_allowed(self, capsys):
         """A budget smaller than one block: the tutorial model's 327,680 B per token (2 x 80 layers x 8 KV heads
         x 128 x 2 B) in 1 MiB = 1,048,576 B holds 1,048,576 // 327,680 = 3 token slots, so --block-size 16 is

@@ -269,10 +269,14 @@ def simulate(
         prompts, outputs = read_trace(str(trace), requests, max_bytes)
         w = replace(w, name=f"trace {trace.name}", prompt=Lengths("trace", values=prompts),
                     output=Lengths("trace", values=outputs), synthetic=False, note=f"lengths from {trace.name}")
-    if prompt:
-        w = replace(w, prompt=parse_lengths_spec(prompt, "--prompt"), note="custom lengths", synthetic=False)
-    if output:
-        w = replace(w, output=parse_lengths_spec(output, "--output"), note="custom lengths", synthetic=False)
+    if prompt or output:  # say which lengths are the user's: a preset's name alone would claim them all
+        given_lengths = ", ".join(f"{flag} {spec}" for flag, spec in (("--prompt", prompt), ("--output", output))
+                                  if spec)
+        kept = "" if prompt and output else f", {w.name}'s {'output' if prompt else 'prompt'} lengths"
+        w = replace(w, name="custom" if prompt and output and trace is None else w.name,
+                    prompt=parse_lengths_spec(prompt, "--prompt") if prompt else w.prompt,
+                    output=parse_lengths_spec(output, "--output") if output else w.output,
+                    note=f"custom lengths: {given_lengths}{kept}", synthetic=False)
     w = replace(w, requests=requests, rate=rate, prefix=prefix, clip=clip,
                 arrival="closed" if concurrency else "poisson", concurrency=concurrency or 0)
     reqs = draw_requests(w, seed, max_len)  # the requests of every policy

@@ -67,8 +67,9 @@ class Architecture:
     counts: dict[str, int] = field(default_factory=dict, compare=False)
     max_len_rule: Any = None  # kvdash.core.maxlen.DerivedMaxLen from config.json; None: max_context
     # config.json facts an engine's own rules read (kvdash.engines.sglang): "architectures" (tuple),
-    # "nested_text_config" (bool), "length_fields" ({key: int}), "rope_scaling" (dict), "swa" ({key: int}),
-    # "hybrid_layer_pattern" (tuple), "quantization_config" (dict, kvdash.engines.vllm: resolve_auto_kv_dtype)
+    # "nested_text_config" (bool), "top_model_type" (str), "vision_config" ({key: int} or None), "length_fields"
+    # ({key: int}), "rope_scaling" (dict), "swa" ({key: int}), "hybrid_layer_pattern" (tuple),
+    # "quantization_config" (dict, kvdash.engines.vllm: resolve_auto_kv_dtype)
     facts: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property

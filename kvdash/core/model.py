@@ -120,6 +120,8 @@ def from_hf_config(
         raise InputError(where, type(cfg).__name__, "expected a JSON object")
     archs = cfg.get("architectures")
     nested = isinstance(cfg.get("text_config"), dict)
+    top_type = str(cfg.get("model_type") or "")
+    vision = cfg.get("vision_config") if isinstance(cfg.get("vision_config"), dict) else None
     quant = cfg.get("quantization_config")
     if not isinstance(quant, dict) and nested:
         quant = cfg["text_config"].get("quantization_config")
@@ -127,6 +129,11 @@ def from_hf_config(
     facts: dict[str, Any] = {
         "architectures": tuple(str(a) for a in archs) if isinstance(archs, list) else (),
         "nested_text_config": nested,
+        # the top-level model_type and the vision tower's integer fields (None: no vision_config), for SGLang's
+        # adjust_mem_fraction_for_vlm (kvdash.engines.sglang)
+        "top_model_type": top_type,
+        "vision_config": None if vision is None else {
+            k: v for k, v in vision.items() if isinstance(v, int) and not isinstance(v, bool)},
         "length_fields": {k: cfg[k] for k in LENGTH_FIELDS if isinstance(cfg.get(k), int)
                           and not isinstance(cfg.get(k), bool)},
         "rope_scaling": dict(cfg["rope_scaling"]) if isinstance(cfg.get("rope_scaling"), dict) else {},

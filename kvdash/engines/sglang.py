@@ -20,12 +20,13 @@ case against that code by ``conformance/sglang/`` (``expected.json``; ``tests/te
 * ``max_running_requests``: ``KVCacheConfigurator.resolve_max_num_reqs`` -- ``int(tokens / context_len x 512)``
   clamped to 2,048..4,096, at most ``tokens // 2``;
 * the start-up line: ``managers/scheduler.py`` (``max_total_num_tokens=..., chunked_prefill_size=...,
-  max_prefill_tokens=..., max_running_requests=..., context_len=..., available_gpu_mem=...``).
+  max_prefill_tokens=..., max_running_requests=..., context_len=..., available_gpu_mem=...``);
+* multimodal models: :func:`multimodal` -- ``adjust_mem_fraction_for_vlm``, prefill CUDA graphs off, the feature
+  transport and ``mm_runtime_reservation_gb`` off the budget.
 
 Not mirrored (refused in one line, :class:`NotMirrored`): mamba / linear-attention hybrids (the mamba share,
-``mamba_full_memory_ratio``, ``max_mamba_cache_size``), multimodal models (``adjust_mem_fraction_for_vlm``, the
-feature-transport pool, prefill graphs off), DeepSeek sparse attention's indexer, speculative decoding, DP
-attention, pipeline parallelism.
+``mamba_full_memory_ratio``, ``max_mamba_cache_size``), a multimodal model whose vision-config class kvdash does
+not know, DeepSeek sparse attention's indexer, speculative decoding, DP attention, pipeline parallelism.
 """
 
 from __future__ import annotations
@@ -59,6 +60,31 @@ HYBRID_SWA_ARCHS = frozenset({
 # configs/model_config.py ModelConfig.__init__: multimodal is off by default for these (text-only serving)
 MM_DISABLED_ARCHS = frozenset({"Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
                                "Step3VLForConditionalGeneration", "InklingForConditionalGeneration"})
+# configs/model_config.py multimodal_breakable_cuda_graph_supported_model_archs: multimodal models that keep
+# breakable prefill CUDA graphs; every other multimodal model has them turned off (cuda_graph_hook.py
+# disable_breakable_cudagraph_if_incompatible, "multimodal model")
+MM_BREAKABLE_GRAPH_ARCHS = frozenset({
+    "MiniMaxM3SparseForConditionalGeneration", "Cohere2VisionForConditionalGeneration",
+    "Glm5NextForConditionalGeneration", "InternS2MobiusForConditionalGeneration", "PaddleOCRVLForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForConditionalGeneration",
+    "MuseGlimmerForConditionalGeneration", "MuseSparkForConditionalGeneration", "KimiK3ForConditionalGeneration",
+    "KimiK25ForConditionalGeneration", "MiniMaxM3SparseForCausalLM",
+})
+# adjust_mem_fraction_for_vlm reads vision_config.num_hidden_layers and .hidden_size from the config object SGLang
+# builds; per top-level model_type, the config.json key each comes from and the class's default when absent
+VIT_FIELDS: dict[str, tuple[str, int, str, int, str]] = {
+    # configs/kimi_k25.py KimiK25VisionConfig: its own num_hidden_layers / hidden_size (defaults 27, 1152); the
+    # config.json's vt_num_hidden_layers / vt_hidden_size are not what it reads
+    "kimi_k25": ("num_hidden_layers", 27, "hidden_size", 1152, "KimiK25VisionConfig (configs/kimi_k25.py)"),
+    # transformers' Qwen3VLVisionConfig / Qwen3VLMoeVisionConfig: attribute_map num_hidden_layers -> depth
+    "qwen3_vl": ("depth", 27, "hidden_size", 1152, "transformers Qwen3VLVisionConfig (num_hidden_layers = depth)"),
+    "qwen3_vl_moe": ("depth", 27, "hidden_size", 1152,
+                     "transformers Qwen3VLMoeVisionConfig (num_hidden_layers = depth)"),
+}
+# arg_groups/model_overrides/qwen3_vl.py _HOPPER_QWEN3_VL_TYPES: the profiled large-Hopper serving defaults
+HOPPER_QWEN3_VL_TYPES = frozenset({"qwen3_vl", "qwen3_vl_moe"})
+VLM_CACHE_SIZE_MB = 100  # environ.py SGLANG_VLM_CACHE_SIZE_MB default (the multimodal embedding cache)
+MM_FEATURE_CACHE_MB = 1024  # environ.py SGLANG_MM_FEATURE_CACHE_MB default (the CUDA IPC feature pool)
 # DeepSeek sparse attention (an indexer cache beside the latent): the model_types kvdash reads for it (SGLang's
 # configs/model_config.py is_deepseek_nsa keys on these models' architectures and their index_topk)
 DSA_MODEL_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
@@ -110,6 +136,78 @@ def prefill_graph_sizes(max_bs: int) -> list[int]:
 
 
 @dataclass(frozen=True)
+class Multimodal:
+    """SGLang 0.5.23's start-up rules for a multimodal model (``ModelConfig.is_multimodal``), one rank."""
+
+    transport: str  # mm_feature_transport: "cpu" or "cuda_ipc"
+    reservation_mib: int  # mm_runtime_reservation_gb x 1,024: taken out of the KV budget
+    prefill_graphs: bool  # breakable prefill CUDA graphs kept (else off, and out of the fraction's reserve)
+    vit_layers: int | None  # None: no vision_config (the fraction is not adjusted)
+    vit_hidden: int | None
+    vit_factor: float  # 0.95 x clamp(1 - 0.1 x (complexity - 1), 0.8, 1.05); 1.0 without a vision_config
+    large_hopper_qwen3_vl: bool
+    text: tuple[str, ...]
+
+
+def multimodal(arch: Architecture, gpu_mib: float, max_running_requests: int | None = None) -> Multimodal | None:
+    """What SGLang 0.5.23 does at start-up for a multimodal model, on an SM90 (Hopper) GPU of ``gpu_mib`` MiB as
+    kvdash's SGLang view assumes (``None`` for a text-only model):
+
+    * feature transport: ``arg_groups/serving_hook.py`` ``handle_multimodal_feature_transport`` -- ``cpu`` on one
+      node; but Qwen3-VL on a Hopper GPU of 60 GiB or more gets ``cuda_ipc`` and no embedding cache
+      (``arg_groups/model_overrides/qwen3_vl.py`` ``_qwen3vl_hopper_serving_overrides``, which also raises the
+      feature pool to 3 GiB for ``--max-running-requests`` of 400 or more);
+    * budget cut: ``mem_cache/kv_cache_configurator.py`` ``mm_runtime_reservation_gb`` -- the embedding cache
+      (``SGLANG_VLM_CACHE_SIZE_MB``, 100) plus the feature pool with ``cuda_ipc`` (``SGLANG_MM_FEATURE_CACHE_MB``,
+      1,024), in MiB, off ``_profile_available_bytes``' rest;
+    * prefill CUDA graphs: off unless the architecture is in ``multimodal_breakable_cuda_graph_supported_model_archs``
+      (``arg_groups/cuda_graph_hook.py`` ``disable_breakable_cudagraph_if_incompatible``), so out of the reserve;
+    * the fraction: ``arg_groups/memory_hook.py`` ``adjust_mem_fraction_for_vlm`` -- x 0.95 x
+      ``clamp(1 - 0.1 x (L x H^2 / (24 x 1024^2) - 1), 0.8, 1.05)`` for a ViT of L layers and width H.
+
+    >>> from kvdash.core.model import from_hf_config
+    >>> m = multimodal(from_hf_config({"model_type": "qwen3_vl", "architectures": ["Qwen3VLForConditionalGeneration"],
+    ...     "text_config": {"model_type": "qwen3_vl_text", "num_hidden_layers": 2, "hidden_size": 64,
+    ...     "num_attention_heads": 4}, "vision_config": {"depth": 27, "hidden_size": 1152}}, "x"), 81_559)
+    >>> m.transport, m.reservation_mib, m.prefill_graphs, round(m.vit_factor, 6)
+    ('cuda_ipc', 1024, False, 0.909736)
+    """
+    if not is_multimodal(arch):
+        return None
+    top = str(arch.facts.get("top_model_type") or "")
+    archs = arch.facts.get("architectures", ())
+    hopper_qwen = gpu_mib >= 60 * 1024 and top in HOPPER_QWEN3_VL_TYPES
+    transport = "cuda_ipc" if hopper_qwen else "cpu"
+    vlm_cache = 0 if hopper_qwen else VLM_CACHE_SIZE_MB
+    pool = 0
+    if transport == "cuda_ipc":
+        pool = 3 * 1024 if max_running_requests is not None and max_running_requests >= 400 else MM_FEATURE_CACHE_MB
+    graphs = any(a in MM_BREAKABLE_GRAPH_ARCHS for a in archs)
+    text = [f"multimodal: feature transport {transport}" + (
+        " (Qwen3-VL on a Hopper GPU of 60 GiB or more: model_overrides/qwen3_vl.py)" if hopper_qwen else
+        " (one node: serving_hook.py handle_multimodal_feature_transport)"),
+        f"multimodal budget cut {vlm_cache + pool:,} MiB = embedding cache {vlm_cache} + feature pool {pool} "
+        "(kv_cache_configurator.py mm_runtime_reservation_gb)",
+        "prefill CUDA graphs " + ("kept (multimodal_breakable_cuda_graph_supported_model_archs)" if graphs else
+                                  "off for a multimodal model (cuda_graph_hook.py)")]
+    vision = arch.facts.get("vision_config")
+    layers = hidden = None
+    factor = 1.0
+    if vision is not None:
+        fields = VIT_FIELDS.get(top)
+        if fields is None:
+            raise NotMirrored(f"how SGLang {VERSION}'s config class for model_type {top or '?'} reads its vision "
+                              "tower (adjust_mem_fraction_for_vlm)")
+        lkey, ldef, hkey, hdef, source = fields
+        layers, hidden = int(vision.get(lkey, ldef)), int(vision.get(hkey, hdef))
+        ratio = layers * hidden ** 2 / (24 * 1024 ** 2)
+        factor = 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+        text.append(f"ViT {layers} layers x width {hidden} ({source}): fraction x 0.95 x clamp(1 - 0.1 x "
+                    f"({ratio:.4f} - 1), 0.8, 1.05) = x {factor:.6f} (memory_hook.py adjust_mem_fraction_for_vlm)")
+    return Multimodal(transport, vlm_cache + pool, graphs, layers, hidden, factor, hopper_qwen, tuple(text))
+
+
+@dataclass(frozen=True)
 class Fraction:
     value: float
     reserved_mib: float
@@ -119,11 +217,12 @@ class Fraction:
     prefill_graphs: int
     tier: str
     given: bool = False
+    vlm_factor: float = 1.0  # adjust_mem_fraction_for_vlm's factor on the rounded fraction (1.0: none)
 
 
 def mem_fraction_static(gpu_mib: float, tp: int, use_mla: bool, model_path: str = "", pp: int = 1,
                         chunked_prefill_size: int | None = None, max_running_requests: int | None = None,
-                        given: float | None = None) -> Fraction:
+                        given: float | None = None, mm: Multimodal | None = None) -> Fraction:
     """SGLang 0.5.23's ``mem_fraction_static`` default (``handle_gpu_memory_settings`` with
     ``reserve_for_graph_mb``; aggregated serving, CUDA graphs on, no speculative decoding, no DP attention).
 
@@ -135,25 +234,33 @@ def mem_fraction_static(gpu_mib: float, tp: int, use_mla: bool, model_path: str 
     max_bs = t.decode_max_bs
     if max_running_requests is not None and max_bs > max_running_requests:
         max_bs = max_running_requests
+    # model_overrides/qwen3_vl.py expand_multimodal_decode_graph_to_running_limit: up to 512 running requests
+    if mm is not None and mm.large_hopper_qwen3_vl and max_running_requests is not None \
+            and max_bs < max_running_requests <= 512:
+        max_bs = max_running_requests
+    graphs = mm is None or mm.prefill_graphs
     prefill_max = min(8192, cps) if use_mla else cps
     if "llama-2" in model_path.lower():  # memory_hook.py: "For Llama2 series models, max_bs is limited to 4096"
         prefill_max = min(prefill_max, 4096)
-    n_prefill = len(prefill_graph_sizes(prefill_max))
+    n_prefill = len(prefill_graph_sizes(prefill_max)) if graphs else 0
     activation = max(cps, 2048) if cps > 0 else max(MAX_PREFILL_TOKENS, 2048)
     terms = [("constant metadata", 512.0), ("activations: 1.5 x max(chunked_prefill_size, 2048)", activation * 1.5),
              ("parallel slack: tp x pp / 8 x 1,024", tp * pp / 8 * 1024),
              ("decode CUDA graphs: 2 x max batch", max_bs * 2.0),
              ("prefill CUDA graphs: " + ("1.5 GiB with MLA" if use_mla else f"{n_prefill} capture sizes x 8"),
-              1.5 * 1024 if use_mla else n_prefill * 8.0)]
+              (1.5 * 1024 if use_mla else n_prefill * 8.0) if graphs else 0.0)]
     reserved = 512.0
     reserved += activation * 1.5
     reserved += tp * pp / 8 * 1024
-    reserved += max_bs * 2 + (1.5 * 1024 if use_mla else n_prefill * 8)
+    reserved += max_bs * 2 + ((1.5 * 1024 if use_mla else n_prefill * 8) if graphs else 0)
     if gpu_mib > 60 * 1024 and reserved < 10 * 1024:
         terms.append(("floor: at least 10 GiB above 60 GiB", 10 * 1024 - reserved))
         reserved = max(reserved, 10 * 1024)
     value = given if given is not None else round((gpu_mib - reserved) / gpu_mib, 3)
-    return Fraction(value, reserved, tuple(terms), cps, max_bs, n_prefill, t.text, given is not None)
+    vlm = mm.vit_factor if mm is not None and given is None else 1.0
+    if vlm != 1.0:  # memory_hook.py adjust_mem_fraction_for_vlm, on the default only
+        value = value * vlm
+    return Fraction(value, reserved, tuple(terms), cps, max_bs, n_prefill, t.text, given is not None, vlm)
 
 
 def context_len(arch: Architecture) -> int:
@@ -208,9 +315,6 @@ def refusal(arch: Architecture, tp: int, pp: int = 1) -> str:
     if arch.state_layers or any(layer.kind not in ("full", "sliding", "chunked", "mla") for layer in arch.layers):
         return ("SGLang 0.5.23's mamba / linear-attention / short-conv state pool (mamba_full_memory_ratio, "
                 "max_mamba_cache_size: kv_cache_configurator.py _handle_max_mamba_cache)")
-    if is_multimodal(arch):
-        return ("SGLang 0.5.23's multimodal start-up rules (adjust_mem_fraction_for_vlm, the feature-transport "
-                "pool, prefill CUDA graphs off)")
     if arch.model_type in DSA_MODEL_TYPES:
         return "DeepSeek sparse attention's indexer cache"
     if pp != 1:
@@ -280,14 +384,17 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
     if kv_bytes is None:
         raise InputError("--kv-dtype", kv_dtype, "SGLang's view takes bf16 or fp8")
     page = check_positive("--block-size", page_size) if page_size is not None else 1
+    mm = multimodal(arch, gpu_mib, max_running_requests)
     f = mem_fraction_static(gpu_mib, tp, arch.use_mla, model_path or arch.name,
                             chunked_prefill_size=chunked_prefill_size, max_running_requests=max_running_requests,
-                            given=fraction)
+                            given=fraction, mm=mm)
     free_after = free_before - weights_per_rank
     # kv_cache_configurator.py _profile_available_bytes: GB floats (utils/common.py get_available_gpu_memory);
     # with more than one rank both readings are a MIN over ranks through a float32 tensor
     pre_gb = read_free(free_before, tp) / GIB
     rest = read_free(free_after, tp) / GIB - pre_gb * (1 - f.value)
+    if mm is not None:  # kv_cache_configurator.py mm_runtime_reservation_gb, in GB as SGLang subtracts it
+        rest -= mm.reservation_mib / 1024
     if rest <= 0:
         minimum = 1 - (free_after / GIB) / pre_gb
         raise InputError("--weights", weights_per_rank,
@@ -296,10 +403,14 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
     available = int(rest * GIB)
     n_layers = arch.num_layers
     lines = [f"mem_fraction_static {f.value}: " + ("given" if f.given else
-             f"round(({gpu_mib:,.0f} MiB - {f.reserved_mib:,.0f} MiB reserved) / {gpu_mib:,.0f} MiB, 3), "
+             f"round(({gpu_mib:,.0f} MiB - {f.reserved_mib:,.0f} MiB reserved) / {gpu_mib:,.0f} MiB, 3)"
+             + (f" x {f.vlm_factor:.6f} (adjust_mem_fraction_for_vlm)" if f.vlm_factor != 1.0 else "") + ", "
              f"GPU tier {f.tier} (arg_groups/memory_hook.py handle_gpu_memory_settings)"),
              f"budget {available:,} B = free after weights {free_after:,} - free before weights {free_before:,} x "
-             f"(1 - {f.value}) (mem_cache/kv_cache_configurator.py _profile_available_bytes)"]
+             f"(1 - {f.value})" + (f" - {mm.reservation_mib:,} MiB multimodal" if mm else "")
+             + " (mem_cache/kv_cache_configurator.py _profile_available_bytes)"]
+    if mm is not None:
+        lines[1:1] = list(mm.text)
     ctx = context_len(arch)
     if is_hybrid_swa(arch):
         swa_ids, full_ids = swa_layer_ids(arch)
