@@ -45,6 +45,7 @@ NOT_MIRRORED = {
     "qwen3.5-35b-a3b": "SGLang 0.5.23's mamba",
     "glm-5.1": "DeepSeek sparse attention's indexer",  # sparse MLA: SGLang's DSA indexer pool
     "deepseek-v3.2": "DeepSeek sparse attention's indexer",  # sparse MLA, as glm-5.1
+    "gemma-3n-e4b": "how SGLang 0.5.23's config class",  # multimodal: its vision tower's config kvdash does not read
 }
 # configs kvdash's config reader refuses (one InputError), with what SGLang 0.5.23 did with them
 KVDASH_CANNOT_READ = {
