@@ -90,6 +90,12 @@ def per_layer_kinds(cfg: Any, mla: bool) -> tuple[str, list[str | None]] | None:
             kinds = ["mamba" if k == "linear" else k for k in kinds]
         if mla:
             kinds = ["mla" if k == "full" else k for k in kinds]
+        shared = getattr(cfg, "num_kv_shared_layers", 0) or 0
+        if shared:
+            # Gemma 3n: transformers' Gemma3nTextConfig says the last num_kv_shared_layers layers use the KV of an
+            # earlier layer; vLLM gives them a kv_sharing_target_layer_name (gemma3n.py, Gemma3nAttention.__init__)
+            # and get_kv_cache_spec returns no cache for such a layer
+            kinds = [None if i >= n - shared else k for i, k in enumerate(kinds)]
         return "layer_types", kinds
     return None
 

@@ -402,6 +402,25 @@ def make_vllm_config(mc: ModelConfig, tp: int, kv: str, block: int | None,
     return vc
 
 
+def _scalar_on_cpu(init):
+    """``GeluAndMulSparse.__init__`` (vllm/model_executor/layers/activation.py; Gemma 3n's MLP with
+    ``activation_sparsity_pattern``) turns the target sparsity into a Python float with
+    ``Normal(0, 1).icdf(torch.tensor(sparsity)).item()``; under the ``meta`` default device that tensor has no
+    value ("Tensor.item() cannot be called on meta tensors"), where on the H200 it is a CPU or GPU scalar. It is
+    computed on the CPU here: the activation's constant, never a KV-cache spec."""
+
+    def wrapped(self, *args, **kwargs):
+        with torch.device("cpu"):
+            init(self, *args, **kwargs)
+
+    return wrapped
+
+
+from vllm.model_executor.layers.activation import GeluAndMulSparse  # noqa: E402
+
+GeluAndMulSparse.__init__ = _scalar_on_cpu(GeluAndMulSparse.__init__)
+
+
 class _CudaTensorsOnMeta(torch.overrides.TorchFunctionMode):
     """A model class that allocates a working buffer on ``current_platform.device_type`` explicitly
     (``device="cuda"``; e.g. DeepSeek-V3.2's shared top-k index buffer,

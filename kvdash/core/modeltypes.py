@@ -139,6 +139,7 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "deepseek_v32": ("deepseek-v3.2",),
     "granitemoehybrid": ("granite-4.0-h-tiny",),
     "hunyuan_v1_dense": ("hunyuan-7b",),
+    "gemma3n": ("gemma-3n-e4b",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {
