@@ -484,5 +484,5 @@ def test_a_state_page_larger_than_the_attention_page_is_refused():
     arch = load_config(Path(__file__).parent / "data" / "configs" / "zamba2-7b" / "config.json")
     with pytest.raises(InputError) as err:
         aligned_block_size(arch, "bf16", "tensor", 1, 16)
-    assert "holds 962,048 B, more than the 458,752 B attention page of 16 tokens" in str(err.value)
+    assert "its layers hold 962,048 B, more than the 458,752 B attention page of 16 tokens" in str(err.value)
     assert "a --block-size of at least 34 tokens" in str(err.value)
