@@ -195,3 +195,20 @@ def test_mamba_pool_qwen3_next_on_h200_by_hand():
     assert p.cell_bytes == 24_576 and p.max_total_num_tokens == 2_896_524
     assert p.max_running_requests == 165
     assert any("max_mamba_cache_size 827" in line for line in p.lines)
+
+
+def test_multimodal_qwen3_5_reads_24_vit_layers():
+    """Qwen3.5-27B (H100, TP 1): SGLang's Qwen3_5VisionConfig subclasses its own Qwen3VLVisionConfig, which has
+    no num_hidden_layers, so adjust_mem_fraction_for_vlm takes getattr's 24 (not config.json's depth 27): 24 x
+    1,152^2 / (24 x 1,024^2) = 1.265625, 0.95 x (1 - 0.0265625) = 0.924765625; Qwen3.5 keeps breakable prefill
+    graphs (58 x 8 = 464 MiB): reserve 13,904 MiB, round(67,655 / 81,559, 3) = 0.830; 0.830 x 0.924765625 =
+    0.76755546875 (SGLang's figure in the conformance case)."""
+    from kvdash.core.model import load_config
+    from kvdash.engines import sglang
+
+    arch = load_config("tests/data/configs/qwen3.5-27b/config.json")
+    mm = sglang.multimodal(arch, 81_559)
+    assert mm is not None and (mm.vit_layers, mm.vit_hidden, mm.prefill_graphs) == (24, 1152, True)
+    p = sglang.plan(arch, 81_559, 1, "bf16", 80_535 * 2**20, 0, 16)
+    assert p.fraction.reserved_mib == 13_904
+    assert p.fraction.value == pytest.approx(0.76755546875, abs=1e-15)

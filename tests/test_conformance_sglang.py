@@ -41,8 +41,6 @@ NOT_MIRRORED = {
     "falcon-mamba-7b": "SGLang 0.5.23's mamba",  # pure Mamba-1: SGLang's pool is its state slots
     "mamba-130m": "SGLang 0.5.23's mamba",  # short-conv layers: SGLang sizes them as mamba state
     "zamba2-7b": "SGLang 0.5.23's mamba",  # Mamba-2 + shared attention
-    "qwen3.5-27b": "SGLang 0.5.23's mamba",  # multimodal gated-delta-net hybrid: its fraction is not mirrored
-    "qwen3.5-35b-a3b": "SGLang 0.5.23's mamba",
     "glm-5.1": "DeepSeek sparse attention's indexer",  # sparse MLA: SGLang's DSA indexer pool
     "deepseek-v3.2": "DeepSeek sparse attention's indexer",  # sparse MLA, as glm-5.1
     "gemma-3n-e4b": "how SGLang 0.5.23's config class",  # multimodal: its vision tower's config kvdash does not read

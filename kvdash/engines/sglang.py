@@ -29,7 +29,7 @@ case against that code by ``conformance/sglang/`` (``expected.json``; ``tests/te
   ``max_mamba_cache_size``) and the cap on running requests in ``resolve_max_num_reqs``.
 
 Not mirrored (refused in one line, :class:`NotMirrored`): other mamba / linear-attention / short-conv models (pure
-Mamba, Jamba, LFM2, Zamba2, the Qwen3.5 multimodal hybrids), a multimodal model whose vision-config class kvdash does
+Mamba, Jamba, LFM2, Zamba2), a multimodal model whose vision-config class kvdash does
 not know, DeepSeek sparse attention's indexer, speculative decoding, DP attention, pipeline parallelism.
 """
 
@@ -84,11 +84,13 @@ VIT_FIELDS: dict[str, tuple[str, int, str, int, str]] = {
     "qwen3_vl": ("depth", 27, "hidden_size", 1152, "transformers Qwen3VLVisionConfig (num_hidden_layers = depth)"),
     "qwen3_vl_moe": ("depth", 27, "hidden_size", 1152,
                      "transformers Qwen3VLMoeVisionConfig (num_hidden_layers = depth)"),
-    # configs/qwen3_5.py Qwen3_5VisionConfig / Qwen3_5MoeVisionConfig: subclasses of Qwen3VLVisionConfig
-    "qwen3_5": ("depth", 27, "hidden_size", 1152,
-                "Qwen3_5VisionConfig (configs/qwen3_5.py; num_hidden_layers = depth)"),
-    "qwen3_5_moe": ("depth", 27, "hidden_size", 1152,
-                    "Qwen3_5MoeVisionConfig (configs/qwen3_5.py; num_hidden_layers = depth)"),
+    # configs/qwen3_5.py Qwen3_5VisionConfig / Qwen3_5MoeVisionConfig: subclasses of SGLang's own
+    # Qwen3VLVisionConfig (configs/qwen3_vl.py), which stores depth with no num_hidden_layers alias, so
+    # adjust_mem_fraction_for_vlm's getattr default, 24 layers, is what it reads ("" = no key read)
+    "qwen3_5": ("", 24, "hidden_size", 1152,
+                "Qwen3_5VisionConfig (configs/qwen3_5.py): depth not read, getattr's default 24 layers"),
+    "qwen3_5_moe": ("", 24, "hidden_size", 1152,
+                    "Qwen3_5MoeVisionConfig (configs/qwen3_5.py): depth not read, getattr's default 24 layers"),
 }
 # arg_groups/model_overrides/qwen3_vl.py _HOPPER_QWEN3_VL_TYPES: the profiled large-Hopper serving defaults
 HOPPER_QWEN3_VL_TYPES = frozenset({"qwen3_vl", "qwen3_vl_moe"})
@@ -100,9 +102,11 @@ MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio default: the mamba po
 MAMBA_RATIO = 3 + 2
 SSM_STATE_BYTES = 4  # configs/mamba_utils.py mamba2_state_dtype: the temporal state is float32 by default
 # the hybrids whose state pool is mirrored: architectures SGLang builds a mamba2_cache_params for
-# (configs/model_config.py mambaish_config: NemotronHConfig, Qwen3NextConfig, GraniteMoeHybridConfig), checked
+# (configs/model_config.py mambaish_config: NemotronHConfig, Qwen3NextConfig, GraniteMoeHybridConfig, Qwen3.5's
+# text config, a Qwen3NextConfig), checked
 # case by case against SGLang's code (conformance/sglang); the rest refused
-MAMBA_MIRRORED_ARCHS = frozenset({"NemotronHForCausalLM", "Qwen3NextForCausalLM", "GraniteMoeHybridForCausalLM"})
+MAMBA_MIRRORED_ARCHS = frozenset({"NemotronHForCausalLM", "Qwen3NextForCausalLM", "GraniteMoeHybridForCausalLM",
+                                  "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"})
 # DeepSeek sparse attention (an indexer cache beside the latent): the model_types kvdash reads for it (SGLang's
 # configs/model_config.py is_deepseek_nsa keys on these models' architectures and their index_topk)
 DSA_MODEL_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
@@ -217,7 +221,7 @@ def multimodal(arch: Architecture, gpu_mib: float, max_running_requests: int | N
             raise NotMirrored(f"how SGLang {VERSION}'s config class for model_type {top or '?'} reads its vision "
                               "tower (adjust_mem_fraction_for_vlm)")
         lkey, ldef, hkey, hdef, source = fields
-        layers, hidden = int(vision.get(lkey, ldef)), int(vision.get(hkey, hdef))
+        layers, hidden = int(vision.get(lkey, ldef) if lkey else ldef), int(vision.get(hkey, hdef))
         ratio = layers * hidden ** 2 / (24 * 1024 ** 2)
         factor = 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
         text.append(f"ViT {layers} layers x width {hidden} ({source}): fraction x 0.95 x clamp(1 - 0.1 x "
