@@ -401,7 +401,10 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
                          f"SGLang {VERSION} refuses: loaded weights leave no GPU memory for the KV cache under "
                          f"mem_fraction_static={f.value}; it needs above {math.ceil(minimum * 1000) / 1000:.3f}")
     available = int(rest * GIB)
-    n_layers = arch.num_layers
+    # configs/model_config.py ModelConfig: num_attention_layers = num_hidden_layers, and the token pool holds a buffer
+    # for each: Gemma 3n's KV-shared layers (models/gemma3n_causal.py reads an earlier layer's cache) keep theirs,
+    # where vLLM gives them none (SGLang 0.5.23 on gemma-3n-e4b-text: 35 x 2,048 B = 71,680 B per token)
+    n_layers = arch.decoder_layers if arch.model_type == "gemma3n_text" and arch.decoder_layers else arch.num_layers
     lines = [f"mem_fraction_static {f.value}: " + ("given" if f.given else
              f"round(({gpu_mib:,.0f} MiB - {f.reserved_mib:,.0f} MiB reserved) / {gpu_mib:,.0f} MiB, 3)"
              + (f" x {f.vlm_factor:.6f} (adjust_mem_fraction_for_vlm)" if f.vlm_factor != 1.0 else "") + ", "
