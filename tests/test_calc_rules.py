@@ -663,6 +663,20 @@ class TestEngineStarts:
         assert "the estimated maximum model length is 1." in str(e.value)
         assert "lower it to 1 or less" in str(e.value)
 
+    def test_the_search_reaches_the_length_just_past_a_probe(self):
+        """Block size 1, max_model_len 16, a budget of 10 blocks (163,840 B): 9 blocks are left beside the null
+        block, so 9 tokens are the longest.  The search over 1..16 probes 8 (fits), then 12, 10 (do not) and 9."""
+        with pytest.raises(InputError) as e:
+            self._calc(163_840, 16, block_size=1)
+        assert "the estimated maximum model length is 9." in str(e.value)
+
+    def test_the_search_reaches_the_length_just_below_a_probe(self):
+        """Block size 1, max_model_len 16, 12 blocks (196,608 B): 11 are left beside the null block, 11 tokens the
+        longest.  The search probes 8 (fits), 12 (does not: the next bound is 11), 10 and 11 (fit)."""
+        with pytest.raises(InputError) as e:
+            self._calc(196_608, 16, block_size=1)
+        assert "the estimated maximum model length is 11." in str(e.value)
+
     def test_no_length_fits_beside_the_null_block(self):
         """A budget of one block (262,144 B): beside the null block nothing is left, so no length fits (estimate 0)
         and the refusal suggests no length."""
@@ -687,3 +701,233 @@ class TestPlanningDetails:
         do not."""
         assert _plan(10, max_num_seqs=10)["runs_at_once"] is True
         assert _plan(11, max_num_seqs=10)["runs_at_once"] is False
+
+
+class TestNoKvMemory:
+    """answer.budget.no_kv_memory (issue 23): a GPU-derived budget that leaves no KV memory is one error naming the
+    option the value came from, how the budget was worked, and only fixes that work: the smallest larger TP
+    (TP_CANDIDATES) that leaves memory, vLLM's smallest --gpu-util (ceil((weights/rank + reserve + 1) / total) to
+    0.01), a smaller --reserve, then a larger GPU.  MHA64 (64 heads: every TP up to 64 divides them)."""
+
+    def _error(self, spec: BudgetSpec, arch: Architecture = MHA64, pp: int = 1) -> InputError:
+        with pytest.raises(InputError) as e:
+            resolve_budget(spec, arch, 1, pp)
+        return e.value
+
+    def _fixes(self, **kw) -> str:
+        return self._error(BudgetSpec(gpu_memory=1_000_000, **kw)).allowed.split("; fix: ")[1]
+
+    def test_a_tp_is_offered_only_where_it_leaves_memory(self):
+        """At --gpu-util 0.5 (500,000 B per rank whatever the TP): 1,000,000 B of weights leave
+        500,000 - 500,000 = 0 B at TP 2 (not offered) and 250,000 B at TP 4; 999,998 B leave
+        500,000 - cdiv(999,998, 2) = 1 B at TP 2 (offered).  Both leave 1,000,000 - weights > 0 before the
+        utilization: ceil(1,000,001 / 1,000,000) = 1.01 is over 1 (no utilization fix); ceil(999,999 /
+        1,000,000) = 1.00 leaves 2 B ("1.00 or more")."""
+        assert self._fixes(util="0.5", weights=1_000_000) == "--tp 4 (weights/rank 250,000 B) or a larger GPU"
+        assert self._fixes(util="0.5", weights=999_998) == ("--tp 2 (weights/rank 499,999 B) or --gpu-util 1.00 or "
+                                                            "more or a larger GPU")
+
+    def test_one_byte_left_at_full_utilization_is_a_fix(self):
+        """999,999 B of weights: 1,000,000 - 999,999 = 1 B is left at utilization 1: ceil(1,000,000 / 1,000,000) =
+        1.00 -> "--gpu-util 1.00 or more"; TP 2 leaves 500,000 - 500,000 = 0, TP 4 500,000 - 250,000."""
+        assert self._fixes(util="0.5", weights=999_999) == ("--tp 4 (weights/rank 250,000 B) or --gpu-util 1.00 or "
+                                                            "more or a larger GPU")
+
+    def test_the_smallest_utilization_on_the_grid_itself(self):
+        """599,999 B of weights: ceil(600,000 / 1,000,000) = 0.60 exactly, which leaves floor(600,000) - 599,999 =
+        1 B: 0.60 (not 0.61)."""
+        assert self._fixes(util="0.5", weights=599_999) == ("--tp 2 (weights/rank 300,000 B) or --gpu-util 0.60 or "
+                                                            "more or a larger GPU")
+
+    def test_a_smaller_reserve_only_where_the_weights_leave_room(self):
+        """--reserve 10 at the default 0.92 (920,000 B): 920,000 B of weights leave 920,000 - 920,000 = 0 for any
+        reserve (no reserve fix); 919,999 B leave 1: "--reserve under 1 B".  TP 2: 920,000 - 460,000 - 10 > 0;
+        utilization ceil(920,011 / 1,000,000) and ceil(920,010 / 1,000,000) = 0.93."""
+        assert self._fixes(weights=920_000, reserve=10) == ("--tp 2 (weights/rank 460,000 B) or --gpu-util 0.93 or "
+                                                            "more or a larger GPU")
+        assert self._fixes(weights=919_999, reserve=10) == ("--tp 2 (weights/rank 460,000 B) or --gpu-util 0.93 or "
+                                                            "more or --reserve under 1 B (now 10 B: given with "
+                                                            "--reserve) or a larger GPU")
+
+    def test_a_reserve_from_elsewhere_names_its_source(self):
+        """A reserve with a basis (a calibration's, not typed): the error names --gpu-memory, and the reserve fix
+        quotes the basis up to its first " (": "calibration c.json"."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, reserve=950_000,
+                                   reserve_basis="calibration c.json (measured)"))
+        assert (e.field, e.value) == ("--gpu-memory", 1_000_000)
+        assert e.allowed.endswith("fix: --gpu-util 0.96 or more or --reserve under 920,000 B (now 950,000 B: "
+                                  "calibration c.json) or a larger GPU")
+
+    def test_weights_equal_to_the_gpu_are_the_weights_alone(self):
+        """1,000,000 B of weights on 1,000,000 B (wr >= total): "the weights alone ... exceed the GPU's"."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, util="0.5", weights=1_000_000))
+        assert e.allowed.startswith("the weights alone (1,000,000 B per rank: given with --weights) exceed the GPU's "
+                                    "1,000,000 B: ")
+
+    def test_pipeline_stages_split_the_weights(self):
+        """PP 2 over 2 layers: 1,200,000 B of weights are cdiv(1,200,000, 1 x 2) = 600,000 B per rank; --tp 2
+        gives cdiv(1,200,000, 2 x 2) = 300,000 B and leaves 500,000 - 300,000."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, util="0.5", weights=1_200_000),
+                        Architecture("mha64x2", MHA64.layers * 2, 64, 4096), pp=2)
+        assert e.allowed == ("no memory is left for the KV cache: floor(1,000,000 x 0.5) - weights/rank 600,000 - "
+                             "reserve 0 = -100,000 B; fix: --tp 2 (weights/rank 300,000 B) or --gpu-util 0.61 or more "
+                             "or a larger GPU")
+
+    def test_util_typed_names_util_and_both_fixes(self):
+        """1,000,000 B at --gpu-util 0.5 with 600,000 B of weights: floor(500,000) - 600,000 = -100,000 B.  --tp 2
+        leaves 500,000 - 300,000 = 200,000 B; the smallest utilization: ceil(600,001 / 1,000,000 = 0.600001) =
+        0.61 (0.60 leaves 0 B)."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, util="0.5", weights=600_000))
+        assert (e.field, e.value) == ("--gpu-util", "0.5")
+        assert e.allowed == ("no memory is left for the KV cache: floor(1,000,000 x 0.5) - weights/rank 600,000 - "
+                             "reserve 0 = -100,000 B; fix: --tp 2 (weights/rank 300,000 B) or --gpu-util 0.61 or more "
+                             "or a larger GPU")
+
+    def test_utilization_of_exactly_one_is_a_fix(self):
+        """995,000 B of weights on 1,000,000 B at 0.5: ceil(995,001 / 1,000,000) to 0.01 = 1.00, which leaves
+        1,000,000 - 995,000 = 5,000 B: "--gpu-util 1.00 or more" is offered."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, util="0.5", weights=995_000))
+        assert e.allowed.endswith("fix: --tp 2 (weights/rank 497,500 B) or --gpu-util 1.00 or more or a larger GPU")
+
+    def test_weights_alone_exceed_the_gpu(self):
+        """--weights 2,000,000 on 1,000,000 B with --reserve 100 at vLLM's default 0.92: 920,000 - 2,000,000 - 100 =
+        -1,080,100 B; --tp 2 leaves 920,000 - 1,000,000 - 100 < 0, --tp 4 920,000 - 500,000 - 100 = 419,900 B; no
+        utilization helps (total - weights < 0) and no reserve either (920,000 - 2,000,000 < 0)."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, weights=2_000_000, reserve=100))
+        assert (e.field, e.value) == ("--weights", 2_000_000)
+        assert e.allowed == ("the weights alone (2,000,000 B per rank: given with --weights) exceed the GPU's "
+                             "1,000,000 B: floor(1,000,000 x 0.92, vLLM 0.33's default gpu_memory_utilization) - "
+                             "weights/rank 2,000,000 - reserve 100 = -1,080,100 B; fix: --tp 4 (weights/rank "
+                             "500,000 B) or a larger GPU")
+
+    def test_reserve_typed_names_reserve_and_its_fix(self):
+        """--reserve 950,000 on 1,000,000 B (no weights): 920,000 - 950,000 = -30,000 B; no TP helps (the reserve
+        is per rank); ceil(950,001 / 1,000,000) = 0.96 leaves 10,000 B; a reserve under 920,000 B leaves memory."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, reserve=950_000))
+        assert (e.field, e.value) == ("--reserve", "950,000 B")
+        assert e.allowed.endswith("= -30,000 B; fix: --gpu-util 0.96 or more or --reserve under 920,000 B (now "
+                                  "950,000 B: given with --reserve) or a larger GPU")
+
+    def test_nothing_helps_but_a_gpu_with_more_memory(self):
+        """A model of 2 x 10^12 B of weights on an L4 (24,152,899,584 B): even TP 64 leaves 31,250,000,000 B of
+        weights per rank: the error names --gpu and offers only more memory than the L4's."""
+        huge = Architecture("huge", MHA64.layers, 64, 4096, weight_bytes=2 * 10**12, weight_basis="hand-made")
+        e = self._error(BudgetSpec(gpu="l4"), huge)
+        assert (e.field, e.value) == ("--gpu", "l4")
+        assert e.allowed.startswith("the weights alone (2,000,000,000,000 B per rank: hand-made) exceed the GPU's "
+                                    "24,152,899,584 B")
+        assert e.allowed.endswith("; fix: a GPU with more memory than 24,152,899,584 B")
+
+    def test_trtllm_offers_the_smallest_tp_beyond_the_current_one(self):
+        """TensorRT-LLM's rule, 999,990 B of weights on 1,000,000 B at 0.01: floor((1,000,000 - 999,990) x 0.01) =
+        floor(0.1) = 0 B.  TP 1 (the current) is not offered although 10 B are free before the fraction; --tp 2
+        leaves 1,000,000 - 499,995 = 500,005 B; vLLM's utilization and reserve fixes do not apply."""
+        e = self._error(BudgetSpec(gpu_memory=1_000_000, util="0.01", weights=999_990, policy="trtllm"))
+        assert e.allowed == ("no memory is left for the KV cache: floor((1,000,000 - weights/rank 999,990 - reserve 0) "
+                             "x 0.01) = 0 B; fix: --tp 2 (weights/rank 499,995 B) or a larger GPU")
+
+
+class TestImpliedBudgets:
+    """implied_budgets: the KV budgets per rank for which vLLM 0.33 logs exactly N tokens (GPU KV cache size =
+    int(num_gpu_blocks / blocks per request x max_model_len)), found by doubling then bisection.  MHA64 at
+    max_model_len 16: one 16-token block of 262,144 B per request, so the log says 16 x (budget // 262,144)."""
+
+    @pytest.fixture(autouse=True)
+    def _ends(self):
+        """Each search must end (a wrong bound would loop for ever): 20 s is thousands of times what it takes."""
+        import signal
+
+        def stop(*_):
+            raise TimeoutError("the budget search did not end")
+        old = signal.signal(signal.SIGALRM, stop)
+        signal.alarm(20)
+        yield
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+    def _range(self, tokens: int, arch: Architecture = MHA64):
+        from kvdash.answer.calc import implied_budgets
+
+        inp = CalcInput(arch, used=16, max_reserved=16, budget=BudgetSpec(bytes=TEN_BLOCKS))
+        return implied_budgets(inp, rank_shapes(arch), tokens)
+
+    def test_whole_blocks(self):
+        """16 tokens: 1 block, budgets 262,144 to 2 x 262,144 - 1 = 524,287; 160 tokens: 10 blocks, 2,621,440 to
+        2,883,583; 150 tokens is no multiple of 16: no budget logs it."""
+        assert self._range(16) == (262_144, 524_287)
+        assert self._range(160) == (2_621_440, 2_883_583)
+        assert self._range(150) is None
+
+    def test_consecutive_figures_at_max_model_len_one(self):
+        """At max_model_len 1 a request takes 1 block and the log says int(blocks / 1 x 1) = the blocks: 10 tokens
+        are logged from 10 x 262,144 = 2,621,440 to 11 x 262,144 - 1 = 2,883,583 B (11 is logged from there)."""
+        from kvdash.answer.calc import implied_budgets
+
+        inp = CalcInput(MHA64, used=1, max_reserved=1, budget=BudgetSpec(bytes=TEN_BLOCKS))
+        assert implied_budgets(inp, rank_shapes(MHA64), 10) == (2_621_440, 2_883_583)
+
+    def test_a_block_that_is_not_a_power_of_two(self):
+        """3 such layers: a block of 786,432 B; 16 tokens from 786,432 to 1,572,863 B.  (The doubling passes 2^20 =
+        1,048,576, which already logs 16: the lowest budget lies below it.)"""
+        three = Architecture("mha64x3", MHA64.layers * 3, 64, 4096)
+        assert self._range(16, three) == (786_432, 1_572_863)
+
+    def test_up_to_the_largest_budget_kvdash_takes(self):
+        """limits.MAX_BYTES = 2^60 B: 2^60 / 2^18 = 2^42 blocks log 2^46 = 70,368,744,177,664 tokens, reached only at
+        2^60 itself (one more block would need more than 2^60 B); 16 tokens more: None."""
+        assert self._range(2**46) == (2**60, 2**60)
+        assert self._range(2**46 + 16) is None
+
+
+class TestEngineSection:
+    """calculate's engine section (_engine): requests running at once = min(requests the KV cache holds,
+    max_num_seqs), limited by max_num_seqs only when it is below them.  MHA64 with 10 blocks holds 10 requests of
+    16 tokens."""
+
+    def _engine(self, **kw) -> dict:
+        return calculate(CalcInput(MHA64, used=16, max_reserved=16, budget=BudgetSpec(bytes=TEN_BLOCKS), **kw))
+
+    def test_running_is_the_smaller_of_the_two(self):
+        """No GPU: the H100/H200 row's 1,024 seqs: min(10, 1,024) = 10, the KV cache limits; --max-num-seqs 4:
+        min(10, 4) = 4, max_num_seqs limits; --max-num-seqs 10 = the 10 held: the KV cache (not below it)."""
+        e = self._engine()["engine"]
+        assert (e["requests_in_kv_cache"], e["running_requests"], e["limited_by"]) == (10, 10, "kv_cache")
+        e = self._engine(max_num_seqs=4)["engine"]
+        assert (e["running_requests"], e["limited_by"]) == (4, "max_num_seqs")
+        e = self._engine(max_num_seqs=10)["engine"]
+        assert (e["running_requests"], e["limited_by"]) == (10, "kv_cache")
+
+    def test_caps_line_first_without_an_upper_bound(self):
+        """A declared budget has no UPPER BOUND line: the engine caps are the first assumption."""
+        assert self._engine()["assumptions"][0].startswith("engine caps: vLLM 0.33 runs at most 1,024 requests")
+
+    def test_blocks_per_group_are_the_first_stages(self):
+        """Layers sliding (window 32), full, full, full on 2 pipeline stages: the first stage holds a sliding and a
+        full group, the second only full layers; a request of 16 tokens takes cdiv(16, 16) = 1 full block and
+        min(cdiv(16, 16), cdiv(31, 16) + 1) = 1 sliding block, split by kind as the first stage's groups are."""
+        sliding = Layer("sliding", kv_heads=64, head_dim=64, head_dim_v=64, window=32)
+        arch = Architecture("sfff", (sliding, *MHA64.layers * 3), 64, 4096)
+        r = calculate(CalcInput(arch, used=16, max_reserved=16, pp=2, budget=BudgetSpec(bytes=TEN_BLOCKS)))
+        assert r["request"]["paged_blocks_per_group"] == {"full": 1, "sliding": 1}
+
+
+def test_attention_free_pool_lengthens_no_block():
+    """An attention-free pool (Mamba-130m, tests/data/configs: 24 Mamba-1 layers, vllm/model_executor/models/mamba.py)
+    has no attention page to unify (unify_kv_cache_spec_page_size): both block ratios stay 1 (what --json's pool
+    stages show); a block is the 24 state pages, 24 x 58,368 = 1,400,832 B."""
+    from pathlib import Path
+
+    from kvdash.core.model import load_config
+
+    arch = load_config(Path(__file__).parent / "data" / "configs" / "mamba-130m" / "config.json")
+    (s,) = rank_shapes(arch)
+    assert (s.full_ratio, s.window_ratio, s.fixed_block_bytes, s.block_bytes) == (1, 1, 1_400_832, 1_400_832)
+
+
+def test_sparse_mla_token_bytes_add_the_indexer_cache():
+    """layer_token_bytes of a sparse MLA layer (DeepSeek-V3.2: kv_lora_rank 512, qk_rope_head_dim 64, an indexer key
+    cache of 132 B per token, uint8 whatever the KV dtype): bf16 (512 + 64) x 2 + 132 = 1,284 B; fp8_ds_mla's
+    656 B + 132 = 788 B."""
+    v32 = Layer("mla", kv_heads=1, kv_lora_rank=512, qk_rope_head_dim=64, index_bytes=132)
+    assert layer_token_bytes(v32, "bf16", "tensor", 1) == 1_284
+    assert layer_token_bytes(v32, "fp8_ds_mla", "tensor", 1) == 788

@@ -52,10 +52,15 @@ def test_refusals_are_one_line(capsys):
     assert code == 2 and err.count("\n") == 1 and "expected vllm, sglang" in err
     code, _, err = run(["calc", "--model", "llama-3.1-8b", "--budget", "40GiB", "--engine-rules", "sglang"], capsys)
     assert code == 2 and err.count("\n") == 1 and "give --gpu or --gpu-memory" in err
-    code, out, _ = run(["calc", "--config", "tests/data/configs/qwen3-next-80b-a3b-thinking/config.json", "--gpu",
-                        "h200", "--tp", "4", "--weights", "160GB", "--engine-rules", "sglang", "--brief"], capsys)
+    code, out, _ = run(["calc", "--config", "tests/data/configs/mamba-codestral-7b/config.json", "--gpu",
+                        "h200", "--tp", "4", "--weights", "16GB", "--engine-rules", "sglang", "--brief"], capsys)
     assert code in (0, None)
     assert "SGLang 0.5.23 view: not mirrored for this model: SGLang 0.5.23's mamba" in out.replace("\n", " ")
+    # a hybrid whose state pool is mirrored (Qwen3-Next) is planned: no refusal
+    code, out, _ = run(["calc", "--config", "tests/data/configs/qwen3-next-80b-a3b-thinking/config.json", "--gpu",
+                        "h200", "--tp", "4", "--weights", "160GB", "--engine-rules", "sglang", "--json"], capsys)
+    view = json.loads(out)["sglang_view"]
+    assert "refused" not in view and view["max_running_requests"] > 0
 
 
 def test_hybrid_comparison_names_the_cell(capsys):
@@ -167,3 +172,43 @@ def test_multimodal_unknown_vision_config_class_is_not_mirrored():
     with pytest.raises(sglang.NotMirrored) as err:
         sglang.plan(arch, 81_559, 1, "bf16", 80_535 * 2**20, 0)
     assert "model_type made_up_vl" in err.value.what and "\n" not in str(err.value)
+
+
+def test_mamba_pool_qwen3_next_on_h200_by_hand():
+    """SGLang 0.5.23's state pool (kv_cache_configurator.py _handle_max_mamba_cache, no --max-mamba-cache-size)
+    on Qwen3-Next-80B-A3B, H200 (143,771 MiB), TP 1, bf16, page 1, weights 0 (conformance case):
+    * fraction 0.903 (as any GQA model on an H200 at TP 1); rest = 139.4013671875 GB x 0.903 = 125.87943457 GB;
+    * per request: 36 gated-delta-net layers x (conv 8,192 x 3 x 2 B = 49,152 + temporal 32 x 128 x 128 x 4 B,
+      float32 = 2,097,152) = 77,266,944 B;
+    * mamba budget = rest x 0.9 / 1.9 = 64,024,111,742.98 B; K = (budget - 77,266,944) // 77,266,944 = 827;
+    * the KV budget: rest - 828 slots x 77,266,944 B = 66.2961826 GB = 71,184,984,047 B; the 12 full-attention
+      layers x 2 KV heads x (256 + 256) x 2 B = 24,576 B per token: 2,896,524 tokens;
+    * running requests: min(2,048 from the pool, 827 // 5 state slots per request) = 165."""
+    from kvdash.core.model import load_config
+    from kvdash.engines import sglang
+
+    arch = load_config("tests/data/configs/qwen3-next-80b-a3b-thinking/config.json")
+    assert sglang.mamba_cache_per_req(arch, 1) == 77_266_944
+    p = sglang.plan(arch, 143_771, 1, "bf16", 142_747 * 2**20, 0)
+    assert p.fraction.value == 0.903
+    assert p.available_bytes == 71_184_984_047
+    assert p.cell_bytes == 24_576 and p.max_total_num_tokens == 2_896_524
+    assert p.max_running_requests == 165
+    assert any("max_mamba_cache_size 827" in line for line in p.lines)
+
+
+def test_multimodal_qwen3_5_reads_24_vit_layers():
+    """Qwen3.5-27B (H100, TP 1): SGLang's Qwen3_5VisionConfig subclasses its own Qwen3VLVisionConfig, which has
+    no num_hidden_layers, so adjust_mem_fraction_for_vlm takes getattr's 24 (not config.json's depth 27): 24 x
+    1,152^2 / (24 x 1,024^2) = 1.265625, 0.95 x (1 - 0.0265625) = 0.924765625; Qwen3.5 keeps breakable prefill
+    graphs (58 x 8 = 464 MiB): reserve 13,904 MiB, round(67,655 / 81,559, 3) = 0.830; 0.830 x 0.924765625 =
+    0.76755546875 (SGLang's figure in the conformance case)."""
+    from kvdash.core.model import load_config
+    from kvdash.engines import sglang
+
+    arch = load_config("tests/data/configs/qwen3.5-27b/config.json")
+    mm = sglang.multimodal(arch, 81_559)
+    assert mm is not None and (mm.vit_layers, mm.vit_hidden, mm.prefill_graphs) == (24, 1152, True)
+    p = sglang.plan(arch, 81_559, 1, "bf16", 80_535 * 2**20, 0, 16)
+    assert p.fraction.reserved_mib == 13_904
+    assert p.fraction.value == pytest.approx(0.76755546875, abs=1e-15)

@@ -24,8 +24,12 @@ case against that code by ``conformance/sglang/`` (``expected.json``; ``tests/te
 * multimodal models: :func:`multimodal` -- ``adjust_mem_fraction_for_vlm``, prefill CUDA graphs off, the feature
   transport and ``mm_runtime_reservation_gb`` off the budget.
 
-Not mirrored (refused in one line, :class:`NotMirrored`): mamba / linear-attention hybrids (the mamba share,
-``mamba_full_memory_ratio``, ``max_mamba_cache_size``), a multimodal model whose vision-config class kvdash does
+* the state pool of the Mamba-2 / gated-delta-net hybrids in :data:`MAMBA_MIRRORED_ARCHS`:
+  ``kv_cache_configurator.py`` ``_handle_max_mamba_cache`` (the share ``mamba_full_memory_ratio``,
+  ``max_mamba_cache_size``) and the cap on running requests in ``resolve_max_num_reqs``.
+
+Not mirrored (refused in one line, :class:`NotMirrored`): other mamba / linear-attention / short-conv models (pure
+Mamba, Jamba, LFM2, Zamba2), a multimodal model whose vision-config class kvdash does
 not know, DeepSeek sparse attention's indexer, speculative decoding, DP attention, pipeline parallelism.
 """
 
@@ -80,11 +84,29 @@ VIT_FIELDS: dict[str, tuple[str, int, str, int, str]] = {
     "qwen3_vl": ("depth", 27, "hidden_size", 1152, "transformers Qwen3VLVisionConfig (num_hidden_layers = depth)"),
     "qwen3_vl_moe": ("depth", 27, "hidden_size", 1152,
                      "transformers Qwen3VLMoeVisionConfig (num_hidden_layers = depth)"),
+    # configs/qwen3_5.py Qwen3_5VisionConfig / Qwen3_5MoeVisionConfig: subclasses of SGLang's own
+    # Qwen3VLVisionConfig (configs/qwen3_vl.py), which stores depth with no num_hidden_layers alias, so
+    # adjust_mem_fraction_for_vlm's getattr default, 24 layers, is what it reads ("" = no key read)
+    "qwen3_5": ("", 24, "hidden_size", 1152,
+                "Qwen3_5VisionConfig (configs/qwen3_5.py): depth not read, getattr's default 24 layers"),
+    "qwen3_5_moe": ("", 24, "hidden_size", 1152,
+                    "Qwen3_5MoeVisionConfig (configs/qwen3_5.py): depth not read, getattr's default 24 layers"),
 }
 # arg_groups/model_overrides/qwen3_vl.py _HOPPER_QWEN3_VL_TYPES: the profiled large-Hopper serving defaults
 HOPPER_QWEN3_VL_TYPES = frozenset({"qwen3_vl", "qwen3_vl_moe"})
 VLM_CACHE_SIZE_MB = 100  # environ.py SGLANG_VLM_CACHE_SIZE_MB default (the multimodal embedding cache)
 MM_FEATURE_CACHE_MB = 1024  # environ.py SGLANG_MM_FEATURE_CACHE_MB default (the CUDA IPC feature pool)
+MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio default: the mamba pool's share against the KV pool's
+# kv_cache_configurator.py _calculate_mamba_ratio: MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO (3) + the extra
+# buffer's tracking slots (mem_cache/allocation_sizing.py get_mamba_tracking_slots: 2 with the overlap schedule)
+MAMBA_RATIO = 3 + 2
+SSM_STATE_BYTES = 4  # configs/mamba_utils.py mamba2_state_dtype: the temporal state is float32 by default
+# the hybrids whose state pool is mirrored: architectures SGLang builds a mamba2_cache_params for
+# (configs/model_config.py mambaish_config: NemotronHConfig, Qwen3NextConfig, GraniteMoeHybridConfig, Qwen3.5's
+# text config, a Qwen3NextConfig), checked
+# case by case against SGLang's code (conformance/sglang); the rest refused
+MAMBA_MIRRORED_ARCHS = frozenset({"NemotronHForCausalLM", "Qwen3NextForCausalLM", "GraniteMoeHybridForCausalLM",
+                                  "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"})
 # DeepSeek sparse attention (an indexer cache beside the latent): the model_types kvdash reads for it (SGLang's
 # configs/model_config.py is_deepseek_nsa keys on these models' architectures and their index_topk)
 DSA_MODEL_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
@@ -199,7 +221,7 @@ def multimodal(arch: Architecture, gpu_mib: float, max_running_requests: int | N
             raise NotMirrored(f"how SGLang {VERSION}'s config class for model_type {top or '?'} reads its vision "
                               "tower (adjust_mem_fraction_for_vlm)")
         lkey, ldef, hkey, hdef, source = fields
-        layers, hidden = int(vision.get(lkey, ldef)), int(vision.get(hkey, hdef))
+        layers, hidden = int(vision.get(lkey, ldef) if lkey else ldef), int(vision.get(hkey, hdef))
         ratio = layers * hidden ** 2 / (24 * 1024 ** 2)
         factor = 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
         text.append(f"ViT {layers} layers x width {hidden} ({source}): fraction x 0.95 x clamp(1 - 0.1 x "
@@ -310,9 +332,30 @@ def is_multimodal(arch: Architecture) -> bool:
     return bool(arch.facts.get("nested_text_config")) and not (archs and archs[0] in MM_DISABLED_ARCHS)
 
 
+def mamba_mirrored(arch: Architecture) -> bool:
+    """Whether kvdash mirrors SGLang's state pool for this model: full attention beside the Mamba-2 or
+    gated-delta-net state layers of an architecture in :data:`MAMBA_MIRRORED_ARCHS`."""
+    archs = arch.facts.get("architectures", ())
+    return bool(arch.attention_layers) and not is_hybrid_swa(arch) and bool(archs) \
+        and archs[0] in MAMBA_MIRRORED_ARCHS and all(layer.kind == "full" for layer in arch.attention_layers)
+
+
+def mamba_cache_per_req(arch: Architecture, tp: int) -> int:
+    """``mamba2_cache_params.mamba_cache_per_req``: one request's conv state (model dtype) and temporal state
+    (float32, ``mamba2_state_dtype``) over every state layer, on one rank."""
+    from kvdash.core.state import state_elements
+
+    total = 0
+    for layer in arch.state_layers:
+        conv, ssm = state_elements(layer.state_family, layer.state, tp)
+        total += conv * layer.conv_bytes + ssm * SSM_STATE_BYTES
+    return total
+
+
 def refusal(arch: Architecture, tp: int, pp: int = 1) -> str:
     """Why kvdash cannot give SGLang's pool for this setup ('' when it can)."""
-    if arch.state_layers or any(layer.kind not in ("full", "sliding", "chunked", "mla") for layer in arch.layers):
+    if any(layer.kind not in ("full", "sliding", "chunked", "mla") and not layer.is_state for layer in arch.layers) \
+            or (arch.state_layers and not mamba_mirrored(arch)):
         return ("SGLang 0.5.23's mamba / linear-attention / short-conv state pool (mamba_full_memory_ratio, "
                 "max_mamba_cache_size: kv_cache_configurator.py _handle_max_mamba_cache)")
     if arch.model_type in DSA_MODEL_TYPES:
@@ -395,16 +438,31 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
     rest = read_free(free_after, tp) / GIB - pre_gb * (1 - f.value)
     if mm is not None:  # kv_cache_configurator.py mm_runtime_reservation_gb, in GB as SGLang subtracts it
         rest -= mm.reservation_mib / 1024
+    mamba_slots = 0
+    per_req = 0
+    if arch.state_layers:
+        # kv_cache_configurator.py _handle_max_mamba_cache (no --max-mamba-cache-size): the mamba pool takes
+        # ratio / (1 + ratio) of the rest, K = (budget - slot) // slot slots, and (K + 1) slots (one padding) leave
+        per_req = mamba_cache_per_req(arch, tp)
+        budget = rest * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO) * (1 << 30)
+        mamba_slots = int((budget - per_req) // per_req)
+        if mamba_slots <= 0:
+            raise InputError("--gpu-memory", None, f"SGLang {VERSION} refuses: not enough GPU memory for the "
+                             f"hybrid state cache (max_mamba_cache_size={mamba_slots}, {per_req:,} B per request)")
+        rest -= (mamba_slots + 1) * per_req / (1 << 30)
     if rest <= 0:
         minimum = 1 - (free_after / GIB) / pre_gb
         raise InputError("--weights", weights_per_rank,
                          f"SGLang {VERSION} refuses: loaded weights leave no GPU memory for the KV cache under "
                          f"mem_fraction_static={f.value}; it needs above {math.ceil(minimum * 1000) / 1000:.3f}")
     available = int(rest * GIB)
-    # configs/model_config.py ModelConfig: num_attention_layers = num_hidden_layers, and the token pool holds a buffer
-    # for each: Gemma 3n's KV-shared layers (models/gemma3n_causal.py reads an earlier layer's cache) keep theirs,
-    # where vLLM gives them none (SGLang 0.5.23 on gemma-3n-e4b-text: 35 x 2,048 B = 71,680 B per token)
-    n_layers = arch.decoder_layers if arch.model_type == "gemma3n_text" and arch.decoder_layers else arch.num_layers
+    # a hybrid's KV pool holds its attention layers only (the state layers are the mamba pool)
+    n_layers = len(arch.attention_layers) if arch.state_layers else arch.num_layers
+    if arch.model_type == "gemma3n_text" and arch.decoder_layers:
+        # configs/model_config.py ModelConfig: num_attention_layers = num_hidden_layers, and the token pool holds a
+        # buffer for each: Gemma 3n's KV-shared layers (models/gemma3n_causal.py reads an earlier layer's cache)
+        # keep theirs, where vLLM gives them none (SGLang 0.5.23 on gemma-3n-e4b-text: 35 x 2,048 = 71,680 B/token)
+        n_layers = arch.decoder_layers
     lines = [f"mem_fraction_static {f.value}: " + ("given" if f.given else
              f"round(({gpu_mib:,.0f} MiB - {f.reserved_mib:,.0f} MiB reserved) / {gpu_mib:,.0f} MiB, 3)"
              + (f" x {f.vlm_factor:.6f} (adjust_mem_fraction_for_vlm)" if f.vlm_factor != 1.0 else "") + ", "
@@ -414,6 +472,11 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
              + " (mem_cache/kv_cache_configurator.py _profile_available_bytes)"]
     if mm is not None:
         lines[1:1] = list(mm.text)
+    if mamba_slots:
+        lines.append(f"mamba pool: max_mamba_cache_size {mamba_slots:,} = (rest x {MAMBA_FULL_MEMORY_RATIO} / "
+                     f"{1 + MAMBA_FULL_MEMORY_RATIO:.1f} - {per_req:,} B) // {per_req:,} B per request; "
+                     f"{mamba_slots + 1:,} slots off the budget, running requests at most {mamba_slots:,} // "
+                     f"{MAMBA_RATIO} (kv_cache_configurator.py _handle_max_mamba_cache, resolve_max_num_reqs)")
     ctx = context_len(arch)
     if is_hybrid_swa(arch):
         swa_ids, full_ids = swa_layer_ids(arch)
@@ -463,6 +526,11 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
     lines.append(f"max_total_num_tokens {tokens:,} = {available:,} // {icell:,} floored to page {page} "
                  "(DefaultPoolConfigurator.calculate_pool_sizes)")
     mrr = max_num_reqs(tokens, ctx, max_running_requests)
+    if mamba_slots:  # resolve_max_num_reqs: capped by the mamba state cache
+        mrr = min(mrr, mamba_slots // MAMBA_RATIO)
+        if mrr <= 0:
+            raise InputError("--gpu-memory", None, f"SGLang {VERSION} refuses: the hybrid state cache is too small "
+                             f"to serve any requests (max_mamba_cache_size={mamba_slots}, ratio {MAMBA_RATIO})")
     return Plan(f, page, icell, cell_text, "default", free_before, free_after, available, tokens, None, mrr, ctx,
                 n_layers, n_layers, 0, icell // n_layers if n_layers else 0, 0, tuple(lines))
 
