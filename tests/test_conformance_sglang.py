@@ -43,7 +43,6 @@ NOT_MIRRORED = {
     "zamba2-7b": "SGLang 0.5.23's mamba",  # Mamba-2 + shared attention
     "glm-5.1": "DeepSeek sparse attention's indexer",  # sparse MLA: SGLang's DSA indexer pool
     "deepseek-v3.2": "DeepSeek sparse attention's indexer",  # sparse MLA, as glm-5.1
-    "gemma-3n-e4b": "how SGLang 0.5.23's config class",  # multimodal: its vision tower's config kvdash does not read
 }
 # configs kvdash's config reader refuses (one InputError), with what SGLang 0.5.23 did with them
 KVDASH_CANNOT_READ = {

@@ -91,6 +91,10 @@ VIT_FIELDS: dict[str, tuple[str, int, str, int, str]] = {
                 "Qwen3_5VisionConfig (configs/qwen3_5.py): depth not read, getattr's default 24 layers"),
     "qwen3_5_moe": ("", 24, "hidden_size", 1152,
                     "Qwen3_5MoeVisionConfig (configs/qwen3_5.py): depth not read, getattr's default 24 layers"),
+    # transformers' Gemma3nVisionConfig (a timm MobileNet wrapper): hidden_size (default 2048), no
+    # num_hidden_layers, so getattr's default 24
+    "gemma3n": ("", 24, "hidden_size", 2048,
+                "transformers Gemma3nVisionConfig: no num_hidden_layers, getattr's default 24 layers"),
 }
 # arg_groups/model_overrides/qwen3_vl.py _HOPPER_QWEN3_VL_TYPES: the profiled large-Hopper serving defaults
 HOPPER_QWEN3_VL_TYPES = frozenset({"qwen3_vl", "qwen3_vl_moe"})
@@ -458,6 +462,11 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
     available = int(rest * GIB)
     # a hybrid's KV pool holds its attention layers only (the state layers are the mamba pool)
     n_layers = len(arch.attention_layers) if arch.state_layers else arch.num_layers
+    if not arch.state_layers and arch.decoder_layers > n_layers:
+        # Gemma 3n's KV-shared layers: SGLang sizes a cache for every decoder layer (model_runner_components/
+        # layer_setup.py resolve_layer_indices: num_effective_layers = end_layer - start_layer, all of them at PP 1),
+        # where vLLM skips the shared ones
+        n_layers = arch.decoder_layers
     lines = [f"mem_fraction_static {f.value}: " + ("given" if f.given else
              f"round(({gpu_mib:,.0f} MiB - {f.reserved_mib:,.0f} MiB reserved) / {gpu_mib:,.0f} MiB, 3)"
              + (f" x {f.vlm_factor:.6f} (adjust_mem_fraction_for_vlm)" if f.vlm_factor != 1.0 else "") + ", "
