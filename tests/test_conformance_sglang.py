@@ -177,3 +177,11 @@ def test_refusal_is_one_line():
     with pytest.raises(S.NotMirrored) as err:
         S.plan(_arch("mamba-codestral-7b"), 143771, 4, "bf16", 100 * 2**30, 0)
     assert str(err.value).count("\n") == 0 and "mamba" in str(err.value)
+
+
+def test_gemma3n_kv_shared_layers_keep_a_pool_buffer_in_sglang():
+    """SGLang 0.5.23's ModelConfig sizes the token pool by num_hidden_layers (num_attention_layers), Gemma 3n's 15
+    KV-shared layers included, where vLLM gives them no cache: a token is 35 layers x 2 KV heads x (256 + 256) x
+    2 B = 71,680 B at TP 1 (vLLM: 20 x 2,048 = 40,960 B), as SGLang's own code gave for gemma-3n-e4b-text."""
+    p = S.plan(_arch("gemma-3n-e4b-text"), 143771, 1, "bf16", 100 * 2**30, 0)
+    assert p.cell_bytes == 71_680

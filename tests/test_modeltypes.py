@@ -184,18 +184,19 @@ class TestNewTypes:
         assert ("4 full + 16 sliding(512)", 20, 35) == (arch.pattern(), arch.num_layers, arch.decoder_layers)
         assert 40_960 == calculate(CalcInput(arch=arch))["bytes_per_token"]
 
-    def test_gemma3n_e4b_config_vllm_planned(self):
-        """The gemma-3n-e4b config (transformers' Gemma3nConfig defaults, documented as google/gemma-3n-E4B's):
+    @pytest.mark.parametrize("name", ["gemma-3n-e4b", "gemma-3n-e4b-text"])
+    def test_gemma3n_e4b_config_vllm_planned(self, name):
+        """The gemma-3n-e4b configs (transformers' Gemma3nConfig / Gemma3nTextConfig defaults, google/gemma-3n-E4B's):
         35 layers, the last 15 share KV (Gemma3nAttention, gemma3n.py), so 20 hold it: 4 full + 16 sliding(512),
         2 KV heads x (256 + 256) x 2 B = 2,048 B per token each.  vLLM 0.33.0 (conformance/vllm/expected.json),
         tp 1, bf16, block 16, 12 GiB, 2,048 tokens: a page per layer is 16 x 2,048 = 32,768 B; the 20 layers form
         5 groups of 4 (1 full, 4 sliding), a block is 4 x 32,768 = 131,072 B, 12,884,901,888 // 131,072 = 98,304."""
-        arch = config("gemma-3n-e4b")
+        arch = config(name)
         # a gemma3n config is read through its text_config (model_type gemma3n_text)
         assert ("gemma3n_text", "4 full + 16 sliding(512)", 20, 35) == (
             arch.model_type, arch.pattern(), arch.num_layers, arch.decoder_layers)
         expected = json.loads((ROOT / "conformance" / "vllm" / "expected.json").read_text())
-        case = next(c for c in expected["cases"] if c["config"] == "gemma-3n-e4b" and c["tp"] == 1
+        case = next(c for c in expected["cases"] if c["config"] == name and c["tp"] == 1
                     and c["kv_dtype"] == "bf16" and c["block_size_requested"] == 16 and c["max_model_len"] == 2048
                     and c["budget_bytes"] == 12 * 2**30)
         assert ({"full": 4, "sliding": 16}, {"full": 32_768, "sliding": 32_768}, [4] * 5, 98_304) == (

@@ -140,6 +140,7 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "granitemoehybrid": ("granite-4.0-h-tiny",),
     "hunyuan_v1_dense": ("hunyuan-7b",),
     "gemma3n": ("gemma-3n-e4b",),
+    "gemma3n_text": ("gemma-3n-e4b-text",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {

@@ -462,10 +462,10 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
     available = int(rest * GIB)
     # a hybrid's KV pool holds its attention layers only (the state layers are the mamba pool)
     n_layers = len(arch.attention_layers) if arch.state_layers else arch.num_layers
-    if not arch.state_layers and arch.decoder_layers > n_layers:
-        # Gemma 3n's KV-shared layers: SGLang sizes a cache for every decoder layer (model_runner_components/
-        # layer_setup.py resolve_layer_indices: num_effective_layers = end_layer - start_layer, all of them at PP 1),
-        # where vLLM skips the shared ones
+    if arch.model_type == "gemma3n_text" and arch.decoder_layers:
+        # configs/model_config.py ModelConfig: num_attention_layers = num_hidden_layers, and the token pool holds a
+        # buffer for each: Gemma 3n's KV-shared layers (models/gemma3n_causal.py reads an earlier layer's cache)
+        # keep theirs, where vLLM gives them none (SGLang 0.5.23 on gemma-3n-e4b-text: 35 x 2,048 = 71,680 B/token)
         n_layers = arch.decoder_layers
     lines = [f"mem_fraction_static {f.value}: " + ("given" if f.given else
              f"round(({gpu_mib:,.0f} MiB - {f.reserved_mib:,.0f} MiB reserved) / {gpu_mib:,.0f} MiB, 3)"
