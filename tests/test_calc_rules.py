@@ -931,3 +931,11 @@ def test_sparse_mla_token_bytes_add_the_indexer_cache():
     v32 = Layer("mla", kv_heads=1, kv_lora_rank=512, qk_rope_head_dim=64, index_bytes=132)
     assert layer_token_bytes(v32, "bf16", "tensor", 1) == 1_284
     assert layer_token_bytes(v32, "fp8_ds_mla", "tensor", 1) == 788
+
+
+def test_sensitivity_under_kv_dtype_auto_uses_the_stored_dtype():
+    """--kv-dtype auto on a checkpoint without a KV scheme is stored as bf16 (2 B): the sensitivity offers the fp8
+    variant, not a bf16 one (the dtype it already is)."""
+    r = calculate(CalcInput(MHA64, used=16, max_reserved=16, kv_dtype="auto", budget=BudgetSpec(bytes=TEN_BLOCKS)))
+    labels = [v["variant"] for v in r["sensitivity"]["variants"]]
+    assert "kv dtype fp8 (idealized)" in labels and "kv dtype bf16" not in labels

@@ -425,3 +425,64 @@ class TestOneRequestFits:
             check_one_request_fits(12 * 2**30, 8_257_536, 2048, 32768, 1)
         assert "the estimated maximum model length is 1.\"" in str(err.value)
         assert "lower it to 1 or less, or give" in str(err.value)
+
+
+class TestKvDtypeAuto:
+    """--kv-cache-dtype auto (EngineArgs.create_engine_config, vllm/engine/arg_utils.py; resolve_kv_cache_dtype_string,
+    vllm/utils/torch_utils.py): a ModelOpt checkpoint's static 8-bit float KV scheme is fp8_e4m3, a 4-bit float one
+    nvfp4 (refused: not mirrored), anything else the model dtype."""
+
+    @staticmethod
+    def _arch(scheme: dict, model_type: str = "", mla: bool = False):
+        from kvdash.core.arch import Architecture, Layer
+
+        layer = (Layer("mla", kv_heads=1, kv_lora_rank=512, qk_rope_head_dim=64) if mla
+                 else Layer("full", kv_heads=8, head_dim=128, head_dim_v=128))
+        return Architecture("hand", (layer,), 8, 4096, model_type=model_type,
+                            facts={"quantization_config": {"quant_method": "modelopt", "kv_cache_scheme": scheme}})
+
+    STATIC_FP8 = {"dynamic": False, "num_bits": 8, "type": "float"}
+
+    def test_static_8_bit_float_is_fp8_e4m3(self):
+        from kvdash.engines.vllm import resolve_auto_kv_dtype
+
+        assert resolve_auto_kv_dtype(self._arch(self.STATIC_FP8))[0] == "fp8_e4m3"
+        assert resolve_auto_kv_dtype(self._arch(self.STATIC_FP8 | {"dynamic": True})) == ("bf16", "")
+
+    def test_4_bit_float_is_refused(self):
+        from kvdash.engines.vllm import resolve_auto_kv_dtype
+
+        with pytest.raises(InputError) as err:
+            resolve_auto_kv_dtype(self._arch({"num_bits": 4, "type": "float"}))
+        assert "NVFP4" in str(err.value)
+
+    def test_auto_then_ignored_by_falcon(self):
+        """Falcon's attention ignores the KV dtype: auto's fp8_e4m3 is stored as bf16, both reasons given."""
+        from kvdash.engines.vllm import stored_kv_dtype
+
+        stored, why = stored_kv_dtype(self._arch(self.STATIC_FP8, model_type="falcon"), "auto")
+        assert stored == "bf16" and why.startswith("auto: the checkpoint's ModelOpt quantization_config")
+        assert "; then vllm/model_executor/models/falcon.py" in why
+
+    def test_auto_block_size_takes_the_resolved_dtype(self):
+        """MLA with auto resolved to fp8_e4m3 on Hopper runs FlashMLA: 64-token blocks (bf16 would give 16)."""
+        from kvdash.engines.vllm import auto_block_size
+
+        assert auto_block_size(self._arch(self.STATIC_FP8, mla=True), "auto")[0] == 64
+
+
+def test_a_state_page_larger_than_the_attention_page_is_refused():
+    """Zamba2-7B (tests/data/configs), tp 1, block 16: its layers' state page (962,048 B) exceeds the attention page
+    the block was aligned to, 16 x 28,672 B per token (32 KV heads x (224 + 224) x 2 B) = 458,752 B: MambaSpec's
+    page_size_padded assertion stops vLLM 0.33; the fix is cdiv(962,048, 28,672) = 34 tokens (28,672 x 33 =
+    946,176 is too small)."""
+    from pathlib import Path
+
+    from kvdash.core.model import load_config
+    from kvdash.engines.vllm import aligned_block_size
+
+    arch = load_config(Path(__file__).parent / "data" / "configs" / "zamba2-7b" / "config.json")
+    with pytest.raises(InputError) as err:
+        aligned_block_size(arch, "bf16", "tensor", 1, 16)
+    assert "its layers hold 962,048 B, more than the 458,752 B attention page of 16 tokens" in str(err.value)
+    assert "a --block-size of at least 34 tokens" in str(err.value)
