@@ -227,3 +227,22 @@ def test_multimodal_gemma_3n_floor_factor_and_every_decoder_layer():
     assert p.fraction.reserved_mib == 13_440
     assert p.fraction.value == pytest.approx(0.835 * 0.76, abs=1e-15)
     assert p.cell_bytes == 71_680 and p.max_total_num_tokens == 746_160
+
+
+def test_lfm2_has_no_mamba_extra_buffer():
+    """LFM2 (short-conv state; not among supports_mamba_cache_extra_buffer's models): SGLang's no_buffer strategy,
+    3 state slots per request and page size 1 only (mamba_hook.py validate_mamba_no_buffer). H200, TP 1, bf16:
+    10 short-conv layers x 2,048 x 2 x 2 B = 81,920 B per request; 781,543 slots; running requests
+    min(4,096, 781,543 // 3 = 260,514) = 4,096 (the conformance case's figures); page 16 is refused in one line."""
+    from kvdash.core.model import load_config
+    from kvdash.engines import sglang
+    from kvdash.errors import InputError
+
+    arch = load_config("tests/data/configs/lfm2-1.2b/config.json")
+    assert sglang.mamba_cache_per_req(arch, 1) == 81_920
+    p = sglang.plan(arch, 143_771, 1, "bf16", 142_747 * 2**20, 0)
+    assert any("max_mamba_cache_size 781,543" in line and "// 3" in line for line in p.lines)
+    assert p.max_running_requests == 4096
+    with pytest.raises(InputError) as err:
+        sglang.plan(arch, 143_771, 1, "bf16", 142_747 * 2**20, 0, 16)
+    assert "no_buffer only supports page_size=1" in str(err.value) and "\n" not in str(err.value)
