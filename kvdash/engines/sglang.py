@@ -104,9 +104,10 @@ MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio default: the mamba po
 # kv_cache_configurator.py _calculate_mamba_ratio: MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO (3) + the extra
 # buffer's tracking slots (mem_cache/allocation_sizing.py get_mamba_tracking_slots: 2 with the overlap schedule)
 MAMBA_RATIO = 3 + 2
-# arg_groups/overrides.py _mamba_radix_cache_resolution: without extra-buffer support (supports_mamba_cache_extra_buffer:
-# _MAMBA_EXTRA_BUFFER_ARCHS or the linear-attention spec) the strategy is no_buffer: 3 state slots per request, the
-# overlap schedule off, and a page size above 1 refused (mamba_hook.py validate_mamba_no_buffer)
+# arg_groups/overrides.py _mamba_radix_cache_resolution: without extra-buffer support
+# (supports_mamba_cache_extra_buffer: _MAMBA_EXTRA_BUFFER_ARCHS or the linear-attention spec) the strategy is
+# no_buffer: 3 state slots per request, the overlap schedule off, and a page size above 1 refused
+# (mamba_hook.py validate_mamba_no_buffer)
 MAMBA_NO_BUFFER_ARCHS = frozenset({"Lfm2ForCausalLM"})
 MAMBA_RATIO_NO_BUFFER = 3
 SSM_STATE_BYTES = 4  # configs/mamba_utils.py mamba2_state_dtype: the temporal state is float32 by default
