@@ -212,3 +212,37 @@ def test_multimodal_qwen3_5_reads_24_vit_layers():
     p = sglang.plan(arch, 81_559, 1, "bf16", 80_535 * 2**20, 0, 16)
     assert p.fraction.reserved_mib == 13_904
     assert p.fraction.value == pytest.approx(0.76755546875, abs=1e-15)
+
+
+def test_multimodal_gemma_3n_floor_factor_and_every_decoder_layer():
+    """Gemma 3n E4B (H100, TP 1): Gemma3nVisionConfig's hidden_size 2,048 and getattr's 24 layers -> 24 x 2,048^2 /
+    (24 x 1,024^2) = 4, 1 - 0.1 x 3 = 0.7, clamped to 0.8, x 0.95 = 0.76; prefill graphs off: reserve 13,440 MiB,
+    0.835 x 0.76 = 0.6346; the cell counts all 35 decoder layers (SGLang skips no KV-shared layer): 35 x 2 KV heads
+    x (256 + 256) x 2 B = 71,680 B (vLLM's 20 KV-holding layers would give 40,960 B); 746,160 tokens at page 16."""
+    from kvdash.core.model import load_config
+    from kvdash.engines import sglang
+
+    arch = load_config("tests/data/configs/gemma-3n-e4b/config.json")
+    p = sglang.plan(arch, 81_559, 1, "bf16", 80_535 * 2**20, 0, 16)
+    assert p.fraction.reserved_mib == 13_440
+    assert p.fraction.value == pytest.approx(0.835 * 0.76, abs=1e-15)
+    assert p.cell_bytes == 71_680 and p.max_total_num_tokens == 746_160
+
+
+def test_lfm2_has_no_mamba_extra_buffer():
+    """LFM2 (short-conv state; not among supports_mamba_cache_extra_buffer's models): SGLang's no_buffer strategy,
+    3 state slots per request and page size 1 only (mamba_hook.py validate_mamba_no_buffer). H200, TP 1, bf16:
+    10 short-conv layers x 2,048 x 2 x 2 B = 81,920 B per request; 781,543 slots; running requests
+    min(4,096, 781,543 // 3 = 260,514) = 4,096 (the conformance case's figures); page 16 is refused in one line."""
+    from kvdash.core.model import load_config
+    from kvdash.engines import sglang
+    from kvdash.errors import InputError
+
+    arch = load_config("tests/data/configs/lfm2-1.2b/config.json")
+    assert sglang.mamba_cache_per_req(arch, 1) == 81_920
+    p = sglang.plan(arch, 143_771, 1, "bf16", 142_747 * 2**20, 0)
+    assert any("max_mamba_cache_size 781,543" in line and "// 3" in line for line in p.lines)
+    assert p.max_running_requests == 4096
+    with pytest.raises(InputError) as err:
+        sglang.plan(arch, 143_771, 1, "bf16", 142_747 * 2**20, 0, 16)
+    assert "no_buffer only supports page_size=1" in str(err.value) and "\n" not in str(err.value)

@@ -36,14 +36,12 @@ FIELDS = ("mem_fraction_static", "page_size", "cell_size_bytes", "available_byte
 # configs kvdash's SGLang view refuses in one line, and the reason's opening words (kvdash.engines.sglang.refusal)
 NOT_MIRRORED = {
     "jamba-1.5-mini": "SGLang 0.5.23's mamba",
-    "lfm2-1.2b": "SGLang 0.5.23's mamba",  # short-conv state
     "mamba-codestral-7b": "SGLang 0.5.23's mamba",  # pure Mamba-2
     "falcon-mamba-7b": "SGLang 0.5.23's mamba",  # pure Mamba-1: SGLang's pool is its state slots
     "mamba-130m": "SGLang 0.5.23's mamba",  # short-conv layers: SGLang sizes them as mamba state
     "zamba2-7b": "SGLang 0.5.23's mamba",  # Mamba-2 + shared attention
     "glm-5.1": "DeepSeek sparse attention's indexer",  # sparse MLA: SGLang's DSA indexer pool
     "deepseek-v3.2": "DeepSeek sparse attention's indexer",  # sparse MLA, as glm-5.1
-    "gemma-3n-e4b": "how SGLang 0.5.23's config class",  # multimodal: its vision tower's config kvdash does not read
 }
 # configs kvdash's config reader refuses (one InputError), with what SGLang 0.5.23 did with them
 KVDASH_CANNOT_READ = {

@@ -29,7 +29,7 @@ case against that code by ``conformance/sglang/`` (``expected.json``; ``tests/te
   ``max_mamba_cache_size``) and the cap on running requests in ``resolve_max_num_reqs``.
 
 Not mirrored (refused in one line, :class:`NotMirrored`): other mamba / linear-attention / short-conv models (pure
-Mamba, Jamba, LFM2, Zamba2), a multimodal model whose vision-config class kvdash does
+Mamba, Jamba, Zamba2), a multimodal model whose vision-config class kvdash does
 not know, DeepSeek sparse attention's indexer, speculative decoding, DP attention, pipeline parallelism.
 """
 
@@ -91,6 +91,10 @@ VIT_FIELDS: dict[str, tuple[str, int, str, int, str]] = {
                 "Qwen3_5VisionConfig (configs/qwen3_5.py): depth not read, getattr's default 24 layers"),
     "qwen3_5_moe": ("", 24, "hidden_size", 1152,
                     "Qwen3_5MoeVisionConfig (configs/qwen3_5.py): depth not read, getattr's default 24 layers"),
+    # transformers' Gemma3nVisionConfig (a timm MobileNet wrapper): hidden_size (default 2048), no
+    # num_hidden_layers, so getattr's default 24
+    "gemma3n": ("", 24, "hidden_size", 2048,
+                "transformers Gemma3nVisionConfig: no num_hidden_layers, getattr's default 24 layers"),
 }
 # arg_groups/model_overrides/qwen3_vl.py _HOPPER_QWEN3_VL_TYPES: the profiled large-Hopper serving defaults
 HOPPER_QWEN3_VL_TYPES = frozenset({"qwen3_vl", "qwen3_vl_moe"})
@@ -100,13 +104,20 @@ MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio default: the mamba po
 # kv_cache_configurator.py _calculate_mamba_ratio: MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO (3) + the extra
 # buffer's tracking slots (mem_cache/allocation_sizing.py get_mamba_tracking_slots: 2 with the overlap schedule)
 MAMBA_RATIO = 3 + 2
+# arg_groups/overrides.py _mamba_radix_cache_resolution: without extra-buffer support
+# (supports_mamba_cache_extra_buffer: _MAMBA_EXTRA_BUFFER_ARCHS or the linear-attention spec) the strategy is
+# no_buffer: 3 state slots per request, the overlap schedule off, and a page size above 1 refused
+# (mamba_hook.py validate_mamba_no_buffer)
+MAMBA_NO_BUFFER_ARCHS = frozenset({"Lfm2ForCausalLM"})
+MAMBA_RATIO_NO_BUFFER = 3
 SSM_STATE_BYTES = 4  # configs/mamba_utils.py mamba2_state_dtype: the temporal state is float32 by default
 # the hybrids whose state pool is mirrored: architectures SGLang builds a mamba2_cache_params for
 # (configs/model_config.py mambaish_config: NemotronHConfig, Qwen3NextConfig, GraniteMoeHybridConfig, Qwen3.5's
 # text config, a Qwen3NextConfig), checked
 # case by case against SGLang's code (conformance/sglang); the rest refused
 MAMBA_MIRRORED_ARCHS = frozenset({"NemotronHForCausalLM", "Qwen3NextForCausalLM", "GraniteMoeHybridForCausalLM",
-                                  "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"})
+                                  "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+                                  *MAMBA_NO_BUFFER_ARCHS})
 # DeepSeek sparse attention (an indexer cache beside the latent): the model_types kvdash reads for it (SGLang's
 # configs/model_config.py is_deepseek_nsa keys on these models' architectures and their index_topk)
 DSA_MODEL_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
@@ -440,6 +451,12 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
         rest -= mm.reservation_mib / 1024
     mamba_slots = 0
     per_req = 0
+    ratio = MAMBA_RATIO
+    if arch.state_layers and any(a in MAMBA_NO_BUFFER_ARCHS for a in arch.facts.get("architectures", ())[:1]):
+        ratio = MAMBA_RATIO_NO_BUFFER
+        if page != 1:
+            raise InputError("--block-size", page, f"SGLang {VERSION} refuses: no_buffer only supports page_size=1 "
+                             "(this model has no mamba extra buffer: mamba_hook.py validate_mamba_no_buffer)")
     if arch.state_layers:
         # kv_cache_configurator.py _handle_max_mamba_cache (no --max-mamba-cache-size): the mamba pool takes
         # ratio / (1 + ratio) of the rest, K = (budget - slot) // slot slots, and (K + 1) slots (one padding) leave
@@ -476,7 +493,7 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
         lines.append(f"mamba pool: max_mamba_cache_size {mamba_slots:,} = (rest x {MAMBA_FULL_MEMORY_RATIO} / "
                      f"{1 + MAMBA_FULL_MEMORY_RATIO:.1f} - {per_req:,} B) // {per_req:,} B per request; "
                      f"{mamba_slots + 1:,} slots off the budget, running requests at most {mamba_slots:,} // "
-                     f"{MAMBA_RATIO} (kv_cache_configurator.py _handle_max_mamba_cache, resolve_max_num_reqs)")
+                     f"{ratio} (kv_cache_configurator.py _handle_max_mamba_cache, resolve_max_num_reqs)")
     ctx = context_len(arch)
     if is_hybrid_swa(arch):
         swa_ids, full_ids = swa_layer_ids(arch)
@@ -527,10 +544,10 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
                  "(DefaultPoolConfigurator.calculate_pool_sizes)")
     mrr = max_num_reqs(tokens, ctx, max_running_requests)
     if mamba_slots:  # resolve_max_num_reqs: capped by the mamba state cache
-        mrr = min(mrr, mamba_slots // MAMBA_RATIO)
+        mrr = min(mrr, mamba_slots // ratio)
         if mrr <= 0:
             raise InputError("--gpu-memory", None, f"SGLang {VERSION} refuses: the hybrid state cache is too small "
-                             f"to serve any requests (max_mamba_cache_size={mamba_slots}, ratio {MAMBA_RATIO})")
+                             f"to serve any requests (max_mamba_cache_size={mamba_slots}, ratio {ratio})")
     return Plan(f, page, icell, cell_text, "default", free_before, free_after, available, tokens, None, mrr, ctx,
                 n_layers, n_layers, 0, icell // n_layers if n_layers else 0, 0, tuple(lines))
 
