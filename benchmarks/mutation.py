@@ -58,8 +58,8 @@ TARGETS: dict[str, list[str]] = {
     "kvdash/answer/calc.py": ["tests/test_calc_rules.py", *CORE_TESTS],
     "kvdash/answer/budget.py": ["tests/test_calc_rules.py", *CORE_TESTS],
     # the rest of core/calc.py's composition (issue 26): the assumptions' wording and the input record
-    "kvdash/answer/text.py": ["tests/test_calc_rules.py", "tests/test_answer_first.py", "tests/test_kv_dtype_auto.py",
-                              *CORE_TESTS],
+    "kvdash/answer/text.py": ["tests/test_answer_text.py", "tests/test_calc_rules.py", "tests/test_answer_first.py",
+                              "tests/test_kv_dtype_auto.py", *CORE_TESTS],
     "kvdash/answer/inputs.py": ["tests/test_calc_rules.py", *CORE_TESTS],
     "kvdash/core/pool.py": ["tests/test_calc_rules.py", *CORE_TESTS],
     "kvdash/engines/vllm.py": ["tests/test_calc_rules.py", "tests/test_engines.py", "tests/test_vllm_rules.py",

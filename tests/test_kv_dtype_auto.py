@@ -72,3 +72,17 @@ def test_published_modelopt_checkpoint_stores_fp8_under_auto() -> None:
     assert any("declares its KV cache as fp8" in a and "fp8_e4m3" in a for a in auto["assumptions"])
     plain, bf16 = _calc("kimi-k2.5", "auto"), _calc("kimi-k2.5", "bf16")
     assert plain["bytes_per_token"] == bf16["bytes_per_token"] == 2 * 576 * 61
+
+
+def test_assumptions_name_what_was_asked_and_what_is_stored() -> None:
+    """The second assumption line names the asked dtype and the stored one with its bytes per element:
+    auto on Kimi-K2.5-NVFP4 is stored as fp8_e4m3 (1 byte); fp8 on Falcon-7B-Instruct stays bf16 (2 bytes:
+    falcon.py builds its rotary Attention without cache_config); bf16 asked and stored says it once."""
+    auto = _calc("kimi-k2.5-nvfp4", "auto")["assumptions"]
+    assert any(a.startswith("KV dtype: auto asked, stored as fp8_e4m3 (1 byte(s) per element)") for a in auto)
+    falcon = load_config(Path(__file__).resolve().parent / "data" / "configs" / "falcon-7b-instruct" / "config.json")
+    r = calculate(CalcInput(arch=falcon, kv_dtype="fp8", block_size=16, budget=BudgetSpec(bytes=4 * GiB), tp=1,
+                            used=825, max_reserved=2048))
+    assert any(a.startswith("KV dtype: fp8 asked, stored as bf16 (2 byte(s) per element)") for a in r["assumptions"])
+    plain = _calc("kimi-k2.5", "bf16")["assumptions"]
+    assert any(a.startswith("KV dtype: bf16, 2 byte(s) per element; scales: per tensor") for a in plain)

@@ -173,7 +173,7 @@ def summary(inp: CalcInput, r: dict[str, Any]) -> str:
                  f"{g['allocated_slots']:,} allocated slots ({g['tail_waste_slots']:,} in block tails); offloading "
                  f"its longest request ({off['tokens']:,} tokens) moves {off['useful_bytes']:,} B of KV "
                  f"({off['allocated_bytes']:,} B in whole blocks)")
-        if inp.max_reserved > max(g["lengths"]) or inp.max_reserved > min(g["lengths"]):
+        if inp.max_reserved > min(g["lengths"]):  # some request holds less than it reserves
             line += f"; contiguous, each request reserves --max-reserved {inp.max_reserved:,} tokens up front"
         return line + "."
     if attention_free:
