@@ -46,7 +46,7 @@ import numpy as np
 from kvdash.core.gpus import get_gpu
 from kvdash.core.model import from_hf_config
 from kvdash.core.steptime import Constants, gpu_perf, model_compute
-from kvdash.engines.vllm import rank_shapes
+from kvdash.engines.vllm import declared_kv_dtype, rank_shapes
 from kvdash.engines.vllm_reserve import auto_reserve
 from kvdash.simulate.timed import Pool, simulate_timed
 
@@ -80,22 +80,13 @@ CHECKPOINTS = {("moonshotai/Kimi-K2.5", "nvfp4"): "kimi-k2.5-nvfp4",
 
 
 def checkpoint_kv_dtype(cfg: dict[str, Any]) -> str | None:
-    """The KV cache dtype a checkpoint declares, as vLLM 0.33 resolves ``--kv-cache-dtype auto``
-    (``resolve_kv_cache_dtype_string`` and ``get_kv_cache_quant_algo_string`` in vllm/utils/torch_utils.py: a
-    ModelOpt ``kv_cache_scheme`` of 8-bit static floats, or ``kv_cache_quant_algo`` FP8, is fp8; and
-    ``Attention.__init__`` in vllm/model_executor/layers/attention/attention.py: a compressed-tensors
-    ``kv_cache_scheme`` is fp8); None: the checkpoint declares none."""
+    """The KV cache dtype a checkpoint declares, as vLLM 0.33 resolves ``--kv-cache-dtype auto``: kvdash's own
+    rule (:func:`kvdash.engines.vllm.declared_kv_dtype`), on config.json's ``quantization_config`` (top level,
+    else ``text_config``'s, as ``kvdash.core.model`` reads it); ``"fp8"`` for either fp8 spelling (1 byte),
+    None where the checkpoint declares none."""
     q = cfg.get("quantization_config") or cfg.get("text_config", {}).get("quantization_config") or {}
-    inner = q.get("quantization", q)
-    algo = inner.get("kv_cache_scheme") or q.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
-    if isinstance(algo, dict):
-        if str(q.get("quant_method", "")).startswith("modelopt"):
-            ok = algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float"
-            return "fp8" if ok else None
-        return "fp8"  # compressed-tensors: any declared scheme makes the cache fp8
-    if isinstance(algo, str) and algo.upper() == "FP8":
-        return "fp8"
-    return None
+    dtype, why = declared_kv_dtype(q)
+    return None if not why else "fp8" if dtype.startswith("fp8") else dtype
 
 
 def _ignored(cfg: dict[str, Any], module: str) -> bool:

@@ -28,7 +28,7 @@ from kvdash.core.pool import PoolShape, layer_token_bytes
 from kvdash.engines import vllm_view
 from kvdash.engines.base import Caps
 from kvdash.engines.vllm import RULES as VLLM
-from kvdash.engines.vllm import max_concurrent_batches, stored_kv_dtype
+from kvdash.engines.vllm import max_concurrent_batches, starts, stored_kv_dtype
 from kvdash.errors import InputError
 from kvdash.units import GiB
 
@@ -80,12 +80,12 @@ def check_engine_starts(inp: CalcInput, shapes: Sequence[PoolShape], budget: int
             m = evaluate(replace(inp, max_model_len=n), [shape], budget, (1,))
             return int(m["block_bytes"]), int(m["vllm_blocks_per_request"])
         block_bytes, blocks = request(length)
-        if block_bytes * (blocks + 1) <= budget:
+        if starts(budget // block_bytes, blocks):
             continue
         lo, hi, best = 1, length, 0
         while lo <= hi:
             mid = (lo + hi) // 2
-            if block_bytes * request(mid)[1] <= budget - block_bytes:
+            if starts(budget // block_bytes, request(mid)[1]):
                 best, lo = mid, mid + 1
             else:
                 hi = mid - 1

@@ -498,8 +498,13 @@ MODELOPT_KV = {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}  # MODELOPT_TO_VLLM_KV_CACHE
 
 
 def resolve_auto_kv_dtype(arch: Architecture) -> tuple[str, str]:
-    """What ``--kv-cache-dtype auto`` (vLLM's default) stores for this checkpoint, and why when it is not the
-    model dtype (else ``""``).
+    """:func:`declared_kv_dtype` of the checkpoint's ``quantization_config`` (config.json's, kept as a fact)."""
+    return declared_kv_dtype(arch.facts.get("quantization_config") or {})
+
+
+def declared_kv_dtype(q: dict[str, Any]) -> tuple[str, str]:
+    """What ``--kv-cache-dtype auto`` (vLLM's default) stores for a checkpoint with this ``quantization_config``,
+    and why when it is not the model dtype (else ``""``).
 
     ``EngineArgs.create_engine_config`` (``vllm/engine/arg_utils.py``) resolves ``auto`` with
     ``resolve_kv_cache_dtype_string`` (``vllm/utils/torch_utils.py``): a ModelOpt checkpoint
@@ -509,7 +514,6 @@ def resolve_auto_kv_dtype(arch: Architecture) -> tuple[str, str]:
     compressed-tensors checkpoint that declares a ``kv_cache_scheme`` makes ``auto`` ``fp8`` in
     ``Attention.__init__`` (``vllm/model_executor/layers/attention/attention.py``).  ``auto`` otherwise is
     the model dtype, bf16 here (the same 2 bytes for an fp16 checkpoint)."""
-    q = arch.facts.get("quantization_config") or {}
     method = str(q.get("quant_method", ""))
     if method.startswith("modelopt"):
         inner: dict[str, Any] = q["quantization"] if isinstance(q.get("quantization"), dict) else q
@@ -644,6 +648,13 @@ def auto_block_size(arch: Architecture, kv_dtype: str = defaults.KV_DTYPE,
     return size, why
 
 
+def starts(pool_blocks: Any, blocks_per_request: Any) -> Any:
+    """Whether vLLM 0.33 starts: its pool's whole blocks, one of them the null block, hold one request at
+    ``max_model_len`` (:func:`check_one_request_fits`).  Integers for one configuration, polars columns for a
+    grid (:mod:`kvdash.sweep.evaluate`)."""
+    return pool_blocks > blocks_per_request
+
+
 def check_one_request_fits(budget: int, block_bytes: int, blocks_per_request: int, max_model_len: int,
                            estimated_max_len: int, field: str = "--max-model-len") -> None:
     """Refuse a pool that cannot hold one request of ``max_model_len`` tokens, as vLLM 0.33 refuses to start.
@@ -662,7 +673,7 @@ def check_one_request_fits(budget: int, block_bytes: int, blocks_per_request: in
     ...
     kvdash.errors.InputError: --max-model-len: 32768 ...
     """
-    if block_bytes <= 0 or block_bytes * (blocks_per_request + 1) <= budget:
+    if block_bytes <= 0 or starts(budget // block_bytes, blocks_per_request):
         return
     needed, available = block_bytes * blocks_per_request, budget - block_bytes
     estimate = (f"Based on the available memory, the estimated maximum model length is {estimated_max_len}. "

@@ -18,6 +18,14 @@ from kvdash.simulate.prefix_tiers import TierStats
 I64 = np.int64
 
 
+def _distinct(scratch: np.ndarray, keys: np.ndarray) -> bool:
+    """Whether no key repeats in ``keys``: each writes its index into ``scratch`` and reads it back (a
+    repeated key reads a later index)."""
+    at = np.arange(len(keys), dtype=I64)
+    scratch[keys] = at
+    return bool((scratch[keys] == at).all())
+
+
 class _Order:
     """An insertion order over keys, oldest first: ``append`` makes keys the newest, ``oldest`` finds the
     oldest (skipping marked keys), ``drop`` removes keys."""
@@ -123,9 +131,7 @@ class DenseLru:
         return len(keys) if has.all() else int(has.argmin())
 
     def _distinct(self, keys: np.ndarray) -> bool:
-        at = np.arange(len(keys), dtype=I64)
-        self.scratch[keys] = at
-        return bool((self.scratch[keys] == at).all())
+        return _distinct(self.scratch, keys)
 
     def _append(self, keys: np.ndarray) -> None:
         if self.present is not None:
@@ -250,9 +256,7 @@ class DenseGpuPool:
         return len(c) if c.all() else int(c.argmin())
 
     def _distinct(self, keys: np.ndarray) -> bool:
-        at = np.arange(len(keys), dtype=I64)
-        self.scratch[keys] = at
-        return bool((self.scratch[keys] == at).all())
+        return _distinct(self.scratch, keys)
 
     def admit(self, keys: np.ndarray, hits: int, blocks: int) -> tuple[np.ndarray, int] | None:
         """:meth:`GpuPool.admit`: the request's first ``hits`` keys are cached, the rest are new full

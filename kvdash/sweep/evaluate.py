@@ -497,8 +497,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
         # (kvdash/engines/vllm.py: check_one_request_fits, after kv_cache_planning.py's
         # _check_enough_kv_cache_memory): the pool's whole blocks are no more than one request takes.  As in
         # calc, only where max_model_len is given (otherwise the vLLM figures are for max_reserved).
-        refused = pl.col("_max_model_len_given") & (c_exprs["whole_pool_blocks"]
-                                                    <= pl.col(source["vllm_blocks_per_request"]))
+        refused = pl.col("_max_model_len_given") & ~vllm_rules.starts(c_exprs["whole_pool_blocks"],
+                                                                      pl.col(source["vllm_blocks_per_request"]))
         metrics["fits"] = pl.col("fits") & ~refused
     metrics |= literal
     gpus = metrics.get("gpus", pl.col("gpus"))
