@@ -83,9 +83,12 @@ def test_a_bad_memory_sample_is_n_a_with_its_reason(value, capsys):
     assert gpu["used_bytes"] is None and gpu["total_bytes"] is None
     assert gpu["invalid"]["used_bytes"]
     assert gpu["free_bytes"] == 100_000 * 2**20  # the good figures of the same GPU stay
+    # a GPU whose figure is n/a never counts as 0 bytes: its host's memory and the fleet's are n/a (null),
+    # and the totals say that 0 of its 1 GPU report memory
     for h in doc["hosts"]:
-        assert h["used_bytes"] >= 0 and h["total_bytes"] >= 0
-    assert doc["totals"]["gpu_used_bytes"] == 0
+        assert h["used_bytes"] is None and h["total_bytes"] is None
+    assert (doc["totals"]["gpu_used_bytes"], doc["totals"]["gpu_total_bytes"]) == (None, None)
+    assert (doc["totals"]["gpus_reporting_memory"], doc["totals"]["gpus"]) == (0, 1)
 
 
 def test_good_memory_sample_is_exact(capsys):
@@ -639,3 +642,15 @@ def test_a_sum_over_pools_beyond_the_exact_range_is_na():
     assert _sum_of([237_031_559_335_290] * 38) is None
     assert MAX_COUNT == _sum_of([MAX_COUNT - 1, 1])
     assert _sum_of([1, None]) is None and _sum_of([]) is None
+
+
+def test_a_host_whose_gpu_figures_are_all_n_a_shows_n_a_not_zero(capsys):
+    """Noticed in stop 30: a host whose only GPU's memory was n/a showed ``0/0 GiB`` in ``--once``'s host
+    table, and the fleet totals ``0/0 GiB used``.  A figure that is not known is never shown as 0 bytes."""
+    with FakePrometheus(lambda name, q: {"dcgm_memory": dcgm("NaN")}.get(name, EMPTY)) as prom:
+        code, out, err = run(["live", "--prometheus", prom.url, "--once"], capsys)
+    assert 0 == code, err
+    assert "0/0" not in out
+    host_row = next(line for line in out.splitlines() if "n/a/n/a" in line)
+    assert "GPU" not in host_row or "1" in host_row
+    assert "n/a/n/a GiB used (0 of 1 report)" in out

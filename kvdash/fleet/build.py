@@ -23,6 +23,7 @@ Matching rules, stated once:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -405,8 +406,8 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
             any(e.get("state", "up") == "up" for e in h["engines"]) else \
             "degraded" if h["down_targets"] or dead else "up"
         gs = h["gpus"]
-        h["total_bytes"] = sum(g["total_bytes"] or 0 for g in gs)
-        h["used_bytes"] = sum(g["used_bytes"] or 0 for g in gs)
+        h["total_bytes"] = all_known_sum(g["total_bytes"] for g in gs)
+        h["used_bytes"] = all_known_sum(g["used_bytes"] for g in gs)
         out_hosts.append(h)
     return {
         "assumptions": ASSUMPTIONS,
@@ -423,6 +424,28 @@ def _bytes_per_token(cfg: LiveConfig) -> int:
     from kvdash.engines.vllm import rank_shapes
 
     return int(rank_shapes(cfg.architecture(), cfg.kv_dtype, "tensor", cfg.tp, 1, cfg.block_size)[0].bytes_per_token)
+
+
+def known_sum(values: Iterable[int | None]) -> int | None:
+    """The sum of the figures that are known; None (shown as n/a) when none is: a GPU whose figure is n/a
+    never counts as 0 bytes.
+
+    >>> known_sum([3, None, 4]), known_sum([None, None]), known_sum([])
+    (7, None, None)
+    """
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def all_known_sum(values: Iterable[int | None]) -> int | None:
+    """The sum when every figure is known, else None: a host's memory is n/a as soon as one of its GPUs'
+    is (its GPU lines show the figures that are known).
+
+    >>> all_known_sum([3, 4]), all_known_sum([3, None]), all_known_sum([])
+    (7, None, None)
+    """
+    vals = list(values)
+    return None if not vals or any(v is None for v in vals) else sum(v for v in vals if v is not None)
 
 
 def request_slots(length: int, block_size: int) -> int:
@@ -443,6 +466,7 @@ def totals(hosts: list[dict[str, Any]], engines: list[dict[str, Any]], cfg: Live
     engines whose reading is live count (an exporter's engine that is down or stale is left out); free KV
     in bytes only over engines of the model kvdash analyses (others are not comparable)."""
     gpus = [g for h in hosts for g in h["gpus"]]
+    reporting = [g for g in gpus if g["used_bytes"] is not None and g["total_bytes"] is not None]
     listed = engines
     engines = [e for e in engines if e.get("state", "up") == "up"]
     free_tokens = sum(e["free_tokens"] for e in engines if e["free_tokens"] is not None)
@@ -462,9 +486,11 @@ def totals(hosts: list[dict[str, Any]], engines: list[dict[str, Any]], cfg: Live
         "hosts_down": sum(h["status"] == "down" for h in hosts),
         "targets_down": sum(len(h["down_targets"]) for h in hosts),
         "gpus": len(gpus),
-        "gpu_total_bytes": sum(g["total_bytes"] or 0 for g in gpus),
-        "gpu_used_bytes": sum(g["used_bytes"] or 0 for g in gpus),
-        "gpu_free_bytes": sum(g["free_bytes"] or 0 for g in gpus),
+        # used / total over the GPUs that report both, so that the two figures cover the same GPUs
+        "gpu_total_bytes": known_sum(g["total_bytes"] for g in reporting),
+        "gpu_used_bytes": known_sum(g["used_bytes"] for g in reporting),
+        "gpu_free_bytes": known_sum(g["free_bytes"] for g in gpus),
+        "gpus_reporting_memory": len(reporting),
         "engines": len(engines),
         "engines_down": sum(e.get("state", "up") != "up" for e in listed),
         "engines_not_comparable": sum(not e.get("comparable", True) for e in engines),

@@ -128,8 +128,10 @@ def totals_text(fleet: dict[str, Any]) -> Text:
     c = fleet["config"]
     down = f" ({t['hosts_down']} down, {t['targets_down']} targets)" if t["targets_down"] else ""
     out = Text()
+    reporting = t.get("gpus_reporting_memory", t["gpus"])
+    partial = f" ({reporting:,} of {t['gpus']:,} report)" if reporting < t["gpus"] else ""
     out.append(f"{t['hosts']} hosts{down}  {t['gpus']} GPUs  "
-               f"{gib_text(t['gpu_used_bytes'], 0)}/{gib_text(t['gpu_total_bytes'], 0)} GiB used\n",
+               f"{gib_text(t['gpu_used_bytes'], 0)}/{gib_text(t['gpu_total_bytes'], 0)} GiB used{partial}\n",
                style="bold")
     out.append(f"{t['engines']} engines  run {t['running']:,} wait {t['waiting']:,}  "
                f"free KV {t['free_kv_tokens']:,} tok = {gib_text(t['free_kv_bytes'], 1)} GiB\n")
