@@ -429,9 +429,13 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
         # vllm/model_executor/models/lfm2.py (Lfm2Model.__init__, get_layer: layer_types[i] == "full_attention" is an
         # attention layer, any other a Lfm2ShortConvDecoderLayer; lfm2_moe.py the same): a ShortConv layer
         # (vllm/model_executor/layers/mamba/short_conv.py, get_state_shape) keeps one conv state of conv_dim / tp x
-        # (conv_L_cache - 1) in the model dtype, no temporal state, and no prefill checkpoint
+        # (conv_L_cache - 1) in the model dtype, no temporal state, and no prefill checkpoint. The conv width:
+        # lfm2.py passes config.conv_dim (Lfm2ShortConvDecoderLayer, get_mamba_state_shape_from_config); lfm2_moe.py
+        # passes config.hidden_size (Lfm2MoeShortConvDecoderLayer: ShortConv(dim=config.hidden_size), and its
+        # get_mamba_state_shape_from_config: intermediate_size=hf_config.hidden_size); Lfm2MoeConfig has no conv_dim
+        conv_width = "hidden_size" if model_type == "lfm2_moe" else "conv_dim"
         conv = Layer("short_conv", state_family="short_conv",
-                     state=(_pos(cfg, "conv_dim", where), _pos(cfg, "conv_L_cache", where)))
+                     state=(_pos(cfg, conv_width, where), _pos(cfg, "conv_L_cache", where)))
         types = cfg.get("layer_types")
         if not isinstance(types, list) or len(types) != n_layers:
             raise InputError(f"{where}: layer_types", types, f"expected a list of {n_layers} layer kinds")
