@@ -245,6 +245,28 @@ class TestNewTypes:
         off = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048, prefix_caching=False))
         assert off["vllm_view"]["log_lines"][0].endswith("504.12x")
 
+    def test_lfm2_moe_short_conv_width_is_hidden_size(self):
+        """LFM2-8B-A1B (``lfm2_moe``): vLLM 0.33's lfm2_moe.py builds each short-conv layer as
+        ``ShortConv(dim=config.hidden_size)`` (Lfm2MoeShortConvDecoderLayer) and sizes its state with
+        ``intermediate_size=hf_config.hidden_size`` (Lfm2MoeForCausalLM.get_mamba_state_shape_from_config):
+        transformers' Lfm2MoeConfig has no ``conv_dim`` (lfm2.py's dense LFM2 reads ``conv_dim``).  Here: 6 full
+        layers of 8 KV heads x (64 + 64) x 2 B = 2,048 B per token, 18 short-conv layers of one state 2,048 x
+        (3 - 1) x 2 B = 8,192 B.  A 16-token page (32,768 B) holds it, so the block stays 16; groups of 6: 1 full +
+        3 state = 4; 12 GiB / (16 x 2,048 x 6) = 65,536 blocks; a 2,048-token request takes 128 + 3 x 2 (align
+        mode) = 134 -> 489.07x, 128 + 3 = 131 -> 500.27x with prefix caching off (what vLLM's own layers give,
+        conformance/vllm/expected.json ``lfm2-8b-a1b``)."""
+        arch = config("lfm2-8b-a1b")
+        assert "conv_dim" not in json.loads((CONFIGS / "lfm2-8b-a1b" / "config.json").read_text())
+        assert ("6 full + 18 short_conv(short_conv)", 8, 64) == (arch.pattern(), arch.kv_heads, arch.head_dim)
+        assert (2_048, 3) == arch.state_layers[0].state
+        assert 8_192 == state_page_bytes("short_conv", arch.state_layers[0].state, 1, 2, 2)
+        r = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048))
+        assert (16, 65_536, 4) == (r["pool"]["block_size"], r["vllm_view"]["num_gpu_blocks"],
+                                   r["vllm_view"]["kv_cache_groups"])
+        assert r["vllm_view"]["log_lines"][0].endswith("489.07x")
+        off = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048, prefix_caching=False))
+        assert off["vllm_view"]["log_lines"][0].endswith("500.27x")
+
 
     def test_mamba_attention_free(self):
         """Mamba-130m (vllm/model_executor/models/mamba.py: a Mamba-1 mixer in each of 24 layers, no attention):
