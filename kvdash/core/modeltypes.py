@@ -141,6 +141,15 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "hunyuan_v1_dense": ("hunyuan-7b",),
     "gemma3n": ("gemma-3n-e4b",),
     "gemma3n_text": ("gemma-3n-e4b-text",),
+    "olmo": ("olmo-1b-hf",),
+    "lfm2_moe": ("lfm2-8b-a1b",),
+    "falcon_h1": ("falcon-h1-7b",),
+    "ernie4_5": ("ernie-4.5-0.3b-pt",),
+    "ernie4_5_moe": ("ernie-4.5-21b-a3b",),
+    "hunyuan_v1_moe": ("hunyuan-a13b",),
+    "llama4_text": ("llama-4-scout-17b-16e-instruct-text",),
+    "qwen3_5_text": ("qwen3.5-27b-text",),
+    "qwen3_5_moe_text": ("qwen3.5-35b-a3b-text",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {
