@@ -168,6 +168,18 @@ REFUSED_ARCHITECTURES: dict[str, str] = {
                             "0.33 refuses ('not supported for now'); use the release whose config.json names "
                             "Ernie4_5ForCausalLM",
 }
+# model types vLLM 0.33 serves through its Transformers backend whose transformers model class reads config.head_dim
+# as it stands: the config class (transformers 5.20.2) leaves head_dim None when config.json has none, and the
+# attention takes getattr(config, "head_dim", hidden_size // heads), None, so building the model stops at
+# "self.scaling = self.head_dim**-0.5" (TypeError): vLLM 0.33 does not start (measured with the harness on
+# Hunyuan-A13B's first-release file, which names attention_head_dim but no head_dim)
+_HUNYUAN_HEAD_DIM = ("vLLM 0.33 serves {cls} through its Transformers backend, whose attention (transformers' {attn}) "
+                     "takes its head size from config.head_dim, None when config.json has none: building the model "
+                     "stops at a TypeError and vLLM does not start; add head_dim to config.json")
+HEAD_DIM_REQUIRED: dict[str, str] = {
+    "hunyuan_v1_dense": _HUNYUAN_HEAD_DIM.format(cls="HunYuanDenseV1ForCausalLM", attn="HunYuanDenseV1Attention"),
+    "hunyuan_v1_moe": _HUNYUAN_HEAD_DIM.format(cls="HunYuanMoEV1ForCausalLM", attn="HunYuanMoEV1Attention"),
+}
 # model types vLLM 0.33 serves whose KV layout kvdash does not model yet: refused in one line that says why and what
 # to pass instead (docs/model-types.md lists them)
 _INSTEAD = "; give the shape with --layers/--kv-heads/--head-dim instead (a uniform model)"
@@ -236,6 +248,11 @@ def normalise(raw: Any, where: str) -> dict[str, Any]:
             raise InputError(where, model_type, "transformers could not read it: " + text) from exc
     if "hybrid_override_pattern" in raw:  # Nemotron-H's pattern as published
         cfg["hybrid_override_pattern"] = raw["hybrid_override_pattern"]
+    if model_type in HEAD_DIM_REQUIRED and cfg.get("head_dim") is None:
+        heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
+        derived = (f" ({hidden} / {heads} = {hidden // heads} for this file)"
+                   if isinstance(heads, int) and heads > 0 and isinstance(hidden, int) and hidden % heads == 0 else "")
+        raise InputError(f"{where}: head_dim", None, HEAD_DIM_REQUIRED[model_type] + derived)
     return cfg
 
 
