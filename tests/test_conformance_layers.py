@@ -74,7 +74,11 @@ def per_layer_kinds(cfg: Any, mla: bool) -> tuple[str, list[str | None]] | None:
     # transformers' GraniteMoeHybridConfig answers layers_block_type with its layer_types (attribute_map:
     # "full_attention" / "linear_attention"), read below
     if blocks and getattr(cfg, "model_type", "") != "granitemoehybrid":
-        return "layers_block_type", [{"attention": "full", "mamba": "mamba"}[b] for b in list(blocks)[:n]]
+        # transformers' FalconH1Config answers "hybrid" for every layer (configuration_falcon_h1.py,
+        # layers_block_type): attention and a Mamba-2 mixer side by side (vllm falcon_h1.py, FalconH1ParallelHybrid),
+        # checked below as {"full", "mamba"}
+        return "layers_block_type", [{"attention": "full", "mamba": "mamba", "hybrid": "full"}[b]
+                                     for b in list(blocks)[:n]]
     types = getattr(cfg, "layer_types", None)
     if types:
         unknown = sorted(set(types) - set(LAYER_TYPES))
@@ -139,6 +143,14 @@ def test_layer_kinds_agree_with_transformers(name):
     mla = any(k == "mla" for kinds in built.values() for k in kinds)
     plan = per_layer_kinds(cfg, mla)
     n = cfg.num_hidden_layers
+    if getattr(cfg, "model_type", "") == "falcon_h1":
+        # vllm/model_executor/models/falcon_h1.py, FalconH1ParallelHybrid.__init__: the Mamba-2 branch of decoder
+        # layer i is named "model.{num_hidden_layers + i}.mixer" ("all attention/ssm layers must have different
+        # index in prefix"), so its cache layer is folded back onto decoder layer i
+        folded: dict[int, set[str]] = {}
+        for i, kinds_i in built.items():
+            folded.setdefault(i - n if i >= n else i, set()).update(kinds_i)
+        built = folded
     if plan is None:
         # no per-layer field: every decoder layer holds KV cache, of one kind
         assert sorted(built) == list(range(n)), f"vLLM built cache layers {sorted(built)} of {n}"

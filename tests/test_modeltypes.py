@@ -159,19 +159,40 @@ class TestNewTypes:
         ("seed_oss", "64 full", 8),
         ("ernie4_5", "18 full", 2),  # ernie45.py: full attention
         ("ernie4_5_moe", "28 full", 4),  # ernie45_moe.py
+        # transformers' Hunyuan configs leave head_dim None (see test_hunyuan_needs_head_dim): given as published
         ("hunyuan_v1_dense", "32 full", 32),
         ("hunyuan_v1_moe", "32 full", 32),
     ])
-    def test_types_without_a_published_config_here(self, model_type, pattern, kv_heads):
-        """Types modelled by vLLM's rule but not conformance-checked on a published config (README table: "not
-        yet"), read through transformers' default config of the type."""
-        arch = from_hf_config(modeltypes.normalise({"model_type": model_type}, "x"), model_type)
+    def test_types_read_through_transformers_defaults(self, model_type, pattern, kv_heads):
+        """Types of vLLM's Transformers backend and ERNIE 4.5, read through transformers' default config of the type
+        (each is conformance-checked on a published config too: the README table's last column)."""
+        raw = {"model_type": model_type} | ({"head_dim": 128} if model_type in modeltypes.HEAD_DIM_REQUIRED else {})
+        arch = from_hf_config(modeltypes.normalise(raw, "x"), model_type)
         assert (pattern, kv_heads, 128) == (arch.pattern(), arch.kv_heads, arch.head_dim)
         assert model_type in modeltypes.SUPPORTED
-        # a type that gained a published config here (OLMo-3, EXAONE-4, Seed-OSS) is conformance-checked on it too
-        assert model_type in modeltypes.CONFORMANCE or model_type in self.NOT_CHECKED_YET
+        assert model_type in modeltypes.CONFORMANCE
 
-    NOT_CHECKED_YET = {"ernie4_5", "ernie4_5_moe", "hunyuan_v1_moe"}
+    @pytest.mark.parametrize("model_type", ["hunyuan_v1_dense", "hunyuan_v1_moe"])
+    def test_hunyuan_needs_head_dim(self, model_type):
+        """vLLM 0.33 serves HunYuanDenseV1ForCausalLM / HunYuanMoEV1ForCausalLM through its Transformers backend
+        (vllm/model_executor/models/registry.py, _TRANSFORMERS_SUPPORTED_MODELS); transformers' (5.20.2) config class
+        leaves head_dim None when config.json has none, and its attention (HunYuanMoEV1Attention.__init__,
+        modeling_hunyuan_v1_moe.py) takes getattr(config, "head_dim", hidden_size // heads) = None and stops at
+        ``self.head_dim**-0.5`` (TypeError): the harness measured it on Hunyuan-A13B's first-release file (model_type
+        written as hunyuan_v1_moe, no head_dim: every build failed). kvdash refuses such a file in one line, with
+        the value to add (4,096 / 32 = 128); the same file with ``"head_dim": 128`` is tests/data/configs/hunyuan-a13b,
+        which vLLM plans: 32 layers x 8 KV heads x (128 + 128) x 2 B = 131,072 B per token, 12 GiB / (16 x 131,072)
+        = 6,144 blocks, 128 per 2,048-token request -> 48.00x."""
+        with pytest.raises(InputError, match=r"head_dim: missing; vLLM 0.33 serves HunYuan.*add head_dim to "
+                                             r"config.json \(4096 / 32 = 128 for this file\)"):
+            modeltypes.normalise({"model_type": model_type, "hidden_size": 4096, "num_attention_heads": 32}, "x")
+        raw = json.loads((CONFIGS / "hunyuan-a13b" / "config.json").read_text())
+        assert 128 == raw["attention_head_dim"] == raw["head_dim"]  # the one key added to the published file
+        with pytest.raises(InputError, match="head_dim: missing"):
+            modeltypes.normalise({k: v for k, v in raw.items() if k != "head_dim"}, "x")
+        r = calculate(CalcInput(arch=config("hunyuan-a13b"), block_size=16, max_model_len=2048))
+        assert 6_144 == r["vllm_view"]["num_gpu_blocks"]
+        assert r["vllm_view"]["log_lines"][0].endswith("48.00x")
 
     def test_gemma3n_shared_layers_hold_no_cache(self):
         """Gemma 3n (vllm/model_executor/models/gemma3n.py, Gemma3nAttention): with 35 layers and
@@ -244,6 +265,28 @@ class TestNewTypes:
         assert r["vllm_view"]["log_lines"][0].endswith("496.48x")
         off = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048, prefix_caching=False))
         assert off["vllm_view"]["log_lines"][0].endswith("504.12x")
+
+    def test_lfm2_moe_short_conv_width_is_hidden_size(self):
+        """LFM2-8B-A1B (``lfm2_moe``): vLLM 0.33's lfm2_moe.py builds each short-conv layer as
+        ``ShortConv(dim=config.hidden_size)`` (Lfm2MoeShortConvDecoderLayer) and sizes its state with
+        ``intermediate_size=hf_config.hidden_size`` (Lfm2MoeForCausalLM.get_mamba_state_shape_from_config):
+        transformers' Lfm2MoeConfig has no ``conv_dim`` (lfm2.py's dense LFM2 reads ``conv_dim``).  Here: 6 full
+        layers of 8 KV heads x (64 + 64) x 2 B = 2,048 B per token, 18 short-conv layers of one state 2,048 x
+        (3 - 1) x 2 B = 8,192 B.  A 16-token page (32,768 B) holds it, so the block stays 16; groups of 6: 1 full +
+        3 state = 4; 12 GiB / (16 x 2,048 x 6) = 65,536 blocks; a 2,048-token request takes 128 + 3 x 2 (align
+        mode) = 134 -> 489.07x, 128 + 3 = 131 -> 500.27x with prefix caching off (what vLLM's own layers give,
+        conformance/vllm/expected.json ``lfm2-8b-a1b``)."""
+        arch = config("lfm2-8b-a1b")
+        assert "conv_dim" not in json.loads((CONFIGS / "lfm2-8b-a1b" / "config.json").read_text())
+        assert ("6 full + 18 short_conv(short_conv)", 8, 64) == (arch.pattern(), arch.kv_heads, arch.head_dim)
+        assert (2_048, 3) == arch.state_layers[0].state
+        assert 8_192 == state_page_bytes("short_conv", arch.state_layers[0].state, 1, 2, 2)
+        r = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048))
+        assert (16, 65_536, 4) == (r["pool"]["block_size"], r["vllm_view"]["num_gpu_blocks"],
+                                   r["vllm_view"]["kv_cache_groups"])
+        assert r["vllm_view"]["log_lines"][0].endswith("489.07x")
+        off = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048, prefix_caching=False))
+        assert off["vllm_view"]["log_lines"][0].endswith("500.27x")
 
 
     def test_mamba_attention_free(self):

@@ -8,7 +8,8 @@
 #
 # The side virtualenv holding vllm==0.33.0 (about 8 GB with torch's CUDA libraries) is
 # VLLM_VENV, default /work/vllm-venv if it exists, else ./.vllm-venv in the repository.
-# It is created here when missing (pip install vllm==0.33.0, ~20 minutes). It is never
+# It is created here when missing (pip install vllm==0.33.0, ~20 minutes; then timm --no-deps,
+# which Gemma 3n's vision tower needs). It is never
 # part of .ci/run: the CI tests only read the committed expected.json and registry.json.
 # JOBS (default 2) harness processes run side by side, each on every JOBS-th config.
 set -euo pipefail
@@ -29,6 +30,11 @@ if [[ ! -x "$VLLM_VENV/bin/python" ]] || ! "$VLLM_VENV/bin/python" -c 'import vl
   echo "creating $VLLM_VENV with vllm==0.33.0 (several GB, takes a while)" >&2
   python3 -m venv "$VLLM_VENV"
   "$VLLM_VENV/bin/pip" install --quiet "vllm==0.33.0"
+fi
+# timm: Gemma 3n's vision tower (gemma3n_mm.py, transformers' TimmWrapperModel) needs it and vllm==0.33.0 does not
+# depend on it; --no-deps keeps the venv's torch and torchvision as vllm pinned them
+if ! "$VLLM_VENV/bin/python" -c 'import timm' 2>/dev/null; then
+  "$VLLM_VENV/bin/pip" install --quiet --no-deps timm
 fi
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1

@@ -141,6 +141,15 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "hunyuan_v1_dense": ("hunyuan-7b",),
     "gemma3n": ("gemma-3n-e4b",),
     "gemma3n_text": ("gemma-3n-e4b-text",),
+    "olmo": ("olmo-1b-hf",),
+    "lfm2_moe": ("lfm2-8b-a1b",),
+    "falcon_h1": ("falcon-h1-7b",),
+    "ernie4_5": ("ernie-4.5-0.3b-pt",),
+    "ernie4_5_moe": ("ernie-4.5-21b-a3b",),
+    "hunyuan_v1_moe": ("hunyuan-a13b",),
+    "llama4_text": ("llama-4-scout-17b-16e-instruct-text",),
+    "qwen3_5_text": ("qwen3.5-27b-text",),
+    "qwen3_5_moe_text": ("qwen3.5-35b-a3b-text",),
 }
 # model types vLLM 0.33 itself refuses, with its reason
 REFUSED_BY_VLLM: dict[str, str] = {
@@ -158,6 +167,18 @@ REFUSED_ARCHITECTURES: dict[str, str] = {
                             "Ernie4_5_ForCausalLM, the remote-code class of the first release (auto_map), which vLLM "
                             "0.33 refuses ('not supported for now'); use the release whose config.json names "
                             "Ernie4_5ForCausalLM",
+}
+# model types vLLM 0.33 serves through its Transformers backend whose transformers model class reads config.head_dim
+# as it stands: the config class (transformers 5.20.2) leaves head_dim None when config.json has none, and the
+# attention takes getattr(config, "head_dim", hidden_size // heads), None, so building the model stops at
+# "self.scaling = self.head_dim**-0.5" (TypeError): vLLM 0.33 does not start (measured with the harness on
+# Hunyuan-A13B's first-release file, which names attention_head_dim but no head_dim)
+_HUNYUAN_HEAD_DIM = ("vLLM 0.33 serves {cls} through its Transformers backend, whose attention (transformers' {attn}) "
+                     "takes its head size from config.head_dim, None when config.json has none: building the model "
+                     "stops at a TypeError and vLLM does not start; add head_dim to config.json")
+HEAD_DIM_REQUIRED: dict[str, str] = {
+    "hunyuan_v1_dense": _HUNYUAN_HEAD_DIM.format(cls="HunYuanDenseV1ForCausalLM", attn="HunYuanDenseV1Attention"),
+    "hunyuan_v1_moe": _HUNYUAN_HEAD_DIM.format(cls="HunYuanMoEV1ForCausalLM", attn="HunYuanMoEV1Attention"),
 }
 # model types vLLM 0.33 serves whose KV layout kvdash does not model yet: refused in one line that says why and what
 # to pass instead (docs/model-types.md lists them)
@@ -227,6 +248,11 @@ def normalise(raw: Any, where: str) -> dict[str, Any]:
             raise InputError(where, model_type, "transformers could not read it: " + text) from exc
     if "hybrid_override_pattern" in raw:  # Nemotron-H's pattern as published
         cfg["hybrid_override_pattern"] = raw["hybrid_override_pattern"]
+    if model_type in HEAD_DIM_REQUIRED and cfg.get("head_dim") is None:
+        heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
+        derived = (f" ({hidden} / {heads} = {hidden // heads} for this file)"
+                   if isinstance(heads, int) and heads > 0 and isinstance(hidden, int) and hidden % heads == 0 else "")
+        raise InputError(f"{where}: head_dim", None, HEAD_DIM_REQUIRED[model_type] + derived)
     return cfg
 
 
@@ -429,9 +455,13 @@ def hybrid_layers(cfg: dict[str, Any], model_type: str, n_layers: int,
         # vllm/model_executor/models/lfm2.py (Lfm2Model.__init__, get_layer: layer_types[i] == "full_attention" is an
         # attention layer, any other a Lfm2ShortConvDecoderLayer; lfm2_moe.py the same): a ShortConv layer
         # (vllm/model_executor/layers/mamba/short_conv.py, get_state_shape) keeps one conv state of conv_dim / tp x
-        # (conv_L_cache - 1) in the model dtype, no temporal state, and no prefill checkpoint
+        # (conv_L_cache - 1) in the model dtype, no temporal state, and no prefill checkpoint. The conv width:
+        # lfm2.py passes config.conv_dim (Lfm2ShortConvDecoderLayer, get_mamba_state_shape_from_config); lfm2_moe.py
+        # passes config.hidden_size (Lfm2MoeShortConvDecoderLayer: ShortConv(dim=config.hidden_size), and its
+        # get_mamba_state_shape_from_config: intermediate_size=hf_config.hidden_size); Lfm2MoeConfig has no conv_dim
+        conv_width = "hidden_size" if model_type == "lfm2_moe" else "conv_dim"
         conv = Layer("short_conv", state_family="short_conv",
-                     state=(_pos(cfg, "conv_dim", where), _pos(cfg, "conv_L_cache", where)))
+                     state=(_pos(cfg, conv_width, where), _pos(cfg, "conv_L_cache", where)))
         types = cfg.get("layer_types")
         if not isinstance(types, list) or len(types) != n_layers:
             raise InputError(f"{where}: layer_types", types, f"expected a list of {n_layers} layer kinds")
