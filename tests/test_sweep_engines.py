@@ -40,8 +40,9 @@ def test_engine_is_a_dimension(tmp_path, capsys):
     (test_calc_sglang.py): 116,015,203,024 B // 40,960 B = 2,832,402 token slots, max_running_requests 4,096.
     At page 1 a request holds its 825 tokens: 2,832,402 // 825 = 3,433 fit (3,433 x 825 = 2,832,225); all run
     (3,433 <= 4,096); contiguous Max 2,832,402 // 2,048 = 1,383.  vLLM's row is the point of the grid without
-    engine:, unchanged, and runs 1,024 (max_num_seqs).  Jamba-1.5-Mini: its state pool is not mirrored for SGLang
-    (SGLang 0.5.23 has no Jamba model class), so no sglang row."""
+    engine:, unchanged, and runs 1,024 (max_num_seqs).  Jamba-1.5-Mini: SGLang 0.5.23 has no Jamba model class and
+    refuses it (model_loader/utils.py resolve_transformers_arch), so no sglang row, and the report says SGLang's
+    sentence."""
     config = CONFIGS / "jamba-1.5-mini" / "config.json"
     out = _sweep(tmp_path, capsys, GRID.format(config=config, engine="  engine: [vllm, sglang]\n"), "two")
     plain = _sweep(tmp_path, capsys, GRID.format(config=config, engine=""), "one")
@@ -76,7 +77,8 @@ def test_engine_is_a_dimension(tmp_path, capsys):
     # held back: 143,771 MiB = 150,754,820,096 B - 17,650,000,000 B of weights - the budget
     assert s["engine_held_back_bytes"] == str(150_754_820_096 - 17_650_000_000 - 116_015_203_024)  # 17,089,617,072
     assert rows[0]["engine_held_back_bytes"] == str(150_754_820_096 - 17_650_000_000 - 114_505_346_781)
-    assert "| jamba | 8 x h200 | bf16 | not mirrored for this model: SGLang 0.5.23's mamba" in md
+    assert "| jamba | 8 x h200 | bf16 | SGLang 0.5.23 refuses: JambaForCausalLM has no SGlang implementation and " \
+           "the Transformers implementation is not compatible with SGLang (model_loader/utils.py" in md
     assert "3 points (4 before exclusions)" in md
     assert "`sglang-activations-5-8gb`" in md and "**contradicted (0/1)**" in md  # the claims: all default
     assert "Engines compared" in (out / "report.html").read_text()
