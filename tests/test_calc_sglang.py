@@ -282,3 +282,17 @@ def test_no_kv_memory_is_refused_in_sglangs_terms(capsys):
     # the default rules keep vLLM's wording
     code, _, err = run(["calc", "--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "1"], capsys)
     assert code == 2 and "gpu_memory_utilization" in err
+
+
+def test_live_sglang_rules_dsa_page_and_no_class(capsys):
+    """live --engine-rules sglang: DeepSeek-V3.2 gets SGLang's page of 64 (arg_groups/model_overrides/deepseek_v2.py)
+    and SGLang's pool, the conformance case's 1,693,184 tokens on an H200 at TP 8 (132,617,435,348 B // 78,324 B =
+    1,693,190, floored to 64); Falcon is refused in SGLang's own sentence (no model class)."""
+    code, out, _ = run(["live", "--demo", "--once", "--json", "--engine-rules", "sglang", "--config",
+                        "tests/data/configs/deepseek-v3.2/config.json"], capsys)
+    kv = json.loads(out)["kv_pool"]
+    assert (kv["block_size"], kv["token_slots"], kv["ranks"][0]["budget_bytes"]) == (64, 1_693_184, 132_617_435_348)
+    code, _, err = run(["live", "--demo", "--once", "--engine-rules", "sglang", "--tp", "1", "--config",
+                        "tests/data/configs/falcon-7b-instruct/config.json"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "SGLang 0.5.23 refuses this model: FalconForCausalLM has no SGlang implementation" in err

@@ -713,6 +713,9 @@ class SglangRules:
                     "given" if settings.max_num_batched_tokens else "default", t.text)
 
     def block_size(self, arch: Architecture, kv_dtype: str, requested: int | str, gpu: Gpu) -> tuple[int, str]:
+        if is_dsa(arch):  # arg_groups/model_overrides/deepseek_v2.py, whatever --page-size asks
+            return DSA_PAGE_SIZE, (f"{DSA_PAGE_SIZE}: SGLang's page for DeepSeek sparse attention "
+                                   "(arg_groups/model_overrides/deepseek_v2.py: 64 x index_kpool)")
         if requested == "auto":
             return 1, "1: SGLang's page size on CUDA (--page-size unset)"
         if isinstance(requested, str):
