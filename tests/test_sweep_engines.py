@@ -147,3 +147,25 @@ def test_sglang_activation_rule_of_thumb_is_judged(tmp_path, capsys):
                  "  gpu: [h200]\n  tp: [8]\n  engine: [vllm, sglang]\n", "claim")
     md = (out / "report.md").read_text()
     assert "| 5,000,000,000 to 8,000,000,000 | 17,089,617,072 | **contradicted (0/1)** | above" in md
+
+
+def test_minimax_400k_claims_scoped_by_an_engine_grid(tmp_path, capsys):
+    """The vLLM recipe (MiniMax/MiniMax-M2.md) and MiniMax-M2.1's SGLang deploy guide both say 4 GPUs of 96 GB hold
+    a total KV cache of 400K tokens; kvdash judges each on its engine's rows, MiniMax-M2.5 (the recipe's example,
+    220 GB of weights as it says) at TP 4 on an H20 (96,000,000,000 B):
+    * SGLang 0.5.23: tier 60-90 GiB at TP 4, reserve 512 + 12,288 + 512 + 2 x 512 + 58 x 8 = 14,800 MiB, fraction
+      round((91,552.7 - 14,800) / 91,552.7, 3) = 0.838; cell max(1, 8 // 4) = 2 KV heads x 256 x 62 x 2 B = 63,488 B;
+      386,658 tokens (the SGLang view, checked against SGLang's code in test_conformance_sglang.py);
+    * vLLM 0.33: 429,632 tokens with the default reserve auto.
+    Both inside 350,000-450,000 (400K to the nearest 100K): holds."""
+    grid = tmp_path / "minimax.yaml"
+    grid.write_text("title: MiniMax\nclaims: [vllm-minimax-m2-400k-4x96g, sglang-minimax-m2-400k-4x96g]\nmodels:\n"
+                    f"  - name: minimax-m2.5\n    config: {CONFIGS / 'minimax-m2.5' / 'config.json'}\n"
+                    "    weights: 220GB\ngrid:\n  gpu: [h20]\n  tp: [4]\n  engine: [vllm, sglang]\n")
+    code, _, err = run(["sweep", grid, "--out", tmp_path / "out", "-q"], capsys)
+    assert code in (0, None), err
+    rows = _rows(tmp_path / "out" / "results.csv")
+    assert [(r["engine"], r["engine_kv_cache_tokens"]) for r in rows] == [("vllm", "429632"), ("sglang", "386658")]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| 350,000 to 450,000 | 429,632 | **holds (1/1)** |" in md
+    assert "| 350,000 to 450,000 | 386,658 | **holds (1/1)** |" in md
