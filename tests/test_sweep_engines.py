@@ -150,7 +150,7 @@ def test_sglang_activation_rule_of_thumb_is_judged(tmp_path, capsys):
 
 
 def test_minimax_400k_claims_scoped_by_an_engine_grid(tmp_path, capsys):
-    """The vLLM recipe (MiniMax/MiniMax-M2.md) and MiniMax-M2.1's SGLang deploy guide both say 4 GPUs of 96 GB hold
+    """The vLLM recipe (MiniMax/MiniMax-M2.md) and MiniMax-M2.5's SGLang deploy guide both say 4 GPUs of 96 GB hold
     a total KV cache of 400K tokens; kvdash judges each on its engine's rows, MiniMax-M2.5 (the recipe's example,
     220 GB of weights as it says) at TP 4 on an H20 (96,000,000,000 B):
     * SGLang 0.5.23: tier 60-90 GiB at TP 4, reserve 512 + 12,288 + 512 + 2 x 512 + 58 x 8 = 14,800 MiB, fraction
@@ -169,3 +169,10 @@ def test_minimax_400k_claims_scoped_by_an_engine_grid(tmp_path, capsys):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| 350,000 to 450,000 | 429,632 | **holds (1/1)** |" in md
     assert "| 350,000 to 450,000 | 386,658 | **holds (1/1)** |" in md
+    # the SGLang guide launches with --mem-fraction-static 0.85: 404,601 tokens, inside the range too
+    from kvdash.core.model import load_config
+    from kvdash.engines import sglang
+
+    arch = load_config(CONFIGS / "minimax-m2.5" / "config.json")
+    p = sglang.plan(arch, 96_000_000_000 / 2**20, 4, "bf16", 96_000_000_000 - 2**30, 55_000_000_000, fraction=0.85)
+    assert (p.cell_bytes, p.max_total_num_tokens) == (63_488, 404_601)
