@@ -176,3 +176,20 @@ def test_minimax_400k_claims_scoped_by_an_engine_grid(tmp_path, capsys):
     arch = load_config(CONFIGS / "minimax-m2.5" / "config.json")
     p = sglang.plan(arch, 96_000_000_000 / 2**20, 4, "bf16", 96_000_000_000 - 2**30, 55_000_000_000, fraction=0.85)
     assert (p.cell_bytes, p.max_total_num_tokens) == (63_488, 404_601)
+
+
+def test_pure_mamba_sglang_row_is_refused_in_one_line(tmp_path, capsys):
+    """Mamba-Codestral-7B (pure Mamba-2) on 8 x H200: SGLang 0.5.23 plans it (its pool is the state slots, a 0 B KV
+    cell and context_len 2,048 as max_total_num_tokens), but the sweep's token-pool figures (requests of the
+    workload's length in a token pool) do not apply, so the sglang row is left out with one line naming the state
+    pool; the vLLM row stays."""
+    grid = tmp_path / "mamba.yaml"
+    grid.write_text(f"title: Mamba\nmodels:\n  - name: codestral\n    config: "
+                    f"{CONFIGS / 'mamba-codestral-7b' / 'config.json'}\n    weights: 14.6GB\n"
+                    "grid:\n  gpu: [h200]\n  tp: [8]\n  engine: [vllm, sglang]\n")
+    code, _, err = run(["sweep", grid, "--out", tmp_path / "out", "-q"], capsys)
+    assert code in (0, None), err
+    assert [r["engine"] for r in _rows(tmp_path / "out" / "results.csv")] == ["vllm"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| codestral | 8 x h200 | bf16 | SGLang 0.5.23's pool for this attention-free model is its state slots " \
+           "(max_mamba_cache_size " in md

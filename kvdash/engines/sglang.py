@@ -26,11 +26,22 @@ case against that code by ``conformance/sglang/`` (``expected.json``; ``tests/te
 
 * the state pool of the Mamba-2 / gated-delta-net hybrids in :data:`MAMBA_MIRRORED_ARCHS`:
   ``kv_cache_configurator.py`` ``_handle_max_mamba_cache`` (the share ``mamba_full_memory_ratio``,
-  ``max_mamba_cache_size``) and the cap on running requests in ``resolve_max_num_reqs``.
+  ``max_mamba_cache_size``) and the cap on running requests in ``resolve_max_num_reqs``;
+* pure Mamba (:data:`PURE_MAMBA_ARCHS`: ``configs/mamba.py`` Mamba-1 through ``Mamba2StateShape.create_full_rank``,
+  ``configs/mamba2.py`` Mamba-2): the same state pool, 3 slots per request, and no attention layer, so
+  ``pool_configurator.py`` ``DefaultPoolConfigurator`` has a 0 B cell and ``_zero_kv_max_tokens`` (context_len) as
+  ``max_total_num_tokens``;
+* DeepSeek sparse attention (:func:`is_dsa`): the page of 64 (``arg_groups/model_overrides/deepseek_v2.py``), the fp8
+  latent of ``kv_cache_configurator.py`` ``calculate_mla_kv_cache_dim`` (656 B) and the indexer's keys,
+  ``pool_configurator.py`` ``_compute_dsa_indexer_cell_size`` (``mem_cache/memory_pool.py`` ``DSATokenToKVPool``:
+  ``index_head_dim + index_head_dim // 128 x 4`` uint8 per layer);
+* models SGLang cannot build (:data:`NO_SGLANG_CLASS_ARCHS`: Falcon, Jamba, Zamba2): refused in SGLang's own sentence
+  (``model_loader/utils.py`` ``get_model_architecture``, ``resolve_transformers_arch``), as weights that leave no
+  memory are (``_profile_available_bytes``).
 
-Not mirrored (refused in one line, :class:`NotMirrored`): other mamba / linear-attention / short-conv models (pure
-Mamba, Jamba, Zamba2), a multimodal model whose vision-config class kvdash does
-not know, DeepSeek sparse attention's indexer, speculative decoding, DP attention, pipeline parallelism.
+Not mirrored (refused in one line, :class:`NotMirrored`): other mamba / linear-attention / short-conv models, a
+multimodal model whose vision-config class kvdash does not know, DeepSeek sparse attention with pooled or shared index
+keys (``index_kpool``, ``indexer_types``, ``cli_factor``), speculative decoding, DP attention, pipeline parallelism.
 """
 
 from __future__ import annotations
