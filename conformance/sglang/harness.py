@@ -154,7 +154,6 @@ from sglang.srt.arg_groups.overrides import resolved_view  # noqa: E402
 from sglang.srt.configs.model_config import AttentionArch, ModelConfig  # noqa: E402
 from sglang.srt.mem_cache import kv_cache_dtype as kvd  # noqa: E402
 from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator  # noqa: E402
-from sglang.srt.model_loader.utils import resolve_transformers_arch  # noqa: E402
 from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices  # noqa: E402
 from sglang.srt.model_executor.model_runner_components.load_model_utils import (  # noqa: E402
     resolve_sliding_window_size,
@@ -163,6 +162,7 @@ from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state imp
     SpecAuxHiddenStateConfig,
 )
 from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator  # noqa: E402
+from sglang.srt.model_loader.utils import resolve_transformers_arch  # noqa: E402
 from sglang.srt.platforms import current_platform  # noqa: E402
 from sglang.srt.runtime_context import SpawnRanks, get_parallel, get_schedule, publish  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
