@@ -52,10 +52,18 @@ def test_refusals_are_one_line(capsys):
     assert code == 2 and err.count("\n") == 1 and "expected vllm, sglang" in err
     code, _, err = run(["calc", "--model", "llama-3.1-8b", "--budget", "40GiB", "--engine-rules", "sglang"], capsys)
     assert code == 2 and err.count("\n") == 1 and "give --gpu or --gpu-memory" in err
-    code, out, _ = run(["calc", "--config", "tests/data/configs/mamba-codestral-7b/config.json", "--gpu",
+    # a model SGLang 0.5.23 has no class for (model_loader/utils.py resolve_transformers_arch): its own sentence
+    code, out, _ = run(["calc", "--config", "tests/data/configs/jamba-1.5-mini/config.json", "--gpu",
                         "h200", "--tp", "4", "--weights", "16GB", "--engine-rules", "sglang", "--brief"], capsys)
     assert code in (0, None)
-    assert "SGLang 0.5.23 view: not mirrored for this model: SGLang 0.5.23's mamba" in out.replace("\n", " ")
+    assert "SGLang 0.5.23 view: SGLang 0.5.23 refuses: JambaForCausalLM has no SGlang implementation and the " \
+           "Transformers implementation is not compatible with SGLang" in out.replace("\n", " ")
+    # pure Mamba-2 is planned: its pool is the state slots, and the comparison says why tokens are not compared
+    code, out, _ = run(["calc", "--config", "tests/data/configs/mamba-codestral-7b/config.json", "--gpu",
+                        "h200", "--tp", "4", "--weights", "16GB", "--engine-rules", "sglang", "--json"], capsys)
+    view = json.loads(out)["sglang_view"]
+    assert (view["pool"], view["cell_bytes"], view["max_total_num_tokens"]) == ("state_only", 0, 2048)
+    assert view["max_mamba_cache_size"] > 0 and "is context_len, not a KV capacity" in view["comparison"]
     # a hybrid whose state pool is mirrored (Qwen3-Next) is planned: no refusal
     code, out, _ = run(["calc", "--config", "tests/data/configs/qwen3-next-80b-a3b-thinking/config.json", "--gpu",
                         "h200", "--tp", "4", "--weights", "160GB", "--engine-rules", "sglang", "--json"], capsys)
@@ -72,23 +80,29 @@ def test_hybrid_comparison_names_the_cell(capsys):
     assert "a token takes 41,779.2 B in SGLang's pool against 49,152 B in vLLM 0.33's" in s["comparison"]
 
 
-def test_dsa_refusal_keys_on_the_model_type():
-    """DeepSeek sparse attention (SGLang's configs/model_config.py is_deepseek_nsa: an indexer cache beside the
-    latent) is refused by the model_type kvdash reads, not by a config field kvdash never loads: the published
-    DeepSeek-V3.2 (tests/data/configs) and GLM-5 (conformance/vllm/external)
-    configs are refused, DeepSeek-V3 (plain MLA) is planned."""
+def test_dsa_keys_on_the_model_type():
+    """DeepSeek sparse attention (SGLang's configs/model_config.py is_deepseek_dsa: an indexer cache beside the
+    latent) is found by the model_type kvdash reads and mirrored: the published DeepSeek-V3.2 (tests/data/configs)
+    and GLM-5 (conformance/vllm/external) configs get page 64 (arg_groups/model_overrides/deepseek_v2.py) and 132 B
+    of index keys per layer in the cell (GLM-5, 78 layers at TP 8: 78 x (576 x 2 + 132) = 100,152 B, its
+    indexer_types all "full"); DeepSeek-V3 (plain MLA) keeps page 1 and 61 x 1,152 = 70,272 B."""
     from pathlib import Path
 
     from kvdash.core.model import load_config, load_preset
     from kvdash.engines import sglang
 
     root = Path(__file__).resolve().parents[1]
-    assert sglang.refusal(load_preset("deepseek-v3"), 8) == ""
-    for folder, model_type in (("tests/data/configs/deepseek-v3.2", "deepseek_v32"),
-                               ("conformance/vllm/external/glm-5", "glm_moe_dsa")):
+    v3 = load_preset("deepseek-v3")
+    assert sglang.refusal(v3, 8) == "" and not sglang.is_dsa(v3)
+    p = sglang.plan(v3, 143_771, 8, "bf16", 142_747 * 2**20, 0)
+    assert (p.page_size, p.cell_bytes) == (1, 70_272)
+    for folder, model_type, cell in (("tests/data/configs/deepseek-v3.2", "deepseek_v32", 61 * 1284),
+                                     ("conformance/vllm/external/glm-5", "glm_moe_dsa", 100_152)):
         arch = load_config(root / folder / "config.json")
-        assert arch.model_type == model_type
-        assert sglang.refusal(arch, 8) == "DeepSeek sparse attention's indexer cache"
+        assert arch.model_type == model_type and sglang.is_dsa(arch)
+        assert sglang.refusal(arch, 8) == ""
+        p = sglang.plan(arch, 143_771, 8, "bf16", 142_747 * 2**20, 0, 16)
+        assert (p.page_size, p.cell_bytes) == (64, cell)
 
 
 def test_vllm_view_is_omitted_under_sglang(capsys):
@@ -246,3 +260,39 @@ def test_lfm2_has_no_mamba_extra_buffer():
     with pytest.raises(InputError) as err:
         sglang.plan(arch, 143_771, 1, "bf16", 142_747 * 2**20, 0, 16)
     assert "no_buffer only supports page_size=1" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_no_kv_memory_is_refused_in_sglangs_terms(capsys):
+    """calc --engine-rules sglang, weights that leave no memory: SGLang's own refusal in one line, exit 2, not vLLM's
+    gpu_memory_utilization wording.
+    * H200 (143,771 MiB), TP 1, Llama-3.1-70B's 141,200,000,000 B: fraction 0.903 (13,904 MiB reserved); free before
+      142,747 MiB = 139.4013671875 GB, after 7.8986... GB; 7.8986 - 139.4014 x 0.097 < 0, so
+      _profile_available_bytes refuses, the minimum fraction 1 - 7.8986 / 139.4014 = 0.94334 -> "above 0.944";
+    * H100 (81,559 MiB): the weights exceed the 84,447,068,160 B free before loading: they do not load."""
+    code, _, err = run(["calc", "--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "1", "--engine-rules", "sglang"],
+                       capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "SGLang 0.5.23 refuses: loaded weights leave no GPU memory for the KV cache under " \
+           "mem_fraction_static=0.903; it needs above 0.944" in err
+    assert "gpu_memory_utilization" not in err
+    code, _, err = run(["calc", "--model", "llama-3.1-70b", "--gpu", "h100-80gb", "--tp", "1", "--engine-rules",
+                        "sglang", "--brief"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "gpu_memory_utilization" not in err
+    assert "SGLang 0.5.23 cannot load the weights: 141,200,000,000 B per rank exceed the 84,447,068,160 B free" in err
+    # the default rules keep vLLM's wording
+    code, _, err = run(["calc", "--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "1"], capsys)
+    assert code == 2 and "gpu_memory_utilization" in err
+
+
+def test_live_sglang_rules_dsa_page_and_no_class(capsys):
+    """live --engine-rules sglang: DeepSeek-V3.2 gets SGLang's page of 64 (arg_groups/model_overrides/deepseek_v2.py)
+    and SGLang's pool, the conformance case's 1,693,184 tokens on an H200 at TP 8 (132,617,435,348 B // 78,324 B =
+    1,693,190, floored to 64); Falcon is refused in SGLang's own sentence (no model class)."""
+    code, out, _ = run(["live", "--demo", "--once", "--json", "--engine-rules", "sglang", "--config",
+                        "tests/data/configs/deepseek-v3.2/config.json"], capsys)
+    kv = json.loads(out)["kv_pool"]
+    assert (kv["block_size"], kv["token_slots"], kv["ranks"][0]["budget_bytes"]) == (64, 1_693_184, 132_617_435_348)
+    code, _, err = run(["live", "--demo", "--once", "--engine-rules", "sglang", "--tp", "1", "--config",
+                        "tests/data/configs/falcon-7b-instruct/config.json"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "SGLang 0.5.23 refuses this model: FalconForCausalLM has no SGlang implementation" in err

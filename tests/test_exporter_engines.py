@@ -37,7 +37,10 @@ def test_refusals_are_one_line(capsys):
                           (["sglang", "--reserve", "2GiB"], "a runtime reserve is vLLM's"),
                           (["sglang", "--budget", "40GiB"], "a budget derived from the GPUs"),
                           (["sglang", "--config", f"{CONFIGS}/jamba-1.5-mini/config.json", "--weights",
-                            "160GB"], "not mirrored for this model: SGLang 0.5.23's mamba"),
+                            "160GB"], "refuses this model: JambaForCausalLM has no SGlang implementation"),
+                          # a pure Mamba model is planned by SGLang's rules (state slots), not one KV pool
+                          (["sglang", "--config", f"{CONFIGS}/mamba-codestral-7b/config.json", "--weights",
+                            "16GB", "--tp", "4"], "one pool of full-attention or MLA layers"),
                           # SGLang's plan of a hybrid is mirrored (a state pool beside the KV pool), but the
                           # exporter's analytical pool is one pool
                           (["sglang", "--config", f"{CONFIGS}/qwen3-next-80b-a3b-thinking/config.json", "--weights",

@@ -122,11 +122,16 @@ def test_a_config_with_unindexed_layers_is_refused(tmp_path):
     assert "index_topk_freq" in str(err.value) and "not mirrored" in str(err.value)
 
 
-def test_sglang_still_refuses_the_indexer():
-    """SGLang 0.5.23's indexer pool is not mirrored (kvdash.engines.sglang.refusal reads facts["index_topk"])."""
-    from kvdash.engines.sglang import refusal
+def test_sglang_dsa_cell_matches_vllms_per_layer():
+    """SGLang 0.5.23 mirrors the indexer too (kvdash.engines.sglang: pool_configurator.py
+    _compute_dsa_indexer_cell_size): per layer and token its cell is vLLM's -- bf16 576 x 2 + 132 = 1,284 B, fp8 656 +
+    132 = 788 B (its calculate_mla_kv_cache_dim is vLLM's fp8_ds_mla) -- 61 layers: 78,324 and 48,068 B."""
+    from kvdash.engines.sglang import plan, refusal
 
-    assert "indexer" in refusal(_arch("deepseek-v3.2"), 1)
+    arch = _arch("deepseek-v3.2")
+    assert refusal(arch, 1) == ""
+    assert plan(arch, 143_771, 1, "bf16", 142_747 * 2**20, 0).cell_bytes == 61 * 1_284 == 78_324
+    assert plan(arch, 143_771, 1, "fp8", 142_747 * 2**20, 0).cell_bytes == 61 * 788 == 48_068
 
 
 def test_sparse_mla_figures_vllm_gave():

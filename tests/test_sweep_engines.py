@@ -40,8 +40,9 @@ def test_engine_is_a_dimension(tmp_path, capsys):
     (test_calc_sglang.py): 116,015,203,024 B // 40,960 B = 2,832,402 token slots, max_running_requests 4,096.
     At page 1 a request holds its 825 tokens: 2,832,402 // 825 = 3,433 fit (3,433 x 825 = 2,832,225); all run
     (3,433 <= 4,096); contiguous Max 2,832,402 // 2,048 = 1,383.  vLLM's row is the point of the grid without
-    engine:, unchanged, and runs 1,024 (max_num_seqs).  Jamba-1.5-Mini: its state pool is not mirrored for SGLang
-    (SGLang 0.5.23 has no Jamba model class), so no sglang row."""
+    engine:, unchanged, and runs 1,024 (max_num_seqs).  Jamba-1.5-Mini: SGLang 0.5.23 has no Jamba model class and
+    refuses it (model_loader/utils.py resolve_transformers_arch), so no sglang row, and the report says SGLang's
+    sentence."""
     config = CONFIGS / "jamba-1.5-mini" / "config.json"
     out = _sweep(tmp_path, capsys, GRID.format(config=config, engine="  engine: [vllm, sglang]\n"), "two")
     plain = _sweep(tmp_path, capsys, GRID.format(config=config, engine=""), "one")
@@ -76,7 +77,8 @@ def test_engine_is_a_dimension(tmp_path, capsys):
     # held back: 143,771 MiB = 150,754,820,096 B - 17,650,000,000 B of weights - the budget
     assert s["engine_held_back_bytes"] == str(150_754_820_096 - 17_650_000_000 - 116_015_203_024)  # 17,089,617,072
     assert rows[0]["engine_held_back_bytes"] == str(150_754_820_096 - 17_650_000_000 - 114_505_346_781)
-    assert "| jamba | 8 x h200 | bf16 | not mirrored for this model: SGLang 0.5.23's mamba" in md
+    assert "| jamba | 8 x h200 | bf16 | SGLang 0.5.23 refuses: JambaForCausalLM has no SGlang implementation and " \
+           "the Transformers implementation is not compatible with SGLang (model_loader/utils.py" in md
     assert "3 points (4 before exclusions)" in md
     assert "`sglang-activations-5-8gb`" in md and "**contradicted (0/1)**" in md  # the claims: all default
     assert "Engines compared" in (out / "report.html").read_text()
@@ -145,3 +147,49 @@ def test_sglang_activation_rule_of_thumb_is_judged(tmp_path, capsys):
                  "  gpu: [h200]\n  tp: [8]\n  engine: [vllm, sglang]\n", "claim")
     md = (out / "report.md").read_text()
     assert "| 5,000,000,000 to 8,000,000,000 | 17,089,617,072 | **contradicted (0/1)** | above" in md
+
+
+def test_minimax_400k_claims_scoped_by_an_engine_grid(tmp_path, capsys):
+    """The vLLM recipe (MiniMax/MiniMax-M2.md) and MiniMax-M2.5's SGLang deploy guide both say 4 GPUs of 96 GB hold
+    a total KV cache of 400K tokens; kvdash judges each on its engine's rows, MiniMax-M2.5 (the recipe's example,
+    220 GB of weights as it says) at TP 4 on an H20 (96,000,000,000 B):
+    * SGLang 0.5.23: tier 60-90 GiB at TP 4, reserve 512 + 12,288 + 512 + 2 x 512 + 58 x 8 = 14,800 MiB, fraction
+      round((91,552.7 - 14,800) / 91,552.7, 3) = 0.838; cell max(1, 8 // 4) = 2 KV heads x 256 x 62 x 2 B = 63,488 B;
+      386,658 tokens (the SGLang view, checked against SGLang's code in test_conformance_sglang.py);
+    * vLLM 0.33: 429,632 tokens with the default reserve auto.
+    Both inside 350,000-450,000 (400K to the nearest 100K): holds."""
+    grid = tmp_path / "minimax.yaml"
+    grid.write_text("title: MiniMax\nclaims: [vllm-minimax-m2-400k-4x96g, sglang-minimax-m2-400k-4x96g]\nmodels:\n"
+                    f"  - name: minimax-m2.5\n    config: {CONFIGS / 'minimax-m2.5' / 'config.json'}\n"
+                    "    weights: 220GB\ngrid:\n  gpu: [h20]\n  tp: [4]\n  engine: [vllm, sglang]\n")
+    code, _, err = run(["sweep", grid, "--out", tmp_path / "out", "-q"], capsys)
+    assert code in (0, None), err
+    rows = _rows(tmp_path / "out" / "results.csv")
+    assert [(r["engine"], r["engine_kv_cache_tokens"]) for r in rows] == [("vllm", "429632"), ("sglang", "386658")]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| 350,000 to 450,000 | 429,632 | **holds (1/1)** |" in md
+    assert "| 350,000 to 450,000 | 386,658 | **holds (1/1)** |" in md
+    # the SGLang guide launches with --mem-fraction-static 0.85: 404,601 tokens, inside the range too
+    from kvdash.core.model import load_config
+    from kvdash.engines import sglang
+
+    arch = load_config(CONFIGS / "minimax-m2.5" / "config.json")
+    p = sglang.plan(arch, 96_000_000_000 / 2**20, 4, "bf16", 96_000_000_000 - 2**30, 55_000_000_000, fraction=0.85)
+    assert (p.cell_bytes, p.max_total_num_tokens) == (63_488, 404_601)
+
+
+def test_pure_mamba_sglang_row_is_refused_in_one_line(tmp_path, capsys):
+    """Mamba-Codestral-7B (pure Mamba-2) on 8 x H200: SGLang 0.5.23 plans it (its pool is the state slots, a 0 B KV
+    cell and context_len 2,048 as max_total_num_tokens), but the sweep's token-pool figures (requests of the
+    workload's length in a token pool) do not apply, so the sglang row is left out with one line naming the state
+    pool; the vLLM row stays."""
+    grid = tmp_path / "mamba.yaml"
+    grid.write_text(f"title: Mamba\nmodels:\n  - name: codestral\n    config: "
+                    f"{CONFIGS / 'mamba-codestral-7b' / 'config.json'}\n    weights: 14.6GB\n"
+                    "grid:\n  gpu: [h200]\n  tp: [8]\n  engine: [vllm, sglang]\n")
+    code, _, err = run(["sweep", grid, "--out", tmp_path / "out", "-q"], capsys)
+    assert code in (0, None), err
+    assert [r["engine"] for r in _rows(tmp_path / "out" / "results.csv")] == ["vllm"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| codestral | 8 x h200 | bf16 | SGLang 0.5.23's pool for this attention-free model is its state slots " \
+           "(max_mamba_cache_size " in md

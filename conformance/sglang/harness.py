@@ -11,7 +11,10 @@ What runs is SGLang's code, in the order ``sglang serve`` runs it on one H100/H2
 2. ``publish(server_args, role="scheduler", ...)`` (``srt/runtime_context.py``), as
    ``run_scheduler_process`` does, so ``get_schedule()`` / ``get_parallel()`` answer as in the engine.
 3. ``ModelConfig.from_server_args`` (``srt/configs/model_config.py``): heads per rank,
-   ``is_hybrid_swa``, MLA dimensions, ``context_len``.
+   ``is_hybrid_swa``, MLA dimensions, ``context_len``; then the model loader's choice of class
+   (``srt/model_loader/utils.py`` ``get_model_architecture``): SGLang's own class where a module of
+   its registry names the architecture, else ``resolve_transformers_arch``, which refuses a
+   transformers class that is not backend-compatible (Falcon, Jamba, Zamba2).
 4. The runner's own steps: ``resolve_layer_indices``, ``configure_kv_cache_dtype``,
    ``resolve_sliding_window_size``; then a real ``KVCacheConfigurator``
    (``srt/mem_cache/kv_cache_configurator.py``) and the body of its
@@ -29,6 +32,7 @@ answers the two free-memory figures of the case.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.abc
 import importlib.machinery
 import json
@@ -158,6 +162,7 @@ from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state imp
     SpecAuxHiddenStateConfig,
 )
 from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator  # noqa: E402
+from sglang.srt.model_loader.utils import resolve_transformers_arch  # noqa: E402
 from sglang.srt.platforms import current_platform  # noqa: E402
 from sglang.srt.runtime_context import SpawnRanks, get_parallel, get_schedule, publish  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
@@ -199,6 +204,38 @@ def model_window(model_config: ModelConfig):
         return "no-method"
 
 
+def registry_entry_classes() -> dict[str, str]:
+    """SGLang's model registry as its source declares it: every ``EntryClass`` name of ``srt/models/*.py``
+    (``models/registry.py`` ``import_model_classes`` registers exactly these), with its module.  Read from the
+    source, not from ``ModelRegistry.models``: here about half the modules fail to import without their CUDA
+    kernels, and the registry skips a module that fails ("Ignore import error"), which on a GPU it imports."""
+    out: dict[str, str] = {}
+    for f in sorted((Path(sglang.__file__).parent / "srt" / "models").glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass"
+                                                    for t in node.targets):
+                v = node.value
+                for e in (v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v]):
+                    if isinstance(e, ast.Name):
+                        out[e.id] = f.stem
+    return out
+
+
+ENTRY_CLASSES: dict[str, str] = {}
+
+
+def model_class(mc: ModelConfig) -> str:
+    """``model_loader/utils.py`` ``get_model_architecture`` (default ``--model-impl auto``), as the model loader
+    runs it before any KV sizing: SGLang's own class when the registry names an architecture
+    (``ModelRegistry.is_arch_supported``, on :data:`ENTRY_CLASSES`), else SGLang's ``resolve_transformers_arch``,
+    which raises -- the case is refused with its message -- when the transformers class is not backend-compatible."""
+    archs = list(getattr(mc.hf_config, "architectures", None) or [])
+    native = [a for a in archs if a in ENTRY_CLASSES]
+    if native:
+        return f"{native[0]} (models/{ENTRY_CLASSES[native[0]]}.py)"
+    return resolve_transformers_arch(mc, archs)[0]
+
+
 def weights_per_rank(config_dir: Path, tp: int) -> tuple[int, str]:
     try:
         arch = load_config(config_dir / "config.json")
@@ -235,6 +272,7 @@ def run_case(config_dir: Path, gpu: str, tp: int, kv: str, page: int | None) -> 
         get_parallel().override_permanently(world_group=types.SimpleNamespace(cpu_group=None, world_size=tp))
         v = resolved_view(sa)
         mc = ModelConfig.from_server_args(sa)
+        cls = model_class(mc)
     except Exception as e:  # noqa: BLE001 - SGLang refused this setup
         case.update(status="refused", reason=f"{type(e).__name__}: {e}".splitlines()[0][:400])
         return case
@@ -265,7 +303,7 @@ def run_case(config_dir: Path, gpu: str, tp: int, kv: str, page: int | None) -> 
         prefill_graph_sizes=len(v.cuda_graph_config.prefill.bs or []),
         swa_full_tokens_ratio=v.swa_full_tokens_ratio, context_len=mc.context_len,
         is_multimodal=bool(mc.is_multimodal), mm_feature_transport=v.mm_feature_transport,
-        architectures=list(mc.hf_config.architectures or []),
+        architectures=list(mc.hf_config.architectures or []), model_class=cls,
         is_hybrid_swa=bool(mc.is_hybrid_swa), use_mla=mc.attention_arch == AttentionArch.MLA,
         num_kv_heads_per_rank=mc.get_num_kv_heads(tp), head_dim=mc.head_dim, v_head_dim=mc.v_head_dim,
         kv_cache_dtype=str(kv_dtype).replace("torch.", ""), sliding_window_size=sliding,
@@ -343,9 +381,11 @@ def main() -> None:
     ENV0.update(os.environ)
     # _profile_available_bytes calls gc.collect() (weight-loading temporaries); here the heap holds only the
     # imported modules, so they are frozen once (gc.freeze) and every collection stays short
-    from sglang.srt.models.registry import ModelRegistry  # noqa: F401  (imported once, before the freeze)
+    from sglang.srt.models.registry import ModelRegistry  # imported once, before the freeze
     import gc
 
+    ENTRY_CLASSES.update(registry_entry_classes())
+    assert set(ModelRegistry.models) <= set(ENTRY_CLASSES), "a registered class the source scan missed"
     gc.collect()
     gc.freeze()
     k, n = (int(x) for x in a.shard.split("/"))

@@ -199,6 +199,8 @@ def calc(
                        graphs=capture_graphs(inp, caps))
     from dataclasses import replace
 
+    if rules.name == "sglang":
+        sglang_fits(spec, arch, tp, pp, kv_dtype, block_size if given(ctx, "block_size") else None)
     result = calculate(replace(inp, budget=spec))
     pool = result["pool"]
     if offload is not None:
@@ -261,6 +263,35 @@ def calc(
 VLLM_VIEW_OMITTED = ("--engine-rules sglang: the start-up line shown is SGLang 0.5.23's (sglang_view.log_line); "
                      "vLLM 0.33's start-up lines are omitted, its GPU KV cache size kept only as the reference of "
                      "sglang_view.comparison")
+
+
+def sglang_fits(spec: Any, arch: Any, tp: int, pp: int, kv_dtype: str, block_size: str | None) -> None:
+    """Under ``--engine-rules sglang``, weights that leave no KV memory are refused in SGLang 0.5.23's terms (its
+    ``_profile_available_bytes`` refusal, or weights that do not load), in one line, before vLLM's budget rule
+    would word it; where SGLang plans but vLLM 0.33's budget (calc's answer) has no memory, the line says both."""
+    from kvdash.answer.budget import budget_gpu, resolve_budget
+    from kvdash.core import formulas as f
+    from kvdash.engines import sglang
+
+    total, _, _ = budget_gpu(spec)
+    if total is None or pp != 1 or (spec.weights is None and not arch.weights_known):
+        return  # a declared budget, PP or unknown weights: sglang_view / resolve_budget say why, as before
+    if resolve_budget(spec, arch, tp, pp, strict=False).get("fits", True):
+        return
+    field, value = ("--weights", spec.weights) if spec.weights is not None else \
+        (("--gpu", spec.gpu) if spec.gpu is not None and spec.gpu_memory is None else ("--gpu-memory", total))
+    weights = arch.weight_bytes if spec.weights is None else spec.weights
+    page = int(block_size) if block_size not in (None, "auto") else None
+    try:
+        p = sglang.plan(arch, total / 2**20, tp, kv_dtype, total - sglang.CONTEXT_BYTES,
+                        f.weights_per_rank(weights, tp), page)
+    except sglang.NotMirrored:
+        return  # SGLang's pool is not mirrored for this model: vLLM's budget says why the weights do not fit
+    except InputError as exc:
+        raise InputError(field, value, exc.allowed) from exc
+    raise InputError(field, value, f"SGLang {sglang.VERSION} would start ({p.startup_line()}...) but vLLM 0.33's "
+                     "budget, which calc's answer and the comparison are built on, leaves no KV memory here: "
+                     "try --tp or a larger GPU")
 
 
 def sglang_view(result: dict, arch: Any, tp: int, kv_dtype: str, block_size: str | None) -> dict:

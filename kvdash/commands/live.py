@@ -235,6 +235,11 @@ def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: s
     cfg = LiveConfig(model=model, arch=load_config(config) if config else None, kv_dtype=kv_dtype, tp=tp,
                      gpu_util=gpu_util)
     arch = cfg.architecture()
+    if engine_rules == "sglang":  # SGLang's page for DeepSeek sparse attention is 64, whatever is asked
+        from kvdash.engines import sglang
+
+        if sglang.is_dsa(arch):
+            size = sglang.DSA_PAGE_SIZE
     cfg = replace(
         cfg, arch=cfg.arch, block_size=block_size_of(size, arch),
         weights=parse_size(weights, "--weights", allow_zero=True) if weights else None,

@@ -39,8 +39,10 @@ def sglang_pool(arch: Architecture, gpu: str | None, tp: int, kv_dtype: str, bud
     if "refused" in v:
         raise InputError("--engine-rules", "sglang", v["refused"])
     if v["pool"] != "default":
-        raise InputError("--engine-rules", "sglang", f"the simulation takes one pool; SGLang's is {v['pool']} "
-                                                     "(a full and an SWA pool) for this model")
+        what = ("its state slots, an attention-free model's (no token pool)" if v["pool"] == "state_only"
+                else f"{v['pool']} (a full and an SWA pool)")
+        raise InputError("--engine-rules", "sglang", f"the simulation takes one pool; SGLang's is {what} for this "
+                                                     "model")
     lines = [f"SGLang {sglang.VERSION}'s pool (--engine-rules sglang): {line}" for line in v["lines"]]
     return {"budget_bytes": int(v["available_bytes"]), "cell_bytes": int(v["cell_bytes"]),
             "page_size": int(v["page_size"]), "max_total_num_tokens": int(v["max_total_num_tokens"]),

@@ -144,6 +144,9 @@ def from_hf_config(
         if isinstance(cfg.get("hybrid_layer_pattern"), list) else (),
         # the checkpoint's quantization_config (top level, else text_config's): what a KV dtype of "auto" becomes
         "quantization_config": dict(quant) if isinstance(quant, dict) else {},
+        # the DeepSeek-sparse-attention keys SGLang's indexer pool reads beside index_head_dim (configs/model_config.py
+        # get_dsa_index_kpool, dsa_layer_skips_topk): kvdash.engines.sglang refuses pooled or shared index keys
+        "dsa_keys": {k: cfg[k] for k in ("index_kpool", "indexer_types", "cli_factor") if cfg.get(k) is not None},
     }
     n_layers = _int(cfg, "num_hidden_layers", where)
     model_type = str(cfg.get("model_type") or "")

@@ -26,11 +26,22 @@ case against that code by ``conformance/sglang/`` (``expected.json``; ``tests/te
 
 * the state pool of the Mamba-2 / gated-delta-net hybrids in :data:`MAMBA_MIRRORED_ARCHS`:
   ``kv_cache_configurator.py`` ``_handle_max_mamba_cache`` (the share ``mamba_full_memory_ratio``,
-  ``max_mamba_cache_size``) and the cap on running requests in ``resolve_max_num_reqs``.
+  ``max_mamba_cache_size``) and the cap on running requests in ``resolve_max_num_reqs``;
+* pure Mamba (:data:`PURE_MAMBA_ARCHS`: ``configs/mamba.py`` Mamba-1 through ``Mamba2StateShape.create_full_rank``,
+  ``configs/mamba2.py`` Mamba-2): the same state pool, 3 slots per request, and no attention layer, so
+  ``pool_configurator.py`` ``DefaultPoolConfigurator`` has a 0 B cell and ``_zero_kv_max_tokens`` (context_len) as
+  ``max_total_num_tokens``;
+* DeepSeek sparse attention (:func:`is_dsa`): the page of 64 (``arg_groups/model_overrides/deepseek_v2.py``), the fp8
+  latent of ``kv_cache_configurator.py`` ``calculate_mla_kv_cache_dim`` (656 B) and the indexer's keys,
+  ``pool_configurator.py`` ``_compute_dsa_indexer_cell_size`` (``mem_cache/memory_pool.py`` ``DSATokenToKVPool``:
+  ``index_head_dim + index_head_dim // 128 x 4`` uint8 per layer);
+* models SGLang cannot build (:data:`NO_SGLANG_CLASS_ARCHS`: Falcon, Jamba, Zamba2): refused in SGLang's own sentence
+  (``model_loader/utils.py`` ``get_model_architecture``, ``resolve_transformers_arch``), as weights that leave no
+  memory are (``_profile_available_bytes``).
 
-Not mirrored (refused in one line, :class:`NotMirrored`): other mamba / linear-attention / short-conv models (pure
-Mamba, Jamba, Zamba2), a multimodal model whose vision-config class kvdash does
-not know, DeepSeek sparse attention's indexer, speculative decoding, DP attention, pipeline parallelism.
+Not mirrored (refused in one line, :class:`NotMirrored`): other mamba / linear-attention / short-conv models, a
+multimodal model whose vision-config class kvdash does not know, DeepSeek sparse attention with pooled or shared index
+keys (``index_kpool``, ``indexer_types``, ``cli_factor``), speculative decoding, DP attention, pipeline parallelism.
 """
 
 from __future__ import annotations
@@ -118,9 +129,24 @@ SSM_STATE_BYTES = 4  # configs/mamba_utils.py mamba2_state_dtype: the temporal s
 MAMBA_MIRRORED_ARCHS = frozenset({"NemotronHForCausalLM", "Qwen3NextForCausalLM", "GraniteMoeHybridForCausalLM",
                                   "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
                                   *MAMBA_NO_BUFFER_ARCHS})
-# DeepSeek sparse attention (an indexer cache beside the latent): the model_types kvdash reads for it (SGLang's
-# configs/model_config.py is_deepseek_nsa keys on these models' architectures and their index_topk)
+# configs/mamba.py MambaConfig / FalconMambaConfig (Mamba-1: Mamba2StateShape.create_full_rank) and configs/mamba2.py
+# Mamba2Config: pure state-space models, full_attention_layer_ids [] and every layer in mamba2_cache_params.layers;
+# not in arg_groups/overrides.py _MAMBA_RADIX_CACHE_ARCHS, so no radix-cache strategy: 3 state slots per request
+# (_calculate_mamba_ratio's base, no extra buffer) and any page size
+PURE_MAMBA_ARCHS = frozenset({"MambaForCausalLM", "FalconMambaForCausalLM", "Mamba2ForCausalLM"})
+# model_loader/utils.py get_model_architecture: architectures no module of SGLang 0.5.23's registry (models/*.py
+# EntryClass) names, whose transformers class reports is_backend_compatible() False (_supports_attention_backend),
+# so resolve_transformers_arch refuses them under the default --model-impl auto (checked by conformance/sglang)
+NO_SGLANG_CLASS_ARCHS = frozenset({"FalconForCausalLM", "JambaForCausalLM", "Zamba2ForCausalLM"})
+# DeepSeek sparse attention (an indexer cache beside the latent): the model_types kvdash reads for it, and
+# configs/model_config.py is_deepseek_dsa's architectures among them (it also needs index_topk, which both set)
 DSA_MODEL_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
+DSA_ARCHS = frozenset({"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"})
+# mem_cache/memory_pool.py DSATokenToKVPool: quant_block_size 128, the index keys stored as uint8 (1 B), and
+# rope_storage_dtype bfloat16 (the rope part of the fp8 latent stays 2 B)
+DSA_QUANT_BLOCK = 128
+DSA_ROPE_BYTES = 2
+DSA_PAGE_SIZE = 64  # arg_groups/model_overrides/deepseek_v2.py: page_size = 64 x index_kpool (1) on CUDA
 KV_BYTES = {"bf16": 2, "fp16": 2, "auto": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
@@ -345,10 +371,38 @@ def is_multimodal(arch: Architecture) -> bool:
 
 def mamba_mirrored(arch: Architecture) -> bool:
     """Whether kvdash mirrors SGLang's state pool for this model: full attention beside the Mamba-2 or
-    gated-delta-net state layers of an architecture in :data:`MAMBA_MIRRORED_ARCHS`."""
+    gated-delta-net state layers of an architecture in :data:`MAMBA_MIRRORED_ARCHS`, or a pure Mamba-1 / Mamba-2
+    model (:data:`PURE_MAMBA_ARCHS`: state layers only)."""
     archs = arch.facts.get("architectures", ())
+    if archs and archs[0] in PURE_MAMBA_ARCHS:
+        return not arch.attention_layers and all(layer.state_family in ("mamba1", "mamba2")
+                                                 for layer in arch.state_layers)
     return bool(arch.attention_layers) and not is_hybrid_swa(arch) and bool(archs) \
         and archs[0] in MAMBA_MIRRORED_ARCHS and all(layer.kind == "full" for layer in arch.attention_layers)
+
+
+def is_pure_mamba(arch: Architecture) -> bool:
+    """A model of :data:`PURE_MAMBA_ARCHS`: SGLang's KV cell is 0 B (no attention layer) and its pool the state
+    slots alone."""
+    archs = arch.facts.get("architectures", ())
+    return bool(archs) and archs[0] in PURE_MAMBA_ARCHS and bool(arch.state_layers) and not arch.attention_layers
+
+
+def sglang_refuses_model(arch: Architecture) -> str:
+    """What SGLang 0.5.23 says when it cannot build the model at all ('' when it can): an architecture of
+    :data:`NO_SGLANG_CLASS_ARCHS` (``model_loader/utils.py`` ``resolve_transformers_arch``, under
+    ``get_model_architecture``)."""
+    archs = arch.facts.get("architectures", ())
+    if archs and not any(a not in NO_SGLANG_CLASS_ARCHS for a in archs):
+        return (f"{archs[0]} has no SGlang implementation and the Transformers implementation is not compatible "
+                "with SGLang")
+    return ""
+
+
+def is_dsa(arch: Architecture) -> bool:
+    """``configs/model_config.py`` ``is_deepseek_dsa``: DeepSeek sparse attention's indexer cache beside the MLA
+    latent (the model types kvdash reads for it, :data:`DSA_MODEL_TYPES`)."""
+    return arch.model_type in DSA_MODEL_TYPES
 
 
 def mamba_cache_per_req(arch: Architecture, tp: int) -> int:
@@ -369,8 +423,21 @@ def refusal(arch: Architecture, tp: int, pp: int = 1) -> str:
             or (arch.state_layers and not mamba_mirrored(arch)):
         return ("SGLang 0.5.23's mamba / linear-attention / short-conv state pool (mamba_full_memory_ratio, "
                 "max_mamba_cache_size: kv_cache_configurator.py _handle_max_mamba_cache)")
-    if arch.model_type in DSA_MODEL_TYPES:
-        return "DeepSeek sparse attention's indexer cache"
+    if is_dsa(arch):
+        archs = arch.facts.get("architectures", ())
+        # configs/model_config.py: get_dsa_index_kpool (pooled index keys, a page of 64 x index_kpool) and
+        # dsa_layer_skips_topk (indexer_types "shared", cli_factor > 1: layers without index keys of their own);
+        # index_skip_topk_offset only moves which layers index_topk_freq skips, and kvdash reads only freq 1
+        dk = arch.facts.get("dsa_keys") or {}
+        keys = [k for k, bad in (("index_kpool", dk.get("index_kpool", 1) != 1),
+                                 ("indexer_types", "shared" in list(dk.get("indexer_types") or ())),
+                                 ("cli_factor", (dk.get("cli_factor") or 1) != 1)) if bad]
+        if not archs or archs[0] not in DSA_ARCHS:
+            return (f"DeepSeek sparse attention's indexer cache for architecture {archs[0] if archs else '?'} "
+                    "(configs/model_config.py is_deepseek_dsa names DeepseekV32ForCausalLM, GlmMoeDsaForCausalLM)")
+        if keys:
+            return (f"DeepSeek sparse attention's indexer cache with {', '.join(keys)} (pooled or shared index keys: "
+                    "model_executor/pool_configurator.py _compute_dsa_indexer_cell_size)")
     if pp != 1:
         return "pipeline parallelism (per-stage layer split and the MIN over stages)"
     return ""
@@ -384,7 +451,7 @@ class Plan:
     page_size: int
     cell_bytes: float  # bytes per token of max_total_num_tokens (a float for the hybrid SWA pool)
     cell_text: str
-    pool: str  # "default" or "hybrid_swa"
+    pool: str  # "default", "hybrid_swa" or "state_only" (pure Mamba: a 0 B cell, the state slots are the pool)
     free_before: int
     free_after: int
     available_bytes: int
@@ -398,6 +465,7 @@ class Plan:
     full_per_token: int = 0
     swa_per_token: int = 0
     lines: tuple[str, ...] = field(default=())
+    mamba_slots: int = 0  # max_mamba_cache_size (0: no state pool)
 
     def startup_line(self) -> str:
         """``managers/scheduler.py`` (tp rank 0); ``available_gpu_mem`` is read after the pools and CUDA graphs
@@ -431,6 +499,10 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
     """SGLang 0.5.23's pool for ``arch`` at tensor-parallel ``tp`` on a GPU of ``gpu_mib`` MiB (``nvidia-smi``),
     with ``free_before`` bytes free before the weights load and ``weights_per_rank`` bytes of weights.
     Raises :class:`NotMirrored` for what kvdash does not mirror, :class:`InputError` where SGLang refuses."""
+    no_class = sglang_refuses_model(arch)
+    if no_class:
+        raise InputError("--model", arch.name, f"SGLang {VERSION} refuses: {no_class} (model_loader/utils.py "
+                                               "get_model_architecture, resolve_transformers_arch)")
     why = refusal(arch, tp)
     if why:
         raise NotMirrored(why)
@@ -438,11 +510,18 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
     if kv_bytes is None:
         raise InputError("--kv-dtype", kv_dtype, "SGLang's view takes bf16 or fp8")
     page = check_positive("--block-size", page_size) if page_size is not None else 1
+    dsa = is_dsa(arch)
+    if dsa:  # arg_groups/model_overrides/deepseek_v2.py: "Setting page size to 64 for DeepSeek DSA." (any request)
+        page = DSA_PAGE_SIZE
     mm = multimodal(arch, gpu_mib, max_running_requests)
     f = mem_fraction_static(gpu_mib, tp, arch.use_mla, model_path or arch.name,
                             chunked_prefill_size=chunked_prefill_size, max_running_requests=max_running_requests,
                             given=fraction, mm=mm)
     free_after = free_before - weights_per_rank
+    if free_after <= 0:  # the weights do not load: torch.OutOfMemoryError in the model loader, before any sizing
+        raise InputError("--weights", weights_per_rank, f"SGLang {VERSION} cannot load the weights: "
+                         f"{weights_per_rank:,} B per rank exceed the {free_before:,} B free before loading them (GPU "
+                         "total less 1 GiB of CUDA context and NCCL buffers); CUDA out of memory")
     # kv_cache_configurator.py _profile_available_bytes: GB floats (utils/common.py get_available_gpu_memory);
     # with more than one rank both readings are a MIN over ranks through a float32 tensor
     pre_gb = read_free(free_before, tp) / GIB
@@ -457,6 +536,8 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
         if page != 1:
             raise InputError("--block-size", page, f"SGLang {VERSION} refuses: no_buffer only supports page_size=1 "
                              "(this model has no mamba extra buffer: mamba_hook.py validate_mamba_no_buffer)")
+    if is_pure_mamba(arch):
+        ratio = MAMBA_RATIO_NO_BUFFER  # no radix-cache strategy (overrides.py): _calculate_mamba_ratio's base 3
     if arch.state_layers:
         # kv_cache_configurator.py _handle_max_mamba_cache (no --max-mamba-cache-size): the mamba pool takes
         # ratio / (1 + ratio) of the rest, K = (budget - slot) // slot slots, and (K + 1) slots (one padding) leave
@@ -495,6 +576,9 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
                      f"{mamba_slots + 1:,} slots off the budget, running requests at most {mamba_slots:,} // "
                      f"{ratio} (kv_cache_configurator.py _handle_max_mamba_cache, resolve_max_num_reqs)")
     ctx = context_len(arch)
+    if dsa:
+        lines.append(f"page size {page}: SGLang sets it for DeepSeek sparse attention, whatever --page-size asks "
+                     "(arg_groups/model_overrides/deepseek_v2.py: 64 x index_kpool)")
     if is_hybrid_swa(arch):
         swa_ids, full_ids = swa_layer_ids(arch)
         layer = arch.first("full", "sliding", "chunked")
@@ -522,12 +606,50 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
         mrr = max_num_reqs(full, ctx, max_running_requests)
         return Plan(f, page, cell, cell_text, "hybrid_swa", free_before, free_after, available, full, swa, mrr, ctx,
                     n_layers, len(full_ids), len(swa_ids), per_token, swa_per_token, tuple(lines))
+    if is_pure_mamba(arch):
+        # pool_configurator.py DefaultPoolConfigurator: no attention layer, so _cell_size 0 and the token pool is
+        # _zero_kv_max_tokens = --max-total-tokens or context_len, floored to the page (calculate_pool_sizes)
+        tokens = ctx // page * page
+        if tokens <= 0:
+            raise InputError("--block-size", page, f"SGLang {VERSION} refuses: Not enough memory. Please try to "
+                             f"increase --mem-fraction-static. (context_len {ctx} below page size {page}: "
+                             "pool_configurator.py MemoryPoolConfig)")
+        lines.append(f"max_total_num_tokens {tokens:,} = context_len {ctx:,} floored to page {page}: no attention "
+                     "layer, a KV cell of 0 B (DefaultPoolConfigurator._zero_kv_max_tokens); the state slots are the "
+                     "pool")
+        mrr = min(max_num_reqs(tokens, ctx, max_running_requests), mamba_slots // ratio)
+        if mrr <= 0:
+            raise InputError("--gpu-memory", None, f"SGLang {VERSION} refuses: the hybrid state cache is too small "
+                             f"to serve any requests (max_mamba_cache_size={mamba_slots}, ratio {ratio})")
+        return Plan(f, page, 0, "no attention layer: 0 B per token (pure Mamba: the state slots are the pool)",
+                    "state_only", free_before, free_after, available, tokens, None, mrr, ctx, 0, 0, 0, 0, 0,
+                    tuple(lines), mamba_slots)
     if arch.use_mla:
         mla = arch.first("mla")
         assert mla is not None
-        icell = mla.latent_dim * n_layers * kv_bytes
-        cell_text = (f"MLA: (kv_lora_rank {mla.kv_lora_rank} + qk_rope_head_dim {mla.qk_rope_head_dim}) x "
-                     f"{n_layers} layers x {kv_bytes} B = {icell:,} B (replicated on every rank)")
+        if dsa and kv_bytes == 1:
+            # kv_cache_configurator.py calculate_mla_kv_cache_dim, DSA with an fp8 KV cache on the default (scaled)
+            # backends: kv_lora_rank fp8 + one fp32 scale per 128 + the rope part in bf16
+            if mla.kv_lora_rank % DSA_QUANT_BLOCK:
+                raise InputError("--kv-dtype", kv_dtype, f"SGLang {VERSION} refuses: kv_lora_rank "
+                                 f"{mla.kv_lora_rank} must be multiple of quant_block_size {DSA_QUANT_BLOCK}")
+            latent = mla.kv_lora_rank + mla.kv_lora_rank // DSA_QUANT_BLOCK * 4 + mla.qk_rope_head_dim * DSA_ROPE_BYTES
+            latent_text = (f"fp8 latent: kv_lora_rank {mla.kv_lora_rank} + {mla.kv_lora_rank // DSA_QUANT_BLOCK} "
+                           f"scales x 4 + qk_rope_head_dim {mla.qk_rope_head_dim} x {DSA_ROPE_BYTES} (bf16) = "
+                           f"{latent} B")
+        else:
+            latent = mla.latent_dim * kv_bytes
+            latent_text = (f"(kv_lora_rank {mla.kv_lora_rank} + qk_rope_head_dim {mla.qk_rope_head_dim}) x "
+                           f"{kv_bytes} B")
+        icell = latent * n_layers
+        cell_text = f"MLA: {latent_text} x {n_layers} layers"
+        if dsa:
+            # pool_configurator.py _compute_dsa_indexer_cell_size: index_head_dim + index_head_dim // 128 x 4 uint8
+            # per token in every indexed layer (DSATokenToKVPool's index_k_with_scale_buffer), whatever the KV dtype
+            index = sum(layer.index_bytes for layer in arch.layers if layer.kind == "mla")
+            icell += index
+            cell_text += f" + DSA indexer keys {mla.index_bytes} B x {n_layers} layers"
+        cell_text += f" = {icell:,} B (replicated on every rank)"
     else:
         layer = arch.first("full", "sliding", "chunked")
         if layer is None:
@@ -540,6 +662,9 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
         if arch.counts.get("sliding") or arch.counts.get("chunked"):
             cell_text += " (SGLang keeps every token in every layer: not a hybrid-SWA architecture)"
     tokens = available // icell // page * page
+    if tokens <= 0:  # pool_configurator.py MemoryPoolConfig.__post_init__
+        raise InputError("--gpu-memory", None, f"SGLang {VERSION} refuses: Not enough memory. Please try to increase "
+                         f"--mem-fraction-static. Current value: mem_fraction_static={f.value}")
     lines.append(f"max_total_num_tokens {tokens:,} = {available:,} // {icell:,} floored to page {page} "
                  "(DefaultPoolConfigurator.calculate_pool_sizes)")
     mrr = max_num_reqs(tokens, ctx, max_running_requests)
@@ -549,7 +674,7 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
             raise InputError("--gpu-memory", None, f"SGLang {VERSION} refuses: the hybrid state cache is too small "
                              f"to serve any requests (max_mamba_cache_size={mamba_slots}, ratio {ratio})")
     return Plan(f, page, icell, cell_text, "default", free_before, free_after, available, tokens, None, mrr, ctx,
-                n_layers, n_layers, 0, icell // n_layers if n_layers else 0, 0, tuple(lines))
+                n_layers, n_layers, 0, icell // n_layers if n_layers else 0, 0, tuple(lines), mamba_slots)
 
 
 def max_num_reqs(tokens: int, ctx: int, requested: int | None = None) -> int:
@@ -599,6 +724,9 @@ class SglangRules:
                     "given" if settings.max_num_batched_tokens else "default", t.text)
 
     def block_size(self, arch: Architecture, kv_dtype: str, requested: int | str, gpu: Gpu) -> tuple[int, str]:
+        if is_dsa(arch):  # arg_groups/model_overrides/deepseek_v2.py, whatever --page-size asks
+            return DSA_PAGE_SIZE, (f"{DSA_PAGE_SIZE}: SGLang's page for DeepSeek sparse attention "
+                                   "(arg_groups/model_overrides/deepseek_v2.py: 64 x index_kpool)")
         if requested == "auto":
             return 1, "1: SGLang's page size on CUDA (--page-size unset)"
         if isinstance(requested, str):
@@ -666,9 +794,16 @@ def view(arch: Architecture, gpu_memory: int, tp: int, kv_dtype: str, weights_pe
         "page_size": p.page_size, "max_total_num_tokens": p.max_total_num_tokens,
         "swa_max_total_num_tokens": p.swa_tokens, "max_running_requests": p.max_running_requests,
         "context_len": p.context_len, "log_line": p.startup_line() + "(measured at start-up)",
+        "max_mamba_cache_size": p.mamba_slots or None,
         "lines": list(p.lines),
     }
-    if vllm:
+    if vllm and p.pool == "state_only":
+        out["comparison"] = (
+            f"SGLang {VERSION}'s pool for this attention-free model is its state slots: max_mamba_cache_size "
+            f"{p.mamba_slots:,}, at most {p.max_running_requests:,} running requests ({MAMBA_RATIO_NO_BUFFER} slots "
+            f"each); its max_total_num_tokens {p.max_total_num_tokens:,} is context_len, not a KV capacity, so it is "
+            f"not compared with {vllm.get('label', 'vLLM')}'s token figure")
+    elif vllm:
         tokens, label = int(vllm["tokens"]), str(vllm.get("label", "vLLM"))
         diff = p.max_total_num_tokens - tokens
         pct = 100 * diff / tokens if tokens else 0.0

@@ -241,9 +241,17 @@ def check_sglang_pool(arch: Architecture, cfg: LiveConfig, shape: Any) -> None:
     pool is one pool of one cell per token equal to the rank shape's (full attention, MLA), else refuses."""
     from kvdash.engines import sglang
 
+    no_class = sglang.sglang_refuses_model(arch)
+    if no_class:
+        raise InputError("--engine-rules", "sglang", f"SGLang {sglang.VERSION} refuses this model: {no_class}")
     why = sglang.refusal(arch, cfg.tp)
     if why:
         raise InputError("--engine-rules", "sglang", f"not mirrored for this model: {why}")
+    if sglang.is_dsa(arch) and shape.block_size != sglang.DSA_PAGE_SIZE:
+        # SGLang's DSA cell per token is vLLM's (latent + 132 B of index keys per layer): the pools agree at its page
+        raise InputError("--block-size", shape.block_size, f"SGLang {sglang.VERSION} pages DeepSeek sparse "
+                         f"attention by {sglang.DSA_PAGE_SIZE} tokens (arg_groups/model_overrides/deepseek_v2.py): "
+                         f"the analytical pool under its rules needs --block-size {sglang.DSA_PAGE_SIZE}")
     if cfg.budget_mode != "vllm":
         raise InputError("--engine-rules", "sglang", "sizes a budget derived from the GPUs: drop --budget / "
                                                      "--budget-mode")

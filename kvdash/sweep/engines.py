@@ -129,8 +129,15 @@ def sglang_plan_rows(spec: GridSpec, frame: pl.DataFrame) -> tuple[pl.DataFrame,
             else:
                 plans[key] = sglang.view(arch, gpu.memory_bytes, r["tp"], str(r["kv_dtype"]),
                                          f.weights_per_rank(arch.weight_bytes, r["tp"]), page)
-                window = max((x.window for x in arch.layers if x.kind in ("sliding", "chunked")), default=0)
-                plans[key]["_window"] = window
+                if plans[key].get("pool") == "state_only":  # pure Mamba: no token pool to fit requests in
+                    v = plans[key]
+                    plans[key] = {"refused": f"SGLang {sglang.VERSION}'s pool for this attention-free model is its "
+                                  f"state slots (max_mamba_cache_size {v['max_mamba_cache_size']:,}, at most "
+                                  f"{v['max_running_requests']:,} running requests): the sweep's token-pool figures "
+                                  "do not apply (kvdash calc --engine-rules sglang gives them)"}
+                else:
+                    window = max((x.window for x in arch.layers if x.kind in ("sliding", "chunked")), default=0)
+                    plans[key]["_window"] = window
         v = plans[key]
         if "refused" in v:
             refusals.setdefault(key[:5], {"model": r["model"], "kv_dtype": r["kv_dtype"], "tp": r["tp"],
