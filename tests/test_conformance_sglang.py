@@ -246,3 +246,28 @@ def test_gemma3n_kv_shared_layers_keep_a_pool_buffer_in_sglang():
     2 B = 71,680 B at TP 1 (vLLM: 20 x 2,048 = 40,960 B), as SGLang's own code gave for gemma-3n-e4b-text."""
     p = S.plan(_arch("gemma-3n-e4b-text"), 143771, 1, "bf16", 100 * 2**30, 0)
     assert p.cell_bytes == 71_680
+
+
+def test_lfm2_moe_is_no_buffer_like_lfm2():
+    """LFM2-8B-A1B (``Lfm2MoeForCausalLM``): SGLang 0.5.23 lists it in ``_MAMBA_RADIX_CACHE_ARCHS`` but not in
+    ``_MAMBA_EXTRA_BUFFER_ARCHS`` (``arg_groups/overrides.py``), so its strategy is no_buffer and a page above 1 is
+    refused (``mamba_hook.py validate_mamba_no_buffer``).  Its cell by hand: 6 full-attention layers x 8 KV heads x
+    (64 + 64) x 2 B = 12,288 B per token (head_dim 2,048 / 32 = 64); the 18 short-conv layers are state slots."""
+    arch = _arch("lfm2-8b-a1b")
+    free = (143771 - 1024) * 2**20
+    with pytest.raises(InputError, match="no_buffer only supports page_size=1"):
+        S.plan(arch, 143771, 1, "bf16", free, 0, 16)
+    assert S.plan(arch, 143771, 1, "bf16", free, 0).cell_bytes == 12_288
+
+
+def test_qwen35_text_config_has_the_multimodal_cell_without_the_vision_cut():
+    """Qwen3.5-27B's text-only class (``Qwen3_5ForCausalLM``) takes the extra buffer as the multimodal class does
+    (``_MAMBA_EXTRA_BUFFER_ARCHS``): the same cell, 16 full layers x 4 KV heads x (256 + 256) x 2 B = 65,536 B per
+    token, but the default fraction (0.903 on an H200 at TP 1) without ``adjust_mem_fraction_for_vlm``'s cut
+    (the multimodal config's 0.835...), so its pool holds more tokens."""
+    free = (143771 - 1024) * 2**20
+    text = S.plan(_arch("qwen3.5-27b-text"), 143771, 1, "bf16", free, 0)
+    mm = S.plan(_arch("qwen3.5-27b"), 143771, 1, "bf16", free, 0)
+    assert text.cell_bytes == mm.cell_bytes == 65_536
+    assert text.fraction.value == 0.903 and mm.fraction.value < 0.903
+    assert text.max_total_num_tokens > mm.max_total_num_tokens

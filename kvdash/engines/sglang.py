@@ -118,16 +118,19 @@ MAMBA_RATIO = 3 + 2
 # arg_groups/overrides.py _mamba_radix_cache_resolution: without extra-buffer support
 # (supports_mamba_cache_extra_buffer: _MAMBA_EXTRA_BUFFER_ARCHS or the linear-attention spec) the strategy is
 # no_buffer: 3 state slots per request, the overlap schedule off, and a page size above 1 refused
-# (mamba_hook.py validate_mamba_no_buffer)
-MAMBA_NO_BUFFER_ARCHS = frozenset({"Lfm2ForCausalLM"})
+# (mamba_hook.py validate_mamba_no_buffer); Lfm2MoeForCausalLM as Lfm2ForCausalLM (_MAMBA_RADIX_CACHE_ARCHS only)
+MAMBA_NO_BUFFER_ARCHS = frozenset({"Lfm2ForCausalLM", "Lfm2MoeForCausalLM"})
 MAMBA_RATIO_NO_BUFFER = 3
 SSM_STATE_BYTES = 4  # configs/mamba_utils.py mamba2_state_dtype: the temporal state is float32 by default
 # the hybrids whose state pool is mirrored: architectures SGLang builds a mamba2_cache_params for
 # (configs/model_config.py mambaish_config: NemotronHConfig, Qwen3NextConfig, GraniteMoeHybridConfig, Qwen3.5's
-# text config, a Qwen3NextConfig), checked
+# text config, a Qwen3NextConfig; Falcon-H1 and Qwen3.5's text-only classes Qwen3_5ForCausalLM /
+# Qwen3_5MoeForCausalLM, which arg_groups/overrides.py lists in _MAMBA_RADIX_CACHE_ARCHS and
+# _MAMBA_EXTRA_BUFFER_ARCHS as it lists the multimodal ones; LFM2-MoE, in the first only: no_buffer), checked
 # case by case against SGLang's code (conformance/sglang); the rest refused
 MAMBA_MIRRORED_ARCHS = frozenset({"NemotronHForCausalLM", "Qwen3NextForCausalLM", "GraniteMoeHybridForCausalLM",
                                   "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+                                  "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "FalconH1ForCausalLM",
                                   *MAMBA_NO_BUFFER_ARCHS})
 # configs/mamba.py MambaConfig / FalconMambaConfig (Mamba-1: Mamba2StateShape.create_full_rank) and configs/mamba2.py
 # Mamba2Config: pure state-space models, full_attention_layer_ids [] and every layer in mamba2_cache_params.layers;
