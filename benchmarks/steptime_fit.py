@@ -396,8 +396,8 @@ def main() -> None:
              f"c_step {coef[2] * 1e3:.4g} ms, c_layer {coef[3] * 1e6:.4g} us, c_allreduce {coef[4] * 1e6:.4g} us, "
              f"c_request {coef[5] * 1e3:.4g} ms", ""]
     if len(scan) > 1:
-        lines += [f"The measured TTFT as {in_step:.3g} in step (every user's request arriving at once) and the rest out "
-                  "of step, the share chosen on the calibration rows (each share refitted; calibration MAPE):", "",
+        lines += [f"The measured TTFT as {in_step:.3g} in step (every user's request arriving at once) and the rest "
+                  "out of step, the share chosen on the calibration rows (each share refitted; calibration MAPE):", "",
                   "| share in step | calibration TPOT MAPE % | calibration TTFT MAPE % |", "|---:|---:|---:|"]
         lines += [f"| {w:.3g}{' (chosen)' if w == in_step else ''} | {t:.1f} | {f:.1f} |" for w, t, f in scan] + [""]
     else:
