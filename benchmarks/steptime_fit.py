@@ -122,6 +122,12 @@ NOTES = """Notes:
   the mix of the two whose share in step gives the calibration rows the lowest TTFT error (the table above;
   the validation rows never choose it); TPOT is the steady rounds'. What the benchmark's client did (its
   warm-up, its number of requests, its length spread) is not in the data.
+- Async scheduling: a request that arrives while step n runs joins step n + 2, a closed loop's next request
+  step n + 3 after its predecessor's last (vLLM 0.33's batch queue of two, `EngineCore.step_with_batch_queue`,
+  vllm/v1/engine/core.py; `kvdash.simulate.timed.ASYNC_STEPS`), in the simulators themselves.
+- Routed experts' activations: k x (3 hidden + 6 I) x 2 B per token and MoE layer read and written, as
+  `fused_experts_impl` moves them (vllm/model_executor/layers/fused_moe/fused_moe.py); no constant, and the
+  dense calibration rows move none in this term.
 - No GPU was available this session: the bandwidth and FLOP terms were not measured on a device (issue 28
   item 6); every figure here is from the simulator with the constants fitted on the calibration rows."""
 
