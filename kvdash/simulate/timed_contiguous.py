@@ -29,7 +29,8 @@ from kvdash.core import formulas as f
 from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, prefill_chunk_seconds
 from kvdash.errors import InputError
 from kvdash.simulate.allocators import Buddy, FirstFit
-from kvdash.simulate.timed import ASYNC_STEPS, Schedule
+from kvdash.simulate.schedule import ASYNC_STEPS
+from kvdash.simulate.timed import Schedule
 
 CONTIGUOUS = ("max", "pow2", "oracle")
 NFEAT = 6  # the step features' length (kvdash.core.steptime.features)

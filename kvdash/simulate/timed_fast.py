@@ -27,8 +27,7 @@ import numpy as np
 
 from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features
 from kvdash.errors import InputError
-from kvdash.simulate.schedule import NFEAT, Schedule
-from kvdash.simulate.timed import ASYNC_STEPS
+from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule
 
 
 def applies(pool: Any, mc: ModelCompute) -> bool:
