@@ -94,3 +94,23 @@ def test_nvfp4_attention_gemms_at_the_bf16_rate():
     mc = model_compute(cfg, from_hf_config(cfg, "minimax-m2.5"), 1, "nvfp4", "nvfp4", "fp8", attention_weights="bf16")
     assert mc.dense_rates == (("bf16", 2_730_491_904.0), ("fp4", 48_758_784.0 + 614_596_608.0))
     assert mc.gemm == "fp4"
+
+
+def test_routed_experts_move_their_activations():
+    """MiniMax-M2.5 (62 MoE layers, hidden 3,072, experts of width 1,536, 8 per token): vLLM 0.33's
+    fused_experts_impl reads a token's row for each of its 8 experts, writes and reads intermediate_cache1 (2 x
+    1,536 / tp), writes and reads intermediate_cache2 (1,536 / tp), and writes 8 partial outputs that moe_sum
+    reads back: 62 x 8 x 2 B x (3 x 3,072 + 6 x 1,536 / tp) per token, 18,284,544 B on one GPU, 11,427,840 on
+    each of 4; a step of T tokens reads T times that more; a dense model moves none in this term."""
+    from kvdash.core.steptime import features, gpu_perf
+
+    cfg = _cfg("minimax-m2.5")
+    arch = from_hf_config(cfg, name="minimax-m2.5")
+    one, four = (model_compute(cfg, arch, tp, "fp8", "fp8", "fp8") for tp in (1, 4))
+    assert (one.act_bytes, four.act_bytes) == (18_284_544, 11_427_840)
+    g = gpu_perf("b200")
+    step = features(four, g, 100, 0.0, 0.0, 0.0)[0] - features(four, g, 99, 0.0, 0.0, 0.0)[0]
+    touched = four.moe_layers * (four.touched_experts(100) - four.touched_experts(99)) * four.expert_bytes
+    assert step * g.hbm_bytes_per_s == pytest.approx(touched + 11_427_840)
+    dense = _cfg("qwen3-32b")
+    assert model_compute(dense, from_hf_config(dense, name="qwen3-32b"), 2, "bf16").act_bytes == 0

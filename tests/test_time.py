@@ -346,3 +346,39 @@ def test_attention_dp_moe_layers_gather_and_scatter():
     one, two = (features(model_compute(cfg, arch, 2, "fp8", dp=dp), g, 10, 0, 0, 0) for dp in (1, 2))
     assert two[4] - one[4] == 2 * 94
     assert two[5] - one[5] == pytest.approx(2 * 94 * 1 * 10 * 4096 * 2 / g.link_bytes_per_s)
+
+
+def _unit_steps():
+    """Every step costs exactly 1 s (c_step 1, the other constants 0: Llama-3.1-8B on one GPU moves no link bytes)."""
+    return Constants(0.0, 0.0, 1.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("sim", ["simulate_timed", "simulate_reference", "contiguous"])
+def test_async_scheduling_delays_arrivals(sim):
+    """vLLM 0.33's async scheduling (EngineCore.step_with_batch_queue, a batch queue of 2): step n + 1 is
+    scheduled before step n's output is processed.  Closed loop of 2 users, 1 s steps: user A's request
+    (output 3) has its first token at step 0 and finishes at step 2; its next request, sent when step 2's
+    output reaches A, arrives while step 3 runs and joins step 5: TTFT 3 s, not the 1 s of one prefill step.
+    Poisson: a request arriving at 2.5 s (step 2 running, another request decoding) joins step 4 (TTFT 2.5 s);
+    one arriving at an idle engine is scheduled at once (TTFT 1 s)."""
+    import kvdash.simulate.timed as t
+    from kvdash.simulate.timed_contiguous import simulate_timed_contiguous
+
+    mc, pool, g = _llama8b()
+    c = _unit_steps()
+
+    def go(P, OUT, **kw):
+        if sim == "contiguous":
+            return simulate_timed_contiguous(P, OUT, P + OUT, 10_000, "first-fit", mc, g, c, 16, 512, **kw)
+        return getattr(t, sim)(P, OUT, pool, mc, g, c, 16, 512, **kw)
+
+    P, OUT = np.array([10, 10, 10]), np.array([3, 50, 5])
+    s = go(P, OUT, concurrency=2)
+    times = s.times(c)
+    first, arrive = times[s.first_seg], times[np.maximum(s.arrival_seg, 0)]
+    assert (first[2] - arrive[2], first[0], first[1]) == pytest.approx((3.0, 1.0, 1.0))
+    s = go(np.array([10, 10]), np.array([20, 5]), arrivals_s=np.array([0.0, 2.5]))
+    times = s.times(c)
+    assert times[s.first_seg].tolist() == pytest.approx([1.0, 5.0])
+    s = go(np.array([10, 10]), np.array([2, 5]), arrivals_s=np.array([0.0, 3.5]))
+    assert (s.times(c)[s.first_seg] - np.array([0.0, 3.5])).tolist() == pytest.approx([1.0, 1.0])

@@ -5,7 +5,7 @@ tokens of running requests (one each) and the prefill chunks of requests being p
 modelled as a sum of physical terms, each a figure of the model, the GPU and the batch divided by a
 GPU figure, with a few constants fitted in the open (``benchmarks/steptime_fit.py``)::
 
-    t = c_mem x (weights read + KV read) / HBM bandwidth
+    t = c_mem x (weights read + routed experts' activations + KV read) / HBM bandwidth
       + c_flop x (linear FLOPs / dense FLOP/s of the weights' dtype + attention FLOPs / dense bf16 FLOP/s)
       + c_step + c_layer x layers + c_allreduce x all-reduces
       + all-reduce bytes / NVLink bandwidth
@@ -17,6 +17,8 @@ request handling and tokenization, and sampling's return to it: time outside the
   plus, on MoE layers, the routed experts the step's tokens touch: ``E x (1 - (1 - k/E)^T)`` of ``E``
   experts for ``T`` tokens routed to ``k`` each, the expected number of distinct experts when tokens
   pick experts independently and uniformly;
+* routed experts' activations: each token's row read by each of its ``k`` experts, their intermediates
+  written and read back and their ``k`` partial outputs summed (``ModelCompute.act_bytes`` per token);
 * KV read: for each decode token the KV its attention reads, from kvdash's own per-layer figures
   (:func:`kvdash.core.pool.layer_token_bytes` times the context, a sliding layer's capped at its
   window, and :func:`kvdash.core.pool.layer_state_bytes` for state layers, read and written);
@@ -171,6 +173,7 @@ class ModelCompute:
     # the dense linear parameters by the rate their GEMMs run at, ((kind, params per rank), ...); () : all of
     # dense_params at ``gemm``
     dense_rates: tuple[tuple[str, float], ...] = ()
+    act_bytes: float = 0.0  # MLP activation bytes written and read back per token on this rank (see model_compute)
     basis: tuple[str, ...] = field(default=(), compare=False)
 
     def kv_read_bytes(self, context: Any) -> Any:
@@ -331,8 +334,18 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
     # _get_priority_backends_for_gpt_oss (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py):
     # FLASHINFER_TRTLLM_MXFP4_BF16 on SM100, TRITON (matmul_ogs, bf16 activations) on Hopper
     expert_rate = "bf16" if arch.model_type == "gpt_oss" and ew == "mxfp4" else GEMM_RATE[ew]
+    # the routed experts' activations, per token (bf16), as vLLM 0.33's fused_experts_impl moves them
+    # (vllm/model_executor/layers/fused_moe/fused_moe.py): the token's row is read once for each of its k experts
+    # by the w13 kernel, which writes intermediate_cache1 (2 I on this rank); SiLU-and-mul reads it and writes
+    # intermediate_cache2 (I), which the w2 kernel reads, writing k partial outputs (intermediate_cache3, hidden
+    # each) that moe_sum reads back: k x (3 hidden + 6 I) x 2 B per MoE layer.  Grouped expert GEMMs of T x k / E
+    # rows each stream these under their weights; a dense MLP's activations, once per token and under GEMMs
+    # that are compute-bound in prefill, are left out (counted the same way they make the calibration fit worse)
+    act = 0.0
+    if parts["moe_layers"] and h:
+        act = parts["moe_layers"] * parts["top_k"] * ACT_BYTES * (3 * h + 6 * parts["expert_params"] / (3 * h * tp))
     return ModelCompute(
-        name=arch.name, tp=tp, layers=n_layers, hidden=h, layer_units=units,
+        name=arch.name, tp=tp, layers=n_layers, hidden=h, layer_units=units, act_bytes=act,
         dense_weight_bytes=dense_bytes, dense_params=(dense_linear + lm_head) / tp,
         moe_layers=parts["moe_layers"], experts=parts["experts"], top_k=parts["top_k"],
         expert_bytes=parts["expert_params"] * expert_b / (tp * dp), expert_params=parts["expert_params"] / tp,
@@ -353,7 +366,8 @@ def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: flo
     the spec figures, for ``tokens`` scheduled tokens, ``decode_kv_bytes`` of KV the decode tokens read,
     the causal query-key pairs of the prefill chunks (full and window layers) and the KV they read."""
     moe_bytes = mc.moe_layers * mc.touched_experts(tokens * mc.dp) * mc.expert_bytes
-    mem = (mc.dense_weight_bytes + moe_bytes + decode_kv_bytes + prefill_kv_bytes) / gpu.hbm_bytes_per_s
+    mem = (mc.dense_weight_bytes + moe_bytes + mc.act_bytes * tokens + decode_kv_bytes
+           + prefill_kv_bytes) / gpu.hbm_bytes_per_s
     full, win = mc.attn_pair_flops()
     attn = full * pairs_full + win * pairs_window
     if mc.dense_rates:

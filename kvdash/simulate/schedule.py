@@ -10,6 +10,13 @@ from kvdash.core.steptime import Constants
 
 NFEAT = 6
 
+# vLLM 0.33's async scheduling (EngineCore.step_with_batch_queue, vllm/v1/engine/core.py, a batch queue of 2):
+# step n + 1 is scheduled before step n's output is processed, so a request that arrives while step n runs is
+# first seen by the schedule() of step n + 2 (after step n's output); a closed loop's next request, sent when the
+# client gets its previous one's last token (step n's output), arrives while step n + 1 runs: step n + 3.  While
+# nothing runs the engine waits for input and schedules an arrival at once.
+ASYNC_STEPS = 2
+
 
 @dataclass
 class Schedule:

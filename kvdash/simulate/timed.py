@@ -18,7 +18,11 @@ request are kvdash's (:func:`kvdash.core.formulas.request_blocks`: full layers e
 layers their window, state layers a fixed page), so sliding-window and hybrid models run as calc counts
 them.  The step's time is :func:`kvdash.core.steptime.features` of what it scheduled.  With async
 scheduling (vLLM's default) the CPU work of step ``n + 1`` overlaps step ``n``: what is left of it is the
-fitted per-step constant; a request arriving during a step is scheduled at the next.
+fitted per-step constant.  The same overlap delays arrivals (``ASYNC_STEPS``): step ``n + 1`` is scheduled
+before step ``n``'s output is processed, so a request arriving while step ``n`` runs joins step ``n + 2`` at
+the earliest, and a closed loop's next request (sent when the previous one's last token, step ``n``'s
+output, reaches its user) arrives while step ``n + 1`` runs and joins step ``n + 3``; an idle engine
+schedules an arrival at once.
 
 Between events nothing is decided: when every running request decodes and no waiting request can be
 admitted, the steps up to the next finish, the step at which the pool runs short, or the next arrival
@@ -40,7 +44,7 @@ import numpy as np
 from kvdash.core import formulas as f
 from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, prefill_chunk_seconds
 from kvdash.errors import InputError
-from kvdash.simulate.schedule import NFEAT, Schedule
+from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule
 
 __all__ = ["NFEAT", "Pool", "Schedule", "TimedResult", "simulate_reference", "simulate_timed", "summarize"]
 
@@ -166,6 +170,7 @@ def simulate_reference(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: M
     first_seg = np.full(n, -1, dtype=np.int64)
     finish_seg = np.full(n, -1, dtype=np.int64)
     arrival_seg = np.full(n, -1, dtype=np.int64)
+    ready = np.zeros(n, dtype=np.int64)  # the first step a waiting request may join while others run (ASYNC_STEPS)
     held = np.zeros(n, dtype=np.int64)
     running: list[int] = []  # admission order
     waiting: deque[int] = deque()
@@ -194,6 +199,7 @@ def simulate_reference(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: M
         if not closed:
             while next_req < n and arr[next_req] <= now:
                 waiting.append(next_req)
+                ready[next_req] = steps + ASYNC_STEPS - 1  # it arrived during the last step
                 next_req += 1
             if not running and not waiting:
                 # idle until the next arrival: a segment of pure waiting time
@@ -205,15 +211,18 @@ def simulate_reference(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: M
         if c and not _prefilling(running, computed, generated, P, first_seg):
             ids = np.asarray(running, dtype=np.int64)
             head = waiting[0] if waiting else -1
-            can_admit = head >= 0 and c < max_num_seqs and max_batched_tokens > c and int(
+            later = head >= 0 and int(ready[head]) > steps  # not yet seen by the scheduler (async scheduling)
+            can_admit = head >= 0 and not later and c < max_num_seqs and max_batched_tokens > c and int(
                 pool.request_blocks(min(int(P[head] + generated[head]), max_batched_tokens - c))) <= free
             if not can_admit:
                 ctx = computed[ids] + 1  # tokens each decode token attends to (its own included)
                 k_fin = int((OUT[ids] - generated[ids]).min())
+                if later:
+                    k_fin = min(k_fin, int(ready[head]) - steps)
                 k = _fit_blocks(pool, computed[ids], held[ids], free, k_fin)
                 if k >= 1:
                     xb = base(c)
-                    if not closed and next_req < n and not waiting:
+                    if not closed and next_req < n:
                         k = _steps_before(arr[next_req] - now, k, xb @ coef, ctx, W, coef,
                                           (dec_mem_full, dec_mem_win, dec_cmp_full, dec_cmp_win))
                     if k >= 1:
@@ -229,7 +238,8 @@ def simulate_reference(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: M
                         fin = ids[generated[ids] >= OUT[ids]]
                         if len(fin):
                             running, free, done, next_req = _finish(fin, running, held, free, finish_seg, seg, done,
-                                                                    closed, waiting, next_req, n, arrival_seg)
+                                                                    closed, waiting, next_req, n, arrival_seg,
+                                                                    ready, steps)
                         continue
         # --- one step, as Scheduler.schedule(): the running requests first (vectorized when no preemption)
         budget = max_batched_tokens
@@ -253,8 +263,11 @@ def simulate_reference(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: M
                 ids = np.asarray(running, dtype=np.int64)
         admitted: list[tuple[int, int]] = []
         if not preempted_now:
+            busy = bool(running)  # an idle engine schedules what arrives at once
             while waiting and len(running) < max_num_seqs and budget > 0:
                 r = waiting[0]
+                if busy and ready[r] > steps:  # arrived after this step was scheduled (async scheduling)
+                    break
                 want_r = int(P[r] + generated[r] - computed[r])
                 t_r = min(want_r, budget)
                 need_r = int(pool.request_blocks(t_r))
@@ -300,7 +313,7 @@ def simulate_reference(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: M
         fin = sampled[generated[sampled] >= OUT[sampled]]
         if len(fin):
             running, free, done, next_req = _finish(fin, running, held, free, finish_seg, seg, done, closed,
-                                                    waiting, next_req, n, arrival_seg)
+                                                    waiting, next_req, n, arrival_seg, ready, steps)
     return Schedule(np.asarray(cum_rows), first_seg, finish_seg, arrival_seg,
                     arr if not closed else np.zeros(n), steps, preemptions, peak, token_steps, closed)
 
@@ -417,7 +430,7 @@ def _steps_before(gap: float, k: int, base_s: float, ctx: np.ndarray, W: int, co
 
 def _finish(fin: np.ndarray, running: list[int], held: np.ndarray, free: int, finish_seg: np.ndarray, seg: int,
             done: int, closed: bool, waiting: deque[int], next_req: int, n: int,
-            arrival_seg: np.ndarray) -> tuple[list[int], int, int, int]:
+            arrival_seg: np.ndarray, ready: np.ndarray, steps: int) -> tuple[list[int], int, int, int]:
     free += int(held[fin].sum())
     held[fin] = 0
     finish_seg[fin] = seg
@@ -429,6 +442,7 @@ def _finish(fin: np.ndarray, running: list[int], held: np.ndarray, free: int, fi
         for _ in range(len(gone)):
             if next_req < n:
                 arrival_seg[next_req] = seg
+                ready[next_req] = steps + ASYNC_STEPS  # the user's next request arrives during the next step
                 waiting.append(next_req)
                 next_req += 1
     return running, free, done, next_req

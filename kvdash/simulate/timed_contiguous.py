@@ -29,6 +29,7 @@ from kvdash.core import formulas as f
 from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, prefill_chunk_seconds
 from kvdash.errors import InputError
 from kvdash.simulate.allocators import Buddy, FirstFit
+from kvdash.simulate.schedule import ASYNC_STEPS
 from kvdash.simulate.timed import Schedule
 
 CONTIGUOUS = ("max", "pow2", "oracle")
@@ -106,6 +107,7 @@ def simulate_timed_contiguous(prompt: np.ndarray, output: np.ndarray, reserve: n
     first_seg = np.full(n, -1, dtype=np.int64)
     finish_seg = np.full(n, -1, dtype=np.int64)
     arrival_seg = np.full(n, -1, dtype=np.int64)
+    ready = np.zeros(n, dtype=np.int64)  # the first step a waiting request may join while others run (ASYNC_STEPS)
     place: list[tuple[int, int] | None] = [None] * n
     running: list[int] = []
     waiting: deque[int] = deque()
@@ -140,6 +142,7 @@ def simulate_timed_contiguous(prompt: np.ndarray, output: np.ndarray, reserve: n
             for _ in range(len(fin)):
                 if next_req < n:
                     arrival_seg[next_req] = seg
+                    ready[next_req] = steps + ASYNC_STEPS
                     waiting.append(next_req)
                     next_req += 1
 
@@ -147,6 +150,7 @@ def simulate_timed_contiguous(prompt: np.ndarray, output: np.ndarray, reserve: n
         if not closed:
             while next_req < n and arr[next_req] <= now:
                 waiting.append(next_req)
+                ready[next_req] = steps + ASYNC_STEPS - 1  # it arrived during the last step
                 next_req += 1
             if not running and not waiting:
                 end_segment(np.array([0, 0, 0, 0, 0, float(arr[next_req]) - now]))
@@ -155,12 +159,16 @@ def simulate_timed_contiguous(prompt: np.ndarray, output: np.ndarray, reserve: n
         ids = np.asarray(running, dtype=np.int64)
         if c and not bool((P[ids] + generated[ids] - computed[ids] > 1).any()):
             head = waiting[0] if waiting else -1
-            can_admit = head >= 0 and c < max_num_seqs and max_batched_tokens > c and _fits(alloc, res[head])
+            later = head >= 0 and int(ready[head]) > steps  # not yet seen by the scheduler (async scheduling)
+            can_admit = head >= 0 and not later and c < max_num_seqs and max_batched_tokens > c and _fits(
+                alloc, res[head])
             if not can_admit:
                 ctx = computed[ids] + 1
                 k = int((OUT[ids] - generated[ids]).min())
+                if later:
+                    k = min(k, int(ready[head]) - steps)
                 xb = base(c)
-                if not closed and next_req < n and not waiting:
+                if not closed and next_req < n:
                     k = _steps_before(float(arr[next_req]) - now, k, float(xb @ coef), ctx, W,
                                       coef[0] * mf + coef[1] * cf, coef[0] * mw + coef[1] * cw)
                 if k >= 1:
@@ -187,8 +195,11 @@ def simulate_timed_contiguous(prompt: np.ndarray, output: np.ndarray, reserve: n
             take = np.clip(budget - before, 0, want)
             budget -= int(take.sum())
         admitted: list[tuple[int, int]] = []
+        busy = bool(running)  # an idle engine schedules what arrives at once
         while waiting and len(running) < max_num_seqs and budget > 0:
             r = waiting[0]
+            if busy and ready[r] > steps:  # arrived after this step was scheduled (async scheduling)
+                break
             got = alloc.alloc(res[r])
             if got is None:
                 break

@@ -27,7 +27,7 @@ import numpy as np
 
 from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features
 from kvdash.errors import InputError
-from kvdash.simulate.schedule import NFEAT, Schedule
+from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule
 
 
 def applies(pool: Any, mc: ModelCompute) -> bool:
@@ -80,6 +80,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     first = [-1] * n
     finish = [-1] * n
     arrival = [-1] * n
+    ready = [0] * n  # the first step a waiting request may join while others run (timed.ASYNC_STEPS)
     off: list[int] = []  # by decoder key (a key per start of decoding: a preempted request comes back anew)
     dec: dict[int, int] = {}  # decoding: key -> request, in running order
     phases: list[set[int]] = [set() for _ in range(B)]  # off % B -> keys
@@ -132,6 +133,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         done += 1
         if closed and next_req < n:
             arrival[next_req] = seg
+            ready[next_req] = T + ASYNC_STEPS
             waiting.append(next_req)
             next_req += 1
 
@@ -151,6 +153,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             done += 1
             if closed and next_req < n:
                 arrival[next_req] = seg
+                ready[next_req] = T + ASYNC_STEPS
                 waiting.append(next_req)
                 next_req += 1
 
@@ -179,6 +182,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         if not closed:
             while next_req < n and arr[next_req] <= now:
                 waiting.append(next_req)
+                ready[next_req] = T + ASYNC_STEPS - 1  # it arrived during the last step
                 next_req += 1
             if not dec and not pref and not waiting:
                 x = [0.0, 0.0, 0.0, 0.0, 0.0, float(arr[next_req]) - now]
@@ -190,21 +194,25 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         c = cd + len(pref)
         # --- a stretch of decode-only steps
         if c and not pref:
-            can_admit = False
+            can_admit = later = False
             if waiting:
                 h = waiting[0]
+                later = ready[h] > T  # not yet seen by the scheduler (async scheduling)
                 first_chunk = min(P[h] + gen[h], max_batched_tokens - c)
-                can_admit = c < max_num_seqs and max_batched_tokens > c and fg * (-(-first_chunk // B)) + sb <= free
+                can_admit = not later and c < max_num_seqs and max_batched_tokens > c and (
+                    fg * (-(-first_chunk // B)) + sb <= free)
             if not can_admit:
                 while heap[0][1] not in dec:
                     heapq.heappop(heap)
                 k = heap[0][0] - T + 1
+                if later and ready[waiting[0]] - T < k:
+                    k = ready[waiting[0]] - T
                 if fg and c * fg * (-(-k // B)) > free:
                     k = fit(k, c)
                 if k >= 1:
                     xb = base_cache.get(c) or base(c)
                     S = sum_off + c * (T + 1)  # the decode tokens' contexts at the stretch's first step
-                    if not closed and next_req < n and not waiting:
+                    if not closed and next_req < n:
                         k = _steps_before(arr[next_req] - now, k, float(np.asarray(xb) @ coef_np), S, c,
                                           coef_np[0] * mf + coef_np[1] * cf, coef_np[0] * mw + coef_np[1] * cw)
                     if k >= 1:
@@ -292,8 +300,11 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         chunk_takes = takes
         if waiting and not preempted_now:
             running = cd + len(pref)
+            busy = running > 0  # an idle engine schedules what arrives at once
             while waiting and running < max_num_seqs and budget > 0:
                 r = waiting[0]
+                if busy and ready[r] > T:  # arrived after this step was scheduled (async scheduling)
+                    break
                 want = P[r] + gen[r] - computed[r]
                 t = want if want < budget else budget
                 nb = fg * (-(-t // B)) + sb
