@@ -326,9 +326,11 @@ def test_ctrl_c_during_start_up_is_one_line():
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         frames = [line for line in err.splitlines() if line.strip().startswith("File ")]
-        if "Traceback" in err and not any("/kvdash/" in f for f in frames):
+        if "Traceback" in err and not any("/kvdash/" in f and "/kvdash/__init__.py" not in f for f in frames):
             # the interpreter's own start-up (site, the editable install's finder) or the import statement
-            # of the entry module itself: before any kvdash code runs, so nothing kvdash could catch
+            # of the entry module itself: before any kvdash code runs, so nothing kvdash could catch (the
+            # package's __init__.py, imported before kvdash.launch, holds only a docstring and __version__:
+            # a SIGINT while Python reads it, "File .../kvdash/__init__.py, line 0", seen once under load)
             interpreter += 1
             continue
         assert "Traceback" not in err, err
