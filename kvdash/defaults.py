@@ -4,8 +4,16 @@ and the sweep grid read their defaults from here, so a concept has one default e
 Pure Python with no imports beyond the standard library: ``kvdash --help`` and ``kvdash.core`` import it.
 
 The defaults are the tutorial's configuration ("Managing the KV Cache"): a hypothetical 80-layer GQA model, a
-bf16 KV cache in blocks of 16 tokens on one GPU, requests holding 825 tokens while a contiguous allocator
-reserves 2,048, in a 12 GiB budget; a budget derived from a GPU uses vLLM 0.33's ``gpu_memory_utilization``.
+bf16 KV cache on one GPU, requests holding 825 tokens while a contiguous allocator reserves 2,048, in a 12 GiB
+budget; a budget derived from a GPU uses vLLM 0.33's ``gpu_memory_utilization``.
+
+The block size is the engine's own choice (``auto``), as ``vllm serve`` without ``--block-size`` picks it
+(:func:`kvdash.engines.vllm.auto_block_size`): on Hopper 16 for attention and bf16 MLA (the tutorial model's
+16), 64 for MLA with an fp8 KV cache and for sparse MLA, hybrids raised to hold the state page; SGLang's own
+page (1 on CUDA, 64 for DeepSeek sparse attention) under ``--engine-rules sglang``.  kvdash answers what the
+engine will do: a fixed 16 planned blocks vLLM never uses for fp8 MLA, and refused sparse MLA (DeepSeek-V3.2),
+which ``vllm serve`` starts at 64.  A block size typed with ``--block-size`` is still checked and refused
+where the engine refuses it.
 
 Two exceptions, each for a reason (``tests/test_vocabulary.py`` lists them and fails on any other):
 
@@ -16,7 +24,7 @@ Two exceptions, each for a reason (``tests/test_vocabulary.py`` lists them and f
 
 MODEL = "tutorial-gqa-80l"  # the tutorial's hypothetical 80-layer GQA model (kvdash/data/models)
 KV_DTYPE = "bf16"  # vLLM's 'auto' for a bf16 model
-BLOCK_SIZE = 16  # tokens per block: vLLM 0.33's default block size for CUDA
+BLOCK_SIZE = "auto"  # tokens per block: the engine's own choice (vLLM 0.33's auto; SGLang's page) -- see above
 TP = 1  # tensor-parallel degree
 PP = 1  # pipeline-parallel degree
 # vLLM 0.33.0 CacheConfig.gpu_memory_utilization (vllm/config/cache.py: Field(default=0.92, gt=0, le=1))
@@ -45,8 +53,9 @@ MAX_FILE_SIZE = "256MiB"  # largest --replay / --trace file read (kvdash.safeio.
 LIVE_MODEL = "llama-3.1-70b"
 LIVE_TP = 8
 
-BLOCK_SIZE_HELP = "Tokens per KV block, or 'auto': vLLM 0.33's choice on Hopper (64 for MLA, else 16; hybrids " \
-                  "raised to hold the state page)."
+BLOCK_SIZE_HELP = "Tokens per KV block, or 'auto': the engine's own choice, as when the engine is given none " \
+                  "(vLLM 0.33 on Hopper: 16, 64 for MLA with an fp8 KV cache and for sparse MLA; hybrids raised " \
+                  "to hold the state page; SGLang: its page, 1 on CUDA)."
 
 
 def reservation(context: int, *lengths: int) -> int:

@@ -501,7 +501,7 @@ class TestAssumptionText:
         """The alignment reason: raised from 16 to 80 so one 80-token page of the first stage's 4,096 B/token
         layers (80 x 4,096 = 327,680 B) holds the 311,296-byte state page.  The second stage's pages are
         2,048 B/token and it has no state page, so reading shapes[-1] would say '80 x 2,048 B' and '0-byte'."""
-        r = calculate(CalcInput(TWO_STAGES, pp=2))
+        r = calculate(CalcInput(TWO_STAGES, pp=2, block_size=16))  # typed: the default is auto (vLLM's choice)
         assert r["inputs"]["block_size_reason"] == (
             "16: requested; raised from 16 to 80 so one attention page (80 x 4,096 B) holds a 311,296-byte "
             "state page (vLLM 0.33 _align_hybrid_block_size)")

@@ -194,11 +194,15 @@ def test_requests_per_node_multiplier_and_divisor(tmp_path):
 
 def test_single_point_grid_with_exclude_rules(tmp_path):
     """A grid of one point (no dimension with two values): a rule naming its values removes it (one clear error,
-    as any grid the rules empty), a rule naming another value keeps it."""
+    as any grid the rules empty), a rule naming another value keeps it.  A rule matches a dimension's value as
+    the grid has it: block_size left out is 'auto' (the engine's choice, kvdash/defaults.py), not the 16 it
+    resolves to for Llama."""
     from kvdash.errors import InputError
 
     base = "models: [llama-3.1-8b]\nworkloads:\n  a: {length: 100, max_reserved: 4096}\n"
     with pytest.raises(InputError, match="the exclude rules remove every point"):
-        expand(parse_grid(grid(tmp_path, base + "exclude:\n  - {block_size: [16]}\n", "a.yaml")))
+        expand(parse_grid(grid(tmp_path, base + "exclude:\n  - {block_size: [auto]}\n", "a.yaml")))
     kept = expand(parse_grid(grid(tmp_path, base + "exclude:\n  - {block_size: [32]}\n", "b.yaml"))).frame
+    assert kept.height == 1 and kept.get_column("block_size").to_list() == [16]
+    kept = expand(parse_grid(grid(tmp_path, base + "exclude:\n  - {block_size: [16]}\n", "c.yaml"))).frame
     assert kept.height == 1 and kept.get_column("block_size").to_list() == [16]

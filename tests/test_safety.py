@@ -315,7 +315,7 @@ GRID_CASES = {
     "record separator in a key (a line break for splitlines)": ('workloads:\n  "\\x1e": []\n', ["workloads.\\x1e"]),
     "empty exclude rule": ("exclude:\n  - {}\n", ["exclude[0]", "at least one dimension"]),
     "empty zip group": ("zip:\n  - {}\n", ["zip[0]", "at least one dimension"]),
-    "exclude removes every point": ("exclude:\n  - {block_size: [16]}\n", ["the exclude rules remove every point"]),
+    "exclude removes every point": ("exclude:\n  - {block_size: [auto]}\n", ["the exclude rules remove every point"]),
     "10,001 models": ("models:\n" + "".join(f"  - m{i}\n" for i in range(10_001)), ["at most 10,000 models"]),
 }
 

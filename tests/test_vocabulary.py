@@ -210,7 +210,11 @@ def all_options():
 
 def test_one_default_per_concept_across_commands():
     """Every command gives a shared option the default of kvdash/defaults.py (live's --length is the text
-    '825', a list of lengths), or states it in its help; the exceptions are listed with their reason."""
+    '825', a list of lengths), or states it in its help; the exceptions are listed with their reason.
+    --block-size is 'auto' everywhere (calc, simulate, live, exporter): the engine's own choice, what `vllm
+    serve` does without --block-size (kvdash answers what the engine will do; a fixed 16 was not vLLM's choice
+    for fp8 MLA or sparse MLA)."""
+    assert DEFAULTS["--block-size"] == "auto"
     seen = 0
     wrong = []
     for cmd, opt, param in all_options():
@@ -235,12 +239,15 @@ def test_exceptions_are_the_live_pair_exporter_interval_and_calibrate_model():
 
 
 def test_grid_defaults_are_the_commands_defaults():
-    """A dimension a grid leaves out takes the commands' default: bf16, block 16, TP 1, PP 1, utilization
-    0.92 (vLLM 0.33's gpu_memory_utilization), reserve auto (issue 23: on GPU-derived budgets; declared ones
-    take none); a grid without workloads holds one request of 825 tokens reserving 2,048, as calc without
-    --length."""
+    """A dimension a grid leaves out takes the commands' default: bf16, block size auto (the engine's own
+    choice, as `vllm serve` without --block-size: 16 for attention and bf16 MLA on Hopper, 64 for fp8 MLA and
+    sparse MLA; a fixed 16 planned blocks vLLM never uses and refused DeepSeek-V3.2, which vLLM starts at 64),
+    TP 1, PP 1, utilization 0.92 (vLLM 0.33's gpu_memory_utilization), reserve auto (issue 23: on GPU-derived
+    budgets; declared ones take none); a grid without workloads holds one request of 825 tokens reserving
+    2,048, as calc without --length."""
     assert (GRID_DEFAULTS["kv_dtype"], GRID_DEFAULTS["block_size"], GRID_DEFAULTS["tp"], GRID_DEFAULTS["pp"],
-            GRID_DEFAULTS["gpu_util"], GRID_DEFAULTS["reserve"]) == ("bf16", 16, 1, 1, "0.92", "auto")
+            GRID_DEFAULTS["gpu_util"], GRID_DEFAULTS["reserve"]) == ("bf16", "auto", 1, 1, "0.92", "auto")
+    assert D.BLOCK_SIZE == "auto"
     w = gridfile.DEFAULT_WORKLOAD
     assert (w.lengths, w.max_reserved) == ((D.LENGTH,), D.RESERVATION) == ((825,), 2048)
 

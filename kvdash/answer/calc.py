@@ -27,8 +27,8 @@ from kvdash.core.point import fdiv, point_metrics, shape_inputs, workload_inputs
 from kvdash.core.pool import PoolShape, layer_token_bytes
 from kvdash.engines import vllm_view
 from kvdash.engines.base import Caps
+from kvdash.engines.vllm import HYBRID_RAISE_NOTE, max_concurrent_batches, starts, stored_kv_dtype
 from kvdash.engines.vllm import RULES as VLLM
-from kvdash.engines.vllm import max_concurrent_batches, starts, stored_kv_dtype
 from kvdash.errors import InputError
 from kvdash.units import GiB
 
@@ -347,7 +347,7 @@ def log_check(inp: CalcInput, shapes: Sequence[PoolShape], budget_info: dict[str
                                reserve_text(budget_info))
 
 
-def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
+def _sensitivity(inp: CalcInput, budget: int, block_auto: bool = False) -> dict[str, Any]:
     arch = inp.arch
     attn = arch.first("full", "sliding")
     out: dict[str, Any] = {
@@ -369,10 +369,20 @@ def _sensitivity(inp: CalcInput, budget: int) -> dict[str, Any]:
     # what the cache is stored in (vLLM's --kv-cache-dtype auto may be a checkpoint's declared fp8)
     auto = inp.kv_dtype.lower() == "auto"
     dt = get_dtype(stored_kv_dtype(arch, inp.kv_dtype)[0] if auto else inp.kv_dtype)
+    def in_dtype(kv_dtype: str) -> CalcInput:
+        """The configuration with another KV dtype; a block size left to the engine (``block_auto``) is the
+        engine's choice for that dtype (vLLM 0.33 on Hopper: 64 for MLA in fp8, 16 in bf16)."""
+        v = replace(inp, kv_dtype=kv_dtype, kv_scales="tensor")
+        if block_auto:
+            try:
+                v = replace(v, block_size=resolve_block_size(replace(v, block_size="auto"))[0])
+            except InputError:
+                pass
+        return v
     if dt.bytes_per_element != 1:
-        variants.append(("kv dtype fp8 (idealized)", replace(inp, kv_dtype="fp8", kv_scales="tensor")))
+        variants.append(("kv dtype fp8 (idealized)", in_dtype("fp8")))
     if dt.bytes_per_element != 2 and dt.name != "fp8_ds_mla":
-        variants.append(("kv dtype bf16", replace(inp, kv_dtype="bf16", kv_scales="tensor")))
+        variants.append(("kv dtype bf16", in_dtype("bf16")))
     block = int(inp.block_size)
     variants.append((f"block size {block * 2}", replace(inp, block_size=block * 2)))
     if block > 1:
@@ -456,12 +466,14 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     inp.validate()
     caps = engine_caps(inp)
     inp = replace(inp, max_batched_tokens=caps.max_num_batched_tokens, max_num_seqs=caps.max_num_seqs)
+    block_auto = inp.block_size == "auto"  # the engine's choice (the default): the dtype variants re-resolve it
     requested, block_reason = resolve_block_size(inp)
     shapes = rules_of(inp).pool(inp.arch, inp.kv_dtype, inp.kv_scales, inp.tp, inp.pp, requested, inp.prefix_caching)
-    if shapes[0].block_size != requested:
-        block_reason += (f"; raised from {requested} to {shapes[0].block_size} so one attention page "
-                         f"({shapes[0].block_size} x {shapes[0].layer_token_bytes:,} B) holds a "
-                         f"{shapes[0].state_page_bytes:,}-byte state page (vLLM 0.33 _align_hybrid_block_size)")
+    if shapes[0].block_size != requested:  # the figures of the raise replace auto's general note of it
+        block_reason = block_reason.replace(HYBRID_RAISE_NOTE, "") + (
+            f"; raised from {requested} to {shapes[0].block_size} so one attention page "
+            f"({shapes[0].block_size} x {shapes[0].layer_token_bytes:,} B) holds a "
+            f"{shapes[0].state_page_bytes:,}-byte state page (vLLM 0.33 _align_hybrid_block_size)")
     inp = replace(inp, block_size=shapes[0].block_size)
     budget_info = resolve_budget(inp.budget, inp.arch, inp.tp, inp.pp)
     budget = budget_info["per_rank_bytes"]
@@ -510,7 +522,7 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     out["assumptions"].insert(first, caps_line(out["engine"], rules_of(inp).label))
     out["pool"] = _pool(shapes, budget, m)
     out["policies"] = _policies(inp, m)
-    out["sensitivity"] = _sensitivity(inp, budget)
+    out["sensitivity"] = _sensitivity(inp, budget, block_auto)
     if inp.group is not None:
         out["group"] = _group(evaluate(inp, shapes, budget, inp.group), inp.group)
     if inp.prefix:

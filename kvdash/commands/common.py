@@ -178,12 +178,16 @@ def parse_budget(text: str | None) -> int | None:
     return value
 
 
-def block_size_of(value: int | str, arch: object) -> int:
-    """A parsed ``--block-size`` as the number of tokens: 'auto' is vLLM 0.33's choice for the model."""
+def block_size_of(value: int | str, arch: object, kv_dtype: str = D.KV_DTYPE, gpu: str | None = None) -> int:
+    """A parsed ``--block-size`` as the number of tokens: 'auto' (the default) is vLLM 0.33's choice for the
+    model, its KV dtype and the GPU preset's generation (Hopper without one), as ``vllm serve`` picks it: 64 for
+    DeepSeek-V3 with an fp8 KV cache, where a fixed 16 would plan blocks vLLM never uses."""
     if value == "auto":
+        from kvdash.core.gpus import gpu_presets
         from kvdash.engines.vllm import auto_block_size
 
-        return auto_block_size(arch)[0]  # type: ignore[arg-type]
+        preset = gpu_presets().get(gpu) if gpu else None
+        return auto_block_size(arch, kv_dtype, preset.compute_capability if preset else "")[0]  # type: ignore[arg-type]
     return int(value)
 
 

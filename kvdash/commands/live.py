@@ -241,7 +241,7 @@ def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: s
         if sglang.is_dsa(arch):
             size = sglang.DSA_PAGE_SIZE
     cfg = replace(
-        cfg, arch=cfg.arch, block_size=block_size_of(size, arch),
+        cfg, arch=cfg.arch, block_size=block_size_of(size, arch, kv_dtype),  # auto: vLLM's choice on Hopper
         weights=parse_size(weights, "--weights", allow_zero=True) if weights else None,
         reserve=0 if reserve.strip().lower() == "auto" else parse_size(reserve, "--reserve", allow_zero=True),
         budget_mode=budget_mode or ("explicit" if budget else "vllm"), budget=parse_budget(budget),

@@ -165,7 +165,7 @@ def simulate(
             raise InputError("--rates", rates, "sweeps Poisson rates; drop --concurrency")
     arch = load_config(config) if config else resolve_model(model)
     max_len = D.reservation(arch.max_context) if max_len is None else max_len
-    block_size = block_size_of(size, arch)
+    block_size = block_size_of(size, arch, kv_dtype, gpu)  # auto (the default): vLLM 0.33's choice on the GPU
     if not 1 <= block_size <= max_len:
         raise InputError("--block-size", _short(block_size), f"expected 1 to --max-reserved ({max_len:,}) tokens")
     shape = rank_shapes(arch, kv_dtype, "tensor", tp, 1, block_size)[0]

@@ -625,6 +625,10 @@ def rank_shapes(arch: Architecture, dtype: str = "bf16", scales: str = "tensor",
                      checkpoints) for r in stage_layers(arch.num_layers, pp)]
 
 
+HYBRID_RAISE_NOTE = ("; then raised so one attention page holds a state page (vllm/platforms/interface.py, "
+                     "_align_hybrid_block_size)")
+
+
 def auto_block_size(arch: Architecture, kv_dtype: str = defaults.KV_DTYPE,
                     compute_capability: str = "") -> tuple[int, str]:
     """The block size vLLM 0.33 picks when none is given, and why: per GPU generation (the budget's GPU preset;
@@ -643,8 +647,7 @@ def auto_block_size(arch: Architecture, kv_dtype: str = defaults.KV_DTYPE,
     if compute_capability == "" and generation == "sm90":
         why += "; no CUDA GPU preset given: Hopper's choice"
     if arch.is_hybrid:
-        why += "; then raised so one attention page holds a state page (vllm/platforms/interface.py, " \
-               "_align_hybrid_block_size)"
+        why += HYBRID_RAISE_NOTE
     return size, why
 
 

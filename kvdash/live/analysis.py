@@ -29,7 +29,9 @@ class LiveConfig:
     model: str = defaults.LIVE_MODEL  # the engine --demo runs (kvdash/defaults.py: the one exception)
     arch: Architecture | None = None  # from --config; else the preset (or config.json path) named by model
     kv_dtype: str = defaults.KV_DTYPE
-    block_size: int = defaults.BLOCK_SIZE
+    # the block size used: live_config resolves --block-size (default auto, vLLM 0.33's choice: 16 for the
+    # default model, Llama-3.1-70B; kvdash/defaults.py)
+    block_size: int = 16
     tp: int = defaults.LIVE_TP
     gpu_util: str = defaults.GPU_UTIL  # vLLM 0.33's gpu_memory_utilization
     weights: int | None = None

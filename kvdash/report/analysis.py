@@ -442,7 +442,7 @@ def build_context(spec: GridSpec, expanded: Expanded, results: str = "results.cs
         "workloads": [[w.name, ", ".join(f"{x:,}" for x in w.lengths)
                        + ("" if w.finals == w.lengths else f" (final {', '.join(f'{x:,}' for x in w.finals)})"),
                        f"{w.max_reserved:,}", f"{w.prefix:,}", w.description] for w in spec.workloads.values()],
-        "dimensions": _dimensions(spec),
+        "dimensions": _dimensions(spec, vllm_rows(df)),
         "headline": _headline(spec, df, labels, picks),
         "groups": _groups(df, labels),
         "mermaid": _mermaid(spec, df, labels, picks),

@@ -116,8 +116,10 @@ def _dimension_values(dim: str, vals: list[Any]) -> str:
     return ", ".join(shown)
 
 
-def _dimensions(spec: GridSpec) -> dict[str, Any]:
-    """The dimensions the grid sets (a table) and the defaults it leaves (one line)."""
+def _dimensions(spec: GridSpec, df: Any = None) -> dict[str, Any]:
+    """The dimensions the grid sets (a table) and the defaults it leaves (one line); a block_size left out is
+    vLLM's choice, shown with the sizes it resolved to at the points ``df`` (vLLM's rows), e.g. ``block_size auto
+    (vLLM's choice, 16)``."""
     rows, defaults = [], []
     set_dims = {}
     for factor in spec.factors:
@@ -135,6 +137,10 @@ def _dimensions(spec: GridSpec) -> dict[str, Any]:
             shown = f"{len(vals)} (the table above)" if dim == "model" and len(vals) > 4 else \
                 _dimension_values(dim, vals)
             rows.append([dim, shown, how])
+        elif dim == "block_size" and DEFAULTS.get(dim) == "auto" and df is not None and df.height:
+            sizes = sorted(set(df.get_column("block_size").to_list()))
+            defaults.append(f"{dim} auto (vLLM's choice, {', '.join(map(str, sizes))}"
+                            + (" by model, KV dtype and GPU)" if len(sizes) > 1 else ")"))
         else:
             defaults.append(f"{dim} {_dimension_values(dim, [DEFAULTS.get(dim)])}")
     if any(dim not in set_dims for dim in caps):

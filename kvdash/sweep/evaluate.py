@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {  # a dimension the grid leaves out: kvdash/defaults
 # dimensions added with the engine caps (issue 23): at their default a point keeps the id it had before them
 CAPS_DIMS = ("max_num_seqs", "performance_mode", "async_scheduling", "chunked_prefill", "allow_long_max_model_len")
 OLD_BATCHED_DEFAULT = 8192  # max_batched_tokens' default before it followed the GPU: null hashes as it did
+OLD_BLOCK_DEFAULT = 16  # block_size's default before it was the engine's choice ('auto'): left out, it hashes so
 
 
 _HEX = {i: "0123456789abcdef"[i] for i in range(16)}
@@ -149,10 +150,10 @@ def _dense_frame(table: pl.DataFrame, key: str, size: int, columns: list[str]) -
     return full.join(table.select(key, *columns), on=key, how="left", maintain_order="left").drop(key)
 
 
-def _dim_hashes(dim: str, values: list[Any]) -> pl.Series:
+def _dim_hashes(dim: str, values: list[Any], defaulted: bool = False) -> pl.Series:
     """One 61-bit term per value of a dimension; a point's id is the sum of its terms mod 2^61 - 1.  An engine-cap
-    dimension at its default adds 0, and a null max_batched_tokens hashes as 8,192 did, so grids that set none of
-    them keep their ids."""
+    dimension at its default adds 0, a null max_batched_tokens hashes as 8,192 did, and a block_size the grid
+    leaves out (``defaulted``: the engine's choice) as 16 did, so grids that set none of them keep their ids."""
     mult = _h(f"dimension:{dim}", 7) | 1
 
     def term(v: Any) -> int:
@@ -160,6 +161,8 @@ def _dim_hashes(dim: str, values: list[Any]) -> pl.Series:
             return 0
         if dim == "max_batched_tokens" and v is None:
             v = OLD_BATCHED_DEFAULT
+        if dim == "block_size" and defaulted:
+            v = OLD_BLOCK_DEFAULT
         return _h(f"{dim}={v!r}", 8) * mult % _M61
 
     return pl.Series([term(v) for v in values], dtype=pl.UInt64)
@@ -213,13 +216,27 @@ def reserve_graphs(p: dict[str, Any], caps: vllm_rules.Caps) -> int:
                                               p["performance_mode"]))
 
 
-def grid_compute_capability(gpus: list[Any]) -> tuple[str, bool]:
-    """The compute capability --block-size auto reads for a grid's GPUs, and whether they are all one generation
-    (a declared budget or --gpu-memory counts as Hopper, as in calc)."""
+def grid_compute_capabilities(gpus: list[Any]) -> list[str]:
+    """The compute capabilities --block-size auto reads for a grid's GPUs, one per generation (a declared budget
+    or --gpu-memory counts as Hopper, as in calc)."""
     presets = gpu_presets()
     ccs = [presets[g].compute_capability if g is not None else "" for g in gpus]
-    generations = {vllm_rules.gpu_generation(cc) or "sm90" for cc in ccs}
-    return (ccs[0] if ccs else ""), len(generations) == 1
+    return list({vllm_rules.gpu_generation(cc) or "sm90": cc for cc in ccs}.values()) or [""]
+
+
+def grid_auto_block_size(arch: Architecture, kv_dtype: str, ccs: list[str], model: str, where: str,
+                         left_out: bool) -> int:
+    """vLLM 0.33's block size for ``block_size: auto`` (also the default a grid leaves out), the same on every
+    GPU generation of the grid: the grid's pool shapes are per model, not per GPU, so where the choice differs
+    (MLA: 64 with fp8 KV on Hopper, 32 on Blackwell) it asks for a number."""
+    choices = {auto_block_size(arch, kv_dtype, cc)[0] for cc in ccs}
+    if len(choices) > 1:
+        left = " (the grid leaves block_size to vLLM: auto, its default)" if left_out else ""
+        raise InputError(f"{where}: block_size", "auto",
+                         f"for {model} (MLA) vLLM 0.33's choice differs by GPU generation "
+                         f"({', '.join(map(str, sorted(choices)))}), and the grid's GPUs span several{left}",
+                         "give block_size as a number, or sweep one generation per grid")
+    return choices.pop()
 # parameters shown with every point that the request key fixes (the budget key fixes gpu, util_policy, gpu_util)
 REQUEST_PARAMETERS = (("model", pl.Utf8), ("workload", pl.Utf8), ("kv_dtype", pl.Utf8), ("kv_scales", pl.Utf8),
                       ("tp", pl.Int64), ("pp", pl.Int64))
@@ -235,11 +252,11 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
     values: dict[str, list[Any]] = {}
     for factor in spec.factors:
         values.update(factor)
-    given = set(values)
+    set_dims = set(values)  # the dimensions the grid sets (the rest take DEFAULTS)
     for dim in DIMENSIONS:
         if dim not in values:
             values[dim] = [DEFAULTS[dim]]
-    if "reserve" not in given and all(v is None for d in ("gpu", "gpu_memory") for v in values[d]):
+    if "reserve" not in set_dims and all(v is None for d in ("gpu", "gpu_memory") for v in values[d]):
         values["reserve"] = [0]  # declared budgets only: nothing to take off (and the points' ids stay as they were)
     # the points: the product of the factors with more than one value, in written order (a zip group is one
     # factor).  A point needs only its request and budget keys: each factor's table holds its share of both
@@ -288,7 +305,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
     by_base: dict[tuple[Any, ...], dict[str, Any]] = {}  # shape inputs and per-rank figures of each base
     shape_rows: list[dict[str, Any]] = []
     hybrid: dict[str, bool] = {}  # Architecture.is_hybrid scans every layer: once per model, not per point shape
-    grid_cc, one_generation = grid_compute_capability(values["gpu"])
+    grid_ccs = grid_compute_capabilities(values["gpu"])
     for key in req_ids.get_column("_shape").unique().sort().to_list():
         p = keys.decode(key, SHAPE_DIMS)
         arch = arch_of(p["model"])
@@ -296,11 +313,10 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
             hybrid[p["model"]] = arch.is_hybrid
         is_hybrid = hybrid[p["model"]]
         # 'auto': vLLM 0.33's choice for the model, its KV dtype and the GPU generation, as --block-size auto
-        if p["block_size"] == "auto" and arch.use_mla and not one_generation:
-            raise InputError(f"{spec.path}: block_size", "auto",
-                             f"for {p['model']} (MLA) vLLM 0.33's choice differs by GPU generation, and the grid's "
-                             "GPUs span several", "give block_size as a number, or sweep one generation per grid")
-        block_size = auto_block_size(arch, p["kv_dtype"], grid_cc)[0] if p["block_size"] == "auto" else p["block_size"]
+        # (the default when the grid leaves block_size out: the engine's choice, as calc without --block-size)
+        block_size = grid_auto_block_size(arch, p["kv_dtype"], grid_ccs, p["model"], str(spec.path),
+                                          "block_size" not in set_dims) \
+            if p["block_size"] == "auto" else p["block_size"]
         # the block size changes no layer arithmetic, except in hybrids (the block is aligned to the state page)
         base = (p["model"], p["kv_dtype"], p["kv_scales"], p["tp"], p["pp"],
                 block_size if is_hybrid else None)
@@ -390,7 +406,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
         .select("_group", *(e for n, e in r_cols.items() if n not in ENGINE_METRICS))
     req = req.join(groups, on="_group", how="left", maintain_order="left").lazy() \
         .with_columns(r_cols[n] for n in engine).with_columns(
-        (pl.lit(0, dtype=pl.UInt64) + sum((pl.lit(_dim_hashes(d, values[d])).gather(rkeys.code(d))
+        (pl.lit(0, dtype=pl.UInt64) + sum((pl.lit(_dim_hashes(d, values[d], d not in set_dims)).gather(rkeys.code(d))
                                            for d in REQUEST_DIMS), pl.lit(0, dtype=pl.UInt64)) % _M61)
         .alias("_hreq"),
         *(rkeys.lookup(name, dtype).alias(name) for name, dtype in REQUEST_PARAMETERS),
@@ -433,7 +449,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
         bfits.append(info.get("fits", True))
     bud = bud_ids.with_columns(
         pl.Series("budget_bytes", bvals, dtype=pl.Int64), pl.Series("fits", bfits, dtype=pl.Boolean),
-        (sum((pl.lit(_dim_hashes(d, values[d])).gather(bkeys.code(d)) for d in BUDGET_DIMS
+        (sum((pl.lit(_dim_hashes(d, values[d], d not in set_dims)).gather(bkeys.code(d)) for d in BUDGET_DIMS
               if d not in REQUEST_DIMS), pl.lit(0, dtype=pl.UInt64)) % _M61).alias("_hbud"),
         bkeys.lookup("gpu", pl.Utf8).alias("gpu"), bkeys.lookup("util_policy", pl.Utf8).alias("util_policy"),
         # the utilization only where the budget is derived from a GPU
