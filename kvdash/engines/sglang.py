@@ -35,6 +35,11 @@ case against that code by ``conformance/sglang/`` (``expected.json``; ``tests/te
   latent of ``kv_cache_configurator.py`` ``calculate_mla_kv_cache_dim`` (656 B) and the indexer's keys,
   ``pool_configurator.py`` ``_compute_dsa_indexer_cell_size`` (``mem_cache/memory_pool.py`` ``DSATokenToKVPool``:
   ``index_head_dim + index_head_dim // 128 x 4`` uint8 per layer);
+* configs SGLang serves and vLLM 0.33 refuses, read for this view alone (``load_config(..., engine="sglang")``,
+  :func:`kvdash.core.modeltypes.normalise`): Ministral-3 (``model_type`` ministral3, ``models/mistral.py``
+  ``Mistral3ForConditionalGeneration``: multimodal, its dict ``vision_config`` read through ``getattr``'s defaults in
+  ``adjust_mem_fraction_for_vlm``, :data:`VIT_FIELDS`) and ERNIE 4.5's first-release ``Ernie4_5_ForCausalLM``
+  (``models/ernie4.py``: a plain text model);
 * models SGLang cannot build (:data:`NO_SGLANG_CLASS_ARCHS`: Falcon, Jamba, Zamba2): refused in SGLang's own sentence
   (``model_loader/utils.py`` ``get_model_architecture``, ``resolve_transformers_arch``), as weights that leave no
   memory are (``_profile_available_bytes``).
