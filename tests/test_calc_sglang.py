@@ -318,3 +318,20 @@ def test_calc_on_a_config_only_sglang_serves(capsys):
         code, _, err = run(["calc", "--config", f"tests/data/configs/{config}/config.json", "--gpu", "h100-80gb",
                             "--engine-rules", "sglang"], capsys)
         assert code == 2 and err.count("\n") == 1 and "needs --weights)" in err  # kvdash has no weight estimate
+
+
+def test_live_sglang_rules_read_configs_only_sglang_serves(capsys):
+    """live --engine-rules sglang reads config.json as SGLang 0.5.23 does: ERNIE-4.5-0.3B's first release and
+    Ministral-3-3B-2512 (vLLM 0.33 refuses both) get SGLang's pool, the conformance cases' at TP 8 on an H200
+    (the demo's): ERNIE max(1, 2 // 8) = 1 KV head x (128 + 128) x 18 layers x 2 B = 9,216 B, 133,665,202,896 B //
+    9,216 = 14,503,602 tokens; Ministral-3 1 x 256 x 26 x 2 = 13,312 B, fraction 0.897 x 0.95 = 0.85215,
+    127,445,873,249 B // 13,312 = 9,573,758.  Under vLLM's rules both are refused in one line, as before."""
+    for config, slots, budget in (("ernie-4.5-0.3b", 14_503_602, 133_665_202_896),
+                                  ("ministral-3-3b-2512", 9_573_758, 127_445_873_249)):
+        args = ["live", "--demo", "--once", "--json", "--weights", "0", "--config",
+                f"tests/data/configs/{config}/config.json"]
+        code, out, _ = run([*args, "--engine-rules", "sglang"], capsys)
+        kv = json.loads(out)["kv_pool"]
+        assert (kv["block_size"], kv["token_slots"], kv["ranks"][0]["budget_bytes"]) == (1, slots, budget)
+        code, _, err = run(args, capsys)
+        assert code == 2 and err.count("\n") == 1 and "vLLM 0.33" in err
