@@ -4,6 +4,7 @@ themselves are checked case by case against SGLang's own code in ``test_conforma
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -296,3 +297,41 @@ def test_live_sglang_rules_dsa_page_and_no_class(capsys):
                         "tests/data/configs/falcon-7b-instruct/config.json"], capsys)
     assert code == 2 and err.count("\n") == 1
     assert "SGLang 0.5.23 refuses this model: FalconForCausalLM has no SGlang implementation" in err
+
+
+def test_calc_on_a_config_only_sglang_serves(capsys):
+    """Ministral-3-3B-2512 and ERNIE-4.5-0.3B's first release: vLLM 0.33 refuses both, so calc (built on vLLM's
+    figures) stops under --engine-rules sglang too, in one line that keeps vLLM's reason and adds SGLang 0.5.23's
+    start-up line, the conformance case's own (H100, TP 2, fp8, --page-size 16, weights 0:
+    conformance/sglang/expected.json); under vLLM's rules the line is vLLM's alone, as before."""
+    cases = json.loads(Path("conformance/sglang/expected.json").read_text())["cases"]
+    for config in ("ministral-3-3b-2512", "ernie-4.5-0.3b"):
+        want = next(c for c in cases if c["config"] == config and c["gpu"] == "h100" and c["tp"] == 2
+                    and c["kv_dtype"] == "fp8" and c["page_size_requested"] == 16)
+        args = ["calc", "--config", f"tests/data/configs/{config}/config.json", "--gpu", "h100-80gb", "--tp", "2",
+                "--kv-dtype", "fp8", "--block-size", "16", "--weights", "0"]
+        code, _, err = run([*args, "--engine-rules", "sglang"], capsys)
+        assert code == 2 and err.count("\n") == 1 and "vLLM 0.33" in err
+        assert f"SGLang 0.5.23 would start: {want['log_line']}(measured at start-up)" in err
+        code, _, vllm_err = run(args, capsys)
+        assert code == 2 and vllm_err.count("\n") == 1 and "SGLang 0.5.23 would start" not in vllm_err
+        code, _, err = run(["calc", "--config", f"tests/data/configs/{config}/config.json", "--gpu", "h100-80gb",
+                            "--engine-rules", "sglang"], capsys)
+        assert code == 2 and err.count("\n") == 1 and "needs --weights)" in err  # kvdash has no weight estimate
+
+
+def test_live_sglang_rules_read_configs_only_sglang_serves(capsys):
+    """live --engine-rules sglang reads config.json as SGLang 0.5.23 does: ERNIE-4.5-0.3B's first release and
+    Ministral-3-3B-2512 (vLLM 0.33 refuses both) get SGLang's pool, the conformance cases' at TP 8 on an H200
+    (the demo's): ERNIE max(1, 2 // 8) = 1 KV head x (128 + 128) x 18 layers x 2 B = 9,216 B, 133,665,202,896 B //
+    9,216 = 14,503,602 tokens; Ministral-3 1 x 256 x 26 x 2 = 13,312 B, fraction 0.897 x 0.95 = 0.85215,
+    127,445,873,249 B // 13,312 = 9,573,758.  Under vLLM's rules both are refused in one line, as before."""
+    for config, slots, budget in (("ernie-4.5-0.3b", 14_503_602, 133_665_202_896),
+                                  ("ministral-3-3b-2512", 9_573_758, 127_445_873_249)):
+        args = ["live", "--demo", "--once", "--json", "--weights", "0", "--config",
+                f"tests/data/configs/{config}/config.json"]
+        code, out, _ = run([*args, "--engine-rules", "sglang"], capsys)
+        kv = json.loads(out)["kv_pool"]
+        assert (kv["block_size"], kv["token_slots"], kv["ranks"][0]["budget_bytes"]) == (1, slots, budget)
+        code, _, err = run(args, capsys)
+        assert code == 2 and err.count("\n") == 1 and "vLLM 0.33" in err

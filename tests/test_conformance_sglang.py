@@ -43,9 +43,9 @@ KVDASH_CANNOT_READ = {
     "minicpm-2b-sft-bf16": "refused",  # remote code: SGLang refuses too
     "yi-34b-first-release": "refused",  # remote code: SGLang refuses too
     "falcon-h1-0.5b": "refused",  # transformers' FalconH1Config refuses the copy: SGLang too
-    "ministral-3-3b-2512": "ok",  # model_type ministral3: kvdash has no rule; SGLang serves it (multimodal)
-    "ernie-4.5-0.3b": "ok",  # kvdash follows vLLM 0.33's registry, which names ERNIE 4.5 otherwise; SGLang serves it
 }
+# ministral-3-3b-2512 (model_type ministral3) and ernie-4.5-0.3b (Ernie4_5_ForCausalLM) are refused by vLLM 0.33
+# alone: they are read as SGLang reads them (load_config(engine="sglang")) and mirrored case by case
 
 
 @functools.cache
@@ -59,7 +59,7 @@ def _configs() -> list[str]:
 
 @functools.cache
 def _arch(config: str) -> Architecture:
-    return load_config(CONFIGS / config / "config.json")
+    return load_config(CONFIGS / config / "config.json", engine="sglang")
 
 
 def kvdash_case(case: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +94,7 @@ def test_config_agrees_with_sglang(config: str):
     assert cases, config
     if config in KVDASH_CANNOT_READ:
         with pytest.raises(InputError):
-            load_config(CONFIGS / config / "config.json")
+            load_config(CONFIGS / config / "config.json", engine="sglang")
         assert {c["status"] for c in cases} == {KVDASH_CANNOT_READ[config]}
         return
     if config in NOT_MIRRORED:
@@ -271,3 +271,52 @@ def test_qwen35_text_config_has_the_multimodal_cell_without_the_vision_cut():
     assert text.cell_bytes == mm.cell_bytes == 65_536
     assert text.fraction.value == 0.903 and mm.fraction.value < 0.903
     assert text.max_total_num_tokens > mm.max_total_num_tokens
+
+
+def test_ministral3_multimodal_by_hand():
+    """Ministral-3-3B-2512 (model_type ministral3, ``Mistral3ForConditionalGeneration``: models/mistral.py) on an
+    H100 (81,559 MiB), TP 1, bf16, page unset, weights 0 (the conformance case):
+    * fraction: prefill CUDA graphs off for a multimodal model not on the breakable list (cuda_graph_hook.py), so
+      reserved 512 + 1.5 x 8,192 + 1/8 x 1,024 + 2 x 256 + 0 = 13,440 MiB, round((81,559 - 13,440) / 81,559, 3) =
+      round(0.83521, 3) = 0.835; adjust_mem_fraction_for_vlm (arg_groups/memory_hook.py): transformers'
+      Ministral3Config keeps vision_config a dict, so getattr's defaults 24 layers x 1,024 wide, complexity 24 x
+      1,024^2 / (24 x 1,024^2) = 1, factor 0.95 x clamp(1 - 0.1 x 0, 0.8, 1.05) = 0.95: 0.835 x 0.95 = 0.79325;
+    * budget: 78.6474609375 GB x 0.79325 - 100 MiB (the embedding cache, CPU transport: mm_runtime_reservation_gb)
+      = 62.38709838867 - 0.09765625 = 62.28944213867 GB = 66,882,779,217 B;
+    * cell: 26 layers x 8 KV heads x (128 + 128) x 2 B = 106,496 B; 66,882,779,217 // 106,496 = 628,030 tokens;
+    * context_len 262,144 (text_config max_position_embeddings; the yarn factor 16 names
+      original_max_position_embeddings, so it is not applied); max_running_requests int(628,030 / 262,144 x 512)
+      = 1,226, clamped up to 2,048."""
+    p = S.plan(_arch("ministral-3-3b-2512"), 81_559, 1, "bf16", 80_535 * 2**20, 0)
+    assert (p.fraction.reserved_mib, p.fraction.vlm_factor, p.fraction.value) == (13_440, 0.95, 0.835 * 0.95)
+    assert (p.available_bytes, p.cell_bytes, p.max_total_num_tokens) == (66_882_779_217, 106_496, 628_030)
+    assert (p.context_len, p.max_running_requests) == (262_144, 2048)
+
+
+def test_ernie45_first_release_by_hand():
+    """ERNIE-4.5-0.3B's first-release config (``Ernie4_5_ForCausalLM``, SGLang 0.5.23's models/ernie4.py) on an
+    H100, TP 1, bf16, page unset, weights 0 (the conformance case): a text model, prefill graphs on:
+    reserved 512 + 12,288 + 128 + 512 + 58 x 8 = 13,904 MiB, round(67,655 / 81,559, 3) = 0.83; budget
+    78.6474609375 GB x 0.83 = 70,091,066,572 B; cell 18 layers x 2 KV heads x (128 + 128) x 2 B = 18,432 B;
+    70,091,066,572 // 18,432 = 3,802,683 tokens; max_running_requests int(3,802,683 / 131,072 x 512) = 14,854,
+    clamped to 4,096."""
+    p = S.plan(_arch("ernie-4.5-0.3b"), 81_559, 1, "bf16", 80_535 * 2**20, 0)
+    assert (p.fraction.reserved_mib, p.fraction.value) == (13_904, 0.83)
+    assert (p.available_bytes, p.cell_bytes, p.max_total_num_tokens) == (70_091_066_572, 18_432, 3_802_683)
+    assert (p.context_len, p.max_running_requests) == (131_072, 4096)
+
+
+@pytest.mark.parametrize("config, field, words", [
+    ("ministral-3-3b-2512", "model_type", "the text_config extracted from the model config does not have "
+                                          "`num_attention_heads` attribute"),
+    ("ernie-4.5-0.3b", "architectures", "Ernie4_5_ForCausalLM, the remote-code class of the first release"),
+])
+def test_vllm_only_refusals_stay_with_vllms_reader(config: str, field: str, words: str):
+    """The two configs SGLang 0.5.23 serves and vLLM 0.33 refuses (conformance/vllm/expected.json: a ValidationError
+    on every case) are read for SGLang's view only: kvdash's default reader, which calc, sweep, live and simulate
+    use, refuses them in one line with vLLM's reason, as before."""
+    with pytest.raises(InputError) as err:
+        load_config(CONFIGS / config / "config.json")
+    assert f": {field}" in err.value.field and words in str(err.value) and "\n" not in str(err.value)
+    assert not isinstance(err.value, S.NotMirrored)
+    load_config(CONFIGS / config / "config.json", engine="sglang")  # SGLang's reading: no refusal

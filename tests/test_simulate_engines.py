@@ -41,3 +41,18 @@ def test_refusals_are_one_line(capsys):
                           (["tgi", "--gpu", "h100-80gb"], "expected vllm, sglang")):
         code, _, err = run([*model, *extra], capsys)
         assert code == 2 and err.count("\n") == 1 and needle in err, (extra, err)
+
+
+def test_config_only_sglang_serves_is_simulated_on_sglangs_pool(capsys):
+    """Ministral-3-3B-2512 (model_type ministral3), which vLLM 0.33 refuses and SGLang 0.5.23 serves: under
+    --engine-rules sglang the config is read as SGLang reads it and simulated on its pool, the conformance case's
+    (H100, TP 1, bf16, weights 0: 0.835 x 0.95 = 0.79325, 66,882,779,217 B // 26 x 8 x (128 + 128) x 2 B =
+    106,496 B = 628,030 token slots); under vLLM's rules it is refused in vLLM's words, one line, as before."""
+    config = ["simulate", "--config", "tests/data/configs/ministral-3-3b-2512/config.json", "--gpu", "h100-80gb",
+              "--requests", "50", "--weights", "0", "--json"]
+    code, out, _ = run([*config, "--engine-rules", "sglang"], capsys)
+    assert code in (0, None)
+    s = json.loads(out)["setup"]
+    assert (s["budget_bytes"], s["bytes_per_token"], s["capacity_slots"]) == (66_882_779_217, 106_496, 628_030)
+    code, _, err = run(config, capsys)
+    assert code == 2 and err.count("\n") == 1 and "does not have `num_attention_heads` attribute" in err

@@ -161,7 +161,13 @@ def calc(
             option = CONFIG_OPTIONS.get(key, "--" + key.replace("_", "-"))
             raise InputError(option, exc.value, exc.allowed, exc.hint) from exc
     else:
-        arch = resolve_model(model, config, safetensors_index)
+        try:
+            arch = resolve_model(model, config, safetensors_index)
+        except InputError as exc:
+            if rules.name == "sglang":  # a config vLLM 0.33 alone refuses: SGLang's start-up line in the refusal
+                sglang_only(exc, model, config, safetensors_index, gpu, gpu_memory, tp, pp, kv_dtype, weights,
+                            block_size if given(ctx, "block_size") else None)
+            raise
     length, group = length_or_group(used, group)
     length = pick_alias(length, used_old, "--length", "--used")  # type: ignore[assignment]
     used = D.LENGTH if length is None else length
@@ -263,6 +269,53 @@ def calc(
 VLLM_VIEW_OMITTED = ("--engine-rules sglang: the start-up line shown is SGLang 0.5.23's (sglang_view.log_line); "
                      "vLLM 0.33's start-up lines are omitted, its GPU KV cache size kept only as the reference of "
                      "sglang_view.comparison")
+
+
+def sglang_only(exc: InputError, model: str | None, config: Any, safetensors_index: Any, gpu: str | None,
+                gpu_memory: str | None, tp: int, pp: int, kv_dtype: str, weights: str | None,
+                block_size: str | None) -> None:
+    """Under ``--engine-rules sglang``, a ``config.json`` that vLLM 0.33 refuses but SGLang 0.5.23 serves (read by
+    ``load_config(..., engine="sglang")``: ministral3, ERNIE 4.5's first-release ``Ernie4_5_ForCausalLM``): calc's
+    answer is built on vLLM's figures, so it still stops, in one line that keeps vLLM's reason and adds SGLang's
+    start-up line (:func:`kvdash.engines.sglang.plan`) where the GPU and the weights are known.  Returns (the
+    caller re-raises ``exc`` as before) when SGLang's reading refuses the file too."""
+    from kvdash.answer.budget import BudgetSpec, budget_gpu
+    from kvdash.core import formulas as f
+    from kvdash.core.model import load_config
+    from kvdash.engines import sglang
+    from kvdash.units import parse_size
+
+    path = config if config is not None else (model if model and (model.endswith(".json") or "/" in model)
+                                              else None)
+    if path is None:
+        return
+    try:
+        arch = load_config(path, safetensors_index, engine="sglang")
+    except InputError:
+        return  # refused by SGLang's reading as well: vLLM's line, as before
+    said = exc.allowed.split("; supported: ")[0]
+    head = f"{said}; kvdash calc's answer is built on vLLM 0.33's figures, so it stops here"
+    try:
+        spec = BudgetSpec(gpu=gpu, gpu_memory=parse_size(gpu_memory, "--gpu-memory") if gpu_memory is not None
+                          else None)
+        total = budget_gpu(spec)[0] if gpu is not None or gpu_memory is not None else None
+        weight_bytes = parse_size(weights, "--weights", allow_zero=True) if weights is not None else \
+            (arch.weight_bytes if arch.weights_known else None)
+    except InputError:
+        return  # a bad --gpu / --weights: the config's line comes first, as under vLLM's rules
+    if total is None or weight_bytes is None or pp != 1:
+        need = "--pp 1" if pp != 1 else ("--gpu" if total is None else "--weights")
+        raise InputError(exc.field, exc.value, f"{head} (SGLang {sglang.VERSION}'s start-up line for this config, "
+                         f"which kvdash's SGLang view plans, needs {need})") from exc
+    page = int(block_size) if block_size not in (None, "auto") else None
+    try:
+        p = sglang.plan(arch, total / 2**20, tp, kv_dtype, total - sglang.CONTEXT_BYTES,
+                        f.weights_per_rank(weight_bytes, tp), page)
+    except InputError as why:
+        raise InputError(exc.field, exc.value, f"{head}; and SGLang's view refuses it too: {why.allowed}") from exc
+    raise InputError(exc.field, exc.value, f"{head}; SGLang {sglang.VERSION} would start: {p.startup_line()}"
+                     "(measured at start-up); "
+                     f"mem_fraction_static {p.fraction.value:.6g}, {p.cell_bytes:,} B per token") from exc
 
 
 def sglang_fits(spec: Any, arch: Any, tp: int, pp: int, kv_dtype: str, block_size: str | None) -> None:

@@ -232,8 +232,10 @@ def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: s
         reserve = "0"  # a declared budget (or the engine's own pool) takes no reserve: the default asks for none
     gpu_util = D.GPU_UTIL if gpu_util is None else gpu_util
     parse_fraction(gpu_util, "--gpu-util")
-    cfg = LiveConfig(model=model, arch=load_config(config) if config else None, kv_dtype=kv_dtype, tp=tp,
-                     gpu_util=gpu_util)
+    # --engine-rules sglang reads config.json as SGLang 0.5.23 does (kvdash.core.modeltypes.normalise): a config
+    # vLLM 0.33 alone refuses (Ministral-3, ERNIE 4.5's Ernie4_5_ForCausalLM) gets SGLang's pool
+    arch_read = load_config(config, engine="sglang" if engine_rules == "sglang" else "vllm") if config else None
+    cfg = LiveConfig(model=model, arch=arch_read, kv_dtype=kv_dtype, tp=tp, gpu_util=gpu_util)
     arch = cfg.architecture()
     if engine_rules == "sglang":  # SGLang's page for DeepSeek sparse attention is 64, whatever is asked
         from kvdash.engines import sglang

@@ -163,7 +163,10 @@ def simulate(
         sweep = parse_rates(rates)
         if concurrency is not None:
             raise InputError("--rates", rates, "sweeps Poisson rates; drop --concurrency")
-    arch = load_config(config) if config else resolve_model(model)
+    # --engine-rules sglang reads config.json as SGLang 0.5.23 does (kvdash.core.modeltypes.normalise): a config
+    # vLLM 0.33 alone refuses (Ministral-3, ERNIE 4.5's Ernie4_5_ForCausalLM) is simulated on SGLang's pool
+    arch = load_config(config, engine="sglang" if engine_rules == "sglang" else "vllm") if config else \
+        resolve_model(model)
     max_len = D.reservation(arch.max_context) if max_len is None else max_len
     block_size = block_size_of(size, arch, kv_dtype, gpu)  # auto (the default): vLLM 0.33's choice on the GPU
     if not 1 <= block_size <= max_len:

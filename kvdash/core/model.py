@@ -313,16 +313,17 @@ def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int, hidden: 
     return out
 
 
-def load_config(path: str | Path, safetensors_index: str | Path | None = None) -> Architecture:
+def load_config(path: str | Path, safetensors_index: str | Path | None = None, engine: str = "vllm") -> Architecture:
     """Read a ``config.json`` through ``transformers``' config class for its ``model_type`` (defaults
     filled in as the library defines them), and optionally ``model.safetensors.index.json`` for the
     weight bytes; without one, the weights are estimated from the config where kvdash can
-    (:func:`kvdash.core.modeltypes.estimate_weights`)."""
+    (:func:`kvdash.core.modeltypes.estimate_weights`).  ``engine="sglang"``: read for SGLang 0.5.23's view, without
+    the refusals that are vLLM 0.33's alone (:func:`kvdash.core.modeltypes.normalise`)."""
     from kvdash.core import modeltypes
 
     p = Path(path)
     raw = _read_json(p, "--config")
-    cfg = modeltypes.normalise(raw, str(p))
+    cfg = modeltypes.normalise(raw, str(p), engine)
     weight_bytes, basis, known = 0, "not given", True
     if safetensors_index is None and (p.parent / "model.safetensors.index.json").is_file():
         safetensors_index = p.parent / "model.safetensors.index.json"

@@ -159,9 +159,26 @@ REFUSED_BY_VLLM: dict[str, str] = {
              "vllm/model_executor/models/registry.py)",
     "minicpm": "vLLM 0.33 reads this config only with the model's remote code (trust_remote_code), which kvdash "
                "does not run",
+    # the harness's ValidationError on Ministral-3-3B-2512 (conformance/vllm/expected.json): transformers'
+    # Ministral3Config leaves text_config a dict, which vllm/config/model.py finds without num_attention_heads
+    "ministral3": "vLLM 0.33 refuses this config: the text_config extracted from the model config does not have "
+                  "`num_attention_heads` attribute (transformers' Ministral3Config keeps it a plain dict; "
+                  "ValidationError in vllm/config/model.py); SGLang 0.5.23 serves it (models/mistral.py)",
+}
+# model types kvdash reads only for SGLang 0.5.23's view (kvdash.engines.sglang, load_config(engine="sglang")):
+# configs vLLM 0.33 refuses (REFUSED_BY_VLLM says why) but SGLang serves; the text config's attention fields are
+# read as for any llama-like model (full attention in every layer)
+SGLANG_ONLY_TYPES: dict[str, tuple[str, str]] = {
+    # transformers' Ministral3Config (model_type ministral3 at the top of a Mistral3ForConditionalGeneration config,
+    # Ministral-3-3B-2512) keeps text_config and vision_config as plain dicts; SGLang's get_hf_text_config
+    # (utils/hf_transformers/common.py) turns text_config into a PretrainedConfig and serves the model with
+    # models/mistral.py Mistral3ForConditionalGeneration
+    "ministral3": ("Ministral 3 (Mistral3ForConditionalGeneration config: text_config + pixtral vision_config)",
+                   "full"),
 }
 # architectures (config.json "architectures") vLLM 0.33 does not register although their model_type is served
-# (vllm/model_executor/models/registry.py resolves a model by its architecture, not its model_type)
+# (vllm/model_executor/models/registry.py resolves a model by its architecture, not its model_type); SGLang 0.5.23
+# resolves them through its own registry (models/*.py EntryClass), so load_config(engine="sglang") reads them
 REFUSED_ARCHITECTURES: dict[str, str] = {
     "Ernie4_5_ForCausalLM": "vLLM 0.33 registers ERNIE 4.5 as Ernie4_5ForCausalLM; this config names "
                             "Ernie4_5_ForCausalLM, the remote-code class of the first release (auto_map), which vLLM "
@@ -204,24 +221,29 @@ def supported_text() -> str:
     return ", ".join(SUPPORTED)
 
 
-def normalise(raw: Any, where: str) -> dict[str, Any]:
-    """The config as ``transformers``' class for its ``model_type`` reads it (defaults filled in)."""
+def normalise(raw: Any, where: str, engine: str = "vllm") -> dict[str, Any]:
+    """The config as ``transformers``' class for its ``model_type`` reads it (defaults filled in).
+
+    ``engine="sglang"`` reads it for SGLang 0.5.23's view (:mod:`kvdash.engines.sglang`): the refusals that are
+    vLLM 0.33's alone -- an architecture its registry does not name (:data:`REFUSED_ARCHITECTURES`), a model type
+    it cannot read that SGLang serves (:data:`SGLANG_ONLY_TYPES`) -- do not apply; every other refusal does."""
     if not isinstance(raw, dict):
         raise InputError(where, type(raw).__name__, "expected a JSON object")
     model_type = raw.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise InputError(f"{where}: model_type", model_type,
                          "kvdash reads a config.json by its model_type; supported: " + supported_text())
-    if model_type in REFUSED_BY_VLLM:
+    sglang = engine == "sglang"
+    if model_type in REFUSED_BY_VLLM and not (sglang and model_type in SGLANG_ONLY_TYPES):
         raise InputError(f"{where}: model_type", model_type,
                          REFUSED_BY_VLLM[model_type] + "; supported: " + supported_text())
     archs = raw.get("architectures")
-    if isinstance(archs, list) and archs and all(a in REFUSED_ARCHITECTURES for a in archs):
+    if not sglang and isinstance(archs, list) and archs and all(a in REFUSED_ARCHITECTURES for a in archs):
         raise InputError(f"{where}: architectures", archs[0], REFUSED_ARCHITECTURES[archs[0]])
     if model_type in NOT_MODELLED:
         raise InputError(f"{where}: model_type", model_type,
                          "vLLM 0.33 serves it but " + NOT_MODELLED[model_type] + _INSTEAD)
-    if model_type not in SUPPORTED:
+    if model_type not in SUPPORTED and not (sglang and model_type in SGLANG_ONLY_TYPES):
         raise InputError(f"{where}: model_type", model_type,
                          "kvdash cannot model this type exactly; supported: " + supported_text() + _INSTEAD)
     if model_type in RAW_TYPES:

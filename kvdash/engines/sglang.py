@@ -35,6 +35,11 @@ case against that code by ``conformance/sglang/`` (``expected.json``; ``tests/te
   latent of ``kv_cache_configurator.py`` ``calculate_mla_kv_cache_dim`` (656 B) and the indexer's keys,
   ``pool_configurator.py`` ``_compute_dsa_indexer_cell_size`` (``mem_cache/memory_pool.py`` ``DSATokenToKVPool``:
   ``index_head_dim + index_head_dim // 128 x 4`` uint8 per layer);
+* configs SGLang serves and vLLM 0.33 refuses, read for this view alone (``load_config(..., engine="sglang")``,
+  :func:`kvdash.core.modeltypes.normalise`): Ministral-3 (``model_type`` ministral3, ``models/mistral.py``
+  ``Mistral3ForConditionalGeneration``: multimodal, its dict ``vision_config`` read through ``getattr``'s defaults in
+  ``adjust_mem_fraction_for_vlm``, :data:`VIT_FIELDS`) and ERNIE 4.5's first-release ``Ernie4_5_ForCausalLM``
+  (``models/ernie4.py``: a plain text model);
 * models SGLang cannot build (:data:`NO_SGLANG_CLASS_ARCHS`: Falcon, Jamba, Zamba2): refused in SGLang's own sentence
   (``model_loader/utils.py`` ``get_model_architecture``, ``resolve_transformers_arch``), as weights that leave no
   memory are (``_profile_available_bytes``).
@@ -106,6 +111,12 @@ VIT_FIELDS: dict[str, tuple[str, int, str, int, str]] = {
     # num_hidden_layers, so getattr's default 24
     "gemma3n": ("", 24, "hidden_size", 2048,
                 "transformers Gemma3nVisionConfig: no num_hidden_layers, getattr's default 24 layers"),
+    # transformers' Ministral3Config (Ministral-3: models/mistral.py Mistral3ForConditionalGeneration) keeps
+    # vision_config a plain dict (only text_config is turned into a PretrainedConfig, utils/hf_transformers/common.py
+    # get_hf_text_config), so getattr reads neither field: its defaults, 24 layers and width 1,024 (the pixtral
+    # tower's own num_hidden_layers / hidden_size are not read)
+    "ministral3": ("", 24, "", 1024,
+                   "Ministral3Config keeps vision_config a dict: getattr's defaults 24 layers, width 1,024"),
 }
 # arg_groups/model_overrides/qwen3_vl.py _HOPPER_QWEN3_VL_TYPES: the profiled large-Hopper serving defaults
 HOPPER_QWEN3_VL_TYPES = frozenset({"qwen3_vl", "qwen3_vl_moe"})
@@ -261,7 +272,7 @@ def multimodal(arch: Architecture, gpu_mib: float, max_running_requests: int | N
             raise NotMirrored(f"how SGLang {VERSION}'s config class for model_type {top or '?'} reads its vision "
                               "tower (adjust_mem_fraction_for_vlm)")
         lkey, ldef, hkey, hdef, source = fields
-        layers, hidden = int(vision.get(lkey, ldef) if lkey else ldef), int(vision.get(hkey, hdef))
+        layers, hidden = int(vision.get(lkey, ldef) if lkey else ldef), int(vision.get(hkey, hdef) if hkey else hdef)
         ratio = layers * hidden ** 2 / (24 * 1024 ** 2)
         factor = 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
         text.append(f"ViT {layers} layers x width {hidden} ({source}): fraction x 0.95 x clamp(1 - 0.1 x "
