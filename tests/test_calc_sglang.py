@@ -296,3 +296,19 @@ def test_live_sglang_rules_dsa_page_and_no_class(capsys):
                         "tests/data/configs/falcon-7b-instruct/config.json"], capsys)
     assert code == 2 and err.count("\n") == 1
     assert "SGLang 0.5.23 refuses this model: FalconForCausalLM has no SGlang implementation" in err
+
+
+def test_no_class_without_kv_memory_names_the_engine_rules_not_the_weights(capsys):
+    """calc --engine-rules sglang where vLLM's budget leaves no KV memory and SGLang has no class for the model
+    (Jamba-1.5-Mini's 104 GB at TP 1 on an H100): the refusal is the model's, so it names --engine-rules sglang, not
+    --weights or --gpu as if more memory would help."""
+    code, _, err = run(["calc", "--config", "tests/data/configs/jamba-1.5-mini/config.json", "--gpu", "h100-80gb",
+                        "--weights", "104GB", "--engine-rules", "sglang"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "--engine-rules: 'sglang' is not allowed; SGLang 0.5.23 refuses: JambaForCausalLM has no SGlang " \
+           "implementation" in err
+    assert "--weights" not in err
+    code, _, err = run(["calc", "--config", "tests/data/configs/falcon-40b-instruct/config.json", "--gpu",
+                        "h100-80gb", "--engine-rules", "sglang"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "FalconForCausalLM has no SGlang implementation" in err
+    assert "--gpu" not in err

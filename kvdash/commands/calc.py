@@ -288,6 +288,8 @@ def sglang_fits(spec: Any, arch: Any, tp: int, pp: int, kv_dtype: str, block_siz
     except sglang.NotMirrored:
         return  # SGLang's pool is not mirrored for this model: vLLM's budget says why the weights do not fit
     except InputError as exc:
+        if exc.field == "--model":  # SGLang cannot build the model at all: not a matter of memory
+            raise InputError("--engine-rules", "sglang", exc.allowed) from exc
         raise InputError(field, value, exc.allowed) from exc
     raise InputError(field, value, f"SGLang {sglang.VERSION} would start ({p.startup_line()}...) but vLLM 0.33's "
                      "budget, which calc's answer and the comparison are built on, leaves no KV memory here: "
