@@ -312,3 +312,19 @@ def test_no_class_without_kv_memory_names_the_engine_rules_not_the_weights(capsy
                         "h100-80gb", "--engine-rules", "sglang"], capsys)
     assert code == 2 and err.count("\n") == 1 and "FalconForCausalLM has no SGlang implementation" in err
     assert "--gpu" not in err
+
+
+def test_running_requests_line_names_the_mamba_cap(capsys):
+    """Mamba-Codestral-7B (pure Mamba-2) on an H100 with 15 GB of weights: 94 state slots, 3 a request, so SGLang runs
+    at most 31 requests, below resolve_max_num_reqs' floor of 2,048 and tokens // 2 = 1,024: the max_running_requests
+    line names the mamba cap it comes from, not only the clamp it falls outside."""
+    code, out, _ = run(["calc", "--config", "tests/data/configs/mamba-codestral-7b/config.json", "--gpu", "h100-80gb",
+                        "--weights", "15GB", "--engine-rules", "sglang"], capsys)
+    assert code == 0
+    text = " ".join(out.split())
+    line = ("max_running_requests 31 (resolve_max_num_reqs: int(tokens / context_len 2,048 x 512) within "
+            "2,048..4,096, at most tokens // 2; at most max_mamba_cache_size 94 // the state slots a request takes")
+    assert line in text
+    # a model without a state pool keeps the plain line
+    code, out, _ = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine-rules", "sglang"], capsys)
+    assert code == 0 and "max_mamba_cache_size" not in out

@@ -331,7 +331,9 @@ def sglang_lines(s: dict, brief: bool = False) -> list[str]:
            *(f"  {line}" for line in s["lines"]),
            f"  cell: {s['cell']}",
            f"  max_running_requests {s['max_running_requests']:,} (resolve_max_num_reqs: int(tokens / context_len "
-           f"{s['context_len']:,} x 512) within 2,048..4,096, at most tokens // 2)",
+           f"{s['context_len']:,} x 512) within 2,048..4,096, at most tokens // 2"
+           + (f"; at most max_mamba_cache_size {s['max_mamba_cache_size']:,} // the state slots a request takes, "
+              "as the mamba pool line says" if s.get("max_mamba_cache_size") else "") + ")",
            f"  SGLang {s['version']} would log: {s['log_line']}"]
     if "comparison" in s:
         out.append(s["comparison"])
