@@ -328,3 +328,12 @@ def test_running_requests_line_names_the_mamba_cap(capsys):
     # a model without a state pool keeps the plain line
     code, out, _ = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine-rules", "sglang"], capsys)
     assert code == 0 and "max_mamba_cache_size" not in out
+
+
+@pytest.mark.parametrize("args", [["--tp", "0"], ["--tp", "-2"], ["--pp", "0"], ["--tp", "3"]])
+def test_bad_parallel_degrees_are_one_line_under_sglang(args, capsys):
+    """calc --engine-rules sglang checks --tp / --pp before SGLang's no-KV-memory rule divides the weights by them
+    (--tp 0 was a ZeroDivisionError traceback): one line, exit 2, as under vLLM's rules."""
+    code, _, err = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine-rules", "sglang", *args], capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{args[0]}: {args[1]} is not allowed" in err

@@ -271,8 +271,10 @@ def sglang_fits(spec: Any, arch: Any, tp: int, pp: int, kv_dtype: str, block_siz
     would word it; where SGLang plans but vLLM 0.33's budget (calc's answer) has no memory, the line says both."""
     from kvdash.answer.budget import budget_gpu, resolve_budget
     from kvdash.core import formulas as f
+    from kvdash.core.pool import check_parallel
     from kvdash.engines import sglang
 
+    check_parallel(arch, tp, pp)  # --tp 0 is refused in one line here, as calc's answer would, not divided by
     total, _, _ = budget_gpu(spec)
     if total is None or pp != 1 or (spec.weights is None and not arch.weights_known):
         return  # a declared budget, PP or unknown weights: sglang_view / resolve_budget say why, as before
