@@ -392,3 +392,11 @@ def test_time_refuses_zero_engine_caps(option, capsys):
                         "0"], capsys)
     assert code == 2 and err.count("\n") == 1
     assert f"{option}: 0 is not allowed; expected a positive integer" in err
+
+
+def test_time_rate_refusal_names_its_unit(capsys):
+    """--rate is requests per second under --time and per step otherwise: its refusal says which."""
+    code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h200", "--time", "--rate", "-1"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "expected a positive number of requests per second (--time)" in err
+    code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--rate", "0"], capsys)
+    assert code == 2 and "expected a positive number of requests per step" in err
