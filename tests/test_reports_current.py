@@ -33,7 +33,8 @@ def test_committed_report_is_byte_identical(grid, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("grid", SWEEPS, ids=[p.stem for p in SWEEPS])
 def test_committed_markdown_is_concise(grid):
-    """Each shipped report.md stays within 12,500 characters (results.csv / .parquet keeps every figure); the
-    engine-caps line and the running_requests column of issue 23 took it past the old 12,000."""
+    """Each shipped report.md stays within 12,600 characters (results.csv / .parquet keeps every figure); the
+    engine-caps line and the running_requests column of issue 23 took it past the old 12,000, and SGLang's cap
+    named in its own term (max_running_requests, not max_num_seqs) took engines/report.md to 12,504."""
     text = (REPO / "reports" / grid.stem / "report.md").read_text(encoding="utf-8")
-    assert len(text) <= 12_500, f"{grid.stem}/report.md has {len(text):,} characters"
+    assert len(text) <= 12_600, f"{grid.stem}/report.md has {len(text):,} characters"

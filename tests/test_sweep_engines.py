@@ -193,3 +193,18 @@ def test_pure_mamba_sglang_row_is_refused_in_one_line(tmp_path, capsys):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| codestral | 8 x h200 | bf16 | SGLang 0.5.23's pool for this attention-free model is its state slots " \
            "(max_mamba_cache_size " in md
+
+
+def test_best_pick_names_sglangs_cap_in_its_words(tmp_path, capsys):
+    """sweeps/engines.yaml: the best chat point is gpt-oss-120b under SGLang, capped at 4,096 running requests; the
+    summary names that cap max_running_requests (SGLang's resolve_max_num_reqs), not vLLM's max_num_seqs, and a vLLM
+    best point keeps max_num_seqs."""
+    out = tmp_path / "engines"
+    code, _, err = run(["sweep", Path(__file__).resolve().parent.parent / "sweeps" / "engines.yaml", "--out", out,
+                        "-q"], capsys)
+    assert code in (0, None), err
+    text = (out / "report.md").read_text()
+    assert "best is gpt-oss-120b, sglang, 8 x h200 with 512.0 running_requests_per_gpu (4,096 run at once on 8 " \
+           "GPUs: 7,388 fit, max_running_requests 4,096)" in text
+    assert "best is gpt-oss-120b, vllm, 8 x h200 with 128.0 running_requests_per_gpu (1,024 run at once on 8 GPUs: " \
+           "1,625 fit, max_num_seqs 1,024)" in text
