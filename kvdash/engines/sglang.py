@@ -54,6 +54,7 @@ from decimal import Decimal
 from typing import Any
 
 from kvdash.core.arch import Architecture
+from kvdash.core.dtypes import fp8_ds_mla_token_bytes
 from kvdash.core.pool import PoolShape, check_positive
 from kvdash.engines.base import Budget, Caps, Gpu, Settings
 from kvdash.errors import InputError
@@ -636,7 +637,8 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
             if mla.kv_lora_rank % DSA_QUANT_BLOCK:
                 raise InputError("--kv-dtype", kv_dtype, f"SGLang {VERSION} refuses: kv_lora_rank "
                                  f"{mla.kv_lora_rank} must be multiple of quant_block_size {DSA_QUANT_BLOCK}")
-            latent = mla.kv_lora_rank + mla.kv_lora_rank // DSA_QUANT_BLOCK * 4 + mla.qk_rope_head_dim * DSA_ROPE_BYTES
+            # the layout is vLLM's fp8_ds_mla, byte for byte: one formula for both engines
+            latent = fp8_ds_mla_token_bytes(mla.kv_lora_rank, mla.qk_rope_head_dim)
             latent_text = (f"fp8 latent: kv_lora_rank {mla.kv_lora_rank} + {mla.kv_lora_rank // DSA_QUANT_BLOCK} "
                            f"scales x 4 + qk_rope_head_dim {mla.qk_rope_head_dim} x {DSA_ROPE_BYTES} (bf16) = "
                            f"{latent} B")
