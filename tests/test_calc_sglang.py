@@ -337,3 +337,23 @@ def test_bad_parallel_degrees_are_one_line_under_sglang(args, capsys):
     code, _, err = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine-rules", "sglang", *args], capsys)
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert f"{args[0]}: {args[1]} is not allowed" in err
+
+
+def test_readme_names_every_mirrored_state_pool_architecture():
+    """README's SGLang paragraph on the state pool names every architecture kvdash mirrors it for
+    (kvdash.engines.sglang.MAMBA_MIRRORED_ARCHS), and LFM2-MoE among the no-buffer ones (// 3)."""
+    from pathlib import Path
+
+    from kvdash.engines import sglang
+
+    names = {"NemotronHForCausalLM": "Nemotron-H", "Qwen3NextForCausalLM": "Qwen3-Next",
+             "GraniteMoeHybridForCausalLM": "Granite-4.0-H", "FalconH1ForCausalLM": "Falcon-H1",
+             "Lfm2ForCausalLM": "LFM2", "Lfm2MoeForCausalLM": "LFM2-MoE",
+             "Qwen3_5ForConditionalGeneration": "Qwen3.5", "Qwen3_5MoeForConditionalGeneration": "Qwen3.5",
+             "Qwen3_5ForCausalLM": "text-only classes", "Qwen3_5MoeForCausalLM": "text-only classes"}
+    assert set(names) == set(sglang.MAMBA_MIRRORED_ARCHS)
+    text = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    para = text.split("hybrids SGLang builds a state pool for (", 1)[1].split("_mamba_radix_cache_resolution", 1)[0]
+    for arch, name in names.items():
+        assert name in para, arch
+    assert "// 3 for LFM2 and LFM2-MoE" in para
