@@ -357,3 +357,22 @@ def test_readme_names_every_mirrored_state_pool_architecture():
     for arch, name in names.items():
         assert name in para, arch
     assert "// 3 for LFM2 and LFM2-MoE" in para
+
+
+def test_budget_line_takes_the_mamba_pool_off():
+    """The budget line's equation holds for a model with a state pool: Qwen3-Next-80B on an H200 at TP 1 (weights 0,
+    test_mamba_pool_qwen3_next_on_h200_by_hand): 71,184,984,047 B = free after weights - free before x (1 - 0.903)
+    - 828 state slots x 77,266,944 B; it named the first two terms only (136 GB against 71 GB)."""
+    from kvdash.core.model import load_config
+    from kvdash.engines import sglang
+
+    arch = load_config("tests/data/configs/qwen3-next-80b-a3b-thinking/config.json")
+    p = sglang.plan(arch, 143_771, 1, "bf16", 142_747 * 2**20, 0)
+    line = next(x for x in p.lines if x.startswith("budget "))
+    assert line.startswith("budget 71,184,984,047 B = free after weights 149,681,078,272 - free before weights "
+                           "149,681,078,272 x (1 - 0.903) - 828 state slots x 77,266,944 B (the mamba pool, below)")
+    rest = 149_681_078_272 - 149_681_078_272 * (1 - 0.903) - 828 * 77_266_944
+    assert rest == pytest.approx(71_184_984_047, rel=1e-8)
+    # no state pool: the line is as before
+    plain = sglang.plan(load_config("tests/data/configs/qwen3-8b/config.json"), 143_771, 1, "bf16", 142_747 * 2**20, 0)
+    assert "state slots" not in next(x for x in plain.lines if x.startswith("budget "))

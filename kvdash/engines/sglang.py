@@ -571,6 +571,8 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
              f"GPU tier {f.tier} (arg_groups/memory_hook.py handle_gpu_memory_settings)"),
              f"budget {available:,} B = free after weights {free_after:,} - free before weights {free_before:,} x "
              f"(1 - {f.value})" + (f" - {mm.reservation_mib:,} MiB multimodal" if mm else "")
+             # a state pool comes off the same rest before the KV pool is sized (_handle_max_mamba_cache)
+             + (f" - {mamba_slots + 1:,} state slots x {per_req:,} B (the mamba pool, below)" if mamba_slots else "")
              + " (mem_cache/kv_cache_configurator.py _profile_available_bytes)"]
     if mm is not None:
         lines[1:1] = list(mm.text)
