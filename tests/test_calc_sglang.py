@@ -4,6 +4,7 @@ themselves are checked case by case against SGLang's own code in ``test_conforma
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -376,3 +377,23 @@ def test_budget_line_takes_the_mamba_pool_off():
     # no state pool: the line is as before
     plain = sglang.plan(load_config("tests/data/configs/qwen3-8b/config.json"), 143_771, 1, "bf16", 142_747 * 2**20, 0)
     assert "state slots" not in next(x for x in plain.lines if x.startswith("budget "))
+
+
+def test_comparison_counts_held_back_memory_as_vllms_figure_does(capsys):
+    """Llama-3.1-70B, 8 x H200: the comparison's held-back figures are counted alike, GPU total - weights per rank -
+    the KV budget: vLLM 0.33's 150,754,820,096 - 17,650,000,000 - 114,505,346,781 = 17.32 GiB and SGLang's
+    150,754,820,096 - 17,650,000,000 - 116,015,203,024 = 17,089,617,072 B = 15.92 GiB (the sweep's
+    engine_held_back_bytes), which is 1 GiB of CUDA context + (1 - 0.893) x the free memory before the weights;
+    it said 14.92 GiB, leaving the 1 GiB out of SGLang's side only, so SGLang seemed to keep 2.4 GiB less while
+    holding 1.3 % more tokens."""
+    code, out, _ = run(["calc", "--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "8", "--engine-rules", "sglang",
+                        "--json"], capsys)
+    assert code == 0
+    v = json.loads(out)["sglang_view"]
+    # to SGLang's GB-float arithmetic in _profile_available_bytes (127 B here)
+    assert v["held_back_bytes"] == pytest.approx(150_754_820_096 - 17_650_000_000 - 116_015_203_024, abs=1024)
+    assert "SGLang keeps 15.92 GiB per rank out of the KV cache (1 GiB of CUDA context and NCCL buffers + (1 - " \
+           "mem_fraction_static 0.893) x the free memory before the weights" in v["comparison"]
+    assert "vLLM 0.33 keeps 17.32 GiB" in v["comparison"]
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    assert "SGLang keeps 15.92 GiB per rank out of the KV cache ..., vLLM 0.33 keeps 17.32 GiB" in readme

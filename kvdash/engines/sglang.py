@@ -789,7 +789,9 @@ def view(arch: Architecture, gpu_memory: int, tp: int, kv_dtype: str, weights_pe
         p = plan(arch, gpu_mib, tp, kv_dtype, free_before, weights_per_rank, page_size)
     except InputError as exc:  # NotMirrored, or what SGLang refuses: the reason, in one line
         return {"version": VERSION, "refused": exc.allowed}
-    held_back = free_before * (1 - p.fraction.value)
+    # what a rank keeps out of weights and KV, as vLLM's figure beside it counts it (GPU total - weights - KV
+    # budget): the CUDA context and NCCL buffers assumed before the weights, and (1 - fraction) of the free memory
+    held_back = CONTEXT_BYTES + free_before * (1 - p.fraction.value)
     out: dict[str, Any] = {
         "version": VERSION, "mem_fraction_static": p.fraction.value, "reserved_mib": p.fraction.reserved_mib,
         "fraction_terms": [{"name": n, "mib": v} for n, v in p.fraction.terms], "gpu_tier": p.fraction.tier,
@@ -818,7 +820,8 @@ def view(arch: Architecture, gpu_memory: int, tp: int, kv_dtype: str, weights_pe
         out["comparison"] = (
             f"SGLang {VERSION} holds {p.max_total_num_tokens:,} tokens per rank where {label} holds {tokens:,} "
             f"({'+' if diff >= 0 else ''}{pct:.1f} %): SGLang keeps {held_back / GIB:.2f} GiB per rank out of the KV "
-            f"cache ((1 - mem_fraction_static {p.fraction.value}) x the free memory before the weights, its default "
+            f"cache ({CONTEXT_BYTES / GIB:g} GiB of CUDA context and NCCL buffers + (1 - mem_fraction_static "
+            f"{p.fraction.value}) x the free memory before the weights, its default "
             f"for this GPU at TP {tp}), {label} keeps {vllm_kept / GIB:.2f} GiB ({vllm.get('why', '')})"
             + ("" if not vllm.get("bytes_per_token") or int(vllm["bytes_per_token"]) == round(p.cell_bytes) else
                f"; and a token takes {p.cell_bytes:,.1f} B in SGLang's pool against {int(vllm['bytes_per_token']):,} B "
