@@ -299,6 +299,7 @@ def test_live_sglang_rules_dsa_page_and_no_class(capsys):
     assert "SGLang 0.5.23 refuses this model: FalconForCausalLM has no SGlang implementation" in err
 
 
+<<<<<<< HEAD
 def test_calc_on_a_config_only_sglang_serves(capsys):
     """Ministral-3-3B-2512 and ERNIE-4.5-0.3B's first release: vLLM 0.33 refuses both, so calc (built on vLLM's
     figures) stops under --engine-rules sglang too, in one line that keeps vLLM's reason and adds SGLang 0.5.23's
@@ -335,3 +336,103 @@ def test_live_sglang_rules_read_configs_only_sglang_serves(capsys):
         assert (kv["block_size"], kv["token_slots"], kv["ranks"][0]["budget_bytes"]) == (1, slots, budget)
         code, _, err = run(args, capsys)
         assert code == 2 and err.count("\n") == 1 and "vLLM 0.33" in err
+=======
+def test_no_class_without_kv_memory_names_the_engine_rules_not_the_weights(capsys):
+    """calc --engine-rules sglang where vLLM's budget leaves no KV memory and SGLang has no class for the model
+    (Jamba-1.5-Mini's 104 GB at TP 1 on an H100): the refusal is the model's, so it names --engine-rules sglang, not
+    --weights or --gpu as if more memory would help."""
+    code, _, err = run(["calc", "--config", "tests/data/configs/jamba-1.5-mini/config.json", "--gpu", "h100-80gb",
+                        "--weights", "104GB", "--engine-rules", "sglang"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "--engine-rules: 'sglang' is not allowed; SGLang 0.5.23 refuses: JambaForCausalLM has no SGlang " \
+           "implementation" in err
+    assert "--weights" not in err
+    code, _, err = run(["calc", "--config", "tests/data/configs/falcon-40b-instruct/config.json", "--gpu",
+                        "h100-80gb", "--engine-rules", "sglang"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "FalconForCausalLM has no SGlang implementation" in err
+    assert "--gpu" not in err
+
+
+def test_running_requests_line_names_the_mamba_cap(capsys):
+    """Mamba-Codestral-7B (pure Mamba-2) on an H100 with 15 GB of weights: 94 state slots, 3 a request, so SGLang runs
+    at most 31 requests, below resolve_max_num_reqs' floor of 2,048 and tokens // 2 = 1,024: the max_running_requests
+    line names the mamba cap it comes from, not only the clamp it falls outside."""
+    code, out, _ = run(["calc", "--config", "tests/data/configs/mamba-codestral-7b/config.json", "--gpu", "h100-80gb",
+                        "--weights", "15GB", "--engine-rules", "sglang"], capsys)
+    assert code == 0
+    text = " ".join(out.split())
+    line = ("max_running_requests 31 (resolve_max_num_reqs: int(tokens / context_len 2,048 x 512) within "
+            "2,048..4,096, at most tokens // 2; at most max_mamba_cache_size 94 // the state slots a request takes")
+    assert line in text
+    # a model without a state pool keeps the plain line
+    code, out, _ = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine-rules", "sglang"], capsys)
+    assert code == 0 and "max_mamba_cache_size" not in out
+
+
+@pytest.mark.parametrize("args", [["--tp", "0"], ["--tp", "-2"], ["--pp", "0"], ["--tp", "3"]])
+def test_bad_parallel_degrees_are_one_line_under_sglang(args, capsys):
+    """calc --engine-rules sglang checks --tp / --pp before SGLang's no-KV-memory rule divides the weights by them
+    (--tp 0 was a ZeroDivisionError traceback): one line, exit 2, as under vLLM's rules."""
+    code, _, err = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine-rules", "sglang", *args], capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{args[0]}: {args[1]} is not allowed" in err
+
+
+def test_readme_names_every_mirrored_state_pool_architecture():
+    """README's SGLang paragraph on the state pool names every architecture kvdash mirrors it for
+    (kvdash.engines.sglang.MAMBA_MIRRORED_ARCHS), and LFM2-MoE among the no-buffer ones (// 3)."""
+    from pathlib import Path
+
+    from kvdash.engines import sglang
+
+    names = {"NemotronHForCausalLM": "Nemotron-H", "Qwen3NextForCausalLM": "Qwen3-Next",
+             "GraniteMoeHybridForCausalLM": "Granite-4.0-H", "FalconH1ForCausalLM": "Falcon-H1",
+             "Lfm2ForCausalLM": "LFM2", "Lfm2MoeForCausalLM": "LFM2-MoE",
+             "Qwen3_5ForConditionalGeneration": "Qwen3.5", "Qwen3_5MoeForConditionalGeneration": "Qwen3.5",
+             "Qwen3_5ForCausalLM": "text-only classes", "Qwen3_5MoeForCausalLM": "text-only classes"}
+    assert set(names) == set(sglang.MAMBA_MIRRORED_ARCHS)
+    text = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    para = text.split("hybrids SGLang builds a state pool for (", 1)[1].split("_mamba_radix_cache_resolution", 1)[0]
+    for arch, name in names.items():
+        assert name in para, arch
+    assert "// 3 for LFM2 and LFM2-MoE" in para
+
+
+def test_budget_line_takes_the_mamba_pool_off():
+    """The budget line's equation holds for a model with a state pool: Qwen3-Next-80B on an H200 at TP 1 (weights 0,
+    test_mamba_pool_qwen3_next_on_h200_by_hand): 71,184,984,047 B = free after weights - free before x (1 - 0.903)
+    - 828 state slots x 77,266,944 B; it named the first two terms only (136 GB against 71 GB)."""
+    from kvdash.core.model import load_config
+    from kvdash.engines import sglang
+
+    arch = load_config("tests/data/configs/qwen3-next-80b-a3b-thinking/config.json")
+    p = sglang.plan(arch, 143_771, 1, "bf16", 142_747 * 2**20, 0)
+    line = next(x for x in p.lines if x.startswith("budget "))
+    assert line.startswith("budget 71,184,984,047 B = free after weights 149,681,078,272 - free before weights "
+                           "149,681,078,272 x (1 - 0.903) - 828 state slots x 77,266,944 B (the mamba pool, below)")
+    rest = 149_681_078_272 - 149_681_078_272 * (1 - 0.903) - 828 * 77_266_944
+    assert rest == pytest.approx(71_184_984_047, rel=1e-8)
+    # no state pool: the line is as before
+    plain = sglang.plan(load_config("tests/data/configs/qwen3-8b/config.json"), 143_771, 1, "bf16", 142_747 * 2**20, 0)
+    assert "state slots" not in next(x for x in plain.lines if x.startswith("budget "))
+
+
+def test_comparison_counts_held_back_memory_as_vllms_figure_does(capsys):
+    """Llama-3.1-70B, 8 x H200: the comparison's held-back figures are counted alike, GPU total - weights per rank -
+    the KV budget: vLLM 0.33's 150,754,820,096 - 17,650,000,000 - 114,505,346,781 = 17.32 GiB and SGLang's
+    150,754,820,096 - 17,650,000,000 - 116,015,203,024 = 17,089,617,072 B = 15.92 GiB (the sweep's
+    engine_held_back_bytes), which is 1 GiB of CUDA context + (1 - 0.893) x the free memory before the weights;
+    it said 14.92 GiB, leaving the 1 GiB out of SGLang's side only, so SGLang seemed to keep 2.4 GiB less while
+    holding 1.3 % more tokens."""
+    code, out, _ = run(["calc", "--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "8", "--engine-rules", "sglang",
+                        "--json"], capsys)
+    assert code == 0
+    v = json.loads(out)["sglang_view"]
+    # to SGLang's GB-float arithmetic in _profile_available_bytes (127 B here)
+    assert v["held_back_bytes"] == pytest.approx(150_754_820_096 - 17_650_000_000 - 116_015_203_024, abs=1024)
+    assert "SGLang keeps 15.92 GiB per rank out of the KV cache (1 GiB of CUDA context and NCCL buffers + (1 - " \
+           "mem_fraction_static 0.893) x the free memory before the weights" in v["comparison"]
+    assert "vLLM 0.33 keeps 17.32 GiB" in v["comparison"]
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    assert "SGLang keeps 15.92 GiB per rank out of the KV cache ..., vLLM 0.33 keeps 17.32 GiB" in readme
+>>>>>>> hrev

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,14 @@ def test_agreement_counts_match_readme():
     assert f"{len(cases):,} cases" in text
     assert f"{len(mirrored):,} planned by SGLang and by kvdash" in text
     assert f"{len(refused):,} refused by SGLang" in text
+    # the breakdown of SGLang's refusals ("562 refused by SGLang (192: ...; 192: ...; 114: ...; 64: ...). kvdash")
+    # adds up to the count it breaks down
+    flat = " ".join(text.split())
+    head = f"{len(ok):,} planned by SGLang 0.5.23, {len(refused):,} refused by SGLang ("
+    assert head in flat
+    inner = flat.split(head, 1)[1].split("). kvdash", 1)[0]
+    parts = [int(n.replace(",", "")) for n in re.findall(r"(?:^|; )([\d,]+): ", inner)]
+    assert len(parts) >= 2 and sum(parts) == len(refused), (parts, inner)
 
 
 def test_worked_example_llama_70b_tp8_h200():

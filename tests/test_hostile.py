@@ -654,5 +654,6 @@ def test_a_host_whose_gpu_figures_are_all_n_a_shows_n_a_not_zero(capsys):
     assert 0 == code, err
     assert "0/0" not in out
     host_row = next(line for line in out.splitlines() if "n/a/n/a" in line)
-    assert "GPU" not in host_row or "1" in host_row
+    cells = [c.strip() for c in host_row.split("\u2502")[1:-1]]  # host, status, GPUs, used/total GiB, ...
+    assert cells[2:4] == ["1", "n/a/n/a"], cells  # the host still counts its GPU; only the memory is n/a
     assert "n/a/n/a GiB used (0 of 1 report)" in out

@@ -33,9 +33,10 @@ def test_committed_report_is_byte_identical(grid, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("grid", SWEEPS, ids=[p.stem for p in SWEEPS])
 def test_committed_markdown_is_concise(grid):
-    """Each shipped report.md stays within 12,550 characters (results.csv / .parquet keeps every figure); the
-    engine-caps line and the running_requests column of issue 23 took it past the old 12,000, and the block size
-    a grid leaves to the engine, named with the size it resolves to (``block_size auto (vLLM's choice, 16)``,
-    22 characters more than ``block_size 16``), past 12,500."""
+    """Each shipped report.md stays within 12,600 characters (results.csv / .parquet keeps every figure); the
+    engine-caps line and the running_requests column of issue 23 took it past the old 12,000; the block size a
+    grid leaves to the engine, named with the size it resolves to (``block_size auto (vLLM's choice, 16)``, 22
+    characters more than ``block_size 16``), and SGLang's cap named in its own term (max_running_requests, not
+    max_num_seqs) took engines/report.md past 12,500."""
     text = (REPO / "reports" / grid.stem / "report.md").read_text(encoding="utf-8")
-    assert len(text) <= 12_550, f"{grid.stem}/report.md has {len(text):,} characters"
+    assert len(text) <= 12_600, f"{grid.stem}/report.md has {len(text):,} characters"

@@ -147,3 +147,20 @@ def test_sparse_mla_figures_vllm_gave():
         got["bf16"]["num_gpu_blocks"], got["bf16"]["max_concurrency"], got["bf16"]["page_bytes"])
     assert (4188, 130.875, {"mla": 41984, "indexer": 8448}) == (
         got["fp8"]["num_gpu_blocks"], got["fp8"]["max_concurrency"], got["fp8"]["page_bytes"])
+
+
+def test_fp8_latent_not_a_multiple_of_128_names_the_option_and_the_rank(tmp_path, capsys):
+    """A sparse-MLA config whose kv_lora_rank (500) is not a multiple of 128 with --kv-dtype fp8: one line that names
+    the option (--kv-dtype, not the internal 'kv_dtype'), the rank and what to use instead."""
+    from tests.cli_run import run
+
+    cfg = json.loads((CONFIGS / "deepseek-v3.2" / "config.json").read_text())
+    cfg["kv_lora_rank"] = 500
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    code, _, err = run(["calc", "--config", path, "--budget", "40GiB", "--block-size", "64", "--kv-dtype", "fp8"],
+                       capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("kvdash: error: --kv-dtype: 'fp8_ds_mla' is not allowed; needs kv_lora_rank divisible by "
+                          "128, and this model's is 500")
+    assert "use bf16" in err

@@ -193,3 +193,35 @@ def test_pure_mamba_sglang_row_is_refused_in_one_line(tmp_path, capsys):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "| codestral | 8 x h200 | bf16 | SGLang 0.5.23's pool for this attention-free model is its state slots " \
            "(max_mamba_cache_size " in md
+
+
+def test_best_pick_names_sglangs_cap_in_its_words(tmp_path, capsys):
+    """sweeps/engines.yaml: the best chat point is gpt-oss-120b under SGLang, capped at 4,096 running requests; the
+    summary names that cap max_running_requests (SGLang's resolve_max_num_reqs), not vLLM's max_num_seqs, and a vLLM
+    best point keeps max_num_seqs."""
+    out = tmp_path / "engines"
+    code, _, err = run(["sweep", Path(__file__).resolve().parent.parent / "sweeps" / "engines.yaml", "--out", out,
+                        "-q"], capsys)
+    assert code in (0, None), err
+    text = (out / "report.md").read_text()
+    assert "best is gpt-oss-120b, sglang, 8 x h200 with 512.0 running_requests_per_gpu (4,096 run at once on 8 " \
+           "GPUs: 7,388 fit, max_running_requests 4,096)" in text
+    assert "best is gpt-oss-120b, vllm, 8 x h200 with 128.0 running_requests_per_gpu (1,024 run at once on 8 GPUs: " \
+           "1,625 fit, max_num_seqs 1,024)" in text
+
+
+def test_sparse_mla_grid_writes_its_report(tmp_path, capsys):
+    """A grid of DeepSeek-V3.2 (sparse MLA) at block sizes vLLM takes (64, 128): the report's model tables size a
+    token at sparse MLA's block of 64, not the default 16 that vLLM refuses for it (the sweep stopped at
+    "--block-size: 16 is not allowed" after every point was computed).  One rank: 61 layers x (576 x 2 B + 132 B of
+    indexer keys) = 78,324 B per token; SGLang's page is 64 whatever the grid's block size."""
+    grid = tmp_path / "dsa.yaml"
+    grid.write_text(f"title: DSA\nmodels:\n  - name: dsa\n    config: {CONFIGS / 'deepseek-v3.2' / 'config.json'}\n"
+                    "    weights: 690GB\ngrid:\n  gpu: [h200]\n  tp: [8]\n  block_size: [64, 128]\n"
+                    "  engine: [vllm, sglang]\n")
+    code, _, err = run(["sweep", grid, "--out", tmp_path / "out", "-q"], capsys)
+    assert code in (0, None), err
+    rows = _rows(tmp_path / "out" / "results.csv")
+    assert [(r["engine"], r["block_size"]) for r in rows] == [("vllm", "64"), ("sglang", "64"), ("vllm", "128"),
+                                                               ("sglang", "64")]
+    assert "78,324" in (tmp_path / "out" / "report.md").read_text()

@@ -382,3 +382,21 @@ def test_async_scheduling_delays_arrivals(sim):
     assert times[s.first_seg].tolist() == pytest.approx([1.0, 5.0])
     s = go(np.array([10, 10]), np.array([2, 5]), arrivals_s=np.array([0.0, 3.5]))
     assert (s.times(c)[s.first_seg] - np.array([0.0, 3.5])).tolist() == pytest.approx([1.0, 1.0])
+
+
+@pytest.mark.parametrize("option", ["--max-num-seqs", "--max-batched-tokens"])
+def test_time_refuses_zero_engine_caps(option, capsys):
+    """simulate --time: 0 for vLLM's max_num_seqs / max_num_batched_tokens is refused in one line, exit 2 (it was
+    read as "not given" and the GPU's default used silently)."""
+    code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h200", "--time", "--requests", "50", option,
+                        "0"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert f"{option}: 0 is not allowed; expected a positive integer" in err
+
+
+def test_time_rate_refusal_names_its_unit(capsys):
+    """--rate is requests per second under --time and per step otherwise: its refusal says which."""
+    code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h200", "--time", "--rate", "-1"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "expected a positive number of requests per second (--time)" in err
+    code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--rate", "0"], capsys)
+    assert code == 2 and "expected a positive number of requests per step" in err

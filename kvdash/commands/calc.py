@@ -324,8 +324,10 @@ def sglang_fits(spec: Any, arch: Any, tp: int, pp: int, kv_dtype: str, block_siz
     would word it; where SGLang plans but vLLM 0.33's budget (calc's answer) has no memory, the line says both."""
     from kvdash.answer.budget import budget_gpu, resolve_budget
     from kvdash.core import formulas as f
+    from kvdash.core.pool import check_parallel
     from kvdash.engines import sglang
 
+    check_parallel(arch, tp, pp)  # --tp 0 is refused in one line here, as calc's answer would, not divided by
     total, _, _ = budget_gpu(spec)
     if total is None or pp != 1 or (spec.weights is None and not arch.weights_known):
         return  # a declared budget, PP or unknown weights: sglang_view / resolve_budget say why, as before
@@ -341,6 +343,8 @@ def sglang_fits(spec: Any, arch: Any, tp: int, pp: int, kv_dtype: str, block_siz
     except sglang.NotMirrored:
         return  # SGLang's pool is not mirrored for this model: vLLM's budget says why the weights do not fit
     except InputError as exc:
+        if exc.field == "--model":  # SGLang cannot build the model at all: not a matter of memory
+            raise InputError("--engine-rules", "sglang", exc.allowed) from exc
         raise InputError(field, value, exc.allowed) from exc
     raise InputError(field, value, f"SGLang {sglang.VERSION} would start ({p.startup_line()}...) but vLLM 0.33's "
                      "budget, which calc's answer and the comparison are built on, leaves no KV memory here: "
@@ -382,7 +386,9 @@ def sglang_lines(s: dict, brief: bool = False) -> list[str]:
            *(f"  {line}" for line in s["lines"]),
            f"  cell: {s['cell']}",
            f"  max_running_requests {s['max_running_requests']:,} (resolve_max_num_reqs: int(tokens / context_len "
-           f"{s['context_len']:,} x 512) within 2,048..4,096, at most tokens // 2)",
+           f"{s['context_len']:,} x 512) within 2,048..4,096, at most tokens // 2"
+           + (f"; at most max_mamba_cache_size {s['max_mamba_cache_size']:,} // the state slots a request takes, "
+              "as the mamba pool line says" if s.get("max_mamba_cache_size") else "") + ")",
            f"  SGLang {s['version']} would log: {s['log_line']}"]
     if "comparison" in s:
         out.append(s["comparison"])

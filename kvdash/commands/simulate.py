@@ -135,7 +135,8 @@ def simulate(
     if not 0 <= seed < 2**63:
         raise InputError("--seed", _short(seed), "expected 0 to 2^63 - 1")
     if not (math.isfinite(rate) and rate > 0):
-        raise InputError("--rate", rate, "expected a positive number of requests per step")
+        raise InputError("--rate", rate, "expected a positive number of requests per "
+                         + ("second (--time)" if time_model else "step"))
     if not (math.isfinite(latency_bound) and latency_bound > 1):
         raise InputError("--latency-bound", latency_bound, "expected more than 1 step per output token")
     if not (math.isfinite(watermark) and 0 <= watermark < 1):

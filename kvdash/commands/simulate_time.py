@@ -58,8 +58,8 @@ def main(o: dict[str, Any]) -> None:
                        weight_basis="--weights")
     mc = model_compute(cfg, arch, tp, o["weight_format"], None, o["kv_dtype"])
     seqs_d, tokens_d = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
-    seqs = o["max_num_seqs"] or seqs_d
-    batched = o["max_batched_tokens"] or tokens_d
+    seqs = seqs_d if o["max_num_seqs"] is None else o["max_num_seqs"]  # 0 is refused below, not the default
+    batched = tokens_d if o["max_batched_tokens"] is None else o["max_batched_tokens"]
     for name, value in (("--max-num-seqs", seqs), ("--max-batched-tokens", batched)):
         if value < 1:
             raise InputError(name, value, "expected a positive integer")

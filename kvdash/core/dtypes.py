@@ -75,5 +75,7 @@ def fp8_ds_mla_token_bytes(kv_lora_rank: int, qk_rope_head_dim: int) -> int:
     656
     """
     if kv_lora_rank % 128:
-        raise InputError("kv_dtype", "fp8_ds_mla", "needs kv_lora_rank divisible by 128")
+        raise InputError("--kv-dtype", "fp8_ds_mla", f"needs kv_lora_rank divisible by 128, and this model's is "
+                         f"{kv_lora_rank}: vLLM's fp8_ds_mla layout (what fp8 is on sparse MLA) keeps one fp32 scale "
+                         "per 128 latent elements; use bf16")
     return kv_lora_rank + SCALE_BYTES * (kv_lora_rank // 128) + 2 * qk_rope_head_dim

@@ -59,6 +59,7 @@ from decimal import Decimal
 from typing import Any
 
 from kvdash.core.arch import Architecture
+from kvdash.core.dtypes import fp8_ds_mla_token_bytes
 from kvdash.core.pool import PoolShape, check_positive
 from kvdash.engines.base import Budget, Caps, Gpu, Settings
 from kvdash.errors import InputError
@@ -581,6 +582,8 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
              f"GPU tier {f.tier} (arg_groups/memory_hook.py handle_gpu_memory_settings)"),
              f"budget {available:,} B = free after weights {free_after:,} - free before weights {free_before:,} x "
              f"(1 - {f.value})" + (f" - {mm.reservation_mib:,} MiB multimodal" if mm else "")
+             # a state pool comes off the same rest before the KV pool is sized (_handle_max_mamba_cache)
+             + (f" - {mamba_slots + 1:,} state slots x {per_req:,} B (the mamba pool, below)" if mamba_slots else "")
              + " (mem_cache/kv_cache_configurator.py _profile_available_bytes)"]
     if mm is not None:
         lines[1:1] = list(mm.text)
@@ -647,7 +650,8 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
             if mla.kv_lora_rank % DSA_QUANT_BLOCK:
                 raise InputError("--kv-dtype", kv_dtype, f"SGLang {VERSION} refuses: kv_lora_rank "
                                  f"{mla.kv_lora_rank} must be multiple of quant_block_size {DSA_QUANT_BLOCK}")
-            latent = mla.kv_lora_rank + mla.kv_lora_rank // DSA_QUANT_BLOCK * 4 + mla.qk_rope_head_dim * DSA_ROPE_BYTES
+            # the layout is vLLM's fp8_ds_mla, byte for byte: one formula for both engines
+            latent = fp8_ds_mla_token_bytes(mla.kv_lora_rank, mla.qk_rope_head_dim)
             latent_text = (f"fp8 latent: kv_lora_rank {mla.kv_lora_rank} + {mla.kv_lora_rank // DSA_QUANT_BLOCK} "
                            f"scales x 4 + qk_rope_head_dim {mla.qk_rope_head_dim} x {DSA_ROPE_BYTES} (bf16) = "
                            f"{latent} B")
@@ -796,7 +800,9 @@ def view(arch: Architecture, gpu_memory: int, tp: int, kv_dtype: str, weights_pe
         p = plan(arch, gpu_mib, tp, kv_dtype, free_before, weights_per_rank, page_size)
     except InputError as exc:  # NotMirrored, or what SGLang refuses: the reason, in one line
         return {"version": VERSION, "refused": exc.allowed}
-    held_back = free_before * (1 - p.fraction.value)
+    # what a rank keeps out of weights and KV, as vLLM's figure beside it counts it (GPU total - weights - KV
+    # budget): the CUDA context and NCCL buffers assumed before the weights, and (1 - fraction) of the free memory
+    held_back = CONTEXT_BYTES + free_before * (1 - p.fraction.value)
     out: dict[str, Any] = {
         "version": VERSION, "mem_fraction_static": p.fraction.value, "reserved_mib": p.fraction.reserved_mib,
         "fraction_terms": [{"name": n, "mib": v} for n, v in p.fraction.terms], "gpu_tier": p.fraction.tier,
@@ -825,7 +831,8 @@ def view(arch: Architecture, gpu_memory: int, tp: int, kv_dtype: str, weights_pe
         out["comparison"] = (
             f"SGLang {VERSION} holds {p.max_total_num_tokens:,} tokens per rank where {label} holds {tokens:,} "
             f"({'+' if diff >= 0 else ''}{pct:.1f} %): SGLang keeps {held_back / GIB:.2f} GiB per rank out of the KV "
-            f"cache ((1 - mem_fraction_static {p.fraction.value}) x the free memory before the weights, its default "
+            f"cache ({CONTEXT_BYTES / GIB:g} GiB of CUDA context and NCCL buffers + (1 - mem_fraction_static "
+            f"{p.fraction.value}) x the free memory before the weights, its default "
             f"for this GPU at TP {tp}), {label} keeps {vllm_kept / GIB:.2f} GiB ({vllm.get('why', '')})"
             + ("" if not vllm.get("bytes_per_token") or int(vllm["bytes_per_token"]) == round(p.cell_bytes) else
                f"; and a token takes {p.cell_bytes:,.1f} B in SGLang's pool against {int(vllm['bytes_per_token']):,} B "

@@ -114,14 +114,16 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
         text = (f"**{w}**: best is {labels(best, skip=skip)} with {_objective_value(o.metric, best[o.metric])} "
                 f"{o.metric}")
         capped = best["running_requests"] < best["paged_requests"]
+        # the cap by its engine's name: SGLang's is max_running_requests (resolve_max_num_reqs), vLLM's max_num_seqs
+        cap = "max_running_requests" if best.get("engine") == "sglang" else "max_num_seqs"
         per_gpu = o.metric in ("paged_requests_per_gpu", "running_requests_per_gpu")
         if o.metric not in ("paged_requests", "running_requests") and (not per_gpu or best["gpus"] > 1 or capped):
             gpus = f"{best['gpus']} GPU{'s' if best['gpus'] > 1 else ''}"
             text += (f" ({best['running_requests']:,} run at once on {gpus}: {best['paged_requests']:,} fit, "
-                     f"max_num_seqs {best['max_num_seqs']:,})" if capped else
+                     f"{cap} {best['max_num_seqs']:,})" if capped else
                      f" ({best['running_requests']:,} requests on {gpus})")
         elif o.metric == "running_requests" and capped:
-            text += f" ({best['paged_requests']:,} fit, max_num_seqs {best['max_num_seqs']:,})"
+            text += f" ({best['paged_requests']:,} fit, {cap} {best['max_num_seqs']:,})"
         margins = []
         for g in spec.gates:
             one = pl.DataFrame([best]).select(scope_expr(g).alias("s"), slack_expr(g).alias("m")).row(0)

@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from kvdash.engines.vllm import rank_shapes
+from kvdash.engines.vllm import SPARSE_BLOCK, is_sparse_mla, rank_shapes
 from kvdash.report.labels import Labels, gib
 from kvdash.sweep.claims import TIMED, Frame, Verdict, judge_all
 from kvdash.sweep.columns import GPUS_PER_NODE
@@ -73,13 +73,19 @@ def _prefix_cache(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
             "curve_rows": curve_rows, "tier_rows": tier_rows, "curve": curve}
 
 
+def _model_shape(arch: Any) -> Any:
+    """The model tables' one-rank shape: at vLLM's default block of 16, or 64 for sparse MLA (DeepSeek-V3.2, GLM-5),
+    whose backends take no block of 16 (:func:`kvdash.engines.vllm.check_sparse_block`)."""
+    return rank_shapes(arch, block_size=SPARSE_BLOCK if is_sparse_mla(arch) else 16)[0]
+
+
 def _models_short(spec: GridSpec) -> list[list[str]]:
     """The Markdown report's model table: what decides the KV bytes (the HTML report has the sources)."""
     rows = []
     for name, entry in spec.models.items():
         arch = entry.arch
         rows.append([name, arch.pattern(), f"{arch.kv_heads} x {arch.head_dim}",
-                     f"{rank_shapes(arch)[0].bytes_per_token:,}",
+                     f"{_model_shape(arch).bytes_per_token:,}",
                      f"{arch.weight_bytes / 1e9:,.1f} GB" if arch.weight_bytes else "not given"])
     return rows
 
@@ -88,7 +94,7 @@ def _models(spec: GridSpec) -> list[list[str]]:
     rows = []
     for name, entry in spec.models.items():
         arch = entry.arch
-        shape = rank_shapes(arch)[0]
+        shape = _model_shape(arch)
         rows.append([name, arch.source.replace(str(spec.path.parent) + "/", ""), f"{arch.num_layers}", arch.pattern(),
                      f"{arch.num_attention_heads}", f"{arch.kv_heads}", f"{arch.head_dim}", f"{arch.max_context:,}",
                      f"{shape.bytes_per_token:,}",
