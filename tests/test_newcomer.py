@@ -275,8 +275,8 @@ def test_check_says_which_files_of_an_earlier_run_it_removed(tmp_path, capsys):
 
 
 def test_gpu_presets_read_vendor_figures_one_way():
-    """Advertised sizes are GB = 10^9 B (h20: 96 GB = 96,000,000,000 B; b200 and mi300x: 192 GB =
-    192,000,000,000 B); NVML figures are MiB = 2^20 B (h100-80gb: 81,559 MiB = 85,520,809,984 B)."""
+    """Advertised sizes are GB = 10^9 B (b200 and mi300x: 192 GB = 192,000,000,000 B); NVML / nvidia-smi figures
+    are MiB = 2^20 B (h100-80gb: 81,559 MiB = 85,520,809,984 B; h20: 97,871 MiB = 102,625,181,696 B)."""
     from kvdash.core.gpus import gpu_presets
 
     presets = gpu_presets()
@@ -288,5 +288,5 @@ def test_gpu_presets_read_vendor_figures_one_way():
             assert "nvml" == gpu.basis
             mib = int(gpu.detail.split(" MiB")[0].replace(",", ""))
             assert mib * 2**20 == gpu.memory_bytes, key
-    assert (96_000_000_000, 192_000_000_000, 192_000_000_000, 85_520_809_984) == tuple(
+    assert (102_625_181_696, 192_000_000_000, 192_000_000_000, 85_520_809_984) == tuple(
         presets[k].memory_bytes for k in ("h20", "b200", "mi300x", "h100-80gb"))

@@ -152,12 +152,14 @@ def test_sglang_activation_rule_of_thumb_is_judged(tmp_path, capsys):
 def test_minimax_400k_claims_scoped_by_an_engine_grid(tmp_path, capsys):
     """The vLLM recipe (MiniMax/MiniMax-M2.md) and MiniMax-M2.5's SGLang deploy guide both say 4 GPUs of 96 GB hold
     a total KV cache of 400K tokens; kvdash judges each on its engine's rows, MiniMax-M2.5 (the recipe's example,
-    220 GB of weights as it says) at TP 4 on an H20 (96,000,000,000 B):
-    * SGLang 0.5.23: tier 60-90 GiB at TP 4, reserve 512 + 12,288 + 512 + 2 x 512 + 58 x 8 = 14,800 MiB, fraction
-      round((91,552.7 - 14,800) / 91,552.7, 3) = 0.838; cell max(1, 8 // 4) = 2 KV heads x 256 x 62 x 2 B = 63,488 B;
-      386,658 tokens (the SGLang view, checked against SGLang's code in test_conformance_sglang.py);
-    * vLLM 0.33: 429,632 tokens with the default reserve auto.
-    Both inside 350,000-450,000 (400K to the nearest 100K): holds."""
+    220 GB of weights as it says) at TP 4 on an H20 (97,871 MiB = 102,625,181,696 B, as nvidia-smi reports it):
+    * SGLang 0.5.23: tier 90-160 GiB, reserve 512 + 12,288 + 512 + 2 x 512 + 58 x 8 = 14,800 MiB, fraction
+      round((97,871 - 14,800) / 97,871, 3) = round(0.84878, 3) = 0.849; cell max(1, 8 // 4) = 2 KV heads x 256 x 62
+      x 2 B = 63,488 B; 491,701 tokens (the SGLang view, checked against SGLang's code in test_conformance_sglang.py);
+    * vLLM 0.33: 525,648 tokens with the default reserve auto.
+    Both above 350,000-450,000 (400K to the nearest 100K): the claims understate what a real H20 holds, so both are
+    contradicted (above).  With the advertised 96 GB read as 96 x 10^9 B (89.4 GiB, the preset before 2026-12-06)
+    both held (386,658 and 429,632): the verdict turns on the card's real memory."""
     grid = tmp_path / "minimax.yaml"
     grid.write_text("title: MiniMax\nclaims: [vllm-minimax-m2-400k-4x96g, sglang-minimax-m2-400k-4x96g]\nmodels:\n"
                     f"  - name: minimax-m2.5\n    config: {CONFIGS / 'minimax-m2.5' / 'config.json'}\n"
@@ -165,17 +167,18 @@ def test_minimax_400k_claims_scoped_by_an_engine_grid(tmp_path, capsys):
     code, _, err = run(["sweep", grid, "--out", tmp_path / "out", "-q"], capsys)
     assert code in (0, None), err
     rows = _rows(tmp_path / "out" / "results.csv")
-    assert [(r["engine"], r["engine_kv_cache_tokens"]) for r in rows] == [("vllm", "429632"), ("sglang", "386658")]
+    assert [(r["engine"], r["engine_kv_cache_tokens"]) for r in rows] == [("vllm", "525648"), ("sglang", "491701")]
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "| 350,000 to 450,000 | 429,632 | **holds (1/1)** |" in md
-    assert "| 350,000 to 450,000 | 386,658 | **holds (1/1)** |" in md
-    # the SGLang guide launches with --mem-fraction-static 0.85: 404,601 tokens, inside the range too
+    assert "| 350,000 to 450,000 | 525,648 | **contradicted (0/1)** | above;" in md
+    assert "| 350,000 to 450,000 | 491,701 | **contradicted (0/1)** | above;" in md
+    # the SGLang guide launches with --mem-fraction-static 0.85: 493,301 tokens, above the range too
     from kvdash.core.model import load_config
     from kvdash.engines import sglang
 
     arch = load_config(CONFIGS / "minimax-m2.5" / "config.json")
-    p = sglang.plan(arch, 96_000_000_000 / 2**20, 4, "bf16", 96_000_000_000 - 2**30, 55_000_000_000, fraction=0.85)
-    assert (p.cell_bytes, p.max_total_num_tokens) == (63_488, 404_601)
+    h20 = 97_871 * 2**20
+    p = sglang.plan(arch, 97_871, 4, "bf16", h20 - 2**30, 55_000_000_000, fraction=0.85)
+    assert (p.cell_bytes, p.max_total_num_tokens) == (63_488, 493_301)
 
 
 def test_pure_mamba_sglang_row_is_refused_in_one_line(tmp_path, capsys):
