@@ -299,7 +299,6 @@ def test_live_sglang_rules_dsa_page_and_no_class(capsys):
     assert "SGLang 0.5.23 refuses this model: FalconForCausalLM has no SGlang implementation" in err
 
 
-<<<<<<< HEAD
 def test_calc_on_a_config_only_sglang_serves(capsys):
     """Ministral-3-3B-2512 and ERNIE-4.5-0.3B's first release: vLLM 0.33 refuses both, so calc (built on vLLM's
     figures) stops under --engine-rules sglang too, in one line that keeps vLLM's reason and adds SGLang 0.5.23's
@@ -336,7 +335,8 @@ def test_live_sglang_rules_read_configs_only_sglang_serves(capsys):
         assert (kv["block_size"], kv["token_slots"], kv["ranks"][0]["budget_bytes"]) == (1, slots, budget)
         code, _, err = run(args, capsys)
         assert code == 2 and err.count("\n") == 1 and "vLLM 0.33" in err
-=======
+
+
 def test_no_class_without_kv_memory_names_the_engine_rules_not_the_weights(capsys):
     """calc --engine-rules sglang where vLLM's budget leaves no KV memory and SGLang has no class for the model
     (Jamba-1.5-Mini's 104 GB at TP 1 on an H100): the refusal is the model's, so it names --engine-rules sglang, not
@@ -435,4 +435,3 @@ def test_comparison_counts_held_back_memory_as_vllms_figure_does(capsys):
     assert "vLLM 0.33 keeps 17.32 GiB" in v["comparison"]
     readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
     assert "SGLang keeps 15.92 GiB per rank out of the KV cache ..., vLLM 0.33 keeps 17.32 GiB" in readme
->>>>>>> hrev

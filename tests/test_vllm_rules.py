@@ -191,7 +191,7 @@ class TestSchedulerCaps:
         # >= 70 GiB and "a100" not in the device name: 1,024 / 8,192
         ("h200", 1024, 8192),  # 143,771 MiB = 140.4 GiB
         ("h100-80gb", 1024, 8192),  # 81,559 MiB = 79.6 GiB
-        ("h20", 1024, 8192),  # 97,871 MiB = 95.6 GiB (vLLM's own run had the advertised 96e9 B = 89.4 GiB patched in: the same tier)
+        ("h20", 1024, 8192),  # 97,871 MiB = 95.6 GiB (the rules run patched in 96e9 B: same tier)
         # otherwise 256 / 2,048
         ("a100-80gb", 256, 2048),  # 80 GiB, but an A100 (vLLM PR 17885: larger batches slow A100s down)
         ("a100-40gb", 256, 2048),
