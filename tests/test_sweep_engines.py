@@ -228,3 +228,18 @@ def test_sparse_mla_grid_writes_its_report(tmp_path, capsys):
     assert [(r["engine"], r["block_size"]) for r in rows] == [("vllm", "64"), ("sglang", "64"), ("vllm", "128"),
                                                                ("sglang", "64")]
     assert "78,324" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_grid_every_point_of_which_sglang_refuses_is_one_line(tmp_path, capsys):
+    """Review finding 17: a grid with ``engine: [sglang]`` whose every point SGLang refuses (LFM2-8B-A1B at page 16:
+    ``Lfm2MoeForCausalLM`` has no mamba extra buffer, so no_buffer, which takes only page_size=1) wrote an empty
+    report, "0 points (no reserve: declared KV budgets)", exit 0, and SGLang's reason nowhere.  Now one line naming
+    grid.engine and SGLang's own reason, exit 2, and no output folder."""
+    grid = tmp_path / "lfm2.yaml"
+    grid.write_text(f"title: LFM2-MoE\nmodels:\n  - name: lfm2-moe\n    config: "
+                    f"{CONFIGS / 'lfm2-8b-a1b' / 'config.json'}\n    weights: 16.7GB\n"
+                    "grid:\n  gpu: [h200]\n  block_size: [16]\n  engine: [sglang]\n")
+    code, _, err = run(["sweep", grid, "--out", tmp_path / "out", "-q"], capsys)
+    assert 2 == code and 1 == err.count("\n")
+    assert "grid.engine" in err and "no_buffer only supports page_size=1" in err
+    assert not (tmp_path / "out").exists()

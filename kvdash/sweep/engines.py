@@ -33,6 +33,7 @@ import polars as pl
 from kvdash.core import formulas as f
 from kvdash.core.gpus import gpu_presets
 from kvdash.core.point import point_metrics, workload_inputs
+from kvdash.errors import InputError
 from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
 from kvdash.sweep.gridfile import GridSpec
 
@@ -233,6 +234,12 @@ def add_engines(spec: GridSpec, frame: pl.DataFrame) -> tuple[pl.DataFrame, list
     order = [name for name, _, _ in RESULT_COLUMNS] + [name for name, _, _ in engine_columns(spec)]
     order.remove("engine_held_back_bytes")
     out = pl.concat([p.select(*order, "_src", "_rank") for p in parts]).sort("_src", "_rank", maintain_order=True)
+    if out.height == 0 and n and refusals:  # every point refused by the only engine asked: say why, write nothing
+        r = refusals[0]
+        more = f" (and {len(refusals) - 1:,} more setups)" if len(refusals) > 1 else ""
+        raise InputError("grid.engine", ", ".join(spec.engines),
+                         f"an engine whose rules plan at least one point: SGLang's rules refuse every point, e.g. "
+                         f"{r['model']} {r['kv_dtype']} TP {r['tp']} PP {r['pp']} on {r['gpu']}: {r['reason']}{more}")
     return _held_back(spec, out.drop("_src", "_rank")), refusals
 
 
