@@ -256,15 +256,7 @@ class TestNewTypes:
         (group_size_for([6, 10])): 1 full + 2 state = 3; 12 GiB / (16 x 2,048 x 6) = 65,536 blocks; a 2,048-token
         request takes 128 + 2 x 2 (align mode, no prefill checkpoint) = 132 -> 496.48x (1 block per state group
         with prefix caching off: 130 -> 504.12x)."""
-        arch = config("lfm2-1.2b")
-        assert ("6 full + 10 short_conv(short_conv)", 8, 64) == (arch.pattern(), arch.kv_heads, arch.head_dim)
-        assert 8_192 == state_page_bytes("short_conv", arch.state_layers[0].state, 1, 2, 2)
-        r = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048))
-        assert (16, 65_536, 3) == (r["pool"]["block_size"], r["vllm_view"]["num_gpu_blocks"],
-                                   r["vllm_view"]["kv_cache_groups"])
-        assert r["vllm_view"]["log_lines"][0].endswith("496.48x")
-        off = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048, prefix_caching=False))
-        assert off["vllm_view"]["log_lines"][0].endswith("504.12x")
+        _check_short_conv(config("lfm2-1.2b"), "6 full + 10 short_conv(short_conv)", 3, "496.48x", "504.12x")
 
     def test_lfm2_moe_short_conv_width_is_hidden_size(self):
         """LFM2-8B-A1B (``lfm2_moe``): vLLM 0.33's lfm2_moe.py builds each short-conv layer as
@@ -278,16 +270,8 @@ class TestNewTypes:
         conformance/vllm/expected.json ``lfm2-8b-a1b``)."""
         arch = config("lfm2-8b-a1b")
         assert "conv_dim" not in json.loads((CONFIGS / "lfm2-8b-a1b" / "config.json").read_text())
-        assert ("6 full + 18 short_conv(short_conv)", 8, 64) == (arch.pattern(), arch.kv_heads, arch.head_dim)
         assert (2_048, 3) == arch.state_layers[0].state
-        assert 8_192 == state_page_bytes("short_conv", arch.state_layers[0].state, 1, 2, 2)
-        r = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048))
-        assert (16, 65_536, 4) == (r["pool"]["block_size"], r["vllm_view"]["num_gpu_blocks"],
-                                   r["vllm_view"]["kv_cache_groups"])
-        assert r["vllm_view"]["log_lines"][0].endswith("489.07x")
-        off = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048, prefix_caching=False))
-        assert off["vllm_view"]["log_lines"][0].endswith("500.27x")
-
+        _check_short_conv(arch, "6 full + 18 short_conv(short_conv)", 4, "489.07x", "500.27x")
 
     def test_mamba_attention_free(self):
         """Mamba-130m (vllm/model_executor/models/mamba.py: a Mamba-1 mixer in each of 24 layers, no attention):
@@ -512,3 +496,17 @@ class TestWeights:
         r = calculate(CalcInput(arch=config("qwen3-32b"), budget=BudgetSpec(gpu="h100-80gb"), tp=2))
         assert r["budget"]["weights_per_rank_bytes"] == -(-config("qwen3-32b").weight_bytes // 2) > 0
         assert "estimate" in r["budget"]["weights_basis"] and "0.92" == r["budget"]["utilization"]
+
+
+def _check_short_conv(arch, pattern: str, groups: int, on: str, off: str) -> None:
+    """An LFM2-family config at 12 GiB, block 16, 2,048 tokens: its layer pattern, 8 KV heads of 64, a short-conv
+    state page of 2,048 x (3 - 1) x 2 B = 8,192 B, 65,536 blocks in ``groups`` KV-cache groups, and vLLM's
+    maximum concurrency with prefix caching on (align mode) and off."""
+    assert (pattern, 8, 64) == (arch.pattern(), arch.kv_heads, arch.head_dim)
+    assert 8_192 == state_page_bytes("short_conv", arch.state_layers[0].state, 1, 2, 2)
+    r = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048))
+    assert (16, 65_536, groups) == (r["pool"]["block_size"], r["vllm_view"]["num_gpu_blocks"],
+                                    r["vllm_view"]["kv_cache_groups"])
+    assert r["vllm_view"]["log_lines"][0].endswith(on)
+    no_prefix = calculate(CalcInput(arch=arch, block_size=16, max_model_len=2048, prefix_caching=False))
+    assert no_prefix["vllm_view"]["log_lines"][0].endswith(off)
