@@ -125,6 +125,7 @@ CONFORMANCE: dict[str, tuple[str, ...]] = {
     "smollm3": ("smollm3-3b",),
     "starcoder2": ("starcoder2-7b",),
     "cohere": ("aya-23-8b",),
+    "cohere2": ("command-a-03-2025", "command-r7b-12-2024"),
     "opt": ("opt-125m",),
     "exaone4": ("exaone-4.0-32b",),
     "lfm2": ("lfm2-1.2b",),
@@ -711,7 +712,8 @@ def readme_table() -> str:
         lines.append(f"| `{model_type}` | {models}{estimate} | {kinds} | {checked} |")
     checked_types = [t for t in SUPPORTED if t in CONFORMANCE]
     lines += ["", f"{len(checked_types)} of these {len(SUPPORTED)} model types are conformance-checked against vLLM "
-              "0.33.0's own code on a published config (`tests/data/configs/`, `conformance/vllm/expected.json`)."]
+              "0.33.0's own code on a published config, or one written from a published config's fields where none "
+              "was found (above) (`tests/data/configs/`, `conformance/vllm/expected.json`)."]
     refused = ", ".join(f"`{t}`" for t in NOT_MODELLED) or "none of the families above"
     lines += ["", f"Served by vLLM 0.33 but not modelled (refused in one line that says why): {refused}; any "
               "other model type is refused in one line naming the supported ones and what to pass instead."]
