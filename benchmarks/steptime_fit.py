@@ -128,6 +128,13 @@ NOTES = """Notes:
 - Routed experts' activations: k x (3 hidden + 6 I) x 2 B per token and MoE layer read and written, as
   `fused_experts_impl` moves them (vllm/model_executor/layers/fused_moe/fused_moe.py); no constant, and the
   dense calibration rows move none in this term.
+- Routed experts on the four GPUs (H100, H200, B200, B300) in the formats aiconfigurator measured (bf16, fp8
+  block, NVFP4, int4 weight-only, gpt-oss's MXFP4): each MoE layer's time is the measured fused-MoE kernel model
+  of `kvdash/data/moe_kernels.json`, a_s + b x memory s + c x compute s of the experts' roofline, fitted by
+  `benchmarks/moe_kernels.py` on aiconfigurator 0.12's kernel measurements of vLLM 0.24.0's fused-MoE layer
+  (not on serving rows; the validation models' shapes held out where 20 other points remain), in place of the
+  roofline at c_mem / c_flop, which the dense calibration rows fitted; the measured layer holds its kernels, so a
+  MoE layer counts one layer unit there.  No calibration row has routed experts: the constants are unchanged.
 - No GPU was available this session: the bandwidth and FLOP terms were not measured on a device (issue 28
   item 6); every figure here is from the simulator with the constants fitted on the calibration rows."""
 

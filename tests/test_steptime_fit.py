@@ -76,14 +76,18 @@ def test_gemm_rates_follow_each_weights_format():
     """vLLM 0.33 runs gpt-oss's MXFP4 experts with bf16 activations (_get_priority_backends_for_gpt_oss:
     FLASHINFER_TRTLLM_MXFP4_BF16 on SM100, TRITON on Hopper), so on an H100 (989 TFLOP/s bf16) 64 tokens'
     expert FLOPs are 2 x 64 x 36 layers x 4 experts x 3 x 2,880 x 2,880 = 458,647,142,400 at the bf16 rate,
-    beside the bf16 dense weights (attention, router, LM head), not at the fp8 rate the GPU has for fp4."""
-    from kvdash.core.steptime import features, gpu_perf
+    beside the bf16 dense weights (attention, router, LM head), not at the fp8 rate the GPU has for fp4.  (The
+    H100 has a measured kernel model for these experts, which takes their roofline terms as its inputs: the
+    compute term keeps the dense GEMMs, and moe_layer_terms holds the experts'.)"""
+    from kvdash.core.steptime import features, gpu_perf, moe_layer_terms
 
     cfg = _cfg("gpt-oss-120b")
     mc = model_compute(cfg, from_hf_config(cfg, "gpt-oss-120b"), 1, "bf16", "mxfp4")
     assert mc.gemm == "bf16" and [k for k, _ in mc.dense_rates] == ["bf16"]
-    comp = features(mc, gpu_perf("h100-80gb"), 64, 0.0, 0.0, 0.0)[1]
-    assert comp == pytest.approx((458_647_142_400 + 2 * 64 * mc.dense_params) / 989e12)
+    g = gpu_perf("h100-80gb")
+    comp = features(mc, g, 64, 0.0, 0.0, 0.0)[1]
+    assert comp == pytest.approx(2 * 64 * mc.dense_params / 989e12)
+    assert 36 * moe_layer_terms(mc, g, 64)[1] == pytest.approx(458_647_142_400 / 989e12)
 
 
 def test_nvfp4_attention_gemms_at_the_bf16_rate():
@@ -101,15 +105,16 @@ def test_routed_experts_move_their_activations():
     fused_experts_impl reads a token's row for each of its 8 experts, writes and reads intermediate_cache1 (2 x
     1,536 / tp), writes and reads intermediate_cache2 (1,536 / tp), and writes 8 partial outputs that moe_sum
     reads back: 62 x 8 x 2 B x (3 x 3,072 + 6 x 1,536 / tp) per token, 18,284,544 B on one GPU, 11,427,840 on
-    each of 4; a step of T tokens reads T times that more; a dense model moves none in this term."""
-    from kvdash.core.steptime import features, gpu_perf
+    each of 4; a step of T tokens reads T times that more; a dense model moves none in this term.  (On the
+    B200 a measured kernel model takes these roofline terms, moe_layer_terms, as its inputs.)"""
+    from kvdash.core.steptime import gpu_perf, moe_layer_terms
 
     cfg = _cfg("minimax-m2.5")
     arch = from_hf_config(cfg, name="minimax-m2.5")
     one, four = (model_compute(cfg, arch, tp, "fp8", "fp8", "fp8") for tp in (1, 4))
     assert (one.act_bytes, four.act_bytes) == (18_284_544, 11_427_840)
     g = gpu_perf("b200")
-    step = features(four, g, 100, 0.0, 0.0, 0.0)[0] - features(four, g, 99, 0.0, 0.0, 0.0)[0]
+    step = 62 * (moe_layer_terms(four, g, 100)[0] - moe_layer_terms(four, g, 99)[0])
     touched = four.moe_layers * (four.touched_experts(100) - four.touched_experts(99)) * four.expert_bytes
     assert step * g.hbm_bytes_per_s == pytest.approx(touched + 11_427_840)
     dense = _cfg("qwen3-32b")

@@ -199,6 +199,21 @@ def test_simulate_time_json_keys(capsys):
     assert res["tokens_per_s"] > 0 and res["requests_per_s"] > 0
 
 
+def test_simulate_time_names_how_routed_experts_are_timed(capsys):
+    """A MoE model's setup says which expert timing stands: the measured kernel model on an H200 (bf16 experts of
+    gpt-oss-120b's preset), the roofline at the dense constants on an A100 (no kernel table); a dense model has no
+    such line."""
+    for gpu, tp, want in (("h200", "2", "measured fused-MoE kernel model for bf16 experts on h200"),
+                          ("a100-80gb", "4", "roofline at the dense constants")):
+        code, out, _ = run(["simulate", "--model", "gpt-oss-120b", "--gpu", gpu, "--tp", tp, "--time", "--requests",
+                            "50", "--json"], capsys)
+        assert code in (0, None)
+        assert want in json.loads(out)["setup"]["routed_experts"], gpu
+    code, out, _ = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h200", "--time", "--requests", "50", "--json"],
+                       capsys)
+    assert "routed_experts" not in json.loads(out)["setup"]
+
+
 def test_simulate_slo_bad_input_one_line(capsys):
     code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--slo", "ttft=fast"],
                        capsys)
@@ -326,12 +341,15 @@ def test_moe_layers_count_their_fused_moe_kernels():
     """Rule (steptime.KERNELS): the per-layer term counts a dense layer's 9 kernels as one unit; a MoE layer
     runs 13 (the fused-MoE path's 7 in place of the MLP's 3), a shared expert 3 more. Qwen3-235B: 94 MoE
     layers, no shared expert: 94 x 13 / 9 = 135.78 units; MiniMax-M2.5 (62 MoE layers) 62 x 13 / 9 = 89.56;
-    Llama-3.1-8B (dense) 32."""
-    for name, units in (("qwen3-235b-a22b-fp8", 94 * 13 / 9), ("minimax-m2.5", 62 * 13 / 9)):
+    Llama-3.1-8B (dense) 32.  Where a measured fused-MoE kernel model stands for the experts (fp8 on an H200,
+    ``kvdash/data/moe_kernels.json``) the measured layer holds those kernels: one unit a layer (94, 62); on an
+    A100 (no kernel table) the units stay."""
+    for name, units, layers in (("qwen3-235b-a22b-fp8", 94 * 13 / 9, 94), ("minimax-m2.5", 62 * 13 / 9, 62)):
         cfg = _cfg(name)
         mc = model_compute(cfg, from_hf_config(cfg, name), 4, "fp8")
         assert mc.layer_units == pytest.approx(units), name
-        assert features(mc, gpu_perf("h200"), 8, 0, 0, 0)[3] == pytest.approx(units)
+        assert features(mc, gpu_perf("a100-80gb"), 8, 0, 0, 0)[3] == pytest.approx(units)
+        assert features(mc, gpu_perf("h200"), 8, 0, 0, 0)[3] == layers
     mc, _, g = _llama8b()
     assert features(mc, g, 8, 0, 0, 0)[3] == 32
 
@@ -345,7 +363,49 @@ def test_attention_dp_moe_layers_gather_and_scatter():
     g = gpu_perf("h200")
     one, two = (features(model_compute(cfg, arch, 2, "fp8", dp=dp), g, 10, 0, 0, 0) for dp in (1, 2))
     assert two[4] - one[4] == 2 * 94
-    assert two[5] - one[5] == pytest.approx(2 * 94 * 1 * 10 * 4096 * 2 / g.link_bytes_per_s)
+    # the fixed seconds hold the links and the measured fused-MoE kernels: take the kernels out to see the gathers
+    from kvdash.core.steptime import moe_kernel, moe_layer_terms
+    k = moe_kernel("h200", "fp8")
+    assert k is not None
+
+    def kernels(mc):
+        mem, cmp = moe_layer_terms(mc, g, 10)
+        return 94 * (k.a_s + k.b * mem + k.c * cmp)
+
+    one_mc, two_mc = (model_compute(cfg, arch, 2, "fp8", dp=dp) for dp in (1, 2))
+    assert (two[5] - kernels(two_mc)) - (one[5] - kernels(one_mc)) == pytest.approx(
+        2 * 94 * 1 * 10 * 4096 * 2 / g.link_bytes_per_s)
+
+
+def test_measured_moe_kernel_replaces_the_expert_roofline():
+    """Rule (benchmarks/moe_kernels.py, aiconfigurator 0.12's vLLM 0.24.0 fused-MoE measurements): on a GPU and
+    expert format with a measured kernel model, a MoE layer's routed experts take a_s + b x memory s + c x compute s
+    (moe_layer_terms at the spec figures), in the step's fixed seconds, and leave the memory and compute terms.
+    Qwen3-235B fp8, TP 4, H200, 8 tokens: the memory term loses exactly 94 x the experts' memory seconds and the
+    compute term 94 x their compute seconds; the fixed term gains 94 x (a_s + b m + c c)."""
+    from kvdash.core.steptime import moe_kernel, moe_layer_terms
+    cfg = _cfg("qwen3-235b-a22b-fp8")
+    mc = model_compute(cfg, from_hf_config(cfg, "q"), 4, "fp8")
+    h200, a100 = gpu_perf("h200"), gpu_perf("a100-80gb")
+    k = moe_kernel("h200", "fp8")
+    assert k is not None and moe_kernel("a100-80gb", "fp8") is None and moe_kernel("h200", "nvfp4") is None
+    assert mc.expert_format == "fp8"
+    mem, cmp = moe_layer_terms(mc, h200, 8)
+    # touched experts: 128 x (1 - (1 - 8/128)^8) = 51.0 of 128; each 3 x 4,096 x 1,536 / 4 ranks at 1 B
+    touched = 128 * (1 - (1 - 8 / 128) ** 8)
+    assert mem == pytest.approx((touched * 3 * 4096 * 1536 / 4 + 8 * 8 * 2 * (3 * 4096 + 6 * 1536 / 4))
+                                / h200.hbm_bytes_per_s)
+    assert cmp == pytest.approx(2 * 8 * (3 * 4096 * 1536 / 4) * 8 / h200.flops["fp8"])
+    x = features(mc, h200, 8, 0, 0, 0)
+    dense_mem = mc.dense_weight_bytes / h200.hbm_bytes_per_s
+    assert x[0] == pytest.approx(dense_mem)
+    # beside the kernels, the links: 2 all-reduces a layer x 94, each 2 x 3/4 x 8 tokens x 4,096 x 2 B
+    link = 2 * 94 * 2 * 3 / 4 * 8 * 4096 * 2 / h200.link_bytes_per_s
+    assert x[5] == pytest.approx(94 * (k.a_s + k.b * mem + k.c * cmp) + link)
+    # no kernel table for the A100: the experts stay in the memory term at the roofline
+    y = features(mc, a100, 8, 0, 0, 0)
+    assert y[0] == pytest.approx(mc.dense_weight_bytes / a100.hbm_bytes_per_s + 94 * moe_layer_terms(mc, a100, 8)[0])
+    assert y[5] == pytest.approx(2 * 94 * 2 * 3 / 4 * 8 * 4096 * 2 / a100.link_bytes_per_s)
 
 
 def _unit_steps():
@@ -400,3 +460,23 @@ def test_time_rate_refusal_names_its_unit(capsys):
     assert code == 2 and err.count("\n") == 1 and "expected a positive number of requests per second (--time)" in err
     code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--rate", "0"], capsys)
     assert code == 2 and "expected a positive number of requests per step" in err
+
+
+def test_moe_kernel_table_names_its_source_and_fits():
+    """kvdash/data/moe_kernels.json (benchmarks/moe_kernels.py): every entry is a GPU preset the time model knows
+    and an expert format of WEIGHT_BYTES, its coefficients are non-negative (no kernel runs faster than zero), the
+    source is aiconfigurator's kernel measurements, and the validation models' shapes were held out of every fit
+    but int4 weight-only's (measured on Kimi-K2.5's shape only)."""
+    import json
+
+    from kvdash.core.steptime import DATA, WEIGHT_BYTES
+
+    doc = json.loads((DATA / "moe_kernels.json").read_text(encoding="utf-8"))
+    assert "aiconfigurator 0.12.0" in doc["source"] and "moe_perf.parquet" in doc["source"]
+    assert set(doc["gpus"]) == {"h100-80gb", "h200", "b200", "b300"}
+    for key, formats in doc["gpus"].items():
+        gpu_perf(key)
+        for fmt, e in formats.items():
+            assert fmt in WEIGHT_BYTES and min(e["a_s"], e["b"], e["c"]) >= 0, (key, fmt)
+            assert (e["held_out_mape_pct"] is None) == (fmt == "int4_wo"), (key, fmt)
+    assert "nvfp4" in doc["gpus"]["b200"] and "nvfp4" not in doc["gpus"]["h100-80gb"]

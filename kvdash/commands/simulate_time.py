@@ -37,7 +37,7 @@ def main(o: dict[str, Any]) -> None:
     from kvdash.calibration import reserve_spec, with_reserve
     from kvdash.commands.common import check_budget_options, parse_budget, warn
     from kvdash.core.gpus import get_gpu
-    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
+    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute, moe_kernel
     from kvdash.simulate.lengths import parse_lengths_spec
     from kvdash.simulate.timed import Pool
     from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace
@@ -106,6 +106,12 @@ def main(o: dict[str, Any]) -> None:
             "constants": consts.fitted_on, "gpu_figures": perf.source,
             "measured_error": "benchmarks/results/steptime_validation.md (fit on dense models, validated on MoE rows)",
             "scheduler": "vLLM v1 Scheduler.schedule() rules (vllm/v1/core/sched/scheduler.py, vLLM 0.33.0) in seconds"}
+    kernel = moe_kernel(perf.key, mc.expert_format) if mc.moe_layers else None
+    if mc.moe_layers:
+        info["routed_experts"] = (
+            f"measured fused-MoE kernel model for {mc.expert_format} experts on {perf.key} (kvdash/data/moe_kernels.json"
+            f", from {kernel.source})" if kernel is not None else
+            f"roofline at the dense constants (no kernel measurement for {mc.expert_format} experts on {perf.key})")
     if o["as_json"]:
         out: dict[str, Any] = {"setup": info, "results": [res.to_json()]}
         if search is not None:
@@ -138,6 +144,8 @@ def main(o: dict[str, Any]) -> None:
                       f"{search['binding_limit']}", highlight=False)
     console.print(f"constants: {consts.fitted_on}; measured error: {info['measured_error']}", highlight=False,
                   markup=False)
+    if "routed_experts" in info:
+        console.print(f"routed experts: {info['routed_experts']}", highlight=False, markup=False)
 
 
 CALC_SLO_REQUESTS = 1000  # calc's short simulation: 1,000 ShareGPT-shaped requests

@@ -174,6 +174,7 @@ class ModelCompute:
     # dense_params at ``gemm``
     dense_rates: tuple[tuple[str, float], ...] = ()
     act_bytes: float = 0.0  # MLP activation bytes written and read back per token on this rank (see model_compute)
+    expert_format: str = ""  # the routed experts' weight format (WEIGHT_BYTES key); "" : no routed experts
     basis: tuple[str, ...] = field(default=(), compare=False)
 
     def kv_read_bytes(self, context: Any) -> Any:
@@ -351,7 +352,7 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
         expert_bytes=parts["expert_params"] * expert_b / (tp * dp), expert_params=parts["expert_params"] / tp,
         gemm=expert_rate if parts["moe_layers"] else GEMM_RATE[weights], attention=tuple(attention), dense_rates=rates,
         kv_full_bytes=full, kv_window_bytes=win, window=win_layers[0].window if win_layers else 0,
-        state_bytes=state, dp=dp,
+        state_bytes=state, dp=dp, expert_format=ew if parts["moe_layers"] else "",
         weights_per_rank=math.ceil(resident / tp - parts["experts_total"] * parts["expert_params"] * expert_b
                                    * (1 / tp - 1 / (tp * dp))),
         basis=(fallback or f"weights {dense_fmt} (experts {ew}"
@@ -360,22 +361,64 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
                "config.json",))
 
 
+def moe_layer_terms(mc: ModelCompute, gpu: GPUPerf, tokens: Any) -> tuple[Any, Any]:
+    """The routed experts of one MoE layer on this rank for a step of ``tokens`` tokens, at the spec figures:
+    (seconds to read the experts the tokens touch and move their activations, seconds of their GEMM FLOPs)."""
+    mem = (mc.touched_experts(tokens * mc.dp) * mc.expert_bytes
+           + mc.act_bytes / max(mc.moe_layers, 1) * tokens) / gpu.hbm_bytes_per_s
+    return mem, 2 * mc.top_k * mc.expert_params * tokens / gpu.rate(mc.gemm)
+
+
+@dataclass(frozen=True)
+class MoeKernel:
+    """A fused-MoE layer's measured time on a GPU for one expert format: ``a_s + b x memory s + c x compute s``
+    of :func:`moe_layer_terms` (fitted on kernel measurements by ``benchmarks/moe_kernels.py``)."""
+
+    a_s: float
+    b: float
+    c: float
+    points: int
+    source: str
+
+
+_MOE_KERNELS: dict[str, Any] | None = None
+
+
+def moe_kernel(gpu_key: str, expert_format: str) -> MoeKernel | None:
+    """The measured fused-MoE kernel model of ``kvdash/data/moe_kernels.json`` for this GPU and expert format,
+    or None (the roofline at ``c_mem`` / ``c_flop`` then stands for the experts)."""
+    global _MOE_KERNELS
+    if _MOE_KERNELS is None:
+        path = DATA / "moe_kernels.json"
+        _MOE_KERNELS = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"gpus": {}}
+    entry = _MOE_KERNELS["gpus"].get(gpu_key, {}).get(expert_format)
+    if entry is None:
+        return None
+    return MoeKernel(entry["a_s"], entry["b"], entry["c"], entry["points"], _MOE_KERNELS["source"])
+
+
 def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: float, pairs_full: float,
              pairs_window: float, prefill_kv_bytes: float = 0.0) -> tuple[float, float, float, float, float, float]:
-    """The step's terms before the constants: (memory s, compute s, 1, layers, all-reduces, link s) at
+    """The step's terms before the constants: (memory s, compute s, 1, layers, all-reduces, fixed s) at
     the spec figures, for ``tokens`` scheduled tokens, ``decode_kv_bytes`` of KV the decode tokens read,
-    the causal query-key pairs of the prefill chunks (full and window layers) and the KV they read."""
-    moe_bytes = mc.moe_layers * mc.touched_experts(tokens * mc.dp) * mc.expert_bytes
-    mem = (mc.dense_weight_bytes + moe_bytes + mc.act_bytes * tokens + decode_kv_bytes
-           + prefill_kv_bytes) / gpu.hbm_bytes_per_s
+    the causal query-key pairs of the prefill chunks (full and window layers) and the KV they read.  The fixed
+    seconds are the links' time and, where :func:`moe_kernel` has a measured model for the GPU and the experts'
+    format, the routed experts' (then out of the memory and compute terms, and the MoE layers' extra kernels out
+    of the layer units: the measured layer holds them)."""
+    kernel = moe_kernel(gpu.key, mc.expert_format) if mc.moe_layers else None
+    moe_mem, moe_cmp = moe_layer_terms(mc, gpu, tokens) if mc.moe_layers else (0.0, 0.0)
+    fixed: Any = 0.0
+    if kernel is not None:
+        fixed = mc.moe_layers * (kernel.a_s * f.imin(tokens, 1) + kernel.b * moe_mem + kernel.c * moe_cmp)
+        moe_mem = moe_cmp = 0.0
+    mem = (mc.dense_weight_bytes + decode_kv_bytes + prefill_kv_bytes) / gpu.hbm_bytes_per_s + mc.moe_layers * moe_mem
     full, win = mc.attn_pair_flops()
     attn = full * pairs_full + win * pairs_window
     if mc.dense_rates:
-        comp = (2 * mc.moe_layers * mc.top_k * mc.expert_params * tokens / gpu.rate(mc.gemm)
+        comp = (mc.moe_layers * moe_cmp
                 + sum(2 * p * tokens / gpu.rate(kind) for kind, p in mc.dense_rates) + attn / gpu.rate("bf16"))
     else:
-        linear = 2 * (mc.dense_params + mc.moe_layers * mc.top_k * mc.expert_params) * tokens
-        comp = linear / gpu.rate(mc.gemm) + attn / gpu.rate("bf16")
+        comp = 2 * mc.dense_params * tokens / gpu.rate(mc.gemm) + mc.moe_layers * moe_cmp + attn / gpu.rate("bf16")
     reduces = 2 * mc.layers if mc.tp > 1 else 0
     link = 0.0
     if mc.tp > 1 and gpu.link_bytes_per_s:
@@ -388,7 +431,8 @@ def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: flo
         gathers = 2 * mc.moe_layers
         if gpu.link_bytes_per_s:
             link += gathers * (mc.dp - 1) * tokens * mc.hidden * ACT_BYTES / gpu.link_bytes_per_s
-    return (mem, comp, 1.0, float(mc.layer_units or mc.layers), float(reduces + gathers), link)
+    units = float(mc.layers) if kernel is not None else float(mc.layer_units or mc.layers)
+    return (mem, comp, 1.0, units, float(reduces + gathers), link + fixed)
 
 
 def step_seconds(x: tuple[float, ...], c: Constants) -> float:
