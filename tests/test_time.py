@@ -200,10 +200,10 @@ def test_simulate_time_json_keys(capsys):
 
 
 def test_simulate_time_names_how_routed_experts_are_timed(capsys):
-    """A MoE model's setup says which expert timing stands: the measured kernel model on an H200 (bf16 experts of
-    gpt-oss-120b's preset), the roofline at the dense constants on an A100 (no kernel table); a dense model has no
-    such line."""
-    for gpu, tp, want in (("h200", "2", "measured fused-MoE kernel model for bf16 experts on h200"),
+    """A MoE model's setup says which expert timing stands: the measured kernel model on an H200 (gpt-oss-120b's
+    MXFP4 experts), the roofline at the dense constants on an A100 (no kernel table); a dense model has no such
+    line."""
+    for gpu, tp, want in (("h200", "1", "measured fused-MoE kernel model for mxfp4 experts on h200"),
                           ("a100-80gb", "4", "roofline at the dense constants")):
         code, out, _ = run(["simulate", "--model", "gpt-oss-120b", "--gpu", gpu, "--tp", tp, "--time", "--requests",
                             "50", "--json"], capsys)
@@ -480,3 +480,20 @@ def test_moe_kernel_table_names_its_source_and_fits():
             assert fmt in WEIGHT_BYTES and min(e["a_s"], e["b"], e["c"]) >= 0, (key, fmt)
             assert (e["held_out_mape_pct"] is None) == (fmt == "int4_wo"), (key, fmt)
     assert "nvfp4" in doc["gpus"]["b200"] and "nvfp4" not in doc["gpus"]["h100-80gb"]
+
+
+def test_gpt_oss_experts_default_to_its_checkpoints_mxfp4():
+    """Every gpt-oss release stores its experts in MXFP4 (quantization_config.quant_method "mxfp4"; kvdash's preset
+    has no quantization_config, the published config has): with the default bf16 weight format the time model
+    reads 36 x 128 experts x 3 x 2,880 x 2,880 x 0.53125 B = 60,914,073,600 B of experts, not the 229,323,571,200
+    bf16 would, so gpt-oss-120b fits one H200 in simulate --time as it does in calc (it was refused: 233.6 GB of
+    weights a rank).  An explicit experts format still wins."""
+    from kvdash.commands.simulate_time import model_config
+
+    for cfg in (model_config("gpt-oss-120b", None), _cfg("gpt-oss-120b")):
+        mc = model_compute(cfg, from_hf_config(cfg, "gpt-oss-120b"), 1, "bf16")
+        assert mc.expert_format == "mxfp4"
+        assert mc.expert_bytes * 36 * 128 == pytest.approx(36 * 128 * 3 * 2880 * 2880 * 0.53125)
+        assert mc.weights_per_rank < 70e9
+    explicit = model_compute(_cfg("gpt-oss-120b"), from_hf_config(_cfg("gpt-oss-120b"), "g"), 1, "bf16", "bf16")
+    assert explicit.expert_format == "bf16"

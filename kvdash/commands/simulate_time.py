@@ -123,7 +123,10 @@ def main(o: dict[str, Any]) -> None:
     from kvdash.render.table import Table, print_tables
 
     console = Console()
-    console.print(f"[bold]{arch.name}[/bold] on {tp} x {gpu.key}, {o['weight_format']} weights, {o['kv_dtype']} KV: "
+    experts = (f" (experts {mc.expert_format})" if mc.expert_format and mc.expert_format != o["weight_format"]
+               else "")
+    console.print(f"[bold]{arch.name}[/bold] on {tp} x {gpu.key}, {o['weight_format']} weights{experts}, "
+                  f"{o['kv_dtype']} KV: "
                   f"{pool.blocks:,} blocks of {shape.block_size}; {info['workload']}, {len(prompt):,} requests, "
                   f"{info['arrival']}; max_num_seqs {seqs:,}, max_num_batched_tokens {batched:,}", highlight=False)
     lat = Table(title="Latency, ms (paged, vLLM's scheduler, step-time model)")

@@ -285,6 +285,13 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
         weights = experts_weights = "bf16"
         fallback = (f"parameters not counted from config.json ({arch.model_type}): {n:,} taken from the weight "
                     f"figure ({arch.weight_basis}) at 2 B each, all read every step")
+    if experts_weights is None and weights == "bf16":
+        # the checkpoint's own expert format where the config names one: every gpt-oss release stores its experts in
+        # MXFP4 (`quantization_config.quant_method` "mxfp4", the rest bf16: `modules_to_not_convert`), as calc's
+        # weight figure for it does; reading them as bf16 would count 233 GB for gpt-oss-120b instead of about 65
+        quant = c.get("quantization_config") or {}
+        if (isinstance(quant, dict) and quant.get("quant_method") == "mxfp4") or arch.model_type == "gpt_oss":
+            experts_weights = "mxfp4"
     ew = experts_weights or weights
     dense_fmt = "bf16" if arch.model_type == "gpt_oss" else weights
     attn_fmt = attention_weights or dense_fmt
