@@ -497,3 +497,15 @@ def test_gpt_oss_experts_default_to_its_checkpoints_mxfp4():
         assert mc.weights_per_rank < 70e9
     explicit = model_compute(_cfg("gpt-oss-120b"), from_hf_config(_cfg("gpt-oss-120b"), "g"), 1, "bf16", "bf16")
     assert explicit.expert_format == "bf16"
+
+
+def test_simulate_time_too_large_blames_the_gpu_not_weights_never_given(capsys):
+    """Llama-3.1-405B's 811,800,000,000 B (405.9B x 2 B) on one H200: the time model counted the weights, the user
+    gave no --weights, so the one line names --gpu and says where the figure came from (it named --weights and
+    'given with --weights'); a --weights the user gives is still the field blamed."""
+    code, _, err = run(["simulate", "--model", "llama-3.1-405b", "--gpu", "h200", "--time", "--requests", "20"], capsys)
+    assert code == 2 and err.startswith("kvdash: error: --gpu: 'h200'") and "the time model's count" in err
+    assert "given with --weights" not in err and "--tp 8" in err and "Traceback" not in err
+    code, _, err = run(["simulate", "--model", "llama-3.1-405b", "--gpu", "h200", "--time", "--requests", "20",
+                        "--weights", "900GB"], capsys)
+    assert code == 2 and err.startswith("kvdash: error: --weights:") and "given with --weights" in err

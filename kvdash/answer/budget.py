@@ -46,6 +46,7 @@ class BudgetSpec:
     util: str | None = None  # None: the policy's default (DEFAULT_UTIL)
     policy: str = "vllm"
     weights: int | None = None
+    weights_basis: str = ""  # where ``weights`` comes from when the user did not give it ('': --weights)
     reserve: int = 0
     reserve_basis: str = ""  # '' = given as a size; else where --reserve auto took it from
     reserve_terms: tuple[ReserveTerm, ...] = ()
@@ -74,7 +75,7 @@ def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, stric
                          "give --weights SIZE or --safetensors-index model.safetensors.index.json "
                          f"(weights {arch.weight_basis})")
     weights = arch.weight_bytes if spec.weights is None else spec.weights
-    weights_basis = arch.weight_basis if spec.weights is None else "given with --weights"
+    weights_basis = arch.weight_basis if spec.weights is None else (spec.weights_basis or "given with --weights")
     if weights < 0:
         raise InputError("--weights", weights, "must not be negative")
     if spec.reserve < 0:
@@ -124,7 +125,7 @@ def no_kv_memory(spec: BudgetSpec, arch: Architecture, gpu: GPU | None, total: i
     value: object
     if spec.util is not None:
         field, value = "--gpu-util", spec.util
-    elif spec.weights is not None:
+    elif spec.weights is not None and not spec.weights_basis:
         field, value = "--weights", spec.weights
     elif reserve_given:
         field, value = "--reserve", f"{spec.reserve:,} B"

@@ -66,7 +66,8 @@ def main(o: dict[str, Any]) -> None:
     notes = check_budget_options(o["budget"], o["gpu"], None, o["gpu_util"], "vllm", o["weights"], o["reserve"])
 
     weights = parse_size(o["weights"], "--weights", allow_zero=True) if o["weights"] else mc.weights_per_rank * tp
-    spec = BudgetSpec(bytes=parse_budget(o["budget"]), gpu=o["gpu"], util=o["gpu_util"], weights=weights)
+    spec = BudgetSpec(bytes=parse_budget(o["budget"]), gpu=o["gpu"], util=o["gpu_util"], weights=weights,
+                      weights_basis="" if o["weights"] else f"the time model's count: {mc.basis[0]}")
     spec = with_reserve(spec, reserve_spec(o["reserve"], arch, o["gpu"], tp, 1, batched))
     binfo = resolve_budget(spec, arch, tp, 1)
     for line in notes:
