@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from steptime_fit import nnls  # noqa: E402
 
-from kvdash.core.steptime import WEIGHT_BYTES, ModelCompute, gpu_perf, moe_layer_terms  # noqa: E402
+from kvdash.core.steptime import WEIGHT_BYTES, ModelCompute, expert_act_bytes, gpu_perf, moe_layer_terms  # noqa: E402
 
 OUT = ROOT / "kvdash" / "data" / "moe_kernels.json"
 VERSION = "0.24.0"
@@ -69,7 +69,7 @@ def one_layer(h: int, inter: int, experts: int, k: int, tp: int, fmt: str, rate:
         name="moe", tp=tp, layers=1, hidden=h, dense_weight_bytes=0.0, dense_params=0.0, moe_layers=1,
         experts=experts, top_k=k, expert_bytes=params * WEIGHT_BYTES[fmt] / tp, expert_params=params / tp,
         gemm=rate, attention=(), kv_full_bytes=0, kv_window_bytes=0, window=0, state_bytes=0,
-        act_bytes=k * 2 * (3 * h + 6 * params / (3 * h * tp)), expert_format=fmt)
+        act_bytes=expert_act_bytes(h, k, params, tp), expert_format=fmt)
 
 
 def points(base: Path, folder: str, key: str) -> pl.DataFrame | None:
@@ -96,15 +96,16 @@ def points(base: Path, folder: str, key: str) -> pl.DataFrame | None:
                           held_out=pl.Series(val))
 
 
-def fit(d: pl.DataFrame) -> tuple[np.ndarray, str]:
+def fit(d: pl.DataFrame) -> tuple[np.ndarray, bool]:
+    """The coefficients, fitted on the shapes other than the validation models' where MIN_POINTS remain (True),
+    else on every shape (False)."""
     train = d.filter(pl.col("held_out") == "")
-    note = "fitted on shapes other than the validation models'"
-    if train.height < MIN_POINTS:
+    held_out = train.height >= MIN_POINTS
+    if not held_out:
         train = d
-        note = "fitted on every shape measured (only the validation models' shapes are)"
     y = train["seconds"].to_numpy()
     A = np.stack([np.ones(train.height), train["mem"].to_numpy(), train["cmp"].to_numpy()], 1) / y[:, None]
-    return nnls(A, np.ones(train.height)), note
+    return nnls(A, np.ones(train.height)), held_out
 
 
 def mape(d: pl.DataFrame, coef: np.ndarray) -> float | None:
@@ -125,14 +126,16 @@ def build(base: Path) -> dict:
             sub = d.filter(pl.col("moe_dtype") == dtype)
             if sub.height < MIN_POINTS:
                 continue
-            coef, note = fit(sub)
+            coef, held_out = fit(sub)
             held = sub.filter(pl.col("held_out") != "")
             table.setdefault(key, {})[fmt] = {
                 "a_s": float(f"{coef[0]:.4g}"), "b": float(f"{coef[1]:.4g}"), "c": float(f"{coef[2]:.4g}"),
-                "points": sub.height, "fit": note,
-                "fit_mape_pct": mape(sub.filter(pl.col("held_out") == "") if "other" in note else sub, coef),
-                "held_out_mape_pct": mape(held, coef) if "other" in note else None,
-                "held_out_shapes": sorted(set(held["held_out"].to_list())) if "other" in note else [],
+                "points": sub.height,
+                "fit": ("fitted on shapes other than the validation models'" if held_out else
+                        "fitted on every shape measured (only the validation models' shapes are)"),
+                "fit_mape_pct": mape(sub.filter(pl.col("held_out") == "") if held_out else sub, coef),
+                "held_out_mape_pct": mape(held, coef) if held_out else None,
+                "held_out_shapes": sorted(set(held["held_out"].to_list())) if held_out else [],
             }
     return {
         "source": (f"aiconfigurator 0.12.0 (github.com/ai-dynamo/aiconfigurator, Apache-2.0) "

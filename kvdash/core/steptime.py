@@ -41,7 +41,7 @@ import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -351,7 +351,7 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
     # that are compute-bound in prefill, are left out (counted the same way they make the calibration fit worse)
     act = 0.0
     if parts["moe_layers"] and h:
-        act = parts["moe_layers"] * parts["top_k"] * ACT_BYTES * (3 * h + 6 * parts["expert_params"] / (3 * h * tp))
+        act = parts["moe_layers"] * expert_act_bytes(h, parts["top_k"], parts["expert_params"], tp)
     return ModelCompute(
         name=arch.name, tp=tp, layers=n_layers, hidden=h, layer_units=units, act_bytes=act,
         dense_weight_bytes=dense_bytes, dense_params=(dense_linear + lm_head) / tp,
@@ -366,6 +366,12 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
                + (f", attention {attn_fmt}" if attn_fmt != dense_fmt else "")
                + f"): {WEIGHT_BYTES[dense_fmt]:g} / {WEIGHT_BYTES[ew]:g} B per parameter, parameters counted from "
                "config.json",))
+
+
+def expert_act_bytes(hidden: int, top_k: int, expert_params: float, tp: int) -> float:
+    """Activation bytes one token's routed experts move in one MoE layer on a rank (``k x (3 hidden + 6 I) x 2 B``,
+    ``I = expert_params / (3 hidden tp)`` the expert's width on the rank; see :func:`model_compute`)."""
+    return top_k * ACT_BYTES * (3 * hidden + 6 * expert_params / (3 * hidden * tp))
 
 
 def moe_layer_terms(mc: ModelCompute, gpu: GPUPerf, tokens: Any) -> tuple[Any, Any]:
@@ -388,20 +394,15 @@ class MoeKernel:
     source: str
 
 
-_MOE_KERNELS: dict[str, Any] | None = None
-
-
+@cache
 def moe_kernel(gpu_key: str, expert_format: str) -> MoeKernel | None:
     """The measured fused-MoE kernel model of ``kvdash/data/moe_kernels.json`` for this GPU and expert format,
     or None (the roofline at ``c_mem`` / ``c_flop`` then stands for the experts)."""
-    global _MOE_KERNELS
-    if _MOE_KERNELS is None:
-        path = DATA / "moe_kernels.json"
-        _MOE_KERNELS = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"gpus": {}}
-    entry = _MOE_KERNELS["gpus"].get(gpu_key, {}).get(expert_format)
+    doc = json.loads((DATA / "moe_kernels.json").read_text(encoding="utf-8"))
+    entry = doc["gpus"].get(gpu_key, {}).get(expert_format)
     if entry is None:
         return None
-    return MoeKernel(entry["a_s"], entry["b"], entry["c"], entry["points"], _MOE_KERNELS["source"])
+    return MoeKernel(entry["a_s"], entry["b"], entry["c"], entry["points"], doc["source"])
 
 
 def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: float, pairs_full: float,
