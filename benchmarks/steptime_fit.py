@@ -196,6 +196,25 @@ def setup(row: dict[str, str]) -> dict[str, Any]:
             "capacity": pool.blocks // int(pool.request_blocks(int(row["isl"]) + int(row["osl"])))}
 
 
+def tpot_floor(row: dict[str, str]) -> float | None:
+    """The least TPOT (seconds) the spec HBM bandwidth allows a row, where its users must all decode at once; None
+    where they need not.  They must when the pool holds every user's request at full length (``capacity``) and
+    vLLM's ``max_num_seqs`` admits them all: then every decode step reads the rank's dense weights, at least
+    ``top_k`` routed experts of each MoE layer, and each user's KV (a closed loop's user sits, on average, at
+    ``isl + osl / 2`` tokens), at no more than the spec bandwidth.  No fitted constant enters, and compute,
+    overheads and prefill are left out, so a measured TPOT below the floor is a row whose benchmark did not keep
+    ``batch_size`` requests decoding together (its TTFT says the rest waited)."""
+    s = setup(row)
+    users = max(1, int(row["batch_size"]) // s["dp"])
+    if s["capacity"] < users or batch_caps(row)[0] < users:
+        return None
+    mc = s["mc"]
+    context = np.float64(int(row["isl"]) + int(row["osl"]) / 2)
+    read = (mc.dense_weight_bytes + mc.moe_layers * mc.top_k * mc.expert_bytes
+            + users * float(mc.kv_read_bytes(context)))
+    return read / s["gpu"].hbm_bytes_per_s
+
+
 def batch_caps(row: dict[str, str]) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) vLLM picks on the row's GPU (kvdash.engines.vllm.scheduler_caps,
     vLLM 0.33's EngineArgs.get_batch_defaults: 8,192 tokens on H100/H200, 16,384 on B200/B300)."""
@@ -483,6 +502,30 @@ def main() -> None:
         table.append(f"| **{label}** | all | {len(t['pt'])} | **{mape(t['pt'], t['mt']):.1f}** | "
                      f"**{mape(t['pf'], t['mf']):.1f}** | {mdape(t['pt'], t['mt']):.1f} / "
                      f"{mdape(t['pf'], t['mf']):.1f} | {c[0]} | {c[1]} | {c[2]} |")
+    # rows that cannot have run their stated concurrency (measured TPOT under the spec-bandwidth floor of
+    # tpot_floor): listed, and the validation error given without them beside the error on every row
+    val_ids = [i for i in sims if by_id[i]["model_path"] in VALIDATION]
+    floors = {i: tpot_floor(by_id[i]) for i in val_ids}
+    below = [i for i in val_ids if floors[i] is not None and float(by_id[i]["silicon_tpot_ms"]) / 1000 < floors[i]]
+    kept = [i for i in val_ids if i not in below]
+    if below:
+        k_t = [predict(sims[i]["tpot_f"], coef) * 1000 for i in kept]
+        k_f = [predict(sims[i]["ttft_f"], coef, True) * 1000 for i in kept]
+        m_t = [float(by_id[i]["silicon_tpot_ms"]) for i in kept]
+        m_f = [float(by_id[i]["silicon_ttft_ms"]) for i in kept]
+        table.append(f"| validation | all but the {len(below)} rows under the bandwidth floor (below) | {len(kept)} | "
+                     f"{mape(k_t, m_t):.1f} | {mape(k_f, m_f):.1f} | {mdape(k_t, m_t):.1f} / {mdape(k_f, m_f):.1f} "
+                     "| | | |")
+    floor_lines = ["Rows whose measured TPOT is under the spec-bandwidth floor of their stated concurrency (the pool "
+                   "holds every user at full length and vLLM's max_num_seqs admits them all, so each decode step reads "
+                   "the dense weights, top-k experts a MoE layer and every user's KV at isl + osl / 2 tokens: "
+                   "`tpot_floor`, no fitted constant): they did not keep that many requests decoding together, and "
+                   "are kept in the error on every row above:", "",
+                   "| row | concurrency | measured TPOT ms | floor ms | measured TTFT ms | kvdash TPOT ms |",
+                   "|---|---:|---:|---:|---:|---:|"]
+    floor_lines += [f"| {by_id[i]['id']} | {by_id[i]['batch_size']} | {float(by_id[i]['silicon_tpot_ms']):.2f} | "
+                    f"{floors[i] * 1000:.2f} | {float(by_id[i]['silicon_ttft_ms']):,.0f} | "
+                    f"{predict(sims[i]['tpot_f'], coef) * 1000:.2f} |" for i in sorted(below)]
     t = totals["cmp"]
     if t["kt"]:
         cmp.append(f"| **all** | {len(t['kt'])} | **{mape(t['kt'], t['mt']):.1f}** | "
@@ -494,7 +537,8 @@ def main() -> None:
                     + ["", "Where the validation error is, by model and GPU and by concurrency (bias: the mean signed "
                        "error of TPOT and the median signed error of TTFT, + when kvdash predicts more; points: the "
                        "share of the validation MAPE the group carries):", ""]
-                    + breakdown([i for i in sims if by_id[i]["model_path"] in VALIDATION], by_id, sims, coef))
+                    + breakdown([i for i in sims if by_id[i]["model_path"] in VALIDATION], by_id, sims, coef)
+                    + (["", *floor_lines] if below else []))
     print(out)
     if args.write:
         (ROOT / "kvdash/data/steptime.json").write_text(json.dumps(

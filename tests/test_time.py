@@ -377,6 +377,25 @@ def test_attention_dp_moe_layers_gather_and_scatter():
         2 * 94 * 1 * 10 * 4096 * 2 / g.link_bytes_per_s)
 
 
+def test_minimax_qk_norm_all_reduces_once_more_a_layer():
+    """Rule (vLLM 0.33 MiniMaxM2Attention.forward -> MiniMaxText01RMSNormTP.forward_qkv, minimax_m2.py:240,
+    minimax_rms_norm/rms_norm_tp.py:409): MiniMax-M2's q/k RMSNorm sums the ranks' variances, one more
+    all-reduce a layer under tensor parallelism.  MiniMax-M2.5, 62 layers: TP 4 counts 3 x 62 = 186 all-reduces a
+    step, TP 1 none; the extra one moves no link bytes (the fixed seconds, which hold the link time, do not
+    change); a model without that norm (Qwen3-235B, 94 layers, TP 4) keeps 2 x 94 = 188."""
+    cfg = _cfg("minimax-m2.5")
+    arch = from_hf_config(cfg, "m")
+    g = gpu_perf("h200")
+    tp4, tp1 = model_compute(cfg, arch, 4, "fp8"), model_compute(cfg, arch, 1, "fp8")
+    assert (tp4.norm_reduces, tp1.norm_reduces) == (62, 0)
+    x4 = features(tp4, g, 8, 0, 0, 0)
+    assert x4[4] == 3 * 62 and features(tp1, g, 8, 0, 0, 0)[4] == 0
+    from dataclasses import replace
+    assert features(replace(tp4, norm_reduces=0), g, 8, 0, 0, 0)[5] == pytest.approx(x4[5])
+    q = _cfg("qwen3-235b-a22b-fp8")
+    assert features(model_compute(q, from_hf_config(q, "q"), 4, "fp8"), g, 8, 0, 0, 0)[4] == 2 * 94
+
+
 def test_measured_moe_kernel_replaces_the_expert_roofline():
     """Rule (benchmarks/moe_kernels.py, aiconfigurator 0.12's vLLM 0.24.0 fused-MoE measurements): on a GPU and
     expert format with a measured kernel model, a MoE layer's routed experts take a_s + b x memory s + c x compute s

@@ -113,6 +113,10 @@ def main(o: dict[str, Any]) -> None:
             f"measured fused-MoE kernel model for {mc.expert_format} experts on {perf.key} (kvdash/data/moe_kernels.json"
             f", from {kernel.source})" if kernel is not None else
             f"roofline at the dense constants (no kernel measurement for {mc.expert_format} experts on {perf.key})")
+    if mc.norm_reduces:
+        info["all_reduces"] = (f"{2 + mc.norm_reduces // mc.layers} a layer under TP {tp}: the attention's and the MLP's, "
+                               f"and {arch.model_type}'s q/k RMSNorm statistics (vLLM 0.33 "
+                               "vllm/model_executor/models/minimax_m2.py:240)")
     if o["as_json"]:
         out: dict[str, Any] = {"setup": info, "results": [res.to_json()]}
         if search is not None:
@@ -150,6 +154,8 @@ def main(o: dict[str, Any]) -> None:
                   markup=False)
     if "routed_experts" in info:
         console.print(f"routed experts: {info['routed_experts']}", highlight=False, markup=False)
+    if "all_reduces" in info:
+        console.print(f"all-reduces: {info['all_reduces']}", highlight=False, markup=False)
 
 
 CALC_SLO_REQUESTS = 1000  # calc's short simulation: 1,000 ShareGPT-shaped requests

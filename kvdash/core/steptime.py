@@ -27,7 +27,9 @@ request handling and tokenization, and sampling's return to it: time outside the
   attention FLOPs: ``2 x heads x (qk dim + v dim)`` per query-key pair per layer, the pairs of a causal
   chunk of ``q`` tokens after ``p`` earlier ones being ``q x p + q (q + 1) / 2`` (capped by a window);
 * all-reduces: two per layer under tensor parallelism (after attention and after the MLP), each a
-  ring over ``tp`` GPUs moving ``2 (tp - 1) / tp x tokens x hidden x 2 bytes`` per GPU.
+  ring over ``tp`` GPUs moving ``2 (tp - 1) / tp x tokens x hidden x 2 bytes`` per GPU, and one more per
+  layer where the engine's attention exchanges a norm's statistics across the ranks (MiniMax-M2's q/k RMSNorm
+  over all heads: :data:`NORM_REDUCES`; a few bytes a token, so its latency only).
 
 ``c_mem`` and ``c_flop`` are the inverse of the achieved fraction of the spec bandwidth and FLOP/s; the
 others are seconds.  Everything here is per tensor-parallel rank (the ranks work in parallel).
@@ -66,6 +68,14 @@ ACT_BYTES = 2  # bf16 activations on the all-reduce
 # topk_softmax, moe_align_block_size, the w13 fused_moe kernel, SiLU-and-mul, the w2 fused_moe kernel, moe_sum:
 # vllm/model_executor/layers/fused_moe/fused_moe.py, fused_experts_impl) and a shared expert adds 3
 KERNELS = {"dense": 9, "moe": 13, "shared": 3}
+# model types whose attention, under tensor parallelism, all-reduces once more per layer: MiniMax-M2's q and k
+# RMSNorm run over all heads, so each rank's partial variances are summed across the ranks before the norm
+# (vLLM 0.33: MiniMaxM2Attention.forward -> MiniMaxText01RMSNormTP.forward_qkv -> minimax_qk_norm_fusion,
+# vllm/model_executor/models/minimax_m2.py:240 and vllm/model_executor/layers/minimax_rms_norm/rms_norm_tp.py:409,
+# a Lamport one-shot all-reduce fused with the norm up to 2,048 tokens, an eager all-reduce above; the vLLM
+# 0.19 that ran the measured rows all-reduces in MiniMaxText01RMSNormTP.forward_qk).  The exchange moves two
+# fp32 values a token: counted at c_allreduce (the fitted per-all-reduce latency), no link bytes
+NORM_REDUCES = {"minimax_m2": 1}
 
 
 _WIDER = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16",)}
@@ -175,6 +185,7 @@ class ModelCompute:
     dense_rates: tuple[tuple[str, float], ...] = ()
     act_bytes: float = 0.0  # MLP activation bytes written and read back per token on this rank (see model_compute)
     expert_format: str = ""  # the routed experts' weight format (WEIGHT_BYTES key); "" : no routed experts
+    norm_reduces: int = 0  # latency-only all-reduces a step beyond the two a layer (see NORM_REDUCES), on this rank
     basis: tuple[str, ...] = field(default=(), compare=False)
 
     def kv_read_bytes(self, context: Any) -> Any:
@@ -360,6 +371,7 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
         gemm=expert_rate if parts["moe_layers"] else GEMM_RATE[weights], attention=tuple(attention), dense_rates=rates,
         kv_full_bytes=full, kv_window_bytes=win, window=win_layers[0].window if win_layers else 0,
         state_bytes=state, dp=dp, expert_format=ew if parts["moe_layers"] else "",
+        norm_reduces=NORM_REDUCES.get(arch.model_type, 0) * n_layers if tp > 1 else 0,
         weights_per_rank=math.ceil(resident / tp - parts["experts_total"] * parts["expert_params"] * expert_b
                                    * (1 / tp - 1 / (tp * dp))),
         basis=(fallback or f"weights {dense_fmt} (experts {ew}"
@@ -440,7 +452,7 @@ def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: flo
         if gpu.link_bytes_per_s:
             link += gathers * (mc.dp - 1) * tokens * mc.hidden * ACT_BYTES / gpu.link_bytes_per_s
     units = float(mc.layers) if kernel is not None else float(mc.layer_units or mc.layers)
-    return (mem, comp, 1.0, units, float(reduces + gathers), link + fixed)
+    return (mem, comp, 1.0, units, float(reduces + gathers + mc.norm_reduces), link + fixed)
 
 
 def step_seconds(x: tuple[float, ...], c: Constants) -> float:
