@@ -119,3 +119,23 @@ def test_routed_experts_move_their_activations():
     assert step * g.hbm_bytes_per_s == pytest.approx(touched + 11_427_840)
     dense = _cfg("qwen3-32b")
     assert model_compute(dense, from_hf_config(dense, name="qwen3-32b"), 2, "bf16").act_bytes == 0
+
+
+def test_tpot_floor_of_a_row_that_must_run_its_users_together():
+    """Rule (tpot_floor): where the pool holds every user at full length and max_num_seqs admits them all, a
+    decode step reads at least the dense weights, top-k experts a MoE layer and every user's KV at isl + osl / 2
+    tokens, at no more than the datasheet bandwidth.  gpt-oss-120b, TP 8 on H100 (3.35 TB/s), 1,024 / 8,192, 512
+    users, bf16 KV: one KV head of 64 a rank, 18 full layers x 2 x 64 x 2 B = 4,608 B a token of context and 18
+    sliding ones the same for at most 128 tokens, so 4,608 x (5,120 + 128) = 24,182,784 B a user; 36 layers x 4
+    experts x 3 x 2,880^2 x 0.53125 B / 8 = 237,945,600 B of experts.  The measured 3.57 ms is under the floor
+    (3.88 ms); at TP 2 with 8,192 / 1,024 the pool holds 218 full requests, fewer than 512, so no floor."""
+    from benchmarks.steptime_fit import setup, tpot_floor
+
+    row = {"model_path": "openai/gpt-oss-120b", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4",
+           "precision": "fp4", "system": "h100_sxm", "tp_size": "8", "attention_dp_size": "1", "moe_tp_size": "8",
+           "moe_ep_size": "1", "pp_size": "1", "isl": "1024", "osl": "8192", "batch_size": "512"}
+    mc = setup(row)["mc"]
+    floor = tpot_floor(row)
+    assert floor == pytest.approx((mc.dense_weight_bytes + 237_945_600 + 512 * 24_182_784) / 3.35e12)
+    assert 3.5714e-3 < floor < 3.9e-3
+    assert tpot_floor({**row, "tp_size": "2", "moe_tp_size": "2", "isl": "8192", "osl": "1024"}) is None
