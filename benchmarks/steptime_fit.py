@@ -259,7 +259,7 @@ def simulate_row(row: dict[str, str], per_user: int) -> dict[str, Any]:
 
 
 def nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Least squares with non-negative coefficients, by trying every subset of free coefficients (6 of them)."""
+    """Least squares with non-negative coefficients, by trying every subset of free coefficients (7 of them)."""
     best, best_err = np.zeros(A.shape[1]), float(np.sum(b * b))
     for k in range(1, A.shape[1] + 1):
         for cols in itertools.combinations(range(A.shape[1]), k):
@@ -275,7 +275,23 @@ def nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def predict(f: np.ndarray, c: np.ndarray, ttft: bool = False) -> float:
-    return float(f[:5] @ c[:5] + f[5] + (c[5] if ttft else 0.0))
+    """Seconds from a row's split features (:func:`by_generation`) and the constants ``c`` (c_mem, c_flop, c_step,
+    c_layer, c_allreduce, c_flop_blackwell, c_request)."""
+    return float(f[:6] @ c[:6] + f[6] + (c[6] if ttft else 0.0))
+
+
+def blackwell(row: dict[str, str]) -> bool:
+    """Whether the row's GPU is a Blackwell (compute capability 10.x: B200, B300), whose compute term has its own
+    constant (:data:`kvdash.core.steptime.Constants.c_flop_blackwell`)."""
+    return get_gpu(GPUS[row["system"]]).compute_capability.split(".")[0] == "10"
+
+
+def by_generation(f: np.ndarray, row: dict[str, str]) -> np.ndarray:
+    """The simulator's six features (memory s, compute s, 1, layers, all-reduces, fixed s) as seven: the compute
+    seconds in the Hopper column or the Blackwell one (exact: every feature is linear in its constant)."""
+    f = np.asarray(f, dtype=float)
+    bw = blackwell(row)
+    return np.array([f[0], 0.0 if bw else f[1], f[2], f[3], f[4], f[1] if bw else 0.0, f[5]])
 
 
 def mape(pred: list[float], meas: list[float]) -> float:
@@ -350,13 +366,13 @@ def fit(sims: dict[str, dict[str, Any]], by_id: dict[str, dict[str, str]], cal: 
         ttft_w = 0.0 if s["preemptions"] else TTFT_WEIGHT
         for f, m, w, req in ((s["tpot_f"], float(r["silicon_tpot_ms"]) / 1000, 1.0, 0.0),
                              (s["ttft_f"], float(r["silicon_ttft_ms"]) / 1000, ttft_w, 1.0)):
-            A.append(w * np.append(f[:5], req) / m)
-            b.append(w * (1 - f[5] / m))
+            A.append(w * np.append(f[:6], req) / m)
+            b.append(w * (1 - f[6] / m))
     # (ttft weight 0.5: the benchmark's TTFT depends on how clients start, which the data does not say)
     A_, b_ = np.asarray(A), np.asarray(b)
     # physical bounds: no GPU beats its spec bandwidth or FLOP/s, so c_mem >= 1 and c_flop >= 1 (fitted as
     # 1 + a non-negative excess)
-    floor = np.array([1.0, 1.0, 0, 0, 0, 0]) if PHYSICAL else np.zeros(6)
+    floor = np.array([1.0, 1.0, 0, 0, 0, 1.0, 0]) if PHYSICAL else np.zeros(7)
     return nnls(A_, b_ - A_ @ floor) + floor
 
 
@@ -406,6 +422,9 @@ def main() -> None:
     for k, v in sorted(skipped.items()):
         print(f"  skipped {v}: {k}", file=sys.stderr)
     by_id = {r["id"]: r for r in rows}
+    for i, sim in sims.items():  # the compute seconds in the column of the row's GPU generation
+        for key in ("tpot_f", "ttft_f", "ttft_burst_f"):
+            sim[key] = by_generation(sim[key], by_id[i])
     cal = [i for i in sims if by_id[i]["model_path"] in CALIBRATION]
     # the share of the benchmark's TTFT in step, chosen on the calibration rows only: the one of IN_STEP_GRID
     # whose fit gives the lowest calibration TTFT MAPE (``--in-step`` fixes it)
@@ -420,13 +439,15 @@ def main() -> None:
     in_step = min(scan, key=lambda t: (round(t[2], 6), t[0]))[0]
     mix_ttft(sims, in_step)
     coef = fit(sims, by_id, cal)
-    consts = Constants(*[float(x) for x in coef],
+    consts = Constants(*[float(x) for x in (*coef[:5], coef[6])], c_flop_blackwell=float(coef[5]),
                        fitted_on=f"benchmarks/steptime_fit.py on {len(cal)} measured vLLM rows of "
                                  "Llama-3.1-70B, Llama-3.1-8B-FP8, Qwen3-32B (aiconfigurator 0.12 silicon_sample)")
     lines = [f"Constants fitted on {len(cal)} calibration rows: c_mem {coef[0]:.4g} (achieved "
              f"{100 / coef[0] if coef[0] else float('inf'):.0f} % of HBM bandwidth), c_flop {coef[1]:.4g}, "
              f"c_step {coef[2] * 1e3:.4g} ms, c_layer {coef[3] * 1e6:.4g} us, c_allreduce {coef[4] * 1e6:.4g} us, "
-             f"c_request {coef[5] * 1e3:.4g} ms", ""]
+             f"c_request {coef[6] * 1e3:.4g} ms, c_flop on Blackwell (B200, B300) {coef[5]:.4g} (achieved "
+             f"{100 / coef[5] if coef[5] else float('inf'):.0f} % of the datasheet FLOP/s; elsewhere "
+             f"{100 / coef[1] if coef[1] else float('inf'):.0f} %)", ""]
     if len(scan) > 1:
         lines += [f"The measured TTFT as {in_step:.3g} in step (every user's request arriving at once) and the rest "
                   "out of step, the share chosen on the calibration rows (each share refitted; calibration MAPE):", "",
@@ -543,7 +564,8 @@ def main() -> None:
     if args.write:
         (ROOT / "kvdash/data/steptime.json").write_text(json.dumps(
             {"c_mem": consts.c_mem, "c_flop": consts.c_flop, "c_step": consts.c_step, "c_layer": consts.c_layer,
-             "c_allreduce": consts.c_allreduce, "c_request": consts.c_request, "fitted_on": consts.fitted_on},
+             "c_allreduce": consts.c_allreduce, "c_request": consts.c_request,
+             "c_flop_blackwell": consts.c_flop_blackwell, "fitted_on": consts.fitted_on},
             indent=2) + "\n")
         (ROOT / "benchmarks/results/steptime_validation.md").write_text(
             "# Step-time model: fit and validation (`python benchmarks/steptime_fit.py --write`)\n\n" + out + "\n\n"

@@ -528,3 +528,22 @@ def test_simulate_time_too_large_blames_the_gpu_not_weights_never_given(capsys):
     code, _, err = run(["simulate", "--model", "llama-3.1-405b", "--gpu", "h200", "--time", "--requests", "20",
                         "--weights", "900GB"], capsys)
     assert code == 2 and err.startswith("kvdash: error: --weights:") and "given with --weights" in err
+
+
+def test_blackwell_gpus_take_their_own_c_flop():
+    """Rule (Constants.on): a GPU of compute capability 10.x (B200 10.0, B300 10.3) takes ``c_flop_blackwell``,
+    every other GPU ``c_flop``; the shipped fit holds both (kvdash/data/steptime.json), and the step time on a
+    B200 moves by exactly the compute term times their difference."""
+    from kvdash.core.steptime import fitted_constants
+
+    c = Constants(c_mem=1.0, c_flop=1.0, c_step=0.0, c_layer=0.0, c_allreduce=0.0, c_flop_blackwell=2.0)
+    assert c.on("b200").c_flop == 2.0 and c.on("b300").c_flop == 2.0
+    assert c.on("h100-80gb") is c and c.on("a100-80gb") is c
+    assert Constants().on("b200") == Constants()  # no Blackwell figure: one c_flop
+    shipped = fitted_constants()
+    assert shipped.c_flop_blackwell is not None
+    assert fitted_constants("b200").c_flop == shipped.c_flop_blackwell
+    assert fitted_constants("h200").c_flop == shipped.c_flop
+    mc, _, _ = _llama8b()
+    x = features(mc, gpu_perf("b200"), 512, 0, 0, 0)
+    assert step_seconds(x, c.on("b200")) - step_seconds(x, c) == pytest.approx(x[1] * (2.0 - 1.0))

@@ -151,7 +151,7 @@ def _timer(timing: PrefillTiming, arch: Any, tp: int, gpu: str | None, kv_dtype:
         arch = replace(arch, weight_bytes=parse_size(timing.weights, "--weights", allow_zero=True), weights_known=True,
                        weight_basis="--weights")
     mc = model_compute(model_config(timing.model, timing.config), arch, tp, timing.weight_format, None, kv_dtype)
-    return ChunkTimer(mc, gpu_perf(gpu), fitted_constants())
+    return ChunkTimer(mc, gpu_perf(gpu), fitted_constants(gpu))
 
 
 def _print_prefill(p: Any, timing: PrefillTiming | None) -> None:

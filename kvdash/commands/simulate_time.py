@@ -92,7 +92,7 @@ def main(o: dict[str, Any]) -> None:
         raise InputError("--budget", f"{pool.blocks:,} blocks", "the pool cannot hold the longest request")
     mean_len = int(round(float(reqs.final.mean())))
     kv_requests = pool.blocks // int(pool.request_blocks(max(mean_len, 1)))
-    consts = fitted_constants()
+    consts = fitted_constants(perf.key)
     setup = {"pool": pool, "mc": mc, "gpu": perf, "consts": consts, "max_num_seqs": seqs, "max_batched": batched,
              "tp": tp, "kv_requests": kv_requests}
     conc = o["concurrency"]
@@ -188,7 +188,7 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     w = replace(PRESETS["sharegpt"], requests=CALC_SLO_REQUESTS, arrival="closed", concurrency=1, clip=True)
     reqs = draw_requests(w, 0, min(arch.max_context, 8192))
     mean_len = int(round(float(reqs.final.mean())))
-    setup = {"pool": pool, "mc": mc, "gpu": perf, "consts": fitted_constants(), "max_num_seqs": seqs,
+    setup = {"pool": pool, "mc": mc, "gpu": perf, "consts": fitted_constants(perf.key), "max_num_seqs": seqs,
              "max_batched": batched, "tp": tp, "kv_requests": pool.blocks // int(pool.request_blocks(mean_len))}
     out = slo_search(setup, reqs.prompt, reqs.output, slo)
     out["workload"] = f"{CALC_SLO_REQUESTS:,} ShareGPT-shaped requests (synthetic: lognormal means 161 in, 338 out)"

@@ -128,19 +128,35 @@ class Constants:
     c_allreduce: float = 1e-5
     c_request: float = 0.0  # seconds every request spends outside the engine's steps before its first token
     fitted_on: str = "not fitted"
+    # c_flop on a Blackwell GPU (compute capability 10.x: B200, B300), which reaches a smaller share of its
+    # datasheet FLOP/s in the calibration rows than a Hopper; None: c_flop everywhere
+    c_flop_blackwell: float | None = None
 
     def vector(self) -> tuple[float, float, float, float, float]:
         return (self.c_mem, self.c_flop, self.c_step, self.c_layer, self.c_allreduce)
 
+    def on(self, gpu_key: str) -> Constants:
+        """These constants for one GPU: ``c_flop`` is ``c_flop_blackwell`` on a Blackwell."""
+        from dataclasses import replace
 
-def fitted_constants() -> Constants:
-    """The constants shipped in ``kvdash/data/steptime.json`` (fitted by ``benchmarks/steptime_fit.py``)."""
+        from kvdash.core.gpus import get_gpu
+
+        if self.c_flop_blackwell is None or get_gpu(gpu_key).compute_capability.split(".")[0] != "10":
+            return self
+        return replace(self, c_flop=self.c_flop_blackwell,
+                       fitted_on=f"{self.fitted_on}; c_flop {self.c_flop_blackwell:.4g}, the Blackwell GPUs' own")
+
+
+def fitted_constants(gpu_key: str | None = None) -> Constants:
+    """The constants shipped in ``kvdash/data/steptime.json`` (fitted by ``benchmarks/steptime_fit.py``), for
+    ``gpu_key``'s generation where given (:meth:`Constants.on`)."""
     path = DATA / "steptime.json"
     if not path.is_file():
         return Constants()
     raw = json.loads(path.read_text(encoding="utf-8"))
-    return Constants(**{k: raw[k] for k in ("c_mem", "c_flop", "c_step", "c_layer", "c_allreduce", "c_request",
-                                            "fitted_on")})
+    consts = Constants(**{k: raw[k] for k in ("c_mem", "c_flop", "c_step", "c_layer", "c_allreduce", "c_request",
+                                              "fitted_on")}, c_flop_blackwell=raw.get("c_flop_blackwell"))
+    return consts.on(gpu_key) if gpu_key else consts
 
 
 @dataclass(frozen=True)

@@ -293,7 +293,7 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
         except InputError:
             keys[-1] = None
             continue
-        setup = {"pool": pool, "mc": mc, "gpu": gpu_perf(str(gpu)), "consts": consts, "max_num_seqs": seqs,
+        setup = {"pool": pool, "mc": mc, "gpu": gpu_perf(str(gpu)), "consts": consts.on(str(gpu)), "max_num_seqs": seqs,
                  "max_batched": batched, "tp": r["tp"], "kv_requests": kv, "slots": int(r["kv_token_slots"]),
                  "max_len": max_len, "allocator": sim.allocator}
         tasks[key] = {"setup": setup, "prompt": np.asarray(reqs.prompt), "output": np.asarray(reqs.output),
