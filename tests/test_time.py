@@ -220,6 +220,19 @@ def test_simulate_slo_bad_input_one_line(capsys):
     assert code == 2 and "--slo" in err and "Traceback" not in err
 
 
+def test_simulate_max_num_seqs_is_refused_where_nothing_reads_it(capsys):
+    """--max-num-seqs caps the timed simulation of a length workload; the step-unit length simulation and the
+    prefix replay run every request the pool holds, so there the option is refused (one line, exit 2) instead of
+    being ignored; with --time it is read (the setup reports it)."""
+    for extra in ([], ["--prefix-workload", "system-prompts:2,2048,256,64,20"]):
+        code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--max-num-seqs", "4", "--requests", "10", *extra],
+                           capsys)
+        assert code == 2 and "--max-num-seqs" in err and "--time" in err and "Traceback" not in err
+    code, out, _ = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--max-num-seqs", "4",
+                        "--requests", "20", "--concurrency", "8", "--json"], capsys)
+    assert code in (0, None) and json.loads(out)["setup"]["max_num_seqs"] == 4
+
+
 def test_simulate_time_needs_gpu(capsys):
     code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--time"], capsys)
     assert code == 2 and "--gpu" in err

@@ -187,6 +187,10 @@ def simulate(
 
         timed_main(locals())
         return
+    if max_num_seqs is not None:  # read by the timed length simulation only (returned above)
+        raise InputError("--max-num-seqs", max_num_seqs, "caps only the timed simulation of a length workload "
+                                                         "(--time or --slo); this simulation runs every request "
+                                                         "the pool holds")
     if shape.groups != 1 or shape.window_groups or shape.state_bytes:
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
     from kvdash.commands.common import check_budget_options, given, warn
