@@ -245,6 +245,10 @@ def test_parse_slo():
     for bad in ("ttft", "ttft=0s", "speed=1s", "ttft=1s,ttft=2s", "tpot=-5ms"):
         with pytest.raises(InputError, match="--slo"):
             parse_slo(bad)
+    # a bare number is refused: tpot=50 could mean 50 ms or 50 s
+    for bare in ("tpot=50", "ttft=2,tpot=50ms"):
+        with pytest.raises(InputError, match="its unit, s or ms"):
+            parse_slo(bare)
 
 
 def test_batch_defaults_mirror_vllm_033():

@@ -27,7 +27,8 @@ SLO_PERCENTILE = "p90"
 
 
 def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:
-    """``ttft=2s,tpot=50ms`` -> seconds per metric (``ms`` or ``s``; a bare number is seconds)."""
+    """``ttft=2s,tpot=50ms`` -> seconds per metric (``ms`` or ``s``; a bare number is refused: ``tpot=50`` could mean
+    50 ms or 50 s)."""
     out: dict[str, float] = {}
     allowed = "expected KEY=TIME pairs, KEY one of ttft, tpot, e2e and TIME like 2s or 50ms (ttft=2s,tpot=50ms)"
     for part in str(text).split(","):
@@ -40,6 +41,8 @@ def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:
             value, scale = value[:-2], 1e-3
         elif value.endswith("s"):
             value = value[:-1]
+        else:
+            raise InputError(field, text, allowed + "; every time needs its unit, s or ms")
         try:
             seconds = float(value) * scale
         except ValueError as exc:
