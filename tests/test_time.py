@@ -564,3 +564,85 @@ def test_blackwell_gpus_take_their_own_c_flop():
     mc, _, _ = _llama8b()
     x = features(mc, gpu_perf("b200"), 512, 0, 0, 0)
     assert step_seconds(x, c.on("b200")) - step_seconds(x, c) == pytest.approx(x[1] * (2.0 - 1.0))
+
+
+def test_slo_input_errors_say_what_is_wrong(capsys):
+    """--slo: an empty value is refused, not skipped; an unknown key, a key given twice and a time not above 0 are
+    each named; --rate beside --concurrency is refused (one of the two arrival processes)."""
+    from kvdash.commands.simulate_time import parse_slo
+
+    for bad, why in (("foo=1s", "unknown key 'foo'"), ("ttft=2s,ttft=1s", "ttft given twice"),
+                     ("ttft=0s", "ttft must be a finite time above 0"), ("tpot=-5ms", "tpot must be")):
+        with pytest.raises(InputError, match=why):
+            parse_slo(bad)
+    base = ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--requests", "20"]
+    code, _, err = run([*base, "--slo", ""], capsys)
+    assert code == 2 and "--slo" in err and "Traceback" not in err
+    code, _, err = run([*base, "--concurrency", "8", "--rate", "5"], capsys)
+    assert code == 2 and "--rate" in err and "give one of the two" in err
+
+
+def test_slo_rate_not_found_when_every_rate_tried_meets_it(capsys):
+    """Rule (slo_search): the Poisson rate's ceiling doubles (at most RATE_DOUBLINGS times) while the SLO still holds;
+    5 requests under a loose SLO (ttft=100s, tpot=10s) meet it at every rate (the trace ends before a queue
+    builds), so no rate is reported: max_rate_per_s is null, rate_met_up_to the last rate tried, and the text says
+    "no limit found" instead of printing the search's ceiling as the answer."""
+    code, out, _ = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--requests", "5",
+                        "--slo", "ttft=100s,tpot=10s", "--json"], capsys)
+    s = json.loads(out)["slo"]
+    assert s["max_rate_per_s"] is None and s["rate_met_up_to"] > 0
+    code, out, _ = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--requests", "5",
+                        "--slo", "ttft=100s,tpot=10s"], capsys)
+    assert "no limit found" in " ".join(out.split())
+    # a tight SLO finds a rate below its ceiling
+    code, out, _ = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--requests", "300",
+                        "--slo", "ttft=2s,tpot=12ms", "--json"], capsys)
+    s = json.loads(out)["slo"]
+    assert s["rate_met_up_to"] is None and s["max_rate_per_s"] is not None
+
+
+def test_calc_slo_uses_calcs_caps_and_refuses_pipeline_stages(capsys):
+    """calc --slo searches on calc's own engine caps (--max-num-seqs 64 reaches the search) and states its
+    workload's length cap; --pp 2 is refused (the time model runs one stage)."""
+    base = ["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--slo", "ttft=2s,tpot=50ms"]
+    code, out, _ = run([*base, "--max-num-seqs", "64", "--json"], capsys)
+    s = json.loads(out)["slo"]
+    assert s["max_num_seqs"] == 64 and "clipped at 8,192 tokens" in s["workload"]
+    code, _, err = run([*base, "--pp", "2"], capsys)
+    assert code == 2 and "--pp" in err
+
+
+def test_time_model_says_where_it_cannot_count_parameters(capsys):
+    """OPT-175B's preset (from the OPT paper) holds no vocabulary size: the time model reads its weight figure at
+    2 B a parameter and says so (a `parameters:` line, setup.parameters), and refuses another --weight-format
+    instead of reading bf16 silently; a GPU without measured rows (A100) is named as extrapolated; a closed loop of
+    fewer than 10 requests a user is noted as short."""
+    base = ["simulate", "--model", "opt-175b", "--gpu", "a100-80gb", "--tp", "8", "--time", "--requests", "40",
+            "--concurrency", "8"]
+    code, _, err = run([*base, "--weight-format", "fp8"], capsys)
+    assert code == 2 and "--weight-format" in err and "bf16 only" in err
+    code, out, _ = run([*base, "--json"], capsys)
+    setup = json.loads(out)["setup"]
+    assert "taken from the weight figure" in setup["parameters"]
+    assert "no measured serving row on a100-80gb" in setup["gpu_extrapolated"]
+    assert "40 requests for 8 users" in setup["short_run"]
+    code, out, _ = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--requests", "400",
+                        "--concurrency", "8", "--json"], capsys)
+    assert not {"parameters", "gpu_extrapolated", "short_run"} & set(json.loads(out)["setup"])
+
+
+@pytest.mark.parametrize(("preset", "billions"), [("mixtral-8x7b", 46.7), ("deepseek-v3", 671.0),
+                                                  ("llama-3.1-405b", 405.8), ("qwen2.5-72b", 72.7),
+                                                  ("qwen3-4b", 4.02), ("qwen2.5-7b", 7.62), ("gemma-2-9b", 9.24)])
+def test_presets_carry_the_mlp_sizes_the_time_model_counts(preset, billions):
+    """The presets hold their config.json's MLP, vocabulary and expert sizes (kvdash/data/models, `mlp_fields`), so
+    the time model counts their parameters (a MoE reads only the experts its tokens touch) and --weight-format
+    applies; the count meets the published parameter figure within 0.2 %."""
+    from kvdash.commands.simulate_time import model_config
+    from kvdash.core.modeltypes import estimate_parameters
+
+    cfg = model_config(preset, None)
+    arch = load_preset(preset)
+    assert estimate_parameters(cfg, arch) == pytest.approx(billions * 1e9, rel=2e-3)
+    mc = model_compute(cfg, arch, 1, "fp8")
+    assert mc.counted and mc.basis[0].startswith("weights fp8")

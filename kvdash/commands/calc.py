@@ -258,9 +258,15 @@ def calc(
         print("\n".join(part for line in sglang_lines(result["sglang_view"]) for part in wrap(line, terminal_width())))
     if "slo" in result:
         s = result["slo"]
-        rate = "none" if s["max_rate_per_s"] is None else f"{s['max_rate_per_s']:g} requests/s"
-        print(f"SLO {slo} at p90 ({s['workload']}): at most {s['max_concurrency']:,} users, {rate}; KV holds about "
-              f"{s['kv_capacity_requests']:,} of them at once; binds: {s['binding_limit']}")
+        from kvdash.render.table import terminal_width, wrap
+        from kvdash.simulate.slo import rate_text
+
+        rate = rate_text(s, s["requests"])
+        line = (f"SLO {slo} at p90 ({s['workload']}): at most {s['max_concurrency']:,} users (closed loop), {rate} "
+                f"(Poisson); KV holds about {s['kv_capacity_requests']:,} of them at once; binds: {s['binding_limit']}")
+        if "pool_note" in s:
+            line += f"; {s['pool_note']}"
+        print("\n".join(wrap(line, terminal_width())))
     if offload is not None:
         _print_offload(result["offload_tiers"])
     print_tables([], footer(result))

@@ -149,6 +149,15 @@ def simulate(
         raise InputError("--max-reserved", max_len, "expected at least 2")
     if concurrency is not None and concurrency < 1:
         raise InputError("--concurrency", concurrency, "expected a positive integer")
+    from kvdash.commands.common import given
+
+    if slo is not None:
+        from kvdash.simulate.slo import parse_slo
+
+        parse_slo(slo)  # an empty or malformed --slo is refused here, not skipped
+    if concurrency is not None and given(ctx, "rate"):
+        raise InputError("--rate", rate, f"Poisson arrivals, or a closed loop of --concurrency {concurrency}: "
+                                         "give one of the two")
     if prefix < 0:
         raise InputError("--prefix", prefix, "expected 0 to --max-reserved - 1 tokens")
     chosen = [p.strip() for p in policies.split(",") if p.strip()]

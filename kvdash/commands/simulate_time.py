@@ -37,7 +37,7 @@ def main(o: dict[str, Any]) -> None:
     from kvdash.calibration import reserve_spec, with_reserve
     from kvdash.commands.common import check_budget_options, parse_budget, warn
     from kvdash.core.gpus import get_gpu
-    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute, moe_kernel
+    from kvdash.core.steptime import MEASURED_GPUS, fitted_constants, gpu_perf, model_compute, moe_kernel
     from kvdash.simulate.lengths import parse_lengths_spec
     from kvdash.simulate.timed import Pool
     from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace
@@ -113,6 +113,16 @@ def main(o: dict[str, Any]) -> None:
             f"measured fused-MoE kernel model for {mc.expert_format} experts on {perf.key} (kvdash/data/moe_kernels.json"
             f", from {kernel.source})" if kernel is not None else
             f"roofline at the dense constants (no kernel measurement for {mc.expert_format} experts on {perf.key})")
+    if not mc.counted:
+        info["parameters"] = mc.basis[0]
+    if perf.key not in MEASURED_GPUS:
+        info["gpu_extrapolated"] = (f"no measured serving row on {perf.key}: the constants (fitted and validated on "
+                                    f"rows of {', '.join(MEASURED_GPUS)}) are applied to its datasheet figures "
+                                    "unchecked")
+    if conc and len(prompt) < SHORT_RUN * conc:
+        info["short_run"] = (f"{len(prompt):,} requests for {conc:,} users: the first round (every user at once) "
+                             f"and the final drain weigh in these figures; about {SHORT_RUN * conc:,} or more "
+                             "approach the steady state")
     if mc.norm_reduces:
         info["all_reduces"] = (f"{2 + mc.norm_reduces // mc.layers} a layer under TP {tp}: the attention's and the MLP's, "
                                f"and {arch.model_type}'s q/k RMSNorm statistics (vLLM 0.33 "
@@ -137,16 +147,20 @@ def main(o: dict[str, Any]) -> None:
     lat = Table(title="Latency, ms (paged, vLLM's scheduler, step-time model)")
     for col in ("metric", "p50", "p90", "p99", "mean"):
         lat.add_column(col, "left" if col == "metric" else "right", wrap=False)
+    no_tpot = not any(int(x) > 1 for x in output)  # TPOT needs a second output token (vLLM's benchmark: 0)
     for name, d in (("TTFT", res.ttft_ms), ("TPOT", res.tpot_ms), ("E2E", res.e2e_ms)):
-        lat.add_row(name, *(f"{d[k]:,.1f}" for k in ("p50", "p90", "p99", "mean")))
+        lat.add_row(name, *("-" if name == "TPOT" and no_tpot else f"{d[k]:,.1f}" for k in ("p50", "p90", "p99", "mean")))
     thr = Table(title="Throughput")
     for col in ("tokens/s", "per GPU", "per user", "requests/s", "preempted", "avg batch"):
         thr.add_column(col, "right", wrap=False)
-    thr.add_row(f"{res.tokens_per_s:,.0f}", f"{res.tokens_per_s_per_gpu:,.0f}", f"{res.tokens_per_s_per_user:,.1f}",
+    thr.add_row(f"{res.tokens_per_s:,.0f}", f"{res.tokens_per_s_per_gpu:,.0f}",
+                "-" if no_tpot else f"{res.tokens_per_s_per_user:,.1f}",
                 f"{res.requests_per_s:,.3f}", f"{res.preemptions:,}", f"{res.avg_running:,.1f}")
     print_tables([lat, thr])
     if search is not None:
-        rate_txt = "none" if search["max_rate_per_s"] is None else f"{search['max_rate_per_s']:g} requests/s"
+        from kvdash.simulate.slo import rate_text
+
+        rate_txt = rate_text(search, len(prompt))
         console.print(f"SLO {o['slo']} at p90: at most {search['max_concurrency']:,} users (closed loop), {rate_txt} "
                       f"(Poisson); KV holds about {kv_requests:,} mean-length requests; binds: "
                       f"{search['binding_limit']}", highlight=False)
@@ -154,11 +168,19 @@ def main(o: dict[str, Any]) -> None:
                   markup=False)
     if "routed_experts" in info:
         console.print(f"routed experts: {info['routed_experts']}", highlight=False, markup=False)
+    if "parameters" in info:
+        console.print(f"parameters: {info['parameters']}", highlight=False, markup=False)
+    if "gpu_extrapolated" in info:
+        console.print(f"GPU: {info['gpu_extrapolated']}", highlight=False, markup=False)
+    if "short_run" in info:
+        console.print(f"note: {info['short_run']}", highlight=False, markup=False)
     if "all_reduces" in info:
         console.print(f"all-reduces: {info['all_reduces']}", highlight=False, markup=False)
 
 
+SHORT_RUN = 10  # a closed loop of fewer requests than this many per user is noted as short (first round, drain)
 CALC_SLO_REQUESTS = 1000  # calc's short simulation: 1,000 ShareGPT-shaped requests
+CALC_SLO_MAX_LEN = 8192  # ... clipped at this many tokens (or the model's context, if shorter)
 
 
 def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, gpu_key: str | None, tp: int,
@@ -175,22 +197,32 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     slo = parse_slo(slo_text)
     if not gpu_key:
         raise InputError("--gpu", None, "--slo needs a GPU preset with bandwidth and FLOP/s figures (e.g. h100-80gb)")
-    if result["pool"]["stages"] if isinstance(result["pool"].get("stages"), int) and result["pool"]["stages"] > 1 \
-            else False:
-        raise InputError("--pp", "> 1", "--slo simulates one pipeline stage: use --pp 1")
+    stages = result["pool"].get("stages") or [None]
+    if (len(stages) if isinstance(stages, list) else int(stages)) > 1:
+        raise InputError("--pp", len(stages) if isinstance(stages, list) else stages,
+                         "--slo simulates one pipeline stage: use --pp 1")
     gpu = get_gpu(gpu_key)
     perf = gpu_perf(gpu.key)
     p = result["pool"]
     mc = model_compute(model_config(model, config), arch, tp, weight_format, None, kv_dtype)
     pool = Pool(int(result["whole_pool_blocks"]), int(p["block_size"]), int(p["full_groups"]), int(p["window_groups"]),
                 int(p["window"] or 0), int(p["state_blocks_per_request"] or 0))
-    seqs, batched = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
+    # calc's own engine caps (its --max-num-seqs / --max-batched-tokens, else vLLM 0.33's defaults for the GPU)
+    seqs, batched = int(result["engine"]["max_num_seqs"]), int(result["engine"]["max_num_batched_tokens"])
     w = replace(PRESETS["sharegpt"], requests=CALC_SLO_REQUESTS, arrival="closed", concurrency=1, clip=True)
-    reqs = draw_requests(w, 0, min(arch.max_context, 8192))
+    cap = min(arch.max_context, CALC_SLO_MAX_LEN)
+    reqs = draw_requests(w, 0, cap)
     mean_len = int(round(float(reqs.final.mean())))
     setup = {"pool": pool, "mc": mc, "gpu": perf, "consts": fitted_constants(perf.key), "max_num_seqs": seqs,
              "max_batched": batched, "tp": tp, "kv_requests": pool.blocks // int(pool.request_blocks(mean_len))}
     out = slo_search(setup, reqs.prompt, reqs.output, slo)
-    out["workload"] = f"{CALC_SLO_REQUESTS:,} ShareGPT-shaped requests (synthetic: lognormal means 161 in, 338 out)"
+    out["workload"] = (f"{CALC_SLO_REQUESTS:,} ShareGPT-shaped requests (synthetic: lognormal means 161 in, 338 out, "
+                       f"clipped at {cap:,} tokens)")
+    out["requests"] = CALC_SLO_REQUESTS
+    out["max_num_seqs"], out["max_num_batched_tokens"] = seqs, batched
+    if weight_format != "bf16":
+        out["pool_note"] = (f"the pool is calc's (weights: {result['budget'].get('weights_basis') or 'as calc counts them'}"
+                            f"); the step times read {weight_format} weights (--weights sizes the pool for that "
+                            "checkpoint)")
     out.pop("at_max_concurrency", None)
     return out

@@ -147,6 +147,10 @@ class Constants:
                        fitted_on=f"{self.fitted_on}; c_flop {self.c_flop_blackwell:.4g}, the Blackwell GPUs' own")
 
 
+# the GPUs of the measured serving rows the constants were fitted and validated on (benchmarks/steptime_fit.py)
+MEASURED_GPUS = ("h100-80gb", "h200", "b200", "b300")
+
+
 def fitted_constants(gpu_key: str | None = None) -> Constants:
     """The constants shipped in ``kvdash/data/steptime.json`` (fitted by ``benchmarks/steptime_fit.py``), for
     ``gpu_key``'s generation where given (:meth:`Constants.on`)."""
@@ -202,6 +206,7 @@ class ModelCompute:
     act_bytes: float = 0.0  # MLP activation bytes written and read back per token on this rank (see model_compute)
     expert_format: str = ""  # the routed experts' weight format (WEIGHT_BYTES key); "" : no routed experts
     norm_reduces: int = 0  # latency-only all-reduces a step beyond the two a layer (see NORM_REDUCES), on this rank
+    counted: bool = True  # False: parameters taken from the weight figure (basis[0] says how), not from config.json
     basis: tuple[str, ...] = field(default=(), compare=False)
 
     def kv_read_bytes(self, context: Any) -> Any:
@@ -309,6 +314,12 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
         parts = {"embedding": 0, "lm_head": 0, "attention": 0, "dense_mlp": n, "shared": 0, "router": 0,
                  "experts_total": 0, "expert_params": 0, "moe_layers": 0, "experts": 0, "top_k": 0,
                  "hidden": arch.hidden_size, "vocab": 0}
+        if weights != "bf16" or experts_weights not in (None, "bf16"):
+            raise InputError("--weight-format", experts_weights if weights == "bf16" else weights,
+                             f"bf16 only for {arch.name}: the time model cannot count its parameters from its config "
+                             f"({arch.model_type}, no MLP sizes kvdash reads), so it reads the weight figure "
+                             f"({arch.weight_basis}) at 2 B a parameter; give --config with the model's full "
+                             "config.json")
         weights = experts_weights = "bf16"
         fallback = (f"parameters not counted from config.json ({arch.model_type}): {n:,} taken from the weight "
                     f"figure ({arch.weight_basis}) at 2 B each, all read every step")
@@ -387,7 +398,7 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
         gemm=expert_rate if parts["moe_layers"] else GEMM_RATE[weights], attention=tuple(attention), dense_rates=rates,
         kv_full_bytes=full, kv_window_bytes=win, window=win_layers[0].window if win_layers else 0,
         state_bytes=state, dp=dp, expert_format=ew if parts["moe_layers"] else "",
-        norm_reduces=NORM_REDUCES.get(arch.model_type, 0) * n_layers if tp > 1 else 0,
+        norm_reduces=NORM_REDUCES.get(arch.model_type, 0) * n_layers if tp > 1 else 0, counted=not fallback,
         weights_per_rank=math.ceil(resident / tp - parts["experts_total"] * parts["expert_params"] * expert_b
                                    * (1 / tp - 1 / (tp * dp))),
         basis=(fallback or f"weights {dense_fmt} (experts {ew}"

@@ -34,8 +34,12 @@ def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:
     for part in str(text).split(","):
         key, sep, value = part.strip().partition("=")
         key, value = key.strip().lower(), value.strip().lower()
-        if not sep or key not in SLO_KEYS or key in out:
+        if not sep:
             raise InputError(field, text, allowed)
+        if key not in SLO_KEYS:
+            raise InputError(field, text, f"unknown key {key!r}: " + allowed)
+        if key in out:
+            raise InputError(field, text, f"{key} given twice: " + allowed)
         scale = 1.0
         if value.endswith("ms"):
             value, scale = value[:-2], 1e-3
@@ -48,7 +52,7 @@ def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:
         except ValueError as exc:
             raise InputError(field, text, allowed) from exc
         if not (math.isfinite(seconds) and seconds > 0):
-            raise InputError(field, text, allowed)
+            raise InputError(field, text, f"{key} must be a finite time above 0: " + allowed)
         out[key] = seconds
     return out
 
@@ -111,6 +115,18 @@ def meets(res: Any, slo: dict[str, float]) -> bool:
 
 
 BINDS = ("kv", "max_num_seqs", "compute", "none")
+# the Poisson rate search doubles its ceiling at most this many times past twice the best closed loop's rate
+RATE_DOUBLINGS = 6
+
+
+def rate_text(search: dict[str, Any], requests: int) -> str:
+    """The Poisson answer of :func:`slo_search` in words: the rate found, none, or every rate tried met it."""
+    if search.get("rate_met_up_to") is not None:
+        return (f"no limit found: every rate up to {search['rate_met_up_to']:g} requests/s meets it, the {requests:,} "
+                "requests ending before a queue builds (more --requests)")
+    if search["max_rate_per_s"] is None:
+        return "none"
+    return f"{search['max_rate_per_s']:g} requests/s"
 
 
 def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, slo: dict[str, float],
@@ -152,21 +168,35 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
             binds, words = "max_num_seqs", f"max_num_seqs ({setup['max_num_seqs']:,})"
         elif above.preemptions or hi > setup["kv_requests"]:
             binds, words = "kv", f"KV cache (about {setup['kv_requests']:,} mean-length requests fit)"
+        elif hi == 1:
+            binds, words = "compute", "compute: not even one user alone meets it (the step time itself)"
         else:
             binds, words = "compute", "compute (step time grows with the batch)"
-    # the Poisson rate: bisection over requests per second between 0 and what the best concurrency served
+    # the Poisson rate: from twice what the best concurrency served, doubled while it still meets the SLO (a finite
+    # trace can end before a queue builds: then no rate is found, and the answer says so), then bisection
     top_rate = None
+    unbounded = None
     if last is not None:
+        def ok_r(r: float) -> bool:
+            return meets(run_point(setup, prompt, output, rate=r, seed=seed, policy=policy), slo)
+
         r_lo, r_hi = 0.0, max(last.requests_per_s * 2, 1e-3)
-        for _ in range(10):
-            mid = (r_lo + r_hi) / 2
-            if meets(run_point(setup, prompt, output, rate=mid, seed=seed, policy=policy), slo):
-                r_lo = mid
-            else:
-                r_hi = mid
-        top_rate = round(r_lo, 4)
+        for _ in range(RATE_DOUBLINGS):
+            if not ok_r(r_hi):
+                break
+            r_lo, r_hi = r_hi, r_hi * 2
+        else:
+            unbounded = r_lo  # every rate tried met it
+        if unbounded is None:
+            for _ in range(10):
+                mid = (r_lo + r_hi) / 2
+                if ok_r(mid):
+                    r_lo = mid
+                else:
+                    r_hi = mid
+            top_rate = round(r_lo, 4)
     return {"slo": dict(slo), "percentile": SLO_PERCENTILE, "max_concurrency": lo,
-            "max_rate_per_s": top_rate, "binding_limit": words, "binds": binds,
+            "max_rate_per_s": top_rate, "rate_met_up_to": unbounded, "binding_limit": words, "binds": binds,
             "kv_capacity_requests": setup["kv_requests"], "max_num_seqs": setup["max_num_seqs"],
             "at_max_concurrency": last.to_json() if last else None}
 
