@@ -46,7 +46,7 @@ def main() -> None:
     slots = pool.blocks * 16
     w = replace(PRESETS["sharegpt"], requests=args.requests, arrival="closed", concurrency=args.concurrency)
     reqs = draw_requests(w, 0, 8192)
-    consts, perf = fitted_constants(), gpu_perf("h100-80gb")
+    consts, perf = fitted_constants("h100-80gb"), gpu_perf("h100-80gb")
 
     def step() -> None:
         simulate(w, "paged", slots, 16, 8192, requests=reqs)

@@ -65,6 +65,9 @@ UTIL = 0.9
 MAX_BATCHED = 8192
 MAX_SEQS = 1024
 CLIFF = 5.0
+# the --cache file's version: raised whenever the simulated features change (a stale cache is simulated again);
+# 2: MiniMax-M2's third all-reduce a layer
+CACHE_VERSION = 2
 # lengths drawn uniformly within +-JITTER of ISL/OSL (mean kept): benchmark clients' random prompts vary, and
 # identical lengths would keep every user in lockstep (an assumption, chosen on the calibration rows)
 PHYSICAL = __import__("os").environ.get("KVDASH_FIT_PHYSICAL", "1") == "1"
@@ -395,6 +398,9 @@ def main() -> None:
     skipped: dict[str, int] = defaultdict(int)
     per_model: dict[str, int] = defaultdict(int)
     cache = Path(args.cache) if args.cache else None
+    if cache is not None and cache.exists() and json.loads(cache.read_text()).get("version") != CACHE_VERSION:
+        print(f"{cache}: written by another version of the simulation; simulating again", file=sys.stderr)
+        cache.unlink()
     if cache is not None and cache.exists():
         raw = json.loads(cache.read_text())
         sims = {k: {"ttft_f": np.asarray(v["ttft_f"]), "tpot_f": np.asarray(v["tpot_f"]),
@@ -414,10 +420,10 @@ def main() -> None:
         except (ValueError, Exception) as exc:  # noqa: BLE001 - counted and reported
             skipped[f"{r['model_path']}: {type(exc).__name__}: {str(exc)[:80]}"] += 1
     if cache is not None and rows_to_run:
-        cache.write_text(json.dumps({"sims": {k: {"ttft_f": v["ttft_f"].tolist(), "tpot_f": v["tpot_f"].tolist(),
-                                                  "ttft_burst_f": v["ttft_burst_f"].tolist(),
-                                                  "capacity": v["capacity"], "preemptions": v["preemptions"]}
-                                              for k, v in sims.items()}, "skipped": dict(skipped)}))
+        stored = {k: {"ttft_f": v["ttft_f"].tolist(), "tpot_f": v["tpot_f"].tolist(),
+                      "ttft_burst_f": v["ttft_burst_f"].tolist(), "capacity": v["capacity"],
+                      "preemptions": v["preemptions"]} for k, v in sims.items()}
+        cache.write_text(json.dumps({"version": CACHE_VERSION, "sims": stored, "skipped": dict(skipped)}))
     print(f"simulated {len(sims)} rows in {time.time() - t0:.0f} s; skipped {sum(skipped.values())}", file=sys.stderr)
     for k, v in sorted(skipped.items()):
         print(f"  skipped {v}: {k}", file=sys.stderr)

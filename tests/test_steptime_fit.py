@@ -139,3 +139,30 @@ def test_tpot_floor_of_a_row_that_must_run_its_users_together():
     assert floor == pytest.approx((mc.dense_weight_bytes + 237_945_600 + 512 * 24_182_784) / 3.35e12)
     assert 3.5714e-3 < floor < 3.9e-3
     assert tpot_floor({**row, "tp_size": "2", "moe_tp_size": "2", "isl": "8192", "osl": "1024"}) is None
+
+
+def test_fit_splits_the_compute_term_by_gpu_generation():
+    """Rule (by_generation, predict): a row's six simulated features (memory s, compute s, 1, layers, all-reduces,
+    fixed s) become seven, the compute seconds in the Hopper column or, on a Blackwell (B200, B300), the Blackwell
+    one; predict() with the fit's seven constants (c_mem, c_flop, c_step, c_layer, c_allreduce, c_flop_blackwell,
+    c_request) then gives exactly what the running code gives with the GPU's own constants
+    (step_seconds(f, Constants.on(gpu)))."""
+    import numpy as np
+
+    from benchmarks.steptime_fit import blackwell, by_generation, predict
+    from kvdash.core.steptime import Constants, step_seconds
+
+    f = np.array([0.004, 0.002, 1.0, 80.0, 160.0, 0.0005])
+    c7 = np.array([1.25, 1.0, 0.0, 36e-6, 18e-6, 1.8, 0.02])
+    c = Constants(c_mem=1.25, c_flop=1.0, c_step=0.0, c_layer=36e-6, c_allreduce=18e-6, c_request=0.02,
+                  c_flop_blackwell=1.8)
+    for system, gpu, bw in (("h100_sxm", "h100-80gb", False), ("h200_sxm", "h200", False), ("b200_sxm", "b200", True),
+                            ("b300_sxm", "b300", True)):
+        row = {"system": system}
+        assert blackwell(row) is bw
+        g = by_generation(f, row)
+        assert (g[1], g[5]) == ((0.0, 0.002) if bw else (0.002, 0.0))
+        assert predict(g, c7) == pytest.approx(step_seconds(tuple(f), c.on(gpu)))
+        assert predict(g, c7, ttft=True) == pytest.approx(step_seconds(tuple(f), c.on(gpu)) + 0.02)
+    # on() applied twice gives the second GPU's constants, not the first one's
+    assert c.on("b200").on("h200").c_flop == 1.0 and c.on("h200").on("b300").c_flop == 1.8

@@ -198,8 +198,8 @@ def simulate(
         return
     if max_num_seqs is not None:  # read by the timed length simulation only (returned above)
         raise InputError("--max-num-seqs", max_num_seqs, "caps only the timed simulation of a length workload "
-                                                         "(--time or --slo); this simulation runs every request "
-                                                         "the pool holds")
+                                                         "(--time, with or without --slo); this simulation runs "
+                                                         "every request the pool holds")
     if shape.groups != 1 or shape.window_groups or shape.state_bytes:
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
     from kvdash.commands.common import check_budget_options, given, warn
@@ -212,7 +212,9 @@ def simulate(
         gpu=gpu, util=gpu_util, weights=parse_size(weights, "--weights", allow_zero=True) if weights else None)
     from kvdash.answer.calc import CalcInput, capture_graphs, engine_caps
 
-    caps_inp = CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec)  # vLLM 0.33's caps for the GPU
+    # vLLM 0.33's caps for the GPU, --max-batched-tokens where given (it sizes --reserve auto's activation and CUDA
+    # graph terms, as in calc)
+    caps_inp = CalcInput(arch=arch, kv_dtype=kv_dtype, tp=tp, budget=spec, max_batched_tokens=max_batched_tokens)
     caps = engine_caps(caps_inp)
     spec = reserve_for(spec, reserve, given(ctx, "reserve"), arch, tp, 1, caps.max_num_batched_tokens,
                        graphs=capture_graphs(caps_inp, caps))

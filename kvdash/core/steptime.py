@@ -131,6 +131,7 @@ class Constants:
     # c_flop on a Blackwell GPU (compute capability 10.x: B200, B300), which reaches a smaller share of its
     # datasheet FLOP/s in the calibration rows than a Hopper; None: c_flop everywhere
     c_flop_blackwell: float | None = None
+    c_flop_other: float | None = field(default=None, compare=False)  # set by on(): the c_flop it replaced
 
     def vector(self) -> tuple[float, float, float, float, float]:
         return (self.c_mem, self.c_flop, self.c_step, self.c_layer, self.c_allreduce)
@@ -141,10 +142,12 @@ class Constants:
 
         from kvdash.core.gpus import get_gpu
 
-        if self.c_flop_blackwell is None or get_gpu(gpu_key).compute_capability.split(".")[0] != "10":
-            return self
-        return replace(self, c_flop=self.c_flop_blackwell,
-                       fitted_on=f"{self.fitted_on}; c_flop {self.c_flop_blackwell:.4g}, the Blackwell GPUs' own")
+        base = self if self.c_flop_other is None else replace(
+            self, c_flop=self.c_flop_other, c_flop_other=None, fitted_on=self.fitted_on.split("; c_flop ")[0])
+        if base.c_flop_blackwell is None or get_gpu(gpu_key).compute_capability.split(".")[0] != "10":
+            return base
+        return replace(base, c_flop=base.c_flop_blackwell, c_flop_other=base.c_flop,
+                       fitted_on=f"{base.fitted_on}; c_flop {base.c_flop_blackwell:.4g}, the Blackwell GPUs' own")
 
 
 # the GPUs of the measured serving rows the constants were fitted and validated on (benchmarks/steptime_fit.py)
