@@ -50,7 +50,9 @@ def test_time_block_columns_and_gates_on_them(tmp_path):
     assert [g.metric for g in spec.gates] == ["time_tpot_p90_ms", "time_slo_users"]
     df = expand(spec).frame
     cols = [c for c in df.columns if c.startswith(("time_", "sim_"))]
-    assert cols[:5] == ["time_gpu", "time_kv_requests", "time_slo_users", "time_slo_rate", "time_binds"]
+    assert cols[:7] == ["time_gpu", "time_kv_requests", "time_not_timed", "time_slo_users", "time_slo_rate",
+                        "time_slo_rate_met_up_to", "time_binds"]
+    assert df.get_column("time_not_timed").null_count() == 4  # every point timed
     assert "time_paged_over_max" in cols and not any(c.startswith("sim_") for c in cols)
     assert df.get_column("time_gpu").to_list() == ["h100-80gb"] * 4
     # fp8 halves the bytes per token: twice the mean-length requests fit (within a block's rounding)
@@ -160,3 +162,88 @@ def test_default_jobs_are_the_idle_cores(monkeypatch):
         monkeypatch.setattr(parallel.os, "getloadavg", lambda load=load: (load, load, load))
         assert parallel.default_jobs() == want
     assert parallel.check_jobs(0) == 4 and parallel.check_jobs(3) == 3
+
+
+SMALL = """\
+title: time checks
+models: [llama-3.1-8b]
+workloads:
+  chat: {length: 2048, max_reserved: 8192}
+defaults: {gpu: h100-80gb, tp: 1}
+simulate:
+  requests: 40
+  time:
+"""
+
+
+def test_users_above_requests_is_refused(tmp_path, capsys):
+    """A closed loop of 50 users over 40 requests never runs more than 40 at once: refused, not shown as 50."""
+    text = SMALL + "    users: 50\n"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--dry-run"], capsys)
+    assert code == 2 and "simulate.time.users" in err and "at most the requests simulated (40)" in err
+    assert len(err.strip().splitlines()) == 1
+    # per grid workload: its own requests: bound it
+    text = SMALL + ("    users: 30\n    workloads:\n"
+                    "      chat: {prompt: 'fixed:100', output: 'fixed:10', requests: 20}\n")
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--dry-run"], capsys)
+    assert code == 2 and "(20 for workload chat)" in err
+
+
+def test_time_requests_are_bounded_by_the_points_max_model_len(tmp_path, capsys):
+    """The time simulation takes each point's max_model_len (the grid workload's max_reserved here, 8,192), not
+    simulate's step-unit max_reserved (2,048 by default): a 7,936 + 256 = 8,192-token request is timed; one of
+    8,193 is refused in one line naming the time workload."""
+    text = SMALL + "    users: 4\n    workloads:\n      chat: {prompt: 'fixed:7936', output: 'fixed:256'}\n"
+    df = expand(parse_grid(_grid(tmp_path, text))).frame
+    assert df.get_column("time_gpu").to_list() == ["h100-80gb"]
+    assert df.get_column("time_not_timed").to_list() == [None]
+    assert df.get_column("time_tpot_p90_ms")[0] > 0
+    code, _, err = run(["sweep", str(_grid(tmp_path, text.replace("fixed:256", "fixed:257"))), "--out",
+                        str(tmp_path / "out"), "-q"], capsys)
+    assert code == 2 and "simulate.time.workloads.chat" in err and "max_model_len 8,192" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_gpu_without_time_figures_leaves_its_points_untimed_and_says_why(tmp_path, capsys):
+    """L40S has no bandwidth/FLOP figures in the time model: its point is not timed (the reason in
+    time_not_timed and the report), the others are; the grid is not refused."""
+    text = SMALL.replace("defaults: {gpu: h100-80gb, tp: 1}", "defaults: {tp: 1}\ngrid:\n  gpu: [h100-80gb, l40s]") \
+        + "    users: 5\n"
+    out = tmp_path / "out"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "-q"], capsys)
+    assert code == 0, err
+    df = pl.read_csv(out / "results.csv")
+    why = dict(zip(df["gpu"], df["time_not_timed"], strict=True))
+    assert why["h100-80gb"] is None and "no bandwidth and FLOP/s figures" in why["l40s"]
+    md = (out / "report.md").read_text()
+    assert "1 of 2 points not timed: 1 l40s: the time model has no bandwidth and FLOP/s figures" in md
+    assert "a short run: 40 requests for 5 users" in md  # 40 < 10 x 5
+    # the per-point table is in report.md too, named as the other tables name points
+    assert "| 1 x h100-80gb | " in md and "TPOT p90 ms" in md
+
+
+def test_slo_never_failed_is_shown_as_a_floor(tmp_path, capsys):
+    """An SLO every simulated user meets (binds none) is reported as '>= N', not as a measured limit."""
+    text = SMALL + "    slo: \"ttft=60s,tpot=1s\"\n"
+    out = tmp_path / "out"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "-q"], capsys)
+    assert code == 0, err
+    df = pl.read_csv(out / "results.csv")
+    assert df["time_binds"].to_list() == ["none"] and df["time_slo_users"].to_list() == [40]
+    md = (out / "report.md").read_text()
+    assert "≥ 40 (every user simulated met it)" in md
+
+
+@pytest.mark.parametrize("bound, words", [
+    (10, "above 0.2 (within the bound at every swept rate)"),  # 10 s a token: never reached at 0.1-0.2 requests/s
+    (0.001, "below 0.1 (over the bound at the lowest rate)"),  # 1 ms a token: under one step's time
+])
+def test_a_rate_outside_the_sweep_says_which_side(tmp_path, capsys, bound, words):
+    """A bound no swept rate reaches, or every one exceeds, leaves the rate column empty; the report says which."""
+    text = SMALL + f"    rates: \"0.1:0.2:2\"\n    latency_bound: {bound}\n"
+    out = tmp_path / "out"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "-q"], capsys)
+    assert code == 0, err
+    df = pl.read_csv(out / "results.csv")
+    assert df["time_paged_rate"].to_list() == [None]
+    assert words in (out / "report.md").read_text()

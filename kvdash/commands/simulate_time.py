@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdash.errors import InputError
-from kvdash.simulate.slo import SLO_KEYS, SLO_PERCENTILE, meets, parse_slo, run_point, slo_search  # noqa: F401
+from kvdash.simulate.slo import SHORT_RUN, SLO_KEYS, SLO_PERCENTILE, meets, parse_slo, run_point, slo_search  # noqa: F401
 
 
 def vllm_batch_defaults(memory_bytes: int, gpu_name: str, max_model_len: int = 131072) -> tuple[int, int]:
@@ -178,7 +178,6 @@ def main(o: dict[str, Any]) -> None:
         console.print(f"all-reduces: {info['all_reduces']}", highlight=False, markup=False)
 
 
-SHORT_RUN = 10  # a closed loop of fewer requests than this many per user is noted as short (first round, drain)
 CALC_SLO_REQUESTS = 1000  # calc's short simulation: 1,000 ShareGPT-shaped requests
 CALC_SLO_MAX_LEN = 8192  # ... clipped at this many tokens (or the model's context, if shorter)
 

@@ -54,7 +54,7 @@ for _names, _range in (
     (("weights", "--weights", "reserve", "--reserve"), (0, MAX_BYTES)),
     (("target", "--target"), (1, MAX_REQUESTS)),
     (("max_num_seqs", "--max-num-seqs"), (1, MAX_REQUESTS)),
-    (("requests", "--requests", "concurrency", "--concurrency"), (1, MAX_SIM_REQUESTS)),
+    (("requests", "--requests", "concurrency", "--concurrency", "users"), (1, MAX_SIM_REQUESTS)),
     (("seed", "--seed", "--trace-every"), (0, 2**32)),
 ):
     for _name in _names:

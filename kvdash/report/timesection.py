@@ -10,10 +10,12 @@ from typing import Any
 import polars as pl
 
 from kvdash.report import svg
+from kvdash.report.labels import Labels
 from kvdash.sweep.gridfile import GridSpec
 from kvdash.units import ratio_text
 
 MAX_ROWS = 16  # points listed in the per-point table (the rest are in results.csv)
+MD_ROWS = 6  # in report.md, reviewed in pull requests (the HTML report lists MAX_ROWS)
 COLOURS = ("#2b6cb0", "#2f855a", "#d69e2e", "#c05621", "#6b46c1", "#718096")
 
 
@@ -37,6 +39,70 @@ def _fmt(v: Any, digits: int = 1) -> str:
     return f"{v:,.{digits}f}"
 
 
+def _slo_cells(r: dict[str, Any]) -> list[str]:
+    """Users and rate meeting the SLO, and what binds; a search that never failed says its figure is a floor."""
+    users = _fmt(r["time_slo_users"])
+    if r["time_binds"] == "none" and r["time_slo_users"] is not None:
+        users = f"≥ {users} (every user simulated met it)"
+    rate = _fmt(r["time_slo_rate"], 3)
+    if r["time_slo_rate"] is None and r.get("time_slo_rate_met_up_to") is not None:
+        rate = f"≥ {r['time_slo_rate_met_up_to']:,.3f} (no limit found: the requests end before a queue builds)"
+    return [users, rate, str(r["time_binds"])]
+
+
+def _rate_cell(sub: pl.DataFrame, pol: str, median: float | None, rates: list[float], bound: float) -> str:
+    """A policy's median rate within the bound; where no point has one, why: within the bound at every swept rate
+    (the rate lies above the sweep) or above it at the lowest (below the sweep)."""
+    if median is not None:
+        return _fmt(median, 3)
+    first = sub.get_column(f"time_{pol}_nlat_r0")
+    last = sub.get_column(f"time_{pol}_nlat_r{len(rates) - 1}")
+    if last.null_count() == 0 and (last <= bound).all():
+        return f"above {rates[-1]:.4g} (within the bound at every swept rate)"
+    if first.null_count() == 0 and (first > bound).all():
+        return f"below {rates[0]:.4g} (over the bound at the lowest rate)"
+    if first.null_count() == sub.height:
+        return "- (the pool cannot hold its reservation)"
+    return "-"
+
+
+def _short_run(ts: Any) -> str:
+    """A closed loop of under ``SHORT_RUN`` requests a user: its first round and drain weigh in."""
+    from kvdash.simulate.slo import SHORT_RUN
+
+    if not ts.users:
+        return ""
+    counts = {name: (ts.workload_requests or {}).get(name, ts.requests) for name in (ts.workloads or {})} \
+        or {"": ts.requests}
+    least = min(counts.values())
+    if least >= SHORT_RUN * ts.users:
+        return ""
+    return (f"a short run: {least:,} requests for {ts.users:,} users (the first round, every user at once, and the "
+            f"final drain weigh in; about {SHORT_RUN * ts.users:,} or more approach the steady state)")
+
+
+def _constants_text(gpus: list[str], brief: bool = False) -> str:
+    """The time model's constants, and the GPUs they were never measured on."""
+    from kvdash.core.steptime import MEASURED_GPUS, fitted_constants
+
+    c = fitted_constants()
+    blackwell = f" ({c.c_flop_blackwell:.4g} on Blackwell)" if c.c_flop_blackwell is not None else ""
+    step = f"{c.c_step * 1e3:.4g} ms a step, " if c.c_step else ""
+    other = [g for g in gpus if g not in MEASURED_GPUS]
+    if brief:
+        return (f"constants c_mem {c.c_mem:.4g}, c_flop {c.c_flop:.4g}{blackwell}, {c.c_layer * 1e6:.4g} us a layer, "
+                f"{c.c_allreduce * 1e6:.4g} us an all-reduce, {step}{c.c_request * 1e3:.4g} ms a request"
+                + (f"; {', '.join(other)} unmeasured (datasheet figures)" if other else ""))
+    text = (f"step-time constants (benchmarks/steptime_fit.py): c_mem {c.c_mem:.4g} x bytes / HBM bandwidth, c_flop "
+            f"{c.c_flop:.4g}{blackwell} x FLOPs / datasheet FLOP/s, {c.c_layer * 1e6:.4g} us a layer, "
+            f"{c.c_allreduce * 1e6:.4g} us an all-reduce, {step}{c.c_request * 1e3:.4g} ms a request outside the "
+            f"steps ({c.fitted_on.split(' on ')[-1]})")
+    if other:
+        text += (f"; {', '.join(other)}: no measured row (the constants are applied to the datasheet figures, "
+                 "unchecked)")
+    return text
+
+
 def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str, Any] | None:
     """Setup line, per-point SLO/latency rows and, per workload with rates, each policy's rate at the bound."""
     from kvdash.sweep.claims import TIME_LABEL, TIME_MODEL_ERROR
@@ -47,9 +113,11 @@ def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str,
     ts = sim.time
     timed = df.filter(pl.col("time_gpu").is_not_null())
     gpus = sorted({str(g) for g in timed.get_column("time_gpu").to_list()})
-    parts = [f"Each point on its own pool, max_num_seqs and max_num_batched_tokens under vLLM 0.33's scheduler "
-             f"(paged) and Orca's reservations (max, pow2, oracle: the same scheduler, whole reservations placed by "
-             f"{sim.allocator}); {ts.weight_format} weights; GPU figures of {', '.join(gpus) or '-'}; seed {sim.seed}"]
+    orca = [pol for pol in ts.policies if pol != "paged"]
+    parts = ["Each point on its own pool, max_num_seqs and max_num_batched_tokens under vLLM 0.33's scheduler "
+             + (f"(paged) and Orca's reservations ({', '.join(orca)}: the same scheduler, whole reservations placed "
+                f"by {sim.allocator})" if orca else "(paged)")
+             + f"; {ts.weight_format} weights; GPU figures of {', '.join(gpus) or '-'}; seed {sim.seed}"]
     if ts.workloads:
         parts.append("requests per grid workload: " + "; ".join(
             f"{name}: {(ts.workload_requests or {}).get(name, ts.requests):,} of {w.name} "
@@ -57,15 +125,27 @@ def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str,
     else:
         parts.append(f"{ts.requests:,} {sim.workload.name} requests")
     untimed = df.height - timed.height
+    brief = [f"{', '.join(gpus) or '-'}, {ts.weight_format} weights"
+             + (f"; Orca on paged's scheduler ({sim.allocator})" if orca else "")]
     if untimed:
-        parts.append(f"{untimed:,} of {df.height:,} points not timed (no config.json to count parameters, no GPU "
-                     "figures, pipeline parallel, a workload not listed, or a pool too small for the longest request)")
-    short = f"{', '.join(gpus) or '-'}, {ts.weight_format} weights; Orca on paged's scheduler ({sim.allocator})"
-    out: dict[str, Any] = {"setup": "; ".join(parts), "setup_short": short,
+        reasons = df.filter(pl.col("time_gpu").is_null()).group_by("time_not_timed").len() \
+            .sort(["len", "time_not_timed"], descending=[True, False]).iter_rows()
+        text = (f"{untimed:,} of {df.height:,} point{'s' if df.height > 1 else ''} not timed: "
+                + "; ".join(f"{n:,} {why or '-'}" for why, n in reasons))
+        parts.append(text)
+        brief.append(text)
+    short_run = _short_run(ts)
+    if short_run:
+        parts.append(short_run)
+        brief.append(short_run)
+    parts.append(_constants_text(gpus))
+    brief.append(_constants_text(gpus, brief=True))
+    out: dict[str, Any] = {"setup": "; ".join(parts), "setup_short": "; ".join(brief),
                            "label": "Figures from kvdash's " + TIME_LABEL,
                            "label_short": f"Time model ({TIME_MODEL_ERROR})",
-                           "points": [], "point_head": [], "rates": [], "more": ""}
-    cols = [d for d in dims if d in timed.columns and timed.get_column(d).n_unique() > 1] or ["model"]
+                           "points": [], "point_head": [], "rates": [], "more": "", "points_md": [],
+                           "more_md": ""}
+    label = Labels(spec, df)
     if ts.slo or ts.users:
         head = ["point", "KV holds (requests)"]
         if ts.slo:
@@ -75,9 +155,9 @@ def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str,
                      "tokens/s per GPU", "tokens/s per user"]
         rows = []
         for r in timed.head(MAX_ROWS).iter_rows(named=True):
-            row = [", ".join(str(r[c]) for c in cols), _fmt(r["time_kv_requests"])]
+            row = [label(r), _fmt(r["time_kv_requests"])]
             if ts.slo:
-                row += [_fmt(r["time_slo_users"]), _fmt(r["time_slo_rate"], 3), str(r["time_binds"])]
+                row += _slo_cells(r)
             if ts.users:
                 row += [_fmt(r["time_ttft_p90_ms"]), _fmt(r["time_tpot_p90_ms"]), _fmt(r["time_tokens_per_s_per_gpu"]),
                         _fmt(r["time_tokens_per_s_per_user"])]
@@ -85,15 +165,18 @@ def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str,
         out["point_head"], out["points"] = head, rows
         if timed.height > MAX_ROWS:
             out["more"] = f"the first {MAX_ROWS} of {timed.height:,} timed points (every one is in results.csv)"
+        out["points_md"] = rows[:MD_ROWS]
+        if timed.height > MD_ROWS:
+            out["more_md"] = f"the first {MD_ROWS} of {timed.height:,} timed points (every one is in results.csv)"
     for k, wl in enumerate(rate_workloads(spec), start=1):
         sub = timed.filter(pl.col("workload").cast(pl.Utf8) == wl)
         if not sub.height:
             continue
+        rates = ts.rates_of(wl) or []
         med = {pol: sub.select(pl.col(f"time_{pol}_rate").median()).item() for pol in ts.policies}
-        rows = [[pol, _fmt(med[pol], 3),
+        rows = [[pol, _rate_cell(sub, pol, med[pol], rates, ts.latency_bound),
                  "-" if pol == "paged" or "paged" not in ts.policies or not med[pol] or med["paged"] is None
                  else ratio_text(med["paged"] / med[pol])] for pol in ts.policies]
-        rates = ts.rates_of(wl) or []
         out["rates"].append({"workload": wl, "chart": f"time-rates-{k}.svg", "rows": rows,
                              "short": f"{len(rates)} rates, {rates[0]:.4g}-{rates[-1]:.4g} requests/s, {sub.height:,} "
                                       f"point{'s' if sub.height > 1 else ''} (medians)",

@@ -24,6 +24,7 @@ from kvdash.errors import InputError
 
 SLO_KEYS = ("ttft", "tpot", "e2e")
 SLO_PERCENTILE = "p90"
+SHORT_RUN = 10  # a closed loop of fewer requests than this many per user is noted as short (first round, drain)
 
 
 def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:

@@ -47,7 +47,8 @@ def time_point(task: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if task.get("slo"):
         s = slo.slo_search(setup, prompt, output, task["slo"], seed)
-        out |= {"slo_users": s["max_concurrency"], "slo_rate": s["max_rate_per_s"], "binds": s["binds"]}
+        out |= {"slo_users": s["max_concurrency"], "slo_rate": s["max_rate_per_s"], "binds": s["binds"],
+                "slo_rate_met_up_to": s["rate_met_up_to"]}
     if task.get("users"):
         r = slo.run_point(setup, prompt, output, concurrency=task["users"], seed=seed)
         out |= {"ttft_p90_ms": r.ttft_ms["p90"], "tpot_p90_ms": r.tpot_ms["p90"], "e2e_p90_ms": r.e2e_ms["p90"],

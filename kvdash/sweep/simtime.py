@@ -29,6 +29,16 @@ TIME_KEYS = ("gpu", "weight_format", "policies", "slo", "users", "rates", "laten
              "max_num_seqs", "max_batched_tokens", "refine")
 WORKLOAD_KEYS = ("preset", "prompt", "output", "rates", "requests")
 TIME_POLICIES = ("paged", "max", "pow2", "oracle")
+# why a point has no time figures (the ``time_not_timed`` column; the report counts each)
+NOT_TIMED = {
+    "workload": "its grid workload is not listed under simulate.time.workloads",
+    "config": "no config.json to count the model's parameters (a model given by its dimensions)",
+    "gpu": "no GPU: a declared budget, and simulate.time has no gpu:",
+    "gpu_figures": "the time model has no bandwidth and FLOP/s figures for this GPU",
+    "pp": "pipeline parallel (not modelled in time)",
+    "budget": "no memory left for the KV cache",
+    "pool": "the KV pool cannot hold the longest request",
+}
 LABEL = ("kvdash's time model (steptime fitted on measured vLLM rows; its measured error is in the README: "
          "Time model accuracy)")
 
@@ -148,6 +158,13 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
     caps = {}
     for key in ("max_num_seqs", "max_batched_tokens"):
         caps[key] = c.positive_int(sec[key], p + (key,)) if key in sec else None
+    if users is not None:
+        counts = {name: workload_requests.get(name, requests) for name in (workloads or {})} or {"": requests}
+        name, least = min(counts.items(), key=lambda kv: kv[1])
+        if users > least:
+            raise c.fail(p + ("users",), users, f"at most the requests simulated ({least:,}"
+                         + (f" for workload {name}" if name else "") + f"): a closed loop of {users:,} users over "
+                         f"{least:,} requests never runs more than {least:,} at once; raise requests:")
     ts = TimeSpec(gpu=None if gpu is None else str(gpu), weight_format=wf, policies=policies, slo=slo,
                     slo_text=str(sec.get("slo", "")), users=users, rates=rates, latency_bound=float(bound),
                     workloads=workloads, requests=requests, **caps, workload_rates=workload_rates or None,
@@ -161,10 +178,15 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
 def time_columns(ts: TimeSpec) -> list[tuple[str, str, str]]:
     """(name, kind, meaning) of the columns a ``time:`` block adds, in order."""
     out = [("time_gpu", "str", "time model: the GPU whose bandwidth and FLOP/s figures timed the point"),
-           ("time_kv_requests", "int", "time model: mean-length requests of the point's time workload the pool holds")]
+           ("time_kv_requests", "int", "time model: mean-length requests of the point's time workload the pool holds"),
+           ("time_not_timed", "str", "time model: why the point has no time figures (empty: timed)")]
     if ts.slo:
         out += [("time_slo_users", "int", f"time model: most closed-loop users meeting {ts.slo_text} at p90 (paged)"),
-                ("time_slo_rate", "float", f"time model: highest Poisson requests/s meeting {ts.slo_text} at p90"),
+                ("time_slo_rate", "float", f"time model: highest Poisson requests/s meeting {ts.slo_text} at p90 "
+                                           "(empty: see time_slo_rate_met_up_to)"),
+                ("time_slo_rate_met_up_to", "float", "time model: where every Poisson rate tried met the SLO (the "
+                                                     "requests end before a queue builds), the highest rate tried: "
+                                                     "no limit found below it"),
                 ("time_binds", "str", "time model: the limit binding just above time_slo_users: kv, max_num_seqs, "
                                       "compute (none: every user simulated met the SLO)")]
     if ts.users:
@@ -234,13 +256,22 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
     consts = fitted_constants()
     cfgs: dict[str, dict[str, Any] | None] = {}
     drawn: dict[tuple[str, int], Any] = {}
+    perfs: dict[str, Any] = {}
     tasks: dict[tuple[Any, ...], dict[str, Any]] = {}
     keys: list[tuple[Any, ...] | None] = []
     gpus: list[str | None] = []
     kv_req: list[int | None] = []
+    why: list[str | None] = []
     wls: list[str] = []
     cols = ("model", "workload", "kv_dtype", "kv_scales", "tp", "pp", "block_size", "budget_bytes", "gpu",
-            "kv_token_slots", "max_num_seqs", "max_batched_tokens")
+            "kv_token_slots", "max_num_seqs", "max_batched_tokens", "max_model_len")
+
+    def untimed(reason: str, gpu: str | None = None, kv: int | None = None) -> None:
+        keys.append(None)
+        gpus.append(gpu)
+        kv_req.append(kv)
+        why.append(reason)
+
     for r in frame.select([c for c in cols if c in frame.columns]).iter_rows(named=True):
         model, wl = str(r["model"]), str(r["workload"])
         wls.append(wl)
@@ -249,65 +280,84 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
         if model not in cfgs:
             cfgs[model] = model_config_of(spec.models[model], spec.path.parent)
         cfg = cfgs[model]
-        if w is None or cfg is None or not gpu or r["pp"] != 1 or not r["budget_bytes"]:
-            keys.append(None)
-            gpus.append(None)
-            kv_req.append(None)
+        if w is None:
+            untimed(NOT_TIMED["workload"])
+            continue
+        if cfg is None:
+            untimed(NOT_TIMED["config"])
+            continue
+        if not gpu:
+            untimed(NOT_TIMED["gpu"])
+            continue
+        if str(gpu) not in perfs:
+            try:
+                perfs[str(gpu)] = gpu_perf(str(gpu))
+            except InputError:
+                perfs[str(gpu)] = None
+        if perfs[str(gpu)] is None:
+            untimed(f"{gpu}: {NOT_TIMED['gpu_figures']}")
+            continue
+        if r["pp"] != 1:
+            untimed(NOT_TIMED["pp"])
+            continue
+        if not r["budget_bytes"]:
+            untimed(NOT_TIMED["budget"])
             continue
         arch = spec.models[model].arch
-        max_len = min(sim.max_len, arch.max_context)
+        # vLLM refuses a request longer than max_model_len (and Orca's Max reserves it): the point's own, which
+        # is the grid workload's max_reserved where the grid does not set max_model_len
+        max_len = min(int(r.get("max_model_len") or sim.max_len), arch.max_context)
         if (wl, max_len) not in drawn:
             from dataclasses import replace
 
+            n_req = (ts.workload_requests or {}).get(wl, ts.requests)
             try:
-                n_req = (ts.workload_requests or {}).get(wl, ts.requests)
                 drawn[(wl, max_len)] = draw_requests(replace(w, requests=n_req, arrival="closed",
                                                              concurrency=1), sim.seed, max_len)
-            except InputError:  # longer than the model's context (or simulate's max_reserved): not simulated
-                drawn[(wl, max_len)] = None
+            except InputError as exc:  # fixed lengths longer than the point allows: the grid is inconsistent
+                where = f"simulate.time.workloads.{wl}" if ts.workloads is not None else "simulate.workload"
+                raise InputError(f"{spec.path}: {where}", f"{w.name} ({exc.value})",
+                                 f"every prompt + output must fit max_model_len {max_len:,} of the points of {model} "
+                                 f"x {wl} (the grid workload's max_reserved unless max_model_len is set); "
+                                 "shorter lengths, a larger max_model_len, or simulate: clip: true") from None
         reqs = drawn[(wl, max_len)]
-        if reqs is None:
-            keys.append(None)
-            gpus.append(None)
-            kv_req.append(None)
-            continue
         shape = rank_shapes(arch, str(r["kv_dtype"]), str(r["kv_scales"]), r["tp"], 1, r["block_size"])[0]
         pool = Pool.of(shape, int(r["budget_bytes"]))
         mean_len = max(int(round(float(reqs.final.mean()))), 1)
         kv = pool.blocks // max(int(pool.request_blocks(mean_len)), 1)
+        if int(pool.request_blocks(int(reqs.final.max()))) > pool.blocks:
+            untimed(NOT_TIMED["pool"], kv=kv)
+            continue
         seqs = ts.max_num_seqs or int(r["max_num_seqs"])
         batched = max(ts.max_batched_tokens or int(r["max_batched_tokens"]), seqs)
         key = (model, wl, str(r["kv_dtype"]), str(r["kv_scales"]), r["tp"], r["block_size"], int(r["budget_bytes"]),
                str(gpu), seqs, batched, max_len)
+        if key not in tasks:
+            try:
+                mc = model_compute(cfg, arch, r["tp"], ts.weight_format, None, str(r["kv_dtype"]),
+                                   str(r["kv_scales"]))
+            except InputError as exc:
+                untimed(f"{model}: {exc.allowed}", kv=kv)
+                continue
+            setup = {"pool": pool, "mc": mc, "gpu": perfs[str(gpu)], "consts": consts.on(str(gpu)),
+                     "max_num_seqs": seqs, "max_batched": batched, "tp": r["tp"], "kv_requests": kv,
+                     "slots": int(r["kv_token_slots"]), "max_len": max_len, "allocator": sim.allocator}
+            tasks[key] = {"setup": setup, "prompt": np.asarray(reqs.prompt), "output": np.asarray(reqs.output),
+                          "seed": sim.seed, "slo": ts.slo, "users": ts.users, "rates": ts.rates_of(wl),
+                          "refine": ts.refine, "bound": ts.latency_bound, "policies": list(ts.policies)}
         keys.append(key)
         gpus.append(str(gpu))
-        if int(pool.request_blocks(int(reqs.final.max()))) > pool.blocks:
-            kv_req.append(kv)
-            keys[-1] = None  # the pool cannot hold the longest request
-            continue
         kv_req.append(kv)
-        if key in tasks:
-            continue
-        try:
-            mc = model_compute(cfg, arch, r["tp"], ts.weight_format, None, str(r["kv_dtype"]), str(r["kv_scales"]))
-        except InputError:
-            keys[-1] = None
-            continue
-        setup = {"pool": pool, "mc": mc, "gpu": gpu_perf(str(gpu)), "consts": consts.on(str(gpu)), "max_num_seqs": seqs,
-                 "max_batched": batched, "tp": r["tp"], "kv_requests": kv, "slots": int(r["kv_token_slots"]),
-                 "max_len": max_len, "allocator": sim.allocator}
-        tasks[key] = {"setup": setup, "prompt": np.asarray(reqs.prompt), "output": np.asarray(reqs.output),
-                      "seed": sim.seed, "slo": ts.slo, "users": ts.users, "rates": ts.rates_of(wl),
-                      "refine": ts.refine,
-                      "bound": ts.latency_bound, "policies": list(ts.policies)}
+        why.append(None)
     results = dict(zip(tasks, run_tasks(T.time_point, list(tasks.values()), jobs, use_ray), strict=True))
     columns = time_columns(ts)
     rows: dict[str, list[Any]] = {name: [] for name, _, _ in columns}
-    for point_key, gpu_key, kv_n, wl in zip(keys, gpus, kv_req, wls, strict=True):
+    for point_key, gpu_key, kv_n, wl, reason in zip(keys, gpus, kv_req, wls, why, strict=True):
         res = results.get(point_key) if point_key is not None else None
         rows["time_gpu"].append(gpu_key if res is not None else None)
         rows["time_kv_requests"].append(kv_n)
-        for name, _, _ in columns[2:]:
+        rows["time_not_timed"].append(reason)
+        for name, _, _ in columns[3:]:
             rows[name].append(None if res is None else _value(res, name[len("time_"):], ts, wl))
     dtypes = {"str": pl.Utf8, "int": pl.Int64, "float": pl.Float64}
     return frame.with_columns(pl.Series(name, rows[name], dtype=dtypes[kind]) for name, kind, _ in columns)
