@@ -21,7 +21,7 @@ Assumptions (not in the data): ``gpu_memory_utilization`` 0.9 (vLLM's default be
 reserve of ``--reserve auto`` (kvdash.engines.vllm_reserve), ``max_num_batched_tokens`` and ``max_num_seqs``
 as vLLM 0.33 picks them for the row's GPU (``batch_caps``; ``KVDASH_FIT_CAPS=0``: 8,192 and 1,024 everywhere),
 the users out of step (``KVDASH_FIT_STAGGER``: ``1`` evenly spread phases, the default; ``random``; ``0`` all
-starting together), KV cache fp8 where the row's precision is fp8
+starting together), KV cache fp8 where the row's precision is fp8 and on Llama-3.1-70B's NVFP4 rows
 (else bf16), 16-token blocks (64 for MLA), checkpoint formats as their config.json state (gpt-oss: MXFP4
 experts, bf16 attention; Kimi-K2.5: int4/NVFP4 experts, bf16 attention and dense layers).
 
@@ -66,8 +66,8 @@ MAX_BATCHED = 8192
 MAX_SEQS = 1024
 CLIFF = 5.0
 # the --cache file's version: raised whenever the simulated features change (a stale cache is simulated again);
-# 2: MiniMax-M2's third all-reduce a layer
-CACHE_VERSION = 2
+# 2: MiniMax-M2's third all-reduce a layer; 3: Llama-3.1-70B's NVFP4 rows with an fp8 KV cache
+CACHE_VERSION = 3
 # lengths drawn uniformly within +-JITTER of ISL/OSL (mean kept): benchmark clients' random prompts vary, and
 # identical lengths would keep every user in lockstep (an assumption, chosen on the calibration rows)
 PHYSICAL = __import__("os").environ.get("KVDASH_FIT_PHYSICAL", "1") == "1"
@@ -114,7 +114,13 @@ NOTES = """Notes:
   config.json in `tests/data/measured/models/*-nvfp4/`. Both declare an 8-bit float KV cache scheme, which vLLM
   0.33 turns `--kv-cache-dtype auto` into (`resolve_kv_cache_dtype_string`, vllm/utils/torch_utils.py), and
   keep attention in bf16 (`self_attn` in their quantization `ignore`). Rows of other checkpoints: fp8 KV where
-  the row's precision is fp8 (assumed: the data does not say which `--kv-cache-dtype` the run passed).
+  the row's precision is fp8 (assumed: the data does not say which `--kv-cache-dtype` the run passed), and on
+  Llama-3.1-70B's NVFP4 rows (calibration, B200): aiconfigurator ships no config of NVIDIA's NVFP4 release, but
+  its FP8 release and 25 of the 28 ModelOpt `hf_quant_config.json` it ships declare `kv_cache_quant_algo` FP8,
+  and the rows need it: at 64 users of 8,192 + 1,024 tokens (TTFT 1.9 s, no cliff) a bf16 cache needs 64 x
+  8,192 x 327,680 B = 172 GB beyond the weights, more than a B200 holds. With bf16 kvdash predicted a cliff
+  there that the run did not show; with fp8 the calibration TTFT error fell 28.9 -> 26.3 % and the validation
+  moved 21.9 / 29.2 -> 22.3 / 29.4 % (TPOT / TTFT).
 - GEMM rates: each dense GEMM runs at its own weights' rate (bf16 attention at bf16), and gpt-oss's MXFP4
   experts at bf16, as vLLM 0.33 runs them (bf16 activations: `_get_priority_backends_for_gpt_oss`,
   vllm/model_executor/layers/fused_moe/oracle/mxfp4.py). The calibration rows are unchanged by both.
@@ -157,6 +163,12 @@ def formats(row: dict[str, str]) -> tuple[str, str, str, str]:
         return gemm, moe, declared or ("fp8" if row["precision"] == "fp8" else "bf16"), attention
     # no declared KV scheme: fp8 where the row's precision is fp8 (the benchmark's --kv-cache-dtype, assumed)
     kv = "fp8" if row["precision"] == "fp8" else "bf16"
+    if model == "meta-llama/Llama-3.1-70B" and moe == "nvfp4":
+        # NVIDIA's NVFP4 release (no config in aiconfigurator 0.12; its FP8 release's hf_quant_config.json, and 25 of
+        # the 28 ModelOpt configs it ships, declare kv_cache_quant_algo FP8); and the rows need it: at 64 users of
+        # 8192 + 1024 tokens on one B200 (TTFT 1.9 s, no cliff) a bf16 cache would need 64 x 8,192 x 327,680 B =
+        # 172 GB beyond the weights, more than the GPU has
+        kv = "fp8"
     if model == "openai/gpt-oss-120b":
         return "bf16", "mxfp4", kv, "bf16"  # the checkpoint: MXFP4 experts, everything else bf16
     if model == "moonshotai/Kimi-K2.5":
