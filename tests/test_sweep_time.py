@@ -200,7 +200,8 @@ def test_time_requests_are_bounded_by_the_points_max_model_len(tmp_path, capsys)
     assert df.get_column("time_tpot_p90_ms")[0] > 0
     code, _, err = run(["sweep", str(_grid(tmp_path, text.replace("fixed:256", "fixed:257"))), "--out",
                         str(tmp_path / "out"), "-q"], capsys)
-    assert code == 2 and "simulate.time.workloads.chat" in err and "max_model_len 8,192" in err
+    assert code == 2 and "simulate.time.workloads.chat" in err and "must fit the 8,192 tokens" in err
+    assert "(40 of 40 requests longer than 8,192 tokens)" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
@@ -247,3 +248,38 @@ def test_a_rate_outside_the_sweep_says_which_side(tmp_path, capsys, bound, words
     df = pl.read_csv(out / "results.csv")
     assert df["time_paged_rate"].to_list() == [None]
     assert words in (out / "report.md").read_text()
+
+
+def test_a_users_gate_above_the_requests_simulated_is_refused(tmp_path, capsys):
+    """The SLO search stops at the requests simulated (40): a gate needing 256 users could never be shown to
+    pass, so it is refused in one line instead of failing every point."""
+    text = SMALL + "    slo: \"ttft=2s,tpot=50ms\"\ngates:\n  - {name: many, metric: time_slo_users, min: 256}\n"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--dry-run"], capsys)
+    assert code == 2 and "gates[0].min" in err and "at most the requests simulated (40)" in err
+
+
+def test_a_rate_gate_passes_on_the_floor_where_no_limit_was_found(tmp_path, capsys):
+    """A generous SLO every Poisson rate tried meets leaves time_slo_rate empty; a min: gate on it is judged on
+    time_slo_rate_met_up_to (every rate up to it met the SLO), and the report writes that floor as ">= X"."""
+    text = SMALL + ("    slo: \"ttft=60s,tpot=1s\"\ngates:\n  - {name: rate, metric: time_slo_rate, min: 5}\n"
+                    "  - {name: too fast, metric: time_slo_rate, min: 1000000000}\n")
+    out = tmp_path / "out"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "--check"], capsys)
+    df = pl.read_csv(out / "results.csv")
+    floor = df["time_slo_rate_met_up_to"][0]
+    assert df["time_slo_rate"].to_list() == [None] and floor > 5
+    # the first gate passes on the floor; the second cannot be shown to pass (a floor below it), so it fails
+    assert code == 1 and "gate 'rate'" not in err and "gate 'too fast'" in err
+    md = (out / "report.md").read_text()
+    assert f"| rate | time_slo_rate ≥ 5 | every point | 1 / 0 | 1 x h100-80gb: ≥ {floor:,.2f} |" in md
+
+
+def test_points_differing_only_in_max_num_seqs_are_named_apart(tmp_path, capsys):
+    """max_num_seqs swept: every table names it (the time table listed two identical labels before)."""
+    text = SMALL.replace("defaults: {gpu: h100-80gb, tp: 1}", "defaults: {gpu: h100-80gb, tp: 1}\n"
+                         "grid:\n  max_num_seqs: [8, 64]") + "    users: 4\n"
+    out = tmp_path / "out"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "-q"], capsys)
+    assert code == 0, err
+    md = (out / "report.md").read_text()
+    assert "| 1 x h100-80gb, max_num_seqs 8 | " in md and "| 1 x h100-80gb, max_num_seqs 64 | " in md

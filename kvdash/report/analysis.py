@@ -56,7 +56,7 @@ from kvdash.report.timesection import time_section
 from kvdash.sweep.claims import Frame, Verdict, shared_where
 from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
 from kvdash.sweep.evaluate import Expanded
-from kvdash.sweep.gates import bounds_text, evaluate_gates, passing_expr, scope_expr, slack_expr
+from kvdash.sweep.gates import bounds_text, columns_of, evaluate_gates, passing_expr, scope_expr, slack_expr
 from kvdash.sweep.gridfile import GridSpec
 from kvdash.units import ratio_text
 
@@ -87,7 +87,7 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
     o = spec.objective
     cols = list(dict.fromkeys(["id", "workload", "paged_requests", "running_requests", "max_num_seqs", "gpus",
                                *labels.data_columns, o.metric]))
-    gate_cols = [g.metric for g in spec.gates]
+    gate_cols = [c for g in spec.gates for c in columns_of(g)]
     frame = df.select(list(dict.fromkeys(cols + gate_cols))).with_row_index("_row")
     if spec.gates:
         frame = frame.with_columns(passing_expr(spec).alias("_pass"))
@@ -171,6 +171,14 @@ def _mechanism(spec: GridSpec, df: pl.DataFrame) -> str:
             "request's whole reservation and paging only the blocks it fills: " + "; ".join(parts) + ".")
 
 
+def _gate_shown(g: Any, row: dict[str, Any]) -> str:
+    """A gate's value at a point; a floor the gate fell back on (no limit found) is written as one."""
+    cols = columns_of(g)
+    if row[g.metric] is None and len(cols) > 1 and row.get(cols[1]) is not None:
+        return f"≥ {num(row[cols[1]])}"
+    return num(row[g.metric])
+
+
 def _gates(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> list[list[str]]:
     rows = []
     for r in evaluate_gates(spec, df, labels.data_columns):
@@ -183,7 +191,7 @@ def _gates(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> list[list[str]]:
         skip = tuple(c for c in fixed if c != "gpu" or "tp" in fixed)
         if r.best is not None and r.worst is not None:
             named = any(c not in skip for c in labels.columns)  # the scope may name the point already
-            best, worst = (f"{labels(row, skip=skip)}: {num(row[g.metric])}" if named else num(row[g.metric])
+            best, worst = (f"{labels(row, skip=skip)}: {_gate_shown(g, row)}" if named else _gate_shown(g, row)
                            for row in (r.best, r.worst))
         margin = "-" if r.margin is None else num(int(r.margin) if float(r.margin).is_integer() else r.margin)
         rows.append([g.name, f"{g.metric} {bounds_text(g)}", where, f"{r.passing:,} / {r.failing:,}", best, worst,
@@ -214,7 +222,7 @@ def _headline(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
     narrow = df.select(cols).with_row_index("_row")
     gated = False
     if spec.gates:
-        narrow = df.select(*cols, *(g.metric for g in spec.gates if g.metric not in cols)) \
+        narrow = df.select(*cols, *dict.fromkeys(c for g in spec.gates for c in columns_of(g) if c not in cols)) \
             .with_columns(passing_expr(spec).alias("_pass")).select(*cols, "_pass").with_row_index("_row")
         gated = not narrow.get_column("_pass").all()  # a column of "pass" only says nothing
     by, desc = _order(spec)

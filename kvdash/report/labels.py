@@ -13,7 +13,7 @@ from kvdash.units import gib_text, ratio_text
 
 # label order, and how each swept column is written in a point's label
 LABEL_ORDER = ("model", "engine", "gpu", "tp", "pp", "kv_dtype", "kv_scales", "block_size", "budget_bytes", "gpu_util",
-               "util_policy", "max_model_len", "max_batched_tokens", "workload")
+               "util_policy", "max_model_len", "max_batched_tokens", "max_num_seqs", "workload")
 HEADERS = {
     "model": "model", "engine": "engine", "gpu": "GPUs", "tp": "TP", "pp": "PP", "kv_dtype": "KV dtype",
     "kv_scales": "KV scales",
@@ -106,6 +106,8 @@ class Labels:
             return f"max_model_len {v:,}"
         if col == "max_batched_tokens":
             return f"{v:,} batched"
+        if col == "max_num_seqs":
+            return f"max_num_seqs {v:,}"
         return {"block_size": "block {}", "tp": "TP {}", "pp": "PP {}", "gpu_util": "util {}",
                 "util_policy": "{} policy", "kv_scales": "{} scales"}.get(col, "{}").format(v)
 

@@ -51,19 +51,28 @@ def _slo_cells(r: dict[str, Any]) -> list[str]:
 
 
 def _rate_cell(sub: pl.DataFrame, pol: str, median: float | None, rates: list[float], bound: float) -> str:
-    """A policy's median rate within the bound; where no point has one, why: within the bound at every swept rate
-    (the rate lies above the sweep) or above it at the lowest (below the sweep)."""
-    if median is not None:
-        return _fmt(median, 3)
-    first = sub.get_column(f"time_{pol}_nlat_r0")
+    """A policy's median rate within the bound over the points that have one, saying how many of the workload's
+    points those are and where the others lie: within the bound at every swept rate (their rate is above the
+    sweep), or over it even after narrowing below the lowest."""
+    rate = sub.get_column(f"time_{pol}_rate")
     last = sub.get_column(f"time_{pol}_nlat_r{len(rates) - 1}")
-    if last.null_count() == 0 and (last <= bound).all():
-        return f"above {rates[-1]:.4g} (within the bound at every swept rate)"
-    if first.null_count() == 0 and (first > bound).all():
-        return f"below {rates[0]:.4g} (over the bound at the lowest rate)"
-    if first.null_count() == sub.height:
-        return "- (the pool cannot hold its reservation)"
-    return "-"
+    above = int(((last <= bound) & rate.is_null()).sum())
+    unheld = int(sub.get_column(f"time_{pol}_nlat_r0").is_null().sum())
+    below = rate.null_count() - above - unheld
+    others = [f"{n:,} {what}" for n, what in ((above, f"above {rates[-1]:.4g}"), (below, f"below {rates[0]:.4g}"),
+                                               (unheld, "pool too small for its reservations")) if n]
+    if median is None:
+        if above == sub.height:
+            return f"above {rates[-1]:.4g} (within the bound at every swept rate)"
+        if below == sub.height:
+            return f"below {rates[0]:.4g} (over the bound at the lowest rate)"
+        if unheld == sub.height:
+            return "none (the pool cannot hold its reservation)"
+        return "none (" + "; ".join(others) + ")"
+    text = _fmt(median, 3) + (f" (below the lowest swept rate, {rates[0]:.4g})" if median < rates[0] else "")
+    if rate.null_count():
+        text += f" ({sub.height - rate.null_count():,} of {sub.height:,} points; " + "; ".join(others) + ")"
+    return text
 
 
 def _short_run(ts: Any) -> str:

@@ -42,8 +42,27 @@ def scope_expr(gate: Gate, columns: list[str] | None = None) -> pl.Expr:
     return cond
 
 
-def ok_expr(gate: Gate) -> pl.Expr:
+# a column whose empty value has a floor in another: where the SLO rate search found no limit, every rate up to
+# time_slo_rate_met_up_to met it, so a min: gate is judged on that floor
+FLOORS = {"time_slo_rate": "time_slo_rate_met_up_to"}
+
+
+def columns_of(gate: Gate) -> list[str]:
+    """The result columns a gate reads: its metric, and the floor a min: gate falls back on."""
+    floor = FLOORS.get(gate.metric)
+    return [gate.metric] + ([floor] if floor and gate.min is not None and gate.max is None else [])
+
+
+def gate_value(gate: Gate, columns: list[str] | None = None) -> pl.Expr:
     value = pl.col(gate.metric).cast(pl.Float64, strict=False)
+    floor = FLOORS.get(gate.metric)
+    if floor and gate.min is not None and gate.max is None and (columns is None or floor in columns):
+        value = pl.coalesce(value, pl.col(floor).cast(pl.Float64, strict=False))
+    return value
+
+
+def ok_expr(gate: Gate, columns: list[str] | None = None) -> pl.Expr:
+    value = gate_value(gate, columns)
     ok = value.is_not_null() & value.is_not_nan()
     if gate.min is not None:
         ok = ok & (value >= gate.min)
@@ -55,7 +74,7 @@ def ok_expr(gate: Gate) -> pl.Expr:
 def slack_expr(gate: Gate) -> pl.Expr:
     """How far inside the bound a point is, in the metric's unit (negative: outside); the tighter bound
     when a gate has both."""
-    value = pl.col(gate.metric).cast(pl.Float64)
+    value = gate_value(gate)
     parts = []
     if gate.min is not None:
         parts.append(value - gate.min)
@@ -96,7 +115,7 @@ def evaluate_gates(spec: GridSpec, frame: pl.DataFrame, keep: list[str]) -> list
     """Each gate's counts, its best and worst point (``keep`` columns of each) and its margin."""
     out = []
     for gate in spec.gates:
-        cols = list(dict.fromkeys(["id", *keep, gate.metric]))
+        cols = list(dict.fromkeys(["id", *keep, *columns_of(gate)]))
         sub = frame.filter(scope_expr(gate)).select(*cols, ok_expr(gate).alias("_ok"),
                                                     slack_expr(gate).fill_null(float("-inf")).alias("_slack"))
         if sub.height == 0:
@@ -114,8 +133,8 @@ def status(frame: pl.DataFrame, gate: Gate) -> pl.Expr:
     """``"pass"``, ``"FAIL"`` or ``"n/a"`` (outside the gate's scope, or no such metric) for every point."""
     if gate.metric not in frame.columns:
         return pl.lit(NA)
-    return pl.when(~scope_expr(gate, frame.columns)).then(pl.lit(NA)).when(~ok_expr(gate)).then(pl.lit(FAIL)) \
-        .otherwise(pl.lit(PASS))
+    return pl.when(~scope_expr(gate, frame.columns)).then(pl.lit(NA)) \
+        .when(~ok_expr(gate, frame.columns)).then(pl.lit(FAIL)).otherwise(pl.lit(PASS))
 
 
 def failure_lines(spec: GridSpec, frame: pl.DataFrame, label: Any) -> list[str]:
@@ -127,7 +146,7 @@ def failure_lines(spec: GridSpec, frame: pl.DataFrame, label: Any) -> list[str]:
         if gate.metric not in frame.columns:
             lines.append(f"gate '{md(gate.name, 80)}' cannot be checked: results have no column {md(gate.metric, 60)}")
             continue
-        bad = frame.filter(scope_expr(gate, frame.columns) & ~ok_expr(gate))
+        bad = frame.filter(scope_expr(gate, frame.columns) & ~ok_expr(gate, frame.columns))
         for row in bad.iter_rows(named=True):
             lines.append(f"gate '{md(gate.name, 80)}' failed at {md(row['id'], 24)} ({md(label(row), 160)}): "
                          f"{gate.metric} = {md(row[gate.metric], 40)}, needs {bounds_text(gate)}")

@@ -559,6 +559,11 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
                 raise c.fail(p + ("where", dim), dim, "a gate selects points by a result column; allowed: "
                              + ", ".join(d for d in DIMENSIONS if d in columns), key=True)
         scope = {dim: values(dim, raw, p + ("where", dim)) for dim, raw in where_raw.items()}
+        if metric == "time_slo_users" and lo is not None and sim is not None and sim.time is not None:
+            most = sim.time.most_requests()
+            if lo > most:
+                raise c.fail(p + ("min",), lo, f"at most the requests simulated ({most:,}): the SLO search stops "
+                             "there, so more users are never shown to meet it; raise simulate.time.requests")
         gates.append(Gate(str(g.get("name", f"{metric} gate {i}")), metric, lo, hi, scope))
 
     objective = Objective()

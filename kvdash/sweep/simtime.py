@@ -64,6 +64,10 @@ class TimeSpec:
     def rates_of(self, workload: str) -> list[float] | None:
         return (self.workload_rates or {}).get(workload, self.rates)
 
+    def most_requests(self) -> int:
+        """The most requests any time workload simulates (the SLO search's users stop there)."""
+        return max([self.requests, *(self.workload_requests or {}).values()])
+
     def most_rates(self) -> int:
         return max([len(self.rates or [])] + [len(r) for r in (self.workload_rates or {}).values()])
 
@@ -162,9 +166,12 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
         counts = {name: workload_requests.get(name, requests) for name in (workloads or {})} or {"": requests}
         name, least = min(counts.items(), key=lambda kv: kv[1])
         if users > least:
+            where = (f"simulate.time.workloads.{name}.requests" if name in workload_requests else
+                     "simulate.time.requests" + ("" if "requests" in sec else " (default: simulate's requests, at "
+                                                 "most 500)"))
             raise c.fail(p + ("users",), users, f"at most the requests simulated ({least:,}"
                          + (f" for workload {name}" if name else "") + f"): a closed loop of {users:,} users over "
-                         f"{least:,} requests never runs more than {least:,} at once; raise requests:")
+                         f"{least:,} requests never runs more than {least:,} at once; raise {where}")
     ts = TimeSpec(gpu=None if gpu is None else str(gpu), weight_format=wf, policies=policies, slo=slo,
                     slo_text=str(sec.get("slo", "")), users=users, rates=rates, latency_bound=float(bound),
                     workloads=workloads, requests=requests, **caps, workload_rates=workload_rates or None,
@@ -207,8 +214,10 @@ def time_columns(ts: TimeSpec) -> list[tuple[str, str, str]]:
                 out.append((f"time_{pol}_nlat_r{k}", "float",
                             f"time model: {pol}, normalized latency at {at}, s per output token"))
             out.append((f"time_{pol}_rate", "float", f"time model: {pol}, highest requests/s within "
-                                                      f"{ts.latency_bound:g} s per output token (empty: below it "
-                                                      "at no swept rate, or at every one)"))
+                                                      f"{ts.latency_bound:g} s per output token, narrowed by "
+                                                      "bisection (below the lowest swept rate where that one is "
+                                                      "over it; empty: within it at every swept rate, or over it "
+                                                      "even after narrowing)"))
         if "paged" in ts.policies:
             for pol in ts.policies:
                 if pol != "paged":
@@ -316,10 +325,15 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
                                                              concurrency=1), sim.seed, max_len)
             except InputError as exc:  # fixed lengths longer than the point allows: the grid is inconsistent
                 where = f"simulate.time.workloads.{wl}" if ts.workloads is not None else "simulate.workload"
-                raise InputError(f"{spec.path}: {where}", f"{w.name} ({exc.value})",
-                                 f"every prompt + output must fit max_model_len {max_len:,} of the points of {model} "
-                                 f"x {wl} (the grid workload's max_reserved unless max_model_len is set); "
-                                 "shorter lengths, a larger max_model_len, or simulate: clip: true") from None
+                clamped = max_len == arch.max_context and int(r.get("max_model_len") or 0) > max_len
+                raise InputError(f"{spec.path}: {where}", f"{w.name} ({str(exc.value).split(' longer than')[0]} "
+                                 f"longer than {max_len:,} tokens)",
+                                 f"every prompt + output must fit the {max_len:,} tokens of the points of {model} x "
+                                 f"{wl}: " + (f"{model}'s context ({max_len:,}), below their max_model_len; shorter "
+                                              "lengths or simulate: clip: true" if clamped else
+                                              "their max_model_len (the grid workload's max_reserved unless "
+                                              "max_model_len is set); shorter lengths, a larger max_model_len, or "
+                                              "simulate: clip: true")) from None
         reqs = drawn[(wl, max_len)]
         shape = rank_shapes(arch, str(r["kv_dtype"]), str(r["kv_scales"]), r["tp"], 1, r["block_size"])[0]
         pool = Pool.of(shape, int(r["budget_bytes"]))
