@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from kvdash.errors import InputError
-from kvdash.simulate.slo import SHORT_RUN, SLO_KEYS, SLO_PERCENTILE, meets, parse_slo, run_point, slo_search  # noqa: F401
+from kvdash.simulate.slo import SLO_KEYS, SLO_PERCENTILE, meets, parse_slo, run_point, short_run_note, slo_search  # noqa: F401
 
 
 def vllm_batch_defaults(memory_bytes: int, gpu_name: str, max_model_len: int = 131072) -> tuple[int, int]:
@@ -37,7 +37,7 @@ def main(o: dict[str, Any]) -> None:
     from kvdash.calibration import reserve_spec, with_reserve
     from kvdash.commands.common import check_budget_options, parse_budget, warn
     from kvdash.core.gpus import get_gpu
-    from kvdash.core.steptime import MEASURED_GPUS, fitted_constants, gpu_perf, model_compute, moe_kernel
+    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute, moe_kernel, unmeasured_note
     from kvdash.simulate.lengths import parse_lengths_spec
     from kvdash.simulate.timed import Pool
     from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace
@@ -115,14 +115,11 @@ def main(o: dict[str, Any]) -> None:
             f"roofline at the dense constants (no kernel measurement for {mc.expert_format} experts on {perf.key})")
     if not mc.counted:
         info["parameters"] = mc.basis[0]
-    if perf.key not in MEASURED_GPUS:
-        info["gpu_extrapolated"] = (f"no measured serving row on {perf.key}: the constants (fitted and validated on "
-                                    f"rows of {', '.join(MEASURED_GPUS)}) are applied to its datasheet figures "
-                                    "unchecked")
-    if conc and len(prompt) < SHORT_RUN * conc:
-        info["short_run"] = (f"{len(prompt):,} requests for {conc:,} users: the first round (every user at once) "
-                             f"and the final drain weigh in these figures; about {SHORT_RUN * conc:,} or more "
-                             "approach the steady state")
+    if unmeasured_note(perf.key):
+        info["gpu_extrapolated"] = unmeasured_note(perf.key)
+    short = short_run_note(len(prompt), conc)
+    if short:
+        info["short_run"] = short
     if mc.norm_reduces:
         info["all_reduces"] = (f"{2 + mc.norm_reduces // mc.layers} a layer under TP {tp}: the attention's and the MLP's, "
                                f"and {arch.model_type}'s q/k RMSNorm statistics (vLLM 0.33 "

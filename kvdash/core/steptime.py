@@ -154,6 +154,14 @@ class Constants:
 MEASURED_GPUS = ("h100-80gb", "h200", "b200", "b300")
 
 
+def unmeasured_note(gpu_key: str) -> str | None:
+    """What a GPU without measured rows means for its figures; None for one of :data:`MEASURED_GPUS`."""
+    if gpu_key in MEASURED_GPUS:
+        return None
+    return (f"no measured serving row on {gpu_key}: the constants (fitted and validated on rows of "
+            f"{', '.join(MEASURED_GPUS)}) are applied to its datasheet figures unchecked")
+
+
 def fitted_constants(gpu_key: str | None = None) -> Constants:
     """The constants shipped in ``kvdash/data/steptime.json`` (fitted by ``benchmarks/steptime_fit.py``), for
     ``gpu_key``'s generation where given (:meth:`Constants.on`)."""

@@ -57,7 +57,7 @@ from kvdash.sweep.claims import Frame, Verdict, shared_where
 from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
 from kvdash.sweep.evaluate import Expanded
 from kvdash.sweep.gates import bounds_text, columns_of, evaluate_gates, passing_expr, scope_expr, slack_expr
-from kvdash.sweep.gridfile import GridSpec
+from kvdash.sweep.gridfile import Gate, GridSpec
 from kvdash.units import ratio_text
 
 HEADLINE_ALL = 16  # grids up to this many points are listed whole
@@ -171,7 +171,7 @@ def _mechanism(spec: GridSpec, df: pl.DataFrame) -> str:
             "request's whole reservation and paging only the blocks it fills: " + "; ".join(parts) + ".")
 
 
-def _gate_shown(g: Any, row: dict[str, Any]) -> str:
+def _gate_shown(g: Gate, row: dict[str, Any]) -> str:
     """A gate's value at a point; a floor the gate fell back on (no limit found) is written as one."""
     cols = columns_of(g)
     if row[g.metric] is None and len(cols) > 1 and row.get(cols[1]) is not None:

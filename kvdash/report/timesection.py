@@ -76,23 +76,16 @@ def _rate_cell(sub: pl.DataFrame, pol: str, median: float | None, rates: list[fl
 
 
 def _short_run(ts: Any) -> str:
-    """A closed loop of under ``SHORT_RUN`` requests a user: its first round and drain weigh in."""
-    from kvdash.simulate.slo import SHORT_RUN
+    """The shortest time workload's closed loop, where it is short (:func:`kvdash.simulate.slo.short_run_note`)."""
+    from kvdash.simulate.slo import short_run_note
 
-    if not ts.users:
-        return ""
-    counts = {name: (ts.workload_requests or {}).get(name, ts.requests) for name in (ts.workloads or {})} \
-        or {"": ts.requests}
-    least = min(counts.values())
-    if least >= SHORT_RUN * ts.users:
-        return ""
-    return (f"a short run: {least:,} requests for {ts.users:,} users (the first round, every user at once, and the "
-            f"final drain weigh in; about {SHORT_RUN * ts.users:,} or more approach the steady state)")
+    note = short_run_note(min(ts.requests_by_workload().values()), ts.users or 0)
+    return f"a short run: {note}" if note else ""
 
 
 def _constants_text(gpus: list[str], brief: bool = False) -> str:
     """The time model's constants, and the GPUs they were never measured on."""
-    from kvdash.core.steptime import MEASURED_GPUS, fitted_constants
+    from kvdash.core.steptime import MEASURED_GPUS, fitted_constants, unmeasured_note
 
     c = fitted_constants()
     blackwell = f" ({c.c_flop_blackwell:.4g} on Blackwell)" if c.c_flop_blackwell is not None else ""
@@ -106,10 +99,7 @@ def _constants_text(gpus: list[str], brief: bool = False) -> str:
             f"{c.c_flop:.4g}{blackwell} x FLOPs / datasheet FLOP/s, {c.c_layer * 1e6:.4g} us a layer, "
             f"{c.c_allreduce * 1e6:.4g} us an all-reduce, {step}{c.c_request * 1e3:.4g} ms a request outside the "
             f"steps ({c.fitted_on.split(' on ')[-1]})")
-    if other:
-        text += (f"; {', '.join(other)}: no measured row (the constants are applied to the datasheet figures, "
-                 "unchecked)")
-    return text
+    return "; ".join([text, *(n for n in map(unmeasured_note, other) if n)])
 
 
 def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str, Any] | None:

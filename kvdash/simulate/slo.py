@@ -27,6 +27,15 @@ SLO_PERCENTILE = "p90"
 SHORT_RUN = 10  # a closed loop of fewer requests than this many per user is noted as short (first round, drain)
 
 
+def short_run_note(requests: int, users: int) -> str | None:
+    """Why a closed loop of under ``SHORT_RUN`` requests a user is not the steady state; None when it is long
+    enough (or not a closed loop)."""
+    if not users or requests >= SHORT_RUN * users:
+        return None
+    return (f"{requests:,} requests for {users:,} users: the first round (every user at once) and the final drain "
+            f"weigh in these figures; about {SHORT_RUN * users:,} or more approach the steady state")
+
+
 def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:
     """``ttft=2s,tpot=50ms`` -> seconds per metric (``ms`` or ``s``; a bare number is refused: ``tpot=50`` could mean
     50 ms or 50 s)."""

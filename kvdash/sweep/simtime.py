@@ -64,9 +64,15 @@ class TimeSpec:
     def rates_of(self, workload: str) -> list[float] | None:
         return (self.workload_rates or {}).get(workload, self.rates)
 
+    def requests_by_workload(self) -> dict[str, int]:
+        """Requests each time workload simulates (``""``: the simulate workload, when none is listed)."""
+        if not self.workloads:
+            return {"": self.requests}
+        return {name: (self.workload_requests or {}).get(name, self.requests) for name in self.workloads}
+
     def most_requests(self) -> int:
         """The most requests any time workload simulates (the SLO search's users stop there)."""
-        return max([self.requests, *(self.workload_requests or {}).values()])
+        return max(self.requests_by_workload().values())
 
     def most_rates(self) -> int:
         return max([len(self.rates or [])] + [len(r) for r in (self.workload_rates or {}).values()])
@@ -162,9 +168,12 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
     caps = {}
     for key in ("max_num_seqs", "max_batched_tokens"):
         caps[key] = c.positive_int(sec[key], p + (key,)) if key in sec else None
+    ts = TimeSpec(gpu=None if gpu is None else str(gpu), weight_format=wf, policies=policies, slo=slo,
+                  slo_text=str(sec.get("slo", "")), users=users, rates=rates, latency_bound=float(bound),
+                  workloads=workloads, requests=requests, **caps, workload_rates=workload_rates or None,
+                  workload_requests=workload_requests or None, refine=refine)
     if users is not None:
-        counts = {name: workload_requests.get(name, requests) for name in (workloads or {})} or {"": requests}
-        name, least = min(counts.items(), key=lambda kv: kv[1])
+        name, least = min(ts.requests_by_workload().items(), key=lambda kv: kv[1])
         if users > least:
             where = (f"simulate.time.workloads.{name}.requests" if name in workload_requests else
                      "simulate.time.requests" + ("" if "requests" in sec else " (default: simulate's requests, at "
@@ -172,11 +181,6 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
             raise c.fail(p + ("users",), users, f"at most the requests simulated ({least:,}"
                          + (f" for workload {name}" if name else "") + f"): a closed loop of {users:,} users over "
                          f"{least:,} requests never runs more than {least:,} at once; raise {where}")
-    ts = TimeSpec(gpu=None if gpu is None else str(gpu), weight_format=wf, policies=policies, slo=slo,
-                    slo_text=str(sec.get("slo", "")), users=users, rates=rates, latency_bound=float(bound),
-                    workloads=workloads, requests=requests, **caps, workload_rates=workload_rates or None,
-                  workload_requests=workload_requests or None,
-                    refine=refine)
     if slo is None and users is None and not ts.most_rates():
         raise c.fail(p, "-", "expected at least one of slo, users or rates")
     return ts
