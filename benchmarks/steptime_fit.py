@@ -13,9 +13,11 @@ with :func:`kvdash.simulate.timed.simulate_timed` (vLLM's scheduler: chunked pre
 recompute) over the pool kvdash computes for the row.  In a closed loop nothing the scheduler decides
 depends on time, so one simulation per row gives every request's TTFT and TPOT as a linear function of the
 constants; the fit is a non-negative least-squares fit of the relative errors of the mean TTFT and mean
-TPOT of the calibration rows.  The TPOT is the steady rounds' (users out of step); the TTFT mixes them with
-the first round, in which every user's request arrives at once (users in step), at the share
-``IN_STEP_GRID`` offers that gives the calibration rows the lowest TTFT error (``--in-step`` fixes it).
+TPOT of the calibration rows.  The TPOT is the steady rounds' (users out of step, their phases spread over a
+share of a request, ``SPREAD_GRID``); the TTFT mixes them with the first round, in which every user's request
+arrives at once (users in step), at a share of ``IN_STEP_GRID``; the spread and the share are the pair that
+predicts the calibration rows' cliffs best, then gives them the lowest TTFT error (``--spread`` and
+``--in-step`` fix them).  Each spread is one simulation of every row (about 15 s on two cores; ``--jobs``).
 
 Assumptions (not in the data): ``gpu_memory_utilization`` 0.9 (vLLM's default before 0.20), the runtime
 reserve of ``--reserve auto`` (kvdash.engines.vllm_reserve), ``max_num_batched_tokens`` and ``max_num_seqs``
@@ -37,6 +39,7 @@ import csv
 import itertools
 import json
 import math
+import os
 import sys
 import time
 from collections import defaultdict
@@ -66,8 +69,9 @@ MAX_BATCHED = 8192
 MAX_SEQS = 1024
 CLIFF = 5.0
 # the --cache file's version: raised whenever the simulated features change (a stale cache is simulated again);
-# 2: MiniMax-M2's third all-reduce a layer; 3: Llama-3.1-70B's NVFP4 rows with an fp8 KV cache
-CACHE_VERSION = 3
+# 2: MiniMax-M2's third all-reduce a layer; 3: Llama-3.1-70B's NVFP4 rows with an fp8 KV cache; 4: one simulation
+# per phase spread (SPREAD_GRID)
+CACHE_VERSION = 4
 # lengths drawn uniformly within +-JITTER of ISL/OSL (mean kept): benchmark clients' random prompts vary, and
 # identical lengths would keep every user in lockstep (an assumption, chosen on the calibration rows)
 PHYSICAL = __import__("os").environ.get("KVDASH_FIT_PHYSICAL", "1") == "1"
@@ -82,6 +86,14 @@ CAPS = __import__("os").environ.get("KVDASH_FIT_CAPS", "1") == "1"
 # prompt's prefill time per user, between the two (out of step it hardly grows; in step it is twice the
 # measured at 8 users).  The share in step is chosen on the calibration rows from this grid
 IN_STEP_GRID = (0.0, 1 / 20, 1 / 10, 1 / 8, 1 / 6, 1 / 5, 1 / 4, 1 / 3, 1 / 2)
+# how far apart the users are in the steady rounds: their phases spread over this share of a request's life (1:
+# evenly over the whole of it, each user's KV at a different length; toward 0: in step, every user's KV growing
+# together to isl + osl, so a pool holding fewer full requests than users preempts every round).  A closed loop
+# of identical lengths keeps the phases its start gives it: started together, the users stay about one prompt's
+# prefill apart, and the measured runs show cliffs exactly where the pool holds fewer full requests than users
+# (Llama-3.1-70B fp8, 1,024 / 8,192, 64 users: H200 TP 1 holds 38, 474 ms -> 5,323 ms) though evenly spread
+# users would fit.  Chosen on the calibration rows with the share in step (``best_pair``)
+SPREAD_GRID = (0.2, 0.4, 0.6, 0.8, 1.0)
 
 
 # the checkpoint a row's quantization runs (vLLM serves NVFP4 only from a pre-quantized checkpoint): NVIDIA's
@@ -131,6 +143,19 @@ NOTES = """Notes:
   the mix of the two whose share in step gives the calibration rows the lowest TTFT error (the table above;
   the validation rows never choose it); TPOT is the steady rounds'. What the benchmark's client did (its
   warm-up, its number of requests, its length spread) is not in the data.
+- How far apart the users are (the phase spread): evenly spread over a whole request, every user's KV is at a
+  different length and the pool needs room for about `users x (isl + osl / 2)` tokens; but a closed loop of
+  identical lengths started together stays nearly in step (the users a prompt's prefill apart), so every user's
+  KV grows to `isl + osl` at about the same time. The measured cliffs say the same: Llama-3.1-70B fp8, 1,024 /
+  8,192 tokens, jumps at 64 users on H200 TP 1 (474 -> 5,323 ms) and H100 TP 2 (289 -> 30,787 ms), where the pool
+  holds 38 and 45 full requests, though 64 users evenly spread fit. The steady rounds are simulated with the
+  phases spread over 0.2 to 1 of a request (`SPREAD_GRID`), and the spread is chosen on the calibration rows with
+  the share in step: the calibration cliffs predicted best, then the lowest calibration TTFT error. At 1 (before
+  this round) the calibration rows predicted 5 of their 8 cliffs (validation 3 of 12, 1 false); at the chosen 0.4,
+  7 of 8 (validation 4 of 12, 1 false: MiniMax-M2.5 fp8 TP 4 x EP 4 on H100, 1,024 / 8,192, at 64 users, where
+  the pool holds 45), and TPOT / TTFT moved 12.5 / 26.3 -> 12.4 / 25.8 % (calibration), 22.3 / 29.4 -> 22.4 /
+  29.1 % (validation). The validation results of spreads 0.02 to 1 were looked at while the rule was written
+  (every spread 0.2 to 0.4 gives validation cliffs 4 of 12).
 - Async scheduling: a request that arrives while step n runs joins step n + 2, a closed loop's next request
   step n + 3 after its predecessor's last (vLLM 0.33's batch queue of two, `EngineCore.step_with_batch_queue`,
   vllm/v1/engine/core.py; `kvdash.simulate.timed.ASYNC_STEPS`), in the simulators themselves.
@@ -242,7 +267,10 @@ def batch_caps(row: dict[str, str]) -> tuple[int, int]:
     return caps.max_num_seqs, caps.max_num_batched_tokens
 
 
-def simulate_row(row: dict[str, str], per_user: int) -> dict[str, Any]:
+def simulate_row(row: dict[str, str], per_user: int, spread: float = 1.0) -> dict[str, Any]:
+    """The row's closed loop simulated with the users' phases spread over ``spread`` of a request
+    (:data:`SPREAD_GRID`): the TTFT and TPOT features of the steady rounds, the first round's TTFT features
+    (every user's request arriving at once), the pool's full-length capacity and the preemptions."""
     s = setup(row)
     users = max(1, int(row["batch_size"]) // s["dp"])
     n = users * per_user
@@ -253,12 +281,14 @@ def simulate_row(row: dict[str, str], per_user: int) -> dict[str, Any]:
     measured = np.arange(n)
     burst = np.arange(n)
     if STAGGER != "0" and per_user > 1:
-        # out of step: user u's first request stops after (u + 1) / users of the output, so that the loop reaches
-        # its steady state with the users' phases evenly spread; the steady rounds are measured.  The first
+        # out of step: user u's first request stops after 1 - spread + spread x (u + 1) / users of the output, so
+        # that the loop reaches its steady state with the users' phases evenly spread over that share of a
+        # request (spread 1: over all of it); the steady rounds are measured.  The first
         # round is the other regime, in step: the users' requests arrive together (all at time 0) and are
         # prefilled in chunks of max_num_batched_tokens, the last of them after about users x ISL / budget steps
         # (``ttft_burst_f``; the benchmark's TTFT is a mix of the two, see IN_STEP)
-        phase = (np.arange(users) + 1) / users if STAGGER == "1" else rng.uniform(0, 1, users)
+        phase = (1 - spread + spread * (np.arange(users) + 1) / users if STAGGER == "1"
+                 else rng.uniform(0, 1, users))
         OUT[:users] = np.maximum(2, np.rint(osl * phase)).astype(np.int64)
         measured = np.arange(users, n)
         burst = np.arange(users)
@@ -391,6 +421,80 @@ def fit(sims: dict[str, dict[str, Any]], by_id: dict[str, dict[str, str]], cal: 
     return nnls(A_, b_ - A_ @ floor) + floor
 
 
+def _simulate_one(job: tuple[dict[str, str], int, float]) -> tuple[str, dict[str, Any] | str]:
+    """One row's simulation (a worker of :func:`simulate_all`): its features, or why kvdash cannot model it."""
+    row, per_user, spread = job
+    try:
+        return row["id"], simulate_row(row, per_user, spread)
+    except Exception as exc:  # noqa: BLE001 - counted and reported
+        return row["id"], f"{row['model_path']}: {type(exc).__name__}: {str(exc)[:80]}"
+
+
+def simulate_all(rows: list[dict[str, str]], per_user: int, spread: float, jobs: int
+                 ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """Every row simulated at one phase spread, on ``jobs`` processes: (features by row id, skip reasons)."""
+    work = [(r, per_user, spread) for r in rows]
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as pool:
+            results = list(pool.map(_simulate_one, work, chunksize=8))
+    else:
+        results = [_simulate_one(w) for w in work]
+    sims: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, int] = defaultdict(int)
+    for rid, res in results:
+        if isinstance(res, str):
+            skipped[res] += 1
+        else:
+            sims[rid] = res
+    return sims, skipped
+
+
+def cliff_counts(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, dict[str, Any]],
+                 coef: np.ndarray) -> tuple[int, int, int]:
+    """(cliffs measured, predicted at the same step, predicted where none was measured) over the concurrency
+    series of these rows (one series: a model, GPU, engine version, precision, parallelism and ISL / OSL)."""
+    series: dict[tuple[str, ...], list[tuple[int, float, float]]] = defaultdict(list)
+    for i in ids:
+        r = by_id[i]
+        key = tuple(r[k] for k in ("model_path", "system", "backend_version", "gemm_quant_mode", "tp_size",
+                                   "attention_dp_size", "moe_ep_size", "isl", "osl"))
+        series[key].append((int(r["batch_size"]), float(r["silicon_ttft_ms"]),
+                            predict(sims[i]["ttft_f"], coef, True) * 1000))
+    measured = hit = false = 0
+    for pts in series.values():
+        m = cliffs([(c, t) for c, t, _ in pts])
+        p = cliffs([(c, t) for c, _, t in pts])
+        measured += len(m)
+        hit += len(m & p)
+        false += len(p - m)
+    return measured, hit, false
+
+
+def best_pair(by_spread: dict[float, dict[str, dict[str, Any]]], by_id: dict[str, dict[str, str]],
+              shares: tuple[float, ...]) -> tuple[float, float, list[tuple[float, float, float, float, int, int, int]]]:
+    """The phase spread and share in step, chosen on the calibration rows only: each pair refitted, the one whose
+    calibration cliffs are predicted best (cliffs missed + false cliffs, fewest), then the lowest calibration TTFT
+    MAPE, then the wider spread.  Returns (spread, share, the scan: spread, share, calibration TPOT MAPE, TTFT MAPE,
+    cliffs measured, hit, false)."""
+    scan = []
+    for spread, base in by_spread.items():
+        cal = [i for i in base if by_id[i]["model_path"] in CALIBRATION]
+        for w in shares:
+            sims = {k: dict(v) for k, v in base.items()}
+            mix_ttft(sims, w)
+            c = fit(sims, by_id, cal)
+            scan.append((spread, w,
+                         mape([predict(sims[i]["tpot_f"], c) for i in cal],
+                              [float(by_id[i]["silicon_tpot_ms"]) / 1000 for i in cal]),
+                         mape([predict(sims[i]["ttft_f"], c, True) for i in cal],
+                              [float(by_id[i]["silicon_ttft_ms"]) / 1000 for i in cal]),
+                         *cliff_counts(cal, by_id, sims, c)))
+    best = min(scan, key=lambda t: (t[4] - t[5] + t[6], round(t[3], 6), -t[0], t[1]))
+    return best[0], best[1], scan
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", action="store_true")
@@ -398,63 +502,65 @@ def main() -> None:
     ap.add_argument("--in-step", type=float, default=None,
                     help="the share of the measured TTFT in step (default: chosen on the calibration rows from "
                          + ", ".join(f"{w:.3g}" for w in IN_STEP_GRID) + ")")
+    ap.add_argument("--spread", type=float, default=None,
+                    help="the share of a request the users' phases spread over in the steady rounds (default: "
+                         "chosen on the calibration rows from " + ", ".join(f"{w:g}" for w in SPREAD_GRID) + ")")
     ap.add_argument("--limit", type=int, default=0, help="rows per model (0: all), for a quick run")
     ap.add_argument("--models", default="", help="comma-separated model_path values to simulate (default: all)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes simulating (default: cores)")
     ap.add_argument("--cache", default="", help="a JSON file of the simulated features, reused when present "
                                                 "(the schedule does not depend on the constants)")
     args = ap.parse_args()
     with (DATA / "silicon_vllm_agg.csv").open() as fh:
         rows = list(csv.DictReader(fh))
-    t0 = time.time()
-    sims: dict[str, dict[str, Any]] = {}
-    skipped: dict[str, int] = defaultdict(int)
     per_model: dict[str, int] = defaultdict(int)
-    cache = Path(args.cache) if args.cache else None
-    if cache is not None and cache.exists() and json.loads(cache.read_text()).get("version") != CACHE_VERSION:
-        print(f"{cache}: written by another version of the simulation; simulating again", file=sys.stderr)
-        cache.unlink()
-    if cache is not None and cache.exists():
-        raw = json.loads(cache.read_text())
-        sims = {k: {"ttft_f": np.asarray(v["ttft_f"]), "tpot_f": np.asarray(v["tpot_f"]),
-                    "ttft_burst_f": np.asarray(v["ttft_burst_f"]), "capacity": v["capacity"],
-                    "preemptions": v["preemptions"]} for k, v in raw["sims"].items() if "ttft_burst_f" in v}
-        rows_to_run = [r for r in rows if r["id"] not in sims]  # rows skipped before are tried again
-    else:
-        rows_to_run = rows
-    for r in rows_to_run:
+    chosen_rows = []
+    for r in rows:
         if args.limit and per_model[r["model_path"]] >= args.limit:
             continue
         if args.models and r["model_path"] not in args.models.split(","):
             continue
         per_model[r["model_path"]] += 1
-        try:
-            sims[r["id"]] = simulate_row(r, args.requests_per_user)
-        except (ValueError, Exception) as exc:  # noqa: BLE001 - counted and reported
-            skipped[f"{r['model_path']}: {type(exc).__name__}: {str(exc)[:80]}"] += 1
-    if cache is not None and rows_to_run:
-        stored = {k: {"ttft_f": v["ttft_f"].tolist(), "tpot_f": v["tpot_f"].tolist(),
-                      "ttft_burst_f": v["ttft_burst_f"].tolist(), "capacity": v["capacity"],
-                      "preemptions": v["preemptions"]} for k, v in sims.items()}
-        cache.write_text(json.dumps({"version": CACHE_VERSION, "sims": stored, "skipped": dict(skipped)}))
-    print(f"simulated {len(sims)} rows in {time.time() - t0:.0f} s; skipped {sum(skipped.values())}", file=sys.stderr)
+        chosen_rows.append(r)
+    t0 = time.time()
+    cache = Path(args.cache) if args.cache else None
+    stored: dict[str, dict[str, Any]] = {}
+    if cache is not None and cache.exists():
+        raw = json.loads(cache.read_text())
+        if raw.get("version") != CACHE_VERSION:
+            print(f"{cache}: written by another version of the simulation; simulating again", file=sys.stderr)
+        else:
+            stored = raw["by_spread"]
+    spreads = [args.spread] if args.spread is not None else list(SPREAD_GRID)
+    by_spread: dict[float, dict[str, dict[str, Any]]] = {}
+    skipped: dict[str, int] = defaultdict(int)
+    for spread in spreads:
+        have = stored.setdefault(f"{spread:g}", {})
+        todo = [r for r in chosen_rows if r["id"] not in have]  # rows skipped before are tried again
+        new, skip = simulate_all(todo, args.requests_per_user, spread, args.jobs)
+        for k, v in skip.items():
+            skipped[k] = max(skipped[k], v)
+        have.update({k: {kk: (vv.tolist() if isinstance(vv, np.ndarray) else vv) for kk, vv in v.items()}
+                     for k, v in new.items()})
+        wanted = {r["id"] for r in chosen_rows}
+        by_spread[spread] = {k: {kk: (np.asarray(vv) if isinstance(vv, list) else vv) for kk, vv in v.items()}
+                             for k, v in have.items() if k in wanted}
+    if cache is not None:
+        cache.write_text(json.dumps({"version": CACHE_VERSION, "by_spread": stored}))
+    print(f"simulated {len(chosen_rows)} rows at {len(spreads)} phase spreads in {time.time() - t0:.0f} s; "
+          f"skipped {sum(skipped.values())}", file=sys.stderr)
     for k, v in sorted(skipped.items()):
         print(f"  skipped {v}: {k}", file=sys.stderr)
     by_id = {r["id"]: r for r in rows}
-    for i, sim in sims.items():  # the compute seconds in the column of the row's GPU generation
-        for key in ("tpot_f", "ttft_f", "ttft_burst_f"):
-            sim[key] = by_generation(sim[key], by_id[i])
+    for sims in by_spread.values():  # the compute seconds in the column of the row's GPU generation
+        for i, sim in sims.items():
+            for key in ("tpot_f", "ttft_f", "ttft_burst_f"):
+                sim[key] = by_generation(sim[key], by_id[i])
+    # the phase spread and the share of the benchmark's TTFT in step, chosen on the calibration rows only
+    shares = (args.in_step,) if args.in_step is not None else IN_STEP_GRID
+    spread, in_step, scan = best_pair(by_spread, by_id, shares)
+    sims = by_spread[spread]
     cal = [i for i in sims if by_id[i]["model_path"] in CALIBRATION]
-    # the share of the benchmark's TTFT in step, chosen on the calibration rows only: the one of IN_STEP_GRID
-    # whose fit gives the lowest calibration TTFT MAPE (``--in-step`` fixes it)
-    scan: list[tuple[float, float, float]] = []
-    for w in ([args.in_step] if args.in_step is not None else IN_STEP_GRID):
-        mix_ttft(sims, w)
-        c = fit(sims, by_id, cal)
-        scan.append((w, mape([predict(sims[i]["tpot_f"], c) for i in cal],
-                             [float(by_id[i]["silicon_tpot_ms"]) / 1000 for i in cal]),
-                     mape([predict(sims[i]["ttft_f"], c, True) for i in cal],
-                          [float(by_id[i]["silicon_ttft_ms"]) / 1000 for i in cal])))
-    in_step = min(scan, key=lambda t: (round(t[2], 6), t[0]))[0]
     mix_ttft(sims, in_step)
     coef = fit(sims, by_id, cal)
     consts = Constants(*[float(x) for x in (*coef[:5], coef[6])], c_flop_blackwell=float(coef[5]),
@@ -467,12 +573,21 @@ def main() -> None:
              f"{100 / coef[5] if coef[5] else float('inf'):.0f} % of the datasheet FLOP/s; elsewhere "
              f"{100 / coef[1] if coef[1] else float('inf'):.0f} %)", ""]
     if len(scan) > 1:
-        lines += [f"The measured TTFT as {in_step:.3g} in step (every user's request arriving at once) and the rest "
-                  "out of step, the share chosen on the calibration rows (each share refitted; calibration MAPE):", "",
-                  "| share in step | calibration TPOT MAPE % | calibration TTFT MAPE % |", "|---:|---:|---:|"]
-        lines += [f"| {w:.3g}{' (chosen)' if w == in_step else ''} | {t:.1f} | {f:.1f} |" for w, t, f in scan] + [""]
+        lines += [f"The users' phases spread over {spread:g} of a request in the steady rounds, and the measured TTFT "
+                  f"as {in_step:.3g} in step (every user's request arriving at once) and the rest out of step: the "
+                  "pair chosen on the calibration rows (each pair refitted): the calibration cliffs predicted best "
+                  "(missed + false, fewest), then the lowest calibration TTFT MAPE, then the wider spread. The best "
+                  "share in step of each spread, and every share at the chosen spread:", "",
+                  "| phase spread | share in step | calibration TPOT MAPE % | calibration TTFT MAPE % | "
+                  "calibration cliffs predicted (of measured) | false cliffs |", "|---:|---:|---:|---:|---:|---:|"]
+        per_spread = {sp: min((t for t in scan if t[0] == sp), key=lambda t: (t[4] - t[5] + t[6], round(t[3], 6), t[1]))
+                      for sp in by_spread}
+        shown = sorted(set(per_spread.values()) | {t for t in scan if t[0] == spread}, key=lambda t: (-t[0], t[1]))
+        lines += [f"| {sp:g} | {w:.3g}{' (chosen)' if (sp, w) == (spread, in_step) else ''} | {t:.1f} | {f:.1f} | "
+                  f"{h} of {m} | {fa} |" for sp, w, t, f, m, h, fa in shown] + [""]
     else:
-        lines += [f"The measured TTFT as {in_step:.3g} in step and the rest out of step (`--in-step`).", ""]
+        lines += [f"The users' phases spread over {spread:g} of a request, the measured TTFT as {in_step:.3g} in step "
+                  "and the rest out of step (`--spread`, `--in-step`).", ""]
     aic: dict[str, tuple[float, float]] = {}
     aic_path = ROOT / "benchmarks/results/aic_estimates.csv"
     if aic_path.exists():
@@ -490,26 +605,11 @@ def main() -> None:
             ids = [i for i in sims if by_id[i]["model_path"] == model]
             if not ids:
                 continue
-            pt, mt, pf, mf = [], [], [], []
-            series: dict[tuple[str, ...], list[tuple[int, float, float]]] = defaultdict(list)
-            for i in ids:
-                r, s = by_id[i], sims[i]
-                tp_, tf_ = predict(s["tpot_f"], coef) * 1000, predict(s["ttft_f"], coef, True) * 1000
-                pt.append(tp_)
-                mt.append(float(r["silicon_tpot_ms"]))
-                pf.append(tf_)
-                mf.append(float(r["silicon_ttft_ms"]))
-                key = tuple(r[k] for k in ("system", "backend_version", "gemm_quant_mode", "tp_size",
-                                           "attention_dp_size", "moe_ep_size", "isl", "osl"))
-                series[key].append((int(r["batch_size"]), float(r["silicon_ttft_ms"]), tf_))
-            meas_c = pred_c = hit = false = 0
-            for pts in series.values():
-                m = cliffs([(c, t) for c, t, _ in pts])
-                p = cliffs([(c, t) for c, _, t in pts])
-                meas_c += len(m)
-                hit += len(m & p)
-                false += len(p - m)
-                pred_c += len(p)
+            pt = [predict(sims[i]["tpot_f"], coef) * 1000 for i in ids]
+            pf = [predict(sims[i]["ttft_f"], coef, True) * 1000 for i in ids]
+            mt = [float(by_id[i]["silicon_tpot_ms"]) for i in ids]
+            mf = [float(by_id[i]["silicon_ttft_ms"]) for i in ids]
+            meas_c, hit, false = cliff_counts(ids, by_id, sims, coef)
             cliff_tot[label][0] += meas_c
             cliff_tot[label][1] += hit
             cliff_tot[label][2] += false

@@ -166,3 +166,44 @@ def test_fit_splits_the_compute_term_by_gpu_generation():
         assert predict(g, c7, ttft=True) == pytest.approx(step_seconds(tuple(f), c.on(gpu)) + 0.02)
     # on() applied twice gives the second GPU's constants, not the first one's
     assert c.on("b200").on("h200").c_flop == 1.0 and c.on("h200").on("b300").c_flop == 1.8
+
+
+def test_users_in_step_fill_a_pool_that_users_spread_out_do_not():
+    """Rule (simulate_row's phase spread, SPREAD_GRID): Llama-3.1-70B fp8 on one H200, 1,024 + 8,192 tokens: the
+    pool holds 38 full requests.  64 users with their phases spread over a whole request sit at about 1,024 +
+    4,096 tokens each on average (64 x 5,120 = 327,680 tokens, within 38 x 9,216 = 350,208): no preemption.
+    Spread over 0.4 of a request they reach 9,216 nearly together (64 x 9,216 = 589,824 tokens): the pool preempts,
+    as the measured run's cliff at 64 users (TTFT 474 ms at 32, 5,323 ms at 64) says it did; 32 users fit either
+    way (32 x 9,216 = 294,912)."""
+    from benchmarks.steptime_fit import simulate_row
+
+    row = {"model_path": "meta-llama/Llama-3.1-70B", "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8",
+           "precision": "fp8", "system": "h200_sxm", "tp_size": "1", "attention_dp_size": "1", "moe_tp_size": "1",
+           "moe_ep_size": "1", "pp_size": "1", "isl": "1024", "osl": "8192", "batch_size": "64"}
+    spread_out = simulate_row(row, 3, 1.0)
+    assert spread_out["capacity"] == 38 and spread_out["preemptions"] == 0
+    assert simulate_row(row, 3, 0.4)["preemptions"] > 0
+    assert simulate_row({**row, "batch_size": "32"}, 3, 0.4)["preemptions"] == 0
+
+
+def test_cliff_counts():
+    """Rule (cliff_counts, which best_pair ranks the calibration rows by): a cliff is a TTFT jump of 5x or more
+    between consecutive concurrencies of one series.  Series 100, 120, 900 ms (a 7.5x jump at 64) against predicted 100, 130, 140 ms: 1 measured, 0 hit, 0 false;
+    predicted 100, 110, 600 ms: hit."""
+    import numpy as np
+
+    from benchmarks.steptime_fit import cliff_counts
+
+    by_id, sims = {}, {}
+    coef = np.zeros(7)
+    for users, measured, predicted, predicted_b in ((16, 100, 100, 100), (32, 120, 130, 110), (64, 900, 140, 600)):
+        rid = f"r{users}"
+        by_id[rid] = {"model_path": "m", "system": "h100_sxm", "backend_version": "", "gemm_quant_mode": "fp8",
+                      "tp_size": "1", "attention_dp_size": "", "moe_ep_size": "1", "isl": "1024", "osl": "8192",
+                      "batch_size": str(users), "silicon_ttft_ms": str(measured)}
+        # features whose prediction is exactly the fixed seconds (constants all 0)
+        sims[rid] = {"ttft_f": np.array([0, 0, 0, 0, 0, 0, predicted / 1000]), "b": predicted_b}
+    assert cliff_counts(list(by_id), by_id, sims, coef) == (1, 0, 0)
+    for rid in sims:
+        sims[rid]["ttft_f"] = np.array([0, 0, 0, 0, 0, 0, sims[rid]["b"] / 1000])
+    assert cliff_counts(list(by_id), by_id, sims, coef) == (1, 1, 0)
