@@ -188,8 +188,8 @@ def test_users_in_step_fill_a_pool_that_users_spread_out_do_not():
 
 def test_cliff_counts():
     """Rule (cliff_counts, which best_pair ranks the calibration rows by): a cliff is a TTFT jump of 5x or more
-    between consecutive concurrencies of one series.  Series 100, 120, 900 ms (a 7.5x jump at 64) against predicted 100, 130, 140 ms: 1 measured, 0 hit, 0 false;
-    predicted 100, 110, 600 ms: hit."""
+    between consecutive concurrencies of one series.  Measured 100, 120, 900 ms at 16, 32, 64 users (a 7.5x jump
+    at 64) against predicted 100, 130, 140 ms: 1 measured, 0 hit, 0 false; predicted 100, 110, 600 ms: hit."""
     import numpy as np
 
     from benchmarks.steptime_fit import cliff_counts
