@@ -472,6 +472,13 @@ def cliff_counts(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[st
     return measured, hit, false
 
 
+def pair_rank(t: tuple[float, float, float, float, int, int, int]) -> tuple[float, ...]:
+    """How a (spread, share, calibration TPOT MAPE, TTFT MAPE, cliffs measured, hit, false) scan entry ranks,
+    best first: cliffs missed + false cliffs, then the TTFT MAPE, then the wider spread, then the smaller share."""
+    spread, share, _, ttft, measured, hit, false = t
+    return (measured - hit + false, round(ttft, 6), -spread, share)
+
+
 def best_pair(by_spread: dict[float, dict[str, dict[str, Any]]], by_id: dict[str, dict[str, str]],
               shares: tuple[float, ...]) -> tuple[float, float, list[tuple[float, float, float, float, int, int, int]]]:
     """The phase spread and share in step, chosen on the calibration rows only: each pair refitted, the one whose
@@ -491,7 +498,7 @@ def best_pair(by_spread: dict[float, dict[str, dict[str, Any]]], by_id: dict[str
                          mape([predict(sims[i]["ttft_f"], c, True) for i in cal],
                               [float(by_id[i]["silicon_ttft_ms"]) / 1000 for i in cal]),
                          *cliff_counts(cal, by_id, sims, c)))
-    best = min(scan, key=lambda t: (t[4] - t[5] + t[6], round(t[3], 6), -t[0], t[1]))
+    best = min(scan, key=pair_rank)
     return best[0], best[1], scan
 
 
@@ -511,6 +518,12 @@ def main() -> None:
     ap.add_argument("--cache", default="", help="a JSON file of the simulated features, reused when present "
                                                 "(the schedule does not depend on the constants)")
     args = ap.parse_args()
+    if args.spread is not None and not 0 < args.spread <= 1:
+        ap.error(f"--spread {args.spread:g}: a share of a request, more than 0 and at most 1")
+    if args.in_step is not None and not 0 <= args.in_step <= 1:
+        ap.error(f"--in-step {args.in_step:g}: a share of the TTFT, 0 to 1")
+    if args.jobs < 1:
+        ap.error(f"--jobs {args.jobs}: at least 1")
     with (DATA / "silicon_vllm_agg.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     per_model: dict[str, int] = defaultdict(int)
@@ -580,8 +593,7 @@ def main() -> None:
                   "share in step of each spread, and every share at the chosen spread:", "",
                   "| phase spread | share in step | calibration TPOT MAPE % | calibration TTFT MAPE % | "
                   "calibration cliffs predicted (of measured) | false cliffs |", "|---:|---:|---:|---:|---:|---:|"]
-        per_spread = {sp: min((t for t in scan if t[0] == sp), key=lambda t: (t[4] - t[5] + t[6], round(t[3], 6), t[1]))
-                      for sp in by_spread}
+        per_spread = {sp: min((t for t in scan if t[0] == sp), key=pair_rank) for sp in by_spread}
         shown = sorted(set(per_spread.values()) | {t for t in scan if t[0] == spread}, key=lambda t: (-t[0], t[1]))
         lines += [f"| {sp:g} | {w:.3g}{' (chosen)' if (sp, w) == (spread, in_step) else ''} | {t:.1f} | {f:.1f} | "
                   f"{h} of {m} | {fa} |" for sp, w, t, f, m, h, fa in shown] + [""]

@@ -260,7 +260,8 @@ def test_a_users_gate_above_the_requests_simulated_is_refused(tmp_path, capsys):
 
 def test_a_rate_gate_passes_on_the_floor_where_no_limit_was_found(tmp_path, capsys):
     """A generous SLO every Poisson rate tried meets leaves time_slo_rate empty; a min: gate on it is judged on
-    time_slo_rate_met_up_to (every rate up to it met the SLO), and the report writes that floor as ">= X"."""
+    time_slo_rate_met_up_to (every rate up to it met the SLO), and the report writes that floor as ">= X" (--check's
+    failure line names it too)."""
     text = SMALL + ("    slo: \"ttft=60s,tpot=1s\"\ngates:\n  - {name: rate, metric: time_slo_rate, min: 5}\n"
                     "  - {name: too fast, metric: time_slo_rate, min: 1000000000}\n")
     out = tmp_path / "out"
@@ -270,6 +271,9 @@ def test_a_rate_gate_passes_on_the_floor_where_no_limit_was_found(tmp_path, caps
     assert df["time_slo_rate"].to_list() == [None] and floor > 5
     # the first gate passes on the floor; the second cannot be shown to pass (a floor below it), so it fails
     assert code == 1 and "gate 'rate'" not in err and "gate 'too fast'" in err
+    # the failure line gives the floor it was judged on, not an empty value (it said "time_slo_rate = None")
+    assert (f"time_slo_rate empty, time_slo_rate_met_up_to = {floor} (no limit found below it), needs ≥ 1e+09"
+            in err) and "= None" not in err
     md = (out / "report.md").read_text()
     assert f"| rate | time_slo_rate ≥ 5 | every point | 1 / 0 | 1 x h100-80gb: ≥ {floor:,.2f} |" in md
 

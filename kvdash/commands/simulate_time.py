@@ -115,10 +115,9 @@ def main(o: dict[str, Any]) -> None:
             f"roofline at the dense constants (no kernel measurement for {mc.expert_format} experts on {perf.key})")
     if not mc.counted:
         info["parameters"] = mc.basis[0]
-    if unmeasured_note(perf.key):
-        info["gpu_extrapolated"] = unmeasured_note(perf.key)
-    short = short_run_note(len(prompt), conc)
-    if short:
+    if unmeasured := unmeasured_note(perf.key):
+        info["gpu_extrapolated"] = unmeasured
+    if short := short_run_note(len(prompt), conc):
         info["short_run"] = short
     if mc.norm_reduces:
         info["all_reduces"] = (f"{2 + mc.norm_reduces // mc.layers} a layer under TP {tp}: the attention's and the MLP's, "

@@ -56,7 +56,7 @@ from kvdash.report.timesection import time_section
 from kvdash.sweep.claims import Frame, Verdict, shared_where
 from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
 from kvdash.sweep.evaluate import Expanded
-from kvdash.sweep.gates import bounds_text, columns_of, evaluate_gates, passing_expr, scope_expr, slack_expr
+from kvdash.sweep.gates import bounds_text, columns_of, evaluate_gates, floor_used, passing_expr, scope_expr, slack_expr
 from kvdash.sweep.gridfile import Gate, GridSpec
 from kvdash.units import ratio_text
 
@@ -173,10 +173,8 @@ def _mechanism(spec: GridSpec, df: pl.DataFrame) -> str:
 
 def _gate_shown(g: Gate, row: dict[str, Any]) -> str:
     """A gate's value at a point; a floor the gate fell back on (no limit found) is written as one."""
-    cols = columns_of(g)
-    if row[g.metric] is None and len(cols) > 1 and row.get(cols[1]) is not None:
-        return f"≥ {num(row[cols[1]])}"
-    return num(row[g.metric])
+    floor = floor_used(g, row)
+    return num(row[g.metric]) if floor is None else f"≥ {num(floor)}"
 
 
 def _gates(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> list[list[str]]:

@@ -47,16 +47,27 @@ def scope_expr(gate: Gate, columns: list[str] | None = None) -> pl.Expr:
 FLOORS = {"time_slo_rate": "time_slo_rate_met_up_to"}
 
 
+def floor_column(gate: Gate) -> str | None:
+    """The column a min:-only gate falls back on where its metric is empty (:data:`FLOORS`), else None."""
+    return FLOORS.get(gate.metric) if gate.min is not None and gate.max is None else None
+
+
 def columns_of(gate: Gate) -> list[str]:
     """The result columns a gate reads: its metric, and the floor a min: gate falls back on."""
-    floor = FLOORS.get(gate.metric)
-    return [gate.metric] + ([floor] if floor and gate.min is not None and gate.max is None else [])
+    floor = floor_column(gate)
+    return [gate.metric] + ([floor] if floor else [])
+
+
+def floor_used(gate: Gate, row: dict[str, Any]) -> Any:
+    """The floor a point is judged on (its metric empty, the floor column set), else None."""
+    floor = floor_column(gate)
+    return row.get(floor) if floor and row.get(gate.metric) is None else None
 
 
 def gate_value(gate: Gate, columns: list[str] | None = None) -> pl.Expr:
     value = pl.col(gate.metric).cast(pl.Float64, strict=False)
-    floor = FLOORS.get(gate.metric)
-    if floor and gate.min is not None and gate.max is None and (columns is None or floor in columns):
+    floor = floor_column(gate)
+    if floor and (columns is None or floor in columns):
         value = pl.coalesce(value, pl.col(floor).cast(pl.Float64, strict=False))
     return value
 
@@ -148,6 +159,9 @@ def failure_lines(spec: GridSpec, frame: pl.DataFrame, label: Any) -> list[str]:
             continue
         bad = frame.filter(scope_expr(gate, frame.columns) & ~ok_expr(gate, frame.columns))
         for row in bad.iter_rows(named=True):
+            floor = floor_used(gate, row)
+            value = (f"{gate.metric} = {md(row[gate.metric], 40)}" if floor is None else
+                     f"{gate.metric} empty, {floor_column(gate)} = {md(floor, 40)} (no limit found below it)")
             lines.append(f"gate '{md(gate.name, 80)}' failed at {md(row['id'], 24)} ({md(label(row), 160)}): "
-                         f"{gate.metric} = {md(row[gate.metric], 40)}, needs {bounds_text(gate)}")
+                         f"{value}, needs {bounds_text(gate)}")
     return lines
