@@ -255,6 +255,17 @@ def tpot_floor(row: dict[str, str]) -> float | None:
     return read / s["gpu"].hbm_bytes_per_s
 
 
+def in_flight(row: dict[str, str]) -> float:
+    """The requests a row's run kept decoding at once, on average, from its own measured figures (Little's law):
+    a closed loop of ``batch_size`` users, each sending its next request when the last one ends, spends
+    ``TTFT + (osl - 1) x TPOT`` a request, ``(osl - 1) x TPOT`` of it decoding, so on average
+    ``batch_size x decode / (TTFT + decode)`` requests decode together.  No kvdash figure enters: a count far
+    under ``batch_size`` says the other requests waited, in the engine (a full pool, ``max_num_seqs``) or before
+    it (a client that held fewer requests open)."""
+    decode = (int(row["osl"]) - 1) * float(row["silicon_tpot_ms"])
+    return int(row["batch_size"]) * decode / (float(row["silicon_ttft_ms"]) + decode)
+
+
 def batch_caps(row: dict[str, str]) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) vLLM picks on the row's GPU (kvdash.engines.vllm.scheduler_caps,
     vLLM 0.33's EngineArgs.get_batch_defaults: 8,192 tokens on H100/H200, 16,384 on B200/B300)."""
@@ -677,6 +688,24 @@ def main() -> None:
     floor_lines += [f"| {by_id[i]['id']} | {by_id[i]['batch_size']} | {float(by_id[i]['silicon_tpot_ms']):.2f} | "
                     f"{floors[i] * 1000:.2f} | {float(by_id[i]['silicon_ttft_ms']):,.0f} | "
                     f"{predict(sims[i]['tpot_f'], coef) * 1000:.2f} |" for i in sorted(below)]
+    # every row whose own figures say fewer than half its users decoded together (in_flight), beside the room
+    # kvdash gives them: where kvdash's pool and max_num_seqs admit every user, the wait was not the pool's
+    waited = sorted((i for i in sims if in_flight(by_id[i]) < int(by_id[i]["batch_size"]) / 2),
+                    key=lambda i: (by_id[i]["model_path"], by_id[i]["id"]))
+    if waited:
+        floor_lines += ["", "Rows whose measured TTFT and TPOT say fewer than half their users were decoding at once "
+                        "(`in_flight`, Little's law on the row's own figures: users x (osl - 1) x TPOT / (TTFT + "
+                        "(osl - 1) x TPOT); no kvdash figure enters), beside the room kvdash's pool gives (full-length "
+                        "requests, every attention data-parallel rank) and vLLM's max_num_seqs:", "",
+                        "| row | set | users | in flight | kvdash room | max_num_seqs | measured TTFT ms | "
+                        "kvdash TTFT ms |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for i in waited:
+            r, s = by_id[i], sims[i]
+            floor_lines.append(
+                f"| {r['id']} | {'calibration' if r['model_path'] in CALIBRATION else 'validation'} | "
+                f"{r['batch_size']} | {in_flight(r):.1f} | {s['capacity'] * setup(r)['dp']:,} | "
+                f"{batch_caps(r)[0]:,} | {float(r['silicon_ttft_ms']):,.0f} | "
+                f"{predict(s['ttft_f'], coef, True) * 1000:,.0f} |")
     t = totals["cmp"]
     if t["kt"]:
         cmp.append(f"| **all** | {len(t['kt'])} | **{mape(t['kt'], t['mt']):.1f}** | "
@@ -689,7 +718,7 @@ def main() -> None:
                        "error of TPOT and the median signed error of TTFT, + when kvdash predicts more; points: the "
                        "share of the validation MAPE the group carries):", ""]
                     + breakdown([i for i in sims if by_id[i]["model_path"] in VALIDATION], by_id, sims, coef)
-                    + (["", *floor_lines] if below else []))
+                    + (["", *floor_lines] if below or waited else []))
     print(out)
     if args.write:
         (ROOT / "kvdash/data/steptime.json").write_text(json.dumps(

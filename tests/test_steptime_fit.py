@@ -222,3 +222,15 @@ def test_the_pair_predicting_the_calibration_cliffs_wins_over_a_lower_ttft_error
     # equal cliffs and TTFT: the wider spread, then the smaller share
     assert min([(0.4, 0.2, 0, 25.0, 8, 7, 0), (0.8, 0.2, 0, 25.0, 8, 7, 0), (0.8, 0.1, 0, 25.0, 8, 7, 0)],
                key=pair_rank)[:2] == (0.8, 0.1)
+
+
+def test_in_flight_is_littles_law_on_the_rows_own_figures():
+    """Rule (in_flight): a closed loop's user spends TTFT + (osl - 1) x TPOT a request, (osl - 1) x TPOT of it
+    decoding, so users x decode / (TTFT + decode) requests decode together on average.  512 users, osl 1,024,
+    TPOT 5 ms, TTFT 20,460 ms: decode 1,023 x 5 = 5,115 ms, 512 x 5,115 / 25,575 = 102.4.  With no wait (TTFT 0)
+    every user decodes: 512."""
+    from benchmarks.steptime_fit import in_flight
+
+    row = {"batch_size": "512", "osl": "1024", "silicon_tpot_ms": "5", "silicon_ttft_ms": "20460"}
+    assert in_flight(row) == pytest.approx(102.4)
+    assert in_flight({**row, "silicon_ttft_ms": "0"}) == pytest.approx(512)
