@@ -234,3 +234,22 @@ def test_in_flight_is_littles_law_on_the_rows_own_figures():
     row = {"batch_size": "512", "osl": "1024", "silicon_tpot_ms": "5", "silicon_ttft_ms": "20460"}
     assert in_flight(row) == pytest.approx(102.4)
     assert in_flight({**row, "silicon_ttft_ms": "0"}) == pytest.approx(512)
+
+
+def test_the_mxfp8_what_if_fits_its_kernel_without_gpt_oss_120b_shape():
+    """Rule (gpt_oss_mxfp8.fit_kernel): a_s + b x memory s + c x compute s, fitted on every shape but gpt-oss-120b's
+    (held out, flag 1).  Points made from a_s 20 us, b 1.2, c 1.5 give those back exactly, and the held-out
+    point's error is computed on it alone: its time doubled -> 50 % (the model predicts half of it)."""
+    import numpy as np
+
+    from benchmarks.gpt_oss_mxfp8 import fit_kernel
+
+    mem = np.array([1e-5, 4e-5, 2e-4, 1e-3, 3e-5])
+    cmp = np.array([2e-6, 3e-5, 1e-4, 2e-3, 1e-5])
+    t = 20e-6 + 1.2 * mem + 1.5 * cmp
+    held = np.array([0, 0, 0, 0, 1.0])
+    t[4] *= 2
+    coef, fit_mape, held_mape = fit_kernel(np.stack([held, mem, cmp, t], 1))
+    assert coef == pytest.approx([20e-6, 1.2, 1.5], rel=1e-6)
+    assert fit_mape == pytest.approx(0, abs=1e-6)
+    assert held_mape == pytest.approx(50)

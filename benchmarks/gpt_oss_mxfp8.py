@@ -1,0 +1,174 @@
+"""What if the gpt-oss-120b B200 runs used MXFP8 activations?  A what-if beside the time model (issue 28), not a
+change to it.
+
+kvdash runs gpt-oss's MXFP4 experts with bf16 activations on Blackwell, as vLLM picks by default
+(``_get_priority_backends_for_gpt_oss`` in vLLM 0.33's ``fused_moe/oracle/mxfp4.py``: FlashInfer TRT-LLM MXFP4 x
+bf16 first; ``get_mxfp4_backend`` in the late-2025 ``quantization/mxfp4.py``: bf16 on SM100 unless
+``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``), at aiconfigurator's measurement of that kernel.  The measured B200
+rows (vLLM 0.15.1) are over-predicted by about half, and that kernel alone takes longer than some of their whole
+steps (TP 1, 128 users: 36 layers x 0.39 ms against a measured 13.45 ms TPOT).  Which backend the runs used is not
+in the data.  aiconfigurator also measured FlashInfer's TRT-LLM MXFP4 x MXFP8 kernel (vLLM: the environment
+variable above, or ``--moe-backend flashinfer_trtllm_afp8`` in 0.33), in its SGLang 0.5.14 tables
+(``systems/data/<gpu>/moe/sglang/0.5.14/moe_perf.parquet``, ``moe_dtype`` ``w4a8_mxfp4_mxfp8``).  This script
+fits that kernel the way ``benchmarks/moe_kernels.py`` fits the others (power-law routing, experts split by TP,
+the fastest kernel of each point, every shape measured but gpt-oss-120b's, which is held out),
+simulates the gpt-oss rows of the GPUs it covers again with it, and prints the error beside the default's.
+It changes nothing kvdash ships.
+
+Usage (aiconfigurator in a side venv, never a dependency)::
+
+    .venv/bin/python benchmarks/gpt_oss_mxfp8.py --cache /tmp/steptime_cache.json \\
+        --aic-data /work/aic-venv/lib/python3.*/site-packages/aiconfigurator_core/systems/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import moe_kernels as mk  # noqa: E402
+import steptime_fit as sf  # noqa: E402
+
+from kvdash.core import steptime  # noqa: E402
+from kvdash.core.steptime import MoeKernel, gpu_perf, moe_layer_terms  # noqa: E402
+
+SOURCE = "sglang/0.5.14"
+DTYPE = "w4a8_mxfp4_mxfp8"
+HELD_OUT = (2880, 2880, 128, 4)  # gpt-oss-120b's (hidden, intermediate, experts, top-k), a validation shape
+
+
+def kernel_points(base: Path, folder: str, key: str) -> np.ndarray | None:
+    """(held out: 1 on gpt-oss-120b's shape, memory s, compute s, measured s) of every measured point of the
+    MXFP8-activation kernel on this GPU, the roofline terms as kvdash's step model computes them (the GEMMs at
+    the fp8 rate)."""
+    path = base / folder / "moe" / SOURCE / "moe_perf.parquet"
+    if not path.is_file():
+        return None
+    d = pl.read_parquet(path).filter((pl.col("moe_dtype") == DTYPE) & (pl.col("distribution") == mk.DISTRIBUTION)
+                                     & (pl.col("moe_ep_size") == 1))
+    shape = ["hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size", "num_tokens"]
+    d = d.group_by(shape).agg(pl.col("latency").min()).sort(shape)
+    if not d.height:
+        return None
+    gpu = gpu_perf(key)
+    out = []
+    for r in d.iter_rows(named=True):
+        mc = mk.one_layer(r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"], r["moe_tp_size"], "mxfp4",
+                          "fp8")
+        m, c = moe_layer_terms(mc, gpu, r["num_tokens"])
+        held = (r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"]) == HELD_OUT
+        out.append((float(held), m, c, r["latency"] / 1e3))
+    return np.array(out, dtype=float)
+
+
+def fit_kernel(pts: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """``a_s + b x memory s + c x compute s`` fitted (non-negative, relative error) on the points of every shape
+    but gpt-oss-120b's; (coefficients, fit MAPE %, MAPE % on gpt-oss-120b's shape, held out)."""
+    train, held = pts[pts[:, 0] == 0], pts[pts[:, 0] == 1]
+    a = np.stack([np.ones(len(train)), train[:, 1], train[:, 2]], 1) / train[:, 3:4]
+    coef = sf.nnls(a, np.ones(len(train)))
+
+    def mape(x: np.ndarray) -> float:
+        p = coef[0] + coef[1] * x[:, 1] + coef[2] * x[:, 2]
+        return float(np.mean(np.abs(p / x[:, 3] - 1)) * 100) if len(x) else float("nan")
+
+    return coef, mape(train), mape(held)
+
+
+def errors(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray) -> tuple[float, ...]:
+    """(TPOT MAPE %, TPOT mean signed %, TTFT MAPE %, TTFT median signed %) of these rows."""
+    t = np.array([sf.predict(sims[i]["tpot_f"], coef) * 1000 / float(by_id[i]["silicon_tpot_ms"]) - 1 for i in ids])
+    f = np.array([sf.predict(sims[i]["ttft_f"], coef, True) * 1000 / float(by_id[i]["silicon_ttft_ms"]) - 1
+                  for i in ids])
+    return 100 * np.abs(t).mean(), 100 * t.mean(), 100 * np.abs(f).mean(), 100 * np.median(f)
+
+
+def simulations(rows: list[dict[str, str]], per_user: int, spread: float, cache: str) -> dict[str, dict]:
+    """Every row's simulation at this spread with kvdash's kernels: from steptime_fit.py's cache where it holds
+    them (same CACHE_VERSION), else simulated here."""
+    have: dict[str, dict] = {}
+    if cache and Path(cache).is_file():
+        raw = json.loads(Path(cache).read_text())
+        if raw.get("version") == sf.CACHE_VERSION:
+            have = raw["by_spread"].get(f"{spread:g}", {})
+    todo = [r for r in rows if r["id"] not in have]
+    if todo:
+        new, _ = sf.simulate_all(todo, per_user, spread, os.cpu_count() or 1)
+        have = {**have, **new}
+    return {k: {kk: (np.asarray(vv) if isinstance(vv, list) else vv) for kk, vv in v.items()} for k, v in have.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--aic-data", required=True, type=Path, help="aiconfigurator's systems/data folder")
+    ap.add_argument("--cache", default="", help="steptime_fit.py's --cache file (its simulations of every row)")
+    ap.add_argument("--spread", type=float, default=0.4, help="the phase spread steptime_fit.py chose")
+    ap.add_argument("--in-step", type=float, default=1 / 6, help="the share in step steptime_fit.py chose")
+    ap.add_argument("--requests-per-user", type=int, default=10)
+    args = ap.parse_args()
+    if not args.aic_data.is_dir():
+        print(f"--aic-data: {args.aic_data} is not a folder (aiconfigurator's systems/data)", file=sys.stderr)
+        return 2
+    kernels: dict[str, MoeKernel] = {}
+    print(f"FlashInfer TRT-LLM MXFP4 x MXFP8 ({DTYPE}, aiconfigurator {SOURCE}), fitted on every shape but "
+          "gpt-oss-120b's:")
+    for folder, key in mk.GPUS.items():
+        pts = kernel_points(args.aic_data, folder, key)
+        if pts is None:
+            continue
+        coef, fit_mape, held_mape = fit_kernel(pts)
+        kernels[key] = MoeKernel(float(coef[0]), float(coef[1]), float(coef[2]), len(pts), f"aiconfigurator {SOURCE}")
+        print(f"  {key}: a_s {coef[0] * 1e6:.1f} us, b {coef[1]:.3f}, c {coef[2]:.3f}; {len(pts)} points, "
+              f"fit MAPE {fit_mape:.1f} %, gpt-oss-120b's shape held out {held_mape:.1f} %")
+    if not kernels:
+        print(f"--aic-data: no {DTYPE} measurements under {args.aic_data}/*/moe/{SOURCE}", file=sys.stderr)
+        return 2
+    rows = list(csv.DictReader((sf.DATA / "silicon_vllm_agg.csv").open()))
+    by_id = {r["id"]: r for r in rows}
+    gpus = {k for k, v in sf.GPUS.items() if v in kernels}
+    whatif = [r for r in rows if r["model_path"] == "openai/gpt-oss-120b" and r["system"] in gpus]
+    base = simulations(rows, args.requests_per_user, args.spread, args.cache)
+    default = steptime.moe_kernel
+    try:  # the step model reads kvdash.core.steptime.moe_kernel at each step
+        steptime.moe_kernel = lambda gpu_key, fmt: (kernels[gpu_key] if fmt == "mxfp4" and gpu_key in kernels
+                                                    else default(gpu_key, fmt))
+        new, _ = sf.simulate_all(whatif, args.requests_per_user, args.spread, 1)
+    finally:
+        steptime.moe_kernel = default
+    results = {}
+    for label, sims in (("bf16 activations (kvdash)", dict(base)), ("MXFP8 activations (what-if)", {**base, **new})):
+        sims = {i: dict(s) for i, s in sims.items()}
+        for i, s in sims.items():
+            for key in ("tpot_f", "ttft_f", "ttft_burst_f"):
+                s[key] = sf.by_generation(np.asarray(s[key]), by_id[i])
+        sf.mix_ttft(sims, args.in_step)
+        cal = [i for i in sims if by_id[i]["model_path"] in sf.CALIBRATION]
+        coef = sf.fit(sims, by_id, cal)  # unchanged: the calibration rows have no experts
+        val = [i for i in sims if by_id[i]["model_path"] in sf.VALIDATION]
+        results[label] = (errors([r["id"] for r in whatif if r["id"] in sims], by_id, sims, coef),
+                          errors(val, by_id, sims, coef), sf.cliff_counts(val, by_id, sims, coef))
+    systems = ", ".join(sorted({r["system"] for r in whatif}))
+    print(f"\n{len(whatif)} gpt-oss-120b rows ({systems}) simulated again (phase spread "
+          f"{args.spread:g}, {args.in_step:.3g} in step):\n")
+    print("| experts run with | gpt-oss TPOT MAPE % | TPOT bias % | gpt-oss TTFT MAPE % | TTFT bias % | "
+          "validation TPOT MAPE % | validation TTFT MAPE % | cliffs predicted (false) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for label, (g, v, c) in results.items():
+        print(f"| {label} | {g[0]:.1f} | {g[1]:+.1f} | {g[2]:.1f} | {g[3]:+.1f} | {v[0]:.1f} | {v[2]:.1f} | "
+              f"{c[1]} of {c[0]} ({c[2]}) |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
