@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import sys
 from pathlib import Path
@@ -41,72 +40,40 @@ import moe_kernels as mk  # noqa: E402
 import steptime_fit as sf  # noqa: E402
 
 from kvdash.core import steptime  # noqa: E402
-from kvdash.core.steptime import MoeKernel, gpu_perf, moe_layer_terms  # noqa: E402
+from kvdash.core.steptime import MoeKernel  # noqa: E402
 
 SOURCE = "sglang/0.5.14"
-DTYPE = "w4a8_mxfp4_mxfp8"
-HELD_OUT = (2880, 2880, 128, 4)  # gpt-oss-120b's (hidden, intermediate, experts, top-k), a validation shape
+FORMATS = {"w4a8_mxfp4_mxfp8": ("mxfp4", "fp8")}  # MXFP4 weights, MXFP8 activations: the GEMMs at the fp8 rate
 
 
-def kernel_points(base: Path, folder: str, key: str) -> np.ndarray | None:
-    """(held out: 1 on gpt-oss-120b's shape, memory s, compute s, measured s) of every measured point of the
-    MXFP8-activation kernel on this GPU, the roofline terms as kvdash's step model computes them (the GEMMs at
-    the fp8 rate)."""
-    path = base / folder / "moe" / SOURCE / "moe_perf.parquet"
-    if not path.is_file():
-        return None
-    d = pl.read_parquet(path).filter((pl.col("moe_dtype") == DTYPE) & (pl.col("distribution") == mk.DISTRIBUTION)
-                                     & (pl.col("moe_ep_size") == 1))
-    shape = ["hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size", "num_tokens"]
-    d = d.group_by(shape).agg(pl.col("latency").min()).sort(shape)
-    if not d.height:
-        return None
-    gpu = gpu_perf(key)
-    out = []
-    for r in d.iter_rows(named=True):
-        mc = mk.one_layer(r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"], r["moe_tp_size"], "mxfp4",
-                          "fp8")
-        m, c = moe_layer_terms(mc, gpu, r["num_tokens"])
-        held = (r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"]) == HELD_OUT
-        out.append((float(held), m, c, r["latency"] / 1e3))
-    return np.array(out, dtype=float)
-
-
-def fit_kernel(pts: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """``a_s + b x memory s + c x compute s`` fitted (non-negative, relative error) on the points of every shape
-    but gpt-oss-120b's; (coefficients, fit MAPE %, MAPE % on gpt-oss-120b's shape, held out)."""
-    train, held = pts[pts[:, 0] == 0], pts[pts[:, 0] == 1]
-    a = np.stack([np.ones(len(train)), train[:, 1], train[:, 2]], 1) / train[:, 3:4]
-    coef = sf.nnls(a, np.ones(len(train)))
-
-    def mape(x: np.ndarray) -> float:
-        p = coef[0] + coef[1] * x[:, 1] + coef[2] * x[:, 2]
-        return float(np.mean(np.abs(p / x[:, 3] - 1)) * 100) if len(x) else float("nan")
-
-    return coef, mape(train), mape(held)
+def fit_kernel(d: pl.DataFrame) -> tuple[np.ndarray, float | None, float | None]:
+    """The kernel fitted as moe_kernels.py fits every other (:func:`moe_kernels.fit`: the validation models' shapes,
+    here gpt-oss-120b's, held out); (coefficients, fit MAPE %, MAPE % on the held-out shapes)."""
+    coef, held_out = mk.fit(d)
+    if not held_out:
+        return coef, mk.mape(d, coef), None
+    return coef, mk.mape(d.filter(pl.col("held_out") == ""), coef), mk.mape(d.filter(pl.col("held_out") != ""), coef)
 
 
 def errors(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray) -> tuple[float, ...]:
     """(TPOT MAPE %, TPOT mean signed %, TTFT MAPE %, TTFT median signed %) of these rows."""
-    t = np.array([sf.predict(sims[i]["tpot_f"], coef) * 1000 / float(by_id[i]["silicon_tpot_ms"]) - 1 for i in ids])
-    f = np.array([sf.predict(sims[i]["ttft_f"], coef, True) * 1000 / float(by_id[i]["silicon_ttft_ms"]) - 1
-                  for i in ids])
-    return 100 * np.abs(t).mean(), 100 * t.mean(), 100 * np.abs(f).mean(), 100 * np.median(f)
+    pt = [sf.predict(sims[i]["tpot_f"], coef) * 1000 for i in ids]
+    pf = [sf.predict(sims[i]["ttft_f"], coef, True) * 1000 for i in ids]
+    mt = [float(by_id[i]["silicon_tpot_ms"]) for i in ids]
+    mf = [float(by_id[i]["silicon_ttft_ms"]) for i in ids]
+    return (sf.mape(pt, mt), 100 * float(np.mean(np.array(pt) / mt - 1)), sf.mape(pf, mf),
+            100 * float(np.median(np.array(pf) / mf - 1)))
 
 
 def simulations(rows: list[dict[str, str]], per_user: int, spread: float, cache: str) -> dict[str, dict]:
     """Every row's simulation at this spread with kvdash's kernels: from steptime_fit.py's cache where it holds
-    them (same CACHE_VERSION), else simulated here."""
-    have: dict[str, dict] = {}
-    if cache and Path(cache).is_file():
-        raw = json.loads(Path(cache).read_text())
-        if raw.get("version") == sf.CACHE_VERSION:
-            have = raw["by_spread"].get(f"{spread:g}", {})
+    them (:func:`steptime_fit.load_cache`), else simulated here."""
+    have = sf.load_cache(Path(cache) if cache else None).get(f"{spread:g}", {})
     todo = [r for r in rows if r["id"] not in have]
     if todo:
         new, _ = sf.simulate_all(todo, per_user, spread, os.cpu_count() or 1)
         have = {**have, **new}
-    return {k: {kk: (np.asarray(vv) if isinstance(vv, list) else vv) for kk, vv in v.items()} for k, v in have.items()}
+    return sf.as_arrays(have)
 
 
 def main() -> int:
@@ -117,22 +84,23 @@ def main() -> int:
     ap.add_argument("--in-step", type=float, default=1 / 6, help="the share in step steptime_fit.py chose")
     ap.add_argument("--requests-per-user", type=int, default=10)
     args = ap.parse_args()
+    sf.check_shares(ap, args.spread, args.in_step)
     if not args.aic_data.is_dir():
         print(f"--aic-data: {args.aic_data} is not a folder (aiconfigurator's systems/data)", file=sys.stderr)
         return 2
     kernels: dict[str, MoeKernel] = {}
-    print(f"FlashInfer TRT-LLM MXFP4 x MXFP8 ({DTYPE}, aiconfigurator {SOURCE}), fitted on every shape but "
-          "gpt-oss-120b's:")
+    print(f"FlashInfer TRT-LLM MXFP4 x MXFP8 ({', '.join(FORMATS)}, aiconfigurator {SOURCE}), fitted on every shape "
+          "but gpt-oss-120b's:")
     for folder, key in mk.GPUS.items():
-        pts = kernel_points(args.aic_data, folder, key)
-        if pts is None:
+        d = mk.points(args.aic_data, folder, key, SOURCE, FORMATS)
+        if d is None:
             continue
-        coef, fit_mape, held_mape = fit_kernel(pts)
-        kernels[key] = MoeKernel(float(coef[0]), float(coef[1]), float(coef[2]), len(pts), f"aiconfigurator {SOURCE}")
-        print(f"  {key}: a_s {coef[0] * 1e6:.1f} us, b {coef[1]:.3f}, c {coef[2]:.3f}; {len(pts)} points, "
-              f"fit MAPE {fit_mape:.1f} %, gpt-oss-120b's shape held out {held_mape:.1f} %")
+        coef, fit_mape, held_mape = fit_kernel(d)
+        kernels[key] = MoeKernel(float(coef[0]), float(coef[1]), float(coef[2]), d.height, f"aiconfigurator {SOURCE}")
+        print(f"  {key}: a_s {coef[0] * 1e6:.1f} us, b {coef[1]:.3f}, c {coef[2]:.3f}; {d.height} points, "
+              f"fit MAPE {fit_mape} %, gpt-oss-120b's shape held out {held_mape} %")
     if not kernels:
-        print(f"--aic-data: no {DTYPE} measurements under {args.aic_data}/*/moe/{SOURCE}", file=sys.stderr)
+        print(f"--aic-data: no {', '.join(FORMATS)} measurements under {args.aic_data}/*/moe/{SOURCE}", file=sys.stderr)
         return 2
     rows = list(csv.DictReader((sf.DATA / "silicon_vllm_agg.csv").open()))
     by_id = {r["id"]: r for r in rows}

@@ -72,12 +72,19 @@ def one_layer(h: int, inter: int, experts: int, k: int, tp: int, fmt: str, rate:
         act_bytes=expert_act_bytes(h, k, params, tp), expert_format=fmt)
 
 
-def points(base: Path, folder: str, key: str) -> pl.DataFrame | None:
-    path = base / folder / "moe" / "vllm" / VERSION / "moe_perf.parquet"
+def points(base: Path, folder: str, key: str, source: str = f"vllm/{VERSION}",
+           formats: dict[str, tuple[str, str]] | None = None) -> pl.DataFrame | None:
+    """Every measured point of ``source``'s table on this GPU (``formats``: aiconfigurator's moe_dtype -> kvdash's
+    expert format and GEMM rate, default FORMATS), the fastest kernel of each, with the roofline terms kvdash's
+    step model computes for it and the validation model whose shape it is ("" for none)."""
+    formats = FORMATS if formats is None else formats
+    path = base / folder / "moe" / source / "moe_perf.parquet"
     if not path.is_file():
         return None
-    d = pl.read_parquet(path).filter(pl.col("moe_dtype").is_in(list(FORMATS)) & (pl.col("distribution") == DISTRIBUTION)
+    d = pl.read_parquet(path).filter(pl.col("moe_dtype").is_in(list(formats)) & (pl.col("distribution") == DISTRIBUTION)
                                      & (pl.col("moe_ep_size") == 1))
+    if not d.height:
+        return None
     for dtype, kernel in KERNEL_FILTER.items():
         d = d.filter((pl.col("moe_dtype") != dtype) | pl.col("kernel_source").str.contains(kernel))
     shape = ["moe_dtype", "hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size", "num_tokens"]
@@ -85,7 +92,7 @@ def points(base: Path, folder: str, key: str) -> pl.DataFrame | None:
     gpu = gpu_perf(key)
     mem, cmp = [], []
     for r in d.iter_rows(named=True):
-        fmt, rate = FORMATS[r["moe_dtype"]]
+        fmt, rate = formats[r["moe_dtype"]]
         mc = one_layer(r["hidden_size"], r["inter_size"], r["num_experts"], r["topk"], r["moe_tp_size"], fmt, rate)
         m, c = moe_layer_terms(mc, gpu, r["num_tokens"])
         mem.append(m)

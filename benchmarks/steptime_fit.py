@@ -513,6 +513,35 @@ def best_pair(by_spread: dict[float, dict[str, dict[str, Any]]], by_id: dict[str
     return best[0], best[1], scan
 
 
+def check_shares(ap: argparse.ArgumentParser, spread: float | None, in_step: float | None) -> None:
+    """Refuse, in one line (exit 2), a phase spread outside (0, 1] or a share in step outside [0, 1]."""
+    if spread is not None and not 0 < spread <= 1:
+        ap.error(f"--spread {spread:g}: a share of a request, more than 0 and at most 1")
+    if in_step is not None and not 0 <= in_step <= 1:
+        ap.error(f"--in-step {in_step:g}: a share of the TTFT, 0 to 1")
+
+
+def load_cache(path: Path | None) -> dict[str, dict[str, Any]]:
+    """The --cache file's simulations by phase spread (``{"0.4": {row id: features}}``); empty, saying why on
+    stderr, where the file is missing, unreadable, not a cache or written by another CACHE_VERSION."""
+    if path is None or not path.exists():
+        return {}
+    try:
+        raw = json.loads(path.read_text())
+        if raw.get("version") != CACHE_VERSION:
+            print(f"{path}: written by another version of the simulation; simulating again", file=sys.stderr)
+            return {}
+        return dict(raw["by_spread"])
+    except (OSError, ValueError, AttributeError, KeyError, TypeError) as e:
+        print(f"{path}: not a simulation cache ({type(e).__name__}); simulating again", file=sys.stderr)
+        return {}
+
+
+def as_arrays(sims: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Cached simulations with their feature lists as numpy arrays again."""
+    return {k: {kk: (np.asarray(vv) if isinstance(vv, list) else vv) for kk, vv in v.items()} for k, v in sims.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", action="store_true")
@@ -529,14 +558,18 @@ def main() -> None:
     ap.add_argument("--cache", default="", help="a JSON file of the simulated features, reused when present "
                                                 "(the schedule does not depend on the constants)")
     args = ap.parse_args()
-    if args.spread is not None and not 0 < args.spread <= 1:
-        ap.error(f"--spread {args.spread:g}: a share of a request, more than 0 and at most 1")
-    if args.in_step is not None and not 0 <= args.in_step <= 1:
-        ap.error(f"--in-step {args.in_step:g}: a share of the TTFT, 0 to 1")
+    check_shares(ap, args.spread, args.in_step)
     if args.jobs < 1:
         ap.error(f"--jobs {args.jobs}: at least 1")
     with (DATA / "silicon_vllm_agg.csv").open() as fh:
         rows = list(csv.DictReader(fh))
+    unknown = sorted(set(filter(None, args.models.split(","))) - {r["model_path"] for r in rows})
+    if unknown:
+        ap.error(f"--models {','.join(unknown)}: not a model_path of the measured rows; one of "
+                 f"{', '.join(sorted(CALIBRATION + VALIDATION))}")
+    if args.models and not set(args.models.split(",")) & set(CALIBRATION):
+        ap.error("--models: name at least one calibration model (the constants are fitted on them): "
+                 f"{', '.join(sorted(CALIBRATION))}")
     per_model: dict[str, int] = defaultdict(int)
     chosen_rows = []
     for r in rows:
@@ -548,13 +581,7 @@ def main() -> None:
         chosen_rows.append(r)
     t0 = time.time()
     cache = Path(args.cache) if args.cache else None
-    stored: dict[str, dict[str, Any]] = {}
-    if cache is not None and cache.exists():
-        raw = json.loads(cache.read_text())
-        if raw.get("version") != CACHE_VERSION:
-            print(f"{cache}: written by another version of the simulation; simulating again", file=sys.stderr)
-        else:
-            stored = raw["by_spread"]
+    stored = load_cache(cache)
     spreads = [args.spread] if args.spread is not None else list(SPREAD_GRID)
     by_spread: dict[float, dict[str, dict[str, Any]]] = {}
     skipped: dict[str, int] = defaultdict(int)
@@ -567,8 +594,7 @@ def main() -> None:
         have.update({k: {kk: (vv.tolist() if isinstance(vv, np.ndarray) else vv) for kk, vv in v.items()}
                      for k, v in new.items()})
         wanted = {r["id"] for r in chosen_rows}
-        by_spread[spread] = {k: {kk: (np.asarray(vv) if isinstance(vv, list) else vv) for kk, vv in v.items()}
-                             for k, v in have.items() if k in wanted}
+        by_spread[spread] = as_arrays({k: v for k, v in have.items() if k in wanted})
     if cache is not None:
         cache.write_text(json.dumps({"version": CACHE_VERSION, "by_spread": stored}))
     print(f"simulated {len(chosen_rows)} rows at {len(spreads)} phase spreads in {time.time() - t0:.0f} s; "
