@@ -142,7 +142,10 @@ NOTES = """Notes:
   time, as in a closed loop's first round) it is about twice the measured at 8 users. The TTFT compared is
   the mix of the two whose share in step gives the calibration rows the lowest TTFT error (the table above;
   the validation rows never choose it); TPOT is the steady rounds'. What the benchmark's client did (its
-  warm-up, its number of requests, its length spread) is not in the data.
+  warm-up, its number of requests, its length spread) is not in the data; aiconfigurator's own templates run
+  aiperf (0.3.0 in generator/sflow.py) at exact lengths, N or 2N warm-up requests, then 20 N measured ones, and
+  aiperf 0.3.0 opens the measured phase only after the warm-up has drained, with all N requests at once
+  (CreditIssuingStrategy._execute_phases): one measured round in step of 20.
 - How far apart the users are (the phase spread): evenly spread over a whole request, every user's KV is at a
   different length and the pool needs room for about `users x (isl + osl / 2)` tokens; but a closed loop of
   identical lengths started together stays nearly in step (the users a prompt's prefill apart), so every user's
@@ -264,6 +267,59 @@ def in_flight(row: dict[str, str]) -> float:
     it (a client that held fewer requests open)."""
     decode = (int(row["osl"]) - 1) * float(row["silicon_tpot_ms"])
     return int(row["batch_size"]) * decode / (float(row["silicon_ttft_ms"]) + decode)
+
+
+CONFIG_COLUMNS = ("model_path", "system", "precision", "gemm_quant_mode", "moe_quant_mode", "tp_size", "pp_size",
+                  "attention_dp_size", "moe_tp_size", "moe_ep_size", "isl", "osl", "batch_size")
+
+
+def version_pairs(rows: list[dict[str, str]]) -> list[tuple[dict[str, str], dict[str, str]]]:
+    """Every configuration (:data:`CONFIG_COLUMNS`: model, GPU, formats, parallelism, lengths, concurrency) the data
+    measured under two engine versions, as (older row, newer row) for each pair of its versions (the first row of
+    each version; rows repeated within a version are mostly copies).  No kvdash figure enters: how far the two
+    differ is how far any model blind to the engine version must miss one of them."""
+    by_config: dict[tuple[str, ...], dict[str, dict[str, str]]] = defaultdict(dict)
+    for r in rows:
+        by_config[tuple(r[c] for c in CONFIG_COLUMNS)].setdefault(r["backend_version"], r)
+    return [(v[a], v[b]) for v in by_config.values()
+            for a, b in itertools.combinations(sorted(v, key=version_key), 2)]
+
+
+def version_key(version: str) -> tuple[int, tuple[int, ...], str]:
+    """Engine versions in release order: numbered releases by their numbers (0.9.0 before 0.17.0), then the rest
+    (a ``nightly-<commit>`` build, dated after the releases the data holds) by name."""
+    parts = version.split(".")
+    if version and all(p.isdigit() for p in parts):
+        return 0, tuple(int(p) for p in parts), ""
+    return 1, (), version
+
+
+def differ(a: float, b: float) -> float:
+    """How far apart two measurements of one quantity are, as a share of their mean."""
+    return abs(a - b) / ((a + b) / 2)
+
+
+def repeatability_table(rows: list[dict[str, str]]) -> list[str]:
+    """The version pairs (:func:`version_pairs`) by model, GPU and versions: how far their TPOT and TTFT differ."""
+    groups: dict[tuple[str, str, str, str], list[tuple[float, float]]] = defaultdict(list)
+    for a, b in version_pairs(rows):
+        key = (a["model_path"].split("/")[1], a["system"].split("_")[0].upper(), a["backend_version"],
+               b["backend_version"])
+        groups[key].append((differ(float(a["silicon_tpot_ms"]), float(b["silicon_tpot_ms"])),
+                            differ(float(a["silicon_ttft_ms"]), float(b["silicon_ttft_ms"]))))
+    out = ["| model, GPU | engine versions | configurations | TPOT differ: mean / median % | "
+           "TTFT differ: mean / median % |", "|---|---|---:|---:|---:|"]
+    every: list[tuple[float, float]] = []
+    for (model, gpu, v1, v2), d in sorted(groups.items()):
+        every += d
+        t, f = np.array(d).T
+        out.append(f"| {model} {gpu} | {v1} / {v2} | {len(d)} | {100 * t.mean():.1f} / {100 * np.median(t):.1f} | "
+                   f"{100 * f.mean():.1f} / {100 * np.median(f):.1f} |")
+    if every:
+        t, f = np.array(every).T
+        out.append(f"| **all** | | {len(every)} | **{100 * t.mean():.1f}** / {100 * np.median(t):.1f} | "
+                   f"**{100 * f.mean():.1f}** / {100 * np.median(f):.1f} |")
+    return out
 
 
 def batch_caps(row: dict[str, str]) -> tuple[int, int]:
@@ -744,7 +800,13 @@ def main() -> None:
                        "error of TPOT and the median signed error of TTFT, + when kvdash predicts more; points: the "
                        "share of the validation MAPE the group carries):", ""]
                     + breakdown([i for i in sims if by_id[i]["model_path"] in VALIDATION], by_id, sims, coef)
-                    + (["", *floor_lines] if below or waited else []))
+                    + (["", *floor_lines] if below or waited else [])
+                    + ["", "The data's own repeatability: configurations (model, GPU, formats, parallelism, lengths, "
+                       "concurrency) measured under two engine versions, and how far the two runs' figures differ "
+                       "(|a - b| / ((a + b) / 2); `version_pairs`, no kvdash figure enters). A model blind to the "
+                       "engine version cannot match both runs of a pair: whatever it predicts, it misses one of them "
+                       "by at least |a - b| / 2:", ""]
+                    + repeatability_table(rows))
     print(out)
     if args.write:
         (ROOT / "kvdash/data/steptime.json").write_text(json.dumps(

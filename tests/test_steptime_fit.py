@@ -274,3 +274,70 @@ def test_a_cache_that_is_not_one_is_simulated_again(tmp_path, capsys):
     bad.write_text(json.dumps({"version": CACHE_VERSION, "by_spread": {"0.4": {"r": {"capacity": 3}}}}))
     assert load_cache(bad) == {"0.4": {"r": {"capacity": 3}}}
     assert load_cache(tmp_path / "missing.json") == {}
+
+
+def test_version_pairs_measure_the_datas_own_repeatability():
+    """Rule (version_pairs, differ): one configuration measured under two engine versions is one pair, and how far
+    its figures differ is |a - b| / ((a + b) / 2).  The shipped rows hold 54 such pairs.  MiniMax-M2.5 NVFP4, TP 4 on
+    B200, 8,192 / 1,024 tokens, 256 users: vLLM 0.19.0 measured TTFT 1,393.84 ms, the nightly 9,496.30 ms, so they
+    differ by 8,102.46 / 5,445.07 = 148.8 %, while their TPOT (44.25 and 43.84 ms) differ by 0.9 %."""
+    import csv
+
+    from benchmarks.steptime_fit import DATA, differ, repeatability_table, version_key, version_pairs
+
+    with (DATA / "silicon_vllm_agg.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    pairs = version_pairs(rows)
+    assert len(pairs) == 54
+    assert all(version_key(a["backend_version"]) < version_key(b["backend_version"]) for a, b in pairs)
+    assert sorted(["nightly-5b8c", "0.19.0", "0.9.0", "0.17.0"], key=version_key) == [
+        "0.9.0", "0.17.0", "0.19.0", "nightly-5b8c"]
+    a, b = next((a, b) for a, b in pairs if a["id"] == "minimaxm2_5_b200_vllm_fp4_agg_8192x1024_c256_cfg702")
+    assert b["backend_version"].startswith("nightly")
+    assert differ(float(a["silicon_ttft_ms"]), float(b["silicon_ttft_ms"])) == pytest.approx(1.488, abs=5e-4)
+    assert differ(float(a["silicon_tpot_ms"]), float(b["silicon_tpot_ms"])) == pytest.approx(0.0091, abs=5e-4)
+    assert differ(3.0, 1.0) == pytest.approx(1.0)  # |3 - 1| / 2
+    table = repeatability_table(rows)
+    assert table[-1].startswith("| **all** | | 54 |")
+
+
+def test_readings_spread_a_segment_over_its_steps_and_wait_for_the_slowest_rank():
+    """Rule (steptime_readings.step_times, lockstep): a segment of k steps (its step feature sums to k) lasts
+    features . constants, spread evenly over its k steps; ranks in lockstep wait for the slowest each step.  One
+    prefill step of 10 ms, then 3 decode steps of 30 ms together: steps [10, 10, 10, 10] ms, 1 and 4 steps done at
+    the segments' ends.  Ranks of [1, 1, 5] and [2, 2] ms: steps [2, 2, 5], so the clock reads 0, 2, 4, 9 ms."""
+    import numpy as np
+
+    from benchmarks.steptime_readings import lockstep, step_times
+
+    c6 = np.array([1.0, 1.0, 0.0, 0.0, 0.0, 1.0])  # memory s + compute s + fixed s
+    cum = np.cumsum(np.array([[0, 0, 0, 0, 0, 0], [0.004, 0.006, 1, 80, 0, 0], [0.024, 0, 3, 240, 0, 0.006]]), axis=0)
+    t, ends = step_times(cum, c6)
+    assert t == pytest.approx([0.010, 0.010, 0.010, 0.010])
+    assert ends.tolist() == [0, 1, 4]
+    assert lockstep([np.array([1.0, 1.0, 5.0]), np.array([2.0, 2.0])]) == pytest.approx([0, 2, 4, 9])
+
+
+def test_dp_ranks_alone_are_the_time_models_own_rank():
+    """The lockstep reading's ranks, each on its own clock, give the TPOT the time model gives the row (its users
+    dealt round robin over the two ranks, their phases spread as steptime_fit spreads one rank's): MiniMax-M2.5
+    fp8, TP 2 x DP 2 on B200, 1,024 / 1,024 tokens, 16 users, 8 a rank.  In lockstep no step is shorter."""
+    import csv
+
+    import numpy as np
+
+    from benchmarks import steptime_fit as sf
+    from benchmarks.steptime_readings import dp_times
+
+    with (sf.DATA / "silicon_vllm_agg.csv").open() as fh:
+        row = next(r for r in csv.DictReader(fh) if r["model_path"] == "MiniMaxAI/MiniMax-M2.5"
+                   and r["system"] == "b200_sxm" and r["tp_size"] == "2" and r["moe_ep_size"] == "4"
+                   and r["moe_quant_mode"] == "fp8" and r["isl"] == "1024" and r["osl"] == "1024"
+                   and r["batch_size"] == "16")
+    assert sf.setup(row)["dp"] == 2
+    coef = np.array([1.239, 1.0, 0.0, 46.87e-6, 14.45e-6, 1.889, 18.15e-3])
+    got = dp_times(row, coef, 4, 0.4)
+    model = sf.predict(sf.by_generation(sf.simulate_row(row, 4, 0.4)["tpot_f"], row), coef)
+    assert got["alone"][1] == pytest.approx(model, rel=2e-3)
+    assert got["lockstep"][1] >= got["alone"][1]
+    assert got["lockstep"][0] >= got["alone"][0] - 1e-12

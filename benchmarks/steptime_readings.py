@@ -1,0 +1,223 @@
+"""Two more readings of how the measured runs were served, tried beside the time model (issue 28), not changes to it.
+
+``dp-lockstep``: vLLM's attention data-parallel ranks run every forward pass together (each MoE layer gathers
+the ranks' tokens and scatters the results back), so a step lasts as long as the slowest rank's.  The time
+model simulates one rank alone (its share of the users) and gives every rank that rank's times.  This reading
+simulates each rank's closed loop (the users' phases evenly spread as in ``steptime_fit.py``, dealt round robin
+to the ranks), lines the ranks' steps up and takes the slowest rank's step each time; the schedule of each rank
+does not depend on time, so this is exact for the rule.  Each rank's step still counts its routed experts as if
+every rank had its tokens (the time model's DP rule), so a step where one rank prefills and the others decode
+is over-counted: what lockstep adds here is an upper bound.
+
+``aiperf``: aiconfigurator's own benchmark templates run aiperf (0.3.0 in ``generator/sflow.py``) at exact
+lengths, a warm-up, then 20 N measured requests, and aiperf 0.3.0 opens the measured phase only when the warm-up
+has drained, with all N requests at once (``CreditIssuingStrategy._execute_phases``,
+``aiperf/timing/credit_issuing_strategy.py``).  This reading simulates exactly that for every row (N users at
+once, 20 requests each of exactly ISL / OSL tokens, every request measured), refits the constants on the
+calibration rows and reports both sets.
+
+Both print their errors beside the time model's (``steptime_fit.py``'s cache and choices); neither changes what
+kvdash ships.  Usage::
+
+    .venv/bin/python benchmarks/steptime_readings.py dp-lockstep --cache /tmp/steptime_cache.json
+    .venv/bin/python benchmarks/steptime_readings.py aiperf --cache /tmp/steptime_cache.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+from multiprocessing import Pool as Processes
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import steptime_fit as sf  # noqa: E402
+from gpt_oss_mxfp8 import errors, simulations  # noqa: E402
+
+from kvdash.core.steptime import Constants  # noqa: E402
+from kvdash.simulate.timed import simulate_timed  # noqa: E402
+
+AIPERF_ROUNDS = 20  # bench_run.sh.j2's BENCH_MULTI_ROUND and sflow.py's MULTI_ROUND default
+
+
+def row_coef(coef: np.ndarray, row: dict[str, str]) -> np.ndarray:
+    """The fitted constants (steptime_fit's seven) as the six a row's raw step features multiply: c_mem, the
+    c_flop of the row's GPU generation, c_step, c_layer, c_allreduce, and 1 for the fixed seconds."""
+    return np.array([coef[0], coef[5] if sf.blackwell(row) else coef[1], coef[2], coef[3], coef[4], 1.0])
+
+
+def step_times(cum: np.ndarray, c6: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds of every step, steps done at the end of every segment) from a schedule's running feature sums.
+    A segment of ``k`` decode steps (its step feature, the constant 1 a step, sums to ``k``) is spread evenly over
+    its steps: their contexts grow by one token a step, so they differ by a token's KV read at most."""
+    d = np.diff(cum, axis=0)
+    k = np.rint(d[:, 2]).astype(np.int64)
+    per = np.where(k > 0, (d @ c6) / np.maximum(k, 1), 0.0)
+    return np.repeat(per, k), np.rint(cum[:, 2]).astype(np.int64)
+
+
+def lockstep(ranks: list[np.ndarray]) -> np.ndarray:
+    """Seconds at the end of every global step (index 0: time 0) when the ranks step together: each step lasts
+    as long as the slowest rank's; a rank whose requests are done has no step to wait for."""
+    width = max(len(t) for t in ranks)
+    m = np.zeros((len(ranks), width))
+    for r, t in enumerate(ranks):
+        m[r, :len(t)] = t
+    return np.concatenate([[0.0], np.cumsum(m.max(axis=0))])
+
+
+def dp_rank_loops(row: dict[str, str], per_user: int, spread: float) -> list[tuple[Any, int, np.ndarray]]:
+    """Each DP rank's closed loop, simulated: its users (every ``dp``-th of the row's, their phases evenly spread
+    over ``spread`` of a request as in steptime_fit.simulate_row), as (schedule, users, output lengths)."""
+    s = sf.setup(row)
+    dp = s["dp"]
+    users = max(1, int(row["batch_size"]) // dp)
+    isl, osl = int(row["isl"]), int(row["osl"])
+    seqs, batched = sf.batch_caps(row)
+    out = []
+    for r in range(dp):
+        n = users * per_user
+        P = np.full(n, isl, dtype=np.int64)
+        OUT = np.full(n, max(2, osl), dtype=np.int64)
+        phase = 1 - spread + spread * (np.arange(users) * dp + r + 1) / (users * dp)
+        OUT[:users] = np.maximum(2, np.rint(osl * phase)).astype(np.int64)
+        sched = simulate_timed(P, OUT, s["pool"], s["mc"], s["gpu"], Constants(), seqs, batched, concurrency=users)
+        out.append((sched, users, OUT))
+    return out
+
+
+def dp_times(row: dict[str, str], coef: np.ndarray, per_user: int, spread: float) -> dict[str, tuple[float, float]]:
+    """The steady rounds' mean (TTFT s without c_request, TPOT s) of a DP row, its ranks alone (each on its own
+    clock, as the time model has it) and in lockstep."""
+    c6 = row_coef(coef, row)
+    loops = dp_rank_loops(row, per_user, spread)
+    times = [step_times(sched.cum, c6) for sched, _, _ in loops]
+    together = lockstep([t for t, _ in times])
+    result = {}
+    for label in ("alone", "lockstep"):
+        ttft, tpot = [], []
+        for (sched, users, OUT), (t, ends) in zip(loops, times, strict=True):
+            clock = together if label == "lockstep" else np.concatenate([[0.0], np.cumsum(t)])
+            m = np.arange(users, len(OUT))  # the steady rounds, as steptime_fit measures them
+            arrived = np.where(sched.arrival_seg[m] < 0, 0, ends[np.maximum(sched.arrival_seg[m], 0)])
+            first, last = ends[sched.first_seg[m]], ends[sched.finish_seg[m]]
+            ttft.append(clock[first] - clock[arrived])
+            tpot.append((clock[last] - clock[first]) / (OUT[m] - 1))
+        result[label] = (float(np.concatenate(ttft).mean()), float(np.concatenate(tpot).mean()))
+    return result
+
+
+def _dp_job(job: tuple[dict[str, str], np.ndarray, int, float]) -> tuple[str, dict[str, tuple[float, float]]]:
+    row, coef, per_user, spread = job
+    return row["id"], dp_times(row, coef, per_user, spread)
+
+
+def aiperf_features(row: dict[str, str]) -> dict[str, Any]:
+    """A row simulated as aiperf 0.3.0 measures it: every user's first request at once, AIPERF_ROUNDS requests a
+    user of exactly ISL / OSL tokens, every one measured (the features steptime_fit.fit takes)."""
+    s = sf.setup(row)
+    users = max(1, int(row["batch_size"]) // s["dp"])
+    n = users * AIPERF_ROUNDS
+    P = np.full(n, int(row["isl"]), dtype=np.int64)
+    OUT = np.full(n, max(2, int(row["osl"])), dtype=np.int64)
+    seqs, batched = sf.batch_caps(row)
+    sched = simulate_timed(P, OUT, s["pool"], s["mc"], s["gpu"], Constants(), seqs, batched, concurrency=users)
+    cum = sched.cum
+    arrived = np.where(sched.arrival_seg[:, None] < 0, 0, cum[np.maximum(sched.arrival_seg, 0)])
+    ttft = (cum[sched.first_seg] - arrived).mean(axis=0)
+    tpot = ((cum[sched.finish_seg] - cum[sched.first_seg]) / (OUT - 1)[:, None]).mean(axis=0)
+    return {"ttft_f": ttft, "tpot_f": tpot, "ttft_burst_f": ttft, "capacity": s["capacity"],
+            "preemptions": sched.preemptions}
+
+
+def _aiperf_job(row: dict[str, str]) -> tuple[str, dict[str, Any] | None]:
+    try:
+        return row["id"], aiperf_features(row)
+    except ValueError:  # a row the time model cannot set up (steptime_fit skips it too)
+        return row["id"], None
+
+
+def fitted(sims: dict[str, dict], by_id: dict[str, dict[str, str]], in_step: float | None) -> np.ndarray:
+    """Split the features by GPU generation, mix the TTFT (``in_step``; None: the features are already the
+    measured mix) and fit the constants on the calibration rows, as steptime_fit.py does."""
+    for i, s in sims.items():
+        for key in ("tpot_f", "ttft_f", "ttft_burst_f"):
+            s[key] = sf.by_generation(np.asarray(s[key]), by_id[i])
+    if in_step is not None:
+        sf.mix_ttft(sims, in_step)
+    return sf.fit(sims, by_id, [i for i in sims if by_id[i]["model_path"] in sf.CALIBRATION])
+
+
+def summary(label: str, ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray) -> str:
+    e = errors(ids, by_id, sims, coef)
+    meas, hit, false = sf.cliff_counts(ids, by_id, sims, coef)
+    return f"| {label} | {len(ids)} | {e[0]:.1f} | {e[1]:+.1f} | {e[2]:.1f} | {e[3]:+.1f} | {hit} of {meas} ({false}) |"
+
+
+HEAD = ["| rows | count | TPOT MAPE % | TPOT bias % | TTFT MAPE % | TTFT median bias % | cliffs predicted (false) |",
+        "|---|---:|---:|---:|---:|---:|---:|"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("reading", choices=("dp-lockstep", "aiperf"))
+    ap.add_argument("--cache", default="", help="steptime_fit.py's --cache file (its simulations of every row)")
+    ap.add_argument("--spread", type=float, default=0.4, help="the phase spread steptime_fit.py chose")
+    ap.add_argument("--in-step", type=float, default=1 / 6, help="the share in step steptime_fit.py chose")
+    ap.add_argument("--requests-per-user", type=int, default=10)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+    sf.check_shares(ap, args.spread, args.in_step)
+    if args.jobs < 1:
+        ap.error(f"--jobs {args.jobs}: at least 1")
+    rows = list(csv.DictReader((sf.DATA / "silicon_vllm_agg.csv").open()))
+    by_id = {r["id"]: r for r in rows}
+    base = {i: dict(s) for i, s in simulations(rows, args.requests_per_user, args.spread, args.cache).items()}
+    coef = fitted(base, by_id, args.in_step)
+    cal = [i for i in base if by_id[i]["model_path"] in sf.CALIBRATION]
+    val = [i for i in base if by_id[i]["model_path"] in sf.VALIDATION]
+    print("\n".join(HEAD))
+    print(summary("calibration, the time model", cal, by_id, base, coef))
+    if args.reading == "dp-lockstep":
+        dp_rows = [i for i in val if sf.setup(by_id[i])["dp"] > 1]
+        with Processes(args.jobs) as pool:
+            got = dict(pool.map(_dp_job, [(by_id[i], coef, args.requests_per_user, args.spread) for i in dp_rows]))
+        lock = {i: dict(s) for i, s in base.items()}
+        for i in dp_rows:
+            s = lock[i]
+            ttft_s, tpot_s = got[i]["lockstep"]
+            # the lockstep seconds as features the fitted constants give back: the steady TTFT and the TPOT in the
+            # fixed column (the in-step round, every rank alike, keeps its own)
+            s["tpot_f"] = np.append(np.zeros(6), tpot_s)
+            s["ttft_steady_f"] = np.append(np.zeros(6), ttft_s)
+            s["ttft_f"] = (1 - args.in_step) * s["ttft_steady_f"] + args.in_step * s["ttft_burst_f"]
+        alone = max(abs(got[i]["alone"][1] - sf.predict(base[i]["tpot_f"], coef)) / sf.predict(base[i]["tpot_f"], coef)
+                    for i in dp_rows)
+        print(summary(f"validation DP rows, each rank alone (the time model; the round-robin ranks' TPOT within "
+                      f"{100 * alone:.1f} %)", dp_rows, by_id, base, coef))
+        print(summary("validation DP rows, ranks in lockstep", dp_rows, by_id, lock, coef))
+        print(summary("validation, the time model", val, by_id, base, coef))
+        print(summary("validation, DP ranks in lockstep", val, by_id, lock, coef))
+        return 0
+    with Processes(args.jobs) as pool:
+        got_a = dict(pool.map(_aiperf_job, rows, chunksize=4))
+    sims = {i: dict(s) for i, s in got_a.items() if s is not None}
+    coef_a = fitted(sims, by_id, None)
+    cal_a = [i for i in sims if by_id[i]["model_path"] in sf.CALIBRATION]
+    val_a = [i for i in sims if by_id[i]["model_path"] in sf.VALIDATION]
+    print(summary(f"calibration, aiperf's protocol ({AIPERF_ROUNDS} rounds, refitted)", cal_a, by_id, sims, coef_a))
+    print(summary("validation, the time model", val, by_id, base, coef))
+    print(summary(f"validation, aiperf's protocol ({AIPERF_ROUNDS} rounds, refitted)", val_a, by_id, sims, coef_a))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
