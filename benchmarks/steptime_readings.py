@@ -5,7 +5,9 @@ the ranks' tokens and scatters the results back), so a step lasts as long as the
 model simulates one rank alone (its share of the users) and gives every rank that rank's times.  This reading
 simulates each rank's closed loop (the users' phases evenly spread as in ``steptime_fit.py``, dealt round robin
 to the ranks), lines the ranks' steps up and takes the slowest rank's step each time; the schedule of each rank
-does not depend on time, so this is exact for the rule.  Each rank's step still counts its routed experts as if
+does not depend on time, so only the steps' lengths change.  A stretch of decode steps the simulator sums in
+closed form counts each of its steps at the stretch's mean (its steps differ by the KV of one more token for
+each running request a step).  Each rank's step still counts its routed experts as if
 every rank had its tokens (the time model's DP rule), so a step where one rank prefills and the others decode
 is over-counted: what lockstep adds here is an upper bound.
 
@@ -55,12 +57,15 @@ def row_coef(coef: np.ndarray, row: dict[str, str]) -> np.ndarray:
 
 
 def step_times(cum: np.ndarray, c6: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(seconds of every step, steps done at the end of every segment) from a schedule's running feature sums.
+    """(seconds of every step, steps done at the end of every segment) from a closed loop's running feature sums.
     A segment of ``k`` decode steps (its step feature, the constant 1 a step, sums to ``k``) is spread evenly over
-    its steps: their contexts grow by one token a step, so they differ by a token's KV read at most."""
+    its steps (each step's contexts one token longer than the last's, for every running request)."""
     d = np.diff(cum, axis=0)
     k = np.rint(d[:, 2]).astype(np.int64)
-    per = np.where(k > 0, (d @ c6) / np.maximum(k, 1), 0.0)
+    seconds = d @ c6
+    if np.any((k == 0) & (seconds != 0)):
+        raise ValueError("a segment of time without a step (an idle gap between Poisson arrivals): closed loops only")
+    per = np.where(k > 0, seconds / np.maximum(k, 1), 0.0)
     return np.repeat(per, k), np.rint(cum[:, 2]).astype(np.int64)
 
 
@@ -105,14 +110,33 @@ def dp_times(row: dict[str, str], coef: np.ndarray, per_user: int, spread: float
     for label in ("alone", "lockstep"):
         ttft, tpot = [], []
         for (sched, users, OUT), (t, ends) in zip(loops, times, strict=True):
-            clock = together if label == "lockstep" else np.concatenate([[0.0], np.cumsum(t)])
-            m = np.arange(users, len(OUT))  # the steady rounds, as steptime_fit measures them
-            arrived = np.where(sched.arrival_seg[m] < 0, 0, ends[np.maximum(sched.arrival_seg[m], 0)])
-            first, last = ends[sched.first_seg[m]], ends[sched.finish_seg[m]]
-            ttft.append(clock[first] - clock[arrived])
-            tpot.append((clock[last] - clock[first]) / (OUT[m] - 1))
+            a, b = rank_seconds(sched, users, OUT, ends, together if label == "lockstep" else lockstep([t]))
+            ttft.append(a)
+            tpot.append(b)
         result[label] = (float(np.concatenate(ttft).mean()), float(np.concatenate(tpot).mean()))
     return result
+
+
+def rank_seconds(sched: Any, users: int, OUT: np.ndarray, ends: np.ndarray,
+                 clock: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT s without c_request, TPOT s) of a rank's steady-round requests (every one after each user's first, as
+    steptime_fit measures them) on ``clock`` (seconds at the end of every step, index 0: time 0): a segment's end
+    is the clock after the steps done by then (``ends``)."""
+    m = np.arange(users, len(OUT))
+    arrived = np.where(sched.arrival_seg[m] < 0, 0, ends[np.maximum(sched.arrival_seg[m], 0)])
+    first, last = ends[sched.first_seg[m]], ends[sched.finish_seg[m]]
+    return clock[first] - clock[arrived], (clock[last] - clock[first]) / (OUT[m] - 1)
+
+
+def with_seconds(sim: dict[str, Any], ttft_s: float, tpot_s: float, in_step: float) -> dict[str, Any]:
+    """A row's simulation (features split by GPU generation, as steptime_fit.fit takes them) whose steady TTFT and
+    TPOT are these seconds: in the fixed column, which the constants do not scale, so steptime_fit.predict gives
+    them back (the TTFT with c_request, mixed with the row's own round in step, every rank alike there)."""
+    s = dict(sim)
+    s["tpot_f"] = np.append(np.zeros(6), tpot_s)
+    s["ttft_steady_f"] = np.append(np.zeros(6), ttft_s)
+    s["ttft_f"] = (1 - in_step) * s["ttft_steady_f"] + in_step * np.asarray(s["ttft_burst_f"])
+    return s
 
 
 def _dp_job(job: tuple[dict[str, str], np.ndarray, int, float]) -> tuple[str, dict[str, tuple[float, float]]]:
@@ -141,7 +165,7 @@ def aiperf_features(row: dict[str, str]) -> dict[str, Any]:
 def _aiperf_job(row: dict[str, str]) -> tuple[str, dict[str, Any] | None]:
     try:
         return row["id"], aiperf_features(row)
-    except ValueError:  # a row the time model cannot set up (steptime_fit skips it too)
+    except Exception:  # a row the time model cannot simulate (steptime_fit skips it too)
         return row["id"], None
 
 
@@ -190,15 +214,7 @@ def main() -> int:
         dp_rows = [i for i in val if sf.setup(by_id[i])["dp"] > 1]
         with Processes(args.jobs) as pool:
             got = dict(pool.map(_dp_job, [(by_id[i], coef, args.requests_per_user, args.spread) for i in dp_rows]))
-        lock = {i: dict(s) for i, s in base.items()}
-        for i in dp_rows:
-            s = lock[i]
-            ttft_s, tpot_s = got[i]["lockstep"]
-            # the lockstep seconds as features the fitted constants give back: the steady TTFT and the TPOT in the
-            # fixed column (the in-step round, every rank alike, keeps its own)
-            s["tpot_f"] = np.append(np.zeros(6), tpot_s)
-            s["ttft_steady_f"] = np.append(np.zeros(6), ttft_s)
-            s["ttft_f"] = (1 - args.in_step) * s["ttft_steady_f"] + args.in_step * s["ttft_burst_f"]
+        lock = {i: (with_seconds(s, *got[i]["lockstep"], args.in_step) if i in got else s) for i, s in base.items()}
         alone = max(abs(got[i]["alone"][1] - sf.predict(base[i]["tpot_f"], coef)) / sf.predict(base[i]["tpot_f"], coef)
                     for i in dp_rows)
         print(summary(f"validation DP rows, each rank alone (the time model; the round-robin ranks' TPOT within "

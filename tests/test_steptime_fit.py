@@ -277,57 +277,81 @@ def test_a_cache_that_is_not_one_is_simulated_again(tmp_path, capsys):
 
 
 def test_version_pairs_measure_the_datas_own_repeatability():
-    """Rule (version_pairs, differ): one configuration measured under two engine versions is one pair, and how far
-    its figures differ is |a - b| / ((a + b) / 2).  The shipped rows hold 54 such pairs.  MiniMax-M2.5 NVFP4, TP 4 on
-    B200, 8,192 / 1,024 tokens, 256 users: vLLM 0.19.0 measured TTFT 1,393.84 ms, the nightly 9,496.30 ms, so they
-    differ by 8,102.46 / 5,445.07 = 148.8 %, while their TPOT (44.25 and 43.84 ms) differ by 0.9 %."""
+    """Rule (version_pairs, figures, differ, blind_floor): one configuration measured under two engine versions is
+    one pair (a version's repeated rows averaged), and how far its figures differ is |a - b| / ((a + b) / 2).  The
+    shipped rows hold 54 such pairs.  MiniMax-M2.5 NVFP4, TP 4 on B200, 8,192 / 1,024 tokens, 256 users: vLLM
+    0.19.0 measured TTFT 1,393.84 ms, the nightly 9,496.30 ms (twice, the same figure), so they differ by 8,102.46 /
+    5,445.07 = 148.8 %, while their TPOT (44.25 and 43.84 ms) differ by 0.9 %.  One prediction p for measurements 1
+    and 3 errs |p - 1| / 1 + |p - 3| / 3 over two, least at p = 1: (0 + 2 / 3) / 2 = 1 / 3 = |1 - 3| / (2 x 3)."""
     import csv
 
-    from benchmarks.steptime_fit import DATA, differ, repeatability_table, version_key, version_pairs
+    from benchmarks.steptime_fit import (
+        DATA,
+        blind_floor,
+        differ,
+        figures,
+        repeat_pairs,
+        repeatability_table,
+        version_key,
+        version_pairs,
+    )
 
     with (DATA / "silicon_vllm_agg.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     pairs = version_pairs(rows)
     assert len(pairs) == 54
-    assert all(version_key(a["backend_version"]) < version_key(b["backend_version"]) for a, b in pairs)
+    assert all(version_key(a[0]["backend_version"]) < version_key(b[0]["backend_version"]) for a, b in pairs)
     assert sorted(["nightly-5b8c", "0.19.0", "0.9.0", "0.17.0"], key=version_key) == [
         "0.9.0", "0.17.0", "0.19.0", "nightly-5b8c"]
-    a, b = next((a, b) for a, b in pairs if a["id"] == "minimaxm2_5_b200_vllm_fp4_agg_8192x1024_c256_cfg702")
-    assert b["backend_version"].startswith("nightly")
-    assert differ(float(a["silicon_ttft_ms"]), float(b["silicon_ttft_ms"])) == pytest.approx(1.488, abs=5e-4)
-    assert differ(float(a["silicon_tpot_ms"]), float(b["silicon_tpot_ms"])) == pytest.approx(0.0091, abs=5e-4)
+    older, newer = next((a, b) for a, b in pairs if a[0]["id"] == "minimaxm2_5_b200_vllm_fp4_agg_8192x1024_c256_cfg702")
+    assert newer[0]["backend_version"].startswith("nightly") and len(newer) == 2
+    (t_a, f_a), (t_b, f_b) = figures(older), figures(newer)
+    assert f_b == pytest.approx(9496.30, abs=0.01)
+    assert differ(f_a, f_b) == pytest.approx(1.488, abs=5e-4)
+    assert differ(t_a, t_b) == pytest.approx(0.0091, abs=5e-4)
     assert differ(3.0, 1.0) == pytest.approx(1.0)  # |3 - 1| / 2
+    assert blind_floor(1.0, 3.0) == pytest.approx(1 / 3)
+    assert figures([{"silicon_tpot_ms": "10", "silicon_ttft_ms": "100"},
+                    {"silicon_tpot_ms": "20", "silicon_ttft_ms": "300"}]) == (15.0, 200.0)
+    assert all(a["backend_version"] == b["backend_version"] and a["id"] != b["id"] for a, b in repeat_pairs(rows))
     table = repeatability_table(rows)
-    assert table[-1].startswith("| **all** | | 54 |")
+    # every pair's means, as the table gives them (a version's repeats averaged first)
+    assert table[-2] == "| **all** |  | 54 | **8.6** / 5.6 | **22.6** / 10.6 | 4.0 / 8.9 |"
+    assert table[-1].startswith("| repeats within one version (every two rows) | the same | 478 |")
 
 
 def test_readings_spread_a_segment_over_its_steps_and_wait_for_the_slowest_rank():
     """Rule (steptime_readings.step_times, lockstep): a segment of k steps (its step feature sums to k) lasts
     features . constants, spread evenly over its k steps; ranks in lockstep wait for the slowest each step.  One
-    prefill step of 10 ms, then 3 decode steps of 30 ms together: steps [10, 10, 10, 10] ms, 1 and 4 steps done at
-    the segments' ends.  Ranks of [1, 1, 5] and [2, 2] ms: steps [2, 2, 5], so the clock reads 0, 2, 4, 9 ms."""
+    prefill step of 10 ms, then 3 decode steps of 24 ms together: steps [10, 8, 8, 8] ms, 1 and 4 steps done at the
+    segments' ends.  Ranks of [1, 1, 5] and [2, 2] ms: steps [2, 2, 5], so the clock reads 0, 2, 4, 9 ms.  A
+    segment of time without a step (an idle Poisson gap) is refused."""
     import numpy as np
 
     from benchmarks.steptime_readings import lockstep, step_times
 
     c6 = np.array([1.0, 1.0, 0.0, 0.0, 0.0, 1.0])  # memory s + compute s + fixed s
-    cum = np.cumsum(np.array([[0, 0, 0, 0, 0, 0], [0.004, 0.006, 1, 80, 0, 0], [0.024, 0, 3, 240, 0, 0.006]]), axis=0)
+    cum = np.cumsum(np.array([[0, 0, 0, 0, 0, 0], [0.004, 0.006, 1, 80, 0, 0], [0.018, 0, 3, 240, 0, 0.006]]), axis=0)
     t, ends = step_times(cum, c6)
-    assert t == pytest.approx([0.010, 0.010, 0.010, 0.010])
+    assert t == pytest.approx([0.010, 0.008, 0.008, 0.008])
     assert ends.tolist() == [0, 1, 4]
     assert lockstep([np.array([1.0, 1.0, 5.0]), np.array([2.0, 2.0])]) == pytest.approx([0, 2, 4, 9])
+    with pytest.raises(ValueError, match="closed loops only"):
+        step_times(np.cumsum(np.array([[0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0.5]]), axis=0), c6)
 
 
 def test_dp_ranks_alone_are_the_time_models_own_rank():
     """The lockstep reading's ranks, each on its own clock, give the TPOT the time model gives the row (its users
     dealt round robin over the two ranks, their phases spread as steptime_fit spreads one rank's): MiniMax-M2.5
-    fp8, TP 2 x DP 2 on B200, 1,024 / 1,024 tokens, 16 users, 8 a rank.  In lockstep no step is shorter."""
+    fp8, TP 2 x DP 2 on B200, 1,024 / 1,024 tokens, 16 users, 8 a rank.  A rank's clock read at its segments'
+    ends is its schedule's own time (cum . constants), so rank_seconds reads the clock where the simulator
+    ended each segment; two ranks alike in lockstep are that clock too.  In lockstep no step is shorter."""
     import csv
 
     import numpy as np
 
     from benchmarks import steptime_fit as sf
-    from benchmarks.steptime_readings import dp_times
+    from benchmarks.steptime_readings import dp_rank_loops, dp_times, lockstep, row_coef, step_times
 
     with (sf.DATA / "silicon_vllm_agg.csv").open() as fh:
         row = next(r for r in csv.DictReader(fh) if r["model_path"] == "MiniMaxAI/MiniMax-M2.5"
@@ -336,8 +360,34 @@ def test_dp_ranks_alone_are_the_time_models_own_rank():
                    and r["batch_size"] == "16")
     assert sf.setup(row)["dp"] == 2
     coef = np.array([1.239, 1.0, 0.0, 46.87e-6, 14.45e-6, 1.889, 18.15e-3])
+    sched = dp_rank_loops(row, 4, 0.4)[0][0]
+    t, ends = step_times(sched.cum, row_coef(coef, row))
+    assert lockstep([t, t])[ends] == pytest.approx(sched.cum @ row_coef(coef, row), rel=1e-9, abs=1e-12)
     got = dp_times(row, coef, 4, 0.4)
     model = sf.predict(sf.by_generation(sf.simulate_row(row, 4, 0.4)["tpot_f"], row), coef)
     assert got["alone"][1] == pytest.approx(model, rel=2e-3)
     assert got["lockstep"][1] >= got["alone"][1]
     assert got["lockstep"][0] >= got["alone"][0] - 1e-12
+    # one rank (no attention DP): nothing to wait for, lockstep is the rank alone, to the last bit
+    one = {**row, "tp_size": "4", "attention_dp_size": "1", "moe_tp_size": "4", "moe_ep_size": "1"}
+    assert sf.setup(one)["dp"] == 1
+    solo = dp_times(one, coef, 4, 0.4)
+    assert solo["lockstep"] == solo["alone"]
+
+
+def test_lockstep_seconds_come_back_through_the_fits_predict():
+    """Rule (steptime_readings.with_seconds): the lockstep reading puts a DP row's seconds in the fixed feature
+    column, which no constant scales, so steptime_fit.predict gives back the TPOT (12 ms) and the TTFT as the fit
+    mixes it: 5/6 of the steady 300 ms + 1/6 of the row's own round in step (here 0.6 s of fixed seconds) +
+    c_request 18 ms = 250 + 100 + 18 = 368 ms."""
+    import numpy as np
+
+    from benchmarks import steptime_fit as sf
+    from benchmarks.steptime_readings import with_seconds
+
+    coef = np.array([1.239, 1.0, 0.0, 46.87e-6, 14.45e-6, 1.889, 0.018])
+    sim = {"tpot_f": np.ones(7), "ttft_f": np.ones(7), "ttft_burst_f": np.append(np.zeros(6), 0.6)}
+    s = with_seconds(sim, 0.300, 0.012, 1 / 6)
+    assert sf.predict(s["tpot_f"], coef) == pytest.approx(0.012)
+    assert sf.predict(s["ttft_f"], coef, True) == pytest.approx(0.368)
+    assert sim["tpot_f"].tolist() == [1.0] * 7  # the cached simulation is left as it was
