@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -27,13 +28,14 @@ BIG_GRID = (  # 100,000 points: a sweep that runs for seconds, to be interrupted
     "  kv_dtype: [bf16, fp8, fp16, fp32]\n  budget: [{}]\n")
 
 
-def start_big_sweep(tmp_path: Path, out: Path) -> tuple[subprocess.Popen, Path]:
+def start_big_sweep(tmp_path: Path, out: Path, ignored: tuple[int, ...] = ()) -> tuple[subprocess.Popen, Path]:
     """A real ``kvdash sweep`` of :data:`BIG_GRID` into ``out``, returned once its work folder beside ``out``
-    holds part of the report (for signals and kills at a known moment)."""
+    holds part of the report (for signals and kills at a known moment).  ``ignored``: signals the sweep starts
+    ignoring, as under ``nohup`` (SIGHUP); the others start at their default, as from an interactive shell."""
     grid = tmp_path / "big.yaml"
     grid.write_text(BIG_GRID.format(", ".join(f"{i}GiB" for i in range(1, 2501))))
     proc = subprocess.Popen([*KVDASH, "sweep", str(grid), "--out", str(out), "-q"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: started_with(ignored))
     deadline = time.monotonic() + 120
     prefix = f".{out.name}.kvdash-tmp-"
     while time.monotonic() < deadline:  # wait until the report is being written beside --out
@@ -45,3 +47,11 @@ def start_big_sweep(tmp_path: Path, out: Path) -> tuple[subprocess.Popen, Path]:
         time.sleep(0.005)
     proc.kill()
     pytest.fail("no work folder appeared")
+
+
+def started_with(ignored: tuple[int, ...] = ()) -> None:
+    """In a child before it runs kvdash: SIGINT, SIGTERM and SIGHUP at their default, as an interactive shell
+    starts a command (this suite may itself run under ``nohup`` or a background ``&``, which ignore SIGHUP or
+    SIGINT, and a child inherits that), except ``ignored``."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN if s in ignored else signal.SIG_DFL)

@@ -37,7 +37,7 @@ from kvdash.fleet.client import MAX_SERIES, PrometheusClient, PrometheusError
 from kvdash.report import outdir
 from kvdash.sources.engine import MAX_SERIES as ENGINE_MAX_SERIES
 from kvdash.sources.engine import fetch
-from tests.cli_run import run, start_big_sweep
+from tests.cli_run import run, start_big_sweep, started_with
 from tests.hostile_servers import EMPTY, FakePrometheus, RawServer, trickle_headers, vector
 
 REPO = Path(__file__).resolve().parents[1]
@@ -300,6 +300,18 @@ def test_sweep_ends_on_sigterm_and_sighup_like_ctrl_c(sig, tmp_path, capsys):
     assert before == snapshot(out) and not work.exists()
 
 
+def test_a_sweep_under_nohup_outlives_its_terminal(tmp_path):
+    """A sweep started ignoring SIGHUP (``nohup kvdash sweep ...``) keeps it ignored: the hangup a closing
+    terminal sends does not end it (its handler for SIGHUP used to replace nohup's SIG_IGN, and the run ended
+    with exit 129 and no report).  It finishes, exit 0, and writes its report."""
+    out = tmp_path / "r"
+    proc, work = start_big_sweep(tmp_path, out, ignored=(signal.SIGHUP,))
+    proc.send_signal(signal.SIGHUP)
+    _, err = proc.communicate(timeout=300)
+    assert 0 == proc.returncode, err
+    assert (out / "report.md").is_file() and not work.exists()
+
+
 def test_sigkill_leftovers_are_removed_by_a_sweep_into_another_out(tmp_path, capsys):
     """Issue 25: a killed run's work folder stayed until the next sweep into the same --out; now any sweep
     in that parent folder removes it (its marker names a process that has ended)."""
@@ -320,8 +332,10 @@ def test_ctrl_c_during_start_up_is_one_line():
     imports pathlib) is Python's own "Fatal Python error: init_import_site", exit 1."""
     caught = interpreter = 0
     for i in range(30):
+        # SIGINT at its default, as an interactive shell starts a command (a nohup'd or backgrounded suite would
+        # hand the child an ignored SIGINT, which Python, and kvdash, leave ignored: then nothing is caught)
         proc = subprocess.Popen([*LAUNCH, "calc", "--model", "llama-3.1-8b"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=started_with)
         time.sleep(0.015 * i)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)

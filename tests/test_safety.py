@@ -502,6 +502,14 @@ class TestDeferredInterrupt:
     (a KeyboardInterrupt inside a polars call that runs Python code makes polars' Rust side panic and print a
     Rust panic message: seen on the Ctrl-C test above once the claims were judged in a thread)."""
 
+    @pytest.fixture(autouse=True)
+    def interactive_sigint(self):
+        """Ctrl-C as an interactive Python has it (this suite may run under ``nohup`` or a background ``&``,
+        which start it ignoring SIGINT; kvdash leaves an ignored signal ignored)."""
+        before = signal.signal(signal.SIGINT, signal.default_int_handler)
+        yield
+        signal.signal(signal.SIGINT, before)
+
     def test_first_ctrl_c_waits_for_the_checkpoint(self):
         from kvdash.report.outdir import deferred_interrupt
 
@@ -534,3 +542,20 @@ class TestDeferredInterrupt:
         with deferred_interrupt() as checkpoint:
             checkpoint()  # nothing pending: returns
         assert before is signal.getsignal(signal.SIGINT)
+
+
+def test_an_ignored_signal_stays_ignored():
+    """Rule (outdir._signals): a sweep's handlers leave alone what the process was started ignoring (nohup:
+    SIGHUP), inside the grid (deferred_interrupt), at the end (terminate_like_interrupt) and after."""
+    from kvdash.report.outdir import deferred_interrupt, terminate_like_interrupt
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with terminate_like_interrupt():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # not ignored: handled
+        with deferred_interrupt():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)

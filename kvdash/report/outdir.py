@@ -279,7 +279,12 @@ CAUGHT = ("SIGINT", "SIGTERM", "SIGHUP")  # the signals a sweep turns into one l
 
 
 def _signals() -> list[int]:
-    return [getattr(signal, name) for name in CAUGHT if hasattr(signal, name)]
+    """The :data:`CAUGHT` signals this platform has, less those the process was started ignoring: ``nohup``
+    ignores SIGHUP, and a non-interactive shell's ``&`` SIGINT, so that the run outlives its terminal; a handler
+    put over them would end a ``nohup kvdash sweep`` when the terminal closes (Python itself leaves an ignored
+    SIGINT ignored)."""
+    return [s for s in (getattr(signal, name) for name in CAUGHT if hasattr(signal, name))
+            if signal.getsignal(s) is not signal.SIG_IGN]
 
 
 def _raise_for(signum: int) -> None:
