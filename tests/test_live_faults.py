@@ -522,3 +522,19 @@ def test_replay_any_json_value_is_a_snapshot_or_one_named_error(field, value):
     assert isinstance(g.index, int) and not isinstance(g.index, bool) and isinstance(g.name, str)
     assert g.total_bytes is None or (type(g.total_bytes) is int and g.total_bytes >= 0)
     assert g.power_w is None or math.isfinite(g.power_w)
+
+
+async def test_a_poll_that_lands_while_the_app_closes_draws_nothing():
+    """Regression (a fresh-clone CI under load): a GPU poll's result came back after the app had begun to close
+    and its panels were gone; drawing it raised NoMatches ('#gpus') out of the worker and failed the run.  A
+    panel that is gone is skipped (and not marked drawn), the others still drawn."""
+    from kvdash.tui.app import LiveApp
+
+    app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=0.1, clock=Clock())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await app.query_one("#gpus").remove()
+        app._drawn.clear()
+        app.apply(DemoSource(seed=8).read(), None)  # must not raise
+        assert "gpus" not in app._drawn
+        assert app._drawn  # the panels still there were drawn

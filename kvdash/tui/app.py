@@ -32,6 +32,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import ContentSwitcher, Footer, Static
 
@@ -378,10 +379,14 @@ class LiveApp(App[None]):
         its shape (``shape``: what decides its height) has changed."""
         if self._drawn.get(widget_id) == key:
             return
+        try:
+            widget = self.query_one(f"#{widget_id}", Static)
+        except NoMatches:  # the panels are gone: the app is closing and a poll's result came back after
+            return
         self._drawn[widget_id] = key
         layout = shape is None or self._drawn.get(f"{widget_id}:shape") != shape
         self._drawn[f"{widget_id}:shape"] = shape
-        self.query_one(f"#{widget_id}", Static).update(render(), layout=layout)
+        widget.update(render(), layout=layout)
 
     def refresh_view(self) -> None:
         if not self.is_mounted:
