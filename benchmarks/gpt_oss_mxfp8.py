@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import sys
 from pathlib import Path
 
@@ -55,27 +54,6 @@ def fit_kernel(d: pl.DataFrame) -> tuple[np.ndarray, float | None, float | None]
     return coef, mk.mape(d.filter(pl.col("held_out") == ""), coef), mk.mape(d.filter(pl.col("held_out") != ""), coef)
 
 
-def errors(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray) -> tuple[float, ...]:
-    """(TPOT MAPE %, TPOT mean signed %, TTFT MAPE %, TTFT median signed %) of these rows."""
-    pt = [sf.predict(sims[i]["tpot_f"], coef) * 1000 for i in ids]
-    pf = [sf.predict(sims[i]["ttft_f"], coef, True) * 1000 for i in ids]
-    mt = [float(by_id[i]["silicon_tpot_ms"]) for i in ids]
-    mf = [float(by_id[i]["silicon_ttft_ms"]) for i in ids]
-    return (sf.mape(pt, mt), 100 * float(np.mean(np.array(pt) / mt - 1)), sf.mape(pf, mf),
-            100 * float(np.median(np.array(pf) / mf - 1)))
-
-
-def simulations(rows: list[dict[str, str]], per_user: int, spread: float, cache: str) -> dict[str, dict]:
-    """Every row's simulation at this spread with kvdash's kernels: from steptime_fit.py's cache where it holds
-    them (:func:`steptime_fit.load_cache`), else simulated here."""
-    have = sf.load_cache(Path(cache) if cache else None).get(f"{spread:g}", {})
-    todo = [r for r in rows if r["id"] not in have]
-    if todo:
-        new, _ = sf.simulate_all(todo, per_user, spread, os.cpu_count() or 1)
-        have = {**have, **new}
-    return sf.as_arrays(have)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--aic-data", required=True, type=Path, help="aiconfigurator's systems/data folder")
@@ -85,6 +63,7 @@ def main() -> int:
     ap.add_argument("--requests-per-user", type=int, default=10)
     args = ap.parse_args()
     sf.check_shares(ap, args.spread, args.in_step)
+    sf.check_counts(ap, args.requests_per_user, 1)
     if not args.aic_data.is_dir():
         print(f"--aic-data: {args.aic_data} is not a folder (aiconfigurator's systems/data)", file=sys.stderr)
         return 2
@@ -106,7 +85,7 @@ def main() -> int:
     by_id = {r["id"]: r for r in rows}
     gpus = {k for k, v in sf.GPUS.items() if v in kernels}
     whatif = [r for r in rows if r["model_path"] == "openai/gpt-oss-120b" and r["system"] in gpus]
-    base = simulations(rows, args.requests_per_user, args.spread, args.cache)
+    base = sf.simulations(rows, args.requests_per_user, args.spread, args.cache)
     default = steptime.moe_kernel
     try:  # the step model reads kvdash.core.steptime.moe_kernel at each step
         steptime.moe_kernel = lambda gpu_key, fmt: (kernels[gpu_key] if fmt == "mxfp4" and gpu_key in kernels
@@ -124,8 +103,8 @@ def main() -> int:
         cal = [i for i in sims if by_id[i]["model_path"] in sf.CALIBRATION]
         coef = sf.fit(sims, by_id, cal)  # unchanged: the calibration rows have no experts
         val = [i for i in sims if by_id[i]["model_path"] in sf.VALIDATION]
-        results[label] = (errors([r["id"] for r in whatif if r["id"] in sims], by_id, sims, coef),
-                          errors(val, by_id, sims, coef), sf.cliff_counts(val, by_id, sims, coef))
+        results[label] = (sf.errors([r["id"] for r in whatif if r["id"] in sims], by_id, sims, coef),
+                          sf.errors(val, by_id, sims, coef), sf.cliff_counts(val, by_id, sims, coef))
     systems = ", ".join(sorted({r["system"] for r in whatif}))
     print(f"\n{len(whatif)} gpt-oss-120b rows ({systems}) simulated again (phase spread "
           f"{args.spread:g}, {args.in_step:.3g} in step):\n")

@@ -370,6 +370,23 @@ def batch_caps(row: dict[str, str]) -> tuple[int, int]:
     return caps.max_num_seqs, caps.max_num_batched_tokens
 
 
+def phases(users: int, spread: float, dp: int = 1, rank: int = 0) -> np.ndarray:
+    """Where each user's first request stops, as a share of its output, so that the loop's later rounds run with
+    the users' phases evenly spread over ``spread`` of a request: ``1 - spread + spread x (u + 1) / users``; with
+    ``dp`` attention data-parallel ranks, the users of all ranks evenly spread and dealt round robin, this rank's
+    (``rank``) share of them."""
+    return 1 - spread + spread * (np.arange(users) * dp + rank + 1) / (users * dp)
+
+
+def request_features(sched: Any, OUT: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every request's TTFT and TPOT as feature sums (rows: requests; columns: the step model's six features) from
+    a closed loop's schedule: TTFT from its arrival (a segment's end; -1: time 0) to its first token, TPOT from
+    the first token to the last over ``output - 1`` tokens."""
+    cum = sched.cum
+    arrived = np.where(sched.arrival_seg[:, None] < 0, 0, cum[np.maximum(sched.arrival_seg, 0)])
+    return cum[sched.first_seg] - arrived, (cum[sched.finish_seg] - cum[sched.first_seg]) / (OUT - 1)[:, None]
+
+
 def simulate_row(row: dict[str, str], per_user: int, spread: float = 1.0) -> dict[str, Any]:
     """The row's closed loop simulated with the users' phases spread over ``spread`` of a request
     (:data:`SPREAD_GRID`): the TTFT and TPOT features of the steady rounds, the first round's TTFT features
@@ -390,17 +407,13 @@ def simulate_row(row: dict[str, str], per_user: int, spread: float = 1.0) -> dic
         # round is the other regime, in step: the users' requests arrive together (all at time 0) and are
         # prefilled in chunks of max_num_batched_tokens, the last of them after about users x ISL / budget steps
         # (``ttft_burst_f``; the benchmark's TTFT is a mix of the two, see IN_STEP)
-        phase = (1 - spread + spread * (np.arange(users) + 1) / users if STAGGER == "1"
-                 else rng.uniform(0, 1, users))
+        phase = phases(users, spread) if STAGGER == "1" else rng.uniform(0, 1, users)
         OUT[:users] = np.maximum(2, np.rint(osl * phase)).astype(np.int64)
         measured = np.arange(users, n)
         burst = np.arange(users)
     seqs, batched = batch_caps(row)
     sched = simulate_timed(P, OUT, s["pool"], s["mc"], s["gpu"], Constants(), seqs, batched, concurrency=users)
-    cum = sched.cum
-    arrive = np.where(sched.arrival_seg < 0, 0, sched.arrival_seg)
-    ttft_all = cum[sched.first_seg] - np.where(sched.arrival_seg[:, None] < 0, 0, cum[arrive])
-    tpot_all = (cum[sched.finish_seg] - cum[sched.first_seg]) / (OUT - 1)[:, None]
+    ttft_all, tpot_all = request_features(sched, OUT)
     ttft_f, tpot_f = ttft_all[measured].mean(axis=0), tpot_all[measured].mean(axis=0)
     return {"ttft_f": ttft_f, "tpot_f": tpot_f, "ttft_burst_f": ttft_all[burst].mean(axis=0),
             "capacity": s["capacity"], "preemptions": sched.preemptions}
@@ -613,6 +626,35 @@ def check_shares(ap: argparse.ArgumentParser, spread: float | None, in_step: flo
         ap.error(f"--in-step {in_step:g}: a share of the TTFT, 0 to 1")
 
 
+def check_counts(ap: argparse.ArgumentParser, per_user: int, jobs: int) -> None:
+    """Refuse, in one line (exit 2), fewer than one request a user or one process."""
+    if per_user < 1:
+        ap.error(f"--requests-per-user {per_user}: at least 1")
+    if jobs < 1:
+        ap.error(f"--jobs {jobs}: at least 1")
+
+
+def errors(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray) -> tuple[float, ...]:
+    """(TPOT MAPE %, TPOT mean signed %, TTFT MAPE %, TTFT median signed %) of these rows."""
+    pt = [predict(sims[i]["tpot_f"], coef) * 1000 for i in ids]
+    pf = [predict(sims[i]["ttft_f"], coef, True) * 1000 for i in ids]
+    mt = [float(by_id[i]["silicon_tpot_ms"]) for i in ids]
+    mf = [float(by_id[i]["silicon_ttft_ms"]) for i in ids]
+    return (mape(pt, mt), 100 * float(np.mean(np.array(pt) / mt - 1)), mape(pf, mf),
+            100 * float(np.median(np.array(pf) / mf - 1)))
+
+
+def simulations(rows: list[dict[str, str]], per_user: int, spread: float, cache: str) -> dict[str, dict]:
+    """Every row's simulation at this spread with kvdash's kernels: from this script's --cache file where it holds
+    them (:func:`load_cache`), else simulated here."""
+    have = load_cache(Path(cache) if cache else None).get(f"{spread:g}", {})
+    todo = [r for r in rows if r["id"] not in have]
+    if todo:
+        new, _ = simulate_all(todo, per_user, spread, os.cpu_count() or 1)
+        have = {**have, **new}
+    return as_arrays(have)
+
+
 def load_cache(path: Path | None) -> dict[str, dict[str, Any]]:
     """The --cache file's simulations by phase spread (``{"0.4": {row id: features}}``); empty, saying why on
     stderr, where the file is missing, unreadable, not a cache or written by another CACHE_VERSION."""
@@ -651,8 +693,7 @@ def main() -> None:
                                                 "(the schedule does not depend on the constants)")
     args = ap.parse_args()
     check_shares(ap, args.spread, args.in_step)
-    if args.jobs < 1:
-        ap.error(f"--jobs {args.jobs}: at least 1")
+    check_counts(ap, args.requests_per_user, args.jobs)
     with (DATA / "silicon_vllm_agg.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     unknown = sorted(set(filter(None, args.models.split(","))) - {r["model_path"] for r in rows})

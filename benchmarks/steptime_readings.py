@@ -42,7 +42,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import steptime_fit as sf  # noqa: E402
-from gpt_oss_mxfp8 import errors, simulations  # noqa: E402
 
 from kvdash.core.steptime import Constants  # noqa: E402
 from kvdash.simulate.timed import simulate_timed  # noqa: E402
@@ -92,8 +91,7 @@ def dp_rank_loops(row: dict[str, str], per_user: int, spread: float) -> list[tup
         n = users * per_user
         P = np.full(n, isl, dtype=np.int64)
         OUT = np.full(n, max(2, osl), dtype=np.int64)
-        phase = 1 - spread + spread * (np.arange(users) * dp + r + 1) / (users * dp)
-        OUT[:users] = np.maximum(2, np.rint(osl * phase)).astype(np.int64)
+        OUT[:users] = np.maximum(2, np.rint(osl * sf.phases(users, spread, dp, r))).astype(np.int64)
         sched = simulate_timed(P, OUT, s["pool"], s["mc"], s["gpu"], Constants(), seqs, batched, concurrency=users)
         out.append((sched, users, OUT))
     return out
@@ -154,10 +152,8 @@ def aiperf_features(row: dict[str, str]) -> dict[str, Any]:
     OUT = np.full(n, max(2, int(row["osl"])), dtype=np.int64)
     seqs, batched = sf.batch_caps(row)
     sched = simulate_timed(P, OUT, s["pool"], s["mc"], s["gpu"], Constants(), seqs, batched, concurrency=users)
-    cum = sched.cum
-    arrived = np.where(sched.arrival_seg[:, None] < 0, 0, cum[np.maximum(sched.arrival_seg, 0)])
-    ttft = (cum[sched.first_seg] - arrived).mean(axis=0)
-    tpot = ((cum[sched.finish_seg] - cum[sched.first_seg]) / (OUT - 1)[:, None]).mean(axis=0)
+    ttft_all, tpot_all = sf.request_features(sched, OUT)
+    ttft, tpot = ttft_all.mean(axis=0), tpot_all.mean(axis=0)
     return {"ttft_f": ttft, "tpot_f": tpot, "ttft_burst_f": ttft, "capacity": s["capacity"],
             "preemptions": sched.preemptions}
 
@@ -181,7 +177,7 @@ def fitted(sims: dict[str, dict], by_id: dict[str, dict[str, str]], in_step: flo
 
 
 def summary(label: str, ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray) -> str:
-    e = errors(ids, by_id, sims, coef)
+    e = sf.errors(ids, by_id, sims, coef)
     meas, hit, false = sf.cliff_counts(ids, by_id, sims, coef)
     return f"| {label} | {len(ids)} | {e[0]:.1f} | {e[1]:+.1f} | {e[2]:.1f} | {e[3]:+.1f} | {hit} of {meas} ({false}) |"
 
@@ -200,11 +196,10 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
     sf.check_shares(ap, args.spread, args.in_step)
-    if args.jobs < 1:
-        ap.error(f"--jobs {args.jobs}: at least 1")
+    sf.check_counts(ap, args.requests_per_user, args.jobs)
     rows = list(csv.DictReader((sf.DATA / "silicon_vllm_agg.csv").open()))
     by_id = {r["id"]: r for r in rows}
-    base = {i: dict(s) for i, s in simulations(rows, args.requests_per_user, args.spread, args.cache).items()}
+    base = {i: dict(s) for i, s in sf.simulations(rows, args.requests_per_user, args.spread, args.cache).items()}
     coef = fitted(base, by_id, args.in_step)
     cal = [i for i in base if by_id[i]["model_path"] in sf.CALIBRATION]
     val = [i for i in base if by_id[i]["model_path"] in sf.VALIDATION]

@@ -391,3 +391,51 @@ def test_lockstep_seconds_come_back_through_the_fits_predict():
     assert sf.predict(s["tpot_f"], coef) == pytest.approx(0.012)
     assert sf.predict(s["ttft_f"], coef, True) == pytest.approx(0.368)
     assert sim["tpot_f"].tolist() == [1.0] * 7  # the cached simulation is left as it was
+
+
+def test_phases_spread_users_evenly_and_deal_them_round_robin():
+    """Rule (steptime_fit.phases): user u's first request stops after 1 - s + s (u + 1) / users of its output.
+    Four users at spread 0.4: 0.7, 0.8, 0.9, 1.0.  Two DP ranks of two users each take those four round robin:
+    rank 0 the 1st and 3rd (0.7, 0.9), rank 1 the 2nd and 4th (0.8, 1.0)."""
+    import numpy as np
+
+    from benchmarks.steptime_fit import phases
+
+    assert phases(4, 0.4) == pytest.approx([0.7, 0.8, 0.9, 1.0])
+    assert np.concatenate([phases(2, 0.4, 2, 0), phases(2, 0.4, 2, 1)]) == pytest.approx([0.7, 0.9, 0.8, 1.0])
+
+
+def test_request_features_measure_from_arrival_to_first_and_last_token():
+    """Rule (steptime_fit.request_features): TTFT is the features summed from the request's arrival (the end of
+    segment arrival_seg; -1: time 0) to its first token's segment; TPOT those from the first token to the last over
+    output - 1.  Steps of 1, 2, 4, 8 (one feature column): request 0 arrives at 0, first token after segment 2,
+    last after 4, output 3: TTFT 3, TPOT (15 - 3) / 2 = 6; request 1 arrives at the end of segment 1, first token
+    after 3, last after 4, output 4: TTFT 7 - 1 = 6, TPOT (15 - 7) / 3."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from benchmarks.steptime_fit import request_features
+
+    cum = np.array([[0.0], [1.0], [3.0], [7.0], [15.0]])
+    sched = SimpleNamespace(cum=cum, arrival_seg=np.array([-1, 1]), first_seg=np.array([2, 3]),
+                            finish_seg=np.array([4, 4]))
+    ttft, tpot = request_features(sched, np.array([3, 4]))
+    assert ttft[:, 0] == pytest.approx([3.0, 6.0])
+    assert tpot[:, 0] == pytest.approx([6.0, 8 / 3])
+
+
+@pytest.mark.parametrize("script", ["steptime_fit.py", "steptime_readings.py"])
+def test_the_fit_scripts_refuse_no_requests_a_user_in_one_line(script):
+    """--requests-per-user 0 ended in a numpy matmul traceback (no request simulated); now one line, exit 2."""
+    import subprocess
+    import sys
+
+    from benchmarks.steptime_fit import ROOT
+
+    args = ["dp-lockstep"] if script == "steptime_readings.py" else []
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args, "--requests-per-user", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].endswith("--requests-per-user 0: at least 1")
+    assert "Traceback" not in proc.stderr
