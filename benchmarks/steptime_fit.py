@@ -7,7 +7,8 @@ rows, Apache-2.0; see its SOURCE.md).  Calibration subset (the only rows the con
 models Llama-3.1-70B, Llama-3.1-8B-FP8 and Qwen3-32B.  Validation: gpt-oss-120b, MiniMax-M2.5, Kimi-K2.5 and
 Qwen3-235B-A22B, every GPU.
 
-Each row is a closed-loop benchmark: ``batch_size`` users, each sending its next request (``isl`` tokens
+Each row is a closed-loop benchmark: ``users`` users (``batch_size`` x ``attention_dp_size``: aiconfigurator's
+``batch_size`` is one attention data-parallel rank's), each sending its next request (``isl`` tokens
 in, ``osl`` out) when the previous one finishes, ``requests-per-user`` requests each.  kvdash simulates it
 with :func:`kvdash.simulate.timed.simulate_timed` (vLLM's scheduler: chunked prefill, preemption by
 recompute) over the pool kvdash computes for the row.  In a closed loop nothing the scheduler decides
@@ -40,6 +41,7 @@ import itertools
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections import defaultdict
@@ -70,8 +72,8 @@ MAX_SEQS = 1024
 CLIFF = 5.0
 # the --cache file's version: raised whenever the simulated features change (a stale cache is simulated again);
 # 2: MiniMax-M2's third all-reduce a layer; 3: Llama-3.1-70B's NVFP4 rows with an fp8 KV cache; 4: one simulation
-# per phase spread (SPREAD_GRID)
-CACHE_VERSION = 4
+# per phase spread (SPREAD_GRID); 5: an attention data-parallel row's batch_size is each rank's users (users())
+CACHE_VERSION = 5
 # lengths drawn uniformly within +-JITTER of ISL/OSL (mean kept): benchmark clients' random prompts vary, and
 # identical lengths would keep every user in lockstep (an assumption, chosen on the calibration rows)
 PHYSICAL = __import__("os").environ.get("KVDASH_FIT_PHYSICAL", "1") == "1"
@@ -239,6 +241,24 @@ def setup(row: dict[str, str]) -> dict[str, Any]:
             "capacity": pool.blocks // int(pool.request_blocks(int(row["isl"]) + int(row["osl"])))}
 
 
+def users(row: dict[str, str]) -> int:
+    """The row's benchmark concurrency: all its users, over every attention data-parallel rank.  aiconfigurator's
+    ``batch_size`` is one attention-DP rank's batch: its estimator reports ``concurrency = batch_size x
+    attention_dp_size`` (``global_bs = bs * model.config.attention_dp_size`` in
+    ``aiconfigurator_core/sdk/backends/base_backend.py``, 0.12.0), and the measured rows' own ids say so: the
+    ``c<N>`` in the id of each of the 97 rows with ``attention_dp_size`` over 1 is ``batch_size x
+    attention_dp_size`` (``..._8192x1024_c64_tp4_ep4_1359``: ``batch_size`` 16, ``attention_dp_size`` 4), and it is
+    ``batch_size`` in all 1,228 other rows that carry one.  Rows that leave ``attention_dp_size`` empty but spread
+    the experts over more GPUs than the attention (Qwen3-235B's ``tp_size`` 1, ``moe_tp_size`` 2; :func:`setup`
+    counts them as data-parallel) have ``c<N>`` = ``batch_size``: all their users."""
+    return int(row["batch_size"]) * (int(row.get("attention_dp_size") or 1) or 1)
+
+
+def rank_users(row: dict[str, str], dp: int) -> int:
+    """Users on one attention data-parallel rank of ``dp`` (vLLM's DP coordinator balances the ranks' requests)."""
+    return max(1, users(row) // dp)
+
+
 def tpot_floor(row: dict[str, str]) -> float | None:
     """The least TPOT (seconds) the spec HBM bandwidth allows a row, where its users must all decode at once; None
     where they need not.  They must when the pool holds every user's request at full length (``capacity``) and
@@ -246,27 +266,27 @@ def tpot_floor(row: dict[str, str]) -> float | None:
     ``top_k`` routed experts of each MoE layer, and each user's KV (a closed loop's user sits, on average, at
     ``isl + osl / 2`` tokens), at no more than the spec bandwidth.  No fitted constant enters, and compute,
     overheads and prefill are left out, so a measured TPOT below the floor is a row whose benchmark did not keep
-    ``batch_size`` requests decoding together (its TTFT says the rest waited)."""
+    all its users decoding together (its TTFT says the rest waited)."""
     s = setup(row)
-    users = max(1, int(row["batch_size"]) // s["dp"])
-    if s["capacity"] < users or batch_caps(row)[0] < users:
+    per_rank = rank_users(row, s["dp"])
+    if s["capacity"] < per_rank or batch_caps(row)[0] < per_rank:
         return None
     mc = s["mc"]
     context = np.float64(int(row["isl"]) + int(row["osl"]) / 2)
     read = (mc.dense_weight_bytes + mc.moe_layers * mc.top_k * mc.expert_bytes
-            + users * float(mc.kv_read_bytes(context)))
+            + per_rank * float(mc.kv_read_bytes(context)))
     return read / s["gpu"].hbm_bytes_per_s
 
 
 def in_flight(row: dict[str, str]) -> float:
     """The requests a row's run kept decoding at once, on average, from its own measured figures (Little's law):
-    a closed loop of ``batch_size`` users, each sending its next request when the last one ends, spends
+    a closed loop of :func:`users` users, each sending its next request when the last one ends, spends
     ``TTFT + (osl - 1) x TPOT`` a request, ``(osl - 1) x TPOT`` of it decoding, so on average
-    ``batch_size x decode / (TTFT + decode)`` requests decode together.  No kvdash figure enters: a count far
-    under ``batch_size`` says the other requests waited, in the engine (a full pool, ``max_num_seqs``) or before
+    ``users x decode / (TTFT + decode)`` requests decode together.  No kvdash figure enters: a count far
+    under ``users`` says the other requests waited, in the engine (a full pool, ``max_num_seqs``) or before
     it (a client that held fewer requests open)."""
     decode = (int(row["osl"]) - 1) * float(row["silicon_tpot_ms"])
-    return int(row["batch_size"]) * decode / (float(row["silicon_ttft_ms"]) + decode)
+    return users(row) * decode / (float(row["silicon_ttft_ms"]) + decode)
 
 
 CONFIG_COLUMNS = ("model_path", "system", "precision", "gemm_quant_mode", "moe_quant_mode", "tp_size", "pp_size",
@@ -358,6 +378,72 @@ def repeatability_table(rows: list[dict[str, str]]) -> list[str]:
     return out
 
 
+TWIN_COLUMNS = ("model_path", "system", "backend_version", "gemm_quant_mode", "moe_quant_mode", "tp_size", "isl",
+                "osl")
+
+
+def dp_twins(rows: list[dict[str, str]]) -> list[tuple[dict[str, str], list[dict[str, str]]]]:
+    """Each row run with attention data parallelism (``attention_dp_size`` over 1) beside its twins: the rows of
+    the same model, GPU, engine version, formats, tensor parallelism and lengths run without it, at the same total
+    users (:func:`users`).  Rows with no twin are left out."""
+    plain: dict[tuple[Any, ...], list[dict[str, str]]] = defaultdict(list)
+    for r in rows:
+        if (int(r["attention_dp_size"] or 1) or 1) == 1:
+            plain[(*(r[c] for c in TWIN_COLUMNS), users(r))].append(r)
+    out = []
+    for r in rows:
+        if (int(r["attention_dp_size"] or 1) or 1) > 1:
+            twins = plain.get((*(r[c] for c in TWIN_COLUMNS), users(r)))
+            if twins:
+                out.append((r, twins))
+    return out
+
+
+def as_twins(rows: list[dict[str, str]], sims: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``sims`` with each attention data-parallel row that has twins (:func:`dp_twins`) simulated as its twins'
+    configuration: their TTFT and TPOT features averaged (the features are linear in the constants, so this is
+    the mean of the twins' predictions)."""
+    out = dict(sims)
+    for r, twins in dp_twins(rows):
+        if r["id"] in sims and all(t["id"] in sims for t in twins):
+            out[r["id"]] = {**sims[r["id"]], **{k: np.mean([sims[t["id"]][k] for t in twins], axis=0)
+                                                 for k in ("tpot_f", "ttft_f")}}
+    return out
+
+
+def twin_table(rows: list[dict[str, str]], by_id: dict[str, dict[str, str]], sims: dict[str, dict[str, Any]],
+               coef: np.ndarray) -> list[str]:
+    """How far the attention data-parallel rows' figures are from their twins' (:func:`dp_twins`, the twins'
+    repeats averaged); kvdash's error on those rows as labelled and as their twins' configuration
+    (:func:`as_twins`); and every validation row's error and cliffs with them read so."""
+    pairs = [(r, tw) for r, tw in dp_twins(rows) if r["id"] in sims and all(t["id"] in sims for t in tw)]
+    if not pairs:
+        return []
+    d = np.array([(differ(float(r["silicon_tpot_ms"]), figures(tw)[0]),
+                   differ(float(r["silicon_ttft_ms"]), figures(tw)[1])) for r, tw in pairs]) * 100
+    twin = as_twins(rows, sims)
+    ids = [r["id"] for r, _ in pairs]
+    own, read = errors(ids, by_id, sims, coef), errors(ids, by_id, twin, coef)
+    val = [i for i in sims if by_id[i]["model_path"] in VALIDATION]
+    every, cl = errors(val, by_id, twin, coef), cliff_counts(val, by_id, twin, coef)
+    dp_rows = [r for r in rows if (int(r["attention_dp_size"] or 1) or 1) > 1]
+    named = [r for r in dp_rows if (m := re.search(r"_tp(\d+)_ep(\d+)_", r["id"])) and m[1] == m[2] == r["tp_size"]]
+    seen: dict[tuple[str, str], int] = defaultdict(int)
+    for r in rows:
+        seen[(r["silicon_tpot_ms"], r["silicon_ttft_ms"])] += 1
+    copies = [r for r in dp_rows if r not in named and seen[(r["silicon_tpot_ms"], r["silicon_ttft_ms"])] > 1]
+    return [f"Of the {len(dp_rows)} attention data-parallel rows, {len(named)} carry ids that name a tensor-parallel "
+            "run with expert parallelism over the same GPUs (`_tp<N>_ep<N>_`, where the columns say attention_dp_size "
+            f"N and moe_ep_size N x N), and {len(copies)} more repeat another row's TPOT and TTFT to the last digit.",
+            "", "| rows | TPOT differ from the twins: mean / median % | TTFT differ: mean / median % | kvdash TPOT / "
+            "TTFT MAPE % as labelled (attention-DP ranks) | as the twins' configuration |",
+            "|---:|---:|---:|---:|---:|",
+            f"| {len(pairs)} | {d[:, 0].mean():.1f} / {np.median(d[:, 0]):.1f} | {d[:, 1].mean():.1f} / "
+            f"{np.median(d[:, 1]):.1f} | {own[0]:.1f} / {own[2]:.1f} | {read[0]:.1f} / {read[2]:.1f} |", "",
+            f"Every validation row with those {len(pairs)} read as their twins: TPOT MAPE {every[0]:.1f} %, TTFT MAPE "
+            f"{every[2]:.1f} %, cliffs {cl[1]} of {cl[0]} predicted at the same step, {cl[2]} false."]
+
+
 def batch_caps(row: dict[str, str]) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) vLLM picks on the row's GPU (kvdash.engines.vllm.scheduler_caps,
     vLLM 0.33's EngineArgs.get_batch_defaults: 8,192 tokens on H100/H200, 16,384 on B200/B300)."""
@@ -392,7 +478,7 @@ def simulate_row(row: dict[str, str], per_user: int, spread: float = 1.0) -> dic
     (:data:`SPREAD_GRID`): the TTFT and TPOT features of the steady rounds, the first round's TTFT features
     (every user's request arriving at once), the pool's full-length capacity and the preemptions."""
     s = setup(row)
-    users = max(1, int(row["batch_size"]) // s["dp"])
+    users = rank_users(row, s["dp"])
     n = users * per_user
     isl, osl = int(row["isl"]), int(row["osl"])
     rng = np.random.default_rng(0)
@@ -474,7 +560,7 @@ def cliffs(series: list[tuple[int, float]]) -> set[int]:
     return out
 
 
-BANDS = ((1, 8), (9, 32), (33, 128), (129, 1024))
+BANDS = ((1, 8), (9, 32), (33, 128), (129, 2048))  # users (the largest row: 1,024 a rank x 2 ranks)
 
 
 def breakdown(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, dict[str, Any]],
@@ -503,7 +589,7 @@ def breakdown(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, 
     out += [line(f"{m} {g}", v) for (m, g), v in sorted(groups.items())]
     out += ["", head[0].format("concurrency"), head[1]]
     for lo, hi in BANDS:
-        group = [i for i in ids if lo <= int(by_id[i]["batch_size"]) <= hi]
+        group = [i for i in ids if lo <= users(by_id[i]) <= hi]
         if group:
             out.append(line(f"{lo}-{hi}", group))
     return out
@@ -576,7 +662,7 @@ def cliff_counts(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[st
         r = by_id[i]
         key = tuple(r[k] for k in ("model_path", "system", "backend_version", "gemm_quant_mode", "tp_size",
                                    "attention_dp_size", "moe_ep_size", "isl", "osl"))
-        series[key].append((int(r["batch_size"]), float(r["silicon_ttft_ms"]),
+        series[key].append((users(r), float(r["silicon_ttft_ms"]),
                             predict(sims[i]["ttft_f"], coef, True) * 1000))
     measured = hit = false = 0
     for pts in series.values():
@@ -844,12 +930,12 @@ def main() -> None:
                    "are kept in the error on every row above:", "",
                    "| row | concurrency | measured TPOT ms | floor ms | measured TTFT ms | kvdash TPOT ms |",
                    "|---|---:|---:|---:|---:|---:|"]
-    floor_lines += [f"| {by_id[i]['id']} | {by_id[i]['batch_size']} | {float(by_id[i]['silicon_tpot_ms']):.2f} | "
+    floor_lines += [f"| {by_id[i]['id']} | {users(by_id[i])} | {float(by_id[i]['silicon_tpot_ms']):.2f} | "
                     f"{floors[i] * 1000:.2f} | {float(by_id[i]['silicon_ttft_ms']):,.0f} | "
                     f"{predict(sims[i]['tpot_f'], coef) * 1000:.2f} |" for i in sorted(below)]
     # every row whose own figures say fewer than half its users decoded together (in_flight), beside the room
     # kvdash gives them: where kvdash's pool and max_num_seqs admit every user, the wait was not the pool's
-    waited = sorted((i for i in sims if in_flight(by_id[i]) < int(by_id[i]["batch_size"]) / 2),
+    waited = sorted((i for i in sims if in_flight(by_id[i]) < users(by_id[i]) / 2),
                     key=lambda i: (by_id[i]["model_path"], by_id[i]["id"]))
     if waited:
         floor_lines += ["", "Rows whose measured TTFT and TPOT say fewer than half their users were decoding at once "
@@ -862,7 +948,7 @@ def main() -> None:
             r, s = by_id[i], sims[i]
             floor_lines.append(
                 f"| {r['id']} | {'calibration' if r['model_path'] in CALIBRATION else 'validation'} | "
-                f"{r['batch_size']} | {in_flight(r):.1f} | {s['capacity'] * setup(r)['dp']:,} | "
+                f"{users(r)} | {in_flight(r):.1f} | {s['capacity'] * setup(r)['dp']:,} | "
                 f"{batch_caps(r)[0]:,} | {float(r['silicon_ttft_ms']):,.0f} | "
                 f"{predict(s['ttft_f'], coef, True) * 1000:,.0f} |")
     t = totals["cmp"]
@@ -883,7 +969,16 @@ def main() -> None:
                        "(|a - b| / ((a + b) / 2), a version's repeated rows averaged; `version_pairs`, no kvdash "
                        "figure enters), and the least MAPE a model blind to the engine version reaches on the two runs "
                        "(|a - b| / (2 max(a, b)), `blind_floor`):", ""]
-                    + repeatability_table(rows))
+                    + repeatability_table(rows)
+                    + ["", "The attention data-parallel rows against their twins: the rows of the same model, GPU, "
+                       "engine version, formats, tensor parallelism and lengths run without attention data "
+                       "parallelism at the same total users (`dp_twins`; no kvdash figure enters the differences). "
+                       "They differ from their twins less than one configuration's runs under two engine versions "
+                       "differ (above), so their runs show little of what data parallelism should change (a rank's "
+                       "half or quarter of the users, the experts spread over two or four times the GPUs, the pools "
+                       "of every rank); kvdash's error on them as "
+                       "labelled, and with the twin's configuration (the headline keeps the labelled one):", ""]
+                    + twin_table(rows, by_id, sims, coef))
     print(out)
     if args.write:
         (ROOT / "kvdash/data/steptime.json").write_text(json.dumps(

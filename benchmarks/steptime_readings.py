@@ -83,7 +83,7 @@ def dp_rank_loops(row: dict[str, str], per_user: int, spread: float) -> list[tup
     over ``spread`` of a request as in steptime_fit.simulate_row), as (schedule, users, output lengths)."""
     s = sf.setup(row)
     dp = s["dp"]
-    users = max(1, int(row["batch_size"]) // dp)
+    users = sf.rank_users(row, dp)
     isl, osl = int(row["isl"]), int(row["osl"])
     seqs, batched = sf.batch_caps(row)
     out = []
@@ -146,7 +146,7 @@ def aiperf_features(row: dict[str, str]) -> dict[str, Any]:
     """A row simulated as aiperf 0.3.0 measures it: every user's first request at once, AIPERF_ROUNDS requests a
     user of exactly ISL / OSL tokens, every one measured (the features steptime_fit.fit takes)."""
     s = sf.setup(row)
-    users = max(1, int(row["batch_size"]) // s["dp"])
+    users = sf.rank_users(row, s["dp"])
     n = users * AIPERF_ROUNDS
     P = np.full(n, int(row["isl"]), dtype=np.int64)
     OUT = np.full(n, max(2, int(row["osl"])), dtype=np.int64)

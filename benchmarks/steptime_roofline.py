@@ -41,6 +41,7 @@ from benchmarks.steptime_fit import (  # noqa: E402
     batch_caps,
     mape,
     nnls,
+    rank_users,
     setup,
 )
 from kvdash.core.steptime import Constants  # noqa: E402
@@ -52,7 +53,7 @@ EDGES = np.logspace(-4, 4, 401)
 def row_sums(row: dict[str, str], per_user: int) -> dict[str, Any]:
     """Per ratio bin, the TTFT- and TPOT-weighted memory and compute seconds; and the weighted other terms."""
     s = setup(row)
-    users = max(1, int(row["batch_size"]) // s["dp"])
+    users = rank_users(row, s["dp"])
     n = users * per_user
     isl, osl = int(row["isl"]), int(row["osl"])
     rng = np.random.default_rng(0)

@@ -343,9 +343,10 @@ def test_readings_spread_a_segment_over_its_steps_and_wait_for_the_slowest_rank(
 def test_dp_ranks_alone_are_the_time_models_own_rank():
     """The lockstep reading's ranks, each on its own clock, give the TPOT the time model gives the row (its users
     dealt round robin over the two ranks, their phases spread as steptime_fit spreads one rank's): MiniMax-M2.5
-    fp8, TP 2 x DP 2 on B200, 1,024 / 1,024 tokens, 16 users, 8 a rank.  A rank's clock read at its segments'
-    ends is its schedule's own time (cum . constants), so rank_seconds reads the clock where the simulator
-    ended each segment; two ranks alike in lockstep are that clock too.  In lockstep no step is shorter."""
+    fp8, TP 2 x DP 2 on B200, 1,024 / 1,024 tokens, batch_size 16 (a rank's): 32 users, 16 a rank.  A rank's
+    clock read at its segments' ends is its schedule's own time (cum . constants), so rank_seconds reads the
+    clock where the simulator ended each segment; two ranks alike in lockstep are that clock too.  In lockstep no
+    step is shorter."""
     import csv
 
     import numpy as np
@@ -439,3 +440,64 @@ def test_the_fit_scripts_refuse_no_requests_a_user_in_one_line(script):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].endswith("--requests-per-user 0: at least 1")
     assert "Traceback" not in proc.stderr
+
+
+def _measured(rid: str) -> dict[str, str]:
+    import csv
+
+    with (Path(DATA) / "silicon_vllm_agg.csv").open() as fh:
+        return next(r for r in csv.DictReader(fh) if r["id"] == rid)
+
+
+def test_users_count_every_attention_dp_rank():
+    """Rule (users, rank_users): aiconfigurator's batch_size is one attention data-parallel rank's batch (its
+    estimator: concurrency = batch_size x attention_dp_size), and the measured rows' ids name the total:
+    ``..._8192x1024_c64_tp4_ep4_1359`` has batch_size 16 and attention_dp_size 4, so 64 users, 16 on each of the 4
+    ranks (the fit used to put 16 / 4 = 4 on a rank).  A Qwen3-235B row with attention_dp_size empty but its
+    experts over 2 GPUs at TP 1 (``..._1000x100_c8_tp1_epnone_2``, batch_size 8): 8 users, 4 on each of setup's 2
+    ranks.  Over the whole file, every id's ``_c<N>_`` is users()."""
+    import csv
+    import re
+
+    from benchmarks.steptime_fit import rank_users, setup, users
+
+    dp4 = _measured("2026_04_06_minimax_m2_5_h100_sxm_vllm_fp8_agg_8192x1024_c64_tp4_ep4_1359")
+    assert (dp4["batch_size"], dp4["attention_dp_size"], users(dp4), rank_users(dp4, setup(dp4)["dp"])) == (
+        "16", "4", 64, 16)
+    qwen = _measured("qwen_qwen3_235b_a22b_fp8_qwen_qwen3_235b_a22b_fp8_h200_sxm_vllm_agg_1000x100_c8_tp1_epnone_2")
+    assert (users(qwen), setup(qwen)["dp"], rank_users(qwen, 2)) == (8, 2, 4)
+    with (Path(DATA) / "silicon_vllm_agg.csv").open() as fh:
+        named = [(int(m[1]), users(r)) for r in csv.DictReader(fh) if (m := re.search(r"_c(\d+)_", r["id"]))]
+    assert len(named) == 1325 and all(c == u for c, u in named)
+
+
+def test_dp_twins_are_the_same_run_without_attention_dp_at_the_same_users():
+    """Rule (dp_twins, as_twins): an attention-DP row's twins are the rows of its model, GPU, engine version,
+    formats, TP and lengths without attention DP at the same total users.  MiniMax-M2.5 fp8 on B200, vLLM 0.19.0,
+    TP 2 x DP 2 (EP 4), 1,024 / 1,024, batch_size 32 (64 users): six TP 2 rows at 64 users (EP 1 and 2), TPOT
+    22.25 to 22.34 ms against the row's 22.40 (differ 0.4 %).  The TP 2 x DP 2 row at 1,024 users has no twin.
+    as_twins gives the row the mean of its twins' features: two twins with fixed seconds 0.010 and 0.014 give
+    0.012."""
+    import csv
+
+    import numpy as np
+
+    from benchmarks.steptime_fit import as_twins, differ, dp_twins, figures
+
+    with (Path(DATA) / "silicon_vllm_agg.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    twins = dict((r["id"], tw) for r, tw in dp_twins(rows))
+    tw = twins["minimaxm2_5_b200_vllm_fp8_agg_1024x1024_c64_cfg690"]
+    assert len(tw) == 6 and {t["moe_ep_size"] for t in tw} == {"1", "2"}
+    assert all((t["batch_size"], t["attention_dp_size"], t["tp_size"]) == ("64", "1", "2") for t in tw)
+    assert differ(22.403608332198445, figures(tw)[0]) == pytest.approx(0.0043, abs=1e-4)
+    assert "minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c1024_cfg735" not in twins
+    a, b = tw[0]["id"], tw[1]["id"]
+    sims = {"minimaxm2_5_b200_vllm_fp8_agg_1024x1024_c64_cfg690": {"tpot_f": np.zeros(7), "ttft_f": np.zeros(7),
+                                                                   "capacity": 1}}
+    for rid, fixed in ((a, 0.010), (b, 0.014)):
+        sims[rid] = {"tpot_f": np.array([0, 0, 0, 0, 0, 0, fixed]), "ttft_f": np.zeros(7), "capacity": 2}
+    read = as_twins([r for r in rows if r["id"] in sims], sims)
+    assert read["minimaxm2_5_b200_vllm_fp8_agg_1024x1024_c64_cfg690"]["tpot_f"][6] == pytest.approx(0.012)
+    assert read["minimaxm2_5_b200_vllm_fp8_agg_1024x1024_c64_cfg690"]["capacity"] == 1
+    assert read[a] is sims[a]
