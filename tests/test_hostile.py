@@ -356,6 +356,39 @@ def test_ctrl_c_during_start_up_is_one_line():
     assert caught >= 4, (caught, interpreter)
 
 
+def test_ctrl_c_wrapped_by_a_class_body_during_start_up_is_one_line(monkeypatch, capsys):
+    """A Ctrl-C that lands while Python sets up a class's descriptors during kvdash's imports (typer imports
+    ``platform``, whose ``uname_result`` has a ``cached_property``) reaches the entry as ``RuntimeError: Error
+    calling __set_name__ ...`` caused by the KeyboardInterrupt (seen once in a full run of the test above); it is
+    the same one line, exit 130.  Any other import error is not swallowed."""
+    import types
+
+    from kvdash import launch
+
+    class Half(types.ModuleType):
+        def __init__(self, exc: BaseException) -> None:
+            super().__init__("kvdash.cli")
+            self.exc = exc
+
+        def __getattr__(self, name: str):
+            raise self.exc
+
+    def exit_(code: int):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(os, "_exit", exit_)
+    wrapped = RuntimeError("Error calling __set_name__ on 'cached_property' instance 'processor' in 'uname_result'")
+    wrapped.__cause__ = KeyboardInterrupt()
+    monkeypatch.setitem(sys.modules, "kvdash.cli", Half(wrapped))
+    with pytest.raises(SystemExit) as ended:
+        launch.main()
+    assert ended.value.code == 130 and capsys.readouterr().err == "kvdash: error: interrupted\n"
+    other = ImportError("no module named typer")
+    monkeypatch.setitem(sys.modules, "kvdash.cli", Half(other))
+    with pytest.raises(ImportError):
+        launch.main()
+
+
 # --- 4. only kvdash's own work folders are removed ----------------------------------------------
 
 LOOK_ALIKES = {".out.kvdash-tmp-999999-mine": "notes.txt", ".out.kvdash-old-999998-x": "thesis.tex",
