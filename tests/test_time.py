@@ -355,18 +355,26 @@ def test_one_prompt_token_left_is_a_step_of_its_own():
 
 
 def test_moe_layers_count_their_fused_moe_kernels():
-    """Rule (steptime.KERNELS): the per-layer term counts a dense layer's 9 kernels as one unit; a MoE layer
-    runs 13 (the fused-MoE path's 7 in place of the MLP's 3), a shared expert 3 more. Qwen3-235B: 94 MoE
-    layers, no shared expert: 94 x 13 / 9 = 135.78 units; MiniMax-M2.5 (62 MoE layers) 62 x 13 / 9 = 89.56;
-    Llama-3.1-8B (dense) 32.  Where a measured fused-MoE kernel model stands for the experts (fp8 on an H200,
-    ``kvdash/data/moe_kernels.json``) the measured layer holds those kernels: one unit a layer (94, 62); on an
-    A100 (no kernel table) the units stay."""
-    for name, units, layers in (("qwen3-235b-a22b-fp8", 94 * 13 / 9, 94), ("minimax-m2.5", 62 * 13 / 9, 62)):
+    """Rule (steptime.KERNELS, MLP_KERNELS, ROUTER_KERNELS): the per-layer term counts a dense layer's 9 kernels as
+    one unit; a MoE layer runs 13 (the fused-MoE path's 7 in place of the MLP's 3), a shared expert 3 more.
+    Qwen3-235B: 94 MoE layers, no shared expert: 94 x 13 / 9 = 135.78 units; MiniMax-M2.5 (62 MoE layers) 62 x 13
+    / 9 = 89.56; Llama-3.1-8B (dense) 32.  Where a measured fused-MoE kernel model stands for the experts (fp8 on
+    an H200, ``kvdash/data/moe_kernels.json``: vLLM's FusedMoE module timed from the router's logits) a MoE layer
+    counts only the kernels outside that module, the dense layer's 9 less the MLP's 3 plus the router GEMM: 94 x
+    7 / 9 = 73.11, 62 x 7 / 9 = 48.22; Kimi-K2.5 (61 layers, 60 MoE with a shared expert, int4 experts) 61 + 60 x
+    (1 - 3 + 3) / 9 = 67.67 against 61 + 60 x 7 / 9 = 107.67 without a kernel.  On an A100 (no kernel table) the
+    units stay."""
+    for name, units, kunits in (("qwen3-235b-a22b-fp8", 94 * 13 / 9, 94 * 7 / 9), ("minimax-m2.5", 62 * 13 / 9,
+                                                                                   62 * 7 / 9)):
         cfg = _cfg(name)
         mc = model_compute(cfg, from_hf_config(cfg, name), 4, "fp8")
         assert mc.layer_units == pytest.approx(units), name
         assert features(mc, gpu_perf("a100-80gb"), 8, 0, 0, 0)[3] == pytest.approx(units)
-        assert features(mc, gpu_perf("h200"), 8, 0, 0, 0)[3] == layers
+        assert features(mc, gpu_perf("h200"), 8, 0, 0, 0)[3] == pytest.approx(kunits)
+    cfg = _cfg("kimi-k2.5")
+    mc = model_compute(cfg, from_hf_config(cfg, "kimi-k2.5"), 8, "bf16", "int4_wo", "fp8")
+    assert (mc.layer_units, mc.kernel_units) == (pytest.approx(61 + 60 * 7 / 9), pytest.approx(61 + 60 / 9))
+    assert features(mc, gpu_perf("h200"), 8, 0, 0, 0)[3] == pytest.approx(61 + 60 / 9)
     mc, _, g = _llama8b()
     assert features(mc, g, 8, 0, 0, 0)[3] == 32
 

@@ -68,6 +68,11 @@ ACT_BYTES = 2  # bf16 activations on the all-reduce
 # topk_softmax, moe_align_block_size, the w13 fused_moe kernel, SiLU-and-mul, the w2 fused_moe kernel, moe_sum:
 # vllm/model_executor/layers/fused_moe/fused_moe.py, fused_experts_impl) and a shared expert adds 3
 KERNELS = {"dense": 9, "moe": 13, "shared": 3}
+# where a measured kernel model times the routed experts (moe_kernel: vLLM's FusedMoE module run from the router's
+# logits, so routing, moe_align_block_size, both expert GEMMs, the activation and moe_sum), a MoE layer's other
+# kernels are the dense layer's but its MLP's 3, plus the router GEMM, plus a shared expert's 3 (the measured
+# module has none)
+MLP_KERNELS, ROUTER_KERNELS = 3, 1
 # model types whose attention, under tensor parallelism, all-reduces once more per layer: MiniMax-M2's q and k
 # RMSNorm run over all heads, so each rank's partial variances are summed across the ranks before the norm
 # (vLLM 0.33: MiniMaxM2Attention.forward -> MiniMaxText01RMSNormTP.forward_qkv -> minimax_qk_norm_fusion,
@@ -211,6 +216,8 @@ class ModelCompute:
     weights_per_rank: int = 0  # resident weight bytes per rank (for the memory budget)
     dp: int = 1  # attention data-parallel ranks sharing the experts (their tokens reach every expert rank)
     layer_units: float = 0.0  # the per-layer fixed work in dense-layer equivalents (0: one per layer; see KERNELS)
+    # the same where a measured kernel model times the routed experts (0: one per layer; see MLP_KERNELS)
+    kernel_units: float = 0.0
     # the dense linear parameters by the rate their GEMMs run at, ((kind, params per rank), ...); () : all of
     # dense_params at ``gemm``
     dense_rates: tuple[tuple[str, float], ...] = ()
@@ -376,9 +383,11 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
                 + parts["experts_total"] * parts["expert_params"] * expert_b)
     n_layers = arch.decoder_layers or arch.num_layers
     units = float(n_layers)
+    kernel_units = float(n_layers)
     if parts["moe_layers"]:
-        extra = KERNELS["moe"] - KERNELS["dense"] + (KERNELS["shared"] if parts["shared"] else 0)
-        units += parts["moe_layers"] * extra / KERNELS["dense"]
+        shared = KERNELS["shared"] if parts["shared"] else 0
+        units += parts["moe_layers"] * (KERNELS["moe"] - KERNELS["dense"] + shared) / KERNELS["dense"]
+        kernel_units += parts["moe_layers"] * (ROUTER_KERNELS - MLP_KERNELS + shared) / KERNELS["dense"]
     # each dense GEMM at the rate of its own weights: attention projections at theirs (bf16 where the checkpoint
     # keeps them so), the dense MLPs, shared experts, router and LM head at the dense weights' (the router and
     # LM head, stored bf16, are left at that rate: a simplification that keeps the dense models' figures)
@@ -402,7 +411,7 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
     if parts["moe_layers"] and h:
         act = parts["moe_layers"] * expert_act_bytes(h, parts["top_k"], parts["expert_params"], tp)
     return ModelCompute(
-        name=arch.name, tp=tp, layers=n_layers, hidden=h, layer_units=units, act_bytes=act,
+        name=arch.name, tp=tp, layers=n_layers, hidden=h, layer_units=units, kernel_units=kernel_units, act_bytes=act,
         dense_weight_bytes=dense_bytes, dense_params=(dense_linear + lm_head) / tp,
         moe_layers=parts["moe_layers"], experts=parts["experts"], top_k=parts["top_k"],
         expert_bytes=parts["expert_params"] * expert_b / (tp * dp), expert_params=parts["expert_params"] / tp,
@@ -461,8 +470,8 @@ def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: flo
     the spec figures, for ``tokens`` scheduled tokens, ``decode_kv_bytes`` of KV the decode tokens read,
     the causal query-key pairs of the prefill chunks (full and window layers) and the KV they read.  The fixed
     seconds are the links' time and, where :func:`moe_kernel` has a measured model for the GPU and the experts'
-    format, the routed experts' (then out of the memory and compute terms, and the MoE layers' extra kernels out
-    of the layer units: the measured layer holds them)."""
+    format, the routed experts' (then out of the memory and compute terms, and the layer units count only the
+    kernels the measured module does not run: ``kernel_units``, see MLP_KERNELS)."""
     kernel = moe_kernel(gpu.key, mc.expert_format) if mc.moe_layers else None
     moe_mem, moe_cmp = moe_layer_terms(mc, gpu, tokens) if mc.moe_layers else (0.0, 0.0)
     fixed: Any = 0.0
@@ -489,7 +498,7 @@ def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: flo
         gathers = 2 * mc.moe_layers
         if gpu.link_bytes_per_s:
             link += gathers * (mc.dp - 1) * tokens * mc.hidden * ACT_BYTES / gpu.link_bytes_per_s
-    units = float(mc.layers) if kernel is not None else float(mc.layer_units or mc.layers)
+    units = float(mc.kernel_units or mc.layers) if kernel is not None else float(mc.layer_units or mc.layers)
     return (mem, comp, 1.0, units, float(reduces + gathers + mc.norm_reduces), link + fixed)
 
 
