@@ -501,3 +501,28 @@ def test_dp_twins_are_the_same_run_without_attention_dp_at_the_same_users():
     assert read["minimaxm2_5_b200_vllm_fp8_agg_1024x1024_c64_cfg690"]["tpot_f"][6] == pytest.approx(0.012)
     assert read["minimaxm2_5_b200_vllm_fp8_agg_1024x1024_c64_cfg690"]["capacity"] == 1
     assert read[a] is sims[a]
+
+
+def test_ranks_and_the_doubted_groups():
+    """Rule (ranks): attention_dp_size, or moe_tp x moe_ep / tp where the experts span more GPUs than the
+    attention (Qwen3-235B's tp 1, moe_tp 2: 2).  Rule (doubted_table): the error without each DOUBTED group and
+    without all of them.  Two rows: gpt-oss-120b on H100 at 512 users, predicted TPOT 2x the measured (APE 100 %),
+    and a Kimi-K2.5 row at 10 % over: 55 % on both, 10 % without the gpt-oss one, and both kept where a group does
+    not hold them (Qwen3-235B)."""
+    import numpy as np
+
+    from benchmarks.steptime_fit import doubted_table, ranks
+
+    base = {"tp_size": "4", "attention_dp_size": "1", "moe_tp_size": "4", "moe_ep_size": "1"}
+    assert ranks(base) == 1 and ranks({**base, "attention_dp_size": "4", "moe_ep_size": "16", "moe_tp_size": "1"}) == 4
+    assert ranks({"tp_size": "1", "attention_dp_size": "", "moe_tp_size": "2", "moe_ep_size": "1"}) == 2
+    by_id = {"g": {**base, "model_path": "openai/gpt-oss-120b", "system": "h100_sxm", "batch_size": "512",
+                   "silicon_tpot_ms": "10", "silicon_ttft_ms": "100"},
+             "k": {**base, "model_path": "moonshotai/Kimi-K2.5", "system": "b200_sxm", "batch_size": "8",
+                   "silicon_tpot_ms": "10", "silicon_ttft_ms": "100"}}
+    sims = {i: {"tpot_f": np.array([0, 0, 0, 0, 0, 0, t]), "ttft_f": np.array([0, 0, 0, 0, 0, 0, 0.1])}
+            for i, t in (("g", 0.020), ("k", 0.011))}
+    lines = doubted_table(["g", "k"], by_id, sims, np.zeros(7))
+    assert lines[2].startswith("| gpt-oss-120b on H100 at 512 users") and lines[2].endswith("| 1 | 10.0 | 0.0 |")
+    assert lines[5].startswith("| Qwen3-235B") and lines[5].endswith("| 2 | 55.0 | 0.0 |")
+    assert lines[-1] == "| all four | 1 | 10.0 | 0.0 |"
