@@ -212,11 +212,16 @@ def formats(row: dict[str, str]) -> tuple[str, str, str, str]:
 _cfg_cache: dict[str, Any] = {}
 
 
+def attention_dp(row: dict[str, str]) -> int:
+    """The row's ``attention_dp_size`` column (empty or 0: 1)."""
+    return int(row.get("attention_dp_size") or 1) or 1
+
+
 def ranks(row: dict[str, str]) -> int:
     """The row's attention data-parallel ranks: ``attention_dp_size``, or more where the experts span more GPUs
     than the attention (``tp_size`` 1, ``moe_tp_size`` 2: two ranks)."""
     tp = int(row["tp_size"])
-    dp = int(row["attention_dp_size"] or 1) or 1
+    dp = attention_dp(row)
     moe_gpus = int(row["moe_tp_size"] or 1) * int(row["moe_ep_size"] or 1)
     return moe_gpus // tp if moe_gpus > tp * dp else dp
 
@@ -258,7 +263,7 @@ def users(row: dict[str, str]) -> int:
     ``batch_size`` in all 1,228 other rows that carry one.  Rows that leave ``attention_dp_size`` empty but spread
     the experts over more GPUs than the attention (Qwen3-235B's ``tp_size`` 1, ``moe_tp_size`` 2; :func:`setup`
     counts them as data-parallel) have ``c<N>`` = ``batch_size``: all their users."""
-    return int(row["batch_size"]) * (int(row.get("attention_dp_size") or 1) or 1)
+    return int(row["batch_size"]) * attention_dp(row)
 
 
 def rank_users(row: dict[str, str], dp: int) -> int:
@@ -395,26 +400,31 @@ def dp_twins(rows: list[dict[str, str]]) -> list[tuple[dict[str, str], list[dict
     users (:func:`users`).  Rows with no twin are left out."""
     plain: dict[tuple[Any, ...], list[dict[str, str]]] = defaultdict(list)
     for r in rows:
-        if (int(r["attention_dp_size"] or 1) or 1) == 1:
+        if attention_dp(r) == 1:
             plain[(*(r[c] for c in TWIN_COLUMNS), users(r))].append(r)
     out = []
     for r in rows:
-        if (int(r["attention_dp_size"] or 1) or 1) > 1:
+        if attention_dp(r) > 1:
             twins = plain.get((*(r[c] for c in TWIN_COLUMNS), users(r)))
             if twins:
                 out.append((r, twins))
     return out
 
 
+def simulated_twins(rows: list[dict[str, str]], sims: dict[str, dict[str, Any]]
+                    ) -> list[tuple[dict[str, str], list[dict[str, str]]]]:
+    """:func:`dp_twins` where the row and every twin were simulated."""
+    return [(r, tw) for r, tw in dp_twins(rows) if r["id"] in sims and all(t["id"] in sims for t in tw)]
+
+
 def as_twins(rows: list[dict[str, str]], sims: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``sims`` with each attention data-parallel row that has twins (:func:`dp_twins`) simulated as its twins'
-    configuration: their TTFT and TPOT features averaged (the features are linear in the constants, so this is
-    the mean of the twins' predictions)."""
+    """``sims`` with each attention data-parallel row that has twins (:func:`simulated_twins`) simulated as its
+    twins' configuration: their TTFT and TPOT features averaged (the features are linear in the constants, so this
+    is the mean of the twins' predictions)."""
     out = dict(sims)
-    for r, twins in dp_twins(rows):
-        if r["id"] in sims and all(t["id"] in sims for t in twins):
-            out[r["id"]] = {**sims[r["id"]], **{k: np.mean([sims[t["id"]][k] for t in twins], axis=0)
-                                                 for k in ("tpot_f", "ttft_f")}}
+    for r, twins in simulated_twins(rows, sims):
+        out[r["id"]] = {**sims[r["id"]], **{k: np.mean([sims[t["id"]][k] for t in twins], axis=0)
+                                             for k in ("tpot_f", "ttft_f")}}
     return out
 
 
@@ -423,7 +433,7 @@ def twin_table(rows: list[dict[str, str]], by_id: dict[str, dict[str, str]], sim
     """How far the attention data-parallel rows' figures are from their twins' (:func:`dp_twins`, the twins'
     repeats averaged); kvdash's error on those rows as labelled and as their twins' configuration
     (:func:`as_twins`); and every validation row's error and cliffs with them read so."""
-    pairs = [(r, tw) for r, tw in dp_twins(rows) if r["id"] in sims and all(t["id"] in sims for t in tw)]
+    pairs = simulated_twins(rows, sims)
     if not pairs:
         return []
     d = np.array([(differ(float(r["silicon_tpot_ms"]), figures(tw)[0]),
@@ -433,7 +443,7 @@ def twin_table(rows: list[dict[str, str]], by_id: dict[str, dict[str, str]], sim
     own, read = errors(ids, by_id, sims, coef), errors(ids, by_id, twin, coef)
     val = [i for i in sims if by_id[i]["model_path"] in VALIDATION]
     every, cl = errors(val, by_id, twin, coef), cliff_counts(val, by_id, twin, coef)
-    dp_rows = [r for r in rows if (int(r["attention_dp_size"] or 1) or 1) > 1]
+    dp_rows = [r for r in rows if attention_dp(r) > 1]
     named = [r for r in dp_rows if (m := re.search(r"_tp(\d+)_ep(\d+)_", r["id"])) and m[1] == m[2] == r["tp_size"]]
     seen: dict[tuple[str, str], int] = defaultdict(int)
     for r in rows:
@@ -485,8 +495,8 @@ def simulate_row(row: dict[str, str], per_user: int, spread: float = 1.0) -> dic
     (:data:`SPREAD_GRID`): the TTFT and TPOT features of the steady rounds, the first round's TTFT features
     (every user's request arriving at once), the pool's full-length capacity and the preemptions."""
     s = setup(row)
-    users = rank_users(row, s["dp"])
-    n = users * per_user
+    per_rank = rank_users(row, s["dp"])
+    n = per_rank * per_user
     isl, osl = int(row["isl"]), int(row["osl"])
     rng = np.random.default_rng(0)
     P = np.maximum(1, np.rint(isl * rng.uniform(1 - JITTER, 1 + JITTER, n))).astype(np.int64)
@@ -500,12 +510,12 @@ def simulate_row(row: dict[str, str], per_user: int, spread: float = 1.0) -> dic
         # round is the other regime, in step: the users' requests arrive together (all at time 0) and are
         # prefilled in chunks of max_num_batched_tokens, the last of them after about users x ISL / budget steps
         # (``ttft_burst_f``; the benchmark's TTFT is a mix of the two, see IN_STEP)
-        phase = phases(users, spread) if STAGGER == "1" else rng.uniform(0, 1, users)
-        OUT[:users] = np.maximum(2, np.rint(osl * phase)).astype(np.int64)
-        measured = np.arange(users, n)
-        burst = np.arange(users)
+        phase = phases(per_rank, spread) if STAGGER == "1" else rng.uniform(0, 1, per_rank)
+        OUT[:per_rank] = np.maximum(2, np.rint(osl * phase)).astype(np.int64)
+        measured = np.arange(per_rank, n)
+        burst = np.arange(per_rank)
     seqs, batched = batch_caps(row)
-    sched = simulate_timed(P, OUT, s["pool"], s["mc"], s["gpu"], Constants(), seqs, batched, concurrency=users)
+    sched = simulate_timed(P, OUT, s["pool"], s["mc"], s["gpu"], Constants(), seqs, batched, concurrency=per_rank)
     ttft_all, tpot_all = request_features(sched, OUT)
     ttft_f, tpot_f = ttft_all[measured].mean(axis=0), tpot_all[measured].mean(axis=0)
     return {"ttft_f": ttft_f, "tpot_f": tpot_f, "ttft_burst_f": ttft_all[burst].mean(axis=0),
