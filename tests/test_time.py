@@ -12,7 +12,16 @@ import pytest
 from kvdash.core import formulas as f
 from kvdash.core.model import from_hf_config, load_preset
 from kvdash.core.pool import layer_token_bytes
-from kvdash.core.steptime import Constants, causal_pairs, features, gpu_perf, model_compute, step_seconds
+from kvdash.core.steptime import (
+    Constants,
+    causal_pairs,
+    features,
+    gpu_perf,
+    lm_head_seconds,
+    model_compute,
+    prefill_chunk_seconds,
+    step_seconds,
+)
 from kvdash.engines.vllm import rank_shapes
 from kvdash.errors import InputError
 from kvdash.simulate.engine import simulate
@@ -119,9 +128,26 @@ def test_closed_loop_one_user_ttft_is_one_prefill_step():
     s = simulate_timed(np.array([100]), np.array([10]), pool, mc, g, c, 256, 8192, concurrency=1)
     assert s.steps == 10
     r = summarize(s, c, np.array([10]), 1)
-    pre = step_seconds(features(mc, g, 100, 0, causal_pairs(0, 100), 0), c)
+    # features() runs the LM head for all 100 tokens; the prefill samples only its last one: 99 rows fewer
+    pre = step_seconds(features(mc, g, 100, 0, causal_pairs(0, 100), 0), c) - 99 * lm_head_seconds(mc, g)
     assert r.ttft_ms["mean"] == pytest.approx(pre * 1000, abs=1e-3)  # ms rounded to 3 decimals
     assert r.e2e_ms["mean"] == pytest.approx(r.ttft_ms["mean"] + 9 * r.tpot_ms["mean"], abs=1e-2)
+
+
+def test_a_prefill_chunk_runs_the_lm_head_for_one_token():
+    """vLLM computes logits only at each scheduled request's last token (``hidden_states[logits_indices]``,
+    ``logits_indices = query_start_loc[1:] - 1``, vllm/v1/worker/gpu_model_runner.py), so a prefill chunk of
+    Llama-3.1-8B runs its LM head (128,256 x 4,096 = 525,336,576 parameters) once: a 100-token prompt on an H100
+    (989 TFLOP/s bf16) saves 99 x 2 x 525,336,576 / 989e12 s = 0.10517 ms of the 100 rows features() counts."""
+    mc, _, g = _llama8b()
+    assert mc.lm_head_params == 128256 * 4096 and mc.lm_head_rate == "bf16"
+    assert lm_head_seconds(mc, g) * 1e3 == pytest.approx(2 * 525_336_576 / 989e12 * 1e3)
+    pf = mc.attn_pair_flops(prefill=True)
+    _, with_head = prefill_chunk_seconds(mc, 0, 100, pf, g.rate("bf16"), g.hbm_bytes_per_s)
+    _, one_head = prefill_chunk_seconds(mc, 0, 100, pf, g.rate("bf16"), g.hbm_bytes_per_s, lm_head_seconds(mc, g))
+    assert (with_head - one_head) * 1e3 == pytest.approx(0.10517, abs=1e-5)
+    # a one-token chunk (a decode token, or the last of a prompt) samples its token: nothing saved
+    assert prefill_chunk_seconds(mc, 7, 1, pf, 1.0, 1.0, 5.0) == prefill_chunk_seconds(mc, 7, 1, pf, 1.0, 1.0)
 
 
 def test_stretches_agree_with_single_steps():

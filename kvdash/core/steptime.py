@@ -224,6 +224,10 @@ class ModelCompute:
     act_bytes: float = 0.0  # MLP activation bytes written and read back per token on this rank (see model_compute)
     expert_format: str = ""  # the routed experts' weight format (WEIGHT_BYTES key); "" : no routed experts
     norm_reduces: int = 0  # latency-only all-reduces a step beyond the two a layer (see NORM_REDUCES), on this rank
+    # the LM head's parameters on this rank and the rate its GEMM is counted at: part of dense_params, which count
+    # it for every token; a prefill chunk samples one token (see prefill_chunk_seconds)
+    lm_head_params: float = 0.0
+    lm_head_rate: str = "bf16"
     counted: bool = True  # False: parameters taken from the weight figure (basis[0] says how), not from config.json
     basis: tuple[str, ...] = field(default=(), compare=False)
 
@@ -276,16 +280,26 @@ def causal_pairs(prior: Any, chunk: Any, window: int = 0) -> Any:
     return capped
 
 
+def lm_head_seconds(mc: ModelCompute, gpu: GPUPerf) -> float:
+    """Seconds of the LM head's GEMM for one token on this rank at the spec FLOP/s (the rate :func:`features` counts
+    it at)."""
+    return 2 * mc.lm_head_params / gpu.rate(mc.lm_head_rate) if mc.lm_head_params else 0.0
+
+
 def prefill_chunk_seconds(mc: ModelCompute, prior: int, chunk: int, pair_flops: tuple[float, float],
-                          flops_per_s: float, hbm_bytes_per_s: float) -> tuple[float, float]:
+                          flops_per_s: float, hbm_bytes_per_s: float, lm_head_s: float = 0.0) -> tuple[float, float]:
     """(memory s, compute s) that a prefill chunk of ``chunk`` tokens after ``prior`` ones adds to its step at the
     spec figures: the prior tokens' KV read, and the chunk's causal query-key pairs at the prefill dims
-    (``pair_flops``: :meth:`ModelCompute.attn_pair_flops` with ``prefill=True``, full and window layers).  The
-    one definition the timed simulators and the prefill-saved figures share."""
+    (``pair_flops``: :meth:`ModelCompute.attn_pair_flops` with ``prefill=True``, full and window layers), less the
+    LM head of all but one of its tokens (``lm_head_s``: :func:`lm_head_seconds`): :func:`features` counts the
+    head for every token, but vLLM computes logits only at each scheduled request's last token
+    (``sample_hidden_states = hidden_states[logits_indices]``, ``logits_indices = query_start_loc[1:] - 1``,
+    ``vllm/v1/worker/gpu_model_runner.py``), so a chunk of a 8,192-token prompt runs the head once, not 8,192
+    times.  The one definition the timed simulators and the prefill-saved figures share."""
     full_pp, win_pp = pair_flops
     pw = causal_pairs(prior, chunk, mc.window) if mc.window else 0
     return (float(mc.kv_read_bytes(prior)) / hbm_bytes_per_s,
-            (full_pp * causal_pairs(prior, chunk) + win_pp * pw) / flops_per_s)
+            (full_pp * causal_pairs(prior, chunk) + win_pp * pw) / flops_per_s - (chunk - 1) * lm_head_s)
 
 
 def _moe_shape(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tuple[int, int, int, int] | None:
@@ -413,6 +427,7 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
     return ModelCompute(
         name=arch.name, tp=tp, layers=n_layers, hidden=h, layer_units=units, kernel_units=kernel_units, act_bytes=act,
         dense_weight_bytes=dense_bytes, dense_params=(dense_linear + lm_head) / tp,
+        lm_head_params=lm_head / tp, lm_head_rate=GEMM_RATE[dense_fmt],
         moe_layers=parts["moe_layers"], experts=parts["experts"], top_k=parts["top_k"],
         expert_bytes=parts["expert_params"] * expert_b / (tp * dp), expert_params=parts["expert_params"] / tp,
         gemm=expert_rate if parts["moe_layers"] else GEMM_RATE[weights], attention=tuple(attention), dense_rates=rates,

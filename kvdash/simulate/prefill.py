@@ -21,7 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, prefill_chunk_seconds, step_seconds
+from kvdash.core.steptime import (
+    Constants,
+    GPUPerf,
+    ModelCompute,
+    features,
+    lm_head_seconds,
+    prefill_chunk_seconds,
+    step_seconds,
+)
 from kvdash.simulate.timed import _stats as _ms
 
 
@@ -32,6 +40,7 @@ class ChunkTimer:
         self.mc, self.gpu, self.consts = mc, gpu, consts
         self.pair_flops = mc.attn_pair_flops(prefill=True)
         self.f_attn = gpu.rate("bf16")
+        self.lm_s = lm_head_seconds(mc, gpu)
         self._base: dict[int, tuple[float, ...]] = {}
 
     def step(self, prior: int, chunk: int) -> float:
@@ -40,7 +49,7 @@ class ChunkTimer:
             base = features(self.mc, self.gpu, chunk, 0.0, 0.0, 0.0)
             self._base[chunk] = base
         mem_s, cmp_s = prefill_chunk_seconds(self.mc, prior, chunk, self.pair_flops, self.f_attn,
-                                             self.gpu.hbm_bytes_per_s)
+                                             self.gpu.hbm_bytes_per_s, self.lm_s)
         x = list(base)
         x[1] += cmp_s
         x[0] += mem_s

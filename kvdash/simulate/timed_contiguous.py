@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from kvdash.core import formulas as f
-from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, prefill_chunk_seconds
+from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, lm_head_seconds, prefill_chunk_seconds
 from kvdash.errors import InputError
 from kvdash.simulate.allocators import Buddy, FirstFit
 from kvdash.simulate.schedule import ASYNC_STEPS
@@ -87,6 +87,7 @@ def simulate_timed_contiguous(prompt: np.ndarray, output: np.ndarray, reserve: n
     coef = np.array(consts.vector() + (1.0,))
     full_pf, win_pf = mc.attn_pair_flops()
     full_pp, win_pp = mc.attn_pair_flops(prefill=True)
+    lm_s = lm_head_seconds(mc, gpu)
     W = mc.window or 1
     bw = gpu.hbm_bytes_per_s
     f_attn = gpu.rate("bf16")
@@ -227,7 +228,7 @@ def simulate_timed_contiguous(prompt: np.ndarray, output: np.ndarray, reserve: n
             x[1] += cf * full_ctx + cw * win_ctx
         if not decode.all():
             for p0, q in zip(comp0[~decode].tolist(), stake[~decode].tolist(), strict=True):
-                mem_s, cmp_s = prefill_chunk_seconds(mc, p0, q, (full_pp, win_pp), f_attn, bw)
+                mem_s, cmp_s = prefill_chunk_seconds(mc, p0, q, (full_pp, win_pp), f_attn, bw, lm_s)
                 x[1] += cmp_s
                 x[0] += mem_s
         steps += 1

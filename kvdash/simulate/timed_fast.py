@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features
+from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, lm_head_seconds
 from kvdash.errors import InputError
 from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule
 
@@ -52,6 +52,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
 
     full_pf, win_pf = mc.attn_pair_flops()
     full_pp, win_pp = mc.attn_pair_flops(prefill=True)
+    lm_s = lm_head_seconds(mc, gpu)  # a chunk runs the LM head once (prefill_chunk_seconds)
     bw = gpu.hbm_bytes_per_s
     f_attn = gpu.rate("bf16")
     mf, cf = mc.kv_full_bytes / bw, full_pf / f_attn
@@ -339,8 +340,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             x[1] += cf * float(full_ctx) + cw * 0.0
         if prefill:
             x0, x1 = x[0], x[1]
-            for p0, q in prefill:  # causal_pairs(p0, q) and mc.kv_read_bytes(p0), without a window
-                x1 += (full_pp * (q * p0 + q * (q + 1) // 2) + win_pp * 0) / f_attn
+            for p0, q in prefill:  # prefill_chunk_seconds: causal_pairs(p0, q), mc.kv_read_bytes(p0), no window
+                x1 += (full_pp * (q * p0 + q * (q + 1) // 2) + win_pp * 0) / f_attn - (q - 1) * lm_s
                 x0 += float(kv_full * p0 + state2) / bw
             x[0], x[1] = x0, x1
         steps += 1
