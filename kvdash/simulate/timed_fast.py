@@ -51,7 +51,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         return fg * (-(-t // B)) + sb
 
     full_pf, win_pf = mc.attn_pair_flops()
-    full_pp, win_pp = mc.attn_pair_flops(prefill=True)
+    full_pp = mc.attn_pair_flops(prefill=True)[0]  # no window here
     lm_s = lm_head_seconds(mc, gpu)  # a chunk runs the LM head once (prefill_chunk_seconds)
     bw = gpu.hbm_bytes_per_s
     f_attn = gpu.rate("bf16")
@@ -299,6 +299,25 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             cd = len(dec)
         chunk_reqs = pref  # pref is built anew below
         chunk_takes = takes
+        # the step's features, chunk by chunk: a chunk of one token may be a decode token (its last prompt token,
+        # or a 1-token prompt); every other chunk adds prefill_chunk_seconds (causal_pairs(p0, q) and
+        # mc.kv_read_bytes(p0), no window), summed in px0 / px1
+        tokens = cd
+        nd = cd
+        full_ctx = sum_off + cd * (T + 1)
+        px0 = px1 = 0.0
+        n_pre = 0
+        for r, q in zip(chunk_reqs, chunk_takes):  # noqa: B905 - the same length (the running requests' chunks)
+            if q:
+                tokens += q
+                p0 = computed[r]
+                if q == 1 and p0 + 1 == P[r] + gen[r]:
+                    nd += 1
+                    full_ctx += p0 + 1
+                else:
+                    px1 += full_pp * (q * p0 + q * (q + 1) // 2) / f_attn - (q - 1) * lm_s
+                    px0 += (kv_full * p0 + state2) / bw
+                    n_pre += 1
         if waiting and not preempted_now:
             running = cd + len(pref)
             busy = running > 0  # an idle engine schedules what arrives at once
@@ -307,45 +326,36 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 if busy and ready[r] > T:  # arrived after this step was scheduled (async scheduling)
                     break
                 want = P[r] + gen[r] - computed[r]
-                t = want if want < budget else budget
-                nb = fg * (-(-t // B)) + sb
+                q = want if want < budget else budget
+                nb = fg * (-(-q // B)) + sb
                 if nb > free:
                     break
                 waiting.popleft()
                 free -= nb
                 chunk_reqs.append(r)
-                chunk_takes.append(t)
-                budget -= t
+                chunk_takes.append(q)
+                budget -= q
                 running += 1
-        tokens = cd + sum(chunk_takes)
+                tokens += q  # the chunk's features, as above
+                p0 = computed[r]
+                if q == 1 and p0 + 1 == P[r] + gen[r]:
+                    nd += 1
+                    full_ctx += p0 + 1
+                else:
+                    px1 += full_pp * (q * p0 + q * (q + 1) // 2) / f_attn - (q - 1) * lm_s
+                    px0 += (kv_full * p0 + state2) / bw
+                    n_pre += 1
         if not tokens:
             raise InputError("--budget", f"{pool.blocks:,} blocks", "the pool cannot hold one request's first chunk")
         x = list(base_cache.get(tokens) or base(tokens))
-        nd = cd
-        full_ctx = sum_off + cd * (T + 1)
-        if 1 in chunk_takes:  # a chunk of one token may be a decode token (its last prompt token, or a 1-token prompt)
-            prefill: list[tuple[int, int]] = []
-            for r, t in zip(chunk_reqs, chunk_takes):  # noqa: B905 - the same length
-                if t:
-                    p0 = computed[r]
-                    if t == 1 and p0 + 1 == P[r] + gen[r]:
-                        nd += 1
-                        full_ctx += p0 + 1
-                    else:
-                        prefill.append((p0, t))
-        else:
-            prefill = [(computed[r], t) for r, t in zip(chunk_reqs, chunk_takes) if t]  # noqa: B905
         if nd:
-            x[0] += mf * float(full_ctx) + mw * 0.0 + nd * state2 / bw
-            x[1] += cf * float(full_ctx) + cw * 0.0
-        if prefill:
-            x0, x1 = x[0], x[1]
-            for p0, q in prefill:  # prefill_chunk_seconds: causal_pairs(p0, q), mc.kv_read_bytes(p0), no window
-                x1 += (full_pp * (q * p0 + q * (q + 1) // 2) + win_pp * 0) / f_attn - (q - 1) * lm_s
-                x0 += float(kv_full * p0 + state2) / bw
-            x[0], x[1] = x0, x1
+            x[0] += mf * full_ctx + nd * state2 / bw
+            x[1] += cf * full_ctx
+        if n_pre:
+            x[0] += px0
+            x[1] += px1
         steps += 1
-        token_steps += nd + len(prefill)
+        token_steps += nd + n_pre
         rows += x
         seg += 1
         if not closed:
