@@ -24,9 +24,11 @@ def _kvdash(*args: object, cwd: Path = REPO) -> subprocess.CompletedProcess[str]
 def test_sweep_process_keeps_its_summary_and_its_report(tmp_path):
     proc = _kvdash("sweep", "sweeps/tutorial.yaml", "--out", tmp_path / "r")
     assert proc.returncode == 0, proc.stderr
-    # the summary (the reserve basis first, the files, the decision, where the report is), flushed
-    assert proc.stdout.startswith(f"16 points (no reserve: declared KV budgets) -> {tmp_path / 'r'}/ (")
-    assert proc.stdout.rstrip("\n").endswith(f"Report: {tmp_path / 'r' / 'report.md'} (and report.html beside it)")
+    # the summary (the reserve basis first, the files, the decision, where the report is), flushed; its lines
+    # wrap at the terminal's width (80 without one), so words are compared
+    words = proc.stdout.split()
+    assert words[:8] == ["16", "points", "(no", "reserve:", "declared", "KV", "budgets)", "->"]
+    assert words[-6:] == ["Report:", str(tmp_path / "r" / "report.md"), "(and", "report.html", "beside", "it)"]
     committed = REPO / "reports" / "tutorial"
     for f in committed.iterdir():
         assert (tmp_path / "r" / f.name).read_bytes() == f.read_bytes(), f.name
@@ -48,7 +50,7 @@ def test_in_process_callers_get_system_exit(tmp_path, capsys, monkeypatch):
     """main(argv) (the tests, an embedding program) never ends the process: os._exit is not reached."""
     monkeypatch.setattr(cli, "_exit_now", lambda code: pytest.fail("os._exit reached in-process"))
     code, out, _ = run(["sweep", REPO / "sweeps" / "tutorial.yaml", "--out", tmp_path / "r"], capsys)
-    assert code == 0 and out.startswith("16 points (no reserve: declared KV budgets) -> ")
+    assert code == 0 and out.split()[:8] == ["16", "points", "(no", "reserve:", "declared", "KV", "budgets)", "->"]
 
 
 def test_only_sweep_exits_early():
@@ -56,3 +58,15 @@ def test_only_sweep_exits_early():
     assert cli.FAST_EXIT == {"sweep"}
     proc = _kvdash("calc", "--json")
     assert proc.returncode == 0 and proc.stdout.lstrip().startswith("{")
+
+
+def test_sweep_summary_wraps_at_the_terminal_width(tmp_path, capsys, monkeypatch):
+    """The summary's lines (files, decision, one item per scenario) wrap at the terminal's width, an item's later
+    lines indented under its text; at 80 columns the tutorial's were 128-160 wide."""
+    monkeypatch.setattr(cli, "_exit_now", lambda code: None)
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(["sweep", REPO / "sweeps" / "tutorial.yaml", "--out", tmp_path / "r"], capsys)
+    lines = out.splitlines()
+    assert code == 0 and all(len(line) <= 80 for line in lines), [x for x in lines if len(x) > 80]
+    items = [i for i, line in enumerate(lines) if line.startswith("- ")]
+    assert len(items) == 2 and all(lines[i + 1].startswith("  running_requests_per_gpu") for i in items)

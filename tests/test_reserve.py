@@ -277,7 +277,7 @@ def test_sweep_default_reserve_is_auto_on_gpu_budgets(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["sweep", str(grid), "--out", str(tmp_path / "out"), "--check"])
     assert 0 == exc.value.code
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the summary wraps at the terminal's width
     assert "1 point (reserve auto, 3.00 GiB per rank, published terms) -> " in out  # one point: singular
     assert "gates: none in this grid (reserve auto, 3.00 GiB per rank, published terms)" in out
     csv = (tmp_path / "out" / "results.csv").read_text().splitlines()

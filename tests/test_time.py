@@ -318,8 +318,55 @@ def test_calc_slo_json(capsys, monkeypatch):
                         "--json"], capsys)
     assert code in (0, None)
     s = json.loads(out)["slo"]
-    assert s["percentile"] == "p90" and s["slo"] == {"ttft": 2.0, "tpot": 0.05}
+    assert s["percentile"] == "p90" and s["slo_s"] == {"ttft": 2.0, "tpot": 0.05}  # seconds, as the key says
     assert 1 <= s["max_concurrency"] <= 100 and s["kv_capacity_requests"] > 0 and s["binding_limit"]
+    assert s["mean_request_tokens"] > 0 and "gpu_extrapolated" not in s  # H100: measured rows
+
+
+def test_calc_slo_answers_in_brief_and_names_an_unmeasured_gpu(capsys, monkeypatch):
+    """calc --slo --brief keeps the SLO answer (asked for, so part of the answer: it was dropped silently); on a
+    GPU without measured serving rows (A100) a `GPU:` line says the constants are unchecked there, as simulate
+    --time says; the hint past a queue-free trace names simulate's --requests (calc has none); a rate prints
+    as the tables print figures (4 significant digits, thousands separated)."""
+    from kvdash.commands import simulate_time
+    from kvdash.simulate.slo import rate_words
+
+    monkeypatch.setattr(simulate_time, "CALC_SLO_REQUESTS", 100)
+    code, out, _ = run(["calc", "--model", "llama-3.1-8b", "--gpu", "a100-40gb", "--slo", "ttft=2s,tpot=50ms",
+                        "--brief"], capsys)
+    text = " ".join(out.split())
+    assert code in (0, None) and "SLO ttft=2s,tpot=50ms at p90" in text
+    assert "GPU: no measured serving row on a100-40gb" in text
+    code, out, _ = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--slo", "ttft=100s,tpot=10s"],
+                       capsys)
+    text = " ".join(out.split())
+    assert "no limit found" in text and "kvdash simulate --time --slo with more --requests" in text
+    assert "(more --requests)" not in text
+    assert [rate_words(x) for x in (1503.56, 609.174, 23.0359, 0.841, 12345.6)] == [
+        "1,504", "609.2", "23.04", "0.841", "12,346"]
+
+
+def test_one_token_outputs_have_no_tpot_in_json(capsys):
+    """Every output one token: no TPOT. The table shows `-`; the JSON says null (a 0 would read as 0 ms)."""
+    code, out, _ = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--requests", "20",
+                        "--concurrency", "4", "--prompt", "fixed:100", "--output", "fixed:1", "--json"], capsys)
+    r = json.loads(out)["results"][0]
+    assert r["tpot_ms"] == {"p50": None, "p90": None, "p99": None, "mean": None}
+    assert r["tokens_per_s_per_user"] is None and r["ttft_ms"]["mean"] > 0 and "has_tpot" not in r
+
+
+def test_timed_simulate_prose_fits_80_columns_and_warns_of_ignored_policies(capsys, monkeypatch):
+    """simulate --time at 80 columns: the header and the notes wrap with no trailing spaces, blocks and the rate
+    carry their units; --policies, which the timed run cannot honour (paged only), gets a warning."""
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--rate", "10",
+                          "--requests", "50", "--policies", "max,paged"], capsys)
+    assert code in (0, None)
+    assert "--policies max,paged has no effect with --time" in err
+    lines = out.splitlines()
+    assert all(len(line) <= 80 and line == line.rstrip() for line in lines), [x for x in lines if len(x) > 80]
+    text = " ".join(out.split())
+    assert "blocks of 16 tokens" in text and "Poisson, 10 requests/s" in text
 
 
 def test_hybrid_model_simulated_from_its_weight_figure(capsys):

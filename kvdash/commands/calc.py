@@ -246,6 +246,10 @@ def calc(
                  *([result["vllm_view_omitted"]] if "vllm_view_omitted" in result else [])]
         if "sglang_view" in result:
             lines += sglang_lines(result["sglang_view"], brief=True)
+        if "slo" in result:  # asked for, so part of the answer
+            from kvdash.commands.simulate_time import calc_slo_lines
+
+            lines += calc_slo_lines(str(slo), result["slo"])
         print("\n".join(part for line in lines for part in wrap(line, terminal_width())))
         return
     from kvdash.render.calc_view import footer, render
@@ -257,16 +261,10 @@ def calc(
 
         print("\n".join(part for line in sglang_lines(result["sglang_view"]) for part in wrap(line, terminal_width())))
     if "slo" in result:
-        s = result["slo"]
+        from kvdash.commands.simulate_time import calc_slo_lines
         from kvdash.render.table import terminal_width, wrap
-        from kvdash.simulate.slo import rate_text
 
-        rate = rate_text(s, s["requests"])
-        line = (f"SLO {slo} at p90 ({s['workload']}): at most {s['max_concurrency']:,} users (closed loop), {rate} "
-                f"(Poisson); KV holds about {s['kv_capacity_requests']:,} of them at once; binds: {s['binding_limit']}")
-        if "pool_note" in s:
-            line += f"; {s['pool_note']}"
-        print("\n".join(wrap(line, terminal_width())))
+        print("\n".join(part for line in calc_slo_lines(str(slo), result["slo"]) for part in wrap(line, terminal_width())))
     if offload is not None:
         _print_offload(result["offload_tiers"])
     print_tables([], footer(result))

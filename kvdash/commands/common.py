@@ -19,7 +19,8 @@ __all__ = ["parse_block_size"]  # the one --block-size parser lives in kvdash.co
 
 Opt = typer.Option
 UNIT_HINT = "write a unit: 12GiB (2^30 B), 80GB (10^9 B), 512MiB"
-DTYPES_TEXT = "fp32, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8, fp8_ds_mla (auto = bf16)"
+DTYPES_TEXT = ("fp32, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8, fp8_ds_mla, or auto (what vLLM's --kv-cache-dtype "
+               "auto stores: the checkpoint's declared KV scheme, else bf16)")
 
 # --- the model --------------------------------------------------------------------------------------
 MODEL_HELP = "Model preset (kvdash models) or a config.json path."
@@ -71,10 +72,11 @@ MaxBatchedTokensOpt = Annotated[Optional[int], Opt(help="vLLM's max_num_batched_
                                                          "calibrate: the engine's, recorded with the entry). "
                                                          f"Default: {CAPS_DEFAULT}.")]
 SloOpt = Annotated[Optional[str], Opt(help="e.g. ttft=2s,tpot=50ms (keys ttft, tpot, e2e): a timed simulation (needs "
-                                          "--gpu) gives the highest concurrency and request rate whose p90 meets "
-                                          "it, and the limit that binds. Default: none.")]
-WeightFormatOpt = Annotated[str, Opt(help="Time model: storage format of the weights: bf16, fp8, nvfp4, mxfp4, "
-                                          "int4_wo.")]
+                                          "--gpu; in simulate also --time) gives the highest concurrency and "
+                                          "request rate whose p90 meets it, and the limit that binds. Default: "
+                                          "none.")]
+WeightFormatOpt = Annotated[str, Opt(help="Time model: storage format of the weights: bf16, fp16, fp8, nvfp4, "
+                                          "mxfp4, int4_wo.")]
 MaxNumSeqsOpt = Annotated[Optional[int], Opt(help="vLLM's max_num_seqs: requests it runs at once. Default: "
                                                   f"{CAPS_DEFAULT}.")]
 PerformanceModeOpt = Annotated[str, Opt(help="vLLM's --performance-mode: balanced, interactivity, or throughput "

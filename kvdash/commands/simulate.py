@@ -192,7 +192,12 @@ def simulate(
     if prefix_replay and slo:
         raise InputError("--slo", slo, "answers a length workload (--workload/--prompt/--output), not a prefix replay")
     if (time_model or slo) and not prefix_replay:
+        from kvdash.commands.common import warn
         from kvdash.commands.simulate_time import main as timed_main
+
+        if given(ctx, "policies") and time_model:
+            warn(f"--policies {policies} has no effect with --time: the timed simulation runs paged (vLLM's "
+                 "scheduler) only; the Orca policies in seconds are a grid's (simulate: time: policies)")
 
         timed_main(locals())
         return

@@ -102,8 +102,8 @@ def main(o: dict[str, Any]) -> None:
     info = {"model": arch.name, "gpu": gpu.key, "tp": tp, "kv_dtype": o["kv_dtype"], "weight_format": o["weight_format"],
             "block_size": shape.block_size, "pool_blocks": pool.blocks, "budget_bytes": binfo["per_rank_bytes"],
             "max_num_seqs": seqs, "max_num_batched_tokens": batched, "workload": w.name, "requests": len(prompt),
-            "arrival": f"closed loop of {conc}" if conc else f"Poisson {rate:g} per second",
-            "kv_capacity_requests": kv_requests,
+            "arrival": f"closed loop of {conc}" if conc else f"Poisson, {rate:g} requests/s",
+            "kv_capacity_requests": kv_requests, "mean_request_tokens": mean_len,
             "constants": consts.fitted_on, "gpu_figures": perf.source,
             "measured_error": "benchmarks/results/steptime_validation.md (fit on dense models, validated on MoE rows)",
             "scheduler": "vLLM v1 Scheduler.schedule() rules (vllm/v1/core/sched/scheduler.py, vLLM 0.33.0) in seconds"}
@@ -129,21 +129,21 @@ def main(o: dict[str, Any]) -> None:
             out["slo"] = search
         print(json.dumps(out, indent=2))
         return
-    from rich.console import Console
+    from kvdash.render.table import Table, print_tables, terminal_width, wrap
 
-    from kvdash.render.table import Table, print_tables
+    def say(text: str) -> None:  # a line of prose, wrapped at the terminal's width (no trailing spaces)
+        print("\n".join(wrap(text, terminal_width())))
 
-    console = Console()
     experts = (f" (experts {mc.expert_format})" if mc.expert_format and mc.expert_format != o["weight_format"]
                else "")
-    console.print(f"[bold]{arch.name}[/bold] on {tp} x {gpu.key}, {o['weight_format']} weights{experts}, "
-                  f"{o['kv_dtype']} KV: "
-                  f"{pool.blocks:,} blocks of {shape.block_size}; {info['workload']}, {len(prompt):,} requests, "
-                  f"{info['arrival']}; max_num_seqs {seqs:,}, max_num_batched_tokens {batched:,}", highlight=False)
+    window = f", sliding window {mc.window:,} tokens on some layers" if mc.window else ""
+    say(f"{arch.name} on {tp} x {gpu.key}, {o['weight_format']} weights{experts}, {o['kv_dtype']} KV{window}: "
+        f"{pool.blocks:,} blocks of {shape.block_size} tokens; {info['workload']}, {len(prompt):,} requests, "
+        f"{info['arrival']}; max_num_seqs {seqs:,}, max_num_batched_tokens {batched:,}")
     lat = Table(title="Latency, ms (paged, vLLM's scheduler, step-time model)")
     for col in ("metric", "p50", "p90", "p99", "mean"):
         lat.add_column(col, "left" if col == "metric" else "right", wrap=False)
-    no_tpot = not any(int(x) > 1 for x in output)  # TPOT needs a second output token (vLLM's benchmark: 0)
+    no_tpot = not res.has_tpot  # TPOT needs a second output token (vLLM's benchmark: 0)
     for name, d in (("TTFT", res.ttft_ms), ("TPOT", res.tpot_ms), ("E2E", res.e2e_ms)):
         lat.add_row(name, *("-" if name == "TPOT" and no_tpot else f"{d[k]:,.1f}" for k in ("p50", "p90", "p99", "mean")))
     thr = Table(title="Throughput")
@@ -156,22 +156,14 @@ def main(o: dict[str, Any]) -> None:
     if search is not None:
         from kvdash.simulate.slo import rate_text
 
-        rate_txt = rate_text(search, len(prompt))
-        console.print(f"SLO {o['slo']} at p90: at most {search['max_concurrency']:,} users (closed loop), {rate_txt} "
-                      f"(Poisson); KV holds about {kv_requests:,} mean-length requests; binds: "
-                      f"{search['binding_limit']}", highlight=False)
-    console.print(f"constants: {consts.fitted_on}; measured error: {info['measured_error']}", highlight=False,
-                  markup=False)
-    if "routed_experts" in info:
-        console.print(f"routed experts: {info['routed_experts']}", highlight=False, markup=False)
-    if "parameters" in info:
-        console.print(f"parameters: {info['parameters']}", highlight=False, markup=False)
-    if "gpu_extrapolated" in info:
-        console.print(f"GPU: {info['gpu_extrapolated']}", highlight=False, markup=False)
-    if "short_run" in info:
-        console.print(f"note: {info['short_run']}", highlight=False, markup=False)
-    if "all_reduces" in info:
-        console.print(f"all-reduces: {info['all_reduces']}", highlight=False, markup=False)
+        say(f"SLO {o['slo']} at p90: at most {search['max_concurrency']:,} users (closed loop), "
+            f"{rate_text(search, len(prompt))} (Poisson); KV holds about {kv_requests:,} requests of their mean "
+            f"length ({mean_len:,} tokens); binds: {search['binding_limit']}")
+    say(f"constants: {consts.fitted_on}; measured error: {info['measured_error']}")
+    for key, label in (("routed_experts", "routed experts"), ("parameters", "parameters"),
+                       ("gpu_extrapolated", "GPU"), ("short_run", "note"), ("all_reduces", "all-reduces")):
+        if key in info:
+            say(f"{label}: {info[key]}")
 
 
 CALC_SLO_REQUESTS = 1000  # calc's short simulation: 1,000 ShareGPT-shaped requests
@@ -185,7 +177,7 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     from dataclasses import replace
 
     from kvdash.core.gpus import get_gpu
-    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
+    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute, unmeasured_note
     from kvdash.simulate.timed import Pool
     from kvdash.simulate.workload import PRESETS, draw_requests
 
@@ -214,10 +206,27 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     out["workload"] = (f"{CALC_SLO_REQUESTS:,} ShareGPT-shaped requests (synthetic: lognormal means 161 in, 338 out, "
                        f"clipped at {cap:,} tokens)")
     out["requests"] = CALC_SLO_REQUESTS
+    out["mean_request_tokens"] = mean_len
     out["max_num_seqs"], out["max_num_batched_tokens"] = seqs, batched
+    if unmeasured := unmeasured_note(perf.key):
+        out["gpu_extrapolated"] = unmeasured
     if weight_format != "bf16":
         out["pool_note"] = (f"the pool is calc's (weights: {result['budget'].get('weights_basis') or 'as calc counts them'}"
                             f"); the step times read {weight_format} weights (--weights sizes the pool for that "
                             "checkpoint)")
     out.pop("at_max_concurrency", None)
     return out
+
+
+def calc_slo_lines(slo_arg: str, s: dict[str, Any]) -> list[str]:
+    """``kvdash calc --slo``'s answer in words (under its tables, and in ``--brief``): the SLO line, and a ``GPU:``
+    line where the time constants are applied to a GPU without measured rows."""
+    from kvdash.simulate.slo import rate_text
+
+    rate = rate_text(s, s["requests"], "kvdash simulate --time --slo with more --requests searches further")
+    line = (f"SLO {slo_arg} at p90 ({s['workload']}): at most {s['max_concurrency']:,} users (closed loop), {rate} "
+            f"(Poisson); KV holds about {s['kv_capacity_requests']:,} requests of their mean length "
+            f"({s['mean_request_tokens']:,} tokens) at once; binds: {s['binding_limit']}")
+    if "pool_note" in s:
+        line += f"; {s['pool_note']}"
+    return [line] + ([f"GPU: {s['gpu_extrapolated']}"] if "gpu_extrapolated" in s else [])

@@ -111,13 +111,20 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
     else:
         files = write_report(spec, expanded, target, formats, force=force, answer=answer)
     if not quiet:
+        from kvdash.render.table import terminal_width, wrap
         from kvdash.report.build import answer_lines
 
         points = expanded.frame.height
-        print(f"{points:,} point{'' if points == 1 else 's'} ({_reserve(spec, expanded.frame)}) -> {target}/ "
-              f"({', '.join(f.name for f in files)})")
-        print("\n".join(answer_lines(answer)))
-        print(f"Report: {target / 'report.md'} (and report.html beside it)")
+        lines = [f"{points:,} point{'' if points == 1 else 's'} ({_reserve(spec, expanded.frame)}) -> {target}/ "
+                 f"({', '.join(f.name for f in files)})", *answer_lines(answer),
+                 f"Report: {target / 'report.md'} (and report.html beside it)"]
+        width = terminal_width()
+        for line in lines:  # wrapped at the terminal's width; a list item's later lines under its text
+            if line.startswith("- "):
+                print("\n".join("- " * (i == 0) + "  " * (i > 0) + part
+                                for i, part in enumerate(wrap(line[2:], max(width - 2, 20)))))
+            else:
+                print("\n".join(wrap(line, width)))
     return expanded.frame, files
 
 

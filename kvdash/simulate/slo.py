@@ -129,14 +129,23 @@ BINDS = ("kv", "max_num_seqs", "compute", "none")
 RATE_DOUBLINGS = 6
 
 
-def rate_text(search: dict[str, Any], requests: int) -> str:
-    """The Poisson answer of :func:`slo_search` in words: the rate found, none, or every rate tried met it."""
+def rate_words(rate: float) -> str:
+    """A request rate as the tables print figures: thousands separated, four significant digits at most
+    (``1,504``, ``609.2``, ``23.04``, ``0.841``); the JSON keeps the search's own figure."""
+    if rate >= 1000:
+        return f"{rate:,.0f}"
+    return f"{rate:.4g}" if rate >= 1 else f"{rate:.3g}"
+
+
+def rate_text(search: dict[str, Any], requests: int, further: str = "more --requests") -> str:
+    """The Poisson answer of :func:`slo_search` in words: the rate found, none, or every rate tried met it
+    (``further``: how the user searches past the trace, in the command's own terms)."""
     if search.get("rate_met_up_to") is not None:
-        return (f"no limit found: every rate up to {search['rate_met_up_to']:g} requests/s meets it, the {requests:,} "
-                "requests ending before a queue builds (more --requests)")
+        return (f"no limit found: every rate up to {rate_words(search['rate_met_up_to'])} requests/s meets it, the "
+                f"{requests:,} requests ending before a queue builds ({further})")
     if search["max_rate_per_s"] is None:
         return "none"
-    return f"{search['max_rate_per_s']:g} requests/s"
+    return f"{rate_words(search['max_rate_per_s'])} requests/s"
 
 
 def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, slo: dict[str, float],
@@ -175,7 +184,8 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
     if hi:
         above = ok_c(hi)[1]
         if hi > setup["max_num_seqs"]:
-            binds, words = "max_num_seqs", f"max_num_seqs ({setup['max_num_seqs']:,})"
+            binds, words = "max_num_seqs", (f"max_num_seqs ({setup['max_num_seqs']:,}: the users beyond it wait in "
+                                            "the queue, their TTFT growing)")
         elif above.preemptions or hi > setup["kv_requests"]:
             binds, words = "kv", f"KV cache (about {setup['kv_requests']:,} mean-length requests fit)"
         elif hi == 1:
@@ -205,7 +215,7 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
                 else:
                     r_hi = mid
             top_rate = round(r_lo, 4)
-    return {"slo": dict(slo), "percentile": SLO_PERCENTILE, "max_concurrency": lo,
+    return {"slo_s": dict(slo), "percentile": SLO_PERCENTILE, "max_concurrency": lo,
             "max_rate_per_s": top_rate, "rate_met_up_to": unbounded, "binding_limit": words, "binds": binds,
             "kv_capacity_requests": setup["kv_requests"], "max_num_seqs": setup["max_num_seqs"],
             "at_max_concurrency": last.to_json() if last else None}

@@ -93,9 +93,16 @@ class TimedResult:
     avg_running: float
     constants: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    has_tpot: bool = True  # False: no request had a second output token, so TPOT (and per-user tokens/s) has none
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The result as JSON; without a second output token anywhere TPOT's figures and the per-user tokens/s are
+        null (the table's ``-``), not a 0 a script would read as a time."""
+        out = dict(self.__dict__)
+        if not out.pop("has_tpot"):
+            out["tpot_ms"] = dict.fromkeys(self.tpot_ms)
+            out["tokens_per_s_per_user"] = None
+        return out
 
 
 def _stats(values_s: np.ndarray) -> dict[str, float]:
@@ -472,4 +479,4 @@ def summarize(s: Schedule, consts: Constants, output: np.ndarray, tp: int, polic
                        tokens_per_s_per_user=round(per_user, 3), requests_per_s=round(len(OUT) / span, 6),
                        makespan_s=round(span, 6), steps=s.steps, preemptions=s.preemptions,
                        peak_running=s.peak_running, avg_running=round(s.token_steps / max(s.steps, 1), 3),
-                       constants=consts.fitted_on)
+                       constants=consts.fitted_on, has_tpot=bool(multi.any()))
