@@ -74,7 +74,7 @@ CLIFF = 5.0
 # 2: MiniMax-M2's third all-reduce a layer; 3: Llama-3.1-70B's NVFP4 rows with an fp8 KV cache; 4: one simulation
 # per phase spread (SPREAD_GRID); 5: an attention data-parallel row's batch_size is each rank's users (users())
 # 6: a MoE layer under a measured kernel model counts its other kernels only (MLP_KERNELS)
-CACHE_VERSION = 7
+CACHE_VERSION = 8
 # lengths drawn uniformly within +-JITTER of ISL/OSL (mean kept): benchmark clients' random prompts vary, and
 # identical lengths would keep every user in lockstep (an assumption, chosen on the calibration rows)
 PHYSICAL = __import__("os").environ.get("KVDASH_FIT_PHYSICAL", "1") == "1"

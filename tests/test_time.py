@@ -134,6 +134,26 @@ def test_closed_loop_one_user_ttft_is_one_prefill_step():
     assert r.e2e_ms["mean"] == pytest.approx(r.ttft_ms["mean"] + 9 * r.tpot_ms["mean"], abs=1e-2)
 
 
+def test_attention_runs_at_fp8_over_an_fp8_kv_cache():
+    """vLLM quantizes the query to the cache's fp8 before attention (``ops.scaled_fp8_quant(query, layer._q_scale)``
+    in FlashAttentionImpl.forward, vllm/v1/attention/backends/flash_attn.py; FlashInfer's TRT-LLM path does the same
+    where ``q_data_type`` is fp8), so over an fp8 KV cache the query-key and value FLOPs run at the fp8 rate.
+    Llama-3.1-8B, a 100-token chunk: 5,050 causal pairs x 2 x 32 layers x 32 heads x (128 + 128) = 2.6477e9 FLOP,
+    2.677 us at the H100's 989 TFLOP/s bf16, 1.338 us at its 1,979 fp8.  MLA (DeepSeek-V3) keeps bf16 (not
+    mirrored: its kernels are others)."""
+    cfg = json.loads(Path("kvdash/data/models/llama-3.1-8b.json").read_text())
+    arch = load_preset("llama-3.1-8b")
+    g = gpu_perf("h100-80gb")
+    bf, f8 = model_compute(cfg, arch, 1, "bf16"), model_compute(cfg, arch, 1, "bf16", None, "fp8")
+    assert (bf.attn_rate, f8.attn_rate) == ("bf16", "fp8")
+    pf = bf.attn_pair_flops(prefill=True)
+    assert 5050 * pf[0] == pytest.approx(2.6477e9, rel=1e-4)
+    assert prefill_chunk_seconds(bf, 0, 100, pf, g.rate(bf.attn_rate), 1.0)[1] * 1e6 == pytest.approx(2.677, abs=1e-3)
+    assert prefill_chunk_seconds(f8, 0, 100, pf, g.rate(f8.attn_rate), 1.0)[1] * 1e6 == pytest.approx(1.338, abs=1e-3)
+    ds = json.loads(Path("kvdash/data/models/deepseek-v3.json").read_text())
+    assert model_compute(ds, load_preset("deepseek-v3"), 8, "fp8", None, "fp8").attn_rate == "bf16"
+
+
 def test_a_prefill_chunk_runs_the_lm_head_for_one_token():
     """vLLM computes logits only at each scheduled request's last token (``hidden_states[logits_indices]``,
     ``logits_indices = query_start_loc[1:] - 1``, vllm/v1/worker/gpu_model_runner.py), so a prefill chunk of

@@ -228,6 +228,9 @@ class ModelCompute:
     # it for every token; a prefill chunk samples one token (see prefill_chunk_seconds)
     lm_head_params: float = 0.0
     lm_head_rate: str = "bf16"
+    # the rate attention's query-key and value FLOPs run at: fp8 where the KV cache is fp8 and vLLM quantizes the
+    # query to match (see model_compute), else bf16
+    attn_rate: str = "bf16"
     counted: bool = True  # False: parameters taken from the weight figure (basis[0] says how), not from config.json
     basis: tuple[str, ...] = field(default=(), compare=False)
 
@@ -428,6 +431,7 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
         name=arch.name, tp=tp, layers=n_layers, hidden=h, layer_units=units, kernel_units=kernel_units, act_bytes=act,
         dense_weight_bytes=dense_bytes, dense_params=(dense_linear + lm_head) / tp,
         lm_head_params=lm_head / tp, lm_head_rate=GEMM_RATE[dense_fmt],
+        attn_rate="fp8" if kv_dtype.startswith("fp8") and not arch.use_mla else "bf16",
         moe_layers=parts["moe_layers"], experts=parts["experts"], top_k=parts["top_k"],
         expert_bytes=parts["expert_params"] * expert_b / (tp * dp), expert_params=parts["expert_params"] / tp,
         gemm=expert_rate if parts["moe_layers"] else GEMM_RATE[weights], attention=tuple(attention), dense_rates=rates,
@@ -498,9 +502,10 @@ def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: flo
     attn = full * pairs_full + win * pairs_window
     if mc.dense_rates:
         comp = (mc.moe_layers * moe_cmp
-                + sum(2 * p * tokens / gpu.rate(kind) for kind, p in mc.dense_rates) + attn / gpu.rate("bf16"))
+                + sum(2 * p * tokens / gpu.rate(kind) for kind, p in mc.dense_rates) + attn / gpu.rate(mc.attn_rate))
     else:
-        comp = 2 * mc.dense_params * tokens / gpu.rate(mc.gemm) + mc.moe_layers * moe_cmp + attn / gpu.rate("bf16")
+        comp = (2 * mc.dense_params * tokens / gpu.rate(mc.gemm) + mc.moe_layers * moe_cmp
+                + attn / gpu.rate(mc.attn_rate))
     reduces = 2 * mc.layers if mc.tp > 1 else 0
     link = 0.0
     if mc.tp > 1 and gpu.link_bytes_per_s:

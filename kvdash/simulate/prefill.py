@@ -39,7 +39,7 @@ class ChunkTimer:
     def __init__(self, mc: ModelCompute, gpu: GPUPerf, consts: Constants) -> None:
         self.mc, self.gpu, self.consts = mc, gpu, consts
         self.pair_flops = mc.attn_pair_flops(prefill=True)
-        self.f_attn = gpu.rate("bf16")
+        self.f_attn = gpu.rate(mc.attn_rate)
         self.lm_s = lm_head_seconds(mc, gpu)
         self._base: dict[int, tuple[float, ...]] = {}
 

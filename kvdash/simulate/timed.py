@@ -158,7 +158,7 @@ def simulate_reference(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: M
     lm_s = lm_head_seconds(mc, gpu)
     W = mc.window or 1
     bw = gpu.hbm_bytes_per_s
-    f_attn = gpu.rate("bf16")
+    f_attn = gpu.rate(mc.attn_rate)
     # decode-token cost per token of context (seconds at spec figures), full and window layers
     dec_mem_full, dec_mem_win = mc.kv_full_bytes / bw, mc.kv_window_bytes / bw
     dec_cmp_full, dec_cmp_win = full_pf / f_attn, win_pf / f_attn

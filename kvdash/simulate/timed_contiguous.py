@@ -90,7 +90,7 @@ def simulate_timed_contiguous(prompt: np.ndarray, output: np.ndarray, reserve: n
     lm_s = lm_head_seconds(mc, gpu)
     W = mc.window or 1
     bw = gpu.hbm_bytes_per_s
-    f_attn = gpu.rate("bf16")
+    f_attn = gpu.rate(mc.attn_rate)
     mf, mw = mc.kv_full_bytes / bw, mc.kv_window_bytes / bw
     cf, cw = full_pf / f_attn, win_pf / f_attn
     state_s = 2 * mc.state_bytes / bw

@@ -54,7 +54,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     full_pp = mc.attn_pair_flops(prefill=True)[0]  # no window here
     lm_s = lm_head_seconds(mc, gpu)  # a chunk runs the LM head once (prefill_chunk_seconds)
     bw = gpu.hbm_bytes_per_s
-    f_attn = gpu.rate("bf16")
+    f_attn = gpu.rate(mc.attn_rate)
     mf, cf = mc.kv_full_bytes / bw, full_pf / f_attn
     mw, cw = mc.kv_window_bytes / bw, win_pf / f_attn  # 0.0 here; kept so that the sums match the reference's
     state2 = 2 * mc.state_bytes

@@ -15,7 +15,7 @@ COMPUTABLE = ("capacity", "waste", "slots")
 TIMED = ("time",)  # judged on a grid's simulate: time: columns; not computable without them
 # kvdash's time model against measured vLLM rows it was not fitted on (README, "Time model accuracy"; written by
 # benchmarks/steptime_fit.py to benchmarks/results/steptime_validation.md, which a test compares with this)
-TIME_MODEL_ERROR = "TPOT 19.9 %, TTFT 27.8 % error out of sample"
+TIME_MODEL_ERROR = "TPOT 20.1 %, TTFT 28.3 % error out of sample"
 TIME_LABEL = f"time model ({TIME_MODEL_ERROR})"
 PARAMS = ("model", "workload", "lengths", "max_reserved", "prefix", "kv_dtype", "kv_scales", "block_size", "tp", "pp",
           "gpu", "gpu_util", "util_policy", "budget_bytes", "max_model_len", "max_batched_tokens")
