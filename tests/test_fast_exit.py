@@ -70,3 +70,11 @@ def test_sweep_summary_wraps_at_the_terminal_width(tmp_path, capsys, monkeypatch
     assert code == 0 and all(len(line) <= 80 for line in lines), [x for x in lines if len(x) > 80]
     items = [i for i, line in enumerate(lines) if line.startswith("- ")]
     assert len(items) == 2 and all(lines[i + 1].startswith("  running_requests_per_gpu") for i in items)
+
+
+def test_sweep_summary_keeps_a_long_path_whole(tmp_path, capsys, monkeypatch):
+    """A path longer than the terminal is one word on its own line (copyable), not cut at the width."""
+    monkeypatch.setenv("COLUMNS", "80")
+    out_dir = tmp_path / ("a-long-report-directory-" * 4)
+    code, out, _ = run(["sweep", REPO / "sweeps" / "tutorial.yaml", "--out", out_dir], capsys)
+    assert code == 0 and f"{out_dir / 'report.md'}" in out.splitlines()

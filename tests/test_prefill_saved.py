@@ -29,6 +29,17 @@ def test_chunk_step_worked_by_hand() -> None:
     assert t.prefill(0, 10, 4) == pytest.approx(2.7 + 3.348 + 2.676)
 
 
+def test_a_chunk_step_runs_the_lm_head_once() -> None:
+    """The toy with 4 of its 10 linear parameters an LM head: features() counts them for every token (8 FLOPs a
+    token), a chunk samples only its last token, so a 4-token chunk saves 3 x 8 / 100 = 0.24 s (3.348 -> 3.108 s),
+    a 1-token chunk nothing (vLLM's logits_indices: one row a scheduled request)."""
+    from dataclasses import replace
+
+    head = ChunkTimer(replace(MC, lm_head_params=4.0), GPU, C)
+    assert head.step(4, 4) == pytest.approx(3.348 - 0.24)
+    assert head.step(7, 1) == pytest.approx(ChunkTimer(MC, GPU, C).step(7, 1))
+
+
 def test_prefill_saved_worked_by_hand() -> None:
     t = ChunkTimer(MC, GPU, C)
     # request 1: prompt 10, 4 tokens hit (loaded in 0.1 s): with 3.348 + 2.676 = 6.024 s, without 8.724 s

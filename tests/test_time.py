@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -148,10 +149,31 @@ def test_attention_runs_at_fp8_over_an_fp8_kv_cache():
     assert (bf.attn_rate, f8.attn_rate) == ("bf16", "fp8")
     pf = bf.attn_pair_flops(prefill=True)
     assert 5050 * pf[0] == pytest.approx(2.6477e9, rel=1e-4)
-    assert prefill_chunk_seconds(bf, 0, 100, pf, g.rate(bf.attn_rate), 1.0)[1] * 1e6 == pytest.approx(2.677, abs=1e-3)
-    assert prefill_chunk_seconds(f8, 0, 100, pf, g.rate(f8.attn_rate), 1.0)[1] * 1e6 == pytest.approx(1.338, abs=1e-3)
+    assert prefill_chunk_seconds(bf, 0, 100, pf, g.rate(bf.attn_rate), 1.0, lm_head_s=0.0)[1] * 1e6 == pytest.approx(
+        2.677, abs=1e-3)
+    assert prefill_chunk_seconds(f8, 0, 100, pf, g.rate(f8.attn_rate), 1.0, lm_head_s=0.0)[1] * 1e6 == pytest.approx(
+        1.338, abs=1e-3)
     ds = json.loads(Path("kvdash/data/models/deepseek-v3.json").read_text())
     assert model_compute(ds, load_preset("deepseek-v3"), 8, "fp8", None, "fp8").attn_rate == "bf16"
+
+
+def test_the_time_model_reads_the_kv_cache_vllm_stores():
+    """timed_compute resolves --kv-dtype as vLLM 0.33 stores the cache (stored_kv_dtype) before the time model reads
+    it: `auto` on NVIDIA's MiniMax-M2.5-NVFP4 (its quantization_config declares an 8-bit float KV scheme) is
+    fp8_e4m3, so a decode token reads 1 B a value and attention runs at the fp8 rate; `FP8` is fp8; Falcon, whose
+    attention ignores the cache dtype, keeps bf16 (rate and bytes) under fp8."""
+    from kvdash.engines.vllm import timed_compute
+
+    cfg = json.loads((DATA / "models" / "minimax-m2.5-nvfp4" / "config.json").read_text())
+    arch = from_hf_config(cfg, name="minimax-m2.5-nvfp4")
+    auto, bf = timed_compute(cfg, arch, 4, "nvfp4", "auto"), timed_compute(cfg, arch, 4, "nvfp4", "bf16")
+    assert (auto.attn_rate, bf.attn_rate) == ("fp8", "bf16") and auto.kv_full_bytes * 2 == bf.kv_full_bytes
+    l8 = load_preset("llama-3.1-8b")
+    l8cfg = json.loads(Path("kvdash/data/models/llama-3.1-8b.json").read_text())
+    assert timed_compute(l8cfg, l8, 1, "bf16", "FP8").attn_rate == "fp8"
+    falcon = replace(l8, model_type="falcon")
+    fal = timed_compute(l8cfg, falcon, 1, "bf16", "fp8")
+    assert fal.attn_rate == "bf16" and fal.kv_full_bytes == timed_compute(l8cfg, l8, 1, "bf16", "bf16").kv_full_bytes
 
 
 def test_a_prefill_chunk_runs_the_lm_head_for_one_token():
@@ -163,11 +185,13 @@ def test_a_prefill_chunk_runs_the_lm_head_for_one_token():
     assert mc.lm_head_params == 128256 * 4096 and mc.lm_head_rate == "bf16"
     assert lm_head_seconds(mc, g) * 1e3 == pytest.approx(2 * 525_336_576 / 989e12 * 1e3)
     pf = mc.attn_pair_flops(prefill=True)
-    _, with_head = prefill_chunk_seconds(mc, 0, 100, pf, g.rate("bf16"), g.hbm_bytes_per_s)
-    _, one_head = prefill_chunk_seconds(mc, 0, 100, pf, g.rate("bf16"), g.hbm_bytes_per_s, lm_head_seconds(mc, g))
+    _, with_head = prefill_chunk_seconds(mc, 0, 100, pf, g.rate("bf16"), g.hbm_bytes_per_s, lm_head_s=0.0)
+    _, one_head = prefill_chunk_seconds(mc, 0, 100, pf, g.rate("bf16"), g.hbm_bytes_per_s,
+                                        lm_head_s=lm_head_seconds(mc, g))
     assert (with_head - one_head) * 1e3 == pytest.approx(0.10517, abs=1e-5)
     # a one-token chunk (a decode token, or the last of a prompt) samples its token: nothing saved
-    assert prefill_chunk_seconds(mc, 7, 1, pf, 1.0, 1.0, 5.0) == prefill_chunk_seconds(mc, 7, 1, pf, 1.0, 1.0)
+    assert (prefill_chunk_seconds(mc, 7, 1, pf, 1.0, 1.0, lm_head_s=5.0)
+            == prefill_chunk_seconds(mc, 7, 1, pf, 1.0, 1.0, lm_head_s=0.0))
 
 
 def test_stretches_agree_with_single_steps():
@@ -347,7 +371,7 @@ def test_calc_slo_answers_in_brief_and_names_an_unmeasured_gpu(capsys, monkeypat
     """calc --slo --brief keeps the SLO answer (asked for, so part of the answer: it was dropped silently); on a
     GPU without measured serving rows (A100) a `GPU:` line says the constants are unchecked there, as simulate
     --time says; the hint past a queue-free trace names simulate's --requests (calc has none); a rate prints
-    as the tables print figures (4 significant digits, thousands separated)."""
+    as the tables print figures (rate_words: whole from 1,000, else 4 or 3 significant digits)."""
     from kvdash.commands import simulate_time
     from kvdash.simulate.slo import rate_words
 
@@ -373,6 +397,21 @@ def test_one_token_outputs_have_no_tpot_in_json(capsys):
     r = json.loads(out)["results"][0]
     assert r["tpot_ms"] == {"p50": None, "p90": None, "p99": None, "mean": None}
     assert r["tokens_per_s_per_user"] is None and r["ttft_ms"]["mean"] > 0 and "has_tpot" not in r
+
+
+def test_a_grid_point_without_a_second_token_has_no_tpot():
+    """A grid's time columns (tasks.time_point) for one-token outputs: TPOT p90 and per-user tokens/s are null, as
+    in simulate's JSON, so a gate such as `time_tpot_p90_ms max: 50` fails on them instead of passing at 0."""
+    from kvdash.simulate.tasks import time_point
+
+    mc, pool, g = _llama8b()
+    setup = {"pool": pool, "mc": mc, "gpu": g, "consts": Constants(1.0, 1.0, 0.001, 0.0, 0.0), "max_num_seqs": 64,
+             "max_batched": 8192, "tp": 1, "kv_requests": 100}
+    one = time_point({"setup": setup, "prompt": np.full(12, 100), "output": np.ones(12, dtype=np.int64), "seed": 0,
+                      "users": 4})
+    assert one["tpot_p90_ms"] is None and one["tokens_per_s_per_user"] is None and one["ttft_p90_ms"] > 0
+    two = time_point({"setup": setup, "prompt": np.full(12, 100), "output": np.full(12, 2), "seed": 0, "users": 4})
+    assert two["tpot_p90_ms"] > 0 and two["tokens_per_s_per_user"] > 0
 
 
 def test_timed_simulate_prose_fits_80_columns_and_warns_of_ignored_policies(capsys, monkeypatch):
@@ -405,13 +444,17 @@ def test_event_simulator_gives_the_reference_schedule():
     the same schedule as the step-by-step reference on random workloads: closed loop and Poisson, pools tight
     enough to preempt, token budgets that chunk prompts, prompts of 1 token, state blocks; the same segments
     (first token, finish and arrival at the same segment, the same steps, preemptions and peak) and the same
-    features to 1e-12."""
+    features to 1e-12; half the workloads over an fp8 KV cache (attention at the fp8 rate, fewer KV bytes)."""
     from kvdash.simulate.timed import simulate_reference
 
-    mc, _, g = _llama8b()
+    mc16, _, g = _llama8b()
+    mc8 = model_compute(json.loads(Path("kvdash/data/models/llama-3.1-8b.json").read_text()),
+                        load_preset("llama-3.1-8b"), 1, "bf16", None, "fp8")
+    assert mc8.attn_rate == "fp8" and mc16.attn_rate == "bf16"
     c = Constants(1.2, 1.3, 0.002, 3e-5, 1e-5)
     preempting = 0
     for seed in range(80):
+        mc = mc8 if seed % 4 >= 2 else mc16
         rng = np.random.default_rng(seed)
         n = int(rng.integers(1, 60))
         P, OUT = rng.integers(1, 300, n), rng.integers(1, 200, n)
@@ -508,7 +551,6 @@ def test_minimax_qk_norm_all_reduces_once_more_a_layer():
     assert (tp4.norm_reduces, tp1.norm_reduces) == (62, 0)
     x4 = features(tp4, g, 8, 0, 0, 0)
     assert x4[4] == 3 * 62 and features(tp1, g, 8, 0, 0, 0)[4] == 0
-    from dataclasses import replace
     assert features(replace(tp4, norm_reduces=0), g, 8, 0, 0, 0)[5] == pytest.approx(x4[5])
     q = _cfg("qwen3-235b-a22b-fp8")
     assert features(model_compute(q, from_hf_config(q, "q"), 4, "fp8"), g, 8, 0, 0, 0)[4] == 2 * 94

@@ -138,7 +138,8 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
 def _timer(timing: PrefillTiming, arch: Any, tp: int, gpu: str | None, kv_dtype: str) -> Any:
     """The time model's prefill timer for the model on the GPU (``--time``)."""
     from kvdash.commands.simulate_time import model_config
-    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
+    from kvdash.core.steptime import fitted_constants, gpu_perf
+    from kvdash.engines.vllm import timed_compute
     from kvdash.simulate.prefill import ChunkTimer
 
     if not gpu:
@@ -150,7 +151,7 @@ def _timer(timing: PrefillTiming, arch: Any, tp: int, gpu: str | None, kv_dtype:
 
         arch = replace(arch, weight_bytes=parse_size(timing.weights, "--weights", allow_zero=True), weights_known=True,
                        weight_basis="--weights")
-    mc = model_compute(model_config(timing.model, timing.config), arch, tp, timing.weight_format, None, kv_dtype)
+    mc = timed_compute(model_config(timing.model, timing.config), arch, tp, timing.weight_format, kv_dtype)
     return ChunkTimer(mc, gpu_perf(gpu), fitted_constants(gpu))
 
 

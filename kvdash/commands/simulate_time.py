@@ -37,7 +37,8 @@ def main(o: dict[str, Any]) -> None:
     from kvdash.calibration import reserve_spec, with_reserve
     from kvdash.commands.common import check_budget_options, parse_budget, warn
     from kvdash.core.gpus import get_gpu
-    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute, moe_kernel, unmeasured_note
+    from kvdash.core.steptime import fitted_constants, gpu_perf, moe_kernel, unmeasured_note
+    from kvdash.engines.vllm import stored_kv_dtype, timed_compute
     from kvdash.simulate.lengths import parse_lengths_spec
     from kvdash.simulate.timed import Pool
     from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace
@@ -56,7 +57,8 @@ def main(o: dict[str, Any]) -> None:
     if o["weights"]:  # the time model reads the weight figure where it cannot count parameters (hybrids)
         arch = replace(arch, weight_bytes=parse_size(o["weights"], "--weights", allow_zero=True), weights_known=True,
                        weight_basis="--weights")
-    mc = model_compute(cfg, arch, tp, o["weight_format"], None, o["kv_dtype"])
+    mc = timed_compute(cfg, arch, tp, o["weight_format"], o["kv_dtype"])
+    stored = stored_kv_dtype(arch, o["kv_dtype"])[0]  # the cache vLLM keeps (auto: the checkpoint's)
     seqs_d, tokens_d = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
     seqs = seqs_d if o["max_num_seqs"] is None else o["max_num_seqs"]  # 0 is refused below, not the default
     batched = tokens_d if o["max_batched_tokens"] is None else o["max_batched_tokens"]
@@ -99,7 +101,7 @@ def main(o: dict[str, Any]) -> None:
     rate = o["rate"]
     res = run_point(setup, prompt, output, concurrency=conc or 0, rate=0.0 if conc else rate, seed=o["seed"])
     search = slo_search(setup, prompt, output, slo, o["seed"]) if slo else None
-    info = {"model": arch.name, "gpu": gpu.key, "tp": tp, "kv_dtype": o["kv_dtype"], "weight_format": o["weight_format"],
+    info = {"model": arch.name, "gpu": gpu.key, "tp": tp, "kv_dtype": stored, "weight_format": o["weight_format"],
             "block_size": shape.block_size, "pool_blocks": pool.blocks, "budget_bytes": binfo["per_rank_bytes"],
             "max_num_seqs": seqs, "max_num_batched_tokens": batched, "workload": w.name, "requests": len(prompt),
             "arrival": f"closed loop of {conc}" if conc else f"Poisson, {rate:g} requests/s",
@@ -137,7 +139,7 @@ def main(o: dict[str, Any]) -> None:
     experts = (f" (experts {mc.expert_format})" if mc.expert_format and mc.expert_format != o["weight_format"]
                else "")
     window = f", sliding window {mc.window:,} tokens on some layers" if mc.window else ""
-    say(f"{arch.name} on {tp} x {gpu.key}, {o['weight_format']} weights{experts}, {o['kv_dtype']} KV{window}: "
+    say(f"{arch.name} on {tp} x {gpu.key}, {o['weight_format']} weights{experts}, {stored} KV{window}: "
         f"{pool.blocks:,} blocks of {shape.block_size} tokens; {info['workload']}, {len(prompt):,} requests, "
         f"{info['arrival']}; max_num_seqs {seqs:,}, max_num_batched_tokens {batched:,}")
     lat = Table(title="Latency, ms (paged, vLLM's scheduler, step-time model)")
@@ -154,11 +156,7 @@ def main(o: dict[str, Any]) -> None:
                 f"{res.requests_per_s:,.3f}", f"{res.preemptions:,}", f"{res.avg_running:,.1f}")
     print_tables([lat, thr])
     if search is not None:
-        from kvdash.simulate.slo import rate_text
-
-        say(f"SLO {o['slo']} at p90: at most {search['max_concurrency']:,} users (closed loop), "
-            f"{rate_text(search, len(prompt))} (Poisson); KV holds about {kv_requests:,} requests of their mean "
-            f"length ({mean_len:,} tokens); binds: {search['binding_limit']}")
+        say(slo_sentence(o["slo"], search, len(prompt), mean_len))
     say(f"constants: {consts.fitted_on}; measured error: {info['measured_error']}")
     for key, label in (("routed_experts", "routed experts"), ("parameters", "parameters"),
                        ("gpu_extrapolated", "GPU"), ("short_run", "note"), ("all_reduces", "all-reduces")):
@@ -177,7 +175,8 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     from dataclasses import replace
 
     from kvdash.core.gpus import get_gpu
-    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute, unmeasured_note
+    from kvdash.core.steptime import fitted_constants, gpu_perf, unmeasured_note
+    from kvdash.engines.vllm import timed_compute
     from kvdash.simulate.timed import Pool
     from kvdash.simulate.workload import PRESETS, draw_requests
 
@@ -191,7 +190,7 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     gpu = get_gpu(gpu_key)
     perf = gpu_perf(gpu.key)
     p = result["pool"]
-    mc = model_compute(model_config(model, config), arch, tp, weight_format, None, kv_dtype)
+    mc = timed_compute(model_config(model, config), arch, tp, weight_format, kv_dtype)
     pool = Pool(int(result["whole_pool_blocks"]), int(p["block_size"]), int(p["full_groups"]), int(p["window_groups"]),
                 int(p["window"] or 0), int(p["state_blocks_per_request"] or 0))
     # calc's own engine caps (its --max-num-seqs / --max-batched-tokens, else vLLM 0.33's defaults for the GPU)
@@ -218,15 +217,23 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     return out
 
 
+def slo_sentence(slo_arg: str, s: dict[str, Any], requests: int, mean_len: int, workload: str = "",
+                 further: str = "more --requests") -> str:
+    """An SLO search's answer (:func:`kvdash.simulate.slo.slo_search`) in one sentence, as simulate and calc print
+    it: the users and the rate, the pool's room at the workload's mean length, the limit that binds."""
+    from kvdash.simulate.slo import rate_text
+
+    return (f"SLO {slo_arg} at p90{f' ({workload})' if workload else ''}: at most {s['max_concurrency']:,} users "
+            f"(closed loop), {rate_text(s, requests, further)} (Poisson); KV holds about "
+            f"{s['kv_capacity_requests']:,} requests of their mean length ({mean_len:,} tokens) at once; binds: "
+            f"{s['binding_limit']}")
+
+
 def calc_slo_lines(slo_arg: str, s: dict[str, Any]) -> list[str]:
     """``kvdash calc --slo``'s answer in words (under its tables, and in ``--brief``): the SLO line, and a ``GPU:``
     line where the time constants are applied to a GPU without measured rows."""
-    from kvdash.simulate.slo import rate_text
-
-    rate = rate_text(s, s["requests"], "kvdash simulate --time --slo with more --requests searches further")
-    line = (f"SLO {slo_arg} at p90 ({s['workload']}): at most {s['max_concurrency']:,} users (closed loop), {rate} "
-            f"(Poisson); KV holds about {s['kv_capacity_requests']:,} requests of their mean length "
-            f"({s['mean_request_tokens']:,} tokens) at once; binds: {s['binding_limit']}")
+    line = slo_sentence(slo_arg, s, s["requests"], s["mean_request_tokens"], s["workload"],
+                        "kvdash simulate --time --slo with more --requests searches further")
     if "pool_note" in s:
         line += f"; {s['pool_note']}"
     return [line] + ([f"GPU: {s['gpu_extrapolated']}"] if "gpu_extrapolated" in s else [])

@@ -119,12 +119,12 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
                  f"({', '.join(f.name for f in files)})", *answer_lines(answer),
                  f"Report: {target / 'report.md'} (and report.html beside it)"]
         width = terminal_width()
-        for line in lines:  # wrapped at the terminal's width; a list item's later lines under its text
+        for line in lines:  # wrapped at the terminal's width, paths kept whole; an item's later lines under its text
             if line.startswith("- "):
                 print("\n".join("- " * (i == 0) + "  " * (i > 0) + part
-                                for i, part in enumerate(wrap(line[2:], max(width - 2, 20)))))
+                                for i, part in enumerate(wrap(line[2:], max(width - 2, 20), cut=False))))
             else:
-                print("\n".join(wrap(line, width)))
+                print("\n".join(wrap(line, width, cut=False)))
     return expanded.frame, files
 
 

@@ -290,7 +290,7 @@ def lm_head_seconds(mc: ModelCompute, gpu: GPUPerf) -> float:
 
 
 def prefill_chunk_seconds(mc: ModelCompute, prior: int, chunk: int, pair_flops: tuple[float, float],
-                          flops_per_s: float, hbm_bytes_per_s: float, lm_head_s: float = 0.0) -> tuple[float, float]:
+                          flops_per_s: float, hbm_bytes_per_s: float, *, lm_head_s: float) -> tuple[float, float]:
     """(memory s, compute s) that a prefill chunk of ``chunk`` tokens after ``prior`` ones adds to its step at the
     spec figures: the prior tokens' KV read, and the chunk's causal query-key pairs at the prefill dims
     (``pair_flops``: :meth:`ModelCompute.attn_pair_flops` with ``prefill=True``, full and window layers), less the

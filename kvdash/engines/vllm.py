@@ -772,3 +772,14 @@ class VllmRules:
 
 
 RULES = VllmRules()
+
+
+def timed_compute(cfg: dict[str, Any], arch: Architecture, tp: int, weights: str, kv_dtype: str,
+                  scales: str = "tensor", dp: int = 1) -> Any:
+    """The time model's per-rank figures (:func:`kvdash.core.steptime.model_compute`) over the KV cache vLLM 0.33
+    stores for ``--kv-cache-dtype kv_dtype`` (:func:`stored_kv_dtype`): ``auto`` as the checkpoint declares it, a
+    quantized dtype the model's attention ignores as bf16, any spelling as its canonical name; so the KV bytes a
+    step reads and the attention's FLOP rate (fp8 over an fp8 cache) follow the cache the pool was sized for."""
+    from kvdash.core.steptime import model_compute
+
+    return model_compute(cfg, arch, tp, weights, None, stored_kv_dtype(arch, kv_dtype)[0], scales, dp=dp)

@@ -84,18 +84,21 @@ def _split_long(word: str, width: int) -> list[str]:
     return pieces + [cur]
 
 
-def wrap(text: str, width: int) -> list[str]:
-    """Greedy word wrap to ``width`` columns; a word longer than the width is cut.
+def wrap(text: str, width: int, cut: bool = True) -> list[str]:
+    """Greedy word wrap to ``width`` columns; a word longer than the width is cut, or with ``cut=False`` (a path
+    to copy) kept whole on its own line.
 
     >>> wrap("floor(budget / bytes per block)", 14)
     ['floor(budget /', 'bytes per', 'block)']
+    >>> wrap("Report: /a/very/long/path/report.md (and more)", 12, cut=False)
+    ['Report:', '/a/very/long/path/report.md', '(and more)']
     """
     lines: list[str] = []
     for paragraph in text.split("\n"):
         line, line_w = "", 0
         for word in paragraph.split():
             w = cell_width(word)
-            if w > width:
+            if w > width and cut:
                 if line:
                     lines.append(line)
                 *full, last = _split_long(word, width)

@@ -49,7 +49,7 @@ class ChunkTimer:
             base = features(self.mc, self.gpu, chunk, 0.0, 0.0, 0.0)
             self._base[chunk] = base
         mem_s, cmp_s = prefill_chunk_seconds(self.mc, prior, chunk, self.pair_flops, self.f_attn,
-                                             self.gpu.hbm_bytes_per_s, self.lm_s)
+                                             self.gpu.hbm_bytes_per_s, lm_head_s=self.lm_s)
         x = list(base)
         x[1] += cmp_s
         x[0] += mem_s

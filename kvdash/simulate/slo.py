@@ -130,8 +130,9 @@ RATE_DOUBLINGS = 6
 
 
 def rate_words(rate: float) -> str:
-    """A request rate as the tables print figures: thousands separated, four significant digits at most
-    (``1,504``, ``609.2``, ``23.04``, ``0.841``); the JSON keeps the search's own figure."""
+    """A request rate as the tables print figures: from 1,000 whole and thousands separated (``1,504``,
+    ``12,346``), from 1 four significant digits (``609.2``, ``23.04``), below 1 three (``0.841``); the JSON keeps
+    the search's own figure."""
     if rate >= 1000:
         return f"{rate:,.0f}"
     return f"{rate:.4g}" if rate >= 1 else f"{rate:.3g}"
@@ -187,7 +188,8 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
             binds, words = "max_num_seqs", (f"max_num_seqs ({setup['max_num_seqs']:,}: the users beyond it wait in "
                                             "the queue, their TTFT growing)")
         elif above.preemptions or hi > setup["kv_requests"]:
-            binds, words = "kv", f"KV cache (about {setup['kv_requests']:,} mean-length requests fit)"
+            binds, words = "kv", (f"KV cache (at {hi:,} users the pool preempts)" if above.preemptions else
+                                  f"KV cache ({hi:,} users are more than the pool holds at the mean length)")
         elif hi == 1:
             binds, words = "compute", "compute: not even one user alone meets it (the step time itself)"
         else:

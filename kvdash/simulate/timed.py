@@ -306,7 +306,7 @@ def simulate_reference(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: M
             x[1] += dec_cmp_full * full_ctx + dec_cmp_win * win_ctx
         if not decode.all():
             for p0, q in zip(comp0[~decode].tolist(), stake[~decode].tolist(), strict=True):
-                mem_s, cmp_s = prefill_chunk_seconds(mc, p0, q, (full_pp, win_pp), f_attn, bw, lm_s)
+                mem_s, cmp_s = prefill_chunk_seconds(mc, p0, q, (full_pp, win_pp), f_attn, bw, lm_head_s=lm_s)
                 x[1] += cmp_s
                 x[0] += mem_s
         steps += 1

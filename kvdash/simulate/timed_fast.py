@@ -299,25 +299,6 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             cd = len(dec)
         chunk_reqs = pref  # pref is built anew below
         chunk_takes = takes
-        # the step's features, chunk by chunk: a chunk of one token may be a decode token (its last prompt token,
-        # or a 1-token prompt); every other chunk adds prefill_chunk_seconds (causal_pairs(p0, q) and
-        # mc.kv_read_bytes(p0), no window), summed in px0 / px1
-        tokens = cd
-        nd = cd
-        full_ctx = sum_off + cd * (T + 1)
-        px0 = px1 = 0.0
-        n_pre = 0
-        for r, q in zip(chunk_reqs, chunk_takes):  # noqa: B905 - the same length (the running requests' chunks)
-            if q:
-                tokens += q
-                p0 = computed[r]
-                if q == 1 and p0 + 1 == P[r] + gen[r]:
-                    nd += 1
-                    full_ctx += p0 + 1
-                else:
-                    px1 += full_pp * (q * p0 + q * (q + 1) // 2) / f_attn - (q - 1) * lm_s
-                    px0 += (kv_full * p0 + state2) / bw
-                    n_pre += 1
         if waiting and not preempted_now:
             running = cd + len(pref)
             busy = running > 0  # an idle engine schedules what arrives at once
@@ -336,7 +317,16 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 chunk_takes.append(q)
                 budget -= q
                 running += 1
-                tokens += q  # the chunk's features, as above
+        # the step's features, chunk by chunk, in one pass: a chunk of one token may be a decode token (its last
+        # prompt token, or a 1-token prompt); every other adds prefill_chunk_seconds (causal_pairs(p0, q),
+        # mc.kv_read_bytes(p0), no window, the LM head once), summed in px0 / px1
+        tokens = nd = cd
+        full_ctx = sum_off + cd * (T + 1)
+        px0 = px1 = 0.0
+        n_prefill = 0
+        for r, q in zip(chunk_reqs, chunk_takes):  # noqa: B905 - the same length
+            if q:
+                tokens += q
                 p0 = computed[r]
                 if q == 1 and p0 + 1 == P[r] + gen[r]:
                     nd += 1
@@ -344,18 +334,18 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 else:
                     px1 += full_pp * (q * p0 + q * (q + 1) // 2) / f_attn - (q - 1) * lm_s
                     px0 += (kv_full * p0 + state2) / bw
-                    n_pre += 1
+                    n_prefill += 1
         if not tokens:
             raise InputError("--budget", f"{pool.blocks:,} blocks", "the pool cannot hold one request's first chunk")
         x = list(base_cache.get(tokens) or base(tokens))
         if nd:
             x[0] += mf * full_ctx + nd * state2 / bw
             x[1] += cf * full_ctx
-        if n_pre:
+        if n_prefill:
             x[0] += px0
             x[1] += px1
         steps += 1
-        token_steps += nd + n_pre
+        token_steps += nd + n_prefill
         rows += x
         seg += 1
         if not closed:

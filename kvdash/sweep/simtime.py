@@ -256,8 +256,8 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
     import numpy as np
     import polars as pl
 
-    from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
-    from kvdash.engines.vllm import rank_shapes
+    from kvdash.core.steptime import fitted_constants, gpu_perf
+    from kvdash.engines.vllm import rank_shapes, timed_compute
     from kvdash.errors import InputError
     from kvdash.simulate import tasks as T
     from kvdash.simulate.timed import Pool
@@ -352,8 +352,7 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
                str(gpu), seqs, batched, max_len)
         if key not in tasks:
             try:
-                mc = model_compute(cfg, arch, r["tp"], ts.weight_format, None, str(r["kv_dtype"]),
-                                   str(r["kv_scales"]))
+                mc = timed_compute(cfg, arch, r["tp"], ts.weight_format, str(r["kv_dtype"]), str(r["kv_scales"]))
             except InputError as exc:
                 untimed(f"{model}: {exc.allowed}", kv=kv)
                 continue
