@@ -173,8 +173,10 @@ NOTES = """Notes:
   of `kvdash/data/moe_kernels.json`, a_s + b x memory s + c x compute s of the experts' roofline, fitted by
   `benchmarks/moe_kernels.py` on aiconfigurator 0.12's kernel measurements of vLLM 0.24.0's fused-MoE layer
   (not on serving rows; the validation models' shapes held out where 20 other points remain), in place of the
-  roofline at c_mem / c_flop, which the dense calibration rows fitted; the measured layer holds its kernels, so a
-  MoE layer counts one layer unit there.  No calibration row has routed experts: the constants are unchanged.
+  roofline at c_mem / c_flop, which the dense calibration rows fitted; the measured module holds the fused-MoE
+  kernels, so a MoE layer counts only the others there (7/9 of a layer unit, 10/9 with a shared expert:
+  ModelCompute.kernel_units in kvdash/core/steptime.py).  No calibration row has routed experts: the constants
+  are unchanged.
 - No GPU was available this session: the bandwidth and FLOP terms were not measured on a device (issue 28
   item 6); every figure here is from the simulator with the constants fitted on the calibration rows."""
 

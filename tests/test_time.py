@@ -414,6 +414,37 @@ def test_a_grid_point_without_a_second_token_has_no_tpot():
     assert two["tpot_p90_ms"] > 0 and two["tokens_per_s_per_user"] > 0
 
 
+def test_second_trial_findings(capsys, monkeypatch):
+    """A second fresh-eyes trial's findings: the header names the lengths that ran (--prompt/--output, not the preset
+    beneath them); the SLO is echoed as parse_slo read it (TTFT=2S -> ttft=2s) and 1 request is singular; tokens/s
+    under 100 keep three significant digits (0.405, not 0); a checkpoint's folder given as --model reads its
+    config.json (vllm serve takes the folder); OPT-175B, an fp16 model, takes --weight-format fp16 (2 B, as bf16)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    base = ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--requests", "10",
+            "--concurrency", "1", "--prompt", "fixed:8000", "--output", "fixed:1", "--max-reserved", "8192"]
+    code, out, _ = run([*base, "--json"], capsys)
+    d = json.loads(out)
+    assert d["setup"]["workload"] == "prompt fixed:8000, output fixed:1"
+    per_gpu = d["results"][0]["tokens_per_s_per_gpu"]  # one token a prefill of 8,000: a few a second
+    code, out, _ = run(base, capsys)
+    assert "prompt fixed:8000, output fixed:1" in out and f" {per_gpu:.3g} " in out and 1 < per_gpu < 100
+    code, out, _ = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--requests", "30",
+                        "--slo", "TTFT=2S,tpot=50ms"], capsys)
+    assert code in (0, None) and "SLO ttft=2s,tpot=50ms at p90" in out
+    code, out, _ = run(["simulate", "--model", "tests/data/configs/jamba-1.5-mini", "--gpu", "h200", "--tp", "2",
+                        "--weights", "104GB", "--time", "--requests", "40", "--concurrency", "8"], capsys)
+    assert code in (0, None) and out.startswith("jamba-1.5-mini on 2 x h200")
+    code, out, err = run(["simulate", "--model", "opt-175b", "--gpu", "a100-80gb", "--tp", "8", "--time",
+                          "--requests", "40", "--concurrency", "8", "--weight-format", "fp16"], capsys)
+    assert code in (0, None) and "fp16 weights" in out, err
+    from kvdash.commands.simulate_time import slo_sentence
+
+    one = {"slo_s": {"ttft": 2.0}, "max_concurrency": 1, "kv_capacity_requests": 1, "max_rate_per_s": 0.5,
+           "binding_limit": "compute"}
+    assert "at most 1 user (closed loop)" in slo_sentence(one, 10, 4000)
+    assert "KV holds about 1 request of their" in slo_sentence(one, 10, 4000)
+
+
 def test_timed_simulate_prose_fits_80_columns_and_warns_of_ignored_policies(capsys, monkeypatch):
     """simulate --time at 80 columns: the header and the notes wrap with no trailing spaces, blocks and the rate
     carry their units; --policies, which the timed run cannot honour (paged only), gets a warning."""

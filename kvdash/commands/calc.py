@@ -249,7 +249,7 @@ def calc(
         if "slo" in result:  # asked for, so part of the answer
             from kvdash.commands.simulate_time import calc_slo_lines
 
-            lines += calc_slo_lines(str(slo), result["slo"])
+            lines += calc_slo_lines(result["slo"])
         print("\n".join(part for line in lines for part in wrap(line, terminal_width())))
         return
     from kvdash.render.calc_view import footer, render
@@ -264,7 +264,7 @@ def calc(
         from kvdash.commands.simulate_time import calc_slo_lines
         from kvdash.render.table import terminal_width, wrap
 
-        print("\n".join(part for line in calc_slo_lines(str(slo), result["slo"]) for part in wrap(line, terminal_width())))
+        print("\n".join(part for line in calc_slo_lines(result["slo"]) for part in wrap(line, terminal_width())))
     if offload is not None:
         _print_offload(result["offload_tiers"])
     print_tables([], footer(result))

@@ -25,7 +25,10 @@ def model_config(model: str, config: str | None) -> dict[str, Any]:
 
     path = DATA / "models" / f"{model.lower()}.json"
     if not path.is_file():
-        return dict(json.loads(Path(model).read_text(encoding="utf-8")))
+        given = Path(model)
+        if given.is_dir():  # a checkpoint's folder: its config.json, as resolve_model reads it
+            given = given / "config.json"
+        return dict(json.loads(given.read_text(encoding="utf-8")))
     return dict(json.loads(path.read_text(encoding="utf-8")))
 
 
@@ -86,6 +89,8 @@ def main(o: dict[str, Any]) -> None:
         w = replace(w, prompt=parse_lengths_spec(o["prompt"], "--prompt"), synthetic=False)
     if o["output"]:
         w = replace(w, output=parse_lengths_spec(o["output"], "--output"), synthetic=False)
+    if o["prompt"] or o["output"]:  # the header and setup.workload name the lengths that ran, not the preset's
+        w = replace(w, name=f"prompt {o['prompt'] or w.name}, output {o['output'] or w.name}")
     max_len = o["max_len"]
     w = replace(w, requests=o["requests"], rate=1.0, clip=o["clip"], arrival="closed", concurrency=1)
     reqs = draw_requests(w, o["seed"], max_len)
@@ -151,12 +156,15 @@ def main(o: dict[str, Any]) -> None:
     thr = Table(title="Throughput")
     for col in ("tokens/s", "per GPU", "per user", "requests/s", "preempted", "avg batch"):
         thr.add_column(col, "right", wrap=False)
-    thr.add_row(f"{res.tokens_per_s:,.0f}", f"{res.tokens_per_s_per_gpu:,.0f}",
+    def rate(v: float) -> str:  # tokens/s: whole from 100, else three significant digits (0.405, not 0)
+        return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+    thr.add_row(rate(res.tokens_per_s), rate(res.tokens_per_s_per_gpu),
                 "-" if no_tpot else f"{res.tokens_per_s_per_user:,.1f}",
                 f"{res.requests_per_s:,.3f}", f"{res.preemptions:,}", f"{res.avg_running:,.1f}")
     print_tables([lat, thr])
     if search is not None:
-        say(slo_sentence(o["slo"], search, len(prompt), mean_len))
+        say(slo_sentence(search, len(prompt), mean_len))
     say(f"constants: {consts.fitted_on}; measured error: {info['measured_error']}")
     for key, label in (("routed_experts", "routed experts"), ("parameters", "parameters"),
                        ("gpu_extrapolated", "GPU"), ("short_run", "note"), ("all_reduces", "all-reduces")):
@@ -217,22 +225,24 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     return out
 
 
-def slo_sentence(slo_arg: str, s: dict[str, Any], requests: int, mean_len: int, workload: str = "",
+def slo_sentence(s: dict[str, Any], requests: int, mean_len: int, workload: str = "",
                  further: str = "more --requests") -> str:
     """An SLO search's answer (:func:`kvdash.simulate.slo.slo_search`) in one sentence, as simulate and calc print
     it: the users and the rate, the pool's room at the workload's mean length, the limit that binds."""
-    from kvdash.simulate.slo import rate_text
+    from kvdash.simulate.slo import rate_text, slo_text
 
-    return (f"SLO {slo_arg} at p90{f' ({workload})' if workload else ''}: at most {s['max_concurrency']:,} users "
-            f"(closed loop), {rate_text(s, requests, further)} (Poisson); KV holds about "
-            f"{s['kv_capacity_requests']:,} requests of their mean length ({mean_len:,} tokens) at once; binds: "
-            f"{s['binding_limit']}")
+    kv = s["kv_capacity_requests"]
+    # the SLO as parse_slo read it (ttft=2s, whatever the case or unit it was typed in)
+    return (f"SLO {slo_text(s['slo_s'])} at p90{f' ({workload})' if workload else ''}: at most "
+            f"{s['max_concurrency']:,} user{'' if s['max_concurrency'] == 1 else 's'} (closed loop), "
+            f"{rate_text(s, requests, further)} (Poisson); KV holds about {kv:,} request{'' if kv == 1 else 's'} "
+            f"of their mean length ({mean_len:,} tokens) at once; binds: {s['binding_limit']}")
 
 
-def calc_slo_lines(slo_arg: str, s: dict[str, Any]) -> list[str]:
+def calc_slo_lines(s: dict[str, Any]) -> list[str]:
     """``kvdash calc --slo``'s answer in words (under its tables, and in ``--brief``): the SLO line, and a ``GPU:``
     line where the time constants are applied to a GPU without measured rows."""
-    line = slo_sentence(slo_arg, s, s["requests"], s["mean_request_tokens"], s["workload"],
+    line = slo_sentence(s, s["requests"], s["mean_request_tokens"], s["workload"],
                         "kvdash simulate --time --slo with more --requests searches further")
     if "pool_note" in s:
         line += f"; {s['pool_note']}"

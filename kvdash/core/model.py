@@ -313,7 +313,8 @@ def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int, hidden: 
     return out
 
 
-def load_config(path: str | Path, safetensors_index: str | Path | None = None, engine: str = "vllm") -> Architecture:
+def load_config(path: str | Path, safetensors_index: str | Path | None = None, engine: str = "vllm",
+                field: str = "--config") -> Architecture:
     """Read a ``config.json`` through ``transformers``' config class for its ``model_type`` (defaults
     filled in as the library defines them), and optionally ``model.safetensors.index.json`` for the
     weight bytes; without one, the weights are estimated from the config where kvdash can
@@ -322,7 +323,7 @@ def load_config(path: str | Path, safetensors_index: str | Path | None = None, e
     from kvdash.core import modeltypes
 
     p = Path(path)
-    raw = _read_json(p, "--config")
+    raw = _read_json(p, field)
     cfg = modeltypes.normalise(raw, str(p), engine)
     weight_bytes, basis, known = 0, "not given", True
     if safetensors_index is None and (p.parent / "model.safetensors.index.json").is_file():
@@ -387,7 +388,10 @@ def resolve_model(model: str | None = None, config: str | Path | None = None,
     if model is None:
         model = "tutorial-gqa-80l"
     if model.endswith(".json") or "/" in model:
-        return load_config(model, safetensors_index)
+        folder = Path(model)
+        if folder.is_dir() and (folder / "config.json").is_file():  # a checkpoint's folder, as vllm serve takes it
+            return load_config(folder / "config.json", safetensors_index, field="--model")
+        return load_config(model, safetensors_index, field="--model")
     arch = load_preset(model)
     if safetensors_index is not None:
         arch = Architecture(**{**arch.__dict__, "weight_bytes": read_weight_bytes(safetensors_index),

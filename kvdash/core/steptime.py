@@ -349,9 +349,10 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
         parts = {"embedding": 0, "lm_head": 0, "attention": 0, "dense_mlp": n, "shared": 0, "router": 0,
                  "experts_total": 0, "expert_params": 0, "moe_layers": 0, "experts": 0, "top_k": 0,
                  "hidden": arch.hidden_size, "vocab": 0}
-        if weights != "bf16" or experts_weights not in (None, "bf16"):
-            raise InputError("--weight-format", experts_weights if weights == "bf16" else weights,
-                             f"bf16 only for {arch.name}: the time model cannot count its parameters from its config "
+        if weights not in ("bf16", "fp16") or experts_weights not in (None, "bf16", "fp16"):  # fp16: 2 B, as bf16
+            raise InputError("--weight-format", experts_weights if weights in ("bf16", "fp16") else weights,
+                             f"bf16 only for {arch.name} (or fp16, 2 B a parameter too): the time model cannot count "
+                             "its parameters from its config "
                              f"({arch.model_type}, no MLP sizes kvdash reads), so it reads the weight figure "
                              f"({arch.weight_basis}) at 2 B a parameter; give --config with the model's full "
                              "config.json")
