@@ -434,6 +434,10 @@ def test_second_trial_findings(capsys, monkeypatch):
     code, out, _ = run(["simulate", "--model", "tests/data/configs/jamba-1.5-mini", "--gpu", "h200", "--tp", "2",
                         "--weights", "104GB", "--time", "--requests", "40", "--concurrency", "8"], capsys)
     assert code in (0, None) and out.startswith("jamba-1.5-mini on 2 x h200")
+    code, out, _ = run(["calc", "--model", "tests/data/configs/jamba-1.5-mini", "--brief"], capsys)
+    assert code in (0, None) and "vLLM 0.33 would log" in out
+    code, _, err = run(["calc", "--model", "tests/data/configs", "--brief"], capsys)  # a folder with no config.json
+    assert code == 2 and err.startswith("kvdash: error: --model: ")
     code, out, err = run(["simulate", "--model", "opt-175b", "--gpu", "a100-80gb", "--tp", "8", "--time",
                           "--requests", "40", "--concurrency", "8", "--weight-format", "fp16"], capsys)
     assert code in (0, None) and "fp16 weights" in out, err

@@ -23,7 +23,7 @@ DTYPES_TEXT = ("fp32, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8, fp8_ds_mla, or 
                "auto stores: the checkpoint's declared KV scheme, else bf16)")
 
 # --- the model --------------------------------------------------------------------------------------
-MODEL_HELP = "Model preset (kvdash models) or a config.json path."
+MODEL_HELP = "Model preset (kvdash models), a config.json path, or a checkpoint folder holding one."
 ModelOpt = Annotated[str, Opt("--model", "-m", help=MODEL_HELP)]
 # calibrate's --model: the same option, whose default is read from the engine (a preset default would name a
 # model the engine may not serve; tests/test_vocabulary.py lists the difference with this reason)
