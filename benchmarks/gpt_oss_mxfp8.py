@@ -96,12 +96,7 @@ def main() -> int:
     results = {}
     for label, sims in (("bf16 activations (kvdash)", dict(base)), ("MXFP8 activations (what-if)", {**base, **new})):
         sims = {i: dict(s) for i, s in sims.items()}
-        for i, s in sims.items():
-            for key in ("tpot_f", "ttft_f", "ttft_burst_f"):
-                s[key] = sf.by_generation(np.asarray(s[key]), by_id[i])
-        sf.mix_ttft(sims, args.in_step)
-        cal = [i for i in sims if by_id[i]["model_path"] in sf.CALIBRATION]
-        coef = sf.fit(sims, by_id, cal)  # unchanged: the calibration rows have no experts
+        coef = sf.fit_on_calibration(sims, by_id, args.in_step)  # unchanged: the calibration rows have no experts
         val = [i for i in sims if by_id[i]["model_path"] in sf.VALIDATION]
         results[label] = (sf.errors([r["id"] for r in whatif if r["id"] in sims], by_id, sims, coef),
                           sf.errors(val, by_id, sims, coef), sf.cliff_counts(val, by_id, sims, coef))

@@ -640,6 +640,25 @@ def breakdown(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, 
     return out
 
 
+def split_generations(sims: dict[str, dict[str, Any]], by_id: dict[str, dict[str, str]]) -> None:
+    """Every simulation's features (TPOT, TTFT, the first round's TTFT) split by the row's GPU generation
+    (:func:`by_generation`), in place."""
+    for i, sim in sims.items():
+        for key in ("tpot_f", "ttft_f", "ttft_burst_f"):
+            sim[key] = by_generation(np.asarray(sim[key]), by_id[i])
+
+
+def fit_on_calibration(sims: dict[str, dict[str, Any]], by_id: dict[str, dict[str, str]],
+                       in_step: float | None) -> np.ndarray:
+    """Split the features by GPU generation, mix the TTFT (``in_step``; None: the features are already the
+    measured mix) and fit the constants on the calibration rows, as :func:`main` does at its chosen pair (the
+    readings and what-ifs under ``benchmarks/`` refit this way)."""
+    split_generations(sims, by_id)
+    if in_step is not None:
+        mix_ttft(sims, in_step)
+    return fit(sims, by_id, [i for i in sims if by_id[i]["model_path"] in CALIBRATION])
+
+
 def mix_ttft(sims: dict[str, dict[str, Any]], in_step: float) -> None:
     """Each row's TTFT features: ``in_step`` of the round in step (the users' requests arriving together) and
     the rest out of step (the steady rounds)."""
@@ -867,9 +886,7 @@ def main() -> None:
         print(f"  skipped {v}: {k}", file=sys.stderr)
     by_id = {r["id"]: r for r in rows}
     for sims in by_spread.values():  # the compute seconds in the column of the row's GPU generation
-        for i, sim in sims.items():
-            for key in ("tpot_f", "ttft_f", "ttft_burst_f"):
-                sim[key] = by_generation(sim[key], by_id[i])
+        split_generations(sims, by_id)
     # the phase spread and the share of the benchmark's TTFT in step, chosen on the calibration rows only
     shares = (args.in_step,) if args.in_step is not None else IN_STEP_GRID
     spread, in_step, scan = best_pair(by_spread, by_id, shares)

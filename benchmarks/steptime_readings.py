@@ -165,17 +165,6 @@ def _aiperf_job(row: dict[str, str]) -> tuple[str, dict[str, Any] | None]:
         return row["id"], None
 
 
-def fitted(sims: dict[str, dict], by_id: dict[str, dict[str, str]], in_step: float | None) -> np.ndarray:
-    """Split the features by GPU generation, mix the TTFT (``in_step``; None: the features are already the
-    measured mix) and fit the constants on the calibration rows, as steptime_fit.py does."""
-    for i, s in sims.items():
-        for key in ("tpot_f", "ttft_f", "ttft_burst_f"):
-            s[key] = sf.by_generation(np.asarray(s[key]), by_id[i])
-    if in_step is not None:
-        sf.mix_ttft(sims, in_step)
-    return sf.fit(sims, by_id, [i for i in sims if by_id[i]["model_path"] in sf.CALIBRATION])
-
-
 def summary(label: str, ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray) -> str:
     e = sf.errors(ids, by_id, sims, coef)
     meas, hit, false = sf.cliff_counts(ids, by_id, sims, coef)
@@ -200,7 +189,7 @@ def main() -> int:
     rows = list(csv.DictReader((sf.DATA / "silicon_vllm_agg.csv").open()))
     by_id = {r["id"]: r for r in rows}
     base = {i: dict(s) for i, s in sf.simulations(rows, args.requests_per_user, args.spread, args.cache).items()}
-    coef = fitted(base, by_id, args.in_step)
+    coef = sf.fit_on_calibration(base, by_id, args.in_step)
     cal = [i for i in base if by_id[i]["model_path"] in sf.CALIBRATION]
     val = [i for i in base if by_id[i]["model_path"] in sf.VALIDATION]
     print("\n".join(HEAD))
@@ -221,7 +210,7 @@ def main() -> int:
     with Processes(args.jobs) as pool:
         got_a = dict(pool.map(_aiperf_job, rows, chunksize=4))
     sims = {i: dict(s) for i, s in got_a.items() if s is not None}
-    coef_a = fitted(sims, by_id, None)
+    coef_a = sf.fit_on_calibration(sims, by_id, None)
     cal_a = [i for i in sims if by_id[i]["model_path"] in sf.CALIBRATION]
     val_a = [i for i in sims if by_id[i]["model_path"] in sf.VALIDATION]
     print(summary(f"calibration, aiperf's protocol ({AIPERF_ROUNDS} rounds, refitted)", cal_a, by_id, sims, coef_a))

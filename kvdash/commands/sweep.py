@@ -121,7 +121,7 @@ def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: b
         width = terminal_width()
         for line in lines:  # wrapped at the terminal's width, paths kept whole; an item's later lines under its text
             if line.startswith("- "):
-                print("\n".join("- " * (i == 0) + "  " * (i > 0) + part
+                print("\n".join(("  " if i else "- ") + part
                                 for i, part in enumerate(wrap(line[2:], max(width - 2, 20), cut=False))))
             else:
                 print("\n".join(wrap(line, width, cut=False)))

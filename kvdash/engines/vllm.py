@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvdash import defaults
 from kvdash.core import formulas as f
@@ -48,6 +48,9 @@ from kvdash.core.pool import PoolShape, check_parallel, check_positive, layer_st
 from kvdash.core.state import state_page_bytes
 from kvdash.engines.base import Budget, Caps, Gpu, Settings
 from kvdash.errors import InputError
+
+if TYPE_CHECKING:
+    from kvdash.core.steptime import ModelCompute
 from kvdash.units import scale_floor
 
 VERSION = "0.33"  # the vLLM release whose rules kvdash mirrors
@@ -775,11 +778,11 @@ RULES = VllmRules()
 
 
 def timed_compute(cfg: dict[str, Any], arch: Architecture, tp: int, weights: str, kv_dtype: str,
-                  scales: str = "tensor", dp: int = 1) -> Any:
+                  scales: str = "tensor") -> ModelCompute:
     """The time model's per-rank figures (:func:`kvdash.core.steptime.model_compute`) over the KV cache vLLM 0.33
     stores for ``--kv-cache-dtype kv_dtype`` (:func:`stored_kv_dtype`): ``auto`` as the checkpoint declares it, a
     quantized dtype the model's attention ignores as bf16, any spelling as its canonical name; so the KV bytes a
     step reads and the attention's FLOP rate (fp8 over an fp8 cache) follow the cache the pool was sized for."""
     from kvdash.core.steptime import model_compute
 
-    return model_compute(cfg, arch, tp, weights, None, stored_kv_dtype(arch, kv_dtype)[0], scales, dp=dp)
+    return model_compute(cfg, arch, tp, weights, None, stored_kv_dtype(arch, kv_dtype)[0], scales)
