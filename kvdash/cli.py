@@ -120,8 +120,15 @@ def main(argv: list[str] | None = None) -> None:
         fail(shorten_words(" ".join(message.split())) + f" (see {where} --help)", getattr(exc, "exit_code", 2) or 2)
     except Interrupted as exc:  # a command says what the interruption left (sweep: the old report)
         fail(str(exc), exc.code)
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP where a command catches them (Terminated)
-        fail("interrupted" if signal_code(exc) == 130 else f"interrupted by {signal_name(exc)}", signal_code(exc))
+    except (KeyboardInterrupt, RuntimeError) as exc:
+        # Ctrl-C, or SIGTERM/SIGHUP where a command catches them (Terminated); or one Python wrapped in a
+        # RuntimeError as a command's lazy import set up a class (kvdash.launch.from_interrupt)
+        from kvdash.launch import from_interrupt
+
+        stop = from_interrupt(exc)
+        if stop is None:
+            raise
+        fail("interrupted" if signal_code(stop) == 130 else f"interrupted by {signal_name(stop)}", signal_code(stop))
     except OSError as exc:  # a folder that cannot be written, a full disk: one line, not a traceback
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         fail(f"{where}{exc.strerror or exc}")

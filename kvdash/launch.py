@@ -23,25 +23,25 @@ def _interrupted() -> None:
     os._exit(130)  # half-imported modules: skip the interpreter's teardown
 
 
-def _from_interrupt(exc: BaseException) -> bool:
-    """Whether a Ctrl-C raised ``exc`` or is in its chain: Python wraps one that lands while a class body's
-    descriptors are set up (``__set_name__``, e.g. ``platform.uname_result`` as typer imports ``platform``) in a
-    RuntimeError whose cause is the KeyboardInterrupt."""
+def from_interrupt(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C that raised ``exc`` or is in its chain, else None: Python wraps one that lands while a class
+    body's descriptors are set up (``__set_name__``: ``platform.uname_result`` as typer imports ``platform``, a
+    dataclass's fields as a command's lazy import runs) in a RuntimeError whose cause is the KeyboardInterrupt."""
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         if isinstance(e, KeyboardInterrupt):
-            return True
+            return e
         seen.add(id(e))
         e = e.__cause__ or e.__context__
-    return False
+    return None
 
 
 def main() -> None:
     try:
         from kvdash.cli import main as run
     except BaseException as exc:
-        if _from_interrupt(exc):
+        if from_interrupt(exc) is not None:
             _interrupted()
         raise
     try:

@@ -389,6 +389,33 @@ def test_ctrl_c_wrapped_by_a_class_body_during_start_up_is_one_line(monkeypatch,
         launch.main()
 
 
+def test_ctrl_c_wrapped_by_a_command_s_lazy_import_is_one_line(monkeypatch, capsys):
+    """The same wrapping once the command line is built: a command's lazy import (calc imports kvdash.answer.budget,
+    whose `GPU` dataclass sets up its fields) caught a Ctrl-C as `RuntimeError: Error calling __set_name__ on 'Field'
+    instance 'flops' in 'GPU'` and printed a 40-line traceback (a CI run of the start-up test above, 1 of its 30
+    signals); cli.main now gives the one line, exit 130, and lets any other RuntimeError through."""
+    from kvdash import cli
+
+    wrapped = RuntimeError("Error calling __set_name__ on 'Field' instance 'flops' in 'GPU'")
+    wrapped.__cause__ = KeyboardInterrupt()
+
+    def boom(*args, **kwargs):
+        raise wrapped
+
+    monkeypatch.setattr("kvdash.core.model.resolve_model", boom)
+    with pytest.raises(SystemExit) as ended:
+        cli.main(["calc", "--model", "llama-3.1-8b"])
+    assert ended.value.code == 130 and capsys.readouterr().err == "kvdash: error: interrupted\n"
+    plain = RuntimeError("not an interrupt")
+
+    def other(*args, **kwargs):
+        raise plain
+
+    monkeypatch.setattr("kvdash.core.model.resolve_model", other)
+    with pytest.raises(RuntimeError, match="not an interrupt"):
+        cli.main(["calc", "--model", "llama-3.1-8b"])
+
+
 # --- 4. only kvdash's own work folders are removed ----------------------------------------------
 
 LOOK_ALIKES = {".out.kvdash-tmp-999999-mine": "notes.txt", ".out.kvdash-old-999998-x": "thesis.tex",
