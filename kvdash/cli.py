@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> None:
         fail(str(exc), exc.code)
     except (KeyboardInterrupt, RuntimeError) as exc:
         # Ctrl-C, or SIGTERM/SIGHUP where a command catches them (Terminated); or one Python wrapped in a
-        # RuntimeError as a command's lazy import set up a class (kvdash.launch.from_interrupt)
-        from kvdash.launch import from_interrupt
+        # RuntimeError as a command's lazy import set up a class (kvdash.interrupts.from_interrupt)
+        from kvdash.interrupts import from_interrupt
 
         stop = from_interrupt(exc)
         if stop is None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sys
 
+from kvdash.interrupts import from_interrupt
+
 
 def _interrupted() -> None:
     try:
@@ -21,20 +23,6 @@ def _interrupted() -> None:
     import os
 
     os._exit(130)  # half-imported modules: skip the interpreter's teardown
-
-
-def from_interrupt(exc: BaseException) -> KeyboardInterrupt | None:
-    """The Ctrl-C that raised ``exc`` or is in its chain, else None: Python wraps one that lands while a class
-    body's descriptors are set up (``__set_name__``: ``platform.uname_result`` as typer imports ``platform``, a
-    dataclass's fields as a command's lazy import runs) in a RuntimeError whose cause is the KeyboardInterrupt."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        if isinstance(e, KeyboardInterrupt):
-            return e
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return None
 
 
 def main() -> None:

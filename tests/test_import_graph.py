@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent / "kvdash"
 
 # module prefix -> layer (a module takes its longest matching prefix)
 LAYERS: dict[str, int] = {
-    "kvdash.units": 0, "kvdash.errors": 0, "kvdash.defaults": 0, "kvdash.safeio": 0, "kvdash.safeyaml": 0,
-    "kvdash.netaddr": 0, "kvdash.markdown": 0, "kvdash.data": 0, "kvdash.templates": 0,
+    "kvdash.units": 0, "kvdash.errors": 0, "kvdash.interrupts": 0, "kvdash.defaults": 0, "kvdash.safeio": 0,
+    "kvdash.safeyaml": 0, "kvdash.netaddr": 0, "kvdash.markdown": 0, "kvdash.data": 0, "kvdash.templates": 0,
     "kvdash.core": 1,  # the pure core: engine-free formulas, models, pool geometry
     "kvdash.engines": 2,  # engine rules behind one interface (kvdash.engines.vllm: vLLM 0.33)
     "kvdash.answer": 3,  # one configuration's answer: the core composed with an engine's rules
