@@ -69,7 +69,7 @@ def main() -> None:
     out = {name: statistics.median(v) for name, v in times.items()}
     print(f"{args.requests:,} ShareGPT-shaped requests, Llama-3.1-8B / H100, {pool.blocks:,} blocks, closed loop of "
           f"{args.concurrency}: step simulator {out['step']:.3f} CPU s, timed simulator {out['timed']:.3f} CPU s, "
-          f"ratio {out['timed'] / out['step']:.1f} x (target <= 1.5 x)")
+          f"ratio {out['timed'] / out['step']:.2f} x (target <= 1.5 x)")
 
 
 if __name__ == "__main__":

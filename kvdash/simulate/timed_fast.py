@@ -15,6 +15,12 @@ Only the requests being prefilled (at most a few, always after every decoder in 
 request admitted after one being prefilled got budget, so that one's prefill was complete) are held one by
 one.  A step that preempts lays the running requests out in order and follows the reference rule request by
 request.  ``tests/test_time.py`` checks both simulators give the same schedule on random workloads.
+
+The rest is Python's cost per request (``benchmarks/simulate_time_speed.py``): a segment records seven numbers
+and its features are summed at the end for all segments at once (:func:`_cumulative`: the step size's row of a
+table, times the steps, plus the KV and prefill seconds; the running time is kept in the loop only for Poisson
+arrivals, which need it); a step's admissions and its chunks go in one pass; the state stays in the function's
+locals (no nested function rebinds it).
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     # tokens per block of the full groups (Pool.request_blocks without window groups)
     B, fg, sb, total = pool.block_size * pool.full_ratio, pool.full_groups, pool.state_blocks, pool.blocks
 
-    def rb(t: int) -> int:  # Pool.request_blocks without window groups
+    def rb(t: int, B: int = B, fg: int = fg, sb: int = sb) -> int:  # Pool.request_blocks without window groups
         return fg * (-(-t // B)) + sb
 
     full_pf, win_pf = mc.attn_pair_flops()
@@ -84,18 +90,21 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     ready = [0] * n  # the first step a waiting request may join while others run (timed.ASYNC_STEPS)
     off: list[int] = []  # by decoder key (a key per start of decoding: a preempted request comes back anew)
     dec: dict[int, int] = {}  # decoding: key -> request, in running order
-    phases: list[set[int]] = [set() for _ in range(B)]  # off % B -> keys
+    phases = [0] * B  # off % B -> decoders
     sum_off = 0
     heap: list[tuple[int, int]] = []  # (finish step, key); stale entries: key no longer in dec
     pref: list[int] = []  # requests being prefilled (or not yet sampled), in running order, after every decoder
     waiting: deque[int] = deque()
     heappop, heappush = heapq.heappop, heapq.heappush
     free = total
-    T = 0  # steps so far
-    rows: list[float] = [0.0] * NFEAT  # the segments' features, flat (summed at the end)
+    T = 0  # steps so far (idle segments are not steps)
+    # the segments, SEG values each, flat (their features are summed at the end, _cumulative): the step's tokens
+    # (a stretch's decoders), its steps, the memory and compute seconds of the decode tokens' KV, of the prefill
+    # chunks, and seconds idle
+    rows: list[float] = []
     acc = np.zeros(NFEAT)  # Poisson arrivals: the running sum, for the time now
     now = 0.0
-    seg = steps = preemptions = peak = token_steps = 0
+    seg = preemptions = peak = token_steps = 0
     next_req = done = 0
     if closed:
         for _ in range(min(concurrency, n)):
@@ -107,47 +116,16 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         acc = acc + np.asarray(x)
         return float(acc @ coef_np)
 
-    def start_decoding(r: int, comp: int, g: int, t_next: int) -> None:
-        """Request ``r`` (``comp`` computed, ``g`` generated, one token to compute) decodes from step ``t_next``."""
-        nonlocal sum_off
-        key = len(off)
-        o = comp - t_next
-        off.append(o)
-        dec[key] = r
-        phases[o % B].add(key)
-        sum_off += o
-        heapq.heappush(heap, (t_next + OUT[r] - g - 1, key))
-
-    def stop_decoding(key: int) -> int:
-        """Remove a decoder; its computed tokens after ``T`` steps."""
-        nonlocal sum_off
-        del dec[key]
-        o = off[key]
-        phases[o % B].discard(key)
-        sum_off -= o
-        return o + T
-
-    def finished(r: int, comp: int) -> None:
-        nonlocal free, done, next_req
-        free += rb(comp)
-        finish[r] = seg
-        done += 1
-        if closed and next_req < n:
-            arrival[next_req] = seg
-            ready[next_req] = T + ASYNC_STEPS
-            waiting.append(next_req)
-            next_req += 1
-
-    def pop_finished() -> None:
-        """The decoders whose last token was sampled in the steps before ``T`` leave (finished + stop_decoding)."""
-        nonlocal sum_off, free, done, next_req
+    while True:
+        # the decoders whose last token was sampled in the steps before T leave; a closed loop's next request
+        # arrives (scheduled from the step after next: ASYNC_STEPS)
         while heap and heap[0][0] < T:
             _, key = heappop(heap)
             r = dec.pop(key, -1)
-            if r < 0:
+            if r < 0:  # preempted since
                 continue
             o = off[key]
-            phases[o % B].discard(key)
+            phases[o % B] -= 1
             sum_off -= o
             free += fg * (-(-(o + T) // B)) + sb
             finish[r] = seg
@@ -157,29 +135,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 ready[next_req] = T + ASYNC_STEPS
                 waiting.append(next_req)
                 next_req += 1
-
-    def crossings(k: int, c: int) -> int:
-        """Blocks the decoders take in steps T .. T + k - 1: each decoder one (per full group) every B steps,
-        and in the last k % B steps those whose phase comes up."""
-        rounds, part = divmod(k, B)
-        add = c * rounds
-        for j in range(T, T + part):
-            add += len(phases[-j % B])
-        return add * fg
-
-    def fit(k_max: int, c: int) -> int:
-        """The most decode steps (at most ``k_max``) without running out of free blocks."""
-        if not fg or c * fg * (-(-k_max // B)) <= free:
-            return k_max
-        rounds, rem = divmod(free // fg, c)
-        acc = 0
-        for j in range(B):
-            acc += len(phases[(-(T + rounds * B + j)) % B])
-            if acc > rem:
-                return min(k_max, rounds * B + j)
-        raise AssertionError("unreachable: the phases hold every decoder")  # pragma: no cover
-
-    while done < n:
+        if done >= n:
+            break
         if not closed:
             while next_req < n and arr[next_req] <= now:
                 waiting.append(next_req)
@@ -187,7 +144,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 next_req += 1
             if not dec and not pref and not waiting:
                 x = [0.0, 0.0, 0.0, 0.0, 0.0, float(arr[next_req]) - now]
-                rows += x
+                rows += (0, 0, 0.0, 0.0, 0.0, 0.0, x[5])
                 seg += 1
                 now = clock(x)
                 continue
@@ -199,7 +156,9 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             if waiting:
                 h = waiting[0]
                 later = ready[h] > T  # not yet seen by the scheduler (async scheduling)
-                first_chunk = min(P[h] + gen[h], max_batched_tokens - c)
+                first_chunk = P[h] + gen[h]
+                if first_chunk > max_batched_tokens - c:
+                    first_chunk = max_batched_tokens - c
                 can_admit = not later and c < max_num_seqs and max_batched_tokens > c and (
                     fg * (-(-first_chunk // B)) + sb <= free)
             if not can_admit:
@@ -209,35 +168,34 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 if later and ready[waiting[0]] - T < k:
                     k = ready[waiting[0]] - T
                 if fg and c * fg * (-(-k // B)) > free:
-                    k = fit(k, c)
+                    k = _fit(k, c, T, free, B, fg, phases)
                 if k >= 1:
-                    xb = base_cache.get(c) or base(c)
                     S = sum_off + c * (T + 1)  # the decode tokens' contexts at the stretch's first step
                     if not closed and next_req < n:
+                        xb = base_cache.get(c) or base(c)
                         k = _steps_before(arr[next_req] - now, k, float(np.asarray(xb) @ coef_np), S, c,
                                           coef_np[0] * mf + coef_np[1] * cf, coef_np[0] * mw + coef_np[1] * cw)
                     if k >= 1:
                         full = float(S) * k + c * k * (k - 1) / 2
-                        x = [v * k for v in xb] if k > 1 else list(xb)  # (v * 1 is v)
-                        x[0] += mf * full + mw * 0.0 + state_s * c * k
-                        x[1] += cf * full + cw * 0.0
+                        m = mf * full + mw * 0.0 + state_s * c * k
+                        fl = cf * full + cw * 0.0
                         if fg:
-                            free -= crossings(k, c) if k > 1 else fg * len(phases[-T % B])
+                            free -= _crossings(k, c, T, B, fg, phases) if k > 1 else fg * phases[-T % B]
                         T += k
-                        steps += k
                         token_steps += k * c
-                        rows += x
+                        rows += (c, k, m, fl, 0.0, 0.0, 0.0)
                         seg += 1
                         if not closed:
+                            x = [v * k for v in (base_cache.get(c) or base(c))]
+                            x[0] += m
+                            x[1] += fl
                             now = clock(x)
-                        if heap[0][0] < T:
-                            pop_finished()
                         continue
         # --- one step, as Scheduler.schedule(): the running requests first
         budget = max_batched_tokens
         takes: list[int] = []  # per request of pref
         preempted_now = False
-        need = fg * len(phases[-T % B]) if fg else 0
+        need = fg * phases[-T % B] if fg else 0
         if pref:
             before = cd
             for r in pref:
@@ -269,8 +227,11 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 while nb > free:
                     v = order.pop()
                     if v >= 0:
-                        rv = dec[v]
-                        comp_v = stop_decoding(v)
+                        rv = dec.pop(v)
+                        o = off[v]
+                        phases[o % B] -= 1
+                        sum_off -= o
+                        comp_v = o + T
                         gen[rv] = comp_v - P[rv] + 1
                     else:
                         rv = -1 - v
@@ -297,12 +258,35 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             preemptions += n_pre
             preempted_now = n_pre > 0
             cd = len(dec)
-        chunk_reqs = pref  # pref is built anew below
-        chunk_takes = takes
-        if waiting and not preempted_now:
-            running = cd + len(pref)
-            busy = running > 0  # an idle engine schedules what arrives at once
-            while waiting and running < max_num_seqs and budget > 0:
+        # the running requests' chunks, then the waiting requests admitted (vLLM 0.33 admits while fewer than
+        # max_num_seqs run, the budget lasts and the pool holds the first chunk), each in one pass: the step's
+        # features (a chunk of one token that completes the known tokens is a decode token: its last prompt token,
+        # or a 1-token prompt; every other adds prefill_chunk_seconds: causal_pairs(p0, q), mc.kv_read_bytes(p0),
+        # no window, the LM head once; summed in px0 / px1), then what the step did: a request samples when its
+        # last known token is computed.  A request that finishes here frees its blocks (and, closed loop, sends
+        # the next request) after the admissions: the scheduler saw the pool before the step ran.
+        running_pref, npref = pref, len(pref)
+        admit = bool(waiting) and not preempted_now
+        running = cd + npref
+        busy = running > 0  # an idle engine schedules what arrives at once
+        tokens = nd = cd
+        full_ctx = sum_off + cd * (T + 1)
+        px0 = px1 = 0.0
+        n_prefill = freed = n_fin = 0
+        seg += 1
+        T1 = T + 1  # a decoder's computed tokens are off + T1 after this step
+        pref = []
+        i = 0
+        while True:
+            if i < npref:
+                r, q = running_pref[i], takes[i]
+                i += 1
+                if not q:
+                    pref.append(r)
+                    continue
+            else:
+                if not (admit and waiting and running < max_num_seqs and budget > 0):
+                    break
                 r = waiting[0]
                 if busy and ready[r] > T:  # arrived after this step was scheduled (async scheduling)
                     break
@@ -313,84 +297,132 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                     break
                 waiting.popleft()
                 free -= nb
-                chunk_reqs.append(r)
-                chunk_takes.append(q)
                 budget -= q
                 running += 1
-        # the step's features, chunk by chunk, in one pass: a chunk of one token may be a decode token (its last
-        # prompt token, or a 1-token prompt); every other adds prefill_chunk_seconds (causal_pairs(p0, q),
-        # mc.kv_read_bytes(p0), no window, the LM head once), summed in px0 / px1
-        tokens = nd = cd
-        full_ctx = sum_off + cd * (T + 1)
-        px0 = px1 = 0.0
-        n_prefill = 0
-        for r, q in zip(chunk_reqs, chunk_takes):  # noqa: B905 - the same length
-            if q:
-                tokens += q
-                p0 = computed[r]
-                if q == 1 and p0 + 1 == P[r] + gen[r]:
+            tokens += q
+            p0 = computed[r]
+            comp = p0 + q
+            g = gen[r]
+            if comp == P[r] + g:  # it samples (computed and gen are kept only for requests not decoding)
+                if q == 1:
                     nd += 1
-                    full_ctx += p0 + 1
+                    full_ctx += comp
                 else:
                     px1 += full_pp * (q * p0 + q * (q + 1) // 2) / f_attn - (q - 1) * lm_s
                     px0 += (kv_full * p0 + state2) / bw
                     n_prefill += 1
+                if first[r] < 0:
+                    first[r] = seg
+                if g + 1 >= OUT[r]:  # finished
+                    freed += fg * (-(-comp // B)) + sb
+                    finish[r] = seg
+                    n_fin += 1
+                    continue
+                if pref:  # pragma: no cover - a request after one still prefilling got no budget
+                    raise AssertionError("a decoder after a request being prefilled")
+                # it decodes from the next step, g + 1 generated
+                key = len(off)
+                o = comp - T1
+                off.append(o)
+                dec[key] = r
+                phases[o % B] += 1
+                sum_off += o
+                heappush(heap, (T1 + OUT[r] - g - 2, key))
+                continue
+            computed[r] = comp
+            px1 += full_pp * (q * p0 + q * (q + 1) // 2) / f_attn - (q - 1) * lm_s
+            px0 += (kv_full * p0 + state2) / bw
+            n_prefill += 1
+            pref.append(r)
+        T = T1
+        if n_fin:  # as in the pops above
+            free += freed
+            done += n_fin
+            while closed and n_fin and next_req < n:
+                arrival[next_req] = seg
+                ready[next_req] = T + ASYNC_STEPS
+                waiting.append(next_req)
+                next_req += 1
+                n_fin -= 1
         if not tokens:
             raise InputError("--budget", f"{pool.blocks:,} blocks", "the pool cannot hold one request's first chunk")
-        x = list(base_cache.get(tokens) or base(tokens))
+        m = fl = 0.0
         if nd:
-            x[0] += mf * full_ctx + nd * state2 / bw
-            x[1] += cf * full_ctx
-        if n_prefill:
+            m = mf * full_ctx + nd * state2 / bw
+            fl = cf * full_ctx
+        token_steps += nd + n_prefill
+        rows += (tokens, 1, m, fl, px0, px1, 0.0)
+        if not closed:
+            x = list(base_cache.get(tokens) or base(tokens))
+            x[0] += m
+            x[1] += fl
             x[0] += px0
             x[1] += px1
-        steps += 1
-        token_steps += nd + n_prefill
-        rows += x
-        seg += 1
-        if not closed:
             now = clock(x)
-        if cd + len(chunk_reqs) > peak:
-            peak = cd + len(chunk_reqs)
-        seg_now = seg
-        T += 1  # the decoders' computed tokens advance with T
-        if heap and heap[0][0] < T:
-            pop_finished()
-        # the chunks: a request samples when its last known token is computed
-        pref = []
-        for r, t in zip(chunk_reqs, chunk_takes):  # noqa: B905 - the same length
-            if t:
-                comp = computed[r] + t
-                computed[r] = comp
-                g = gen[r]
-                if comp == P[r] + g:
-                    g += 1
-                    gen[r] = g
-                    if first[r] < 0:
-                        first[r] = seg_now
-                    if g >= OUT[r]:
-                        finished(r, comp)
-                        continue
-                    if pref:  # pragma: no cover - a request after one still prefilling got no budget
-                        raise AssertionError("a decoder after a request being prefilled")
-                    # start_decoding(r, comp, g, T), inline
-                    key = len(off)
-                    o = comp - T
-                    off.append(o)
-                    dec[key] = r
-                    phases[o % B].add(key)
-                    sum_off += o
-                    heappush(heap, (T + OUT[r] - g - 1, key))
-                    continue
-            pref.append(r)
+        if running > peak:
+            peak = running
         # a recomputed request with one token left and its first token out decodes
         while pref and first[pref[0]] >= 0 and P[pref[0]] + gen[pref[0]] - computed[pref[0]] == 1:
             r = pref.pop(0)
-            start_decoding(r, computed[r], gen[r], T)
-    cum = np.cumsum(np.asarray(rows).reshape(-1, NFEAT), axis=0)
-    return Schedule(cum, np.asarray(first, dtype=np.int64), np.asarray(finish, dtype=np.int64),
-                    np.asarray(arrival, dtype=np.int64), arrivals_s if arrivals_s is not None else np.zeros(n),
-                    steps, preemptions, peak, token_steps, closed)
+            key = len(off)
+            o = computed[r] - T
+            off.append(o)
+            dec[key] = r
+            phases[o % B] += 1
+            sum_off += o
+            heappush(heap, (T + OUT[r] - gen[r] - 1, key))
+    cum = _cumulative(np.fromiter(rows, float, len(rows)).reshape(-1, SEG), table, base)
+    return Schedule(cum, np.fromiter(first, np.int64, n), np.fromiter(finish, np.int64, n),
+                    np.fromiter(arrival, np.int64, n), arrivals_s if arrivals_s is not None else np.zeros(n),
+                    T, preemptions, peak, token_steps, closed)
+
+
+SEG = 7
+
+
+def _crossings(k: int, c: int, T: int, B: int, fg: int, phases: list[int]) -> int:
+    """Blocks ``c`` decoders (``phases``: how many at each ``off % B``) take in steps T .. T + k - 1: each one (per
+    full group) every B steps, and in the last k % B steps those whose phase comes up."""
+    rounds, part = divmod(k, B)
+    add = c * rounds
+    for j in range(T, T + part):
+        add += phases[-j % B]
+    return add * fg
+
+
+def _fit(k_max: int, c: int, T: int, free: int, B: int, fg: int, phases: list[int]) -> int:
+    """The most decode steps from step ``T`` (at most ``k_max``) before ``c`` decoders run out of ``free`` blocks."""
+    if not fg or c * fg * (-(-k_max // B)) <= free:
+        return k_max
+    rounds, rem = divmod(free // fg, c)
+    acc = 0
+    for j in range(B):
+        acc += phases[(-(T + rounds * B + j)) % B]
+        if acc > rem:
+            return min(k_max, rounds * B + j)
+    raise AssertionError("unreachable: the phases hold every decoder")  # pragma: no cover
+
+
+def _cumulative(segs: np.ndarray, table: np.ndarray | None, base: Any) -> np.ndarray:
+    """The running sums of the features (row 0 zero) from :func:`simulate_events`' flat segments: a segment of
+    ``k`` steps of ``tokens`` tokens is ``k`` times the step's base features (weights, linear FLOPs, overheads)
+    plus its KV and prefill terms, added in the reference's order."""
+    tokens = segs[:, 0].astype(np.intp)
+    out = np.empty((len(segs) + 1, NFEAT))
+    out[0] = 0.0
+    x = out[1:]
+    if table is not None:
+        np.take(table, tokens, axis=0, out=x)
+    else:  # MoE: each step size's base features once
+        sizes, where = np.unique(tokens, return_inverse=True)
+        x[:] = np.array([base(int(t)) for t in sizes], dtype=float).reshape(-1, NFEAT)[where]
+    x *= segs[:, 1:2]  # an idle segment has k 0 (a step of 0 tokens has finite features)
+    x[:, 0] += segs[:, 2]
+    x[:, 1] += segs[:, 3]
+    x[:, 0] += segs[:, 4]
+    x[:, 1] += segs[:, 5]
+    x[:, 5] += segs[:, 6]
+    return np.cumsum(out, axis=0, out=out)
 
 
 def _steps_before(gap: float, k: int, base_s: float, S: int, c: int, per_full: float, per_win: float) -> int:
