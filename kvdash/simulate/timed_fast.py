@@ -20,7 +20,8 @@ The rest is Python's cost per request (``benchmarks/simulate_time_speed.py``): a
 and its features are summed at the end for all segments at once (:func:`_cumulative`: the step size's row of a
 table, times the steps, plus the KV and prefill seconds; the running time is kept in the loop only for Poisson
 arrivals, which need it); a step's admissions and its chunks go in one pass; the state stays in the function's
-locals (no nested function rebinds it).
+locals (no nested function rebinds it); under Poisson arrivals the time now is a running sum of the segments'
+seconds.
 """
 
 from __future__ import annotations
@@ -102,8 +103,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     # (a stretch's decoders), its steps, the memory and compute seconds of the decode tokens' KV, of the prefill
     # chunks, and seconds idle
     rows: list[float] = []
-    acc = np.zeros(NFEAT)  # Poisson arrivals: the running sum, for the time now
-    now = 0.0
+    now = 0.0  # Poisson arrivals: seconds so far (the segments' seconds under consts, summed as they end)
     seg = preemptions = peak = token_steps = 0
     next_req = done = 0
     if closed:
@@ -111,10 +111,14 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             waiting.append(next_req)
             next_req += 1
 
-    def clock(x: list[float]) -> float:
-        nonlocal acc
-        acc = acc + np.asarray(x)
-        return float(acc @ coef_np)
+    c_mem, c_flop = coef_np[0].item(), coef_np[1].item()
+    step_s: dict[int, float] = {}  # Poisson arrivals: a step's base seconds under consts, by its tokens
+
+    def base_s(tokens: int) -> float:
+        got = step_s.get(tokens)
+        if got is None:
+            got = step_s[tokens] = float(np.asarray(base(tokens)) @ coef_np)
+        return got
 
     while True:
         # the decoders whose last token was sampled in the steps before T leave; a closed loop's next request
@@ -143,10 +147,9 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 ready[next_req] = T + ASYNC_STEPS - 1  # it arrived during the last step
                 next_req += 1
             if not dec and not pref and not waiting:
-                x = [0.0, 0.0, 0.0, 0.0, 0.0, float(arr[next_req]) - now]
-                rows += (0, 0, 0.0, 0.0, 0.0, 0.0, x[5])
+                rows += (0, 0, 0.0, 0.0, 0.0, 0.0, arr[next_req] - now)  # idle until the next arrival
                 seg += 1
-                now = clock(x)
+                now = arr[next_req]
                 continue
         cd = len(dec)
         c = cd + len(pref)
@@ -172,9 +175,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 if k >= 1:
                     S = sum_off + c * (T + 1)  # the decode tokens' contexts at the stretch's first step
                     if not closed and next_req < n:
-                        xb = base_cache.get(c) or base(c)
-                        k = _steps_before(arr[next_req] - now, k, float(np.asarray(xb) @ coef_np), S, c,
-                                          coef_np[0] * mf + coef_np[1] * cf, coef_np[0] * mw + coef_np[1] * cw)
+                        k = _steps_before(arr[next_req] - now, k, base_s(c), S, c, c_mem * mf + c_flop * cf,
+                                          c_mem * mw + c_flop * cw)
                     if k >= 1:
                         full = float(S) * k + c * k * (k - 1) / 2
                         m = mf * full + mw * 0.0 + state_s * c * k
@@ -186,10 +188,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                         rows += (c, k, m, fl, 0.0, 0.0, 0.0)
                         seg += 1
                         if not closed:
-                            x = [v * k for v in (base_cache.get(c) or base(c))]
-                            x[0] += m
-                            x[1] += fl
-                            now = clock(x)
+                            now += k * base_s(c) + c_mem * m + c_flop * fl
                         continue
         # --- one step, as Scheduler.schedule(): the running requests first
         budget = max_batched_tokens
@@ -353,12 +352,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         token_steps += nd + n_prefill
         rows += (tokens, 1, m, fl, px0, px1, 0.0)
         if not closed:
-            x = list(base_cache.get(tokens) or base(tokens))
-            x[0] += m
-            x[1] += fl
-            x[0] += px0
-            x[1] += px1
-            now = clock(x)
+            now += base_s(tokens) + c_mem * (m + px0) + c_flop * (fl + px1)
         if running > peak:
             peak = running
         # a recomputed request with one token left and its first token out decodes
