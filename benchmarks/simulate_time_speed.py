@@ -5,8 +5,9 @@ Run: python benchmarks/simulate_time_speed.py [--requests 10000] [--rounds 21] [
 Llama-3.1-8B (bf16) on one H100 80GB: the pool ``kvdash simulate --time`` uses (0.92 of 81,559 MiB, the
 weights, the --reserve auto terms), ShareGPT-shaped lengths (kvdash's synthetic preset: lognormal means 161
 in, 338 out), closed loop of --concurrency users.  The step simulator (``kvdash simulate``, paged) runs
-the same requests over the same token slots; the timed one (``kvdash simulate --time``) adds chunked
-prefill under max_num_batched_tokens 8,192, max_num_seqs 1,024 and the step-time model.  Times are CPU
+the same requests over the same token slots (its result holds its statistics); the timed one (``kvdash simulate
+--time``) adds chunked prefill under max_num_batched_tokens 8,192, max_num_seqs 1,024 and the step-time model, and
+is timed with its summary (``summarize``: the TTFT / TPOT / E2E percentiles and rates it prints).  Times are CPU
 seconds of this process (``time.process_time``), median of --rounds (the two interleaved) after --warmup
 uncounted rounds of both (the step simulator's first rounds take about 1.5 x its later ones, which flattered
 the ratio when they were counted).
@@ -27,7 +28,7 @@ from kvdash.core.steptime import fitted_constants, gpu_perf, model_compute
 from kvdash.engines.vllm import rank_shapes
 from kvdash.engines.vllm_reserve import auto_reserve
 from kvdash.simulate.engine import simulate
-from kvdash.simulate.timed import Pool, simulate_timed
+from kvdash.simulate.timed import Pool, simulate_timed, summarize
 from kvdash.simulate.workload import PRESETS, draw_requests
 
 
@@ -54,8 +55,9 @@ def main() -> None:
     def step() -> None:
         simulate(w, "paged", slots, 16, 8192, requests=reqs)
 
-    def timed() -> None:
-        simulate_timed(reqs.prompt, reqs.output, pool, mc, perf, consts, 1024, 8192, concurrency=args.concurrency)
+    def timed() -> None:  # the schedule, and the figures simulate --time prints from it (as simulate's Result)
+        s = simulate_timed(reqs.prompt, reqs.output, pool, mc, perf, consts, 1024, 8192, concurrency=args.concurrency)
+        summarize(s, consts, reqs.output, 1)
 
     times: dict[str, list[float]] = {"step": [], "timed": []}
     for _ in range(args.warmup):  # not counted: the first rounds of both run slower (allocator, caches)

@@ -93,10 +93,12 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     dec: dict[int, int] = {}  # decoding: key -> request, in running order
     phases = [0] * B  # off % B -> decoders
     sum_off = 0
-    heap: list[tuple[int, int]] = []  # (finish step, key); stale entries: key no longer in dec
+    # finish step << KEY_BITS | key (one int: faster to compare than a pair); stale entries: key no longer in dec
+    heap: list[int] = []
     pref: list[int] = []  # requests being prefilled (or not yet sampled), in running order, after every decoder
     waiting: deque[int] = deque()
     heappop, heappush = heapq.heappop, heapq.heappush
+    kb, km = KEY_BITS, KEY_MASK
     free = total
     T = 0  # steps so far (idle segments are not steps)
     # the segments, SEG values each, flat (their features are summed at the end, _cumulative): the step's tokens
@@ -123,8 +125,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     while True:
         # the decoders whose last token was sampled in the steps before T leave; a closed loop's next request
         # arrives (scheduled from the step after next: ASYNC_STEPS)
-        while heap and heap[0][0] < T:
-            _, key = heappop(heap)
+        while heap and heap[0] < T << kb:
+            key = heappop(heap) & km
             r = dec.pop(key, -1)
             if r < 0:  # preempted since
                 continue
@@ -155,19 +157,20 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         c = cd + len(pref)
         # --- a stretch of decode-only steps
         if c and not pref:
-            can_admit = later = False
+            stretch, later = True, False  # a stretch unless the queue's head is admitted now
             if waiting:
                 h = waiting[0]
-                later = ready[h] > T  # not yet seen by the scheduler (async scheduling)
-                first_chunk = P[h] + gen[h]
-                if first_chunk > max_batched_tokens - c:
-                    first_chunk = max_batched_tokens - c
-                can_admit = not later and c < max_num_seqs and max_batched_tokens > c and (
-                    fg * (-(-first_chunk // B)) + sb <= free)
-            if not can_admit:
-                while heap[0][1] not in dec:
-                    heapq.heappop(heap)
-                k = heap[0][0] - T + 1
+                if ready[h] > T:  # not yet seen by the scheduler (async scheduling)
+                    later = True
+                elif c < max_num_seqs and max_batched_tokens > c:
+                    first_chunk = P[h] + gen[h]
+                    if first_chunk > max_batched_tokens - c:
+                        first_chunk = max_batched_tokens - c
+                    stretch = fg * (-(-first_chunk // B)) + sb > free
+            if stretch:
+                while heap[0] & km not in dec:
+                    heappop(heap)
+                k = (heap[0] >> kb) - T + 1
                 if later and ready[waiting[0]] - T < k:
                     k = ready[waiting[0]] - T
                 if fg and c * fg * (-(-k // B)) > free:
@@ -326,7 +329,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 dec[key] = r
                 phases[o % B] += 1
                 sum_off += o
-                heappush(heap, (T1 + OUT[r] - g - 2, key))
+                heappush(heap, (T1 + OUT[r] - g - 2) << kb | key)
                 continue
             computed[r] = comp
             px1 += full_pp * (q * p0 + q * (q + 1) // 2) / f_attn - (q - 1) * lm_s
@@ -364,7 +367,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             dec[key] = r
             phases[o % B] += 1
             sum_off += o
-            heappush(heap, (T + OUT[r] - gen[r] - 1, key))
+            heappush(heap, (T + OUT[r] - gen[r] - 1) << kb | key)
     cum = _cumulative(np.fromiter(rows, float, len(rows)).reshape(-1, SEG), table, base)
     return Schedule(cum, np.fromiter(first, np.int64, n), np.fromiter(finish, np.int64, n),
                     np.fromiter(arrival, np.int64, n), arrivals_s if arrivals_s is not None else np.zeros(n),
@@ -372,6 +375,10 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
 
 
 SEG = 7
+# a heap entry holds a decoder's key in its low bits (a key per start of decoding: one per request and per
+# preemption, fewer than 2**32)
+KEY_BITS = 32
+KEY_MASK = (1 << KEY_BITS) - 1
 
 
 def _crossings(k: int, c: int, T: int, B: int, fg: int, phases: list[int]) -> int:
