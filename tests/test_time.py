@@ -544,6 +544,25 @@ def test_event_simulator_gives_the_reference_schedule_for_moe_models():
         assert b.cum == pytest.approx(a.cum, rel=1e-12), seed
 
 
+def test_an_idle_engine_wakes_at_the_next_arrival():
+    """Rule: with nothing running or waiting the engine idles until the next arrival, and the clock is then that
+    arrival's time exactly (summed features may round just below it: the reference's acc @ coef did, and wrote a
+    second idle segment of about 3e-14 s that the event simulator did not, shifting every later segment; found by
+    a review).  Four requests (prompt 10, output 2) arriving 31.5, 73.5, 113.5 and 162 s apart enough to finish
+    first: each idles, prefills (first token), decodes once: 3 segments a request, 12 in all, 8 steps; both
+    simulators give first tokens at segments 2, 5, 8, 11."""
+    from kvdash.simulate.timed import simulate_reference
+
+    mc, _, g = _llama8b()
+    c, pool = Constants(1.2, 1.3, 0.002, 3e-5, 1e-5), Pool(100, 16, 1, 0, 0, 0)
+    arrivals = np.array([31.5, 73.5, 113.5, 162.0])
+    for sim in (simulate_reference, simulate_timed):
+        s = sim(np.full(4, 10), np.full(4, 2), pool, mc, g, c, 4, 64, arrivals_s=arrivals)
+        assert (s.first_seg.tolist(), s.finish_seg.tolist(), len(s.cum) - 1, s.steps) == (
+            [2, 5, 8, 11], [3, 6, 9, 12], 12, 8), sim.__name__
+        assert s.times(c)[s.first_seg] == pytest.approx(arrivals + s.times(c)[2] - 31.5, rel=1e-12)
+
+
 def test_one_prompt_token_left_is_a_step_of_its_own():
     """A chunk that leaves exactly one prompt token: the next step computes it and samples the first token,
     so TTFT ends at that step (prompt 65, budget 64: chunk 64, then 1 -> first token at step 2, not inside a

@@ -213,6 +213,7 @@ def simulate_reference(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: M
                 # idle until the next arrival: a segment of pure waiting time
                 gap = float(arr[next_req]) - now
                 end_segment(np.array([0, 0, 0, 0, 0, gap]))
+                now = float(arr[next_req])  # the engine wakes at the arrival (acc @ coef may round just below it)
                 continue
         # --- try a stretch of decode-only steps
         c = len(running)

@@ -21,7 +21,9 @@ and its features are summed at the end for all segments at once (:func:`_cumulat
 table, times the steps, plus the KV and prefill seconds; the running time is kept in the loop only for Poisson
 arrivals, which need it); a step's admissions and its chunks go in one pass; the state stays in the function's
 locals (no nested function rebinds it); under Poisson arrivals the time now is a running sum of the segments'
-seconds.
+seconds (the reference's is the summed features times the constants: the two round differently, so an arrival
+within about 1e-15 s of a step's end may join a step apart in the two; an idle engine wakes at the arrival's
+time exactly in both).
 """
 
 from __future__ import annotations
@@ -83,8 +85,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             base_cache[tokens] = got
         return got
 
-    computed = [0] * n  # requests not decoding (a decoder's: off + T)
-    gen = [0] * n  # requests not decoding (a decoder's: off + T - P + 1)
+    computed = [0] * n  # requests waiting or being prefilled (stale for decoders, off + T, and finished ones)
+    gen = [0] * n  # requests waiting or being prefilled (stale for decoders, off + T - P + 1, and finished ones)
     first = [-1] * n
     finish = [-1] * n
     arrival = [-1] * n
@@ -102,8 +104,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     free = total
     T = 0  # steps so far (idle segments are not steps)
     # the segments, SEG values each, flat (their features are summed at the end, _cumulative): the step's tokens
-    # (a stretch's decoders), its steps, the memory and compute seconds of the decode tokens' KV, of the prefill
-    # chunks, and seconds idle
+    # (a stretch's decoders), its steps (0: idle), the memory and compute seconds of its decode tokens (KV and
+    # state) and prefill chunks (an idle segment: its seconds, and 0)
     rows: list[float] = []
     now = 0.0  # Poisson arrivals: seconds so far (the segments' seconds under consts, summed as they end)
     seg = preemptions = peak = token_steps = 0
@@ -125,7 +127,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     while True:
         # the decoders whose last token was sampled in the steps before T leave; a closed loop's next request
         # arrives (scheduled from the step after next: ASYNC_STEPS)
-        while heap and heap[0] < T << kb:
+        lim = T << kb
+        while heap and heap[0] < lim:
             key = heappop(heap) & km
             r = dec.pop(key, -1)
             if r < 0:  # preempted since
@@ -149,7 +152,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 ready[next_req] = T + ASYNC_STEPS - 1  # it arrived during the last step
                 next_req += 1
             if not dec and not pref and not waiting:
-                rows += (0, 0, 0.0, 0.0, 0.0, 0.0, arr[next_req] - now)  # idle until the next arrival
+                rows += (0, 0, arr[next_req] - now, 0.0)  # idle until the next arrival (k 0: the seconds)
                 seg += 1
                 now = arr[next_req]
                 continue
@@ -188,7 +191,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                             free -= _crossings(k, c, T, B, fg, phases) if k > 1 else fg * phases[-T % B]
                         T += k
                         token_steps += k * c
-                        rows += (c, k, m, fl, 0.0, 0.0, 0.0)
+                        rows += (c, k, m, fl)
                         seg += 1
                         if not closed:
                             now += k * base_s(c) + c_mem * m + c_flop * fl
@@ -305,7 +308,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             p0 = computed[r]
             comp = p0 + q
             g = gen[r]
-            if comp == P[r] + g:  # it samples (computed and gen are kept only for requests not decoding)
+            if comp == P[r] + g:  # it samples (computed and gen are kept only for requests waiting or prefilled)
                 if q == 1:
                     nd += 1
                     full_ctx += comp
@@ -348,14 +351,14 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 n_fin -= 1
         if not tokens:
             raise InputError("--budget", f"{pool.blocks:,} blocks", "the pool cannot hold one request's first chunk")
-        m = fl = 0.0
+        m, fl = px0, px1
         if nd:
-            m = mf * full_ctx + nd * state2 / bw
-            fl = cf * full_ctx
+            m += mf * full_ctx + nd * state2 / bw
+            fl += cf * full_ctx
         token_steps += nd + n_prefill
-        rows += (tokens, 1, m, fl, px0, px1, 0.0)
+        rows += (tokens, 1, m, fl)
         if not closed:
-            now += base_s(tokens) + c_mem * (m + px0) + c_flop * (fl + px1)
+            now += base_s(tokens) + c_mem * m + c_flop * fl
         if running > peak:
             peak = running
         # a recomputed request with one token left and its first token out decodes
@@ -374,7 +377,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                     T, preemptions, peak, token_steps, closed)
 
 
-SEG = 7
+SEG = 4
 # a heap entry holds a decoder's key in its low bits (a key per start of decoding: one per request and per
 # preemption, fewer than 2**32)
 KEY_BITS = 32
@@ -407,7 +410,7 @@ def _fit(k_max: int, c: int, T: int, free: int, B: int, fg: int, phases: list[in
 def _cumulative(segs: np.ndarray, table: np.ndarray | None, base: Any) -> np.ndarray:
     """The running sums of the features (row 0 zero) from :func:`simulate_events`' flat segments: a segment of
     ``k`` steps of ``tokens`` tokens is ``k`` times the step's base features (weights, linear FLOPs, overheads)
-    plus its KV and prefill terms, added in the reference's order."""
+    plus the memory and compute seconds of its decode tokens and prefill chunks (summed in the loop)."""
     tokens = segs[:, 0].astype(np.intp)
     out = np.empty((len(segs) + 1, NFEAT))
     out[0] = 0.0
@@ -420,9 +423,10 @@ def _cumulative(segs: np.ndarray, table: np.ndarray | None, base: Any) -> np.nda
     x *= segs[:, 1:2]  # an idle segment has k 0 (a step of 0 tokens has finite features)
     x[:, 0] += segs[:, 2]
     x[:, 1] += segs[:, 3]
-    x[:, 0] += segs[:, 4]
-    x[:, 1] += segs[:, 5]
-    x[:, 5] += segs[:, 6]
+    idle = segs[:, 1] == 0
+    if idle.any():  # Poisson arrivals: its third number is seconds idle
+        x[idle, 5] = segs[idle, 2]
+        x[idle, 0] = 0.0
     return np.cumsum(out, axis=0, out=out)
 
 
