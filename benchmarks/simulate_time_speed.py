@@ -8,7 +8,8 @@ in, 338 out), closed loop of --concurrency users.  The step simulator (``kvdash 
 the same requests over the same token slots (its result holds its statistics); the timed one (``kvdash simulate
 --time``) adds chunked prefill under max_num_batched_tokens 8,192, max_num_seqs 1,024 and the step-time model, and
 is timed with its summary (``summarize``: the TTFT / TPOT / E2E percentiles and rates it prints).  Times are CPU
-seconds of this process (``time.process_time``), median of --rounds (the two interleaved) after --warmup
+seconds of this process (``time.process_time``), median of --rounds (the two interleaved; each round's own ratio
+is printed too, its median and quartiles: the two runs of a round see the same load) after --warmup
 uncounted rounds of both (the step simulator's first rounds take about 1.5 x its later ones, which flattered
 the ratio when they were counted).
 The timed simulator runs event by event (:mod:`kvdash.simulate.timed_fast`) for this model.
@@ -69,9 +70,12 @@ def main() -> None:
             fn()
             times[name].append(time.process_time() - t)
     out = {name: statistics.median(v) for name, v in times.items()}
+    # each round's own ratio (its two runs back to back, under the same load): their median and quartiles
+    paired = statistics.quantiles([t / s for s, t in zip(times["step"], times["timed"], strict=True)], n=4)
     print(f"{args.requests:,} ShareGPT-shaped requests, Llama-3.1-8B / H100, {pool.blocks:,} blocks, closed loop of "
           f"{args.concurrency}: step simulator {out['step']:.3f} CPU s, timed simulator {out['timed']:.3f} CPU s, "
-          f"ratio {out['timed'] / out['step']:.2f} x (target <= 1.5 x)")
+          f"ratio {out['timed'] / out['step']:.2f} x (target <= 1.5 x); round by round {paired[1]:.2f} x "
+          f"(quartiles {paired[0]:.2f}-{paired[2]:.2f})")
 
 
 if __name__ == "__main__":
