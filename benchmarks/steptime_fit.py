@@ -73,7 +73,8 @@ CLIFF = 5.0
 # the --cache file's version: raised whenever the simulated features change (a stale cache is simulated again);
 # 2: MiniMax-M2's third all-reduce a layer; 3: Llama-3.1-70B's NVFP4 rows with an fp8 KV cache; 4: one simulation
 # per phase spread (SPREAD_GRID); 5: an attention data-parallel row's batch_size is each rank's users (users())
-# 6: a MoE layer under a measured kernel model counts its other kernels only (MLP_KERNELS)
+# 6: a MoE layer under a measured kernel model counts its other kernels only (MLP_KERNELS); 7: a prefill chunk runs
+# the LM head once (lm_head_seconds); 8: attention over an fp8 KV cache at the fp8 rate (ModelCompute.attn_rate)
 CACHE_VERSION = 8
 # lengths drawn uniformly within +-JITTER of ISL/OSL (mean kept): benchmark clients' random prompts vary, and
 # identical lengths would keep every user in lockstep (an assumption, chosen on the calibration rows)

@@ -156,10 +156,10 @@ def main(o: dict[str, Any]) -> None:
     thr = Table(title="Throughput")
     for col in ("tokens/s", "per GPU", "per user", "requests/s", "preempted", "avg batch"):
         thr.add_column(col, "right", wrap=False)
-    def rate(v: float) -> str:  # tokens/s: whole from 100, else three significant digits (0.405, not 0)
+    def tokens_s(v: float) -> str:  # tokens/s: whole from 100, else three significant digits (0.405, not 0)
         return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
-    thr.add_row(rate(res.tokens_per_s), rate(res.tokens_per_s_per_gpu),
+    thr.add_row(tokens_s(res.tokens_per_s), tokens_s(res.tokens_per_s_per_gpu),
                 "-" if no_tpot else f"{res.tokens_per_s_per_user:,.1f}",
                 f"{res.requests_per_s:,.3f}", f"{res.preemptions:,}", f"{res.avg_running:,.1f}")
     print_tables([lat, thr])

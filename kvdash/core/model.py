@@ -389,7 +389,10 @@ def resolve_model(model: str | None = None, config: str | Path | None = None,
         model = "tutorial-gqa-80l"
     if model.endswith(".json") or "/" in model:
         folder = Path(model)
-        if folder.is_dir() and (folder / "config.json").is_file():  # a checkpoint's folder, as vllm serve takes it
+        if folder.is_dir():  # a checkpoint's folder, as vllm serve takes it
+            if not (folder / "config.json").is_file():
+                raise InputError("--model", model, "a config.json path, or a checkpoint folder holding one (this "
+                                 "folder has no config.json)")
             return load_config(folder / "config.json", safetensors_index, field="--model")
         return load_config(model, safetensors_index, field="--model")
     arch = load_preset(model)

@@ -109,7 +109,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     rows: list[float] = []
     now = 0.0  # Poisson arrivals: seconds so far (the segments' seconds under consts, summed as they end)
     seg = preemptions = peak = token_steps = 0
-    next_req = done = 0
+    next_req = done = sent = 0  # sent: requests finished since the loop's top, whose users send the next
     if closed:
         for _ in range(min(concurrency, n)):
             waiting.append(next_req)
@@ -139,11 +139,14 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             free += fg * (-(-(o + T) // B)) + sb
             finish[r] = seg
             done += 1
-            if closed and next_req < n:
-                arrival[next_req] = seg
-                ready[next_req] = T + ASYNC_STEPS
-                waiting.append(next_req)
-                next_req += 1
+            sent += 1
+        while sent and closed and next_req < n:  # each finished request's user sends the next one
+            arrival[next_req] = seg
+            ready[next_req] = T + ASYNC_STEPS
+            waiting.append(next_req)
+            next_req += 1
+            sent -= 1
+        sent = 0
         if done >= n:
             break
         if not closed:
@@ -308,14 +311,17 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             p0 = computed[r]
             comp = p0 + q
             g = gen[r]
-            if comp == P[r] + g:  # it samples (computed and gen are kept only for requests waiting or prefilled)
-                if q == 1:
-                    nd += 1
-                    full_ctx += comp
-                else:
-                    px1 += full_pp * (q * p0 + q * (q + 1) // 2) / f_attn - (q - 1) * lm_s
-                    px0 += (kv_full * p0 + state2) / bw
-                    n_prefill += 1
+            # it samples when its last known token is computed (computed and gen are kept only for requests
+            # waiting or being prefilled)
+            samples = comp == P[r] + g
+            if samples and q == 1:  # a decode token: its last prompt token, or a 1-token prompt
+                nd += 1
+                full_ctx += comp
+            else:
+                px1 += full_pp * (q * p0 + q * (q + 1) // 2) / f_attn - (q - 1) * lm_s
+                px0 += (kv_full * p0 + state2) / bw
+                n_prefill += 1
+            if samples:
                 if first[r] < 0:
                     first[r] = seg
                 if g + 1 >= OUT[r]:  # finished
@@ -335,20 +341,11 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 heappush(heap, (T1 + OUT[r] - g - 2) << kb | key)
                 continue
             computed[r] = comp
-            px1 += full_pp * (q * p0 + q * (q + 1) // 2) / f_attn - (q - 1) * lm_s
-            px0 += (kv_full * p0 + state2) / bw
-            n_prefill += 1
             pref.append(r)
         T = T1
-        if n_fin:  # as in the pops above
-            free += freed
-            done += n_fin
-            while closed and n_fin and next_req < n:
-                arrival[next_req] = seg
-                ready[next_req] = T + ASYNC_STEPS
-                waiting.append(next_req)
-                next_req += 1
-                n_fin -= 1
+        free += freed
+        done += n_fin
+        sent = n_fin  # their users' next requests arrive at the loop's top, with the decoders' finishes
         if not tokens:
             raise InputError("--budget", f"{pool.blocks:,} blocks", "the pool cannot hold one request's first chunk")
         m, fl = px0, px1
