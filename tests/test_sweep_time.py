@@ -258,10 +258,14 @@ def test_a_users_gate_above_the_requests_simulated_is_refused(tmp_path, capsys):
     assert code == 2 and "gates[0].min" in err and "at most the requests simulated (40)" in err
 
 
-def test_a_rate_gate_passes_on_the_floor_where_no_limit_was_found(tmp_path, capsys):
+def test_a_rate_gate_passes_on_the_floor_where_no_limit_was_found(tmp_path, capsys, monkeypatch):
     """A generous SLO every Poisson rate tried meets leaves time_slo_rate empty; a min: gate on it is judged on
     time_slo_rate_met_up_to (every rate up to it met the SLO), and the report writes that floor as ">= X" (--check's
-    failure line names it too)."""
+    failure line names it too).  Every run counts as steady here (in_flight 0: slo_search judges a rate over ten
+    times the requests in flight, and a real engine's queue shows first)."""
+    from kvdash.simulate import slo
+
+    monkeypatch.setattr(slo, "in_flight", lambda res, rate: 0.0)
     text = SMALL + ("    slo: \"ttft=60s,tpot=1s\"\ngates:\n  - {name: rate, metric: time_slo_rate, min: 5}\n"
                     "  - {name: too fast, metric: time_slo_rate, min: 1000000000}\n")
     out = tmp_path / "out"

@@ -5,7 +5,16 @@ from pathlib import Path
 from typing import Any
 
 from kvdash.errors import InputError
-from kvdash.simulate.slo import SLO_KEYS, SLO_PERCENTILE, meets, parse_slo, run_point, short_run_note, slo_search  # noqa: F401
+from kvdash.simulate.slo import (  # noqa: F401
+    SLO_KEYS,
+    SLO_PERCENTILE,
+    meets,
+    parse_slo,
+    poisson_short_note,
+    run_point,
+    short_run_note,
+    slo_search,
+)
 
 
 def vllm_batch_defaults(memory_bytes: int, gpu_name: str, max_model_len: int = 131072) -> tuple[int, int]:
@@ -124,7 +133,7 @@ def main(o: dict[str, Any]) -> None:
         info["parameters"] = mc.basis[0]
     if unmeasured := unmeasured_note(perf.key):
         info["gpu_extrapolated"] = unmeasured
-    if short := short_run_note(len(prompt), conc):
+    if short := (short_run_note(len(prompt), conc) if conc else poisson_short_note(len(prompt), res, rate)):
         info["short_run"] = short
     if mc.norm_reduces:
         info["all_reduces"] = (f"{2 + mc.norm_reduces // mc.layers} a layer under TP {tp}: the attention's and the MLP's, "

@@ -25,6 +25,10 @@ from kvdash.errors import InputError
 SLO_KEYS = ("ttft", "tpot", "e2e")
 SLO_PERCENTILE = "p90"
 SHORT_RUN = 10  # a closed loop of fewer requests than this many per user is noted as short (first round, drain)
+# a Poisson rate is judged over at least SHORT_RUN x the requests in flight (Little's law: rate x mean E2E), the
+# trace repeated as needed, up to this many times max_num_seqs requests (a stable engine runs at most max_num_seqs
+# and queues few more; past that the queue grows with the trace: the rate is not sustained)
+STEADY_CAP_SEQS = 2 * SHORT_RUN
 
 
 def short_run_note(requests: int, users: int) -> str | None:
@@ -34,6 +38,23 @@ def short_run_note(requests: int, users: int) -> str | None:
         return None
     return (f"{requests:,} requests for {users:,} users: the first round (every user at once) and the final drain "
             f"weigh in these figures; about {SHORT_RUN * users:,} or more approach the steady state")
+
+
+def in_flight(res: Any, rate: float) -> float:
+    """Requests in the engine on average over a Poisson run at ``rate`` requests/s (Little's law: the rate times
+    the mean end-to-end latency)."""
+    return rate * res.e2e_ms["mean"] / 1000.0
+
+
+def poisson_short_note(requests: int, res: Any, rate: float) -> str | None:
+    """Why a Poisson run of ``requests`` is not the steady state (fewer than ``SHORT_RUN`` x the requests in
+    flight, :func:`in_flight`); None when it is long enough."""
+    held = in_flight(res, rate)
+    if requests >= SHORT_RUN * held:
+        return None
+    return (f"{requests:,} requests at {rate:g} requests/s with about {held:,.0f} in flight on average (Little's law: "
+            f"rate x mean E2E): the start and the final drain weigh in these figures, and requests/s counts the drain; "
+            f"about {math.ceil(SHORT_RUN * held):,} or more approach the steady state")
 
 
 def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:
@@ -127,6 +148,10 @@ def meets(res: Any, slo: dict[str, float]) -> bool:
 BINDS = ("kv", "max_num_seqs", "compute", "none")
 # the Poisson rate search doubles its ceiling at most this many times past twice the best closed loop's rate
 RATE_DOUBLINGS = 6
+# then bisection, to within 1/SEARCH_PRECISION of the answer: the users (exact below 128) and the rate (its bracket a
+# factor of 2 wide: 6 halvings); a closer figure would be finer than the simulation's own spread across seeds
+SEARCH_PRECISION = 64
+RATE_BISECTIONS = 6
 
 
 def rate_words(rate: float) -> str:
@@ -146,7 +171,9 @@ def rate_text(search: dict[str, Any], requests: int, further: str = "more --requ
                 f"{requests:,} requests ending before a queue builds ({further})")
     if search["max_rate_per_s"] is None:
         return "none"
-    return f"{rate_words(search['max_rate_per_s'])} requests/s"
+    n = search.get("rate_requests")
+    over = f" (judged over {n:,} requests: {SHORT_RUN} x those in flight)" if n and n > requests else ""
+    return f"{rate_words(search['max_rate_per_s'])} requests/s{over}"
 
 
 def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, slo: dict[str, float],
@@ -157,8 +184,10 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
     seen: dict[int, Any] = {}
 
     def ok_c(c: int) -> tuple[bool, Any]:
-        if c not in seen:
-            seen[c] = run_point(setup, prompt, output, concurrency=c, seed=seed, policy=policy)
+        if c not in seen:  # judged in the steady rounds: the trace repeated to SHORT_RUN requests a user at least
+            n = max(len(prompt), SHORT_RUN * c)
+            p, o = (prompt, output) if n == len(prompt) else (np.resize(prompt, n), np.resize(output, n))
+            seen[c] = run_point(setup, p, o, concurrency=c, seed=seed, policy=policy)
         return meets(seen[c], slo), seen[c]
 
     cap = len(prompt)  # more users than requests would all start at once
@@ -174,7 +203,7 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
         if c == cap:
             break
         c *= 2
-    while hi and hi - lo > 1:
+    while hi and hi - lo > max(1, lo // SEARCH_PRECISION):
         mid = (lo + hi) // 2
         good, r = ok_c(mid)
         if good:
@@ -188,7 +217,10 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
             binds, words = "max_num_seqs", (f"max_num_seqs ({setup['max_num_seqs']:,}: the users beyond it wait in "
                                             "the queue, their TTFT growing)")
         elif above.preemptions or hi > setup["kv_requests"]:
-            binds, words = "kv", (f"KV cache (at {hi:,} users the pool preempts)" if above.preemptions else
+            # the first concurrency simulated that preempted (the search's points: an upper bound on the onset)
+            first = min((c for c, r in seen.items() if r.preemptions), default=0)
+            binds, words = "kv", (f"KV cache (the pool preempts from {first:,} users of those simulated; at {hi:,} "
+                                  "users the waits for blocks break the SLO)" if first else
                                   f"KV cache ({hi:,} users are more than the pool holds at the mean length)")
         elif hi == 1:
             binds, words = "compute", "compute: not even one user alone meets it (the step time itself)"
@@ -199,8 +231,28 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
     top_rate = None
     unbounded = None
     if last is not None:
+        judged: dict[float, int] = {}
+
         def ok_r(r: float) -> bool:
-            return meets(run_point(setup, prompt, output, rate=r, seed=seed, policy=policy), slo)
+            # judged in the steady state: the trace repeated until it holds SHORT_RUN x the requests in flight; a
+            # rate whose queue still outgrows STEADY_CAP_SEQS x max_num_seqs requests is not sustained (a finite
+            # trace can otherwise end before its queue shows: 1,000 requests all admitted at once, whatever the rate)
+            cap = max(len(prompt), STEADY_CAP_SEQS * int(setup["max_num_seqs"]))
+            # start from the length the last rate judged needed, scaled to this rate (Little: L = rate x E2E)
+            n = len(prompt)
+            if judged:
+                r0, n0 = max(judged.items())
+                n = min(cap, max(n, math.ceil(n0 * r / r0)))
+            while True:
+                p, o = (prompt, output) if n == len(prompt) else (np.resize(prompt, n), np.resize(output, n))
+                res = run_point(setup, p, o, rate=r, seed=seed, policy=policy)
+                need = math.ceil(SHORT_RUN * in_flight(res, r))
+                if n >= need:
+                    judged[r] = n
+                    return meets(res, slo)
+                if n >= cap or need > cap:  # from an empty engine the requests in flight only grow with the trace
+                    return False
+                n = min(cap, max(need + need // 2, 2 * n))
 
         r_lo, r_hi = 0.0, max(last.requests_per_s * 2, 1e-3)
         for _ in range(RATE_DOUBLINGS):
@@ -210,15 +262,19 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
         else:
             unbounded = r_lo  # every rate tried met it
         if unbounded is None:
-            for _ in range(10):
+            for _ in range(RATE_BISECTIONS):
                 mid = (r_lo + r_hi) / 2
                 if ok_r(mid):
                     r_lo = mid
                 else:
                     r_hi = mid
-            top_rate = round(r_lo, 4)
+            top_rate = round(r_lo, 4) if r_lo > 0 else None  # no rate met: none, not 0 requests/s
+        rate_requests = judged.get(r_lo)
+    else:
+        rate_requests = None
     return {"slo_s": dict(slo), "percentile": SLO_PERCENTILE, "max_concurrency": lo,
-            "max_rate_per_s": top_rate, "rate_met_up_to": unbounded, "binding_limit": words, "binds": binds,
+            "max_rate_per_s": top_rate, "rate_met_up_to": unbounded, "rate_requests": rate_requests,
+            "binding_limit": words, "binds": binds,
             "kv_capacity_requests": setup["kv_requests"], "max_num_seqs": setup["max_num_seqs"],
             "at_max_concurrency": last.to_json() if last else None}
 
