@@ -291,3 +291,14 @@ def test_points_differing_only_in_max_num_seqs_are_named_apart(tmp_path, capsys)
     assert code == 0, err
     md = (out / "report.md").read_text()
     assert "| 1 x h100-80gb, max_num_seqs 8 | " in md and "| 1 x h100-80gb, max_num_seqs 64 | " in md
+
+
+def test_a_time_gate_without_a_time_block_says_where_time_columns_come_from(tmp_path, capsys):
+    """A gate on a time_ column in a grid without simulate: time: is refused in one line that says where those
+    columns come from (it said only 'expected a numeric result column')."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text("models: [llama-3.1-8b]\ndefaults:\n  gpu: h100-80gb\ngates:\n"
+                    "  - {name: fast, metric: time_tpot_p90_ms, max: 50}\n")
+    code, _, err = run(["sweep", str(grid), "--dry-run"], capsys)
+    assert code == 2 and "gates[0].metric" in err and "simulate: time: block" in err
+    assert len(err.strip().splitlines()) == 1

@@ -848,7 +848,7 @@ def test_calc_slo_uses_calcs_caps_and_refuses_pipeline_stages(capsys):
     base = ["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--slo", "ttft=2s,tpot=50ms"]
     code, out, _ = run([*base, "--max-num-seqs", "64", "--json"], capsys)
     s = json.loads(out)["slo"]
-    assert s["max_num_seqs"] == 64 and "clipped at 8,192 tokens" in s["workload"]
+    assert s["max_num_seqs"] == 64 and "clipping at 8,192 tokens" in s["workload"]
     code, _, err = run([*base, "--pp", "2"], capsys)
     assert code == 2 and "--pp" in err
 
@@ -922,3 +922,41 @@ def test_kv_binding_names_where_preemption_starts(capsys):
     assert s["binds"] == "kv" and s["kv_capacity_requests"] < 30 < s["max_concurrency"]
     first = int(s["binding_limit"].split("preempts from ")[1].split(" ")[0])
     assert first <= s["kv_capacity_requests"] and "users the waits for blocks break the SLO" in s["binding_limit"]
+
+
+def test_weight_format_auto_reads_the_checkpoint(capsys):
+    """Rule (checkpoint_weight_format): --weight-format auto (the default) times the weights as the checkpoint
+    stores them.  DeepSeek-V3's published config.json declares quant_method fp8: calc sized its pool at 1 byte a
+    parameter but timed bf16 steps (and simulate --time refused it on 8 x H200 for 1.3 TB of bf16 weights)."""
+    from kvdash.engines.vllm import checkpoint_weight_format
+
+    code, out, _ = run(["simulate", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--time", "--requests",
+                        "50", "--concurrency", "8", "--json"], capsys)
+    setup = json.loads(out)["setup"]
+    assert code in (0, None) and setup["weight_format"] == "fp8" and "quant_method fp8" in setup["weight_format_basis"]
+    code, out, err = run(["simulate", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--time", "--requests",
+                          "50", "--concurrency", "8", "--weight-format", "bf16"], capsys)
+    assert code == 2 and "--tp 16" in err  # bf16 asked for explicitly: 1.3 TB does not fit
+    code, out, _ = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--requests", "20",
+                        "--concurrency", "4", "--json"], capsys)
+    assert json.loads(out)["setup"]["weight_format"] == "bf16"
+    assert checkpoint_weight_format({"quantization_config": {"quant_method": "modelopt",
+                                                             "quant_algo": "NVFP4"}})[0] == "nvfp4"
+    assert checkpoint_weight_format({"text_config": {"quantization_config": {"quant_method": "fp8"}}})[0] == "fp8"
+    fmt, why = checkpoint_weight_format({"quantization_config": {"quant_method": "compressed-tensors"}})
+    assert fmt == "bf16" and "not read" in why and "--weight-format" in why
+    assert checkpoint_weight_format({"quantization_config": {"quant_method": "mxfp4"}})[0] == "bf16"
+
+
+def test_time_refuses_options_it_does_not_read(capsys):
+    """--time runs the paged simulation under vLLM 0.33's scheduler; the length simulation's options (--watermark,
+    --prefix, --rates, --allocator ...) were accepted and silently ignored; each is now refused in one line, and
+    calc --slo refuses --engine-rules sglang (it timed vLLM's pool under an SGLang heading)."""
+    base = ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--requests", "20"]
+    for extra in (["--watermark", "0.9"], ["--prefix", "100"], ["--rates", "1:5:3"], ["--allocator", "buddy"],
+                  ["--trace-every", "10"], ["--latency-bound", "3"]):
+        code, _, err = run([*base, *extra], capsys)
+        assert code == 2 and extra[0] in err and "not read by --time" in err, extra
+    code, _, err = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--engine-rules", "sglang", "--slo",
+                        "ttft=2s"], capsys)
+    assert code == 2 and "--engine-rules vllm" in err

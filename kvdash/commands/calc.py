@@ -137,7 +137,7 @@ def calc(
     as_json: Annotated[bool, Opt("--json", help="Print one JSON document.")] = False,
     brief: Annotated[bool, Opt("--brief", help="Print only the answer: the summary line and the line vLLM would log.")] = False,
     slo: SloOpt = None,
-    weight_format: WeightFormatOpt = "bf16",
+    weight_format: WeightFormatOpt = "auto",
     engine_rules: EngineRulesOpt = "vllm",
 ) -> None:
     """How many requests fit, paged and contiguous, and every KV-cache figure behind it, for one configuration (default: the tutorial's)."""
@@ -148,6 +148,9 @@ def calc(
     from kvdash.units import parse_size
 
     rules = registry.get(engine_rules)  # an unknown engine is the first error, before any figure
+    if engine_rules != "vllm" and slo is not None:  # the time model runs vLLM's scheduler over vLLM's pool
+        raise InputError("--slo", slo, f"times vLLM 0.33's scheduler over vLLM's pool, not --engine-rules "
+                                       f"{engine_rules}'s: use --engine-rules vllm (the default)")
     if any(v is not None for v in (layers, kv_heads, head_dim)):
         if given(ctx, "model") or config:
             raise InputError("--layers", layers, "give either --model/--config or --layers/--kv-heads/--head-dim")

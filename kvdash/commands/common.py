@@ -75,8 +75,9 @@ SloOpt = Annotated[Optional[str], Opt(help="e.g. ttft=2s,tpot=50ms (keys ttft, t
                                           "--gpu; in simulate also --time) gives the highest concurrency and "
                                           "request rate whose p90 meets it, and the limit that binds. Default: "
                                           "none.")]
-WeightFormatOpt = Annotated[str, Opt(help="Time model: storage format of the weights: bf16, fp16, fp8, nvfp4, "
-                                          "mxfp4, int4_wo.")]
+WeightFormatOpt = Annotated[str, Opt(help="Time model: storage format of the weights: auto (the checkpoint's own: "
+                                          "its quantization_config's fp8 / NVFP4, else bf16), bf16, fp16, fp8, "
+                                          "nvfp4, mxfp4, int4_wo.")]
 MaxNumSeqsOpt = Annotated[Optional[int], Opt(help="vLLM's max_num_seqs: requests it runs at once. Default: "
                                                   f"{CAPS_DEFAULT}.")]
 PerformanceModeOpt = Annotated[str, Opt(help="vLLM's --performance-mode: balanced, interactivity, or throughput "

@@ -70,7 +70,7 @@ def simulate(
     requests: Annotated[Optional[int], Opt(help=f"Requests to simulate (at most --max-requests, {MAX_REQUESTS:,} unless "
                                                 "raised). Default: 2,000 (--hash-trace: every request of the trace).")] = None,
     max_requests: Annotated[int, Opt(help=f"Upper bound of --requests (at most {HARD_MAX_REQUESTS:,}).")] = MAX_REQUESTS,
-    rate: Annotated[float, Opt(help="Poisson arrivals per step.")] = 0.5,
+    rate: Annotated[float, Opt(help="Poisson arrivals per step; with --time, requests per second.")] = 0.5,
     rates: Annotated[Optional[str], Opt(help="A:B:N: also sweep N rates from A to B and report each policy's "
                                              "normalized latency and capacity at --latency-bound. Default: none (one rate, --rate).")] = None,
     latency_bound: Annotated[float, Opt(help="Normalized latency bound for --rates, steps per output token "
@@ -108,7 +108,7 @@ def simulate(
     time_model: Annotated[bool, Opt("--time", help="Simulate in seconds (paged, vLLM's scheduler, the fitted step-time "
                                                    "model; needs --gpu): TTFT, TPOT, E2E, tokens/s. --rate is then "
                                                    "requests per second.")] = False,
-    weight_format: WeightFormatOpt = "bf16",
+    weight_format: WeightFormatOpt = "auto",
     max_num_seqs: MaxNumSeqsOpt = None,
     max_batched_tokens: MaxBatchedTokensOpt = None,
     slo: SloOpt = None,
@@ -195,6 +195,14 @@ def simulate(
         from kvdash.commands.common import warn
         from kvdash.commands.simulate_time import main as timed_main
 
+        for name, option in (("prefix", "--prefix"), ("watermark", "--watermark"), ("rates", "--rates"),
+                             ("latency_bound", "--latency-bound"), ("trace_every", "--trace-every"),
+                             ("allocator", "--allocator"), ("offload", "--offload"), ("capacities", "--capacities"),
+                             ("cpu_policy", "--cpu-policy"), ("blocks_per_chunk", "--blocks-per-chunk"),
+                             ("link", "--link"), ("disk_link", "--disk-link"), ("rules", "--rules")):
+            if given(ctx, name):
+                raise InputError(option, locals()[name], "not read by --time / --slo (the timed run is paged under "
+                                 "vLLM 0.33's scheduler at its own rules): give it without --time")
         if given(ctx, "policies") and time_model:
             warn(f"--policies {policies} has no effect with --time: the timed simulation runs paged (vLLM's "
                  "scheduler) only; the Orca policies in seconds are a grid's (simulate: time: policies)")

@@ -50,7 +50,7 @@ def main(o: dict[str, Any]) -> None:
     from kvdash.commands.common import check_budget_options, parse_budget, warn
     from kvdash.core.gpus import get_gpu
     from kvdash.core.steptime import fitted_constants, gpu_perf, moe_kernel, unmeasured_note
-    from kvdash.engines.vllm import stored_kv_dtype, timed_compute
+    from kvdash.engines.vllm import checkpoint_weight_format, stored_kv_dtype, timed_compute
     from kvdash.simulate.lengths import parse_lengths_spec
     from kvdash.simulate.timed import Pool
     from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace
@@ -69,7 +69,8 @@ def main(o: dict[str, Any]) -> None:
     if o["weights"]:  # the time model reads the weight figure where it cannot count parameters (hybrids)
         arch = replace(arch, weight_bytes=parse_size(o["weights"], "--weights", allow_zero=True), weights_known=True,
                        weight_basis="--weights")
-    mc = timed_compute(cfg, arch, tp, o["weight_format"], o["kv_dtype"])
+    wf, wf_basis = (checkpoint_weight_format(cfg) if o["weight_format"] == "auto" else (o["weight_format"], ""))
+    mc = timed_compute(cfg, arch, tp, wf, o["kv_dtype"])
     stored = stored_kv_dtype(arch, o["kv_dtype"])[0]  # the cache vLLM keeps (auto: the checkpoint's)
     seqs_d, tokens_d = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
     seqs = seqs_d if o["max_num_seqs"] is None else o["max_num_seqs"]  # 0 is refused below, not the default
@@ -115,10 +116,10 @@ def main(o: dict[str, Any]) -> None:
     rate = o["rate"]
     res = run_point(setup, prompt, output, concurrency=conc or 0, rate=0.0 if conc else rate, seed=o["seed"])
     search = slo_search(setup, prompt, output, slo, o["seed"]) if slo else None
-    info = {"model": arch.name, "gpu": gpu.key, "tp": tp, "kv_dtype": stored, "weight_format": o["weight_format"],
+    info = {"model": arch.name, "gpu": gpu.key, "tp": tp, "kv_dtype": stored, "weight_format": wf,
             "block_size": shape.block_size, "pool_blocks": pool.blocks, "budget_bytes": binfo["per_rank_bytes"],
             "max_num_seqs": seqs, "max_num_batched_tokens": batched, "workload": w.name, "requests": len(prompt),
-            "arrival": f"closed loop of {conc}" if conc else f"Poisson, {rate:g} requests/s",
+            "arrival": f"closed loop of {conc:,}" if conc else f"Poisson, {rate:,g} requests/s",
             "kv_capacity_requests": kv_requests, "mean_request_tokens": mean_len,
             "constants": consts.fitted_on, "gpu_figures": perf.source,
             "measured_error": "benchmarks/results/steptime_validation.md (fit on dense models, validated on MoE rows)",
@@ -129,6 +130,8 @@ def main(o: dict[str, Any]) -> None:
             f"measured fused-MoE kernel model for {mc.expert_format} experts on {perf.key} (kvdash/data/moe_kernels.json"
             f", from {kernel.source})" if kernel is not None else
             f"roofline at the dense constants (no kernel measurement for {mc.expert_format} experts on {perf.key})")
+    if wf_basis:
+        info["weight_format_basis"] = wf_basis
     if not mc.counted:
         info["parameters"] = mc.basis[0]
     if unmeasured := unmeasured_note(perf.key):
@@ -150,10 +153,9 @@ def main(o: dict[str, Any]) -> None:
     def say(text: str) -> None:  # a line of prose, wrapped at the terminal's width (no trailing spaces)
         print("\n".join(wrap(text, terminal_width())))
 
-    experts = (f" (experts {mc.expert_format})" if mc.expert_format and mc.expert_format != o["weight_format"]
-               else "")
+    experts = (f" (experts {mc.expert_format})" if mc.expert_format and mc.expert_format != wf else "")
     window = f", sliding window {mc.window:,} tokens on some layers" if mc.window else ""
-    say(f"{arch.name} on {tp} x {gpu.key}, {o['weight_format']} weights{experts}, {stored} KV{window}: "
+    say(f"{arch.name} on {tp} x {gpu.key}, {wf} weights{experts}, {stored} KV{window}: "
         f"{pool.blocks:,} blocks of {shape.block_size} tokens; {info['workload']}, {len(prompt):,} requests, "
         f"{info['arrival']}; max_num_seqs {seqs:,}, max_num_batched_tokens {batched:,}")
     lat = Table(title="Latency, ms (paged, vLLM's scheduler, step-time model)")
@@ -162,7 +164,7 @@ def main(o: dict[str, Any]) -> None:
     no_tpot = not res.has_tpot  # TPOT needs a second output token (vLLM's benchmark: 0)
     for name, d in (("TTFT", res.ttft_ms), ("TPOT", res.tpot_ms), ("E2E", res.e2e_ms)):
         lat.add_row(name, *("-" if name == "TPOT" and no_tpot else f"{d[k]:,.1f}" for k in ("p50", "p90", "p99", "mean")))
-    thr = Table(title="Throughput")
+    thr = Table(title="Throughput (output tokens)")
     for col in ("tokens/s", "per GPU", "per user", "requests/s", "preempted", "avg batch"):
         thr.add_column(col, "right", wrap=False)
     def tokens_s(v: float) -> str:  # tokens/s: whole from 100, else three significant digits (0.405, not 0)
@@ -175,7 +177,8 @@ def main(o: dict[str, Any]) -> None:
     if search is not None:
         say(slo_sentence(search, len(prompt), mean_len))
     say(f"constants: {consts.fitted_on}; measured error: {info['measured_error']}")
-    for key, label in (("routed_experts", "routed experts"), ("parameters", "parameters"),
+    for key, label in (("weight_format_basis", "weights"), ("routed_experts", "routed experts"),
+                       ("parameters", "parameters"),
                        ("gpu_extrapolated", "GPU"), ("short_run", "note"), ("all_reduces", "all-reduces")):
         if key in info:
             say(f"{label}: {info[key]}")
@@ -186,14 +189,14 @@ CALC_SLO_MAX_LEN = 8192  # ... clipped at this many tokens (or the model's conte
 
 
 def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, gpu_key: str | None, tp: int,
-             kv_dtype: str, slo_text: str, weight_format: str = "bf16") -> dict[str, Any]:
+             kv_dtype: str, slo_text: str, weight_format: str = "auto") -> dict[str, Any]:
     """``kvdash calc --slo``: :func:`slo_search` over calc's own pool (its budget per rank, blocks and
     block rule) with 1,000 ShareGPT-shaped requests (kvdash's synthetic preset, seed 0)."""
     from dataclasses import replace
 
     from kvdash.core.gpus import get_gpu
     from kvdash.core.steptime import fitted_constants, gpu_perf, unmeasured_note
-    from kvdash.engines.vllm import timed_compute
+    from kvdash.engines.vllm import checkpoint_weight_format, timed_compute
     from kvdash.simulate.timed import Pool
     from kvdash.simulate.workload import PRESETS, draw_requests
 
@@ -207,7 +210,11 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     gpu = get_gpu(gpu_key)
     perf = gpu_perf(gpu.key)
     p = result["pool"]
-    mc = timed_compute(model_config(model, config), arch, tp, weight_format, kv_dtype)
+    cfg = model_config(model, config)
+    wf_basis = ""
+    if weight_format == "auto":
+        weight_format, wf_basis = checkpoint_weight_format(cfg)
+    mc = timed_compute(cfg, arch, tp, weight_format, kv_dtype)
     pool = Pool(int(result["whole_pool_blocks"]), int(p["block_size"]), int(p["full_groups"]), int(p["window_groups"]),
                 int(p["window"] or 0), int(p["state_blocks_per_request"] or 0))
     # calc's own engine caps (its --max-num-seqs / --max-batched-tokens, else vLLM 0.33's defaults for the GPU)
@@ -219,17 +226,18 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     setup = {"pool": pool, "mc": mc, "gpu": perf, "consts": fitted_constants(perf.key), "max_num_seqs": seqs,
              "max_batched": batched, "tp": tp, "kv_requests": pool.blocks // int(pool.request_blocks(mean_len))}
     out = slo_search(setup, reqs.prompt, reqs.output, slo)
-    out["workload"] = (f"{CALC_SLO_REQUESTS:,} ShareGPT-shaped requests (synthetic: lognormal means 161 in, 338 out, "
-                       f"clipped at {cap:,} tokens)")
+    out["workload"] = (f"{CALC_SLO_REQUESTS:,} ShareGPT-shaped requests (synthetic: lognormal means 161 in, 338 out "
+                       f"before clipping at {cap:,} tokens)")
     out["requests"] = CALC_SLO_REQUESTS
     out["mean_request_tokens"] = mean_len
     out["max_num_seqs"], out["max_num_batched_tokens"] = seqs, batched
     if unmeasured := unmeasured_note(perf.key):
         out["gpu_extrapolated"] = unmeasured
-    if weight_format != "bf16":
+    out["weight_format"] = weight_format
+    if weight_format != "bf16" or wf_basis.startswith("auto: the checkpoint's"):
         out["pool_note"] = (f"the pool is calc's (weights: {result['budget'].get('weights_basis') or 'as calc counts them'}"
-                            f"); the step times read {weight_format} weights (--weights sizes the pool for that "
-                            "checkpoint)")
+                            f"); the step times read {weight_format} weights"
+                            + (f" ({wf_basis})" if wf_basis else " (--weights sizes the pool for that checkpoint)"))
     out.pop("at_max_concurrency", None)
     return out
 

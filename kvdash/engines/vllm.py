@@ -777,6 +777,33 @@ class VllmRules:
 RULES = VllmRules()
 
 
+def checkpoint_weight_format(cfg: dict[str, Any]) -> tuple[str, str]:
+    """``--weight-format auto``: the weights' storage format as the checkpoint's ``quantization_config`` declares it
+    (config.json's, or its ``text_config``'s), and the words saying so.  vLLM 0.33 loads a checkpoint in the format
+    it is stored in: ``quant_method`` ``fp8`` (DeepSeek-V3, Qwen3-*-FP8, MiniMax-M2.5: block-scaled fp8) is fp8; a
+    ModelOpt checkpoint's ``quant_algo`` ``FP8`` / ``NVFP4`` is fp8 / nvfp4; ``mxfp4`` (gpt-oss) keeps bf16 for all
+    but the routed experts, which :func:`kvdash.core.steptime.model_compute` reads as MXFP4; another method
+    (compressed-tensors, AWQ, GPTQ ...) is not read: bf16, said so.  Without a quantization_config: bf16."""
+    q = cfg.get("quantization_config")
+    if not isinstance(q, dict) and isinstance(cfg.get("text_config"), dict):
+        q = cfg["text_config"].get("quantization_config")
+    method = str(q.get("quant_method", "")) if isinstance(q, dict) else ""
+    if not method:
+        return "bf16", "auto: no quantization_config in config.json (the model dtype: bf16)"
+    assert isinstance(q, dict)
+    if method == "fp8":
+        return "fp8", "auto: the checkpoint's quantization_config (quant_method fp8)"
+    if method.startswith("modelopt"):
+        inner: dict[str, Any] = q["quantization"] if isinstance(q.get("quantization"), dict) else q
+        algo = str(inner.get("quant_algo") or q.get("quant_algo") or "").upper()
+        if algo in ("FP8", "NVFP4"):
+            return algo.lower(), f"auto: the checkpoint's ModelOpt quantization_config (quant_algo {algo})"
+    if method == "mxfp4":
+        return "bf16", "auto: the checkpoint's quantization_config (mxfp4: the routed experts MXFP4, the rest bf16)"
+    return "bf16", (f"auto: the checkpoint's quantization_config ({method}) is not read by the time model, so bf16 "
+                    "is assumed; give --weight-format")
+
+
 def timed_compute(cfg: dict[str, Any], arch: Architecture, tp: int, weights: str, kv_dtype: str,
                   scales: str = "tensor") -> ModelCompute:
     """The time model's per-rank figures (:func:`kvdash.core.steptime.model_compute`) over the KV cache vLLM 0.33
@@ -785,4 +812,6 @@ def timed_compute(cfg: dict[str, Any], arch: Architecture, tp: int, weights: str
     step reads and the attention's FLOP rate (fp8 over an fp8 cache) follow the cache the pool was sized for."""
     from kvdash.core.steptime import model_compute
 
+    if weights == "auto":
+        weights = checkpoint_weight_format(cfg)[0]
     return model_compute(cfg, arch, tp, weights, None, stored_kv_dtype(arch, kv_dtype)[0], scales)

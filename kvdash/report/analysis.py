@@ -131,8 +131,9 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
                 margins.append((one[1], g))
         if margins:
             m, g = min(margins, key=lambda t: t[0])
-            text += f", {num(m if not float(m).is_integer() else int(m))} inside the gate '{g.name}' ({g.metric} " \
-                    f"{bounds_text(g)})"
+            unit = " ms" if g.metric.endswith("_ms") else ""  # a time column's margin is in its unit
+            text += (f", {num(m if not float(m).is_integer() else int(m))}{unit} inside the gate '{g.name}' "
+                     f"({g.metric} {bounds_text(g)})")
         ties = [r for r in top[1:] if r[o.metric] == best[o.metric]]
         if ties:
             text += "; " + ", ".join(labels.differing(r, best) for r in ties[:3]) + \

@@ -102,6 +102,14 @@ def _constants_text(gpus: list[str], brief: bool = False) -> str:
     return "; ".join([text, *(n for n in map(unmeasured_note, other) if n)])
 
 
+
+def weights_words(weight_format: str) -> str:
+    """The grid's weight format in a report: ``auto`` is each checkpoint's own (its quantization_config: fp8 or
+    NVFP4 where it declares one, else bf16; :func:`kvdash.engines.vllm.checkpoint_weight_format`)."""
+    if weight_format == "auto":
+        return "each checkpoint's own weight format (its quantization_config's fp8 or NVFP4, else bf16)"
+    return f"{weight_format} weights"
+
 def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str, Any] | None:
     """Setup line, per-point SLO/latency rows and, per workload with rates, each policy's rate at the bound."""
     from kvdash.sweep.claims import TIME_LABEL, TIME_MODEL_ERROR
@@ -116,7 +124,7 @@ def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str,
     parts = ["Each point on its own pool, max_num_seqs and max_num_batched_tokens under vLLM 0.33's scheduler "
              + (f"(paged) and Orca's reservations ({', '.join(orca)}: the same scheduler, whole reservations placed "
                 f"by {sim.allocator})" if orca else "(paged)")
-             + f"; {ts.weight_format} weights; GPU figures of {', '.join(gpus) or '-'}; seed {sim.seed}"]
+             + f"; {weights_words(ts.weight_format)}; GPU figures of {', '.join(gpus) or '-'}; seed {sim.seed}"]
     if ts.workloads:
         parts.append("requests per grid workload: " + "; ".join(
             f"{name}: {(ts.workload_requests or {}).get(name, ts.requests):,} of {w.name} "
@@ -124,7 +132,7 @@ def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str,
     else:
         parts.append(f"{ts.requests:,} {sim.workload.name} requests")
     untimed = df.height - timed.height
-    brief = [f"{', '.join(gpus) or '-'}, {ts.weight_format} weights"
+    brief = [f"{', '.join(gpus) or '-'}, {weights_words(ts.weight_format)}"
              + (f"; Orca on paged's scheduler ({sim.allocator})" if orca else "")]
     if untimed:
         reasons = df.filter(pl.col("time_gpu").is_null()).group_by("time_not_timed").len() \

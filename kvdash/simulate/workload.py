@@ -133,7 +133,8 @@ def draw_requests(workload: Workload, seed: int, max_len: int) -> Requests:
         if not lognormal or count > MAX_REDRAWN * n:
             field_ = "--trace" if workload.prompt.kind == "trace" else "--prompt/--output"
             raise InputError(field_, f"{count:,} of {n:,} requests longer than --max-reserved={max_len:,}",
-                             "every prompt + output must fit the maximum length; pass --clip to cut them"
+                             "every prompt + output must fit the maximum length: raise --max-reserved (up to the "
+                             "model's context), or pass --clip to cut them"
                              + ("" if not lognormal else " (lognormal lengths are drawn again when at most 5 % "
                                 "of the draws are too long)"))
         redrawn = count

@@ -545,7 +545,11 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
         g = c.mapping(g, p, GATE_KEYS)
         metric = g.get("metric")
         if metric not in numeric:
-            raise c.fail(p + ("metric",), metric, "expected a numeric result column", closest(str(metric), numeric))
+            time_hint = (" (time_ columns come from a simulate: time: block, which this grid does not have)"
+                         if str(metric).startswith("time_") and not any(str(k).startswith("time_") for k in numeric)
+                         else "")
+            raise c.fail(p + ("metric",), metric, "expected a numeric result column" + time_hint,
+                         closest(str(metric), numeric))
         lo, hi = g.get("min"), g.get("max")
         for key, bound in (("min", lo), ("max", hi)):
             if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int | float)):

@@ -97,9 +97,9 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
             gpu_perf(str(gpu))
         except InputError as exc:
             raise c.fail(p + ("gpu",), gpu, exc.allowed) from exc
-    wf = str(sec.get("weight_format", "bf16"))
-    if wf not in WEIGHT_BYTES:
-        raise c.fail(p + ("weight_format",), wf, "expected one of: " + ", ".join(WEIGHT_BYTES))
+    wf = str(sec.get("weight_format", "auto"))
+    if wf != "auto" and wf not in WEIGHT_BYTES:
+        raise c.fail(p + ("weight_format",), wf, "expected one of: auto, " + ", ".join(WEIGHT_BYTES))
     policies = tuple(str(x) for x in c.seq(sec.get("policies", ["paged"]), p + ("policies",), allow_scalar=True))
     for i, pol in enumerate(policies):
         if pol not in TIME_POLICIES:
