@@ -302,3 +302,19 @@ def test_a_time_gate_without_a_time_block_says_where_time_columns_come_from(tmp_
     code, _, err = run(["sweep", str(grid), "--dry-run"], capsys)
     assert code == 2 and "gates[0].metric" in err and "simulate: time: block" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_time_gate_shows_its_tightest_timed_point_beside_untimed_ones(tmp_path, capsys):
+    """A gate on a time column over timed and untimed points (L40S has no time figures): the untimed point fails it
+    without a value; the gates table's worst point is the timed one with the least slack, and the untimed are
+    counted beside it (the worst was the untimed point, shown as '-', hiding the timed figure)."""
+    text = SMALL.replace("defaults: {gpu: h100-80gb, tp: 1}", "defaults: {tp: 1}\ngrid:\n  gpu: [h100-80gb, l40s]") \
+        + "    users: 4\ngates:\n  - {name: tpot, metric: time_tpot_p90_ms, max: 1000}\n"
+    out = tmp_path / "out"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "-q"], capsys)
+    df = pl.read_csv(out / "results.csv")
+    tpot = df.filter(pl.col("gpu") == "h100-80gb")["time_tpot_p90_ms"][0]
+    md = (out / "report.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| tpot |"))
+    assert "| 1 / 1 |" in row and "(1 point without a value)" in row, row
+    assert f"{1000 - tpot:.2f}"[:4] in row.split("|")[-2], row  # the margin: the timed point's slack

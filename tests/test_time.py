@@ -312,12 +312,15 @@ def test_parse_slo():
     from kvdash.commands.simulate_time import parse_slo
 
     assert parse_slo("ttft=2s,tpot=50ms") == {"ttft": 2.0, "tpot": 0.05}
+    # microseconds too (the reports print the step model's constants in us; `tpot=50us` was refused)
+    assert parse_slo("tpot=500us,ttft=2s") == {"tpot": 0.0005, "ttft": 2.0}
+    assert parse_slo("tpot=500µs")["tpot"] == 0.0005
     for bad in ("ttft", "ttft=0s", "speed=1s", "ttft=1s,ttft=2s", "tpot=-5ms"):
         with pytest.raises(InputError, match="--slo"):
             parse_slo(bad)
     # a bare number is refused: tpot=50 could mean 50 ms or 50 s
     for bare in ("tpot=50", "ttft=2,tpot=50ms"):
-        with pytest.raises(InputError, match="its unit, s or ms"):
+        with pytest.raises(InputError, match="its unit, s, ms or us"):
             parse_slo(bare)
 
 
@@ -960,3 +963,4 @@ def test_time_refuses_options_it_does_not_read(capsys):
     code, _, err = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--engine-rules", "sglang", "--slo",
                         "ttft=2s"], capsys)
     assert code == 2 and "--engine-rules vllm" in err
+

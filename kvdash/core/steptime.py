@@ -152,7 +152,9 @@ class Constants:
         if base.c_flop_blackwell is None or get_gpu(gpu_key).compute_capability.split(".")[0] != "10":
             return base
         return replace(base, c_flop=base.c_flop_blackwell, c_flop_other=base.c_flop,
-                       fitted_on=f"{base.fitted_on}; c_flop {base.c_flop_blackwell:.4g}, the Blackwell GPUs' own")
+                       fitted_on=f"{base.fitted_on}; c_flop {base.c_flop_blackwell:.4g} on a Blackwell GPU (its "
+                                 f"calibration rows reached {100 / base.c_flop_blackwell:.0f} % of the datasheet "
+                                 "FLOP/s)")
 
 
 # the GPUs of the measured serving rows the constants were fitted and validated on (benchmarks/steptime_fit.py)

@@ -58,8 +58,8 @@ def poisson_short_note(requests: int, res: Any, rate: float) -> str | None:
 
 
 def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:
-    """``ttft=2s,tpot=50ms`` -> seconds per metric (``ms`` or ``s``; a bare number is refused: ``tpot=50`` could mean
-    50 ms or 50 s)."""
+    """``ttft=2s,tpot=50ms`` -> seconds per metric (``s``, ``ms`` or ``us``; a bare number is refused: ``tpot=50``
+    could mean 50 ms or 50 s)."""
     out: dict[str, float] = {}
     allowed = "expected KEY=TIME pairs, KEY one of ttft, tpot, e2e and TIME like 2s or 50ms (ttft=2s,tpot=50ms)"
     for part in str(text).split(","):
@@ -72,12 +72,14 @@ def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:
         if key in out:
             raise InputError(field, text, f"{key} given twice: " + allowed)
         scale = 1.0
-        if value.endswith("ms"):
+        if value.endswith(("us", "µs")):
+            value, scale = value[:-2], 1e-6
+        elif value.endswith("ms"):
             value, scale = value[:-2], 1e-3
         elif value.endswith("s"):
             value = value[:-1]
         else:
-            raise InputError(field, text, allowed + "; every time needs its unit, s or ms")
+            raise InputError(field, text, allowed + "; every time needs its unit, s, ms or us")
         try:
             seconds = float(value) * scale
         except ValueError as exc:

@@ -116,6 +116,7 @@ class GateResult:
     best: dict[str, Any] | None  # the row with the most slack
     worst: dict[str, Any] | None  # the row with the least slack
     margin: float | None  # the worst point's slack: how far the tightest point is inside the bound
+    unvalued: int = 0  # points in scope without a value (e.g. not timed): they fail, and best/worst skip them
 
     @property
     def failing(self) -> int:
@@ -132,11 +133,17 @@ def evaluate_gates(spec: GridSpec, frame: pl.DataFrame, keep: list[str]) -> list
         if sub.height == 0:
             out.append(GateResult(gate, 0, 0, None, None, None))
             continue
-        ordered = sub.sort(["_slack", "id"], descending=[True, False])
+        # the best and worst of the points with a value: a point without one (not timed, say) fails the gate but
+        # has no slack to show, and taking it as the worst hid the tightest measured point behind a "-"
+        valued = sub.filter(pl.col("_slack") > float("-inf"))
+        unvalued = sub.height - valued.height
+        if valued.height == 0:
+            out.append(GateResult(gate, sub.height, int(sub.get_column("_ok").sum()), None, None, None, unvalued))
+            continue
+        ordered = valued.sort(["_slack", "id"], descending=[True, False])
         best, worst = ordered.row(0, named=True), ordered.row(-1, named=True)
-        margin = worst["_slack"]
-        out.append(GateResult(gate, sub.height, int(sub.get_column("_ok").sum()), best, worst,
-                              None if margin == float("-inf") else margin))
+        out.append(GateResult(gate, sub.height, int(sub.get_column("_ok").sum()), best, worst, worst["_slack"],
+                              unvalued))
     return out
 
 
