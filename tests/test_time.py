@@ -893,22 +893,24 @@ def test_presets_carry_the_mlp_sizes_the_time_model_counts(preset, billions):
 
 
 def test_slo_rate_is_judged_in_the_steady_state(capsys):
-    """Rule (slo_search, SHORT_RUN): a Poisson rate counts as meeting the SLO only over a trace of at least ten times
-    the requests in flight (Little's law: rate x mean E2E), the trace repeated as needed.  Before, 1,000 requests
-    judged every rate: at ten times the rate found here they are all admitted within a second and meet ttft=1s
-    (the short-trace check below), so calc answered 645 requests/s for Llama-3.1-8B on one H100 where the engine
-    sustains about 60.  The rate found holds on a long trace and twice it does not; a short Poisson run says so."""
+    """Rule (slo_search, SHORT_RUN, STEADY_GROWTH): a Poisson rate counts as meeting the SLO only over a trace of at
+    least ten times the requests in flight (Little's law: rate x mean E2E), the trace repeated as needed, and only
+    if twice that trace holds at most 1.15 times as many in flight (a queue growing with the trace is not
+    sustained).  Before, 1,000 requests judged every rate: at ten times the rate found here they are all admitted
+    within a second and meet ttft=1s (the short-trace check below), so calc answered 645 requests/s for
+    Llama-3.1-8B on one H100.  Here (simulate's ShareGPT draw) the rate found holds over four times the trace it was
+    judged on (TTFT p90 about 130 ms; the engine serves about 60 requests/s saturated) and 1.3 x it does not."""
     base = ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--json"]
     code, out, _ = run([*base, "--requests", "1000", "--slo", "ttft=1s"], capsys)
     s = json.loads(out)["slo"]
     rate, n = s["max_rate_per_s"], s["rate_requests"]
-    assert code in (0, None) and rate is not None and n > 1000 and 20 < rate < 120
+    assert code in (0, None) and rate is not None and n > 1000 and 20 < rate < 62
     # the short trace the search used to judge on: ten times the rate still "meets" ttft=1s over 1,000 requests
     code, out, _ = run([*base, "--requests", "1000", "--rate", f"{10 * rate:.4f}"], capsys)
     short = json.loads(out)
     assert short["results"][0]["ttft_ms"]["p90"] <= 1000 and "short_run" in short["setup"]
-    # over a steady trace: 0.9 x the rate meets it, 2 x does not
-    for factor, ok in ((0.9, True), (2.0, False)):
+    # over a long trace: the rate found meets it, 1.3 x does not
+    for factor, ok in ((1.0, True), (1.3, False)):
         code, out, _ = run([*base, "--requests", str(2 * n), "--rate", f"{factor * rate:.4f}"], capsys)
         r = json.loads(out)["results"][0]
         assert (r["ttft_ms"]["p90"] <= 1000) is ok, (factor, r["ttft_ms"])
@@ -949,6 +951,9 @@ def test_weight_format_auto_reads_the_checkpoint(capsys):
     fmt, why = checkpoint_weight_format({"quantization_config": {"quant_method": "compressed-tensors"}})
     assert fmt == "bf16" and "not read" in why and "--weight-format" in why
     assert checkpoint_weight_format({"quantization_config": {"quant_method": "mxfp4"}})[0] == "bf16"
+    # a gpt-oss preset keeps no quantization_config, but its experts are MXFP4 (the header says so): the weights line
+    # said "no quantization_config (the model dtype: bf16)" beside "(experts mxfp4)"
+    assert "mxfp4" in checkpoint_weight_format({"model_type": "gpt_oss"})[1]
 
 
 def test_time_refuses_options_it_does_not_read(capsys):
@@ -960,6 +965,8 @@ def test_time_refuses_options_it_does_not_read(capsys):
                   ["--trace-every", "10"], ["--latency-bound", "3"]):
         code, _, err = run([*base, *extra], capsys)
         assert code == 2 and extra[0] in err and "not read by --time" in err, extra
+    code, _, err = run([*base, "--concurrency", "4", "--prefix", "0", "--rules", "vllm"], capsys)  # defaults typed out
+    assert code in (0, None), err
     code, _, err = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--engine-rules", "sglang", "--slo",
                         "ttft=2s"], capsys)
     assert code == 2 and "--engine-rules vllm" in err

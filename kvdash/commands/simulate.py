@@ -195,14 +195,16 @@ def simulate(
         from kvdash.commands.common import warn
         from kvdash.commands.simulate_time import main as timed_main
 
+        defaults = {p.name: p.default for p in ctx.command.params}
         for name, option in (("prefix", "--prefix"), ("watermark", "--watermark"), ("rates", "--rates"),
                              ("latency_bound", "--latency-bound"), ("trace_every", "--trace-every"),
                              ("allocator", "--allocator"), ("offload", "--offload"), ("capacities", "--capacities"),
                              ("cpu_policy", "--cpu-policy"), ("blocks_per_chunk", "--blocks-per-chunk"),
                              ("link", "--link"), ("disk_link", "--disk-link"), ("rules", "--rules")):
-            if given(ctx, name):
-                raise InputError(option, locals()[name], "not read by --time / --slo (the timed run is paged under "
-                                 "vLLM 0.33's scheduler at its own rules): give it without --time")
+            value = locals()[name]
+            if given(ctx, name) and value != defaults[name]:  # its default typed out is harmless
+                raise InputError(option, value, "not read by --time / --slo (the timed run is paged under vLLM 0.33's "
+                                 "scheduler at its own rules): give it without --time and --slo")
         if given(ctx, "policies") and time_model:
             warn(f"--policies {policies} has no effect with --time: the timed simulation runs paged (vLLM's "
                  "scheduler) only; the Orca policies in seconds are a grid's (simulate: time: policies)")

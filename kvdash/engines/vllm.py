@@ -781,16 +781,23 @@ def checkpoint_weight_format(cfg: dict[str, Any]) -> tuple[str, str]:
     """``--weight-format auto``: the weights' storage format as the checkpoint's ``quantization_config`` declares it
     (config.json's, or its ``text_config``'s), and the words saying so.  vLLM 0.33 loads a checkpoint in the format
     it is stored in: ``quant_method`` ``fp8`` (DeepSeek-V3, Qwen3-*-FP8, MiniMax-M2.5: block-scaled fp8) is fp8; a
-    ModelOpt checkpoint's ``quant_algo`` ``FP8`` / ``NVFP4`` is fp8 / nvfp4; ``mxfp4`` (gpt-oss) keeps bf16 for all
-    but the routed experts, which :func:`kvdash.core.steptime.model_compute` reads as MXFP4; another method
-    (compressed-tensors, AWQ, GPTQ ...) is not read: bf16, said so.  Without a quantization_config: bf16."""
+    ModelOpt checkpoint's ``quant_algo`` ``FP8`` / ``NVFP4`` is fp8 / nvfp4 (attention projections it leaves in
+    bf16, as NVIDIA's NVFP4 releases do, counted at that format too: one format for every dense weight);
+    ``mxfp4`` (gpt-oss) keeps bf16 for all but the routed experts, which
+    :func:`kvdash.core.steptime.model_compute` reads as MXFP4 (a gpt-oss preset without its quantization_config
+    too); another method is not read: bf16, said so (compressed-tensors checkpoints quantize some modules and
+    ignore others, Kimi-K2.5's only its routed experts, which one format for every weight cannot say; AWQ, GPTQ
+    ...).  Without a quantization_config: bf16."""
     q = cfg.get("quantization_config")
-    if not isinstance(q, dict) and isinstance(cfg.get("text_config"), dict):
+    if not q and isinstance(cfg.get("text_config"), dict):
         q = cfg["text_config"].get("quantization_config")
     method = str(q.get("quant_method", "")) if isinstance(q, dict) else ""
+    if not method and cfg.get("model_type") == "gpt_oss":  # every gpt-oss release: MXFP4 experts (a preset's
+        method = "mxfp4"  # config keeps no quantization_config; model_compute reads its experts as MXFP4 too)
     if not method:
         return "bf16", "auto: no quantization_config in config.json (the model dtype: bf16)"
-    assert isinstance(q, dict)
+    assert isinstance(q, dict) or method == "mxfp4"
+    q = q if isinstance(q, dict) else {}
     if method == "fp8":
         return "fp8", "auto: the checkpoint's quantization_config (quant_method fp8)"
     if method.startswith("modelopt"):

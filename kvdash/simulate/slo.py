@@ -29,6 +29,10 @@ SHORT_RUN = 10  # a closed loop of fewer requests than this many per user is not
 # trace repeated as needed, up to this many times max_num_seqs requests (a stable engine runs at most max_num_seqs
 # and queues few more; past that the queue grows with the trace: the rate is not sustained)
 STEADY_CAP_SEQS = 2 * SHORT_RUN
+# ... and over twice that trace its requests in flight may grow at most this much (Llama-3.1-8B on an H100, calc's
+# workload, 4,000 -> 8,000 requests: +1 % at 30 requests/s, +7 % at 40, +13 % at 44, +16 % at 46, +19 % at 48, +32 %
+# at 56, where TTFT p90 reaches 25 s over 16,000 requests)
+STEADY_GROWTH = 1.15
 
 
 def short_run_note(requests: int, users: int) -> str | None:
@@ -150,10 +154,10 @@ def meets(res: Any, slo: dict[str, float]) -> bool:
 BINDS = ("kv", "max_num_seqs", "compute", "none")
 # the Poisson rate search doubles its ceiling at most this many times past twice the best closed loop's rate
 RATE_DOUBLINGS = 6
-# then bisection, to within 1/SEARCH_PRECISION of the answer: the users (exact below 128) and the rate (its bracket a
-# factor of 2 wide: 6 halvings); a closer figure would be finer than the simulation's own spread across seeds
+# then bisection, to within 1/SEARCH_PRECISION of the answer: the users (exact below 128) and the rate; a closer
+# figure would be finer than the simulation's own spread across seeds
 SEARCH_PRECISION = 64
-RATE_BISECTIONS = 6
+RATE_BISECTIONS = 20  # at most (the rate's bracket is a factor of 2 wide after the doublings: 6 halvings)
 
 
 def rate_words(rate: float) -> str:
@@ -174,7 +178,7 @@ def rate_text(search: dict[str, Any], requests: int, further: str = "more --requ
     if search["max_rate_per_s"] is None:
         return "none"
     n = search.get("rate_requests")
-    over = f" (judged over {n:,} requests: {SHORT_RUN} x those in flight)" if n and n > requests else ""
+    over = f" (judged over {n:,} requests: at least {SHORT_RUN} x those in flight)" if n and n > requests else ""
     return f"{rate_words(search['max_rate_per_s'])} requests/s{over}"
 
 
@@ -212,17 +216,18 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
             lo, last = mid, r
         else:
             hi = mid
-    binds, words = "none", f"none up to {cap:,} users (the requests simulated)"
+    binds, words = "none", f"none up to {cap:,} users (the search's limit: as many users as requests)"
     if hi:
         above = ok_c(hi)[1]
         if hi > setup["max_num_seqs"]:
             binds, words = "max_num_seqs", (f"max_num_seqs ({setup['max_num_seqs']:,}: the users beyond it wait in "
                                             "the queue, their TTFT growing)")
         elif above.preemptions or hi > setup["kv_requests"]:
-            # the first concurrency simulated that preempted (the search's points: an upper bound on the onset)
-            first = min((c for c, r in seen.items() if r.preemptions), default=0)
+            # the first concurrency simulated that preempted, up to hi (the search's points: an upper bound on the
+            # onset)
+            first = min((c for c, r in seen.items() if r.preemptions and c <= hi), default=0)
             binds, words = "kv", (f"KV cache (the pool preempts from {first:,} users of those simulated; at {hi:,} "
-                                  "users the waits for blocks break the SLO)" if first else
+                                  "users the waits for blocks break the SLO)" if above.preemptions else
                                   f"KV cache ({hi:,} users are more than the pool holds at the mean length)")
         elif hi == 1:
             binds, words = "compute", "compute: not even one user alone meets it (the step time itself)"
@@ -236,25 +241,34 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
         judged: dict[float, int] = {}
 
         def ok_r(r: float) -> bool:
-            # judged in the steady state: the trace repeated until it holds SHORT_RUN x the requests in flight; a
-            # rate whose queue still outgrows STEADY_CAP_SEQS x max_num_seqs requests is not sustained (a finite
-            # trace can otherwise end before its queue shows: 1,000 requests all admitted at once, whatever the rate)
-            cap = max(len(prompt), STEADY_CAP_SEQS * int(setup["max_num_seqs"]))
+            # judged in the steady state: the trace repeated until it holds SHORT_RUN x the requests in flight (a
+            # finite trace can otherwise end before its queue shows: 1,000 requests all admitted at once, whatever
+            # the rate), then run twice as long: a queue that still grows with the trace (in flight more than
+            # STEADY_GROWTH times as many) is not sustained, nor one that outgrows STEADY_CAP_SEQS x max_num_seqs
+            trace_cap = max(len(prompt), STEADY_CAP_SEQS * int(setup["max_num_seqs"]))
             # start from the length the last rate judged needed, scaled to this rate (Little: L = rate x E2E)
             n = len(prompt)
             if judged:
                 r0, n0 = max(judged.items())
-                n = min(cap, max(n, math.ceil(n0 * r / r0)))
+                n = min(trace_cap, max(n, math.ceil(n0 / 2 * r / r0)))
+
+            def at(k: int) -> Any:
+                p, o = (prompt, output) if k == len(prompt) else (np.resize(prompt, k), np.resize(output, k))
+                return run_point(setup, p, o, rate=r, seed=seed, policy=policy)
+
             while True:
-                p, o = (prompt, output) if n == len(prompt) else (np.resize(prompt, n), np.resize(output, n))
-                res = run_point(setup, p, o, rate=r, seed=seed, policy=policy)
+                res = at(n)
                 need = math.ceil(SHORT_RUN * in_flight(res, r))
                 if n >= need:
-                    judged[r] = n
-                    return meets(res, slo)
-                if n >= cap or need > cap:  # from an empty engine the requests in flight only grow with the trace
+                    break
+                if n >= trace_cap or need > trace_cap:  # from an empty engine the requests in flight only grow
                     return False
-                n = min(cap, max(need + need // 2, 2 * n))
+                n = min(trace_cap, max(need + need // 2, 2 * n))
+            longer = at(2 * n)
+            if in_flight(longer, r) > STEADY_GROWTH * in_flight(res, r):
+                return False
+            judged[r] = 2 * n
+            return meets(longer, slo)
 
         r_lo, r_hi = 0.0, max(last.requests_per_s * 2, 1e-3)
         for _ in range(RATE_DOUBLINGS):
@@ -264,7 +278,11 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
         else:
             unbounded = r_lo  # every rate tried met it
         if unbounded is None:
+            # bisection until the bracket is within 1/SEARCH_PRECISION of the rate met (from 0 where the first
+            # ceiling failed: the lower end is found first), at most RATE_BISECTIONS halvings
             for _ in range(RATE_BISECTIONS):
+                if r_lo > 0 and r_hi - r_lo <= r_lo / SEARCH_PRECISION:
+                    break
                 mid = (r_lo + r_hi) / 2
                 if ok_r(mid):
                     r_lo = mid
