@@ -33,12 +33,13 @@ def test_committed_report_is_byte_identical(grid, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("grid", SWEEPS, ids=[p.stem for p in SWEEPS])
 def test_committed_markdown_is_concise(grid):
-    """Each shipped report.md stays within 13,600 characters (results.csv / .parquet keeps every figure); the
+    """Each shipped report.md stays within 13,700 characters (results.csv / .parquet keeps every figure); the
     engine-caps line and the running_requests column of issue 23 took it past the old 12,000; the block size a
     grid leaves to the engine, named with the size it resolves to (``block_size auto (vLLM's choice, 16)``, 22
     characters more than ``block_size 16``), and SGLang's cap named in its own term (max_running_requests, not
     max_num_seqs) took engines/report.md past 12,500; the time section's first 6 timed points, why the others are not
     timed and the time model's constants (a grid reviewer's questions, issue 28) took vendor-claims/report.md to
-    13,502."""
+    13,502; the time model's validation file named beside its error, and why throughput-2-4x is 1x at fixed lengths
+    (a fresh-eyes trial's questions), to 13,649."""
     text = (REPO / "reports" / grid.stem / "report.md").read_text(encoding="utf-8")
-    assert len(text) <= 13_600, f"{grid.stem}/report.md has {len(text):,} characters"
+    assert len(text) <= 13_700, f"{grid.stem}/report.md has {len(text):,} characters"

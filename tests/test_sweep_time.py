@@ -318,3 +318,23 @@ def test_a_time_gate_shows_its_tightest_timed_point_beside_untimed_ones(tmp_path
     row = next(line for line in md.splitlines() if line.startswith("| tpot |"))
     assert "| 1 / 1 |" in row and "(1 point without a value)" in row, row
     assert f"{1000 - tpot:.2f}"[:4] in row.split("|")[-2], row  # the margin: the timed point's slack
+
+
+def test_a_policy_rate_gate_reads_its_floor_where_every_swept_rate_held(tmp_path, capsys):
+    """time_<policy>_rate is empty where the policy stays within the latency bound at every swept rate (its limit is
+    above the sweep); a min: gate on it is judged on time_<policy>_rate_met_up_to, the highest swept rate, as
+    time_slo_rate's is on its floor.  Before, the empty value failed the gate: the fastest GPUs failed, the
+    slowest passed.  A policy named twice is refused in one line (it raised polars' duplicate-column error)."""
+    text = SMALL.replace("requests: 40", "requests: 100") + ("    rates: \"1:20:3\"\n    latency_bound: 1.0\n"
+                                                             "gates:\n  - {name: rate, metric: time_paged_rate, min: 1}\n"
+                                                             "  - {name: huge, metric: time_paged_rate, min: 100}\n")
+    out = tmp_path / "out"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "--check"], capsys)
+    df = pl.read_csv(out / "results.csv")
+    assert df["time_paged_rate"].to_list() == [None] and df["time_paged_rate_met_up_to"].to_list() == [20.0]
+    assert code == 1 and "gate 'rate'" not in err and "time_paged_rate_met_up_to = 20.0" in err and "gate 'huge'" in err
+    md = (out / "report.md").read_text()
+    assert "| rate | time_paged_rate ≥ 1 | every point | 1 / 0 |" in md
+    dup = SMALL + "    rates: \"1:5:3\"\n    policies: [paged, paged]\n"
+    code, _, err = run(["sweep", str(_grid(tmp_path, dup)), "--dry-run"], capsys)
+    assert code == 2 and "simulate.time.policies[1]" in err and "each policy once" in err

@@ -12,6 +12,7 @@ import polars as pl
 from kvdash.report import svg
 from kvdash.report.labels import Labels
 from kvdash.sweep.gridfile import GridSpec
+from kvdash.sweep.simtime import TIME_POLICIES
 from kvdash.units import ratio_text
 
 MAX_ROWS = 16  # points listed in the per-point table (the rest are in results.csv)
@@ -149,7 +150,7 @@ def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str,
     brief.append(_constants_text(gpus, brief=True))
     out: dict[str, Any] = {"setup": "; ".join(parts), "setup_short": "; ".join(brief),
                            "label": "Figures from kvdash's " + TIME_LABEL,
-                           "label_short": f"Time model ({TIME_MODEL_ERROR})",
+                           "label_short": f"Time model ({TIME_MODEL_ERROR}, benchmarks/results/steptime_validation.md)",
                            "points": [], "point_head": [], "rates": [], "more": "", "points_md": [],
                            "more_md": ""}
     label = Labels(spec, df)
@@ -203,10 +204,12 @@ def write_time_charts(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
         rates = ts.rates_of(wl) or []
         sub = df.filter(pl.col("workload").cast(pl.Utf8) == wl)
         series = []
-        for i, pol in enumerate(ts.policies):
+        for pol in ts.policies:  # a policy keeps its colour whichever policies the grid lists
             ys = [sub.select(pl.col(f"time_{pol}_nlat_r{j}").median()).item() for j in range(len(rates))]
-            series.append(("paged (vLLM)" if pol == "paged" else f"Orca ({pol})", COLOURS[i % len(COLOURS)], ys))
+            series.append(("paged (vLLM)" if pol == "paged" else f"Orca ({pol})",
+                           COLOURS[TIME_POLICIES.index(pol) % len(COLOURS)], ys))
+        median = f", the median of {sub.height:,} points" if sub.height > 1 else ""
         (out / f"time-rates-{k}.svg").write_text(svg.line_chart(
             rates, series, f"request rate, requests/s ({wl})", "normalized latency, s per output token",
             (ts.latency_bound, f"bound {ts.latency_bound:g} s/token"),
-            f"{wl}: normalized latency against request rate (kvdash's time model)"), encoding="utf-8")
+            f"{wl}: normalized latency against request rate (kvdash's time model{median})"), encoding="utf-8")

@@ -69,4 +69,7 @@ def time_point(task: dict[str, Any]) -> dict[str, Any]:
                 curve, top = [None] * len(task["rates"]), None
             out[f"{pol}_curve"] = curve
             out[f"{pol}_rate"] = top
+            # within the bound at every swept rate: the limit is above the highest (a floor a min: gate reads)
+            within = bool(curve) and all(x is not None and x <= task["bound"] for x in curve)
+            out[f"{pol}_rate_met_up_to"] = task["rates"][-1] if top is None and within else None
     return out

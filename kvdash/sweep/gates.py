@@ -43,13 +43,21 @@ def scope_expr(gate: Gate, columns: list[str] | None = None) -> pl.Expr:
 
 
 # a column whose empty value has a floor in another: where the SLO rate search found no limit, every rate up to
-# time_slo_rate_met_up_to met it, so a min: gate is judged on that floor
+# time_slo_rate_met_up_to met it, so a min: gate is judged on that floor (the policies' rates: floor_column)
 FLOORS = {"time_slo_rate": "time_slo_rate_met_up_to"}
 
 
 def floor_column(gate: Gate) -> str | None:
-    """The column a min:-only gate falls back on where its metric is empty (:data:`FLOORS`), else None."""
-    return FLOORS.get(gate.metric) if gate.min is not None and gate.max is None else None
+    """The column a min:-only gate falls back on where its metric is empty (:data:`FLOORS`; a policy's rate at the
+    latency bound, ``time_<policy>_rate``, on ``time_<policy>_rate_met_up_to``: within the bound at every swept
+    rate), else None."""
+    if gate.min is None or gate.max is not None:
+        return None
+    if gate.metric in FLOORS:
+        return FLOORS[gate.metric]
+    if gate.metric.startswith("time_") and gate.metric.endswith("_rate") and gate.metric.count("_") == 2:
+        return gate.metric + "_met_up_to"
+    return None
 
 
 def columns_of(gate: Gate) -> list[str]:

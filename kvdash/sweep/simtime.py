@@ -104,6 +104,8 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
     for i, pol in enumerate(policies):
         if pol not in TIME_POLICIES:
             raise c.fail(p + ("policies", i), pol, "expected some of: " + ", ".join(TIME_POLICIES))
+        if pol in policies[:i]:  # each policy's columns once (a second paged wrote time_paged_* twice)
+            raise c.fail(p + ("policies", i), pol, "each policy once; expected some of: " + ", ".join(TIME_POLICIES))
     slo = None
     if "slo" in sec:
         try:
@@ -220,8 +222,12 @@ def time_columns(ts: TimeSpec) -> list[tuple[str, str, str]]:
             out.append((f"time_{pol}_rate", "float", f"time model: {pol}, highest requests/s within "
                                                       f"{ts.latency_bound:g} s per output token, narrowed by "
                                                       "bisection (below the lowest swept rate where that one is "
-                                                      "over it; empty: within it at every swept rate, or over it "
-                                                      "even after narrowing)"))
+                                                      "over it; empty: within it at every swept rate, see "
+                                                      f"time_{pol}_rate_met_up_to, or over it even after narrowing)"))
+            out.append((f"time_{pol}_rate_met_up_to", "float",
+                        f"time model: {pol}, where it stays within {ts.latency_bound:g} s per output token at every "
+                        "swept rate: the highest swept rate (its limit is above it; a min: gate on "
+                        f"time_{pol}_rate is judged on this floor)"))
         if "paged" in ts.policies:
             for pol in ts.policies:
                 if pol != "paged":
