@@ -325,9 +325,10 @@ def test_a_policy_rate_gate_reads_its_floor_where_every_swept_rate_held(tmp_path
     above the sweep); a min: gate on it is judged on time_<policy>_rate_met_up_to, the highest swept rate, as
     time_slo_rate's is on its floor.  Before, the empty value failed the gate: the fastest GPUs failed, the
     slowest passed.  A policy named twice is refused in one line (it raised polars' duplicate-column error)."""
-    text = SMALL.replace("requests: 40", "requests: 100") + ("    rates: \"1:20:3\"\n    latency_bound: 1.0\n"
-                                                             "gates:\n  - {name: rate, metric: time_paged_rate, min: 1}\n"
-                                                             "  - {name: huge, metric: time_paged_rate, min: 100}\n")
+    text = SMALL.replace("requests: 40", "requests: 100") + (
+        "    rates: \"1:20:3\"\n    latency_bound: 1.0\n"
+        "gates:\n  - {name: rate, metric: time_paged_rate, min: 1}\n"
+        "  - {name: huge, metric: time_paged_rate, min: 100}\n")
     out = tmp_path / "out"
     code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "--check"], capsys)
     df = pl.read_csv(out / "results.csv")
