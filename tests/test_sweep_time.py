@@ -339,3 +339,23 @@ def test_a_policy_rate_gate_reads_its_floor_where_every_swept_rate_held(tmp_path
     dup = SMALL + "    rates: \"1:5:3\"\n    policies: [paged, paged]\n"
     code, _, err = run(["sweep", str(_grid(tmp_path, dup)), "--dry-run"], capsys)
     assert code == 2 and "simulate.time.policies[1]" in err and "each policy once" in err
+
+
+def test_the_rates_chart_keeps_each_policy_colour_and_says_its_scale(tmp_path, capsys):
+    """The rates chart gives a policy the same colour whichever order a grid lists the policies in (Max was
+    red-orange in one shipped report and gold in another), names its log y axis, and a workload given both a
+    preset and lengths is refused naming the keys (it printed a Python dict)."""
+    from kvdash.report.timesection import COLOURS
+
+    text = SMALL + "    rates: \"1:4:2\"\n    policies: [max, paged]\n"
+    out = tmp_path / "out"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "-q"], capsys)
+    assert code == 0, err
+    chart = (out / "time-rates-1.svg").read_text()
+    assert "(log scale)" in chart
+    at = chart.index(">paged (vLLM)</text>")  # the legend's entry, its swatch just before it
+    assert f'fill="{COLOURS[0]}"' in chart[max(0, at - 120):at]  # paged: the first colour, though listed second
+    both = SMALL.replace("time:\n", "time:\n    users: 4\n    workloads:\n      chat: {preset: sharegpt, "
+                                    "prompt: \"fixed:10\"}\n")
+    code, _, err = run(["sweep", str(_grid(tmp_path, both)), "--dry-run"], capsys)
+    assert code == 2 and "keys preset, prompt" in err and "{'" not in err

@@ -74,11 +74,15 @@ def write_capacity_chart(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
 
     sim = spec.simulate
     assert sim is not None and sim.rates
-    colours = ("#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b83280", "#718096")
+    from kvdash.report.timesection import COLOURS
+    from kvdash.sweep.simtime import TIME_POLICIES
+
+    # each policy in the colour the time charts give it (paged-prefix in the next one)
+    order = (*TIME_POLICIES, "paged-prefix")
     series = []
-    for i, pol in enumerate(sim.policies):
+    for pol in sim.policies:
         ys = [df.select(pl.col(column(pol, f"latency_r{k}")).median()).item() for k in range(len(sim.rates))]
-        series.append((pol, colours[i % len(colours)], ys))
+        series.append((pol, COLOURS[order.index(pol) % len(COLOURS)] if pol in order else COLOURS[-1], ys))
     _write(out / "simulation-capacity.svg", svg.line_chart(
         sim.rates, series, "request rate, requests per step (simulated)",
         "steps per output token", (sim.latency_bound, f"bound {sim.latency_bound:g}"),

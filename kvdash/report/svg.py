@@ -220,7 +220,7 @@ def line_chart(xs: Sequence[float], series: Sequence[tuple[str, str, Sequence[fl
     parts.append(f'<text x="{_num(left + plot_w / 2)}" y="{height - 8}" text-anchor="middle" font-size="11" '
                  f'fill="#333">{escape(xlabel)}</text>')
     parts.append(f'<text x="12" y="{_num(top + plot_h / 2)}" text-anchor="middle" font-size="11" fill="#333" '
-                 f'transform="rotate(-90 12 {_num(top + plot_h / 2)})">{escape(ylabel)}</text>')
+                 f'transform="rotate(-90 12 {_num(top + plot_h / 2)})">{escape(ylabel)} (log scale)</text>')
     legend = [(n, col) for n, col, _ in series]
     if hline:
         y = py(hline[0])

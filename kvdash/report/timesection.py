@@ -80,8 +80,12 @@ def _short_run(ts: Any) -> str:
     """The shortest time workload's closed loop, where it is short (:func:`kvdash.simulate.slo.short_run_note`)."""
     from kvdash.simulate.slo import short_run_note
 
-    note = short_run_note(min(ts.requests_by_workload().values()), ts.users or 0)
-    return f"a short run: {note}" if note else ""
+    by = ts.requests_by_workload()
+    name, requests = min(by.items(), key=lambda kv: kv[1])
+    note = short_run_note(requests, ts.users or 0)
+    if not note:
+        return ""
+    return f"a short run{f' ({name})' if name and len(by) > 1 else ''}: {note}"
 
 
 def _constants_text(gpus: list[str], brief: bool = False) -> str:
@@ -210,6 +214,6 @@ def write_time_charts(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
                            COLOURS[TIME_POLICIES.index(pol) % len(COLOURS)], ys))
         median = f", the median of {sub.height:,} points" if sub.height > 1 else ""
         (out / f"time-rates-{k}.svg").write_text(svg.line_chart(
-            rates, series, f"request rate, requests/s ({wl})", "normalized latency, s per output token",
+            rates, series, f"request rate, requests/s ({wl})", "normalized latency, s/token",
             (ts.latency_bound, f"bound {ts.latency_bound:g} s/token"),
             f"{wl}: normalized latency against request rate (kvdash's time model{median})"), encoding="utf-8")

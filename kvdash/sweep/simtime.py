@@ -134,8 +134,10 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
             if str(name) not in grid_workloads:
                 raise c.fail(q, name, "expected a workload of the grid: " + ", ".join(grid_workloads), key=True)
             m = {"preset": spec} if isinstance(spec, str) else c.mapping(spec, q, WORKLOAD_KEYS)
-            if ("preset" in m) == ("prompt" in m or "output" in m):
-                raise c.fail(q, spec, shape)
+            if ("preset" in m) == ("prompt" in m or "output" in m):  # both, or neither: say which keys were given
+                given_keys = ", ".join(str(k) for k in m) or "none"
+                raise c.fail(q, f"keys {given_keys}",
+                             ("preset and prompt/output together: give one; " if "preset" in m else "") + shape)
             if "preset" in m:
                 if str(m["preset"]) not in PRESETS:
                     raise c.fail(q + (() if isinstance(spec, str) else ("preset",)), m["preset"], shape)
