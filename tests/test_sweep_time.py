@@ -317,7 +317,9 @@ def test_a_time_gate_shows_its_tightest_timed_point_beside_untimed_ones(tmp_path
     md = (out / "report.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| tpot |"))
     assert "| 1 / 1 |" in row and "(1 point without a value)" in row, row
-    assert f"{1000 - tpot:.2f}"[:4] in row.split("|")[-2], row  # the margin: the timed point's slack
+    assert f"1 x h100-80gb: {tpot:.2f}"[:18] in row, row  # the worst: the timed point, its value shown
+    # no margin: the unvalued point fails by an unknown amount (the timed point's slack would read as the gate's)
+    assert row.rstrip().endswith("| - |"), row
 
 
 def test_a_policy_rate_gate_reads_its_floor_where_every_swept_rate_held(tmp_path, capsys):
@@ -339,6 +341,19 @@ def test_a_policy_rate_gate_reads_its_floor_where_every_swept_rate_held(tmp_path
     dup = SMALL + "    rates: \"1:5:3\"\n    policies: [paged, paged]\n"
     code, _, err = run(["sweep", str(_grid(tmp_path, dup)), "--dry-run"], capsys)
     assert code == 2 and "simulate.time.policies[1]" in err and "each policy once" in err
+    # refine:, latency_bound: and Orca's policies without a rates: sweep were accepted and did nothing
+    for extra, where in (("refine: 3", "simulate.time.refine"), ("latency_bound: 0.2", "simulate.time.latency_bound"),
+                         ("policies: [max]", "simulate.time.policies")):
+        code, _, err = run(["sweep", str(_grid(tmp_path, SMALL + f"    users: 4\n    {extra}\n")), "--dry-run"], capsys)
+        assert code == 2 and where in err and "rates:" in err, extra
+    # a time workload with a prompt and no output names what is missing (it printed a Python dict)
+    one = SMALL.replace("time:\n", "time:\n    users: 4\n    workloads:\n      chat: {prompt: \"fixed:10\"}\n")
+    code, _, err = run(["sweep", str(_grid(tmp_path, one)), "--dry-run"], capsys)
+    assert code == 2 and "output missing" in err and "{'" not in err
+    # the step-unit simulation's policies, twice: refused (a polars ShapeError)
+    step = SMALL.replace("simulate:\n", "simulate:\n  policies: [paged, paged]\n  rates: \"0.1:0.2:2\"\n")
+    code, _, err = run(["sweep", str(_grid(tmp_path, step)), "--dry-run"], capsys)
+    assert code == 2 and "simulate.policies[1]" in err and "each policy once" in err
 
 
 def test_the_rates_chart_keeps_each_policy_colour_and_says_its_scale(tmp_path, capsys):
@@ -359,3 +374,33 @@ def test_the_rates_chart_keeps_each_policy_colour_and_says_its_scale(tmp_path, c
                                     "prompt: \"fixed:10\"}\n")
     code, _, err = run(["sweep", str(_grid(tmp_path, both)), "--dry-run"], capsys)
     assert code == 2 and "keys preset, prompt" in err and "{'" not in err
+
+
+def test_gates_skip_nan_and_the_paged_ratio_has_a_floor(tmp_path, capsys):
+    """evaluate_gates: a NaN value is no point's best (NaN > -inf held in polars and NaN sorted first); a min: gate on
+    time_paged_over_<policy> reads time_paged_over_<policy>_at_least where paged stays within the bound at every swept
+    rate (paged's floor over the policy's rate), as time_<policy>_rate reads its floor."""
+    from kvdash.sweep.gates import evaluate_gates, floor_column
+    from kvdash.sweep.gridfile import Gate
+
+    frame = pl.DataFrame({"id": ["a", "b", "c", "d"], "m": [float("nan"), 5.0, None, 3.0]})
+    gate = Gate(name="g", metric="m", min=1.0, max=None, where={})
+    r = evaluate_gates(type("S", (), {"gates": [gate]})(), frame, [])[0]
+    assert r.best["id"] == "b" and r.worst["id"] == "d" and r.unvalued == 2 and r.margin is None
+    assert floor_column(Gate(name="g", metric="time_paged_over_max", min=1.0, max=None, where={})) == \
+        "time_paged_over_max_at_least"
+    assert floor_column(Gate(name="g", metric="time_rates", min=1.0, max=None, where={})) is None
+    # fixed 32 + 2,000 tokens in a 4 GiB pool: Max reserves max_reserved (8,192) each and breaks the bound at about
+    # 0.56 requests/s; paged holds every swept rate up to 20, so its ratio is at least 20 / 0.5625 = 35.6
+    text = SMALL.replace("requests: 40", "requests: 200").replace("defaults: {gpu: h100-80gb, tp: 1}",
+                                                                  "defaults: {tp: 1, budget: 4GiB}") + (
+        "    gpu: h100-80gb\n    rates: \"1:20:3\"\n    latency_bound: 0.1\n    policies: [paged, max]\n"
+        "    workloads:\n      chat: {prompt: \"fixed:32\", output: \"fixed:2000\"}\n"
+        "gates:\n  - {name: ratio, metric: time_paged_over_max, min: 2}\n")
+    out = tmp_path / "out"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "--check"], capsys)
+    df = pl.read_csv(out / "results.csv")
+    assert df["time_paged_rate"][0] is None and df["time_paged_rate_met_up_to"][0] == 20.0
+    assert df["time_paged_over_max"][0] is None and 0.3 < df["time_max_rate"][0] < 2
+    assert df["time_paged_over_max_at_least"][0] == pytest.approx(20.0 / df["time_max_rate"][0], rel=1e-5)
+    assert code == 0, err  # the gate passes on the floor (it failed on the empty ratio)

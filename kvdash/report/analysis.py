@@ -193,6 +193,8 @@ def _gates(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> list[list[str]]:
             best, worst = (f"{labels(row, skip=skip)}: {_gate_shown(g, row)}" if named else _gate_shown(g, row)
                            for row in (r.best, r.worst))
         margin = "-" if r.margin is None else num(int(r.margin) if float(r.margin).is_integer() else r.margin)
+        if r.margin is not None and r.worst is not None and floor_used(g, r.worst) is not None:
+            margin = f"≥ {margin}"  # judged on a floor: the limit, and so the margin, may be larger
         if r.unvalued:  # they fail the gate without a value to show
             worst += f" ({r.unvalued:,} point{'' if r.unvalued == 1 else 's'} without a value)"
         rows.append([g.name, f"{g.metric} {bounds_text(g)}", where, f"{r.passing:,} / {r.failing:,}", best, worst,

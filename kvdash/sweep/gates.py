@@ -55,8 +55,12 @@ def floor_column(gate: Gate) -> str | None:
         return None
     if gate.metric in FLOORS:
         return FLOORS[gate.metric]
-    if gate.metric.startswith("time_") and gate.metric.endswith("_rate") and gate.metric.count("_") == 2:
+    from kvdash.sweep.simtime import TIME_POLICIES
+
+    if gate.metric in {f"time_{pol}_rate" for pol in TIME_POLICIES}:
         return gate.metric + "_met_up_to"
+    if gate.metric in {f"time_paged_over_{pol}" for pol in TIME_POLICIES}:
+        return gate.metric + "_at_least"
     return None
 
 
@@ -136,8 +140,8 @@ def evaluate_gates(spec: GridSpec, frame: pl.DataFrame, keep: list[str]) -> list
     out = []
     for gate in spec.gates:
         cols = list(dict.fromkeys(["id", *keep, *columns_of(gate)]))
-        sub = frame.filter(scope_expr(gate)).select(*cols, ok_expr(gate).alias("_ok"),
-                                                    slack_expr(gate).fill_null(float("-inf")).alias("_slack"))
+        sub = frame.filter(scope_expr(gate)).select(*cols, ok_expr(gate).alias("_ok"), slack_expr(gate).fill_nan(None)
+                                                    .fill_null(float("-inf")).alias("_slack"))
         if sub.height == 0:
             out.append(GateResult(gate, 0, 0, None, None, None))
             continue
@@ -150,8 +154,10 @@ def evaluate_gates(spec: GridSpec, frame: pl.DataFrame, keep: list[str]) -> list
             continue
         ordered = valued.sort(["_slack", "id"], descending=[True, False])
         best, worst = ordered.row(0, named=True), ordered.row(-1, named=True)
-        out.append(GateResult(gate, sub.height, int(sub.get_column("_ok").sum()), best, worst, worst["_slack"],
-                              unvalued))
+        # a point without a value fails with a slack nobody knows: then no margin (the worst valued point's would
+        # read as the gate's)
+        out.append(GateResult(gate, sub.height, int(sub.get_column("_ok").sum()), best, worst,
+                              None if unvalued else worst["_slack"], unvalued))
     return out
 
 
@@ -175,8 +181,12 @@ def failure_lines(spec: GridSpec, frame: pl.DataFrame, label: Any) -> list[str]:
         bad = frame.filter(scope_expr(gate, frame.columns) & ~ok_expr(gate, frame.columns))
         for row in bad.iter_rows(named=True):
             floor = floor_used(gate, row)
-            value = (f"{gate.metric} = {md(row[gate.metric], 40)}" if floor is None else
-                     f"{gate.metric} empty, {floor_column(gate)} = {md(floor, 40)} (no limit found below it)")
+            if floor is not None:
+                value = f"{gate.metric} empty, {floor_column(gate)} = {md(floor, 40)} (no limit found below it)"
+            elif row[gate.metric] is None:
+                value = f"{gate.metric} empty (no value at this point: see the report's time section)"
+            else:
+                value = f"{gate.metric} = {md(row[gate.metric], 40)}"
             lines.append(f"gate '{md(gate.name, 80)}' failed at {md(row['id'], 24)} ({md(label(row), 160)}): "
                          f"{value}, needs {bounds_text(gate)}")
     return lines

@@ -716,6 +716,8 @@ def _simulate_section(c: Checker, raw: Any, grid_workloads: list[str]) -> SimSpe
     for i, pol in enumerate(policies):
         if pol not in POLICIES:
             raise c.fail(p + ("policies", i), pol, "expected one of: " + ", ".join(POLICIES), closest(pol, POLICIES))
+        if pol in policies[:i]:  # each policy's columns once (a second one raised polars' ShapeError)
+            raise c.fail(p + ("policies", i), pol, "each policy once; expected some of: " + ", ".join(POLICIES))
     allocator = str(sim.get("allocator", "first-fit"))
     if allocator not in ALLOCATORS:
         raise c.fail(p + ("allocator",), allocator, "expected one of: " + ", ".join(ALLOCATORS))

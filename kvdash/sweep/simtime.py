@@ -147,7 +147,7 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
                 w = base
                 for key in ("prompt", "output"):
                     if key not in m:
-                        raise c.fail(q, spec, shape)
+                        raise c.fail(q, f"keys {', '.join(str(k) for k in m)}", f"{key} missing: " + shape)
                     try:
                         w = replace(w, **{key: parse_lengths_spec(str(m[key]), key)}, name=str(name),
                                     note="custom lengths")
@@ -169,6 +169,14 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
     requests = c.positive_int(sec.get("requests", min(base.requests, 500)), p + ("requests",))
     if requests > 20_000:
         raise c.fail(p + ("requests",), requests, "expected at most 20,000 per grid point")
+    if not rates and not workload_rates:  # refine / latency_bound narrow and bound a rates: sweep, which is absent
+        if policies != ("paged",) and "policies" in sec:  # slo: and users: run paged (vLLM's scheduler) only
+            raise c.fail(p + ("policies",), ",".join(policies), "Orca's policies run in a rates: sweep only (slo: "
+                         "and users: time paged, vLLM's scheduler); add rates:, or leave policies: out")
+        for key in ("refine", "latency_bound"):
+            if key in sec:
+                raise c.fail(p + (key,), sec[key], "applies to a rates: sweep (simulate.time.rates, or a time "
+                             "workload's rates:), which this grid does not have", key=True)
     caps = {}
     for key in ("max_num_seqs", "max_batched_tokens"):
         caps[key] = c.positive_int(sec[key], p + (key,)) if key in sec else None
@@ -236,6 +244,10 @@ def time_columns(ts: TimeSpec) -> list[tuple[str, str, str]]:
                     out.append((f"time_paged_over_{pol}", "float",
                                 f"time model: paged's request rate over Orca ({pol})'s at {ts.latency_bound:g} s per "
                                 "output token"))
+                    out.append((f"time_paged_over_{pol}_at_least", "float",
+                                f"time model: where paged stays within the bound at every swept rate, its floor over "
+                                f"Orca ({pol})'s rate: time_paged_rate_met_up_to / time_{pol}_rate (a min: gate on "
+                                f"time_paged_over_{pol} is judged on it)"))
     return out
 
 
@@ -395,6 +407,9 @@ def _value(res: dict[str, Any], name: str, ts: TimeSpec, wl: str) -> Any:
     if name == "rates":
         rates = ts.rates_of(wl)
         return None if rates is None else ",".join(f"{r:.4g}" for r in rates)
+    if name.startswith("paged_over_") and name.endswith("_at_least"):
+        a, b = res.get("paged_rate_met_up_to"), res.get(name[len("paged_over_"):-len("_at_least")] + "_rate")
+        return None if a is None or not b or res.get("paged_rate") is not None else round(a / b, 6)
     if name.startswith("paged_over_"):
         a, b = res.get("paged_rate"), res.get(name[len("paged_over_"):] + "_rate")
         return None if a is None or not b else round(a / b, 6)
