@@ -176,6 +176,12 @@ simulate:
 """
 
 
+def _checked(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, pl.DataFrame, Path]:
+    """``kvdash sweep --check`` of a grid text: (exit code, stderr, results.csv, the output folder)."""
+    out = tmp_path / "out"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "--check"], capsys)
+    return code, err, pl.read_csv(out / "results.csv"), out
+
 def test_users_above_requests_is_refused(tmp_path, capsys):
     """A closed loop of 50 users over 40 requests never runs more than 40 at once: refused, not shown as 50."""
     text = SMALL + "    users: 50\n"
@@ -268,9 +274,7 @@ def test_a_rate_gate_passes_on_the_floor_where_no_limit_was_found(tmp_path, caps
     monkeypatch.setattr(slo, "in_flight", lambda res, rate: 0.0)
     text = SMALL + ("    slo: \"ttft=60s,tpot=1s\"\ngates:\n  - {name: rate, metric: time_slo_rate, min: 5}\n"
                     "  - {name: too fast, metric: time_slo_rate, min: 1000000000}\n")
-    out = tmp_path / "out"
-    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "--check"], capsys)
-    df = pl.read_csv(out / "results.csv")
+    code, err, df, out = _checked(tmp_path, text, capsys)
     floor = df["time_slo_rate_met_up_to"][0]
     assert df["time_slo_rate"].to_list() == [None] and floor > 5
     # the first gate passes on the floor; the second cannot be shown to pass (a floor below it), so it fails
@@ -331,9 +335,7 @@ def test_a_policy_rate_gate_reads_its_floor_where_every_swept_rate_held(tmp_path
         "    rates: \"1:20:3\"\n    latency_bound: 1.0\n"
         "gates:\n  - {name: rate, metric: time_paged_rate, min: 1}\n"
         "  - {name: huge, metric: time_paged_rate, min: 100}\n")
-    out = tmp_path / "out"
-    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "--check"], capsys)
-    df = pl.read_csv(out / "results.csv")
+    code, err, df, out = _checked(tmp_path, text, capsys)
     assert df["time_paged_rate"].to_list() == [None] and df["time_paged_rate_met_up_to"].to_list() == [20.0]
     assert code == 1 and "gate 'rate'" not in err and "time_paged_rate_met_up_to = 20.0" in err and "gate 'huge'" in err
     md = (out / "report.md").read_text()
@@ -397,9 +399,7 @@ def test_gates_skip_nan_and_the_paged_ratio_has_a_floor(tmp_path, capsys):
         "    gpu: h100-80gb\n    rates: \"1:20:3\"\n    latency_bound: 0.1\n    policies: [paged, max]\n"
         "    workloads:\n      chat: {prompt: \"fixed:32\", output: \"fixed:2000\"}\n"
         "gates:\n  - {name: ratio, metric: time_paged_over_max, min: 2}\n")
-    out = tmp_path / "out"
-    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "--check"], capsys)
-    df = pl.read_csv(out / "results.csv")
+    code, err, df, out = _checked(tmp_path, text, capsys)
     assert df["time_paged_rate"][0] is None and df["time_paged_rate_met_up_to"][0] == 20.0
     assert df["time_paged_over_max"][0] is None and 0.3 < df["time_max_rate"][0] < 2
     assert df["time_paged_over_max_at_least"][0] == pytest.approx(20.0 / df["time_max_rate"][0], rel=1e-5)
