@@ -208,6 +208,7 @@ def test_time_requests_are_bounded_by_the_points_max_model_len(tmp_path, capsys)
                         str(tmp_path / "out"), "-q"], capsys)
     assert code == 2 and "simulate.time.workloads.chat" in err and "must fit the 8,192 tokens" in err
     assert "(40 of 40 requests longer than 8,192 tokens)" in err
+    assert ".yaml:11:" in err  # the time workload's line (it named the file only)
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
@@ -404,3 +405,23 @@ def test_gates_skip_nan_and_the_paged_ratio_has_a_floor(tmp_path, capsys):
     assert df["time_paged_over_max"][0] is None and 0.3 < df["time_max_rate"][0] < 2
     assert df["time_paged_over_max_at_least"][0] == pytest.approx(20.0 / df["time_max_rate"][0], rel=1e-5)
     assert code == 0, err  # the gate passes on the floor (it failed on the empty ratio)
+
+
+def test_diff_shows_the_floor_a_gate_flipped_on(tmp_path, capsys):
+    """kvdash diff: a gate judged on a floor (time_paged_rate empty, paged within the bound at every swept rate)
+    shows the floor it was judged on as "≥ X" in the flips table (it showed "-")."""
+    base = SMALL.replace("requests: 40", "requests: 100") + (
+        "    rates: \"1:20:3\"\n    latency_bound: 1.0\ngates:\n  - {name: rate, metric: time_paged_rate, min: 30}\n")
+    head = base.replace("min: 30}", "min: 10}")
+    outs = []
+    for name, text in (("base", base), ("head", head)):
+        folder = tmp_path / name
+        folder.mkdir()
+        grid = _grid(folder, text)
+        run(["sweep", str(grid), "--out", str(folder / "out"), "-q"], capsys)
+        outs.append((grid, folder / "out" / "results.csv"))
+    code, out, err = run(["diff", str(outs[0][1]), str(outs[1][1]), "--grid", str(outs[1][0]), "--base-grid",
+                          str(outs[0][0])], capsys)
+    assert code in (0, None), err
+    flip = next(line for line in out.splitlines() if line.startswith("| rate |") and "**pass**" in line)
+    assert "FAIL (≥ 20)" in flip and "**pass** (≥ 20)" in flip, flip

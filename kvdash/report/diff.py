@@ -361,6 +361,20 @@ def _bounds(g: Any) -> str:
     return bounds_text(g)
 
 
+
+def _gate_floor(gate: Any, frame: pl.DataFrame) -> pl.Expr:
+    """The floor a min: gate is judged on where its metric is empty (:func:`kvdash.sweep.gates.floor_column`), as
+    ``__f``; null where the gate has none or the results lack it."""
+    from kvdash.sweep import gates as G
+
+    fc = G.floor_column(gate) if gate is not None else None
+    return (pl.col(fc) if fc and fc in frame.columns else pl.lit(None)).alias("__f")
+
+
+def _gate_shown(metric: str, value: Any, floor: Any) -> str:
+    """A gate's value in the flips table, or the floor it was judged on (``≥ X``; it showed ``-``)."""
+    return f"≥ {_fmt(metric, floor)}" if value is None and floor is not None else _fmt(metric, value)
+
 def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_grid: Path | None = None,
                  head_grid: Path | None = None, max_chars: int = GITHUB_LIMIT - 1, title: str | None = None) -> str:
     """The Markdown diff of two sweeps' results (see the module docstring).
@@ -452,11 +466,11 @@ def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_gri
             og = gb.get(g.name)
             sh = hf.select(*on, "__row", *[c for c in label if c not in on],
                            G.status(head.frame, g).alias("__s"), pl.col(g.metric).alias("__v")
-                           if g.metric in hf.columns else pl.lit(None).alias("__v"))
+                           if g.metric in hf.columns else pl.lit(None).alias("__v"), _gate_floor(g, hf))
             sb = bf.select(*on, "__row", *[c for c in label if c not in on],
                            (G.status(base.frame, og) if og else pl.lit(G.NA)).alias("__s"),
                            pl.col(og.metric).alias("__v") if og and og.metric in bf.columns
-                           else pl.lit(None).alias("__v"))
+                           else pl.lit(None).alias("__v"), _gate_floor(og, bf))
             both = sb.join(sh, on=on, how="full", suffix="__h", coalesce=True, nulls_equal=True)
             both = both.with_columns(pl.col("__s").fill_null("absent"), pl.col("__s__h").fill_null("absent"))
             nb = sb.filter(pl.col("__s") == G.FAIL).height
@@ -472,11 +486,11 @@ def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_gri
                 .sort(["__o", *on], nulls_last=True)
             for r in flipped.head(limit).iter_rows(named=True):
                 cells = lab(r, "__h" if r["__s__h"] != "absent" else "")
+                before = _gate_shown(g.metric, r["__v"], r["__f"])
+                after = _gate_shown(g.metric, r["__v__h"], r["__f__h"])
                 flips.append([md(g.name, CELL_CHARS), *cells,
-                              f"{r['__s']} ({_fmt(g.metric, r['__v'])})" if r["__s"] not in ("absent", G.NA)
-                              else r["__s"],
-                              f"**{r['__s__h']}** ({_fmt(g.metric, r['__v__h'])})" if r["__s__h"] not in
-                              ("absent", G.NA) else r["__s__h"]])
+                              f"{r['__s']} ({before})" if r["__s"] not in ("absent", G.NA) else r["__s"],
+                              f"**{r['__s__h']}** ({after})" if r["__s__h"] not in ("absent", G.NA) else r["__s__h"]])
         out.add("### Gates", "")
         out.table(["gate", "needs", "BASE", "HEAD"], summary, len(summary), 50, reserve=4_000)
         if flips:

@@ -348,9 +348,10 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
                 drawn[(wl, max_len)] = draw_requests(replace(w, requests=n_req, arrival="closed",
                                                              concurrency=1), sim.seed, max_len)
             except InputError as exc:  # fixed lengths longer than the point allows: the grid is inconsistent
-                where = f"simulate.time.workloads.{wl}" if ts.workloads is not None else "simulate.workload"
+                at = ("simulate", "time", "workloads", wl) if ts.workloads is not None else ("simulate", "workload")
+                where = ".".join(at)
                 clamped = max_len == arch.max_context and int(r.get("max_model_len") or 0) > max_len
-                raise InputError(f"{spec.path}: {where}", f"{w.name} ({str(exc.value).split(' longer than')[0]} "
+                raise InputError(f"{spec.tree.at(at)}: {where}", f"{w.name} ({str(exc.value).split(' longer than')[0]} "
                                  f"longer than {max_len:,} tokens)",
                                  f"every prompt + output must fit the {max_len:,} tokens of the points of {model} x "
                                  f"{wl}: " + (f"{model}'s context ({max_len:,}), below their max_model_len; shorter "
