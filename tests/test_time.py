@@ -971,3 +971,28 @@ def test_time_refuses_options_it_does_not_read(capsys):
                         "ttft=2s"], capsys)
     assert code == 2 and "--engine-rules vllm" in err
 
+
+
+def test_a_rate_that_breaks_the_slo_is_not_lengthened(capsys, monkeypatch):
+    """Rule (slo_search's ok_r): a Poisson run that already breaks the SLO ends that rate's judgement: from an empty
+    engine a longer trace only queues more, so lengthening it (to 10 x the requests in flight, then twice that)
+    costs time and cannot pass.  Every rate probed: once its run fails, no longer run of it follows."""
+    from kvdash.simulate import slo
+
+    runs: list[tuple[float, int, bool]] = []
+    real = slo.run_point
+
+    def counted(setup, prompt, output, concurrency=0, rate=0.0, seed=0, policy="paged"):
+        res = real(setup, prompt, output, concurrency, rate, seed, policy)
+        if rate:
+            runs.append((rate, len(prompt), slo.meets(res, {"ttft": 1.0})))
+        return res
+
+    monkeypatch.setattr(slo, "run_point", counted)
+    code, out, _ = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--requests", "500",
+                        "--slo", "ttft=1s", "--json"], capsys)
+    assert code in (0, None) and json.loads(out)["slo"]["max_rate_per_s"] is not None
+    failed = [(r, n) for r, n, ok in runs if not ok]
+    assert failed  # the search probed rates that break it
+    for r, n in failed:
+        assert not [m for rr, m, _ in runs if rr == r and m > n], (r, n)

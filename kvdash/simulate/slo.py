@@ -258,6 +258,8 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
 
             while True:
                 res = at(n)
+                if not meets(res, slo):  # from an empty engine a longer trace only queues more: it fails there too
+                    return False
                 need = math.ceil(SHORT_RUN * in_flight(res, r))
                 if n >= need:
                     break
