@@ -74,15 +74,12 @@ def write_capacity_chart(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
 
     sim = spec.simulate
     assert sim is not None and sim.rates
-    from kvdash.report.timesection import COLOURS
-    from kvdash.sweep.simtime import TIME_POLICIES
+    from kvdash.report.timesection import policy_colour
 
-    # each policy in the colour the time charts give it (paged-prefix in the next one)
-    order = (*TIME_POLICIES, "paged-prefix")
     series = []
-    for pol in sim.policies:
+    for pol in sim.policies:  # each policy in the colour the time charts give it
         ys = [df.select(pl.col(column(pol, f"latency_r{k}")).median()).item() for k in range(len(sim.rates))]
-        series.append((pol, COLOURS[order.index(pol) % len(COLOURS)] if pol in order else COLOURS[-1], ys))
+        series.append((pol, policy_colour(pol), ys))
     _write(out / "simulation-capacity.svg", svg.line_chart(
         sim.rates, series, "request rate, requests per step (simulated)",
         "steps per output token", (sim.latency_bound, f"bound {sim.latency_bound:g}"),

@@ -20,6 +20,13 @@ MD_ROWS = 6  # in report.md, reviewed in pull requests (the HTML report lists MA
 COLOURS = ("#2b6cb0", "#2f855a", "#d69e2e", "#c05621", "#6b46c1", "#718096")
 
 
+def policy_colour(policy: str) -> str:
+    """A policy's colour in every chart (the time charts' and the step-unit capacity chart), whichever policies a
+    grid lists: paged, max, pow2, oracle, paged-prefix in turn; grey (the bound line's) for any other."""
+    order = (*TIME_POLICIES, "paged-prefix")
+    return COLOURS[order.index(policy)] if policy in order else COLOURS[-1]
+
+
 def rate_workloads(spec: GridSpec) -> list[str]:
     """The grid workloads whose points sweep request rates, in the grid's order (chart K is the K-th, from 1)."""
     ts = spec.simulate.time if spec.simulate else None
@@ -210,8 +217,7 @@ def write_time_charts(spec: GridSpec, df: pl.DataFrame, out: Path) -> None:
         series = []
         for pol in ts.policies:  # a policy keeps its colour whichever policies the grid lists
             ys = [sub.select(pl.col(f"time_{pol}_nlat_r{j}").median()).item() for j in range(len(rates))]
-            series.append(("paged (vLLM)" if pol == "paged" else f"Orca ({pol})",
-                           COLOURS[TIME_POLICIES.index(pol) % len(COLOURS)], ys))
+            series.append(("paged (vLLM)" if pol == "paged" else f"Orca ({pol})", policy_colour(pol), ys))
         median = f", the median of {sub.height:,} points" if sub.height > 1 else ""
         (out / f"time-rates-{k}.svg").write_text(svg.line_chart(
             rates, series, f"request rate, requests/s ({wl})", "normalized latency, s/token",

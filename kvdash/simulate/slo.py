@@ -61,6 +61,13 @@ def poisson_short_note(requests: int, res: Any, rate: float) -> str | None:
             f"about {math.ceil(SHORT_RUN * held):,} or more approach the steady state")
 
 
+def repeated(prompt: np.ndarray, output: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The trace repeated to ``n`` requests (itself where it has as many or more): a steady run's requests."""
+    if n <= len(prompt):
+        return prompt, output
+    return np.resize(prompt, n), np.resize(output, n)
+
+
 def parse_slo(text: str, field: str = "--slo") -> dict[str, float]:
     """``ttft=2s,tpot=50ms`` -> seconds per metric (``s``, ``ms`` or ``us``; a bare number is refused: ``tpot=50``
     could mean 50 ms or 50 s)."""
@@ -191,9 +198,8 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
 
     def ok_c(c: int) -> tuple[bool, Any]:
         if c not in seen:  # judged in the steady rounds: the trace repeated to SHORT_RUN requests a user at least
-            n = max(len(prompt), SHORT_RUN * c)
-            p, o = (prompt, output) if n == len(prompt) else (np.resize(prompt, n), np.resize(output, n))
-            seen[c] = run_point(setup, p, o, concurrency=c, seed=seed, policy=policy)
+            seen[c] = run_point(setup, *repeated(prompt, output, SHORT_RUN * c), concurrency=c, seed=seed,
+                                policy=policy)
         return meets(seen[c], slo), seen[c]
 
     cap = len(prompt)  # more users than requests would all start at once
@@ -253,8 +259,7 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
                 n = min(trace_cap, max(n, math.ceil(n0 / 2 * r / r0)))
 
             def at(k: int) -> Any:
-                p, o = (prompt, output) if k == len(prompt) else (np.resize(prompt, k), np.resize(output, k))
-                return run_point(setup, p, o, rate=r, seed=seed, policy=policy)
+                return run_point(setup, *repeated(prompt, output, k), rate=r, seed=seed, policy=policy)
 
             while True:
                 res = at(n)

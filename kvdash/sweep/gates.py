@@ -20,6 +20,7 @@ from kvdash.errors import InputError
 from kvdash.errors import clip as shorten
 from kvdash.markdown import md
 from kvdash.sweep.gridfile import Gate, GridSpec
+from kvdash.sweep.simtime import TIME_POLICIES
 
 PASS, FAIL, NA = "pass", "FAIL", "n/a"
 
@@ -42,26 +43,18 @@ def scope_expr(gate: Gate, columns: list[str] | None = None) -> pl.Expr:
     return cond
 
 
-# a column whose empty value has a floor in another: where the SLO rate search found no limit, every rate up to
-# time_slo_rate_met_up_to met it, so a min: gate is judged on that floor (the policies' rates: floor_column)
-FLOORS = {"time_slo_rate": "time_slo_rate_met_up_to"}
+# a column whose empty value has a floor in another, which a min: gate is judged on: where the SLO rate search found
+# no limit, every rate up to time_slo_rate_met_up_to met it; where a policy stays within the latency bound at every
+# swept rate, its rate is above time_<policy>_rate_met_up_to, and paged's ratio over a policy at least
+# time_paged_over_<policy>_at_least
+FLOORS = {"time_slo_rate": "time_slo_rate_met_up_to",
+          **{f"time_{pol}_rate": f"time_{pol}_rate_met_up_to" for pol in TIME_POLICIES},
+          **{f"time_paged_over_{pol}": f"time_paged_over_{pol}_at_least" for pol in TIME_POLICIES if pol != "paged"}}
 
 
 def floor_column(gate: Gate) -> str | None:
-    """The column a min:-only gate falls back on where its metric is empty (:data:`FLOORS`; a policy's rate at the
-    latency bound, ``time_<policy>_rate``, on ``time_<policy>_rate_met_up_to``: within the bound at every swept
-    rate), else None."""
-    if gate.min is None or gate.max is not None:
-        return None
-    if gate.metric in FLOORS:
-        return FLOORS[gate.metric]
-    from kvdash.sweep.simtime import TIME_POLICIES
-
-    if gate.metric in {f"time_{pol}_rate" for pol in TIME_POLICIES}:
-        return gate.metric + "_met_up_to"
-    if gate.metric in {f"time_paged_over_{pol}" for pol in TIME_POLICIES}:
-        return gate.metric + "_at_least"
-    return None
+    """The column a min:-only gate falls back on where its metric is empty (:data:`FLOORS`), else None."""
+    return FLOORS.get(gate.metric) if gate.min is not None and gate.max is None else None
 
 
 def columns_of(gate: Gate) -> list[str]:
