@@ -90,6 +90,15 @@ class TestGridFile:
         code, _, err = run(["sweep", str(tmp_path / "nope.yaml")], capsys)
         assert 2 == code and "does not exist" in err
 
+    def test_max_reserved_over_the_context_names_line_and_column(self, tmp_path):
+        """A workload reserving more than a model's context (Llama-3.1-8B: 131,072 tokens) is refused at the
+        workload's max_reserved value (line 3, column 34: the 200000), not only with the file's name."""
+        text = "models: [llama-3.1-8b]\nworkloads:\n  w: {length: 100, max_reserved: 200000}\n"
+        with pytest.raises(InputError) as exc:
+            expand(parse_grid(grid(tmp_path, text)))
+        assert "grid.yaml:3:34: workloads.w.max_reserved: 200000 is not allowed" in str(exc.value)
+        assert "at most the context length of llama-3.1-8b (131,072)" in str(exc.value)
+
     def test_invalid_tp_for_a_model_names_the_point(self, tmp_path):
         text = "models: [llama-3.1-8b]\ngrid:\n  tp: [1, 3]\n"
         with pytest.raises(InputError, match="tp=3.*add an exclude"):

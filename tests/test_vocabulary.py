@@ -70,10 +70,14 @@ def test_hidden_aliases_are_hidden_and_named():
 def test_old_length_name_gives_the_same_answer(capsys):
     """calc --used 100 is calc --length 100: 2 x 80 x 8 x 128 x 2 = 327,680 B per token; 7 blocks of 16
     per request; floor(2,457 / 7) = 351 requests paged."""
-    _, new, _ = run(["calc", "--length", "100", "--json"], capsys)
-    _, old, _ = run(["calc", "--used", "100", "--json"], capsys)
+    _, new, quiet = run(["calc", "--length", "100", "--json"], capsys)
+    _, old, err = run(["calc", "--used", "100", "--json"], capsys)
     assert json.loads(new) == json.loads(old)
     assert 351 == json.loads(new)["capacity"]["paged_requests"]
+    # the old name works with one line saying what to write (the README promises it); the new name says nothing
+    assert "" == quiet
+    assert ["kvdash: note: --used is the old name of --length (kept for one release); write --length 100"] == \
+        err.splitlines()
 
 
 def test_old_and_new_name_disagreeing_is_an_error(capsys):
@@ -83,8 +87,10 @@ def test_old_and_new_name_disagreeing_is_an_error(capsys):
 
 def test_simulate_old_reservation_name_still_works(capsys):
     _, new, _ = run(["simulate", "--requests", "20", "--max-reserved", "1024", "--clip", "--json"], capsys)
-    _, old, _ = run(["simulate", "--requests", "20", "--max-len", "1024", "--clip", "--json"], capsys)
+    _, old, err = run(["simulate", "--requests", "20", "--max-len", "1024", "--clip", "--json"], capsys)
     assert json.loads(new) == json.loads(old)
+    assert "kvdash: note: --max-len is the old name of --max-reserved (kept for one release); write --max-reserved " \
+        "1024" in err
 
 
 def test_simulate_takes_the_gpu_budget_as_calc_does(capsys):

@@ -249,11 +249,13 @@ def parse_on_off(text: str, field: str) -> bool:
 
 def pick_alias(value: object, old_value: object, name: str, old_name: str) -> object:
     """The value of an option that also answers to a hidden old name (kept for one release): the old
-    name's value when only it is given; both given with different values is an error."""
+    name's value when only it is given, with a note on stderr saying what to write; both given with different
+    values is an error."""
     if old_value is None:
         return value
     if value is not None and value != old_value:
         raise InputError(old_name, old_value, f"is the old name of {name}; give only {name}")
+    note(f"{old_name} is the old name of {name} (kept for one release); write {name} {old_value}")
     return old_value
 
 

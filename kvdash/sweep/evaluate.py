@@ -339,7 +339,8 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
     for w in (spec.workloads[name] for name in values["workload"]):
         for model in sorted({base[0] for base in by_base}):
             if w.max_reserved > arch_of(model).max_context:
-                raise InputError(f"{spec.path}: workloads.{w.name}.max_reserved", w.max_reserved,
+                at = ("workloads", w.name, "max_reserved")
+                raise InputError(f"{spec.tree.at(at)}: {'.'.join(at)}", w.max_reserved,
                                  f"at most the context length of {model} ({arch_of(model).max_context:,})")
 
     # 2. request figures per (shape, workload, max_model_len, max_batched_tokens): polars on a small table
