@@ -90,6 +90,22 @@ class TestGridFile:
         code, _, err = run(["sweep", str(tmp_path / "nope.yaml")], capsys)
         assert 2 == code and "does not exist" in err
 
+    @pytest.mark.parametrize("text,line", [
+        # a YAML boolean is shown as the file writes it (it printed Python's True)
+        ("workloads:\n  w: {length: true}\n", "grid.yaml:3:15: workloads.w.length: true is not allowed; expected an "
+                                               "integer from 1 to 4,294,967,296"),
+        ("gates:\n  - {metric: paged_requests, min: false}\n", "grid.yaml:3:35: gates[0].min: false is not allowed; "
+                                                               "expected a number"),
+        # a section judged by its keys names them (it printed '-')
+        ("simulate:\n  workload: sharegpt\n  time:\n    gpu: h100-80gb\n", "grid.yaml:5:5: simulate.time: a section "
+         "with gpu is not allowed; expected at least one of slo, users or rates"),
+        ("prefix_cache:\n  seed: 3\n", "grid.yaml:3:3: prefix_cache: a section with seed is not allowed; expected one "
+                                       "of trace"),
+    ])
+    def test_values_are_shown_as_the_file_writes_them(self, tmp_path, capsys, text, line):
+        code, _, err = run(["sweep", str(grid(tmp_path, "models: [llama-3.1-8b]\n" + text)), "--dry-run"], capsys)
+        assert 2 == code and 1 == len(err.strip().splitlines()) and line in err
+
     def test_max_reserved_over_the_context_names_line_and_column(self, tmp_path):
         """A workload reserving more than a model's context (Llama-3.1-8B: 131,072 tokens) is refused at the
         workload's max_reserved value (line 3, column 34: the 200000), not only with the file's name."""

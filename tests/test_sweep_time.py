@@ -381,7 +381,7 @@ def test_the_rates_chart_keeps_each_policy_colour_and_says_its_scale(tmp_path, c
     both = SMALL.replace("time:\n", "time:\n    users: 4\n    workloads:\n      chat: {preset: sharegpt, "
                                     "prompt: \"fixed:10\"}\n")
     code, _, err = run(["sweep", str(_grid(tmp_path, both)), "--dry-run"], capsys)
-    assert code == 2 and "keys preset, prompt" in err and "{'" not in err
+    assert code == 2 and "a section with preset, prompt is not allowed" in err and "{'" not in err
 
 
 def test_gates_skip_nan_and_the_paged_ratio_has_a_floor(tmp_path, capsys):

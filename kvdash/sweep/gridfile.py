@@ -43,10 +43,36 @@ GATE_KEYS = ("name", "metric", "min", "max", "where")
 Path_ = tuple[Any, ...]
 
 
+class Shown:
+    """A value shown in an error line as written (``repr`` is the text): a YAML boolean as ``true`` / ``false``
+    (Python's ``True`` is not what the grid file says), or a description such as ``keys gpu`` where the problem
+    is the keys a section holds."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Shown) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+def keys_shown(section: dict[str, Any]) -> Shown:
+    """A section judged by the keys it holds, shown as them (``a section with gpu, requests``; ``an empty
+    section``)."""
+    return Shown(f"a section with {', '.join(str(k) for k in section)}" if section else "an empty section")
+
+
 class GridError(InputError):
-    """A grid-file error: ``file:line:col: key.path: problem``."""
+    """A grid-file error: ``file:line:col: key.path: problem``; a boolean value is shown as YAML writes it."""
 
     def __init__(self, where: str, path: Path_, value: object, allowed: str, hint: str = "") -> None:
+        if isinstance(value, bool):
+            value = Shown("true" if value else "false")
         super().__init__(f"{where}: {dotted(path)}" if path else where, value, allowed, hint)
 
 
@@ -603,8 +629,8 @@ def _prefix_cache_section(c: Checker, raw: Any, path: Path) -> PrefixCacheSpec:
     p: Path_ = ("prefix_cache",)
     sec = c.mapping(raw, p, PREFIX_CACHE_KEYS)
     if ("trace" in sec) == ("workload" in sec):
-        raise c.fail(p, "-", "expected one of trace (a Mooncake-format JSONL file, relative to the grid file) or "
-                             "workload (multi-turn:... or system-prompts:...)")
+        raise c.fail(p, keys_shown(sec), "expected one of trace (a Mooncake-format JSONL file, relative to the grid "
+                                         "file) or workload (multi-turn:... or system-prompts:...)")
     seed = sec.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise c.fail(p + ("seed",), seed, "expected an integer from 0 to 2^63 - 1")

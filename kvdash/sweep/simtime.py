@@ -87,6 +87,7 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
     from kvdash.simulate.lengths import parse_lengths_spec
     from kvdash.simulate.slo import parse_rates_per_s, parse_slo
     from kvdash.simulate.workload import PRESETS
+    from kvdash.sweep.gridfile import keys_shown
 
     sec = c.mapping(raw if raw is not True else {}, p, TIME_KEYS)
     gpu = sec.get("gpu")
@@ -135,8 +136,7 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
                 raise c.fail(q, name, "expected a workload of the grid: " + ", ".join(grid_workloads), key=True)
             m = {"preset": spec} if isinstance(spec, str) else c.mapping(spec, q, WORKLOAD_KEYS)
             if ("preset" in m) == ("prompt" in m or "output" in m):  # both, or neither: say which keys were given
-                given_keys = ", ".join(str(k) for k in m) or "none"
-                raise c.fail(q, f"keys {given_keys}",
+                raise c.fail(q, keys_shown(m),
                              ("preset and prompt/output together: give one; " if "preset" in m else "") + shape)
             if "preset" in m:
                 if str(m["preset"]) not in PRESETS:
@@ -147,7 +147,7 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
                 w = base
                 for key in ("prompt", "output"):
                     if key not in m:
-                        raise c.fail(q, f"keys {', '.join(str(k) for k in m)}", f"{key} missing: " + shape)
+                        raise c.fail(q, keys_shown(m), f"{key} missing: " + shape)
                     try:
                         w = replace(w, **{key: parse_lengths_spec(str(m[key]), key)}, name=str(name),
                                     note="custom lengths")
@@ -194,7 +194,7 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
                          + (f" for workload {name}" if name else "") + f"): a closed loop of {users:,} users over "
                          f"{least:,} requests never runs more than {least:,} at once; raise {where}")
     if slo is None and users is None and not ts.most_rates():
-        raise c.fail(p, "-", "expected at least one of slo, users or rates")
+        raise c.fail(p, keys_shown(sec), "expected at least one of slo, users or rates")
     return ts
 
 
