@@ -542,6 +542,26 @@ class TestVisualSimulation:
         assert sim.preemptions > 0 and "preemptions" in sim.status()
 
 
+def test_live_simulate_starts_from_the_command_line(monkeypatch, capsys):
+    """``kvdash live --demo --simulate paged`` (the README's command) built its simulation from --block-size's text
+    ('auto', '16') and stopped with a TypeError before the dashboard opened; the simulation now takes the block size
+    the pool resolved (32 here).  An unknown policy, or --simulate with --once / --json (where no map is drawn), is
+    one line, exit 2."""
+    from kvdash.tui.app import LiveApp
+    from tests.cli_run import run
+
+    started = []
+    monkeypatch.setattr(LiveApp, "run", lambda self, *a, **k: started.append(self.simulation))
+    code, _, err = run(["live", "--demo", "--simulate", "paged", "--block-size", "32"], capsys)
+    assert code == 0, err
+    assert started[0].policy == "paged" and started[0].B == 32 and started[0].capacity == 480 * 32
+    code, _, err = run(["live", "--demo", "--simulate", "paged"], capsys)
+    assert code == 0 and started[1].B == 16, err  # the default block size (vLLM's 16 for this model)
+    for extra in (["--simulate", "bogus"], ["--simulate", "paged", "--once"], ["--simulate", "max", "--json"]):
+        code, _, err = run(["live", "--demo", *extra], capsys)
+        assert code == 2 and 1 == len(err.strip().splitlines()) and "--simulate" in err
+
+
 async def test_live_app_draws_simulation():
     from kvdash.live.analysis import LiveConfig
     from kvdash.simulate.visual import VisualSimulation

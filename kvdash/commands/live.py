@@ -118,6 +118,11 @@ def live(
     from kvdash.sources.engine import fetch, from_snapshot
     check_interval(interval)
     check_engine_timeout(engine_timeout)
+    if simulate is not None and simulate not in ("paged", "max", "pow2", "oracle"):  # checked before --once returns
+        raise InputError("--simulate", simulate, "expected paged, max, pow2 or oracle")
+    if simulate is not None and (once or as_json):
+        raise InputError("--simulate", simulate, "the simulated block map is drawn in the dashboard; give it without "
+                         "--once or --json")
     max_bytes = parse_max_file_size(max_file_size)
     cfg = live_config(model, config, kv_dtype, block_size, tp, gpu_util, weights, reserve, budget, budget_mode,
                       live_lengths(length, group), max_reserved, engine_rules,
@@ -176,11 +181,10 @@ def live(
         return
     sim = None
     if simulate is not None:
-        if simulate not in ("paged", "max", "pow2", "oracle"):
-            raise InputError("--simulate", simulate, "expected paged, max, pow2 or oracle")
         from kvdash.simulate.visual import VisualSimulation
 
-        sim = VisualSimulation(simulate, block_size=block_size, seed=seed)
+        # the block size the pool resolved (--block-size is text: 'auto' or tokens)
+        sim = VisualSimulation(simulate, block_size=cfg.block_size, seed=seed)
     from kvdash.tui.app import LiveApp
 
     app = LiveApp(source, cfg, interval=interval, engine=engine_fetch, snapshot_dir=snapshot_dir, simulation=sim,
