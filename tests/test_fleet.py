@@ -22,6 +22,7 @@ weights per rank 141,200,000,000 / 8 = 17,650,000,000 B.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -237,6 +238,11 @@ def test_once_tables_show_the_down_host(prom, capsys, monkeypatch):
     code, out, _ = run(["live", "--prometheus", prom.url, "--once", "--length", "2048", *WORKED], capsys)
     assert "node-c" in out and "down" in out and "node-c:9400" in out and "vllm :8001 #0" in out
     assert "2,881,568" in out and "-117,968" in out
+    # the totals' requests that fit now, beside those the engines' whole pools hold (the README's promise)
+    fit = json.loads(run(["live", "--prometheus", prom.url, "--once", "--json", "--length", "2048", *WORKED],
+                         capsys)[1])["totals"]["requests_fit"][0]
+    # (the demo engine's usage moves between the two runs: its free blocks, not the pools)
+    assert re.search(rf"fit now [0-9,]+ of {fit['engine_pools']:,} x 2,048 tok", out)
 
 
 def test_exporter_series_in_prometheus(prom):

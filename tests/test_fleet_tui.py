@@ -70,6 +70,18 @@ async def test_enter_expands_a_host_into_gpus_and_engines():
         assert not node.is_expanded
 
 
+async def test_fleet_has_no_calibrate_key():
+    """live's c calibrates the one attached engine's reserve; the fleet view has none: c is not in its footer and
+    does nothing (it said "no engine attached: start kvdash live with --engine URL")."""
+    app = FleetApp(StaticFleet(4, 8), LiveConfig(), autopoll=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert not app.check_action("calibrate", ()) and app.check_action("snapshot", ())
+        await pilot.press("c")
+        await pilot.pause()
+        assert not app._notifications
+
+
 async def test_expanded_hosts_stay_open_across_polls_and_config_changes():
     """A poll relabels in place; the l key (longer requests) re-analyses from the same series."""
     src = StaticFleet(4, 8)

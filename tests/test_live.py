@@ -514,3 +514,59 @@ def test_once_and_json(capsys):
 def test_live_bad_input(args, field, capsys):
     code, _, err = run(["live", "--demo", "--once", *args], capsys)
     assert 2 == code and field in err and 1 == len(err.strip().splitlines())
+
+
+def _cli_config(model: str):
+    """live's configuration as the command line builds it (--reserve auto, every other option at its default)."""
+    from kvdash import defaults as D
+    from kvdash.commands.live import live_config
+
+    return live_config(model, None, D.KV_DTYPE, "auto", D.LIVE_TP, None, None, D.RESERVE, None, None, (D.LENGTH,),
+                       None, "vllm", False)
+
+
+async def test_model_key_takes_the_new_models_reserve(tmp_path):
+    """m under --reserve auto: the pool of the model switched to takes that model's own reserve (it kept the
+    previous model's: Llama-3.1-70B's 6.09 GiB at TP 8 shown for Llama-3.1-8B, whose own is 4.83 GiB), the same
+    figures `kvdash live --demo -m llama-3.1-8b` starts with; a reserve given as a size stays as given."""
+    from dataclasses import replace
+
+    from kvdash.tui.app import LiveApp
+
+    start, target = _cli_config("llama-3.1-70b"), _cli_config("llama-3.1-8b")
+    assert start.reserve_basis and start.reserve != target.reserve
+    app = LiveApp(DemoSource(seed=7), start, interval=3600, autopoll=False, snapshot_dir=tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        app.set_model("llama-3.1-8b")
+        await pilot.pause()
+        assert (app.config.reserve, app.config.reserve_basis) == (target.reserve, target.reserve_basis)
+        # the pool the dashboard shows is the one `live -m llama-3.1-8b` computes on the same snapshot
+        assert app.kv["pool_blocks"] == analyze(app.snapshot, target)["pool_blocks"]
+        await pilot.press("q")
+
+    from kvdash.live.analysis import for_model
+
+    given = replace(start, reserve=3 * 2**30, reserve_basis="")
+    assert for_model(given, "llama-3.1-8b").reserve == 3 * 2**30
+
+
+async def test_block_key_never_changes_the_engines_line(tmp_path):
+    """b changes kvdash's pool, never the engine's figures (the README's promise): the demo engine reports 177,326
+    blocks of 16; at kvdash's block 32 the overview and the details still show the engine's own 177,326 blocks of
+    16 (they showed its tokens in kvdash's blocks: 88,663) beside kvdash's pool in blocks of 32."""
+    from kvdash.render.live_view import engine_blocks, engine_usage_map, kv_summary
+
+    app = make_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await pilot.press("b")
+        await pilot.pause()
+        assert app.config.block_size == 32
+        used, pool, size = engine_blocks(app.kv["engine"])
+        assert (pool, size) == (177_326, 16) and 0 < used < pool
+        assert f"= {used:,}/177,326 blocks of 16 |" in kv_summary(app.kv).plain
+        details = engine_usage_map(app.kv, 80).plain
+        assert details.startswith(f"Engine now: {used:,} of its 177,326 blocks of 16 used")
+        assert f"kvdash's pool {app.kv['pool_blocks']:,} blocks of 32" in details
+        await pilot.press("q")

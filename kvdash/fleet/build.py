@@ -30,7 +30,7 @@ from typing import Any
 from kvdash.core import formulas as f
 from kvdash.errors import InputError
 from kvdash.fleet.client import Series
-from kvdash.live.analysis import LiveConfig, analyze, compare_engine, same_model
+from kvdash.live.analysis import LiveConfig, analyze, compare_engine, for_model, same_model
 from kvdash.sources.base import GPUReading, Snapshot
 from kvdash.sources.engine import EngineReading, RankReading, Sample, _Checker, reading_from_samples, tightest
 
@@ -290,9 +290,9 @@ class _OwnModels:
         name = self.preset(served)
         if name is None:
             return {"own_model_note": f"no kvdash preset is named like {served}: give --model or --config"}
-        if name not in self.analyses:
-            self.analyses[name] = _Analyses(replace(self.cfg, model=name, arch=None))
         try:
+            if name not in self.analyses:
+                self.analyses[name] = _Analyses(for_model(self.cfg, name))
             kv = self.analyses[name].get(gpus, one, lengths)
         except InputError as exc:
             kv = {"ok": False, "notes": [str(exc)]}

@@ -66,6 +66,19 @@ class LiveConfig:
             raise InputError("--max-reserved", self.max_reserved, f"at most {arch.max_context} for {arch.name}")
 
 
+def for_model(cfg: LiveConfig, name: str) -> LiveConfig:
+    """``cfg`` for another model (live's ``m`` / ``M``, a fleet host's own model): under ``--reserve auto`` the
+    reserve is that model's own (a calibration entry, else the published terms, as :func:`live_config` takes it
+    at start-up), never the previous model's; a reserve given as a size stays as given."""
+    out = replace(cfg, model=name, arch=None)
+    if cfg.reserve_basis and cfg.engine_rules != "sglang":
+        from kvdash.calibration import reserve_spec
+
+        got = reserve_spec("auto", out.architecture(), None, out.tp, 1, defaults.MAX_BATCHED_TOKENS)
+        out = replace(out, reserve=got[0], reserve_basis=got[1])
+    return out
+
+
 @dataclass(frozen=True)
 class RankPool:
     gpu: int

@@ -135,8 +135,12 @@ def totals_text(fleet: dict[str, Any]) -> Text:
                style="bold")
     out.append(f"{t['engines']} engines  run {t['running']:,} wait {t['waiting']:,}  "
                f"free KV {t['free_kv_tokens']:,} tok = {gib_text(t['free_kv_bytes'], 1)} GiB\n")
-    out.append("fit now: " + ", ".join(f"{r['free_now']:,} x {r['length']:,} tok" for r in t["requests_fit"]) +
-               f"  ({c['model']} {c['kv_dtype']} TP {c['tp']}: {t['kv_bytes_per_token']:,} B/token)", style="dim")
+    # requests that fit in the free blocks now, of those the engines' whole pools hold; the model the bytes are
+    # counted for where the line keeps to an 80-column pane (its text is 78 wide), else the bytes per token alone
+    fit = "fit now " + ", ".join(f"{r['free_now']:,} of {r['engine_pools']:,} x {r['length']:,} tok"
+                                 for r in t["requests_fit"])
+    model = f"  ({c['model']} {c['kv_dtype']} TP {c['tp']}: {t['kv_bytes_per_token']:,} B/token)"
+    out.append(fit + (model if len(fit + model) <= 78 else f"  ({t['kv_bytes_per_token']:,} B/token)"), style="dim")
     return out
 
 

@@ -489,8 +489,9 @@ def kv_summary(kv: dict[str, Any]) -> Text:
             out.append(eng["status"] + "\n", style="red")
         else:
             usage = _na(r, "kv_usage", f"{100 * r['kv_usage']:.1f}%" if r.get("kv_usage") is not None else None)
-            if "used_blocks" in eng:
-                usage += f" = {eng['used_blocks']:,}/{eng['engine_blocks']:,} blocks"
+            blocks = engine_blocks(eng)
+            if blocks:
+                usage += f" = {blocks[0]:,}/{blocks[1]:,} blocks" + (f" of {blocks[2]}" if blocks[2] else "")
             word = "retracted" if r.get("kind") == "sglang" else "preempted"
             out.append("engine  ", style="bold")
             if r.get("kind") == "lmcache":  # LMCache's own page: its tier, no pool
@@ -528,15 +529,27 @@ def kv_summary(kv: dict[str, Any]) -> Text:
     return out
 
 
+def engine_blocks(eng: dict[str, Any]) -> tuple[int, int, int | None] | None:
+    """The engine's (used blocks, pool blocks, block size) as it reports them: its own blocks of its own size where
+    it states them (whatever kvdash's ``b`` sets: block size given), else its tokens in kvdash's blocks (None);
+    None where usage is unknown."""
+    if eng.get("engine_own_blocks") and "engine_used_own_blocks" in eng:
+        return int(eng["engine_used_own_blocks"]), int(eng["engine_own_blocks"]), int(eng["engine_block_size"])
+    if "used_blocks" in eng and eng.get("engine_blocks"):
+        return int(eng["used_blocks"]), int(eng["engine_blocks"]), None
+    return None
+
+
 def engine_usage_map(kv: dict[str, Any], width: int) -> Text | None:
     """The engine's actual usage as one row: used blocks = usage x its pool, beside the pool."""
-    eng = kv.get("engine") or {}
-    if "used_blocks" not in eng or not eng.get("engine_blocks"):
+    blocks = engine_blocks(kv.get("engine") or {})
+    if blocks is None:
         return None
-    used, pool = int(eng["used_blocks"]), int(eng["engine_blocks"])
+    used, pool, size = blocks
     cells = max(0, min(width, round(used / pool * width)))
-    out = Text(f"Engine now: {used:,} of its {pool:,} blocks used ({100 * used / pool:.1f}%); "
-               f"kvdash's pool {int(kv['pool_blocks']):,} blocks\n", style="bold")
+    out = Text(f"Engine now: {used:,} of its {pool:,} blocks{f' of {size}' if size else ''} used "
+               f"({100 * used / pool:.1f}%); kvdash's pool {int(kv['pool_blocks']):,} blocks of "
+               f"{int(kv['block_size'])}\n", style="bold")
     out.append("█" * cells, style=load_style(used / pool))
     out.append("·" * (width - cells), style="grey50")
     return out

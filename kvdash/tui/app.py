@@ -39,9 +39,10 @@ from textual.widgets import ContentSwitcher, Footer, Static
 from kvdash.core.dtypes import DTYPES
 from kvdash.core.model import preset_names
 from kvdash.errors import InputError
-from kvdash.live.analysis import LiveConfig, analyze, block_map
+from kvdash.live.analysis import LiveConfig, analyze, block_map, for_model
 from kvdash.render.live_view import (
     block_map_text,
+    engine_blocks,
     engine_usage_map,
     gpu_table,
     kv_summary,
@@ -452,9 +453,9 @@ class LiveApp(App[None]):
     def _draw_map(self, widget: str, width: int, rows: int, usage: str) -> None:
         kv = self.kv
         eng = kv.get("engine") or {}
-        self._update(usage, (eng.get("used_blocks"), eng.get("engine_blocks"), kv.get("pool_blocks"), width),
+        self._update(usage, (engine_blocks(eng), kv.get("pool_blocks"), kv.get("block_size"), width),
                      lambda: (engine_usage_map(kv, width) if kv.get("ok") else None) or "",
-                     shape=("used_blocks" in eng, width))
+                     shape=(engine_blocks(eng) is not None, width))
         if self.simulation is not None:
             sim = self.simulation
             cells = sim.cells()
@@ -539,7 +540,12 @@ class LiveApp(App[None]):
 
     # --- actions -------------------------------------------------------------------------------
     def set_model(self, name: str) -> None:
-        self._configure(replace(self.config, model=name, arch=None), f"model {name}")
+        try:
+            cfg = for_model(self.config, name)
+        except InputError as exc:
+            self.note(f"model {name}: {exc}")
+            return
+        self._configure(cfg, f"model {name}")
 
     def _configure(self, cfg: LiveConfig, label: str) -> None:
         try:
@@ -556,8 +562,8 @@ class LiveApp(App[None]):
         i = names.index(self.config.model) if self.config.model in names else -1
         for k in range(1, len(names) + 1):  # skip models the TP degree does not divide
             name = names[(i + step * k) % len(names)]
-            cfg = replace(self.config, model=name, arch=None)
             try:
+                cfg = for_model(self.config, name)
                 cfg.validate()
             except InputError:
                 continue

@@ -82,7 +82,12 @@ class FleetApp(LiveApp):
         with VerticalScroll(id="fleet-details"):
             yield Static(id="fleet-details-text")
         yield Static(id="status")
-        yield Footer()
+        yield Footer(show_command_palette=False, compact=True)  # as live's: every key's label in 80 columns
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """live's ``c`` (calibrate the attached engine's reserve) has no engine to read in the fleet view: hidden
+        from the footer and not run (it said "no engine attached: start kvdash live with --engine URL")."""
+        return action != "calibrate"
 
     def _resized(self, width: int, height: int) -> None:
         return None  # one layout at every size: a line per host
