@@ -220,9 +220,26 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         else:  # the pool runs short: request by request, preempting the newest (recompute)
             order = list(dec) + [-1 - r for r in pref]  # decoder keys, then requests being prefilled as -1 - r
             sched: dict[int, int] = {}
-            n_pre = 0
+            n_pre = dec_sched = 0  # dec_sched: decoders scheduled (and not preempted since)
+            # where a request may allocate: a decoder whose token starts a block (off + T a multiple of B), and
+            # every request being prefilled; the decoders between take one token and no block, so they are
+            # scheduled a run at a time (the same schedule as one by one: they never preempt)
+            at = (-T) % B
+            stops = [k for k, key in enumerate(dec) if off[key] % B == at]
+            stops += range(len(dec), len(order))
+            si = 0
             i = 0
             while i < len(order) and budget > 0:
+                while si < len(stops) and stops[si] < i:
+                    si += 1
+                j = stops[si] if si < len(stops) and stops[si] < len(order) else len(order)
+                if j > i:  # decoders i .. j - 1: a token each, inside their last block
+                    run = j - i if j - i < budget else budget
+                    sched.update(dict.fromkeys(order[i:i + run], 1))
+                    budget -= run
+                    dec_sched += run
+                    i += run
+                    continue
                 item = order[i]
                 if item >= 0:
                     comp, want = off[item] + T, 1
@@ -245,6 +262,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                         rv = -1 - v
                         comp_v = computed[rv]
                     tv = sched.pop(v, 0)
+                    if v >= 0 and tv:
+                        dec_sched -= 1
                     free += rb(comp_v + tv)
                     budget += tv
                     computed[rv] = 0
@@ -258,8 +277,9 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 free -= nb
                 sched[item] = take
                 budget -= take
+                dec_sched += item >= 0
                 i += 1
-            if any(key not in sched for key in dec):  # pragma: no cover - the budget covers every decoder
+            if dec_sched != len(dec):  # pragma: no cover - the budget covers every decoder
                 raise AssertionError("a decoder left unscheduled")
             pref = [-1 - v for v in order if v < 0]
             takes = [sched.get(-1 - r, 0) for r in pref]
