@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if not args:  # bare `kvdash`: the help, on several lines, and success
         args = ["--help"]
+    from kvdash.commands.common import flush_notes
+
+    flush_notes(show=False)  # none left from an earlier in-process run
     try:
         code = app(args=args, prog_name="kvdash", standalone_mode=False)
     except BrokenPipeError:  # `kvdash ... | head`: the reader left; that is not an error
@@ -106,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(0) from None
         raise
     except InputError as exc:
+        flush_notes(show=False)  # bad input: its one line alone
         fail(str(exc))
     except TyperException as exc:  # click usage errors: bad option names or types
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
@@ -132,6 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:  # a folder that cannot be written, a full disk: one line, not a traceback
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         fail(f"{where}{exc.strerror or exc}")
+    flush_notes()
     try:
         sys.stdout.flush()  # a closed pipe shows here for output still buffered
     except BrokenPipeError:

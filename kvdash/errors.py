@@ -192,3 +192,27 @@ def unknown_name(field: str, name: str, choices: Iterable[str]) -> InputError:
     options = sorted(choices)
     shown = ", ".join(options) if len(options) <= 12 else ", ".join(options[:12]) + ", ..."
     return InputError(field, name, f"expected one of: {shown}", closest(name, options))
+
+
+class Shown:
+    """A value shown in an error line as written (``repr`` is the text): a YAML boolean as ``true`` / ``false``
+    (Python's ``True`` is not what the grid file says), or a description such as ``a section with gpu`` where the
+    problem is the keys a section holds."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Shown) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+def keys_shown(section: dict[str, object]) -> Shown:
+    """A section judged by the keys it holds, shown as them (``a section with gpu, requests``; ``an empty
+    section``)."""
+    return Shown(f"a section with {', '.join(str(k) for k in section)}" if section else "an empty section")

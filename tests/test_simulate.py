@@ -560,6 +560,8 @@ def test_live_simulate_starts_from_the_command_line(monkeypatch, capsys):
     for extra in (["--simulate", "bogus"], ["--simulate", "paged", "--once"], ["--simulate", "max", "--json"]):
         code, _, err = run(["live", "--demo", *extra], capsys)
         assert code == 2 and 1 == len(err.strip().splitlines()) and "--simulate" in err
+    code, _, err = run(["live", "--prometheus", "http://127.0.0.1:9", "--simulate", "paged"], capsys)
+    assert code == 2 and 1 == len(err.strip().splitlines()) and "the fleet view draws no block map" in err
 
 
 async def test_live_app_draws_simulation():

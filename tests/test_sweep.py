@@ -101,6 +101,9 @@ class TestGridFile:
          "with gpu is not allowed; expected at least one of slo, users or rates"),
         ("prefix_cache:\n  seed: 3\n", "grid.yaml:3:3: prefix_cache: a section with seed is not allowed; expected one "
                                        "of trace"),
+        # YAML 1.1 reads yes and ~ as a boolean and a null: shown as written
+        ("workloads:\n  w: {length: yes}\n", "grid.yaml:3:15: workloads.w.length: yes is not allowed"),
+        ("workloads:\n  w: {length: 100, prefix: ~}\n", "grid.yaml:3:28: workloads.w.prefix: ~ is not allowed"),
     ])
     def test_values_are_shown_as_the_file_writes_them(self, tmp_path, capsys, text, line):
         code, _, err = run(["sweep", str(grid(tmp_path, "models: [llama-3.1-8b]\n" + text)), "--dry-run"], capsys)
@@ -114,6 +117,11 @@ class TestGridFile:
             expand(parse_grid(grid(tmp_path, text)))
         assert "grid.yaml:3:34: workloads.w.max_reserved: 200000 is not allowed" in str(exc.value)
         assert "at most the context length of llama-3.1-8b (131,072)" in str(exc.value)
+        # max_reserved not written: the longest length is the reservation, and the length is what is too long
+        with pytest.raises(InputError) as exc:
+            expand(parse_grid(grid(tmp_path, "models: [llama-3.1-8b]\nworkloads:\n  w: {length: 200000}\n")))
+        assert "grid.yaml:3:15: workloads.w.length: 200000 is not allowed; at most the context length of " \
+            "llama-3.1-8b (131,072) (max_reserved, not given, is the longest length)" in str(exc.value)
 
     def test_invalid_tp_for_a_model_names_the_point(self, tmp_path):
         text = "models: [llama-3.1-8b]\ngrid:\n  tp: [1, 3]\n"

@@ -78,6 +78,9 @@ def test_old_length_name_gives_the_same_answer(capsys):
     assert "" == quiet
     assert ["kvdash: note: --used is the old name of --length (kept for one release); write --length 100"] == \
         err.splitlines()
+    # refused input stays one line: the note is printed once the command has run, never beside a refusal
+    code, _, err = run(["calc", "--used", "200000", "--model", "llama-3.1-8b"], capsys)
+    assert 2 == code and 1 == len(err.splitlines()) and "old name" not in err
 
 
 def test_old_and_new_name_disagreeing_is_an_error(capsys):

@@ -249,14 +249,25 @@ def parse_on_off(text: str, field: str) -> bool:
 
 def pick_alias(value: object, old_value: object, name: str, old_name: str) -> object:
     """The value of an option that also answers to a hidden old name (kept for one release): the old
-    name's value when only it is given, with a note on stderr saying what to write; both given with different
-    values is an error."""
+    name's value when only it is given, with a note on stderr saying what to write (printed after the command
+    has run: :data:`PENDING_NOTES`); both given with different values is an error."""
     if old_value is None:
         return value
     if value is not None and value != old_value:
         raise InputError(old_name, old_value, f"is the old name of {name}; give only {name}")
-    note(f"{old_name} is the old name of {name} (kept for one release); write {name} {old_value}")
+    PENDING_NOTES.append(f"{old_name} is the old name of {name} (kept for one release); write {name} {old_value}")
     return old_value
+
+
+# notes kvdash.cli prints once the command has run (dropped where it refuses its input, whose one line stays one)
+PENDING_NOTES: list[str] = []
+
+
+def flush_notes(show: bool = True) -> None:
+    """Print the pending notes (``show``), and forget them."""
+    for message in PENDING_NOTES if show else ():
+        note(message)
+    PENDING_NOTES.clear()
 
 
 def warn(message: str) -> None:

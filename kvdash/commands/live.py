@@ -135,8 +135,9 @@ def live(
     if prometheus is not None:
         check_url("--prometheus", prometheus, "a Prometheus server, e.g. http://HOST:9090")
     if prometheus:  # the fleet view (kvdash/commands/fleet.py)
-        if demo or replay or engine:
-            raise InputError("--prometheus", prometheus, "give it without --demo, --replay or --engine")
+        if demo or replay or engine or simulate:
+            raise InputError("--prometheus", prometheus, "give it without --demo, --replay, --engine or --simulate "
+                             "(the fleet view draws no block map)")
         from kvdash.commands.fleet import run_fleet
 
         return run_fleet(prometheus, cfg, once, as_json, interval)
@@ -255,10 +256,9 @@ def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: s
         engine_rules=engine_rules,
     )
     if reserve.strip().lower() == "auto":  # a kvdash calibrate entry, else the published terms
-        from kvdash.calibration import reserve_spec
+        from kvdash.live.analysis import with_auto_reserve
 
-        got = reserve_spec(reserve, arch, None, tp, 1, D.MAX_BATCHED_TOKENS)
-        cfg = replace(cfg, reserve=got[0], reserve_basis=got[1])
+        cfg = with_auto_reserve(cfg)
     cfg.validate()
     return cfg
 

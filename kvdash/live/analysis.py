@@ -71,12 +71,16 @@ def for_model(cfg: LiveConfig, name: str) -> LiveConfig:
     reserve is that model's own (a calibration entry, else the published terms, as :func:`live_config` takes it
     at start-up), never the previous model's; a reserve given as a size stays as given."""
     out = replace(cfg, model=name, arch=None)
-    if cfg.reserve_basis and cfg.engine_rules != "sglang":
-        from kvdash.calibration import reserve_spec
+    return with_auto_reserve(out) if cfg.reserve_basis else out
 
-        got = reserve_spec("auto", out.architecture(), None, out.tp, 1, defaults.MAX_BATCHED_TOKENS)
-        out = replace(out, reserve=got[0], reserve_basis=got[1])
-    return out
+
+def with_auto_reserve(cfg: LiveConfig) -> LiveConfig:
+    """``cfg`` with ``--reserve auto``'s reserve for its model and TP: a kvdash calibrate entry, else the published
+    terms (:func:`kvdash.calibration.reserve_spec`; no GPU named, vLLM 0.33's default token budget)."""
+    from kvdash.calibration import reserve_spec
+
+    got = reserve_spec("auto", cfg.architecture(), None, cfg.tp, 1, defaults.MAX_BATCHED_TOKENS)
+    return replace(cfg, reserve=got[0], reserve_basis=got[1])
 
 
 @dataclass(frozen=True)

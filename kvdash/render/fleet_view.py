@@ -123,7 +123,8 @@ def down_line(t: dict[str, Any]) -> Text:
 
 
 def totals_text(fleet: dict[str, Any]) -> Text:
-    """Three lines of fleet totals, each under 80 columns for a fleet of thousands of GPUs."""
+    """Three lines of fleet totals, each under 80 columns for a fleet of thousands of GPUs (the third, requests that
+    fit, with one length; more --group lengths make it longer)."""
     t = fleet["totals"]
     c = fleet["config"]
     down = f" ({t['hosts_down']} down, {t['targets_down']} targets)" if t["targets_down"] else ""
@@ -135,12 +136,14 @@ def totals_text(fleet: dict[str, Any]) -> Text:
                style="bold")
     out.append(f"{t['engines']} engines  run {t['running']:,} wait {t['waiting']:,}  "
                f"free KV {t['free_kv_tokens']:,} tok = {gib_text(t['free_kv_bytes'], 1)} GiB\n")
-    # requests that fit in the free blocks now, of those the engines' whole pools hold; the model the bytes are
-    # counted for where the line keeps to an 80-column pane (its text is 78 wide), else the bytes per token alone
+    # requests that fit in the free blocks now, of those the engines' whole pools hold; then the model the bytes are
+    # counted for, or the bytes per token alone, or neither: what keeps the line to an 80-column pane (its text is
+    # 78 wide; several --group lengths may still wrap it)
     fit = "fit now " + ", ".join(f"{r['free_now']:,} of {r['engine_pools']:,} x {r['length']:,} tok"
                                  for r in t["requests_fit"])
-    model = f"  ({c['model']} {c['kv_dtype']} TP {c['tp']}: {t['kv_bytes_per_token']:,} B/token)"
-    out.append(fit + (model if len(fit + model) <= 78 else f"  ({t['kv_bytes_per_token']:,} B/token)"), style="dim")
+    tails = (f"  ({c['model']} {c['kv_dtype']} TP {c['tp']}: {t['kv_bytes_per_token']:,} B/token)",
+             f"  ({t['kv_bytes_per_token']:,} B/token)", "")
+    out.append(fit + next(tail for tail in tails if len(fit + tail) <= 78 or not tail), style="dim")
     return out
 
 

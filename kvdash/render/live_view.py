@@ -318,11 +318,9 @@ def engine_rows(eng: dict[str, Any]) -> list[tuple[str, str, str]]:
             rows.append(offload_compare_row(eng["offload_vs_kvdash"]))
         return rows
     usage = _na(r, "kv_usage", f"{100 * r['kv_usage']:.1f}%" if r.get("kv_usage") is not None else None)
-    if "engine_used_own_blocks" in eng:  # the engine's own blocks of its own size (never kvdash's b)
-        usage += (f" ({eng['engine_used_own_blocks']:,} of {eng['engine_own_blocks']:,} blocks of "
-                  f"{eng['engine_block_size']})")
-    elif "used_blocks" in eng:
-        usage += f" ({eng['used_blocks']:,} of {eng['engine_blocks']:,} blocks)"
+    blocks = engine_blocks(eng)  # the engine's own blocks of its own size where it states them (never kvdash's b)
+    if blocks:
+        usage += f" ({blocks[0]:,} of {blocks[1]:,} blocks" + (f" of {blocks[2]})" if blocks[2] else ")")
     if len(eng.get("dp_ranks", [])) > 1:
         usage += " worst pool"
     rows.append(("engine KV usage", usage, ""))

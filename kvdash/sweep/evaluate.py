@@ -28,7 +28,7 @@ from kvdash.engines.vllm import auto_block_size, rank_shapes
 from kvdash.engines.vllm_reserve import auto_reserve
 from kvdash.errors import InputError
 from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
-from kvdash.sweep.gridfile import DIMENSIONS, GridSpec
+from kvdash.sweep.gridfile import DIMENSIONS, GridError, GridSpec
 
 DEFAULT_MAX_POINTS = 2_000_000
 
@@ -339,9 +339,14 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
     for w in (spec.workloads[name] for name in values["workload"]):
         for model in sorted({base[0] for base in by_base}):
             if w.max_reserved > arch_of(model).max_context:
+                context = f"at most the context length of {model} ({arch_of(model).max_context:,})"
                 at = ("workloads", w.name, "max_reserved")
-                raise InputError(f"{spec.tree.at(at)}: {'.'.join(at)}", w.max_reserved,
-                                 f"at most the context length of {model} ({arch_of(model).max_context:,})")
+                if at in spec.tree.marks:
+                    raise GridError(spec.tree.at(at), at, w.max_reserved, context)
+                # not written: the reservation is the longest length, which is then what is too long
+                key = next((k for k in ("length", "group", "final") if at[:2] + (k,) in spec.tree.marks), "length")
+                raise GridError(spec.tree.at(at[:2] + (key,)), at[:2] + (key,), max(w.lengths + w.finals),
+                                context + " (max_reserved, not given, is the longest length)")
 
     # 2. request figures per (shape, workload, max_model_len, max_batched_tokens): polars on a small table
     wl = [spec.workloads[name] for name in values["workload"]]

@@ -15,7 +15,7 @@ import yaml
 from kvdash import defaults as D
 from kvdash import safeio, safeyaml
 from kvdash.core.point import group_size_problem
-from kvdash.errors import InputError, closest
+from kvdash.errors import InputError, Shown, closest, keys_shown
 from kvdash.sweep.columns import RESULT_COLUMNS
 
 TOP_KEYS = ("title", "description", "question", "objective", "models", "workloads", "defaults", "grid", "zip",
@@ -43,30 +43,6 @@ GATE_KEYS = ("name", "metric", "min", "max", "where")
 Path_ = tuple[Any, ...]
 
 
-class Shown:
-    """A value shown in an error line as written (``repr`` is the text): a YAML boolean as ``true`` / ``false``
-    (Python's ``True`` is not what the grid file says), or a description such as ``keys gpu`` where the problem
-    is the keys a section holds."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Shown) and other.text == self.text
-
-    def __hash__(self) -> int:
-        return hash(self.text)
-
-
-def keys_shown(section: dict[str, Any]) -> Shown:
-    """A section judged by the keys it holds, shown as them (``a section with gpu, requests``; ``an empty
-    section``)."""
-    return Shown(f"a section with {', '.join(str(k) for k in section)}" if section else "an empty section")
-
-
 class GridError(InputError):
     """A grid-file error: ``file:line:col: key.path: problem``; a boolean value is shown as YAML writes it."""
 
@@ -90,6 +66,7 @@ class _Tree:
         self.name = name
         self.marks: dict[Path_, tuple[int, int]] = {}
         self.key_marks: dict[Path_, tuple[int, int]] = {}
+        self.written: dict[Path_, str] = {}  # a boolean's or null's text as the file writes it (yes, on, ~, ...)
         node = safeyaml.compose(text, name)  # bounded: depth, aliases, duplicate keys, huge integers
         self.loader = safeyaml.BoundedLoader("", name)
         self.data = self._build(node, ()) if node is not None else {}
@@ -117,7 +94,10 @@ class _Tree:
 
     def _scalar(self, node: yaml.Node, path: Path_) -> Any:
         try:
-            return self.loader.construct_object(node, deep=True)
+            value = self.loader.construct_object(node, deep=True)
+            if value is None or isinstance(value, bool):
+                self.written[path] = node.value or "null"
+            return value
         except InputError:
             raise
         except (yaml.YAMLError, ValueError, OverflowError) as exc:
@@ -249,6 +229,11 @@ class Checker:
                   file=sys.stderr)
 
     def fail(self, path: Path_, value: object, allowed: str, hint: str = "", key: bool = False) -> GridError:
+        if (value is None or isinstance(value, bool)) and path in self.tree.written:
+            value = Shown(self.tree.written[path])  # yes, on, ~: what the file says, not Python's True / None
+        elif isinstance(value, list) and any(v is None or isinstance(v, bool) for v in value):
+            value = Shown("[" + ", ".join(self.tree.written.get(path + (i,), repr(v)) for i, v in enumerate(value))
+                          + "]")
         return GridError(self.tree.at(path, key), path, value, allowed, hint)
 
     def mapping(self, value: Any, path: Path_, keys: tuple[str, ...] | None = None) -> dict[str, Any]:

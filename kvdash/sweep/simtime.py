@@ -83,11 +83,10 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
     from dataclasses import replace
 
     from kvdash.core.steptime import WEIGHT_BYTES
-    from kvdash.errors import InputError
+    from kvdash.errors import InputError, keys_shown
     from kvdash.simulate.lengths import parse_lengths_spec
     from kvdash.simulate.slo import parse_rates_per_s, parse_slo
     from kvdash.simulate.workload import PRESETS
-    from kvdash.sweep.gridfile import keys_shown
 
     sec = c.mapping(raw if raw is not True else {}, p, TIME_KEYS)
     gpu = sec.get("gpu")

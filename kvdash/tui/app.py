@@ -563,11 +563,10 @@ class LiveApp(App[None]):
         for k in range(1, len(names) + 1):  # skip models the TP degree does not divide
             name = names[(i + step * k) % len(names)]
             try:
-                cfg = for_model(self.config, name)
-                cfg.validate()
+                replace(self.config, model=name, arch=None).validate()
             except InputError:
                 continue
-            self._configure(cfg, f"model {name}")
+            self.set_model(name)  # with its own --reserve auto; a calibration file gone bad is said, not skipped
             return
 
     def action_cycle_dtype(self) -> None:
