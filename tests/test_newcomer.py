@@ -211,6 +211,13 @@ class TestDerivedLabelled:
             "intermediate_size 11,008", "vocab_size 32,000")] == derived[:6]
         assert derived[6].startswith("head_dim 128 derived as hidden_size 4,096 / num_attention_heads 32")
         assert "hidden_size 0" not in out
+        # a class whose head_dim default is not hidden_size / heads: Gemma3TextConfig's 256, where 2,304 / 8 = 288
+        # (the line said "256 derived as hidden_size 2,304 / num_attention_heads 8")
+        path.write_text('{"model_type": "gemma3_text"}')
+        code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
+        assert 0 == code and "head_dim 256: transformers' default for model_type gemma3_text (config.json has no " \
+            "head_dim; hidden_size 2,304 / num_attention_heads 8 would give 288)" in json.loads(out)["architecture"][
+            "derived"]
 
     def test_kv_heads_defaulting_to_attention_heads_is_labelled(self, tmp_path, capsys):
         cfg = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 64,

@@ -304,9 +304,14 @@ def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int, hidden: 
     out = []
     if text.get("head_dim") is None and text.get("attention_head_dim") is None and not text.get("kv_lora_rank"):
         hidden = text.get("hidden_size") or hidden
-        out.append(f"head_dim {head_dim} derived as hidden_size {hidden:,} / "
-                   f"num_attention_heads {heads} (config.json has no head_dim)"
-                   if hidden else f"head_dim {head_dim} (config.json has neither head_dim nor hidden_size)")
+        if hidden and heads and hidden // heads != head_dim:  # the model class's own default (Gemma 3: 256)
+            out.append(f"head_dim {head_dim}: transformers' default for model_type {text.get('model_type')!s} "
+                       f"(config.json has no head_dim; hidden_size {hidden:,} / num_attention_heads {heads} would "
+                       f"give {hidden // heads:,})")
+        else:
+            out.append(f"head_dim {head_dim} derived as hidden_size {hidden:,} / "
+                       f"num_attention_heads {heads} (config.json has no head_dim)"
+                       if hidden else f"head_dim {head_dim} (config.json has neither head_dim nor hidden_size)")
     if kv_heads == heads and all(text.get(k) is None for k in KV_HEAD_KEYS) and not text.get("kv_lora_rank"):
         out.append(f"KV heads {kv_heads} derived from num_attention_heads (config.json names no KV heads: "
                    "multi-head attention)")
