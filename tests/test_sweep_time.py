@@ -237,7 +237,7 @@ def test_a_gpu_without_time_figures_leaves_its_points_untimed_and_says_why(tmp_p
 
 def test_slo_never_failed_is_shown_as_a_floor(tmp_path, capsys):
     """An SLO every simulated user meets (binds none) is reported as '>= N', not as a measured limit."""
-    text = SMALL + "    slo: \"ttft=60s,tpot=1s\"\n"
+    text = SMALL + "    slo: \"ttft=60s,tpot=1s\"\ngates:\n  - {name: many, metric: time_slo_users, min: 8}\n"
     out = tmp_path / "out"
     code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "-q"], capsys)
     assert code == 0, err
@@ -245,6 +245,9 @@ def test_slo_never_failed_is_shown_as_a_floor(tmp_path, capsys):
     assert df["time_binds"].to_list() == ["none"] and df["time_slo_users"].to_list() == [40]
     md = (out / "report.md").read_text()
     assert "≥ 40 (every user simulated met it)" in md
+    # the gates table too: the point's value and the margin are floors (they were shown as plain 40 and 32)
+    row = next(line for line in md.splitlines() if line.startswith("| many |"))
+    assert row.endswith("| 1 x h100-80gb: ≥ 40 | 1 x h100-80gb: ≥ 40 | ≥ 32 |"), row
 
 
 @pytest.mark.parametrize("bound, words", [

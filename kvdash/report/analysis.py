@@ -56,7 +56,15 @@ from kvdash.report.timesection import time_section
 from kvdash.sweep.claims import Frame, Verdict, shared_where
 from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
 from kvdash.sweep.evaluate import Expanded
-from kvdash.sweep.gates import bounds_text, columns_of, evaluate_gates, floor_used, passing_expr, scope_expr, slack_expr
+from kvdash.sweep.gates import (
+    bounds_text,
+    columns_of,
+    evaluate_gates,
+    passing_expr,
+    scope_expr,
+    shown_floor,
+    slack_expr,
+)
 from kvdash.sweep.gridfile import Gate, GridSpec
 from kvdash.units import ratio_text
 
@@ -174,7 +182,7 @@ def _mechanism(spec: GridSpec, df: pl.DataFrame) -> str:
 
 def _gate_shown(g: Gate, row: dict[str, Any]) -> str:
     """A gate's value at a point; a floor the gate fell back on (no limit found) is written as one."""
-    floor = floor_used(g, row)
+    floor = shown_floor(g, row)
     return num(row[g.metric]) if floor is None else f"≥ {num(floor)}"
 
 
@@ -193,7 +201,7 @@ def _gates(spec: GridSpec, df: pl.DataFrame, labels: Labels) -> list[list[str]]:
             best, worst = (f"{labels(row, skip=skip)}: {_gate_shown(g, row)}" if named else _gate_shown(g, row)
                            for row in (r.best, r.worst))
         margin = "-" if r.margin is None else num(int(r.margin) if float(r.margin).is_integer() else r.margin)
-        if r.margin is not None and r.worst is not None and floor_used(g, r.worst) is not None:
+        if r.margin is not None and r.worst is not None and shown_floor(g, r.worst) is not None:
             margin = f"≥ {margin}"  # judged on a floor: the limit, and so the margin, may be larger
         if r.unvalued:  # they fail the gate without a value to show
             worst += f" ({r.unvalued:,} point{'' if r.unvalued == 1 else 's'} without a value)"

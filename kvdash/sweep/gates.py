@@ -58,15 +58,26 @@ def floor_column(gate: Gate) -> str | None:
 
 
 def columns_of(gate: Gate) -> list[str]:
-    """The result columns a gate reads: its metric, and the floor a min: gate falls back on."""
+    """The result columns a gate reads: its metric, the floor a min: gate falls back on, and for time_slo_users the
+    limit that bound (none: the figure is a floor, :func:`shown_floor`)."""
     floor = floor_column(gate)
-    return [gate.metric] + ([floor] if floor else [])
+    return [gate.metric] + ([floor] if floor else []) + (["time_binds"] if gate.metric == "time_slo_users" else [])
 
 
 def floor_used(gate: Gate, row: dict[str, Any]) -> Any:
     """The floor a point is judged on (its metric empty, the floor column set), else None."""
     floor = floor_column(gate)
     return row.get(floor) if floor and row.get(gate.metric) is None else None
+
+
+def shown_floor(gate: Gate, row: dict[str, Any]) -> Any:
+    """The value a point's gate cell shows as a floor (``≥ X``): the floor it was judged on, or its own
+    ``time_slo_users`` where the SLO search never failed (``time_binds`` none: every user simulated met it, so the
+    limit is at least that); else None."""
+    floor = floor_used(gate, row)
+    if floor is None and gate.metric == "time_slo_users" and row.get("time_binds") == "none":
+        return row.get(gate.metric)
+    return floor
 
 
 def gate_value(gate: Gate, columns: list[str] | None = None) -> pl.Expr:
