@@ -956,6 +956,40 @@ def test_weight_format_auto_reads_the_checkpoint(capsys):
     assert "mxfp4" in checkpoint_weight_format({"model_type": "gpt_oss"})[1]
 
 
+def test_weight_format_auto_reads_ignored_modules_and_compressed_tensors(capsys):
+    """Rule (checkpoint_formats): the modules a checkpoint's quantization ignores stay bf16, and a compressed-tensors
+    scheme is read.  Kimi-K2.5's int4 release (compressed-tensors W4A16, group 32; ignore: lm_head, re:.*self_attn.*,
+    re:.*shared_experts.*, re:.*mlp\\.(gate|up|gate_up|down)_proj.*) was timed as bf16 everywhere: 256,601,800,704 B a
+    rank on 8 x H200, refused; its routed experts are int4 weight-only, the rest bf16, as the fit times its measured
+    rows (benchmarks/steptime_fit.py formats()).  NVIDIA's NVFP4 releases ignore self_attn* (attention bf16, as the
+    fit has it), and Qwen3-235B-FP8's router 'model.layers.0.mlp.gate' is not its MLP's gate_proj."""
+    from kvdash.engines.vllm import checkpoint_formats
+
+    def formats(path):
+        return checkpoint_formats(json.loads((DATA.parent / path / "config.json").read_text()))[:3]
+
+    assert formats("configs/kimi-k2.5") == ("bf16", "int4_wo", None)
+    assert formats("measured/models/kimi-k2.5-nvfp4") == ("nvfp4", None, "bf16")  # language_model.model.layers.N.
+    assert formats("measured/models/minimax-m2.5-nvfp4") == ("nvfp4", None, "bf16")
+    assert formats("measured/models/qwen3-235b-a22b-fp8") == ("fp8", None, None)
+    assert formats("configs/minimax-m2.5") == ("fp8", None, None)  # modules_to_not_convert: gate (the router)
+    int8 = {"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["Linear"], "weights": {
+        "type": "int", "num_bits": 8}, "input_activations": {"type": "int", "num_bits": 8}}}}
+    fmt, _, _, why = checkpoint_formats({"quantization_config": int8})
+    assert fmt == "bf16" and "not read" in why and "activations quantized" in why
+    fp8 = {"quant_method": "compressed-tensors", "ignore": ["lm_head"], "config_groups": {"g": {"targets": ["Linear"],
+           "weights": {"type": "float", "num_bits": 8}, "input_activations": {"type": "float", "num_bits": 8}}}}
+    assert checkpoint_formats({"quantization_config": fp8})[:3] == ("fp8", None, None)  # lm_head is not a layer part
+    code, out, err = run(["simulate", "--model", str(DATA.parent / "configs/kimi-k2.5"), "--gpu", "h200", "--tp", "8",
+                          "--time", "--requests", "20", "--concurrency", "4", "--json"], capsys)
+    assert code in (0, None), err
+    setup = json.loads(out)["setup"]
+    assert setup["weight_format"] == "bf16" and setup["expert_weight_format"] == "int4_wo"
+    # 4.5 bits a routed-expert parameter (4 + a bf16 scale per 32): about 1/3.6 of bf16's 256.6 GB a rank
+    assert 70e9 < setup["weights_per_rank_bytes"] < 80e9 and "int4_wo" in setup["routed_experts"]
+    assert "attention, dense MLP, shared experts left bf16" in setup["weight_format_basis"]
+
+
 def test_time_refuses_options_it_does_not_read(capsys):
     """--time runs the paged simulation under vLLM 0.33's scheduler; the length simulation's options (--watermark,
     --prefix, --rates, --allocator ...) were accepted and silently ignored; each is now refused in one line, and

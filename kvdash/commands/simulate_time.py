@@ -70,7 +70,7 @@ def main(o: dict[str, Any]) -> None:
         arch = replace(arch, weight_bytes=parse_size(o["weights"], "--weights", allow_zero=True), weights_known=True,
                        weight_basis="--weights")
     wf, wf_basis = (checkpoint_weight_format(cfg) if o["weight_format"] == "auto" else (o["weight_format"], ""))
-    mc = timed_compute(cfg, arch, tp, wf, o["kv_dtype"])
+    mc = timed_compute(cfg, arch, tp, o["weight_format"], o["kv_dtype"])  # auto: experts and attention too
     stored = stored_kv_dtype(arch, o["kv_dtype"])[0]  # the cache vLLM keeps (auto: the checkpoint's)
     seqs_d, tokens_d = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
     seqs = seqs_d if o["max_num_seqs"] is None else o["max_num_seqs"]  # 0 is refused below, not the default
@@ -130,6 +130,9 @@ def main(o: dict[str, Any]) -> None:
             f"measured fused-MoE kernel model for {mc.expert_format} experts on {perf.key} (kvdash/data/moe_kernels.json"
             f", from {kernel.source})" if kernel is not None else
             f"roofline at the dense constants (no kernel measurement for {mc.expert_format} experts on {perf.key})")
+    if mc.moe_layers:  # the routed experts' own format (gpt-oss's MXFP4, Kimi-K2.5's int4) beside the dense one
+        info["expert_weight_format"] = mc.expert_format
+    info["weights_per_rank_bytes"] = int(mc.weights_per_rank)
     if wf_basis:
         info["weight_format_basis"] = wf_basis
     if not mc.counted:
@@ -212,9 +215,9 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     p = result["pool"]
     cfg = model_config(model, config)
     wf_basis = ""
+    mc = timed_compute(cfg, arch, tp, weight_format, kv_dtype)  # auto: the checkpoint's experts and attention too
     if weight_format == "auto":
         weight_format, wf_basis = checkpoint_weight_format(cfg)
-    mc = timed_compute(cfg, arch, tp, weight_format, kv_dtype)
     pool = Pool(int(result["whole_pool_blocks"]), int(p["block_size"]), int(p["full_groups"]), int(p["window_groups"]),
                 int(p["window"] or 0), int(p["state_blocks_per_request"] or 0))
     # calc's own engine caps (its --max-num-seqs / --max-batched-tokens, else vLLM 0.33's defaults for the GPU)

@@ -27,6 +27,7 @@ Pure Python, no imports beyond the standard library and kvdash's core.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -777,17 +778,89 @@ class VllmRules:
 RULES = VllmRules()
 
 
-def checkpoint_weight_format(cfg: dict[str, Any]) -> tuple[str, str]:
-    """``--weight-format auto``: the weights' storage format as the checkpoint's ``quantization_config`` declares it
-    (config.json's, or its ``text_config``'s), and the words saying so.  vLLM 0.33 loads a checkpoint in the format
-    it is stored in: ``quant_method`` ``fp8`` (DeepSeek-V3, Qwen3-*-FP8, MiniMax-M2.5: block-scaled fp8) is fp8; a
-    ModelOpt checkpoint's ``quant_algo`` ``FP8`` / ``NVFP4`` is fp8 / nvfp4 (attention projections it leaves in
-    bf16, as NVIDIA's NVFP4 releases do, counted at that format too: one format for every dense weight);
-    ``mxfp4`` (gpt-oss) keeps bf16 for all but the routed experts, which
-    :func:`kvdash.core.steptime.model_compute` reads as MXFP4 (a gpt-oss preset without its quantization_config
-    too); another method is not read: bf16, said so (compressed-tensors checkpoints quantize some modules and
-    ignore others, Kimi-K2.5's only its routed experts, which one format for every weight cannot say; AWQ, GPTQ
-    ...).  Without a quantization_config: bf16."""
+# A module of each part, as a Llama / DeepSeek-style decoder names it (layer 0; a MoE layer's shared and routed experts;
+# MiniMax's block_sparse_moe): what a checkpoint's quantization ignore list is matched against
+_PART_NAMES = {
+    "attention": ("model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.o_proj"),
+    "dense MLP": ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj"),
+    "shared experts": ("model.layers.0.mlp.shared_experts.gate_proj", "model.layers.0.mlp.shared_expert.gate_proj"),
+    "routed experts": ("model.layers.0.mlp.experts.0.gate_proj", "model.layers.0.mlp.experts.0.down_proj",
+                       "model.layers.0.block_sparse_moe.experts.0.w1"),
+}
+_LAYER_INDEX = re.compile(r"layers\.\d+\.")
+
+
+def _ignored_parts(q: dict[str, Any]) -> set[str]:
+    """The parts of a decoder layer (:data:`_PART_NAMES`) a checkpoint's quantization keeps unquantized: its
+    ``ignore`` (compressed-tensors, ModelOpt), ``exclude_modules`` (ModelOpt), ``modules_to_not_convert`` (fp8) or
+    ``ignored_layers`` list.  An entry ``re:<pattern>`` is a regular expression matched from the name's start (as
+    compressed-tensors' ``should_ignore_layer`` reads it in vLLM 0.33,
+    ``vllm/model_executor/layers/quantization/compressed_tensors/utils.py``); another names a module (and so its
+    children), a ``*`` wildcard allowed (ModelOpt's ``self_attn*``): a layer's module under any prefix
+    (``language_model.model.layers.3.self_attn*``, any layer's index read as layer 0's), else a module name
+    (``gate``, ``lm_head``) as the name's last parts."""
+    from fnmatch import fnmatchcase
+
+    entries = [str(x) for key in ("ignore", "exclude_modules", "modules_to_not_convert", "ignored_layers")
+               for x in (q.get(key) or []) if isinstance(q.get(key), list)]
+    found = set()
+    for part, names in _PART_NAMES.items():
+        for entry in entries:
+            if entry.startswith("re:"):
+                try:
+                    hit = any(re.match(entry[3:], name) for name in names)
+                except re.error:
+                    hit = False
+            else:
+                pattern = _LAYER_INDEX.sub("layers.0.", entry)
+                # a layer's module under any prefix (language_model.model.layers...), else a module name at the end
+                pattern = "*" + pattern[pattern.index("layers."):] if "layers." in pattern else "*." + pattern
+                hit = any(fnmatchcase(name, pattern) or fnmatchcase(name, pattern + ".*") for name in names)
+            if hit:
+                found.add(part)
+                break
+    return found
+
+
+def _compressed_tensors_format(q: dict[str, Any]) -> tuple[str, str]:
+    """The one weight format of a compressed-tensors checkpoint's ``config_groups`` (every group the same scheme,
+    targeting ``Linear``), and its words; ``("", why)`` where it is not one the time model has."""
+    groups = q.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        return "", "no config_groups"
+    schemes = set()
+    for group in groups.values():
+        if not isinstance(group, dict) or "Linear" not in (group.get("targets") or []):
+            return "", "a group that does not target every Linear layer"
+        w: dict[str, Any] = group["weights"] if isinstance(group.get("weights"), dict) else {}
+        a = group.get("input_activations") if isinstance(group.get("input_activations"), dict) else None
+        kind, bits, size = str(w.get("type", "")), w.get("num_bits"), w.get("group_size")
+        if kind == "float" and bits == 8:
+            schemes.add(("fp8", "8-bit float weights"))
+        elif kind == "float" and bits == 4 and size == 16:
+            schemes.add(("nvfp4", "4-bit float weights in groups of 16 (NVFP4)"))
+        elif kind == "int" and bits == 4 and a is None:
+            schemes.add(("int4_wo", f"4-bit integer weights, group size {size}, bf16 activations (W4A16)"))
+        else:
+            return "", f"weights of {bits} bits ({kind or 'type not given'}) with " + (
+                "activations quantized" if a else "bf16 activations")
+    if len(schemes) > 1:
+        return "", "groups of different schemes"
+    return schemes.pop()
+
+
+def checkpoint_formats(cfg: dict[str, Any]) -> tuple[str, str | None, str | None, str]:
+    """``--weight-format auto``: the formats the checkpoint's ``quantization_config`` (config.json's, or its
+    ``text_config``'s) stores its weights in, as ``(dense, routed experts, attention, words)`` (``None``: as the
+    dense weights; :func:`kvdash.core.steptime.model_compute` reads the three).  vLLM 0.33 loads a checkpoint in
+    the format it is stored in: ``quant_method`` ``fp8`` (DeepSeek-V3, Qwen3-*-FP8, MiniMax-M2.5: block-scaled
+    fp8) is fp8; a ModelOpt checkpoint's ``quant_algo`` ``FP8`` / ``NVFP4`` is fp8 / nvfp4; a compressed-tensors
+    one's ``config_groups`` scheme (8-bit float: fp8; 4-bit float in groups of 16: nvfp4; 4-bit integer weights
+    with bf16 activations, W4A16: int4_wo); ``mxfp4`` (gpt-oss) keeps bf16 for all but the routed experts, which
+    :func:`~kvdash.core.steptime.model_compute` reads as MXFP4 (a gpt-oss preset without its quantization_config
+    too).  The modules the quantization ignores (:func:`_ignored_parts`) stay bf16: attention where NVIDIA's NVFP4
+    releases list ``self_attn*``, everything but the routed experts in Kimi-K2.5's int4 release.  Another method or
+    scheme is not read: bf16, said so (AWQ, GPTQ ...).  Without a quantization_config: bf16."""
     q = cfg.get("quantization_config")
     if not q and isinstance(cfg.get("text_config"), dict):
         q = cfg["text_config"].get("quantization_config")
@@ -795,20 +868,51 @@ def checkpoint_weight_format(cfg: dict[str, Any]) -> tuple[str, str]:
     if not method and cfg.get("model_type") == "gpt_oss":  # every gpt-oss release: MXFP4 experts (a preset's
         method = "mxfp4"  # config keeps no quantization_config; model_compute reads its experts as MXFP4 too)
     if not method:
-        return "bf16", "auto: no quantization_config in config.json (the model dtype: bf16)"
-    assert isinstance(q, dict) or method == "mxfp4"
+        return "bf16", None, None, "auto: no quantization_config in config.json (the model dtype: bf16)"
     q = q if isinstance(q, dict) else {}
+    if method == "mxfp4":
+        return "bf16", None, None, ("auto: the checkpoint's quantization_config (mxfp4: the routed experts MXFP4, "
+                                    "the rest bf16)")
+    fmt, words = "", ""
     if method == "fp8":
-        return "fp8", "auto: the checkpoint's quantization_config (quant_method fp8)"
-    if method.startswith("modelopt"):
+        fmt, words = "fp8", "quant_method fp8"
+    elif method.startswith("modelopt"):
         inner: dict[str, Any] = q["quantization"] if isinstance(q.get("quantization"), dict) else q
         algo = str(inner.get("quant_algo") or q.get("quant_algo") or "").upper()
         if algo in ("FP8", "NVFP4"):
-            return algo.lower(), f"auto: the checkpoint's ModelOpt quantization_config (quant_algo {algo})"
-    if method == "mxfp4":
-        return "bf16", "auto: the checkpoint's quantization_config (mxfp4: the routed experts MXFP4, the rest bf16)"
-    return "bf16", (f"auto: the checkpoint's quantization_config ({method}) is not read by the time model, so bf16 "
-                    "is assumed; give --weight-format")
+            fmt, words = algo.lower(), f"ModelOpt, quant_algo {algo}"
+    elif method == "compressed-tensors":
+        fmt, words = _compressed_tensors_format(q)
+        if not fmt:
+            return "bf16", None, None, (f"auto: the checkpoint's compressed-tensors quantization_config ({words}) "
+                                        "is not read by the time model, so bf16 is assumed; give --weight-format")
+        words = f"compressed-tensors, {words}"
+    if not fmt:
+        return "bf16", None, None, (f"auto: the checkpoint's quantization_config ({method}) is not read by the time "
+                                    "model, so bf16 is assumed; give --weight-format")
+    kept = _ignored_parts(q)
+    if ("dense MLP" in kept) != ("shared experts" in kept) and "routed experts" not in kept:
+        # one figure times the dense MLPs and the shared experts together: one of them quantized, not both
+        return "bf16", None, None, (f"auto: the checkpoint's quantization_config ({words}) leaves the "
+                                    + ("dense MLPs" if "dense MLP" in kept else "shared experts")
+                                    + " unquantized but not the other, which one dense format cannot say; bf16 is "
+                                    "assumed; give --weight-format")
+    dense = "bf16" if "dense MLP" in kept else fmt
+    experts = "bf16" if "routed experts" in kept else fmt
+    attention = "bf16" if "attention" in kept else fmt
+    if dense == experts == attention == "bf16":
+        return "bf16", None, None, f"auto: the checkpoint's quantization_config ({words}) ignores every layer timed"
+    left = [part for part in _PART_NAMES if part in kept]
+    words = f"auto: the checkpoint's quantization_config ({words})" + (
+        f"; {', '.join(left)} left bf16 (its ignore list)" if left else "")
+    return dense, (None if experts == dense else experts), (None if attention == dense else attention), words
+
+
+def checkpoint_weight_format(cfg: dict[str, Any]) -> tuple[str, str]:
+    """The dense weights' format under ``--weight-format auto`` and the words saying so
+    (:func:`checkpoint_formats`, whose routed-expert and attention formats :func:`timed_compute` reads too)."""
+    dense, _, _, words = checkpoint_formats(cfg)
+    return dense, words
 
 
 def timed_compute(cfg: dict[str, Any], arch: Architecture, tp: int, weights: str, kv_dtype: str,
@@ -819,6 +923,8 @@ def timed_compute(cfg: dict[str, Any], arch: Architecture, tp: int, weights: str
     step reads and the attention's FLOP rate (fp8 over an fp8 cache) follow the cache the pool was sized for."""
     from kvdash.core.steptime import model_compute
 
-    if weights == "auto":
-        weights = checkpoint_weight_format(cfg)[0]
-    return model_compute(cfg, arch, tp, weights, None, stored_kv_dtype(arch, kv_dtype)[0], scales)
+    experts = attention = None
+    if weights == "auto":  # the checkpoint's own formats: dense, routed experts, attention (checkpoint_formats)
+        weights, experts, attention, _ = checkpoint_formats(cfg)
+    return model_compute(cfg, arch, tp, weights, experts, stored_kv_dtype(arch, kv_dtype)[0], scales,
+                         attention_weights=attention)

@@ -117,9 +117,9 @@ def _constants_text(gpus: list[str], brief: bool = False) -> str:
 
 def weights_words(weight_format: str) -> str:
     """The grid's weight format in a report: ``auto`` is each checkpoint's own (its quantization_config: fp8 or
-    NVFP4 where it declares one, else bf16; :func:`kvdash.engines.vllm.checkpoint_weight_format`)."""
+    NVFP4 or int4 where it declares one, else bf16; :func:`kvdash.engines.vllm.checkpoint_formats`)."""
     if weight_format == "auto":
-        return "each checkpoint's own weight format (its quantization_config's fp8 or NVFP4, else bf16)"
+        return "each checkpoint's own weight formats (its quantization_config's fp8, NVFP4 or int4, else bf16)"
     return f"{weight_format} weights"
 
 def time_section(spec: GridSpec, df: pl.DataFrame, dims: list[str]) -> dict[str, Any] | None:
