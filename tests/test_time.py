@@ -980,6 +980,10 @@ def test_weight_format_auto_reads_ignored_modules_and_compressed_tensors(capsys)
     fp8 = {"quant_method": "compressed-tensors", "ignore": ["lm_head"], "config_groups": {"g": {"targets": ["Linear"],
            "weights": {"type": "float", "num_bits": 8}, "input_activations": {"type": "float", "num_bits": 8}}}}
     assert checkpoint_formats({"quantization_config": fp8})[:3] == ("fp8", None, None)  # lm_head is not a layer part
+    # AWQ / GPTQ of 4 bits: weight-only int4 (Marlin, bf16 activations); GPTQ of 8 bits is not read
+    awq = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}
+    assert checkpoint_formats({"quantization_config": awq})[0] == "int4_wo"
+    assert checkpoint_formats({"quantization_config": {**awq, "quant_method": "gptq", "bits": 8}})[0] == "bf16"
     code, out, err = run(["simulate", "--model", str(DATA.parent / "configs/kimi-k2.5"), "--gpu", "h200", "--tp", "8",
                           "--time", "--requests", "20", "--concurrency", "4", "--json"], capsys)
     assert code in (0, None), err

@@ -859,8 +859,9 @@ def checkpoint_formats(cfg: dict[str, Any]) -> tuple[str, str | None, str | None
     with bf16 activations, W4A16: int4_wo); ``mxfp4`` (gpt-oss) keeps bf16 for all but the routed experts, which
     :func:`~kvdash.core.steptime.model_compute` reads as MXFP4 (a gpt-oss preset without its quantization_config
     too).  The modules the quantization ignores (:func:`_ignored_parts`) stay bf16: attention where NVIDIA's NVFP4
-    releases list ``self_attn*``, everything but the routed experts in Kimi-K2.5's int4 release.  Another method or
-    scheme is not read: bf16, said so (AWQ, GPTQ ...).  Without a quantization_config: bf16."""
+    releases list ``self_attn*``, everything but the routed experts in Kimi-K2.5's int4 release.  AWQ and GPTQ
+    of 4 bits are int4 weight-only.  Another method or scheme is not read: bf16, said so (GPTQ of 8 bits, bitsandbytes
+    ...).  Without a quantization_config: bf16."""
     q = cfg.get("quantization_config")
     if not q and isinstance(cfg.get("text_config"), dict):
         q = cfg["text_config"].get("quantization_config")
@@ -881,6 +882,11 @@ def checkpoint_formats(cfg: dict[str, Any]) -> tuple[str, str | None, str | None
         algo = str(inner.get("quant_algo") or q.get("quant_algo") or "").upper()
         if algo in ("FP8", "NVFP4"):
             fmt, words = algo.lower(), f"ModelOpt, quant_algo {algo}"
+    elif method in ("awq", "gptq") and q.get("bits", q.get("w_bit")) == 4:
+        # weight-only 4-bit integers, served by vLLM 0.33's Marlin kernels with fp16/bf16 activations; counted at
+        # int4_wo's 4.5 bits a parameter (a 16-bit scale per 32), where groups of 128 store about 4.2
+        size = q.get("group_size", q.get("q_group_size"))
+        fmt, words = "int4_wo", f"{method.upper()}, 4-bit weights, group size {size}, counted at int4_wo's 4.5 bits"
     elif method == "compressed-tensors":
         fmt, words = _compressed_tensors_format(q)
         if not fmt:
