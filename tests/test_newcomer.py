@@ -231,6 +231,71 @@ class TestDerivedLabelled:
                 "attention)"] == json.loads(out)["architecture"]["derived"]
 
 
+    def test_multimodal_defaults_name_the_text_class(self, capsys):
+        """google/gemma-3-4b-it's text_config leaves out num_key_value_heads and vocab_size: they are
+        Gemma3TextConfig's defaults (4 and 262,208), not Gemma3Config's (whose own are None); the KV heads (4 of 8
+        attention heads) were shown as if read (a derived line was written only where they equal the heads)."""
+        code, out, _ = run(["calc", "--model", "tests/data/configs/gemma-3-4b-it", "--json"], capsys)
+        derived = json.loads(out)["architecture"]["derived"]
+        assert 0 == code and "text_config.vocab_size 262,208: transformers' Gemma3TextConfig default" in derived
+        assert "KV heads 4: transformers' default for model_type gemma3_text (config.json names no KV heads)" \
+            in derived
+        assert not any("Gemma3Config default" in line for line in derived)
+
+    def test_json_names_the_kv_dtype_stored_under_auto(self, capsys):
+        """--kv-dtype auto on NVIDIA's MiniMax-M2.5-NVFP4 (its ModelOpt config declares an 8-bit float KV scheme):
+        vLLM 0.33 stores fp8_e4m3, and bytes_per_token counts 62 layers x 2 x 8 KV heads x 128 x 1 B = 126,976; the
+        JSON said kv_dtype bf16 and bytes_per_element 2 beside it (the text said fp8_e4m3)."""
+        code, out, _ = run(["calc", "--model", "tests/data/measured/models/minimax-m2.5-nvfp4", "--kv-dtype", "auto",
+                            "--json"], capsys)
+        d = json.loads(out)
+        assert 0 == code and d["bytes_per_token"] == 62 * 2 * 8 * 128 * 1
+        assert (d["inputs"]["kv_dtype"], d["inputs"]["kv_dtype_stored"]) == ("auto", "fp8_e4m3")
+        assert d["architecture"]["bytes_per_element"] == 1
+        rows = {r["variant"]: r for r in d["sensitivity"]["variants"]}
+        assert rows["as configured"]["kv_dtype"] == "fp8_e4m3" and rows["kv dtype bf16"]["bytes_per_token"] == 253_952
+
+
+    def test_model_line_says_what_the_file_does_not(self, capsys):
+        """The calc audit's findings (a helper against each config.json): each figure the model line gives that the
+        file does not state, or states otherwise, is explained."""
+        def model_line(name: str) -> str:
+            code, out, _ = run(["calc", "--model", f"tests/data/configs/{name}", "--json"], capsys)
+            assert 0 == code
+            d = json.loads(out)
+            return next(a for a in d["assumptions"] if a.startswith("model: ")) + " | " + " ".join(
+                d["architecture"]["derived"])
+
+        # Falcon-H1: 44 decoder layers (num_hidden_layers), each an attention and a Mamba mixer: 88 cache layers
+        assert "88 cache layers in 44 decoder layers" in model_line("falcon-h1-7b")
+        # Gemma 3n: 35 decoder layers, the last 15 (num_kv_shared_layers) read earlier layers' KV
+        assert "20 cache layers of 35 decoder layers (the last 15 reuse" in model_line("gemma-3n-e4b")
+        # Nemotron-H: 118 blocks, 54 of them MLP blocks without a cache
+        assert "64 cache layers of 118 decoder layers (the other 54 are MLP" in model_line("nemotron-h-56b-base-8k")
+        # MiMo-V2-Flash: full layers 4 KV heads, sliding ones swa_num_key_value_heads 8; K 192, V 128 (9 x 4 x 320 x 2
+        # + 39 x 8 x 320 x 2 = 222,720 B a token: the line had said 4 KV heads, head_dim 192 for all 48)
+        line = model_line("mimo-v2-flash")
+        assert "full layers 4 KV heads, head_dim 192 (V 128); sliding layers 8 KV heads, head_dim 192 (V 128)" in line
+        # Cohere2: vLLM's sliding layer sees sliding_window + 1 = 4,097 tokens
+        assert "sliding window 4,097 = sliding_window 4,096 + 1" in model_line("command-r7b-12-2024")
+        # Falcon-7B: multi_query wins over num_kv_heads 71
+        assert "KV heads 1: multi_query true" in model_line("falcon-7b-instruct")
+        # Mamba: no attention (was "0 attention heads, 0 KV heads, head_dim 0"), 2,048 is vLLM's fallback
+        line = model_line("mamba-130m")
+        assert "no attention layers" in line and "0 KV heads" not in line and "vLLM 0.33's fallback" in line
+        assert "fallback" not in model_line("llama-3.1-8b")
+
+    def test_sparse_mla_names_its_indexer(self, capsys):
+        """DeepSeek-V3.2: 61 x (576 x 2 + 132) = 78,324 B a token; the 'how' said layers x latent x bytes (70,272)
+        without the indexer's 132 B key cache (fp8 index_head_dim 128 + a 4 B scale)."""
+        code, out, _ = run(["calc", "--model", "tests/data/configs/deepseek-v3.2", "--json"], capsys)
+        d = json.loads(out)
+        assert d["bytes_per_token"] == 61 * (576 * 2 + 132)
+        assert d["architecture"]["index_bytes_per_token_per_layer"] == 132
+        code, out, _ = run(["calc", "--model", "tests/data/configs/deepseek-v3.2"], capsys)
+        assert "indexer" in " ".join(out.split())
+
+
 class TestEightyColumns:
     @pytest.mark.parametrize("args", [
         ["calc"], ["calc", "--model", "llama-3.1-70b", "--tp", "4", "--gpu", "h100-80gb", "--target", "100",

@@ -24,7 +24,8 @@ class TestTutorialWorkedExample:
         r = tutorial()
         assert r["architecture"] | {"name": None} == {
             "name": None, "pattern": "80 full", "layer_kinds": {"full": 80}, "derived": [],
-            "layers": 80, "kv_heads": 8, "head_dim": 128, "bytes_per_element": 2}
+            "layers": 80, "kv_heads": 8, "head_dim": 128, "bytes_per_element": 2,
+            "index_bytes_per_token_per_layer": 0}  # no sparse-MLA indexer
         assert 327_680 == r["bytes_per_token"]  # 2 x 80 x 8 x 128 x 2
         assert 39_321 == r["kv_token_slots"]  # floor(12 GiB / 327,680)
         assert 2_457 == r["whole_pool_blocks"]

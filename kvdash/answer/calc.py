@@ -107,9 +107,13 @@ def _core(inp: CalcInput, m: dict[str, Any]) -> dict[str, Any]:
             "layers": arch.num_layers,
             "kv_heads": arch.kv_heads,
             "head_dim": arch.head_dim,
-            "bytes_per_element": get_dtype(inp.kv_dtype).bytes_per_element,
+            # the cache as stored (auto: the checkpoint's declared fp8, as bytes_per_token counts it)
+            "bytes_per_element": get_dtype(stored_kv_dtype(arch, inp.kv_dtype)[0]).bytes_per_element,
             "pattern": arch.pattern(),
             "layer_kinds": {kind: arch.counts[kind] for kind in KINDS if kind in arch.counts},
+            # sparse MLA (DeepSeek-V3.2, GLM-5): each layer's indexer key cache beside its latent, whatever the KV
+            # dtype (fp8 keys + an fp32 scale per 128: 132 B); 0 elsewhere
+            "index_bytes_per_token_per_layer": max((layer.index_bytes for layer in arch.layers), default=0),
             "derived": list(arch.derived),
         },
         "bytes_per_token": m["bytes_per_token"],
@@ -401,7 +405,7 @@ def _sensitivity(inp: CalcInput, budget: int, block_auto: bool = False) -> dict[
         core = _core(v, evaluate(v, shapes, budget, (v.used,), (v.final or v.used,)))
         rows.append({
             "variant": label,
-            "kv_dtype": get_dtype(v.kv_dtype).name,
+            "kv_dtype": get_dtype(stored_kv_dtype(v.arch, v.kv_dtype)[0]).name,  # as stored
             "block_size": v.block_size,
             "kv_heads": v.arch.kv_heads,
             "bytes_per_token": core["bytes_per_token"],
@@ -487,7 +491,8 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
         budget_info["auto_reserve_requests"] = int(auto_m["paged_requests"])
     out["inputs"] = {
         "model": inp.arch.name,
-        "kv_dtype": get_dtype(inp.kv_dtype).name,
+        "kv_dtype": "auto" if inp.kv_dtype.lower() == "auto" else get_dtype(inp.kv_dtype).name,  # as asked
+        "kv_dtype_stored": get_dtype(stored_kv_dtype(inp.arch, inp.kv_dtype)[0]).name,  # what the cache holds
         "kv_scales": inp.kv_scales,
         "block_size": inp.block_size,
         "block_size_requested": requested,

@@ -7,19 +7,59 @@ from __future__ import annotations
 from typing import Any
 
 from kvdash.answer.inputs import CalcInput
+from kvdash.core.arch import Architecture
 from kvdash.core.dtypes import get_dtype
 from kvdash.core.pool import PoolShape
 from kvdash.engines.vllm import stored_kv_dtype
 from kvdash.units import human_bytes
+
+# why a model's cache layers are fewer than its decoder layers, by model_type
+_NO_CACHE_OF_THEIR_OWN = {
+    "gemma3n": "the last {k} reuse an earlier layer's KV (num_kv_shared_layers)",
+    "gemma3n_text": "the last {k} reuse an earlier layer's KV (num_kv_shared_layers)",
+    "nemotron_h": "the other {k} are MLP or MoE blocks (hybrid_override_pattern '-' / 'E'), which hold no cache",
+}
+
+
+def layer_count(arch: Architecture) -> str:
+    """The layers that hold a cache (KV or state), and the decoder layers where the two counts differ:
+    Falcon-H1 runs an attention and a Mamba mixer side by side in each decoder layer (88 cache layers in 44);
+    Gemma 3n's last 15 of 35 layers read earlier layers' KV, Nemotron-H's MLP blocks hold none."""
+    n, d = arch.num_layers, arch.decoder_layers
+    if not d or d == n:
+        return f"{n} layers"
+    if n > d:
+        return f"{n} cache layers in {d} decoder layers (each runs an attention and a state mixer side by side)"
+    why = _NO_CACHE_OF_THEIR_OWN.get(arch.model_type, "the other {k} hold no cache of their own").format(k=d - n)
+    return f"{n} cache layers of {d} decoder layers ({why})"
+
+
+def kv_geometry(arch: Architecture) -> str:
+    """KV heads and head_dim (V's where it differs), per layer kind where the kinds differ (MiMo-V2-Flash: full
+    layers 4 KV heads, sliding ones 8)."""
+    shapes = sorted({(layer.kind, layer.kv_heads, layer.head_dim, layer.head_dim_v or layer.head_dim)
+                     for layer in arch.layers if layer.kind in ("full", "sliding", "chunked")})
+
+    def one(kv: int, k: int, v: int) -> str:
+        return f"{kv} KV heads, head_dim {k}" + (f" (V {v})" if v != k else "")
+
+    if len({shape[1:] for shape in shapes}) > 1:
+        return "; ".join(f"{kind} layers {one(*rest)}" for kind, *rest in shapes)
+    if shapes:
+        return one(*shapes[0][1:])
+    return f"{arch.kv_heads} KV heads, head_dim {arch.head_dim}"
 
 
 def assumptions(inp: CalcInput, budget_info: dict[str, Any], shapes: list[PoolShape]) -> list[str]:
     arch, dt = inp.arch, get_dtype(inp.kv_dtype)
     s = shapes[0]
     lines = [
-        f"model: {arch.name} ({arch.source}); {arch.num_layers} layers: {arch.pattern()}; "
-        f"{arch.num_attention_heads} attention heads, {arch.kv_heads} KV heads, head_dim {arch.head_dim}; "
-        f"max context {arch.max_context:,} tokens"
+        f"model: {arch.name} ({arch.source}); {layer_count(arch)}: {arch.pattern()}; "
+        + (f"{arch.num_attention_heads} attention heads, {kv_geometry(arch)}; " if arch.num_attention_heads else
+           "no attention layers; ")
+        + f"max context {arch.max_context:,} tokens"
+        + (" (config.json names no length field: vLLM 0.33's fallback, _get_and_verify_max_len, "
+           "vllm/config/model.py)" if "length_fields" in arch.facts and not arch.facts["length_fields"] else "")
         + "".join(f"; {line}" for line in arch.derived),
         (f"KV dtype: {dt.name}, {dt.bytes_per_element} byte(s) per element; scales: " if not
          stored_kv_dtype(arch, inp.kv_dtype)[1] else

@@ -184,6 +184,8 @@ def from_hf_config(
             if window and model_type == "cohere2":
                 # vllm/model_executor/models/commandr.py: a Cohere2 sliding layer sees sliding_window + 1 tokens
                 window += 1
+                derived.append(f"sliding window {window:,} = sliding_window {window - 1:,} + 1: vLLM 0.33's Cohere2 "
+                               "attention (vllm/model_executor/models/commandr.py) sees one token more")
             chunk = cfg.get("attention_chunk_size") or 0
             if chunk:
                 limits.check_int(f"{where}: attention_chunk_size", chunk, name="sliding_window")
@@ -277,16 +279,20 @@ def library_defaults(raw: Any, cfg: dict[str, Any]) -> list[str]:
     model_type = raw.get("model_type")
     if model_type in modeltypes.RAW_TYPES:
         return []
-    try:
-        from transformers import CONFIG_MAPPING
+    def class_name(kind: Any) -> str:
+        try:
+            from transformers import CONFIG_MAPPING
 
-        cls = CONFIG_MAPPING[str(model_type)].__name__
-    except Exception:  # noqa: BLE001 - normalise() already imported it; a name only
-        cls = "config class"
+            return str(CONFIG_MAPPING[str(kind)].__name__)
+        except Exception:  # noqa: BLE001 - normalise() already imported it; a name only
+            return "config class"
+
     out = []
     for written, read, where in ((raw, cfg, ""), (raw.get("text_config"), cfg.get("text_config"), "text_config.")):
         if not isinstance(written, dict) or not isinstance(read, dict):
             continue
+        # text_config's defaults are its own class's (Gemma3TextConfig's, not Gemma3Config's)
+        cls = class_name(read.get("model_type") or written.get("model_type") if where else model_type)
         for key in DEFAULTED_FIELDS:
             value = read.get(key)
             if key not in written and isinstance(value, int) and not isinstance(value, bool) and value:
@@ -312,9 +318,17 @@ def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int, hidden: 
             out.append(f"head_dim {head_dim} derived as hidden_size {hidden:,} / "
                        f"num_attention_heads {heads} (config.json has no head_dim)"
                        if hidden else f"head_dim {head_dim} (config.json has neither head_dim nor hidden_size)")
-    if kv_heads == heads and all(text.get(k) is None for k in KV_HEAD_KEYS) and not text.get("kv_lora_rank"):
-        out.append(f"KV heads {kv_heads} derived from num_attention_heads (config.json names no KV heads: "
-                   "multi-head attention)")
+    new_falcon = text.get("new_decoder_architecture") or text.get("model_type") in ("RefinedWeb", "RefinedWebModel")
+    if text.get("multi_query") and not new_falcon and kv_heads == 1 and text.get("num_kv_heads") not in (None, 1):
+        out.append(f"KV heads 1: multi_query true without new_decoder_architecture (vLLM 0.33's "
+                   f"ModelConfig.get_total_num_kv_heads; num_kv_heads {text.get('num_kv_heads')} is not read)")
+    if all(text.get(k) is None for k in KV_HEAD_KEYS) and not text.get("kv_lora_rank"):
+        if kv_heads == heads:
+            out.append(f"KV heads {kv_heads} derived from num_attention_heads (config.json names no KV heads: "
+                       "multi-head attention)")
+        else:  # the class's own default (Gemma3TextConfig: 4 KV heads)
+            out.append(f"KV heads {kv_heads}: transformers' default for model_type {text.get('model_type')!s} "
+                       "(config.json names no KV heads)")
     return out
 
 
@@ -339,8 +353,9 @@ def load_config(path: str | Path, safetensors_index: str | Path | None = None, e
     name = p.parent.name or p.stem
     arch = from_hf_config(cfg, name=name, source=str(p), weight_bytes=weight_bytes, weight_basis=basis)
     if arch.kv_heads:  # transformers fills head_dim in: what was derived is read from the file as written
+        rules = [line for line in arch.derived if line.startswith("sliding window ")]  # an engine's rule, kept
         arch = replace(arch, derived=tuple(library_defaults(raw, cfg) + derived_figures(
-            raw, arch.num_attention_heads, arch.head_dim, arch.kv_heads, arch.hidden_size)))
+            raw, arch.num_attention_heads, arch.head_dim, arch.kv_heads, arch.hidden_size) + rules))
     if safetensors_index is None:
         estimate = modeltypes.estimate_weights(cfg, arch)
         if estimate is None:

@@ -35,7 +35,10 @@ def _per_token_how(r: dict[str, Any]) -> str:
     """How the per-token figure was formed, for the architecture at hand."""
     arch, pool = r["architecture"], r["pool"]
     kinds = set(arch["layer_kinds"])
-    if kinds == {"mla"}:
+    if kinds == {"mla"} and arch.get("index_bytes_per_token_per_layer"):
+        how = (f"layers x (latent (kv_lora_rank + qk_rope_head_dim) x bytes + the sparse-attention indexer's "
+               f"{arch['index_bytes_per_token_per_layer']} B key cache: fp8 index_head_dim + a 4 B scale per 128)")
+    elif kinds == {"mla"}:
         how = "layers x latent (kv_lora_rank + qk_rope_head_dim) x bytes: one latent, no K/V pair"
     elif kinds == {"full"} and pool["group_size"] == arch["layers"]:
         how = "2 x layers x kv_heads x head_dim x bytes"
