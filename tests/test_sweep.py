@@ -95,7 +95,7 @@ class TestGridFile:
         ("workloads:\n  w: {length: true}\n", "grid.yaml:3:15: workloads.w.length: true is not allowed; expected an "
                                                "integer from 1 to 4,294,967,296"),
         ("gates:\n  - {metric: paged_requests, min: false}\n", "grid.yaml:3:35: gates[0].min: false is not allowed; "
-                                                               "expected a number"),
+                                                               "expected a finite number"),
         # a section judged by its keys names them (it printed '-')
         ("simulate:\n  workload: sharegpt\n  time:\n    gpu: h100-80gb\n", "grid.yaml:5:5: simulate.time: a section "
          "with gpu is not allowed; expected at least one of slo, users or rates"),

@@ -433,3 +433,38 @@ def test_diff_shows_the_floor_a_gate_flipped_on(tmp_path, capsys):
     assert code in (0, None), err
     flip = next(line for line in out.splitlines() if line.startswith("| rate |") and "**pass**" in line)
     assert "FAIL (≥ 20)" in flip and "**pass** (≥ 20)" in flip, flip
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    # 1 batched token beside max_num_seqs 1,024 ran as 1,024 (max(...)); simulate --time and vLLM refuse it
+    ("    users: 8\n    max_batched_tokens: 1\n", "simulate.time.max_batched_tokens: 1 is not allowed; at least "
+                                                   "max_num_seqs (1,024, vLLM 0.33's default on h100-80gb)"),
+    # an empty workloads: left every point "not timed", exit 0
+    ("    users: 8\n    workloads: {}\n", "simulate.time.workloads: {} is not allowed; expected at least one"),
+    # the bound said 1,000,000 (the step-unit one), the real one is 20,000
+    ("    users: 8\n    requests: 0\n", "simulate.time.requests: 0 is not allowed; expected an integer from 1 to "
+                                        "20,000"),
+    # a list was read as its Python text: unknown key "['ttft"
+    ("    slo: [ttft=2s]\n", "expected one string of KEY=TIME pairs"),
+    ("    users: 8\n    policies: [yes]\n", "simulate.time.policies[0]: yes is not allowed"),
+])
+def test_time_block_refusals_of_a_hostile_trial(tmp_path, capsys, extra, words):
+    """A hostile trial of the time block (a helper): each is one line, exit 2, nothing written."""
+    out = tmp_path / "out"
+    code, _, err = run(["sweep", str(_grid(tmp_path, SMALL + extra)), "--out", str(out)], capsys)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_gate_and_simulate_refusals_of_a_hostile_trial(tmp_path, capsys):
+    """A NaN gate bound compared false everywhere and passed every point; concurrency beside rate ran a closed
+    loop with the rate dropped; a time_ gate on a latency column without users: names the columns there are."""
+    base = SMALL + "    slo: ttft=2s\n"
+    for text, words in (
+            (base + "gates:\n  - {metric: time_slo_users, min: .nan}\n", "gates[0].min: nan is not allowed; "
+                                                                         "expected a finite number"),
+            (base.replace("  requests: 40\n", "  requests: 40\n  concurrency: 8\n  rate: 2\n"),
+             "simulate.rate: 2 is not allowed; a closed loop of concurrency users has no arrival rate"),
+            (base + "gates:\n  - {metric: time_tpot_p90_ms, max: 50}\n", "come with its users:")):
+        code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--dry-run"], capsys)
+        assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err

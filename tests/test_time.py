@@ -727,7 +727,25 @@ def test_time_refuses_zero_engine_caps(option, capsys):
     code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h200", "--time", "--requests", "50", option,
                         "0"], capsys)
     assert code == 2 and err.count("\n") == 1
-    assert f"{option}: 0 is not allowed; expected a positive integer" in err
+    assert f"{option}: 0 is not allowed; expected an integer from 1 to " in err
+
+
+@pytest.mark.parametrize(("option", "high"), [("--max-num-seqs", "4,294,967,296"), ("--max-batched-tokens",
+                                                                                    "67,108,864")])
+def test_time_engine_caps_have_calc_bounds(option, high, capsys):
+    """--max-batched-tokens 99999999999999 built a 728 TiB step table (numpy's MemoryError, a traceback); the caps
+    take calc's ranges (2^32 sequences, 2^26 tokens), and a large max_num_batched_tokens (the 2^26 bound) is computed
+    step size by step size, not tabulated (TABLE_TOKENS): 1e8 had taken 6.3 GB."""
+    code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h200", "--time", "--requests", "50", option,
+                        "99999999999999"], capsys)
+    assert code == 2 and err.count("\n") == 1 and f"expected an integer from 1 to {high}" in err
+    code, out, err = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h200", "--time", "--requests", "50",
+                          "--concurrency", "4", "--max-batched-tokens", str(2**26), "--json"], capsys)
+    assert code in (0, None), err
+    small = json.loads(out)["results"][0]
+    code, out, _ = run(["simulate", "--model", "llama-3.1-8b", "--gpu", "h200", "--time", "--requests", "50",
+                        "--concurrency", "4", "--json"], capsys)
+    assert small["ttft_ms"] == json.loads(out)["results"][0]["ttft_ms"]  # 4 users never batch 8,192 tokens
 
 
 def test_time_rate_refusal_names_its_unit(capsys):
@@ -1034,3 +1052,33 @@ def test_a_rate_that_breaks_the_slo_is_not_lengthened(capsys, monkeypatch):
     assert failed  # the search probed rates that break it
     for r, n in failed:
         assert not [m for rr, m, _ in runs if rr == r and m > n], (r, n)
+
+
+def test_time_refusals_and_figures_of_a_hostile_trial(tmp_path, capsys):
+    """A hostile trial of simulate --time and calc --slo (a helper), each mended:
+    - tpot=1us over outputs of one token was "met" at every load (there is no TPOT to judge): refused;
+    - requests past the model's context (131,072) ran under --time (the length simulation refuses them);
+    - --trace beside --prompt or --workload dropped the second silently;
+    - 1e9 requests/s over 100 requests claimed 2.8 billion in flight: a burst, said so;
+    - 1e-9 requests/s gave requests_per_s 0.0 (rounded to 6 places): kept to four significant digits;
+    - calc --slo drew requests up to 8,192 tokens under --max-model-len 100."""
+    base = ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time"]
+    one = tmp_path / "one.csv"
+    one.write_text("prompt,output\n100,1\n200,1\n50,1\n")
+    code, _, err = run([*base, "--trace", str(one), "--requests", "3", "--slo", "tpot=1us"], capsys)
+    assert code == 2 and "TPOT needs outputs of at least 2 tokens" in err
+    long = tmp_path / "long.csv"
+    long.write_text("200000,50\n100,10\n")
+    code, _, err = run([*base, "--trace", str(long), "--requests", "2", "--max-reserved", "300000"], capsys)
+    assert code == 2 and "--max-reserved: 300000 is not allowed; at most the model's context length (131,072)" in err
+    for extra in (["--prompt", "fixed:10"], ["--workload", "alpaca"]):
+        code, _, err = run([*base, "--trace", str(one), *extra], capsys)
+        assert code == 2 and f"{extra[0]}: '{extra[1]}' is not allowed; not read with --trace" in err
+    code, out, err = run([*base, "--rate", "1e9", "--requests", "100"], capsys)
+    assert "a burst rather than a steady rate" in " ".join(out.split()) and "in flight on average" not in out
+    code, out, _ = run([*base, "--rate", "1e-9", "--requests", "5", "--json"], capsys)
+    res = json.loads(out)["results"][0]
+    assert 0 < res["requests_per_s"] < 1e-8 and 0 < res["tokens_per_s"]
+    slo = ["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--slo", "ttft=2s", "--json"]
+    code, out, _ = run([*slo, "--max-model-len", "100"], capsys)
+    assert json.loads(out)["slo"]["mean_request_tokens"] <= 100  # clipped at 100, not 8,192

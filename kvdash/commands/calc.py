@@ -234,7 +234,7 @@ def calc(
         from kvdash.commands.simulate_time import calc_slo
 
         result["slo"] = calc_slo(result, arch, model, str(config) if config else None, gpu, tp, kv_dtype, slo,
-                                 weight_format)
+                                 weight_format, max_model_len)
     if as_json:
         if brief:
             warn("--brief has no effect with --json (the JSON document starts with its summary)")

@@ -144,6 +144,14 @@ def simulate(
     if trace_every < 0:
         raise InputError("--trace-every", trace_every, "expected 0 (no trace) or a positive number of steps")
     max_bytes = parse_max_file_size(max_file_size)  # checked even without --trace
+    if trace is not None:  # the trace gives every length: a preset or a length spec beside it was dropped silently
+        from kvdash.commands.common import given as said
+
+        for name, option, value in (("prompt", "--prompt", prompt), ("output", "--output", output),
+                                    ("workload", "--workload", workload)):
+            if said(ctx, name):
+                raise InputError(option, value, "not read with --trace (the trace gives every prompt and output "
+                                                "length): give one or the other")
     size = parse_block_size(block_size)
     if max_len is not None and max_len < 2:
         raise InputError("--max-reserved", max_len, "expected at least 2")
@@ -213,8 +221,11 @@ def simulate(
         return
     if max_num_seqs is not None:  # read by the timed length simulation only (returned above)
         raise InputError("--max-num-seqs", max_num_seqs, "caps only the timed simulation of a length workload "
-                                                         "(--time, with or without --slo); this simulation runs "
-                                                         "every request the pool holds")
+                                                         "(--time, with or without --slo); " + (
+                                                             "a prefix replay (--hash-trace, --prefix-workload) runs "
+                                                             "every request the pool holds, --time or not"
+                                                             if prefix_replay else
+                                                             "this simulation runs every request the pool holds"))
     if shape.groups != 1 or shape.window_groups or shape.state_bytes:
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
     from kvdash.commands.common import check_budget_options, given, warn

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kvdash.core import limits
 from kvdash.errors import InputError
 from kvdash.simulate.slo import (  # noqa: F401
     SLO_KEYS,
@@ -76,8 +77,7 @@ def main(o: dict[str, Any]) -> None:
     seqs = seqs_d if o["max_num_seqs"] is None else o["max_num_seqs"]  # 0 is refused below, not the default
     batched = tokens_d if o["max_batched_tokens"] is None else o["max_batched_tokens"]
     for name, value in (("--max-num-seqs", seqs), ("--max-batched-tokens", batched)):
-        if value < 1:
-            raise InputError(name, value, "expected a positive integer")
+        limits.check_int(name, value)  # calc's ranges: 1 to 2^32 sequences, 1 to 2^26 tokens
     notes = check_budget_options(o["budget"], o["gpu"], None, o["gpu_util"], "vllm", o["weights"], o["reserve"])
 
     weights = parse_size(o["weights"], "--weights", allow_zero=True) if o["weights"] else mc.weights_per_rank * tp
@@ -103,8 +103,14 @@ def main(o: dict[str, Any]) -> None:
         w = replace(w, name=f"prompt {o['prompt'] or w.name}, output {o['output'] or w.name}")
     max_len = o["max_len"]
     w = replace(w, requests=o["requests"], rate=1.0, clip=o["clip"], arrival="closed", concurrency=1)
+    if max_len > arch.max_context:  # as the length simulation refuses it (a request past the context never runs)
+        raise InputError("--max-reserved", max_len, f"at most the model's context length ({arch.max_context:,})")
     reqs = draw_requests(w, o["seed"], max_len)
     prompt, output = reqs.prompt, reqs.output
+    if (longest := int(reqs.final.max())) > arch.max_context:
+        raise InputError("--trace" if o["trace"] is not None else "--prompt" if o["prompt"] else "--output",
+                         f"{longest:,} tokens", f"requests of at most the model's context length "
+                                                f"({arch.max_context:,} tokens, prompt + output)")
     if int(pool.request_blocks(int(reqs.final.max()))) > pool.blocks:
         raise InputError("--budget", f"{pool.blocks:,} blocks", "the pool cannot hold the longest request")
     mean_len = int(round(float(reqs.final.mean())))
@@ -175,7 +181,8 @@ def main(o: dict[str, Any]) -> None:
 
     thr.add_row(tokens_s(res.tokens_per_s), tokens_s(res.tokens_per_s_per_gpu),
                 "-" if no_tpot else f"{res.tokens_per_s_per_user:,.1f}",
-                f"{res.requests_per_s:,.3f}", f"{res.preemptions:,}", f"{res.avg_running:,.1f}")
+                f"{res.requests_per_s:,.3f}" if res.requests_per_s >= 0.001 or not res.requests_per_s else
+                f"{res.requests_per_s:.3g}", f"{res.preemptions:,}", f"{res.avg_running:,.1f}")
     print_tables([lat, thr])
     if search is not None:
         say(slo_sentence(search, len(prompt), mean_len))
@@ -192,9 +199,11 @@ CALC_SLO_MAX_LEN = 8192  # ... clipped at this many tokens (or the model's conte
 
 
 def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, gpu_key: str | None, tp: int,
-             kv_dtype: str, slo_text: str, weight_format: str = "auto") -> dict[str, Any]:
+             kv_dtype: str, slo_text: str, weight_format: str = "auto", max_model_len: int | None = None
+             ) -> dict[str, Any]:
     """``kvdash calc --slo``: :func:`slo_search` over calc's own pool (its budget per rank, blocks and
-    block rule) with 1,000 ShareGPT-shaped requests (kvdash's synthetic preset, seed 0)."""
+    block rule) with 1,000 ShareGPT-shaped requests (kvdash's synthetic preset, seed 0), clipped at
+    :data:`CALC_SLO_MAX_LEN` tokens, the model's context or ``--max-model-len``, the shortest."""
     from dataclasses import replace
 
     from kvdash.core.gpus import get_gpu
@@ -223,7 +232,7 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     # calc's own engine caps (its --max-num-seqs / --max-batched-tokens, else vLLM 0.33's defaults for the GPU)
     seqs, batched = int(result["engine"]["max_num_seqs"]), int(result["engine"]["max_num_batched_tokens"])
     w = replace(PRESETS["sharegpt"], requests=CALC_SLO_REQUESTS, arrival="closed", concurrency=1, clip=True)
-    cap = min(arch.max_context, CALC_SLO_MAX_LEN)
+    cap = min(arch.max_context, CALC_SLO_MAX_LEN, max_model_len or CALC_SLO_MAX_LEN)  # vLLM serves no longer
     reqs = draw_requests(w, 0, cap)
     mean_len = int(round(float(reqs.final.mean())))
     setup = {"pool": pool, "mc": mc, "gpu": perf, "consts": fitted_constants(perf.key), "max_num_seqs": seqs,

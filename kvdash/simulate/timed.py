@@ -105,6 +105,13 @@ class TimedResult:
         return out
 
 
+def _rounded(x: float, digits: int) -> float:
+    """``round(x, digits)``, but a positive rate too small for that (1e-9 requests/s gives 1.4e-9 tokens/s) keeps
+    four significant digits rather than reading 0.0."""
+    got = round(x, digits)
+    return got if got or not x else float(f"{x:.4g}")
+
+
 def _stats(values_s: np.ndarray) -> dict[str, float]:
     ms = values_s * 1000.0
     if not len(ms):
@@ -476,8 +483,8 @@ def summarize(s: Schedule, consts: Constants, output: np.ndarray, tp: int, polic
     per_user = float((1.0 / tpot[tpot > 0]).mean()) if (tpot > 0).any() else 0.0
     return TimedResult(policy=policy, requests=len(OUT), ttft_ms=_stats(ttft), tpot_ms=_stats(tpot),
                        e2e_ms=_stats(e2e),
-                       tokens_per_s=round(total / span, 3), tokens_per_s_per_gpu=round(total / span / tp, 3),
-                       tokens_per_s_per_user=round(per_user, 3), requests_per_s=round(len(OUT) / span, 6),
+                       tokens_per_s=_rounded(total / span, 3), tokens_per_s_per_gpu=_rounded(total / span / tp, 3),
+                       tokens_per_s_per_user=_rounded(per_user, 3), requests_per_s=_rounded(len(OUT) / span, 6),
                        makespan_s=round(span, 6), steps=s.steps, preemptions=s.preemptions,
                        peak_running=s.peak_running, avg_running=round(s.token_steps / max(s.steps, 1), 3),
                        constants=consts.fitted_on, has_tpot=bool(multi.any()))

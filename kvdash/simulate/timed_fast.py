@@ -38,6 +38,9 @@ from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, lm_
 from kvdash.errors import InputError
 from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule
 
+# the largest max_num_batched_tokens whose step sizes are tabulated up front (8 floats a size: 4 MiB)
+TABLE_TOKENS = 65_536
+
 
 def applies(pool: Any, mc: ModelCompute) -> bool:
     """Whether the event simulator covers this pool and model: no sliding-window layers."""
@@ -70,7 +73,9 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     kv_full = mc.kv_full_bytes
     state_s = 2 * mc.state_bytes / bw
     base_cache: dict[int, list[float]] = {}
-    if not mc.moe_layers:  # a dense model's terms are element-wise in the tokens: all step sizes at once
+    if not mc.moe_layers and max_batched_tokens <= TABLE_TOKENS:
+        # a dense model's terms are element-wise in the tokens: all step sizes at once (a huge
+        # max_num_batched_tokens, 10^8, would build gigabytes: those sizes are computed as they come)
         every_size: Any = np.arange(max_batched_tokens + 1)  # features() is element-wise: an array of token counts
         feats = features(mc, gpu, every_size, 0.0, 0.0, 0.0)
         table = np.stack([np.broadcast_to(np.asarray(v, dtype=float), (max_batched_tokens + 1,)) for v in feats], 1)

@@ -79,13 +79,15 @@ def read_trace(path: str, limit: int | None = None,
         parts = [p.strip() for p in line.split(",")]
         if not line.strip():
             continue
+        row = line.strip() if len(line.strip()) <= 40 else line.strip()[:37] + "..."  # the line, as the file has it
         if len(parts) < 2 or not all(p.isascii() and p.isdigit() and len(p) <= 18 for p in parts[:2]):
             if number == 1 and not any(p.isdigit() for p in parts):
                 continue  # header
-            raise InputError("--trace", f"{path}:{number}", "each line must be 'prompt,output' positive integers")
+            raise InputError("--trace", f"{path}:{number}: {row}", "each line must start 'prompt,output', two "
+                                                                   "positive integers (further fields are ignored)")
         p, o = int(parts[0]), int(parts[1])
         if p <= 0 or o <= 0:
-            raise InputError("--trace", f"{path}:{number}", "lengths must be positive")
+            raise InputError("--trace", f"{path}:{number}: {row}", "lengths must be positive")
         prompts.append(p)
         outputs.append(o)
     if not prompts:

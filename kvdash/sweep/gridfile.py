@@ -273,12 +273,13 @@ class Checker:
             return [value]
         raise self.fail(path, value, "expected a list")
 
-    def positive_int(self, value: Any, path: Path_, allow_zero: bool = False) -> int:
-        """An integer of at least 1 (0 with ``allow_zero``) and at most the documented bound of its key."""
+    def positive_int(self, value: Any, path: Path_, allow_zero: bool = False, high: int | None = None) -> int:
+        """An integer of at least 1 (0 with ``allow_zero``) and at most ``high``, else the documented bound of its
+        key."""
         from kvdash.core.limits import MAX_REQUESTS, allowed_text, range_of
 
         key = next((str(part) for part in reversed(path) if isinstance(part, str)), "")
-        high = (range_of(key) or (1, MAX_REQUESTS))[1]
+        high = high or (range_of(key) or (1, MAX_REQUESTS))[1]
         low = 0 if allow_zero else 1
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise self.fail(path, value, allowed_text(low, high))
@@ -556,15 +557,18 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
         g = c.mapping(g, p, GATE_KEYS)
         metric = g.get("metric")
         if metric not in numeric:
-            time_hint = (" (time_ columns come from a simulate: time: block, which this grid does not have)"
-                         if str(metric).startswith("time_") and not any(str(k).startswith("time_") for k in numeric)
-                         else "")
+            have = [k for k in numeric if str(k).startswith("time_")]
+            time_hint = "" if not str(metric).startswith("time_") else (
+                " (time_ columns come from a simulate: time: block, which this grid does not have)" if not have else
+                f" (this grid's time: block gives {', '.join(have[:4])}{', ...' if len(have) > 4 else ''}; the "
+                "latency columns, time_ttft_p90_ms and the like, come with its users:)")
             raise c.fail(p + ("metric",), metric, "expected a numeric result column" + time_hint,
                          closest(str(metric), numeric))
         lo, hi = g.get("min"), g.get("max")
         for key, bound in (("min", lo), ("max", hi)):
-            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int | float)):
-                raise c.fail(p + (key,), bound, "expected a number")
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int | float)
+                                      or not math.isfinite(bound)):  # .nan compares false: every point passed
+                raise c.fail(p + (key,), bound, "expected a finite number")
         if lo is None and hi is None:
             raise c.fail(p, g, "a gate needs min: or max:")
         where_raw = c.mapping(g.get("where", {}), p + ("where",))
@@ -719,14 +723,18 @@ def _simulate_section(c: Checker, raw: Any, grid_workloads: list[str]) -> SimSpe
     concurrency = sim.get("concurrency")
     if concurrency is not None:
         c.positive_int(concurrency, p + ("concurrency",))
+        if "rate" in sim:  # a closed loop has no arrival rate: the rate was dropped silently
+            raise c.fail(p + ("rate",), rate, "a closed loop of concurrency users has no arrival rate: give one of "
+                                              "rate and concurrency")
     prefix = c.positive_int(sim.get("prefix", 0), p + ("prefix",), allow_zero=True)
     # with a time: block and no policies, the points are simulated in seconds only
-    policies = () if "time" in sim and "policies" not in sim else tuple(
-        str(x) for x in c.seq(sim.get("policies", ["max", "pow2", "oracle", "paged"]), p + ("policies",),
-                              allow_scalar=True))
+    given = [] if "time" in sim and "policies" not in sim else c.seq(
+        sim.get("policies", ["max", "pow2", "oracle", "paged"]), p + ("policies",), allow_scalar=True)
+    policies = tuple(str(x) for x in given)
     for i, pol in enumerate(policies):
-        if pol not in POLICIES:
-            raise c.fail(p + ("policies", i), pol, "expected one of: " + ", ".join(POLICIES), closest(pol, POLICIES))
+        if pol not in POLICIES:  # the value as the file writes it (yes, not 'True')
+            raise c.fail(p + ("policies", i), given[i], "expected one of: " + ", ".join(POLICIES),
+                         closest(pol, POLICIES))
         if pol in policies[:i]:  # each policy's columns once (a second one raised polars' ShapeError)
             raise c.fail(p + ("policies", i), pol, "each policy once; expected some of: " + ", ".join(POLICIES))
     allocator = str(sim.get("allocator", "first-fit"))

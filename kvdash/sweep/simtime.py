@@ -100,14 +100,17 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
     wf = str(sec.get("weight_format", "auto"))
     if wf != "auto" and wf not in WEIGHT_BYTES:
         raise c.fail(p + ("weight_format",), wf, "expected one of: auto, " + ", ".join(WEIGHT_BYTES))
-    policies = tuple(str(x) for x in c.seq(sec.get("policies", ["paged"]), p + ("policies",), allow_scalar=True))
+    given = c.seq(sec.get("policies", ["paged"]), p + ("policies",), allow_scalar=True)
+    policies = tuple(str(x) for x in given)
     for i, pol in enumerate(policies):
-        if pol not in TIME_POLICIES:
-            raise c.fail(p + ("policies", i), pol, "expected some of: " + ", ".join(TIME_POLICIES))
+        if pol not in TIME_POLICIES:  # the value as the file writes it (yes, not 'True')
+            raise c.fail(p + ("policies", i), given[i], "expected some of: " + ", ".join(TIME_POLICIES))
         if pol in policies[:i]:  # each policy's columns once (a second paged wrote time_paged_* twice)
             raise c.fail(p + ("policies", i), pol, "each policy once; expected some of: " + ", ".join(TIME_POLICIES))
     slo = None
     if "slo" in sec:
+        if not isinstance(sec["slo"], str):  # a list or mapping was read as its Python text ("['ttft")
+            raise c.fail(p + ("slo",), sec["slo"], "expected one string of KEY=TIME pairs, like ttft=2s,tpot=50ms")
         try:
             slo = parse_slo(str(sec["slo"]), "slo")
         except InputError as exc:
@@ -127,6 +130,9 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
     workload_requests: dict[str, int] = {}
     if "workloads" in sec:
         workloads = {}
+        if not sec["workloads"]:  # every point was left "not timed"
+            raise c.fail(p + ("workloads",), sec["workloads"], "expected at least one workload of the grid (or "
+                                                               "leave workloads out: the simulate: block's own)")
         shape = ("expected a preset (" + ", ".join(PRESETS) + ") or {preset: NAME} or {prompt: SPEC, output: SPEC}, "
                  "each with an optional rates: A:B:N")
         for name, spec in c.mapping(sec["workloads"], p + ("workloads",)).items():
@@ -158,16 +164,12 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
                 except InputError as exc:
                     raise c.fail(q + ("rates",), m["rates"], exc.allowed) from exc
             if "requests" in m:
-                workload_requests[str(name)] = c.positive_int(m["requests"], q + ("requests",))
-                if workload_requests[str(name)] > 20_000:
-                    raise c.fail(q + ("requests",), m["requests"], "expected at most 20,000 per grid point")
+                workload_requests[str(name)] = c.positive_int(m["requests"], q + ("requests",), high=20_000)
             workloads[str(name)] = w
     refine = sec.get("refine", 6)
     if isinstance(refine, bool) or not isinstance(refine, int) or not 0 <= refine <= 20:
         raise c.fail(p + ("refine",), refine, "expected 0 to 20 bisection steps")
-    requests = c.positive_int(sec.get("requests", min(base.requests, 500)), p + ("requests",))
-    if requests > 20_000:
-        raise c.fail(p + ("requests",), requests, "expected at most 20,000 per grid point")
+    requests = c.positive_int(sec.get("requests", min(base.requests, 500)), p + ("requests",), high=20_000)
     if not rates and not workload_rates:  # refine / latency_bound narrow and bound a rates: sweep, which is absent
         if policies != ("paged",) and "policies" in sec:  # slo: and users: run paged (vLLM's scheduler) only
             raise c.fail(p + ("policies",), ",".join(policies), "Orca's policies run in a rates: sweep only (slo: "
@@ -367,6 +369,10 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
             untimed(NOT_TIMED["pool"], kv=kv)
             continue
         seqs = ts.max_num_seqs or int(r["max_num_seqs"])
+        if ts.max_batched_tokens and ts.max_batched_tokens < seqs:  # as simulate --time and vLLM refuse it
+            whose = "time.max_num_seqs" if ts.max_num_seqs else f"vLLM 0.33's default on {gpu}"
+            raise InputError("simulate.time.max_batched_tokens", ts.max_batched_tokens,
+                             f"at least max_num_seqs ({seqs:,}, {whose}), as vLLM requires")
         batched = max(ts.max_batched_tokens or int(r["max_batched_tokens"]), seqs)
         key = (model, wl, str(r["kv_dtype"]), str(r["kv_scales"]), r["tp"], r["block_size"], int(r["budget_bytes"]),
                str(gpu), seqs, batched, max_len)
