@@ -3,6 +3,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+# the checkpoints of the deferred interrupts in force (kvdash.report.outdir.deferred_interrupt), innermost last
+_CHECKPOINTS: list[Callable[[], None]] = []
+
+
+def checkpoint() -> None:
+    """Raise a Ctrl-C (SIGTERM, SIGHUP) that :func:`kvdash.report.outdir.deferred_interrupt` noted, here and now;
+    nothing where none is noted or none is in force.  Long pure-Python work inside a deferred section calls it
+    between its units (each timed simulation of a grid: an SLO search of gpt-oss-120b had held a Ctrl-C 42 s)."""
+    if _CHECKPOINTS:
+        _CHECKPOINTS[-1]()
+
+
+def push_checkpoint(check: Callable[[], None]) -> None:
+    _CHECKPOINTS.append(check)
+
+
+def pop_checkpoint() -> None:
+    _CHECKPOINTS.pop()
+
 
 def from_interrupt(exc: BaseException) -> KeyboardInterrupt | None:
     """The Ctrl-C that raised ``exc`` or is in its chain, else None: Python wraps one that lands while a class

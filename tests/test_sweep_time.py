@@ -468,3 +468,29 @@ def test_gate_and_simulate_refusals_of_a_hostile_trial(tmp_path, capsys):
             (base + "gates:\n  - {metric: time_tpot_p90_ms, max: 50}\n", "come with its users:")):
         code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--dry-run"], capsys)
         assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_ctrl_c_stops_a_grid_between_its_timed_runs(tmp_path):
+    """Ctrl-C during a grid's evaluation is noted and raised at a checkpoint (a KeyboardInterrupt inside polars
+    panics its Rust side); the only checkpoint was after the whole grid, so gpt-oss-120b's SLO search (one point,
+    about 40 s here) held a Ctrl-C to its end. Each timed run now checks (kvdash.interrupts.checkpoint): the run
+    stops within seconds, one line, exit 130, no report."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.cli_run import KVDASH, started_with
+
+    grid = _grid(tmp_path, "title: oss\nmodels: [gpt-oss-120b]\nworkloads:\n  chat: {length: 499, max_reserved: 4096}\n"
+                           "grid:\n  gpu: [h100-80gb]\nsimulate:\n  workload: sharegpt\n  requests: 1000\n  time:\n"
+                           "    slo: ttft=2s,tpot=50ms\n")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*KVDASH, "sweep", str(grid), "--out", str(out), "-q", "-j", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=started_with)
+    time.sleep(6)  # imported, and into the SLO search
+    assert proc.poll() is None, proc.communicate()
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err == "kvdash: error: interrupted; the previous report is unchanged\n"
+    assert time.monotonic() - sent < 25 and not out.exists()

@@ -342,10 +342,14 @@ def deferred_interrupt() -> Iterator[Callable[[], None]]:
             _raise_for(pending[0])
         pending.append(signum)
 
+    from kvdash import interrupts
+
     previous = {s: signal.signal(s, noted) for s in _signals()}
+    interrupts.push_checkpoint(checkpoint)  # kvdash.interrupts.checkpoint() raises a noted one from deeper code
     try:
         yield checkpoint
     finally:
+        interrupts.pop_checkpoint()
         for s, h in previous.items():
             signal.signal(s, h)
 

@@ -135,7 +135,10 @@ def schedule(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, conc
 def run_point(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, concurrency: int = 0,
               rate: float = 0.0, seed: int = 0, policy: str = "paged") -> Any:
     """A :class:`kvdash.simulate.timed.TimedResult` of one run."""
+    from kvdash.interrupts import checkpoint
     from kvdash.simulate.timed import summarize
+
+    checkpoint()  # a grid's Ctrl-C, noted while it is evaluated, stops it between runs (not after the point)
 
     sched = schedule(setup, prompt, output, concurrency, rate, seed, policy)
     res = summarize(sched, setup["consts"], output, setup["tp"], policy)
