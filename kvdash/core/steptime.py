@@ -108,7 +108,11 @@ def gpu_perf(key: str) -> GPUPerf:
     """The time-model figures of a GPU preset (``kvdash/data/gpus.json``, each with its public source)."""
     from kvdash.core.gpus import get_gpu
 
-    gpu = get_gpu(key)
+    try:
+        gpu = get_gpu(key)
+    except InputError as exc:  # an unknown name: the presets the time model can use, not every preset
+        raise InputError(exc.field, key, "expected a GPU preset with bandwidth and FLOP/s figures: "
+                         + ", ".join(sorted(_perf_presets()))) from exc
     if not gpu.hbm_bytes_per_s:
         raise InputError("--gpu", key, "the time model needs a GPU with bandwidth and FLOP/s figures: "
                          + ", ".join(sorted(k for k, g in _perf_presets().items())))
