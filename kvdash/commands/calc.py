@@ -231,10 +231,12 @@ def calc(
         result.pop("vllm_view")
         result["vllm_view_omitted"] = VLLM_VIEW_OMITTED
     if slo is not None:
+        from kvdash.commands.common import working
         from kvdash.commands.simulate_time import calc_slo
 
-        result["slo"] = calc_slo(result, arch, model, str(config) if config else None, gpu, tp, kv_dtype, slo,
-                                 weight_format, max_model_len)
+        with working(f"searching the load that meets {slo} (a timed simulation)"):
+            result["slo"] = calc_slo(result, arch, model, str(config) if config else None, gpu, tp, kv_dtype, slo,
+                                     weight_format, max_model_len)
     if as_json:
         if brief:
             warn("--brief has no effect with --json (the JSON document starts with its summary)")

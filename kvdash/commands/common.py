@@ -6,6 +6,8 @@ it in ``--help``; an option whose default is None states it in its help text).
 """
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -268,6 +270,19 @@ def flush_notes(show: bool = True) -> None:
     for message in PENDING_NOTES if show else ():
         note(message)
     PENDING_NOTES.clear()
+
+
+@contextmanager
+def working(message: str) -> Iterator[None]:
+    """A spinner with ``message`` on stderr while a long computation runs (an SLO search: gpt-oss-120b's takes
+    ~45 s), only where stderr is a terminal: piped output and scripts see nothing of it."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(message, spinner="dots"):
+        yield
 
 
 def warn(message: str) -> None:

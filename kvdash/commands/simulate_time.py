@@ -121,7 +121,12 @@ def main(o: dict[str, Any]) -> None:
     conc = o["concurrency"]
     rate = o["rate"]
     res = run_point(setup, prompt, output, concurrency=conc or 0, rate=0.0 if conc else rate, seed=o["seed"])
-    search = slo_search(setup, prompt, output, slo, o["seed"]) if slo else None
+    search = None
+    if slo:
+        from kvdash.commands.common import working
+
+        with working(f"searching the load that meets {o['slo']} (timed simulations)"):
+            search = slo_search(setup, prompt, output, slo, o["seed"])
     info = {"model": arch.name, "gpu": gpu.key, "tp": tp, "kv_dtype": stored, "weight_format": wf,
             "block_size": shape.block_size, "pool_blocks": pool.blocks, "budget_bytes": binfo["per_rank_bytes"],
             "max_num_seqs": seqs, "max_num_batched_tokens": batched, "workload": w.name, "requests": len(prompt),
