@@ -267,7 +267,10 @@ class TestDerivedLabelled:
                 d["architecture"]["derived"])
 
         # Falcon-H1: 44 decoder layers (num_hidden_layers), each an attention and a Mamba mixer: 88 cache layers
-        assert "88 cache layers in 44 decoder layers" in model_line("falcon-h1-7b")
+        assert "88 cache layers in 44 decoder layers (each runs" in model_line("falcon-h1-7b")
+        # Zamba2: 81 Mamba layers, 13 of them with the shared attention beside (not "each")
+        code, out, _ = run(["calc", "--model", "tests/data/configs/zamba2-7b", "--block-size", "64", "--json"], capsys)
+        assert "94 cache layers in 81 decoder layers (13 of them run an attention beside" in out
         # Gemma 3n: 35 decoder layers, the last 15 (num_kv_shared_layers) read earlier layers' KV
         assert "20 cache layers of 35 decoder layers (the last 15 reuse" in model_line("gemma-3n-e4b")
         # Nemotron-H: 118 blocks, 54 of them MLP blocks without a cache

@@ -494,3 +494,41 @@ def test_ctrl_c_stops_a_grid_between_its_timed_runs(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and err == "kvdash: error: interrupted; the previous report is unchanged\n"
     assert time.monotonic() - sent < 25 and not out.exists()
+
+
+def test_sigterm_stops_parallel_workers(tmp_path):
+    """With --jobs 2 the parent waited in pool.map for every point (a SIGTERM is noted, not raised, while a grid is
+    evaluated): it exited after the whole evaluation. It now waits on each result in turns of 0.2 s, raising a
+    noted signal between them, and stops its workers rather than waiting for them: exit 143 within seconds."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.cli_run import KVDASH, started_with
+
+    grid = _grid(tmp_path, "title: sig\nmodels: [llama-3.1-8b]\nworkloads:\n  chat: {length: 499, max_reserved: 4096}\n"
+                           "grid:\n  gpu: [h100-80gb, h200]\n  block_size: [16, 32]\n  kv_dtype: [bf16, fp8]\n"
+                           "simulate:\n  workload: sharegpt\n  requests: 1000\n  time:\n    slo: ttft=2s,tpot=50ms\n"
+                           "    requests: 4000\n")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*KVDASH, "sweep", str(grid), "--out", str(out), "-q", "-j", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=started_with)
+    time.sleep(6)  # imported, workers started
+    assert proc.poll() is None, proc.communicate()
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "interrupted by SIGTERM" in err
+    assert time.monotonic() - sent < 10 and not out.exists()
+
+
+def test_one_token_outputs_under_a_tpot_slo_name_the_grid_key(tmp_path, capsys):
+    """slo_search refuses tpot over outputs of one token; in a grid the refusal said '--slo' (a CLI option) with
+    no workload and no line: it names simulate.time.slo, its line and the workload."""
+    text = SMALL.replace("  chat: {length: 2048, max_reserved: 8192}\n",
+                         "  chat: {length: 2048, max_reserved: 8192}\n  cls: {length: 101, max_reserved: 4096}\n") + (
+        "    slo: ttft=2s,tpot=50ms\n    workloads:\n      chat: sharegpt\n"
+        "      cls: {prompt: 'fixed:100', output: 'fixed:1'}\n")
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and ":10:10: simulate.time.slo: 'ttft=2s,tpot=50ms' is not allowed" in err
+    assert "workload cls's outputs are all 1 token" in err

@@ -1012,6 +1012,49 @@ def test_weight_format_auto_reads_ignored_modules_and_compressed_tensors(capsys)
     assert "attention, dense MLP, shared experts left bf16" in setup["weight_format_basis"]
 
 
+def test_ignore_lists_name_decoder_parts_only(tmp_path, capsys):
+    """A review of checkpoint_formats, each mended: a vision tower's layers (vision_model.transformer.layers.N.
+    self_attn.*) marked the decoder's attention bf16; one layer's entry (an MTP layer's model.layers.61.*, a first
+    dense layer's model.layers.0.mlp) marked the whole model's part; a nested ModelOpt quantization's
+    exclude_modules was not read; a MoE model without dense MLP layers (Llama 4, Qwen1.5-MoE) whose shared experts
+    are ignored fell back to bf16 everywhere; Llama 4's feed_forward names matched nothing.  And auto's format on a
+    model whose parameters the time model cannot count (Gemma 3: the weight figure at 2 B a parameter) is read as
+    bf16, as before auto read checkpoints, not refused ('fp8' is not allowed)."""
+    from kvdash.engines.vllm import checkpoint_formats
+
+    fp8 = {"targets": ["Linear"], "weights": {"type": "float", "num_bits": 8},
+           "input_activations": {"type": "float", "num_bits": 8}}
+
+    def ct(ignore, **cfg):
+        return checkpoint_formats({**cfg, "quantization_config": {
+            "quant_method": "compressed-tensors", "ignore": ignore, "config_groups": {"g": fp8}}})[:3]
+
+    vision = ["lm_head", *(f"vision_model.transformer.layers.{i}.self_attn.q_proj" for i in range(32))]
+    assert ct(vision, num_hidden_layers=32) == ("fp8", None, None)
+    assert ct(["lm_head", *(f"model.layers.{i}.self_attn.q_proj" for i in range(32))], num_hidden_layers=32) == (
+        "fp8", None, "bf16")  # the decoder's own attention, layer by layer
+    deepseek = {"num_hidden_layers": 61, "n_routed_experts": 256, "first_k_dense_replace": 3, "n_shared_experts": 1}
+    assert ct(["model.layers.61.*", "model.layers.0.mlp", "lm_head"], **deepseek) == ("fp8", None, None)
+    nested = {"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4",
+                                                           "exclude_modules": ["model.layers.*.self_attn*"]}}
+    assert checkpoint_formats({"quantization_config": nested})[:3] == ("nvfp4", None, "bf16")
+    llama4 = {"num_hidden_layers": 48, "num_local_experts": 16}  # no dense MLP layers: the shared experts decide
+    assert ct(["re:.*shared_expert.*", "lm_head"], **llama4) == ("bf16", "fp8", "fp8")
+    assert ct(["model.layers.0.feed_forward.shared_expert"], num_hidden_layers=1, num_local_experts=16)[0] == "bf16"
+    folder = tmp_path / "gemma-fp8"
+    folder.mkdir()
+    cfg = json.loads((DATA.parent / "configs/gemma-3-27b-it/config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "compressed-tensors", "ignore": ["lm_head"],
+                                  "config_groups": {"g": fp8}}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    code, out, err = run(["simulate", "--model", str(folder), "--gpu", "h100-80gb", "--time", "--requests", "20",
+                          "--concurrency", "4", "--weights", "29GB", "--json"], capsys)
+    assert code in (0, None), err
+    setup = json.loads(out)["setup"]
+    assert setup["weight_format"] == "bf16" and "not applied: the parameters are not counted" in setup[
+        "weight_format_basis"]
+
+
 def test_time_refuses_options_it_does_not_read(capsys):
     """--time runs the paged simulation under vLLM 0.33's scheduler; the length simulation's options (--watermark,
     --prefix, --rates, --allocator ...) were accepted and silently ignored; each is now refused in one line, and

@@ -29,7 +29,11 @@ def layer_count(arch: Architecture) -> str:
     if not d or d == n:
         return f"{n} layers"
     if n > d:
-        return f"{n} cache layers in {d} decoder layers (each runs an attention and a state mixer side by side)"
+        state = sum(1 for layer in arch.layers if layer.is_state)
+        both = n - d  # decoder layers with an attention beside their state mixer
+        return f"{n} cache layers in {d} decoder layers (" + (
+            "each runs an attention and a state mixer side by side)" if both == d == state else
+            f"{both} of them run an attention beside their state mixer)")
     why = _NO_CACHE_OF_THEIR_OWN.get(arch.model_type, "the other {k} hold no cache of their own").format(k=d - n)
     return f"{n} cache layers of {d} decoder layers ({why})"
 

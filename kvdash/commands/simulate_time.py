@@ -72,6 +72,8 @@ def main(o: dict[str, Any]) -> None:
                        weight_basis="--weights")
     wf, wf_basis = (checkpoint_weight_format(cfg) if o["weight_format"] == "auto" else (o["weight_format"], ""))
     mc = timed_compute(cfg, arch, tp, o["weight_format"], o["kv_dtype"])  # auto: experts and attention too
+    if not mc.counted and wf != "bf16":  # auto's format on a model whose parameters are not counted: read as bf16
+        wf, wf_basis = "bf16", f"{wf_basis}; not applied: {NOT_COUNTED}"
     stored = stored_kv_dtype(arch, o["kv_dtype"])[0]  # the cache vLLM keeps (auto: the checkpoint's)
     seqs_d, tokens_d = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
     seqs = seqs_d if o["max_num_seqs"] is None else o["max_num_seqs"]  # 0 is refused below, not the default
@@ -199,6 +201,8 @@ def main(o: dict[str, Any]) -> None:
             say(f"{label}: {info[key]}")
 
 
+# auto's format where the time model reads the weight figure (hybrids, Gemma 3: parameters it does not count)
+NOT_COUNTED = "the parameters are not counted from config.json, so the weight figure is read at 2 B a parameter"
 CALC_SLO_REQUESTS = 1000  # calc's short simulation: 1,000 ShareGPT-shaped requests
 CALC_SLO_MAX_LEN = 8192  # ... clipped at this many tokens (or the model's context, if shorter)
 
@@ -232,6 +236,8 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     mc = timed_compute(cfg, arch, tp, weight_format, kv_dtype)  # auto: the checkpoint's experts and attention too
     if weight_format == "auto":
         weight_format, wf_basis = checkpoint_weight_format(cfg)
+        if not mc.counted and weight_format != "bf16":  # read as bf16: the parameters are not counted
+            weight_format, wf_basis = "bf16", f"{wf_basis}; not applied: {NOT_COUNTED}"
     pool = Pool(int(result["whole_pool_blocks"]), int(p["block_size"]), int(p["full_groups"]), int(p["window_groups"]),
                 int(p["window"] or 0), int(p["state_blocks_per_request"] or 0))
     # calc's own engine caps (its --max-num-seqs / --max-batched-tokens, else vLLM 0.33's defaults for the GPU)

@@ -778,47 +778,69 @@ class VllmRules:
 RULES = VllmRules()
 
 
-# A module of each part, as a Llama / DeepSeek-style decoder names it (layer 0; a MoE layer's shared and routed experts;
-# MiniMax's block_sparse_moe): what a checkpoint's quantization ignore list is matched against
+# A module of each part, as the decoders name it (layer 0): Llama / DeepSeek (mlp, shared_experts, experts),
+# Qwen-MoE (shared_expert), MiniMax (block_sparse_moe), Llama 4 (feed_forward): what a checkpoint's quantization
+# ignore list is matched against
 _PART_NAMES = {
     "attention": ("model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.o_proj"),
-    "dense MLP": ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj"),
-    "shared experts": ("model.layers.0.mlp.shared_experts.gate_proj", "model.layers.0.mlp.shared_expert.gate_proj"),
+    "dense MLP": ("model.layers.0.mlp.gate_proj", "model.layers.0.mlp.down_proj",
+                  "model.layers.0.feed_forward.gate_proj"),
+    "shared experts": ("model.layers.0.mlp.shared_experts.gate_proj", "model.layers.0.mlp.shared_expert.gate_proj",
+                       "model.layers.0.feed_forward.shared_expert.gate_proj"),
     "routed experts": ("model.layers.0.mlp.experts.0.gate_proj", "model.layers.0.mlp.experts.0.down_proj",
-                       "model.layers.0.block_sparse_moe.experts.0.w1"),
+                       "model.layers.0.block_sparse_moe.experts.0.w1",
+                       "model.layers.0.feed_forward.experts.0.gate_proj",
+                       "model.layers.0.feed_forward.experts.gate_up_proj"),
 }
-_LAYER_INDEX = re.compile(r"layers\.\d+\.")
+_LAYER_INDEX = re.compile(r"layers\.(\d+)\.")
+# a prefix before "layers." that names another model than the language model's decoder (a vision or audio tower)
+_OTHER_TOWER = ("vision", "visual", "audio", "encoder", "tower", "projector", "mm_", "speech", "image")
 
 
-def _ignored_parts(q: dict[str, Any]) -> set[str]:
+def _ignored_parts(q: dict[str, Any], layers: int = 0) -> set[str]:
     """The parts of a decoder layer (:data:`_PART_NAMES`) a checkpoint's quantization keeps unquantized: its
     ``ignore`` (compressed-tensors, ModelOpt), ``exclude_modules`` (ModelOpt), ``modules_to_not_convert`` (fp8) or
     ``ignored_layers`` list.  An entry ``re:<pattern>`` is a regular expression matched from the name's start (as
     compressed-tensors' ``should_ignore_layer`` reads it in vLLM 0.33,
     ``vllm/model_executor/layers/quantization/compressed_tensors/utils.py``); another names a module (and so its
-    children), a ``*`` wildcard allowed (ModelOpt's ``self_attn*``): a layer's module under any prefix
-    (``language_model.model.layers.3.self_attn*``, any layer's index read as layer 0's), else a module name
-    (``gate``, ``lm_head``) as the name's last parts."""
+    children), a ``*`` wildcard allowed (ModelOpt's ``self_attn*``): a decoder layer's module under a language
+    model's prefix (``language_model.model.layers.3.self_attn*``; a vision or audio tower's layers are not the
+    decoder's), else a module name (``gate``, ``lm_head``) as the name's last parts.  An entry naming one layer
+    counts for that layer only: a part is kept unquantized where the entries cover more than half of the
+    ``layers`` decoder layers (NVIDIA's NVFP4 releases list ``self_attn*`` layer by layer; an MTP layer's
+    ``model.layers.61.*`` or a first dense layer's ``model.layers.0.mlp`` is not the model's part)."""
     from fnmatch import fnmatchcase
 
     entries = [str(x) for key in ("ignore", "exclude_modules", "modules_to_not_convert", "ignored_layers")
                for x in (q.get(key) or []) if isinstance(q.get(key), list)]
     found = set()
     for part, names in _PART_NAMES.items():
+        every = False  # an entry for every layer
+        some: set[int] = set()  # the layers entries name one by one
         for entry in entries:
             if entry.startswith("re:"):
                 try:
                     hit = any(re.match(entry[3:], name) for name in names)
                 except re.error:
                     hit = False
-            else:
-                pattern = _LAYER_INDEX.sub("layers.0.", entry)
-                # a layer's module under any prefix (language_model.model.layers...), else a module name at the end
-                pattern = "*" + pattern[pattern.index("layers."):] if "layers." in pattern else "*." + pattern
-                hit = any(fnmatchcase(name, pattern) or fnmatchcase(name, pattern + ".*") for name in names)
-            if hit:
-                found.add(part)
-                break
+                every = every or hit
+                continue
+            index = _LAYER_INDEX.search(entry)
+            if index is not None:
+                prefix = entry[:index.start()].lower()
+                if any(word in prefix for word in _OTHER_TOWER):
+                    continue
+                pattern = "*" + _LAYER_INDEX.sub("layers.0.", entry[index.start():], count=1)
+            else:  # a module name (lm_head, gate) or a pattern over every layer (model.layers.*.self_attn*)
+                pattern = "*." + entry
+            if any(fnmatchcase(name, pat) or fnmatchcase(name, pat + ".*")
+                   for name in names for pat in (pattern, pattern[2:] if index is None else pattern)):
+                if index is None:
+                    every = True
+                else:
+                    some.add(int(index.group(1)))
+        if every or (some and len(some) * 2 > (layers or len(some))):
+            found.add(part)
     return found
 
 
@@ -847,6 +869,26 @@ def _compressed_tensors_format(q: dict[str, Any]) -> tuple[str, str]:
     if len(schemes) > 1:
         return "", "groups of different schemes"
     return schemes.pop()
+
+
+def _has_experts(text: dict[str, Any]) -> bool:
+    return any(text.get(k) for k in ("n_routed_experts", "num_experts", "num_local_experts"))
+
+
+def _has_dense_mlp_layers(text: dict[str, Any]) -> bool:
+    """Whether some decoder layer has a dense MLP: a model without routed experts, or a MoE model with dense
+    layers (DeepSeek's first_k_dense_replace, Qwen-MoE's mlp_only_layers / decoder_sparse_step, a moe_layer_freq
+    or Llama 4's interleave_moe_layer_step above 1)."""
+    if not _has_experts(text):
+        return True
+    return bool(text.get("first_k_dense_replace") or text.get("mlp_only_layers")
+                or any(int(text.get(k) or 1) > 1 for k in ("decoder_sparse_step", "moe_layer_freq",
+                                                           "interleave_moe_layer_step")))
+
+
+def _has_shared_experts(text: dict[str, Any]) -> bool:
+    return _has_experts(text) and bool(text.get("n_shared_experts") or text.get("shared_expert_intermediate_size")
+                                       or text.get("num_shared_experts"))
 
 
 def checkpoint_formats(cfg: dict[str, Any]) -> tuple[str, str | None, str | None, str]:
@@ -896,7 +938,19 @@ def checkpoint_formats(cfg: dict[str, Any]) -> tuple[str, str | None, str | None
     if not fmt:
         return "bf16", None, None, (f"auto: the checkpoint's quantization_config ({method}) is not read by the time "
                                     "model, so bf16 is assumed; give --weight-format")
-    kept = _ignored_parts(q)
+    text = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
+    layers = text.get("num_hidden_layers")
+    inner_q = q["quantization"] if isinstance(q.get("quantization"), dict) else {}
+    kept = _ignored_parts({**q, **inner_q}, layers if isinstance(layers, int) and layers > 0 else 0)
+    left = [part for part in _PART_NAMES if part in kept]  # as the list names them, before the model's layout
+    if not _has_dense_mlp_layers(text):  # a MoE model without dense MLP layers: its shared experts decide
+        kept.discard("dense MLP")
+        if "shared experts" in kept:
+            kept.add("dense MLP")
+    elif not _has_shared_experts(text):  # the dense MLPs decide (a dense model, or MoE without shared experts)
+        kept.discard("shared experts")
+        if "dense MLP" in kept:
+            kept.add("shared experts")
     if ("dense MLP" in kept) != ("shared experts" in kept) and "routed experts" not in kept:
         # one figure times the dense MLPs and the shared experts together: one of them quantized, not both
         return "bf16", None, None, (f"auto: the checkpoint's quantization_config ({words}) leaves the "
@@ -908,7 +962,6 @@ def checkpoint_formats(cfg: dict[str, Any]) -> tuple[str, str | None, str | None
     attention = "bf16" if "attention" in kept else fmt
     if dense == experts == attention == "bf16":
         return "bf16", None, None, f"auto: the checkpoint's quantization_config ({words}) ignores every layer timed"
-    left = [part for part in _PART_NAMES if part in kept]
     words = f"auto: the checkpoint's quantization_config ({words})" + (
         f"; {', '.join(left)} left bf16 (its ignore list)" if left else "")
     return dense, (None if experts == dense else experts), (None if attention == dense else attention), words
@@ -929,8 +982,15 @@ def timed_compute(cfg: dict[str, Any], arch: Architecture, tp: int, weights: str
     step reads and the attention's FLOP rate (fp8 over an fp8 cache) follow the cache the pool was sized for."""
     from kvdash.core.steptime import model_compute
 
-    experts = attention = None
+    kv = stored_kv_dtype(arch, kv_dtype)[0]
     if weights == "auto":  # the checkpoint's own formats: dense, routed experts, attention (checkpoint_formats)
-        weights, experts, attention, _ = checkpoint_formats(cfg)
-    return model_compute(cfg, arch, tp, weights, experts, stored_kv_dtype(arch, kv_dtype)[0], scales,
-                         attention_weights=attention)
+        dense, experts, attention, _ = checkpoint_formats(cfg)
+        try:
+            return model_compute(cfg, arch, tp, dense, experts, kv, scales, attention_weights=attention)
+        except InputError as exc:
+            if exc.field != "--weight-format":
+                raise
+        # a model whose parameters the time model cannot count (hybrids: it reads the weight figure at 2 B a
+        # parameter) takes bf16 whatever the checkpoint declares, as before auto read it (its basis says so)
+        weights = "bf16"
+    return model_compute(cfg, arch, tp, weights, None, kv, scales)

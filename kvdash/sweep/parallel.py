@@ -53,8 +53,28 @@ def run_tasks(fn: Callable[[dict[str, Any]], Any], tasks: list[dict[str, Any]], 
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=mp.get_context("spawn")) as pool:
-        return list(pool.map(fn, tasks, chunksize=1))
+    from kvdash.interrupts import checkpoint
+
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=mp.get_context("spawn"))
+    try:
+        futures = [pool.submit(fn, t) for t in tasks]
+        out = []
+        for future in futures:
+            while True:  # a SIGTERM (SIGHUP) noted while the workers run is raised here, not after the grid
+                try:
+                    out.append(future.result(timeout=0.2))
+                    break
+                except TimeoutError:
+                    checkpoint()
+    except BaseException:
+        # an interrupt or a task's error: the workers are stopped, not waited for (a point's SLO search can take a
+        # minute); spawned workers hold no part of the report
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return out
 
 
 def _run_ray(fn: Callable[[dict[str, Any]], Any], tasks: list[dict[str, Any]]) -> list[Any]:

@@ -361,6 +361,10 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
                                               "max_model_len is set); shorter lengths, a larger max_model_len, or "
                                               "simulate: clip: true")) from None
         reqs = drawn[(wl, max_len)]
+        if ts.slo and "tpot" in ts.slo and int(reqs.output.max()) < 2:  # no TPOT to judge (slo_search refuses it)
+            raise InputError(f"{spec.tree.at(('simulate', 'time', 'slo'))}: simulate.time.slo", ts.slo_text,
+                             f"TPOT needs outputs of at least 2 tokens; workload {wl}'s outputs are all 1 token: "
+                             "judge ttft or e2e there")
         shape = rank_shapes(arch, str(r["kv_dtype"]), str(r["kv_scales"]), r["tp"], 1, r["block_size"])[0]
         pool = Pool.of(shape, int(r["budget_bytes"]))
         mean_len = max(int(round(float(reqs.final.mean()))), 1)
