@@ -370,3 +370,44 @@ def test_simulate_prefix_json_and_text(capsys: pytest.CaptureFixture[str]) -> No
     assert code in (0, None)
     assert "Per tier" in out and "Hit rate against disk tier capacity" in out
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_hostile_trial_of_the_prefix_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A hostile trial of the prefix replay (a helper), each mended: a link in bits (25Gb/s) was read as bytes
+    (8 x too fast); an output_length of 2^31 took 36 s and 10 GB before being skipped; --max-requests refused
+    the default 2,000 a trace never uses; a multi-turn spec past the model's context ran for minutes; --requests
+    did not limit a generated workload; a tier of 0 chunks vanished from the tables; the occupancy peak was read
+    off the sampled series (3,811 of 3,823 units stored, none evicted); options a run does not read were accepted
+    and ignored (--offload without a replay, --rate with one, --cpu-policy without --offload)."""
+    from tests.cli_run import run
+
+    assert T.parse_link("25Gb/s", "--link").bytes_per_s == 25 * 10**9 // 8  # bits
+    assert T.parse_link("25GB/s", "--link").bytes_per_s == 25 * 10**9
+    with pytest.raises(InputError, match="positive bandwidth"):
+        T.parse_link("0GB/s", "--link")
+    two = tmp_path / "two.jsonl"
+    two.write_text('\ufeff{"timestamp": 0, "input_length": 2048, "output_length": 10, "hash_ids": [1,2,3,4]}\n'
+                   '{"timestamp": 10, "input_length": 2048, "output_length": 10, "hash_ids": [1,2,3,4]}\n')
+    base = ["simulate", "--model", "llama-3.1-8b", "--hash-trace", str(two)]
+    code, _, err = run([*base, "--max-requests", "5"], capsys)  # a byte-order mark is read past too
+    assert code in (0, None), err
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"timestamp": 0, "input_length": 1000, "output_length": 2147483647, "hash_ids": [1,2]}\n')
+    code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--hash-trace", str(big)], capsys)
+    assert code == 2 and "is not allowed; expected a whole number of tokens from 0 to 67,108,864" in err
+    gen = ["simulate", "--model", "llama-3.1-8b", "--prefix-workload"]
+    code, _, err = run([*gen, "multi-turn:20,100000,10,10,10"], capsys)
+    assert code == 2 and "the last turn would reach about 2,000,010 tokens" in err
+    code, out, _ = run([*gen, "multi-turn:20,6,1000,200,300", "--requests", "10", "--json"], capsys)
+    assert json.loads(out)["result"]["requests"] == 10
+    code, _, err = run([*base, "--offload", "cpu:1KiB"], capsys)
+    assert code == 2 and "the cpu tier holds no chunk" in err
+    for extra, words in ((["--requests", "20", "--offload", "cpu:1GiB"], "applies to a prefix replay"),
+                         (["--rate", "3"], "not read by a prefix replay"),
+                         (["--cpu-policy", "arc"], "shapes an --offload tier")):
+        args = ["simulate", "--model", "llama-3.1-8b", *extra] if "--offload" in extra else [*base, *extra]
+        code, _, err = run(args, capsys)
+        assert code == 2 and words in err and len(err.strip().splitlines()) == 1, (extra, err)
+    code, out, _ = run([*base, "--offload", "cpu:10GiB", "--json"], capsys)
+    cpu = json.loads(out)["result"]["tiers"][1]
+    assert cpu["evictions"] == 0 and cpu["occupancy_peak"] == cpu["units_stored"] == 128  # 2,048 / 16

@@ -129,9 +129,11 @@ def simulate(
 
     if not 1 <= max_requests <= HARD_MAX_REQUESTS:
         raise InputError("--max-requests", max_requests, f"expected 1 to {HARD_MAX_REQUESTS:,}")
-    if not 1 <= requests <= max_requests:
-        raise InputError("--requests", _short(requests), f"expected 1 to {max_requests:,} (--max-requests raises "
-                                                         f"the bound, up to {HARD_MAX_REQUESTS:,})")
+    replay = hash_trace is not None or prefix_workload is not None  # replays every request unless --requests
+    if (limit_requests is not None or not replay) and not 1 <= requests <= max_requests:
+        raise InputError("--requests", _short(requests) if limit_requests is not None else f"{requests} (the default)",
+                         f"expected 1 to {max_requests:,} (--max-requests raises the bound, up to "
+                         f"{HARD_MAX_REQUESTS:,})")
     if not 0 <= seed < 2**63:
         raise InputError("--seed", _short(seed), "expected 0 to 2^63 - 1")
     if not (math.isfinite(rate) and rate > 0):
@@ -199,6 +201,37 @@ def simulate(
                                                      "--slo, --hash-trace or --prefix-workload)")
     if prefix_replay and slo:
         raise InputError("--slo", slo, "answers a length workload (--workload/--prompt/--output), not a prefix replay")
+    from kvdash.commands.common import given as said
+
+    defaults_of = {p.name: p.default for p in ctx.command.params}
+
+    def refuse_given(names: tuple[tuple[str, str], ...], why: str) -> None:
+        for name, option in names:  # given and not its default typed out: it would change nothing, silently
+            if said(ctx, name) and locals_now[name] != defaults_of[name]:
+                raise InputError(option, locals_now[name], why)
+
+    locals_now = dict(locals())
+    tier_options = (("offload", "--offload"), ("cpu_policy", "--cpu-policy"), ("blocks_per_chunk", "--blocks-per-chunk"),
+                    ("link", "--link"), ("disk_link", "--disk-link"), ("capacities", "--capacities"),
+                    ("rules", "--rules"))
+    if not prefix_replay:
+        refuse_given(tier_options, "applies to a prefix replay (--hash-trace or --prefix-workload) only")
+    else:
+        refuse_given((("trace", "--trace"), ("rate", "--rate"), ("policies", "--policies"), ("prefix", "--prefix"),
+                      ("workload", "--workload"), ("prompt", "--prompt"), ("output", "--output"),
+                      ("watermark", "--watermark"), ("allocator", "--allocator"), ("clip", "--clip"),
+                      ("max_reserved", "--max-reserved"), ("rates", "--rates"), ("latency_bound", "--latency-bound"),
+                      ("trace_every", "--trace-every")),
+                     "not read by a prefix replay (--hash-trace, --prefix-workload): it replays the trace's or "
+                     "the generator's requests through the prefix cache")
+        if hash_trace is not None:
+            refuse_given((("seed", "--seed"),), "not read by --hash-trace (a trace draws nothing)")
+        if not time_model:  # (--max-batched-tokens still sizes --reserve auto's terms on a GPU)
+            refuse_given((("weight_format", "--weight-format"),), "times the prefill of a prefix replay with --time "
+                                                                  "only")
+        if not offload:
+            refuse_given((("cpu_policy", "--cpu-policy"), ("blocks_per_chunk", "--blocks-per-chunk")),
+                         "shapes an --offload tier: give --offload too")
     if (time_model or slo) and not prefix_replay:
         from kvdash.commands.common import warn
         from kvdash.commands.simulate_time import main as timed_main

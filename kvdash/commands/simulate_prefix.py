@@ -56,7 +56,15 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
         w = P.read_mooncake(str(hash_trace), requests, max_bytes)
     else:
         assert prefix_workload is not None
-        w = P.parse_workload_spec(prefix_workload, seed)
+        w = P.parse_workload_spec(prefix_workload, seed, context=arch.max_context)
+        if requests is not None and requests < len(w):  # the first N requests, as --requests reads a trace
+            w = w.first(requests)
+    past = sum(1 for p, o in zip(w.prompt, w.output, strict=True) if p + o > arch.max_context)
+    if past:  # replayed as given (Mooncake's traces come from longer-context models), but said
+        from kvdash.commands.common import warn
+
+        warn(f"{past:,} of {len(w):,} requests are longer than {arch.name}'s context ({arch.max_context:,} tokens, "
+             "prompt + output): replayed as the trace gives them, though vLLM would refuse them")
     all_ranks = bytes_per_token * tp
     B = block_size
     sized: dict[str, Any] = {}
@@ -76,6 +84,11 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
                 d = T.vllm_cpu_tier(size, B * bytes_per_token, tp, B, blocks_per_chunk)
                 disk_tokens = d.tokens
                 sized["disk"] = d
+        for name, tier in sized.items():  # a tier of 0 chunks vanished from the tables without a word
+            if not tier.chunks:
+                raise InputError("--offload", offload, f"the {name} tier holds no chunk: one chunk of "
+                                 f"{blocks_per_chunk} block(s) takes {tier.chunk_bytes:,} B; a larger size or "
+                                 "fewer --blocks-per-chunk")
     else:
         gpu_tokens = 0
         cpu_tokens = disk_tokens = 0
@@ -159,10 +172,13 @@ def _print_prefill(p: Any, timing: PrefillTiming | None) -> None:
     from rich.console import Console
 
     console = Console()
+    def secs(x: float) -> str:  # a short replay's seconds in ms (it printed "0.0 s ... 0.0 s saved (39.9 %)")
+        return f"{x:,.1f} s" if x >= 10 else f"{x:.3g} s" if x >= 1 else f"{x * 1e3:.3g} ms"
+
     line = (f"Prefill time (the time model, each request alone, {p.max_batched:,} tokens a step): "
-            f"{p.with_cache_s:,.1f} s computed with the cache, {p.without_cache_s:,.1f} s without; "
-            f"{p.saved_s:,.1f} s saved ({100 * p.saved_share:.1f} %)"
-            + (f"; tier loads {p.load_s:,.1f} s" if p.load_s else ""))
+            f"{secs(p.with_cache_s)} computed with the cache, {secs(p.without_cache_s)} without; "
+            f"{secs(p.saved_s)} saved ({100 * p.saved_share:.1f} %)"
+            + (f"; tier loads {secs(p.load_s)}" if p.load_s else ""))
     console.print(line, markup=False, highlight=False)
     w, wo, sv = p.ttft_with_ms, p.ttft_without_ms, p.saved_ms
     console.print(f"TTFT at no load, p50 / p99: {_ms(w['p50'])} / {_ms(w['p99'])} with the cache, "
@@ -215,8 +231,8 @@ def _print(setup: dict[str, Any], result: Any, links: dict[str, Any], swept: str
                       fmt_bytes(t["bytes_loaded"]) if t["tier"] != "gpu" else "-", fmt_bytes(t["bytes_stored"])
                       if t["tier"] != "gpu" else "-", f"{t['evictions']:,}")
         occ = t["capacity_units"]
-        mean = f"{t['occupancy_mean'] / occ * 100:.1f} %" if occ else f"{t['occupancy_mean']:,.0f} units"
-        peak = f"{t['occupancy_peak'] / occ * 100:.1f} %" if occ else f"{t['occupancy_peak']:,} units"
+        mean = f"{t['occupancy_mean'] / occ * 100:.1f} %" if occ else f"{t['occupancy_mean']:,.0f} chunks"
+        peak = f"{t['occupancy_peak'] / occ * 100:.1f} %" if occ else f"{t['occupancy_peak']:,} chunks"
         times.add_row(t["tier"], f"{t['transfers']:,}", _seconds(t["transfer_p50_s"]), _seconds(t["transfer_p99_s"]),
                       mean, peak)
     print_tables([table, times])

@@ -72,7 +72,7 @@ def main(o: dict[str, Any]) -> None:
                        weight_basis="--weights")
     wf, wf_basis = (checkpoint_weight_format(cfg) if o["weight_format"] == "auto" else (o["weight_format"], ""))
     mc = timed_compute(cfg, arch, tp, o["weight_format"], o["kv_dtype"])  # auto: experts and attention too
-    if not mc.counted and wf != "bf16":  # auto's format on a model whose parameters are not counted: read as bf16
+    if o["weight_format"] == "auto" and not mc.counted and wf != "bf16":  # not counted: auto's read as bf16
         wf, wf_basis = "bf16", f"{wf_basis}; not applied: {NOT_COUNTED}"
     stored = stored_kv_dtype(arch, o["kv_dtype"])[0]  # the cache vLLM keeps (auto: the checkpoint's)
     seqs_d, tokens_d = vllm_batch_defaults(gpu.memory_bytes, gpu.name)

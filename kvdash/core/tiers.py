@@ -105,17 +105,28 @@ def gpu_host_link(gpu: str | None) -> Link:
 
 def parse_link(text: str, field: str) -> Link:
     """A link name of ``kvdash/data/links.json`` or a bandwidth such as ``25GB/s`` / ``12GiB/s``."""
+    import re
+
     from kvdash.units import parse_size
 
     table = links()
     if text in table:
         return table[text]
-    body = text[:-2] if text.endswith("/s") else ""
+    allowed = ("expected one of " + ", ".join(table) + " or a positive bandwidth such as 25GB/s, 12GiB/s or "
+               "200Gb/s (bits: Gb, Gbit)")
+    body = text[:-2].strip() if text.endswith("/s") else ""
     if not body:
-        raise InputError(field, text, "expected one of " + ", ".join(table) + " or a bandwidth such as 25GB/s")
-    value = parse_size(body, field)
+        raise InputError(field, text, allowed)
+    bits = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([kMGT]?)(b|bit)", body)
+    if bits:  # network links are quoted in bits per second: 25Gb/s is 3.125 GB/s, not 25 GB/s
+        value = int(float(bits.group(1)) * 10 ** (3 * " kMGT".index(bits.group(2) or " ")) / 8)
+    else:
+        try:
+            value = parse_size(body, field)
+        except InputError:
+            raise InputError(field, text, allowed) from None
     if value <= 0:
-        raise InputError(field, text, "expected a positive bandwidth")
+        raise InputError(field, text, allowed)
     return Link(text, f"{text} (given)", value, "given on the command line")
 
 
