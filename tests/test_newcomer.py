@@ -287,6 +287,12 @@ class TestDerivedLabelled:
         line = model_line("mamba-130m")
         assert "no attention layers" in line and "0 KV heads" not in line and "vLLM 0.33's fallback" in line
         assert "fallback" not in model_line("llama-3.1-8b")
+        # a layer mix that rests on the class's default: Gemma 3 (62 layers, every 6th full: 10 full + 52 sliding),
+        # Llama 4 Scout (48 layers, every 4th full: 12 full + 36 chunked); Gemma 3 1B writes its pattern (6)
+        assert "every 6th layer full, the rest sliding (transformers' Gemma3TextConfig default" in model_line(
+            "gemma-3-27b-it")
+        assert "layer pattern" not in model_line("gemma-3-1b-it")
+        assert "every 4th layer full (no RoPE), the rest chunked" in model_line("llama-4-scout-17b-16e-instruct")
 
     def test_sparse_mla_names_its_indexer(self, capsys):
         """DeepSeek-V3.2: 61 x (576 x 2 + 132) = 78,324 B a token; the 'how' said layers x latent x bytes (70,272)

@@ -318,6 +318,15 @@ def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int, hidden: 
             out.append(f"head_dim {head_dim} derived as hidden_size {hidden:,} / "
                        f"num_attention_heads {heads} (config.json has no head_dim)"
                        if hidden else f"head_dim {head_dim} (config.json has neither head_dim nor hidden_size)")
+    kind = text.get("model_type")
+    if kind == "gemma3_text" and text.get("sliding_window") and text.get("layer_types") is None \
+            and text.get("sliding_window_pattern") is None:  # the layer mix rests on the class's default
+        out.append("layer pattern: every 6th layer full, the rest sliding (transformers' Gemma3TextConfig default "
+                   "sliding_window_pattern 6; config.json gives no layer_types)")
+    if kind == "llama4_text" and text.get("attention_chunk_size") and text.get("no_rope_layers") is None \
+            and text.get("no_rope_layer_interval") is None:
+        out.append("layer pattern: every 4th layer full (no RoPE), the rest chunked (transformers' Llama4TextConfig "
+                   "default no_rope_layer_interval 4; config.json gives no no_rope_layers)")
     new_falcon = text.get("new_decoder_architecture") or text.get("model_type") in ("RefinedWeb", "RefinedWebModel")
     if text.get("multi_query") and not new_falcon and kv_heads == 1 and text.get("num_kv_heads") not in (None, 1):
         out.append(f"KV heads 1: multi_query true without new_decoder_architecture (vLLM 0.33's "
