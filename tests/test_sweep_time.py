@@ -508,6 +508,7 @@ def test_sigterm_stops_parallel_workers(tmp_path):
 
     grid = _grid(tmp_path, "title: sig\nmodels: [llama-3.1-8b]\nworkloads:\n  chat: {length: 499, max_reserved: 4096}\n"
                            "grid:\n  gpu: [h100-80gb, h200]\n  block_size: [16, 32]\n  kv_dtype: [bf16, fp8]\n"
+                           "  gpu_util: [0.9, 0.8]\n"
                            "simulate:\n  workload: sharegpt\n  requests: 1000\n  time:\n    slo: ttft=2s,tpot=50ms\n"
                            "    requests: 4000\n")
     out = tmp_path / "out"
@@ -519,7 +520,8 @@ def test_sigterm_stops_parallel_workers(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143 and "interrupted by SIGTERM" in err
-    assert time.monotonic() - sent < 10 and not out.exists()
+    # 0.3 s measured; the parent that waited for its 16 points took 20 s and more after the signal
+    assert time.monotonic() - sent < 5 and not out.exists()
 
 
 def test_one_token_outputs_under_a_tpot_slo_name_the_grid_key(tmp_path, capsys):

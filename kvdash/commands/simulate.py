@@ -146,20 +146,26 @@ def simulate(
     if trace_every < 0:
         raise InputError("--trace-every", trace_every, "expected 0 (no trace) or a positive number of steps")
     max_bytes = parse_max_file_size(max_file_size)  # checked even without --trace
-    if trace is not None:  # the trace gives every length: a preset or a length spec beside it was dropped silently
-        from kvdash.commands.common import given as said
+    from kvdash.commands.common import given
 
-        for name, option, value in (("prompt", "--prompt", prompt), ("output", "--output", output),
-                                    ("workload", "--workload", workload)):
-            if said(ctx, name):
-                raise InputError(option, value, "not read with --trace (the trace gives every prompt and output "
-                                                "length): give one or the other")
+    defaults_of = {p.name: p.default for p in ctx.command.params}
+    locals_now = dict(locals())  # the options as given
+
+    def refuse_given(names: tuple[tuple[str, str], ...], why: str) -> None:
+        """One line for the first option given that this run does not read (its default typed out is harmless:
+        it would change nothing)."""
+        for name, option in names:
+            if given(ctx, name) and locals_now[name] != defaults_of[name]:
+                raise InputError(option, locals_now[name], why)
+
+    if trace is not None:  # the trace gives every length: a preset or a length spec beside it was dropped silently
+        refuse_given((("prompt", "--prompt"), ("output", "--output"), ("workload", "--workload")),
+                     "not read with --trace (the trace gives every prompt and output length): give one or the other")
     size = parse_block_size(block_size)
     if max_len is not None and max_len < 2:
         raise InputError("--max-reserved", max_len, "expected at least 2")
     if concurrency is not None and concurrency < 1:
         raise InputError("--concurrency", concurrency, "expected a positive integer")
-    from kvdash.commands.common import given
 
     if slo is not None:
         from kvdash.simulate.slo import parse_slo
@@ -201,16 +207,6 @@ def simulate(
                                                      "--slo, --hash-trace or --prefix-workload)")
     if prefix_replay and slo:
         raise InputError("--slo", slo, "answers a length workload (--workload/--prompt/--output), not a prefix replay")
-    from kvdash.commands.common import given as said
-
-    defaults_of = {p.name: p.default for p in ctx.command.params}
-
-    def refuse_given(names: tuple[tuple[str, str], ...], why: str) -> None:
-        for name, option in names:  # given and not its default typed out: it would change nothing, silently
-            if said(ctx, name) and locals_now[name] != defaults_of[name]:
-                raise InputError(option, locals_now[name], why)
-
-    locals_now = dict(locals())
     tier_options = (("offload", "--offload"), ("cpu_policy", "--cpu-policy"), ("blocks_per_chunk", "--blocks-per-chunk"),
                     ("link", "--link"), ("disk_link", "--disk-link"), ("capacities", "--capacities"),
                     ("rules", "--rules"))
@@ -236,16 +232,11 @@ def simulate(
         from kvdash.commands.common import warn
         from kvdash.commands.simulate_time import main as timed_main
 
-        defaults = {p.name: p.default for p in ctx.command.params}
-        for name, option in (("prefix", "--prefix"), ("watermark", "--watermark"), ("rates", "--rates"),
-                             ("latency_bound", "--latency-bound"), ("trace_every", "--trace-every"),
-                             ("allocator", "--allocator"), ("offload", "--offload"), ("capacities", "--capacities"),
-                             ("cpu_policy", "--cpu-policy"), ("blocks_per_chunk", "--blocks-per-chunk"),
-                             ("link", "--link"), ("disk_link", "--disk-link"), ("rules", "--rules")):
-            value = locals()[name]
-            if given(ctx, name) and value != defaults[name]:  # its default typed out is harmless
-                raise InputError(option, value, "not read by --time / --slo (the timed run is paged under vLLM 0.33's "
-                                 "scheduler at its own rules): give it without --time and --slo")
+        refuse_given((("prefix", "--prefix"), ("watermark", "--watermark"), ("rates", "--rates"),
+                      ("latency_bound", "--latency-bound"), ("trace_every", "--trace-every"),
+                      ("allocator", "--allocator")),
+                     "not read by --time / --slo (the timed run is paged under vLLM 0.33's scheduler at its own "
+                     "rules): give it without --time and --slo")
         if given(ctx, "policies") and time_model:
             warn(f"--policies {policies} has no effect with --time: the timed simulation runs paged (vLLM's "
                  "scheduler) only; the Orca policies in seconds are a grid's (simulate: time: policies)")
@@ -261,7 +252,7 @@ def simulate(
                                                              "this simulation runs every request the pool holds"))
     if shape.groups != 1 or shape.window_groups or shape.state_bytes:
         raise InputError("--model", arch.name, "simulate handles full-attention and MLA models (one KV-cache group)")
-    from kvdash.commands.common import check_budget_options, given, warn
+    from kvdash.commands.common import check_budget_options, warn
 
     notes = check_budget_options(budget, gpu, None, gpu_util, "vllm", weights, reserve, given(ctx, "reserve"))
     from kvdash.calibration import reserve_for

@@ -51,7 +51,7 @@ def main(o: dict[str, Any]) -> None:
     from kvdash.commands.common import check_budget_options, parse_budget, warn
     from kvdash.core.gpus import get_gpu
     from kvdash.core.steptime import fitted_constants, gpu_perf, moe_kernel, unmeasured_note
-    from kvdash.engines.vllm import checkpoint_weight_format, stored_kv_dtype, timed_compute
+    from kvdash.engines.vllm import stored_kv_dtype, timed_compute
     from kvdash.simulate.lengths import parse_lengths_spec
     from kvdash.simulate.timed import Pool
     from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace
@@ -70,10 +70,8 @@ def main(o: dict[str, Any]) -> None:
     if o["weights"]:  # the time model reads the weight figure where it cannot count parameters (hybrids)
         arch = replace(arch, weight_bytes=parse_size(o["weights"], "--weights", allow_zero=True), weights_known=True,
                        weight_basis="--weights")
-    wf, wf_basis = (checkpoint_weight_format(cfg) if o["weight_format"] == "auto" else (o["weight_format"], ""))
     mc = timed_compute(cfg, arch, tp, o["weight_format"], o["kv_dtype"])  # auto: experts and attention too
-    if o["weight_format"] == "auto" and not mc.counted and wf != "bf16":  # not counted: auto's read as bf16
-        wf, wf_basis = "bf16", f"{wf_basis}; not applied: {NOT_COUNTED}"
+    wf, wf_basis = timed_weight_format(cfg, o["weight_format"], mc)
     stored = stored_kv_dtype(arch, o["kv_dtype"])[0]  # the cache vLLM keeps (auto: the checkpoint's)
     seqs_d, tokens_d = vllm_batch_defaults(gpu.memory_bytes, gpu.name)
     seqs = seqs_d if o["max_num_seqs"] is None else o["max_num_seqs"]  # 0 is refused below, not the default
@@ -113,7 +111,7 @@ def main(o: dict[str, Any]) -> None:
         raise InputError("--trace" if o["trace"] is not None else "--prompt" if o["prompt"] else "--output",
                          f"{longest:,} tokens", f"requests of at most the model's context length "
                                                 f"({arch.max_context:,} tokens, prompt + output)")
-    if int(pool.request_blocks(int(reqs.final.max()))) > pool.blocks:
+    if int(pool.request_blocks(longest)) > pool.blocks:
         raise InputError("--budget", f"{pool.blocks:,} blocks", "the pool cannot hold the longest request")
     mean_len = int(round(float(reqs.final.mean())))
     kv_requests = pool.blocks // int(pool.request_blocks(max(mean_len, 1)))
@@ -201,8 +199,21 @@ def main(o: dict[str, Any]) -> None:
             say(f"{label}: {info[key]}")
 
 
-# auto's format where the time model reads the weight figure (hybrids, Gemma 3: parameters it does not count)
-NOT_COUNTED = "the parameters are not counted from config.json, so the weight figure is read at 2 B a parameter"
+def timed_weight_format(cfg: dict[str, Any], asked: str, mc: Any) -> tuple[str, str]:
+    """The dense weights' format the step times read and why (``""``: as asked): ``auto`` is the checkpoint's
+    (:func:`kvdash.engines.vllm.checkpoint_weight_format`), read as bf16 where the time model cannot count the
+    model's parameters (hybrids, Gemma 3: the weight figure at 2 B a parameter; :func:`timed_compute`)."""
+    from kvdash.engines.vllm import checkpoint_weight_format
+
+    if asked != "auto":
+        return asked, ""
+    fmt, basis = checkpoint_weight_format(cfg)
+    if not mc.counted and fmt != "bf16":
+        return "bf16", (f"{basis}; not applied: the parameters are not counted from config.json, so the weight "
+                        "figure is read at 2 B a parameter")
+    return fmt, basis
+
+
 CALC_SLO_REQUESTS = 1000  # calc's short simulation: 1,000 ShareGPT-shaped requests
 CALC_SLO_MAX_LEN = 8192  # ... clipped at this many tokens (or the model's context, if shorter)
 
@@ -217,7 +228,7 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
 
     from kvdash.core.gpus import get_gpu
     from kvdash.core.steptime import fitted_constants, gpu_perf, unmeasured_note
-    from kvdash.engines.vllm import checkpoint_weight_format, timed_compute
+    from kvdash.engines.vllm import timed_compute
     from kvdash.simulate.timed import Pool
     from kvdash.simulate.workload import PRESETS, draw_requests
 
@@ -232,12 +243,8 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     perf = gpu_perf(gpu.key)
     p = result["pool"]
     cfg = model_config(model, config)
-    wf_basis = ""
     mc = timed_compute(cfg, arch, tp, weight_format, kv_dtype)  # auto: the checkpoint's experts and attention too
-    if weight_format == "auto":
-        weight_format, wf_basis = checkpoint_weight_format(cfg)
-        if not mc.counted and weight_format != "bf16":  # read as bf16: the parameters are not counted
-            weight_format, wf_basis = "bf16", f"{wf_basis}; not applied: {NOT_COUNTED}"
+    weight_format, wf_basis = timed_weight_format(cfg, weight_format, mc)
     pool = Pool(int(result["whole_pool_blocks"]), int(p["block_size"]), int(p["full_groups"]), int(p["window_groups"]),
                 int(p["window"] or 0), int(p["state_blocks_per_request"] or 0))
     # calc's own engine caps (its --max-num-seqs / --max-batched-tokens, else vLLM 0.33's defaults for the GPU)

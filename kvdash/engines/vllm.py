@@ -913,6 +913,7 @@ def checkpoint_formats(cfg: dict[str, Any]) -> tuple[str, str | None, str | None
     if not method:
         return "bf16", None, None, "auto: no quantization_config in config.json (the model dtype: bf16)"
     q = q if isinstance(q, dict) else {}
+    inner: dict[str, Any] = q["quantization"] if isinstance(q.get("quantization"), dict) else {}  # ModelOpt's nest
     if method == "mxfp4":
         return "bf16", None, None, ("auto: the checkpoint's quantization_config (mxfp4: the routed experts MXFP4, "
                                     "the rest bf16)")
@@ -920,7 +921,6 @@ def checkpoint_formats(cfg: dict[str, Any]) -> tuple[str, str | None, str | None
     if method == "fp8":
         fmt, words = "fp8", "quant_method fp8"
     elif method.startswith("modelopt"):
-        inner: dict[str, Any] = q["quantization"] if isinstance(q.get("quantization"), dict) else q
         algo = str(inner.get("quant_algo") or q.get("quant_algo") or "").upper()
         if algo in ("FP8", "NVFP4"):
             fmt, words = algo.lower(), f"ModelOpt, quant_algo {algo}"
@@ -940,8 +940,7 @@ def checkpoint_formats(cfg: dict[str, Any]) -> tuple[str, str | None, str | None
                                     "model, so bf16 is assumed; give --weight-format")
     text = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
     layers = text.get("num_hidden_layers")
-    inner_q = q["quantization"] if isinstance(q.get("quantization"), dict) else {}
-    kept = _ignored_parts({**q, **inner_q}, layers if isinstance(layers, int) and layers > 0 else 0)
+    kept = _ignored_parts({**q, **inner}, layers if isinstance(layers, int) and layers > 0 else 0)
     left = [part for part in _PART_NAMES if part in kept]  # as the list names them, before the model's layout
     if not _has_dense_mlp_layers(text):  # a MoE model without dense MLP layers: its shared experts decide
         kept.discard("dense MLP")

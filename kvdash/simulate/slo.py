@@ -199,14 +199,18 @@ def rate_text(search: dict[str, Any], requests: int, further: str = "more --requ
     return f"{rate_words(search['max_rate_per_s'])} requests/s{over}"
 
 
+def no_tpot_to_judge(slo: dict[str, float], output: np.ndarray) -> bool:
+    """Whether ``slo`` bounds TPOT over outputs of one token each: TPOT is the time between a request's output
+    tokens, so there is none to judge (the search "met" tpot=1us at every load)."""
+    return "tpot" in slo and len(output) > 0 and int(np.max(output)) < 2
+
+
 def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, slo: dict[str, float],
                seed: int = 0, policy: str = "paged") -> dict[str, Any]:
     """The highest closed-loop concurrency and the highest Poisson rate whose p90 latencies meet ``slo``
     (doubling, then bisection), and which limit binds just above the concurrency found: ``binds`` is one of
     :data:`BINDS` (``binding_limit`` says it in words)."""
-    if "tpot" in slo and len(output) and int(np.max(output)) < 2:
-        # TPOT is the time between a request's output tokens: with one token each there is none to judge, and the
-        # search "met" tpot=1us at every load
+    if no_tpot_to_judge(slo, output):
         raise InputError("--slo", f"tpot={slo['tpot'] * 1e3:g}ms", "TPOT needs outputs of at least 2 tokens; every "
                          "output of this workload is 1 token: judge ttft or e2e instead")
     seen: dict[int, Any] = {}

@@ -66,6 +66,12 @@ PRESETS = {
 }
 
 
+def _shown(line: str) -> str:
+    """A refused trace line as the file has it, at most 40 characters."""
+    text = line.strip()
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def read_trace(path: str, limit: int | None = None,
                max_bytes: int = safeio.STREAM_CAP) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """A CSV of ``prompt,output`` lengths (a header line is allowed), streamed by :mod:`kvdash.safeio`
@@ -79,15 +85,14 @@ def read_trace(path: str, limit: int | None = None,
         parts = [p.strip() for p in line.split(",")]
         if not line.strip():
             continue
-        row = line.strip() if len(line.strip()) <= 40 else line.strip()[:37] + "..."  # the line, as the file has it
         if len(parts) < 2 or not all(p.isascii() and p.isdigit() and len(p) <= 18 for p in parts[:2]):
             if number == 1 and not any(p.isdigit() for p in parts):
                 continue  # header
-            raise InputError("--trace", f"{path}:{number}: {row}", "each line must start 'prompt,output', two "
+            raise InputError("--trace", f"{path}:{number}: {_shown(line)}", "each line must start 'prompt,output', two "
                                                                    "positive integers (further fields are ignored)")
         p, o = int(parts[0]), int(parts[1])
         if p <= 0 or o <= 0:
-            raise InputError("--trace", f"{path}:{number}: {row}", "lengths must be positive")
+            raise InputError("--trace", f"{path}:{number}: {_shown(line)}", "lengths must be positive")
         prompts.append(p)
         outputs.append(o)
     if not prompts:

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+MAX_TIME_REQUESTS = 20_000  # a time block's requests per grid point (its workloads' own requests: too)
 TIME_KEYS = ("gpu", "weight_format", "policies", "slo", "users", "rates", "latency_bound", "workloads", "requests",
              "max_num_seqs", "max_batched_tokens", "refine")
 WORKLOAD_KEYS = ("preset", "prompt", "output", "rates", "requests")
@@ -164,12 +165,14 @@ def parse_time(c: Any, raw: Any, p: tuple[Any, ...], base: Any, grid_workloads: 
                 except InputError as exc:
                     raise c.fail(q + ("rates",), m["rates"], exc.allowed) from exc
             if "requests" in m:
-                workload_requests[str(name)] = c.positive_int(m["requests"], q + ("requests",), high=20_000)
+                workload_requests[str(name)] = c.positive_int(m["requests"], q + ("requests",),
+                                                              high=MAX_TIME_REQUESTS)
             workloads[str(name)] = w
     refine = sec.get("refine", 6)
     if isinstance(refine, bool) or not isinstance(refine, int) or not 0 <= refine <= 20:
         raise c.fail(p + ("refine",), refine, "expected 0 to 20 bisection steps")
-    requests = c.positive_int(sec.get("requests", min(base.requests, 500)), p + ("requests",), high=20_000)
+    requests = c.positive_int(sec.get("requests", min(base.requests, 500)), p + ("requests",),
+                              high=MAX_TIME_REQUESTS)
     if not rates and not workload_rates:  # refine / latency_bound narrow and bound a rates: sweep, which is absent
         if policies != ("paged",) and "policies" in sec:  # slo: and users: run paged (vLLM's scheduler) only
             raise c.fail(p + ("policies",), ",".join(policies), "Orca's policies run in a rates: sweep only (slo: "
@@ -281,6 +284,7 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
     from kvdash.engines.vllm import rank_shapes, timed_compute
     from kvdash.errors import InputError
     from kvdash.simulate import tasks as T
+    from kvdash.simulate.slo import no_tpot_to_judge
     from kvdash.simulate.timed import Pool
     from kvdash.simulate.workload import draw_requests
     from kvdash.sweep.parallel import run_tasks
@@ -361,7 +365,7 @@ def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any
                                               "max_model_len is set); shorter lengths, a larger max_model_len, or "
                                               "simulate: clip: true")) from None
         reqs = drawn[(wl, max_len)]
-        if ts.slo and "tpot" in ts.slo and int(reqs.output.max()) < 2:  # no TPOT to judge (slo_search refuses it)
+        if ts.slo and no_tpot_to_judge(ts.slo, reqs.output):  # slo_search refuses it as --slo; here, the grid key
             raise InputError(f"{spec.tree.at(('simulate', 'time', 'slo'))}: simulate.time.slo", ts.slo_text,
                              f"TPOT needs outputs of at least 2 tokens; workload {wl}'s outputs are all 1 token: "
                              "judge ttft or e2e there")
