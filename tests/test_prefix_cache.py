@@ -404,6 +404,7 @@ def test_hostile_trial_of_the_prefix_replay(tmp_path: Path, capsys: pytest.Captu
     assert code == 2 and "the cpu tier holds no chunk" in err
     for extra, words in ((["--requests", "20", "--offload", "cpu:1GiB"], "applies to a prefix replay"),
                          (["--rate", "3"], "not read by a prefix replay"),
+                         (["--clip"], "--clip: '--clip' is not allowed; not read by a prefix replay"),
                          (["--cpu-policy", "arc"], "shapes an --offload tier")):
         args = ["simulate", "--model", "llama-3.1-8b", *extra] if "--offload" in extra else [*base, *extra]
         code, _, err = run(args, capsys)

@@ -497,7 +497,7 @@ def _same_schedule(P, OUT, pool, mc, g, c, seqs: int, mbt: int, kw: dict, seed: 
 
 
 def test_event_simulator_gives_the_reference_schedule():
-    """Rule: the event-by-event simulator (kvdash.simulate.timed_fast, models without sliding windows) gives
+    """Rule: the event-by-event simulator (kvdash.simulate.timed_fast; sliding windows: the next test) gives
     the same schedule as the step-by-step reference on random workloads: closed loop and Poisson, pools tight
     enough to preempt, token budgets that chunk prompts, prompts of 1 token, state blocks; the same segments
     (first token, finish and arrival at the same segment, the same steps, preemptions and peak) and the same
@@ -526,6 +526,45 @@ def test_event_simulator_gives_the_reference_schedule():
         a = _same_schedule(P, OUT, pool, mc, g, c, seqs, mbt, kw, seed)
         preempting += a.preemptions > 0
     assert preempting >= 20  # the preemption rule is exercised, not only the quiet path
+
+
+def test_event_simulator_gives_the_reference_schedule_for_sliding_windows():
+    """Rule: sliding-window pools and models run event by event too (timed_fast: a young decoder, whose window
+    blocks still grow or whose window context is below the window, is held one by one; an old one holds capw blocks
+    a window group and reads W tokens of window context), with the reference's segments and features to 1e-12:
+    gpt-oss-120b's compute with windows of 4 to 200 tokens, 0 to 2 full and window groups (a pool of window groups
+    only too), state blocks, pages of different sizes (full_ratio / window_ratio 1 or 2, MiMo-V2-Flash's kind),
+    blocks of 4 and 16 tokens, closed loop and Poisson, pools tight enough to preempt; a fifth of the workloads
+    with a dense model's compute (no window read) over a windowed pool.  Before, these ran only step by step:
+    gpt-oss-120b's calc --slo on one H200 took 48 s, now 7 s, the same answer."""
+    cfg = _cfg("gpt-oss-120b")
+    gpt = model_compute(cfg, from_hf_config(cfg, "gpt-oss-120b"), 1, "bf16", "mxfp4")
+    dense, _, _ = _llama8b()
+    g, c = gpu_perf("h200"), Constants(1.2, 1.3, 0.002, 3e-5, 1e-5)
+    preempting = young_growth = 0
+    for seed in range(150):
+        rng = np.random.default_rng(2000 + seed)
+        n = int(rng.integers(1, 60))
+        P, OUT = rng.integers(1, 300, n), rng.integers(1, 200, n)
+        if seed % 3 == 0:
+            P[rng.integers(0, n)] = 1
+        W = int(rng.choice([4, 16, 17, 33, 64, 128, 200]))
+        mc = replace(gpt, window=W) if seed % 5 else dense
+        fg = int(rng.integers(0, 3))
+        wg = int(rng.integers(1 if fg == 0 else 0, 3))
+        state = int(rng.integers(0, 2))
+        fr, wr = (1, 1) if seed % 4 else (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        bs = int(rng.choice([4, 16]))
+        one = f.request_blocks(int((P + OUT).max()), bs, fg, wg, W, fr, wr) + state
+        pool = Pool(int(rng.integers(1, 10)) * one, bs, fg, wg, W if wg else 0, state, fr, wr)
+        seqs = int(rng.integers(1, 40))
+        mbt = int(rng.integers(seqs, 400))
+        kw = {"concurrency": int(rng.integers(1, 40))} if seed % 2 else {
+            "arrivals_s": np.cumsum(rng.exponential(0.01, n))}
+        a = _same_schedule(P, OUT, pool, mc, g, c, seqs, mbt, kw, seed)
+        preempting += a.preemptions > 0
+        young_growth += wg > 0 and bool((P < W).any())
+    assert preempting >= 40 and young_growth >= 40  # preemption and young decoders are exercised
 
 
 def test_event_simulator_gives_the_reference_schedule_for_moe_models():
@@ -1053,6 +1092,25 @@ def test_ignore_lists_name_decoder_parts_only(tmp_path, capsys):
     setup = json.loads(out)["setup"]
     assert setup["weight_format"] == "bf16" and "not applied: the parameters are not counted" in setup[
         "weight_format_basis"]
+
+
+def test_moe_layer_freq_as_a_per_layer_list(capsys):
+    """MiMo-V2-Flash's moe_layer_freq is a list (a 0 for the first, dense layer, then 47 ones), not DeepSeek's step:
+    --weight-format auto's dense-layer rule took int() of it and `simulate --time` ended in a TypeError traceback
+    (found running every config in tests/data/configs through simulate --time).  A 0 in the list is a dense layer;
+    a list of ones none; a step of 2 has dense layers."""
+    from kvdash.engines.vllm import _has_dense_mlp_layers
+
+    moe = {"n_routed_experts": 8}
+    assert _has_dense_mlp_layers({**moe, "moe_layer_freq": [0, 1, 1]})
+    assert not _has_dense_mlp_layers({**moe, "moe_layer_freq": [1, 1, 1]})
+    assert _has_dense_mlp_layers({**moe, "moe_layer_freq": 2})
+    assert not _has_dense_mlp_layers({**moe, "moe_layer_freq": 1})
+    code, out, err = run(["simulate", "--model", str(DATA.parent / "configs/mimo-v2-flash"), "--gpu", "h200", "--tp",
+                          "8", "--weights", "310GB", "--time", "--requests", "40", "--concurrency", "8", "--json"],
+                         capsys)
+    assert code in (0, None) and not err.strip(), err
+    assert json.loads(out)["results"][0]["tpot_ms"]["p50"] > 0
 
 
 def test_time_refuses_options_it_does_not_read(capsys):

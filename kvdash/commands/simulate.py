@@ -155,8 +155,10 @@ def simulate(
         """One line for the first option given that this run does not read (its default typed out is harmless:
         it would change nothing)."""
         for name, option in names:
-            if given(ctx, name) and locals_now[name] != defaults_of[name]:
-                raise InputError(option, locals_now[name], why)
+            value = locals_now[name]
+            if given(ctx, name) and value != defaults_of[name]:
+                # a flag is shown as typed (it read `--clip: True`)
+                raise InputError(option, option if value is True else value, why)
 
     if trace is not None:  # the trace gives every length: a preset or a length spec beside it was dropped silently
         refuse_given((("prompt", "--prompt"), ("output", "--output"), ("workload", "--workload")),

@@ -878,12 +878,16 @@ def _has_experts(text: dict[str, Any]) -> bool:
 def _has_dense_mlp_layers(text: dict[str, Any]) -> bool:
     """Whether some decoder layer has a dense MLP: a model without routed experts, or a MoE model with dense
     layers (DeepSeek's first_k_dense_replace, Qwen-MoE's mlp_only_layers / decoder_sparse_step, a moe_layer_freq
-    or Llama 4's interleave_moe_layer_step above 1)."""
+    or Llama 4's interleave_moe_layer_step above 1; MiMo-V2-Flash's moe_layer_freq is a list, a 0 per dense layer)."""
     if not _has_experts(text):
         return True
-    return bool(text.get("first_k_dense_replace") or text.get("mlp_only_layers")
-                or any(int(text.get(k) or 1) > 1 for k in ("decoder_sparse_step", "moe_layer_freq",
-                                                           "interleave_moe_layer_step")))
+    if text.get("first_k_dense_replace") or text.get("mlp_only_layers"):
+        return True
+    for key in ("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step"):
+        v = text.get(key)
+        if isinstance(v, list) and not all(v) or isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1:
+            return True
+    return False
 
 
 def _has_shared_experts(text: dict[str, Any]) -> bool:

@@ -127,16 +127,13 @@ def simulate_timed(prompt: np.ndarray, output: np.ndarray, pool: Pool, mc: Model
     """Run the requests (``prompt``/``output`` lengths, in order) closed-loop at ``concurrency`` or at the
     Poisson ``arrivals_s`` (seconds, sorted); return the :class:`Schedule` (times under ``consts``).
 
-    Models without sliding-window layers run event by event (:mod:`kvdash.simulate.timed_fast`, the same
-    schedule); the others step by step (:func:`simulate_reference`)."""
+    Every model runs event by event (:mod:`kvdash.simulate.timed_fast`), which gives the schedule of the step by
+    step :func:`simulate_reference`."""
     from kvdash.simulate import timed_fast
 
     _check(prompt, output, pool, max_num_seqs, max_batched_tokens)
-    if timed_fast.applies(pool, mc):
-        return timed_fast.simulate_events(prompt, output, pool, mc, gpu, consts, max_num_seqs, max_batched_tokens,
-                                          concurrency, arrivals_s)
-    return simulate_reference(prompt, output, pool, mc, gpu, consts, max_num_seqs, max_batched_tokens,
-                              concurrency, arrivals_s)
+    return timed_fast.simulate_events(prompt, output, pool, mc, gpu, consts, max_num_seqs, max_batched_tokens,
+                                      concurrency, arrivals_s)
 
 
 def _check(prompt: np.ndarray, output: np.ndarray, pool: Pool, max_num_seqs: int, max_batched_tokens: int) -> None:

@@ -1,7 +1,7 @@
 """The simulator in seconds, event by event (issue 28: within 1.5x of the step simulator).
 
 The same scheduler as :func:`kvdash.simulate.timed.simulate_reference` (vLLM 0.33's ``Scheduler.schedule()``,
-step for step, the same segments), for pools and models without sliding-window layers.  What makes it fast
+step for step, the same segments), for every pool and model.  What makes it fast
 is the step simulator's trick (:class:`kvdash.simulate.engine._PagedFast`): a decoding request's computed
 tokens are ``off + T`` after ``T`` steps, so nothing per request changes between events, and
 
@@ -16,7 +16,14 @@ request admitted after one being prefilled got budget, so that one's prefill was
 one.  A step that preempts lays the running requests out in order and follows the reference rule request by
 request.  ``tests/test_time.py`` checks both simulators give the same schedule on random workloads.
 
-The rest is Python's cost per request (``benchmarks/simulate_time_speed.py``): a segment records seven numbers
+Sliding windows (gpt-oss, Gemma, Mistral v0.1, MiMo-V2-Flash): a decoder whose window blocks have stopped
+growing (``capw`` a window group) and whose window context has reached the window ``Wc`` changes nothing more
+in them; the young ones, held in buckets by offset (:class:`_Young`), take a window block at the steps where
+``(off + T) % Bw == 0`` (phases again) and read ``off + T + 1`` tokens of window context (a running sum), and
+a stretch's sums are arithmetic series less each bucket's steps after it ages.  A prefill chunk's seconds are
+:func:`kvdash.core.steptime.prefill_chunk_seconds` itself there (its window pairs).
+
+The rest is Python's cost per request (``benchmarks/simulate_time_speed.py``): a segment records four numbers
 and its features are summed at the end for all segments at once (:func:`_cumulative`: the step size's row of a
 table, times the steps, plus the KV and prefill seconds; the running time is kept in the loop only for Poisson
 arrivals, which need it); a step's admissions and its chunks go in one pass; the state stays in the function's
@@ -34,17 +41,12 @@ from typing import Any
 
 import numpy as np
 
-from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, lm_head_seconds
+from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, lm_head_seconds, prefill_chunk_seconds
 from kvdash.errors import InputError
 from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule
 
 # the largest max_num_batched_tokens whose step sizes are tabulated up front (8 floats a size: 4 MiB)
 TABLE_TOKENS = 65_536
-
-
-def applies(pool: Any, mc: ModelCompute) -> bool:
-    """Whether the event simulator covers this pool and model: no sliding-window layers."""
-    return not pool.window_groups and not mc.window and not mc.kv_window_bytes
 
 
 def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: ModelCompute, gpu: GPUPerf,
@@ -56,19 +58,31 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
     closed = arrivals_s is None
     arr: list[float] = arrivals_s.tolist() if arrivals_s is not None else []
     coef_np = np.array(consts.vector() + (1.0,))
-    # tokens per block of the full groups (Pool.request_blocks without window groups)
+    # tokens per block of the full groups
     B, fg, sb, total = pool.block_size * pool.full_ratio, pool.full_groups, pool.state_blocks, pool.blocks
+    # sliding windows: the window groups' blocks (Bw tokens each, at most capw a request) and the window the
+    # attention reads (Wc tokens of context; 0: none, as the reference's win_ctx)
+    wg, Bw, Wc = pool.window_groups, pool.block_size * pool.window_ratio, mc.window
+    capw = -(-(pool.window - 1) // Bw) + 1 if wg else 0
+    windowed = bool(wg or Wc)
+    # the young decoders (window blocks still growing, window context below Wc), in buckets by offset
+    yg = _Young(Wc, wg, Bw, capw) if windowed else None
 
     def rb(t: int, B: int = B, fg: int = fg, sb: int = sb) -> int:  # Pool.request_blocks without window groups
         return fg * (-(-t // B)) + sb
 
+    if windowed:
+        def rb(t: int, B: int = B, fg: int = fg, sb: int = sb) -> int:  # noqa: F811 - Pool.request_blocks
+            w = -(-t // Bw)
+            return fg * (-(-t // B)) + wg * (w if w < capw else capw) + sb
+
     full_pf, win_pf = mc.attn_pair_flops()
-    full_pp = mc.attn_pair_flops(prefill=True)[0]  # no window here
+    full_pp, win_pp = mc.attn_pair_flops(prefill=True)
     lm_s = lm_head_seconds(mc, gpu)  # a chunk runs the LM head once (prefill_chunk_seconds)
     bw = gpu.hbm_bytes_per_s
     f_attn = gpu.rate(mc.attn_rate)
     mf, cf = mc.kv_full_bytes / bw, full_pf / f_attn
-    mw, cw = mc.kv_window_bytes / bw, win_pf / f_attn  # 0.0 here; kept so that the sums match the reference's
+    mw, cw = mc.kv_window_bytes / bw, win_pf / f_attn
     state2 = 2 * mc.state_bytes
     kv_full = mc.kv_full_bytes
     state_s = 2 * mc.state_bytes / bw
@@ -133,6 +147,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         # the decoders whose last token was sampled in the steps before T leave; a closed loop's next request
         # arrives (scheduled from the step after next: ASYNC_STEPS)
         lim = T << kb
+        if yg is not None:
+            yg.age(T)
         while heap and heap[0] < lim:
             key = heappop(heap) & km
             r = dec.pop(key, -1)
@@ -141,7 +157,11 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             o = off[key]
             phases[o % B] -= 1
             sum_off -= o
-            free += fg * (-(-(o + T) // B)) + sb
+            if yg is None:  # rb inlined (the hot path)
+                free += fg * (-(-(o + T) // B)) + sb
+            else:
+                free += rb(o + T)
+                yg.remove(o)
             finish[r] = seg
             done += 1
             sent += 1
@@ -177,26 +197,31 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                     first_chunk = P[h] + gen[h]
                     if first_chunk > max_batched_tokens - c:
                         first_chunk = max_batched_tokens - c
-                    stretch = fg * (-(-first_chunk // B)) + sb > free
+                    stretch = (fg * (-(-first_chunk // B)) + sb if yg is None else rb(first_chunk)) > free
             if stretch:
                 while heap[0] & km not in dec:
                     heappop(heap)
                 k = (heap[0] >> kb) - T + 1
                 if later and ready[waiting[0]] - T < k:
                     k = ready[waiting[0]] - T
-                if fg and c * fg * (-(-k // B)) > free:
+                if yg is not None and yg.bn:
+                    k = _fit_young(k, c, T, free, B, fg, phases, yg)
+                elif fg and c * fg * (-(-k // B)) > free:
                     k = _fit(k, c, T, free, B, fg, phases)
                 if k >= 1:
                     S = sum_off + c * (T + 1)  # the decode tokens' contexts at the stretch's first step
                     if not closed and next_req < n:
                         k = _steps_before(arr[next_req] - now, k, base_s(c), S, c, c_mem * mf + c_flop * cf,
-                                          c_mem * mw + c_flop * cw)
+                                          c_mem * mw + c_flop * cw, yg if Wc else None)
                     if k >= 1:
                         full = float(S) * k + c * k * (k - 1) / 2
-                        m = mf * full + mw * 0.0 + state_s * c * k
-                        fl = cf * full + cw * 0.0
+                        win = float(yg.window_context(c, k)) if yg is not None and Wc and (mw or cw) else 0.0
+                        m = mf * full + mw * win + state_s * c * k
+                        fl = cf * full + cw * win
                         if fg:
                             free -= _crossings(k, c, T, B, fg, phases) if k > 1 else fg * phases[-T % B]
+                        if yg is not None and yg.bn:
+                            free -= yg.window_blocks(k)
                         T += k
                         token_steps += k * c
                         rows += (c, k, m, fl)
@@ -209,6 +234,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         takes: list[int] = []  # per request of pref
         preempted_now = False
         need = fg * phases[-T % B] if fg else 0
+        if yg is not None:
+            need += yg.at_boundary()
         if pref:
             before = cd
             for r in pref:
@@ -230,7 +257,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             # every request being prefilled; the decoders between take one token and no block, so they are
             # scheduled a run at a time (the same schedule as one by one: they never preempt)
             at = (-T) % B
-            stops = [k for k, key in enumerate(dec) if off[key] % B == at]
+            stops = [k for k, key in enumerate(dec) if off[key] % B == at] if not windowed else [
+                k for k, key in enumerate(dec) if rb(off[key] + T + 1) != rb(off[key] + T)]
             stops += range(len(dec), len(order))
             si = 0
             i = 0
@@ -259,6 +287,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                     if v >= 0:
                         rv = dec.pop(v)
                         o = off[v]
+                        if yg is not None:
+                            yg.remove(o)
                         phases[o % B] -= 1
                         sum_off -= o
                         comp_v = o + T
@@ -304,6 +334,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         busy = running > 0  # an idle engine schedules what arrives at once
         tokens = nd = cd
         full_ctx = sum_off + cd * (T + 1)
+        win_ctx = yg.window_context(cd, 1) if yg is not None and Wc and cd else 0
         px0 = px1 = 0.0
         n_prefill = freed = n_fin = 0
         seg += 1
@@ -325,7 +356,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                     break
                 want = P[r] + gen[r] - computed[r]
                 q = want if want < budget else budget
-                nb = fg * (-(-q // B)) + sb
+                nb = fg * (-(-q // B)) + sb if yg is None else rb(q)
                 if nb > free:
                     break
                 waiting.popleft()
@@ -342,6 +373,13 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             if samples and q == 1:  # a decode token: its last prompt token, or a 1-token prompt
                 nd += 1
                 full_ctx += comp
+                if Wc:
+                    win_ctx += comp if comp < Wc else Wc
+            elif windowed:
+                ms, cs = prefill_chunk_seconds(mc, p0, q, (full_pp, win_pp), f_attn, bw, lm_head_s=lm_s)
+                px0 += ms
+                px1 += cs
+                n_prefill += 1
             else:
                 px1 += full_pp * (q * p0 + q * (q + 1) // 2) / f_attn - (q - 1) * lm_s
                 px0 += (kv_full * p0 + state2) / bw
@@ -350,7 +388,7 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 if first[r] < 0:
                     first[r] = seg
                 if g + 1 >= OUT[r]:  # finished
-                    freed += fg * (-(-comp // B)) + sb
+                    freed += fg * (-(-comp // B)) + sb if yg is None else rb(comp)
                     finish[r] = seg
                     n_fin += 1
                     continue
@@ -364,6 +402,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
                 phases[o % B] += 1
                 sum_off += o
                 heappush(heap, (T1 + OUT[r] - g - 2) << kb | key)
+                if yg is not None:
+                    yg.add(o, T1)
                 continue
             computed[r] = comp
             pref.append(r)
@@ -375,8 +415,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             raise InputError("--budget", f"{pool.blocks:,} blocks", "the pool cannot hold one request's first chunk")
         m, fl = px0, px1
         if nd:
-            m += mf * full_ctx + nd * state2 / bw
-            fl += cf * full_ctx
+            m += mf * full_ctx + mw * win_ctx + nd * state2 / bw
+            fl += cf * full_ctx + cw * win_ctx
         token_steps += nd + n_prefill
         rows += (tokens, 1, m, fl)
         if not closed:
@@ -393,6 +433,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
             phases[o % B] += 1
             sum_off += o
             heappush(heap, (T + OUT[r] - gen[r] - 1) << kb | key)
+            if yg is not None:
+                yg.add(o, T)
     cum = _cumulative(np.fromiter(rows, float, len(rows)).reshape(-1, SEG), table, base)
     return Schedule(cum, np.fromiter(first, np.int64, n), np.fromiter(finish, np.int64, n),
                     np.fromiter(arrival, np.int64, n), arrivals_s if arrivals_s is not None else np.zeros(n),
@@ -452,12 +494,32 @@ def _cumulative(segs: np.ndarray, table: np.ndarray | None, base: Any) -> np.nda
     return np.cumsum(out, axis=0, out=out)
 
 
-def _steps_before(gap: float, k: int, base_s: float, S: int, c: int, per_full: float, per_win: float) -> int:
+def _fit_young(k_max: int, c: int, T: int, free: int, B: int, fg: int, phases: list[int], yg: _Young) -> int:
+    """:func:`_fit` with the young decoders' window blocks besides every decoder's full blocks: the most steps (at
+    most ``k_max``) whose blocks ``free`` holds (the blocks taken grow with the steps: a bisection)."""
+    def need(k: int) -> int:
+        return (_crossings(k, c, T, B, fg, phases) if fg else 0) + yg.window_blocks(k)
+
+    if need(k_max) <= free:
+        return k_max
+    lo, hi = 0, k_max  # need(lo) <= free < need(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if need(mid) <= free:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _steps_before(gap: float, k: int, base_s: float, S: int, c: int, per_full: float, per_win: float,
+                  yg: _Young | None) -> int:
     """Decode steps (at most ``k``) that start before ``gap`` seconds from now (the reference's
-    ``timed._steps_before`` with the contexts' sum ``S``, no window)."""
+    ``timed._steps_before`` with the contexts' sum ``S`` and, with a window, the young decoders ``yg``)."""
     def elapsed(m: int) -> float:
         full = float(S) * m + c * m * (m - 1) / 2
-        return base_s * m + per_full * full + per_win * 0.0
+        win = float(yg.window_context(c, m)) if yg is not None and per_win else 0.0
+        return base_s * m + per_full * full + per_win * win
 
     if elapsed(k - 1) < gap:
         return k
@@ -469,3 +531,114 @@ def _steps_before(gap: float, k: int, base_s: float, S: int, c: int, per_full: f
         else:
             hi = mid
     return lo + 1
+
+
+class _Young:
+    """The decoders of a sliding-window pool whose window blocks still grow or whose window context is below the
+    window, held by their offset ``o`` (computed tokens ``o + T`` at step ``T``) in buckets, never one by one: at
+    step ``T`` a decoder is context-young while ``o + T <= Wc - 2`` (it reads ``o + T + 1`` tokens of window
+    context, an old one ``Wc``) and block-young while ``o + T <= Lw = (capw - 1) Bw`` (it takes a window block at
+    the steps where ``(o + T) % Bw == 0``, an old one holds ``capw``).  As ``T`` grows the largest offsets age
+    out, a bucket at a time (:meth:`age`); a stretch's sums are the young's arithmetic series less the steps after
+    each bucket ages (:meth:`window_context`, :meth:`window_blocks`), so an event costs the buckets ageing within
+    it, not the young decoders (a window of 4,096 tokens keeps most of a ShareGPT workload's decoders young)."""
+
+    def __init__(self, Wc: int, wg: int, Bw: int, capw: int) -> None:
+        self.Wc, self.wg, self.Bw = Wc, wg, Bw
+        self.Lw = (capw - 1) * Bw if wg else -1
+        self.cn = self.cs = 0  # context-young: count, sum of offsets
+        self.cb: dict[int, int] = {}  # offset -> context-young decoders
+        self.bn = 0  # block-young: count
+        self.bb: dict[int, int] = {}  # offset -> block-young decoders
+        self.wphases = [0] * Bw  # block-young decoders by o % Bw
+        self.T = 0  # the step the buckets hold
+
+    def add(self, o: int, T: int) -> None:
+        """A decoder from step ``T`` (after :meth:`age` to ``T``, or in the step before it, whose ageing it
+        survives: it is young at ``T``)."""
+        if o + T <= self.Wc - 2:
+            self.cn += 1
+            self.cs += o
+            self.cb[o] = self.cb.get(o, 0) + 1
+        if o + T <= self.Lw:
+            self.bn += 1
+            self.bb[o] = self.bb.get(o, 0) + 1
+            self.wphases[o % self.Bw] += 1
+
+    def remove(self, o: int) -> None:
+        """A decoder that finishes or is preempted at the step the buckets hold."""
+        T = self.T
+        if o + T <= self.Wc - 2:
+            self.cn -= 1
+            self.cs -= o
+            if self.cb[o] == 1:
+                del self.cb[o]
+            else:
+                self.cb[o] -= 1
+        if o + T <= self.Lw:
+            self.bn -= 1
+            if self.bb[o] == 1:
+                del self.bb[o]
+            else:
+                self.bb[o] -= 1
+            self.wphases[o % self.Bw] -= 1
+
+    def age(self, T: int) -> None:
+        """Step ``T`` (not before the buckets' step): the offsets that are old by then leave."""
+        t0 = self.T
+        if T == t0:
+            return
+        self.T = T
+        if self.cn:  # context: offsets above Wc - 2 - T, those up to Wc - 2 - t0 were young
+            for o in _between(self.cb, self.Wc - 1 - T, self.Wc - 2 - t0):
+                cnt = self.cb.pop(o)
+                self.cn -= cnt
+                self.cs -= cnt * o
+        if self.bn:
+            for o in _between(self.bb, self.Lw + 1 - T, self.Lw - t0):
+                cnt = self.bb.pop(o)
+                self.bn -= cnt
+                self.wphases[o % self.Bw] -= cnt
+
+    def window_context(self, c: int, k: int) -> int:
+        """Window context ``c`` decoders read over steps ``T .. T + k - 1``: the sum over decoders and steps j of
+        min(o + T + 1 + j, Wc) (the reference's ``timed._window_sum``); a bucket that ages at step T + j (j = Wc -
+        1 - T - o) reads Wc from then: its series' excess, cnt (k - j)(k - j - 1) / 2, is taken off."""
+        W, T, n = self.Wc, self.T, self.cn
+        total = c * W * k + k * (self.cs + n * (T + 1 - W)) + n * k * (k - 1) // 2
+        if n and k > 1:
+            for o in _between(self.cb, W - T - k, W - 2 - T):
+                j = W - 1 - T - o
+                total -= self.cb[o] * (k - j) * (k - j - 1) // 2
+        return total
+
+    def window_blocks(self, k: int) -> int:
+        """Window blocks the young take in steps ``T .. T + k - 1``: a block when ``(o + T + j) % Bw == 0`` while
+        young; a bucket's last young step j = Lw - T - o takes one (Lw is a multiple of Bw), and the (k - 1 - j) //
+        Bw the phases count after it are taken off."""
+        if not self.bn:
+            return 0
+        Bw, T = self.Bw, self.T
+        rounds, part = divmod(k, Bw)
+        add = self.bn * rounds
+        ph = self.wphases
+        for j in range(T, T + part):
+            add += ph[-j % Bw]
+        if k > 1:
+            bb, Lw = self.bb, self.Lw
+            for o in _between(bb, Lw - T - k + 2, Lw - T):
+                add -= bb[o] * ((k - 1 - (Lw - T - o)) // Bw)
+        return add * self.wg
+
+    def at_boundary(self) -> int:
+        """Window blocks the young take at step ``T``."""
+        return self.wg * self.wphases[-self.T % self.Bw] if self.bn else 0
+
+
+def _between(buckets: dict[int, int], lo: int, hi: int) -> list[int]:
+    """The keys of ``buckets`` in ``lo .. hi`` with a count (looked up one by one or scanned, whichever is fewer)."""
+    if hi < lo:
+        return []
+    if hi - lo + 1 <= len(buckets):
+        return [o for o in range(lo, hi + 1) if buckets.get(o)]
+    return [o for o, cnt in buckets.items() if lo <= o <= hi and cnt]
