@@ -219,13 +219,38 @@ def test_cpu_tier_catches_what_the_gpu_evicts() -> None:
 
 
 def test_disk_tier_behind_the_cpu() -> None:
-    # CPU tier of 2 chunks: after A (4 chunks) and B (2), A's chunks are only on the (unbounded) disk tier
+    # CPU tier of 4 chunks: after A (4 chunks) and B (2), A's tail chunks (evicted first: a finished request's tail
+    # ranks before its head) are only on the (unbounded) disk tier; A again: 2 blocks from the GPU, then its third
+    # chunk from disk (the hit stops at prompt - 1 = 15 tokens: 3 blocks)
+    a = _one(16, 1, [1], [16], 100)
+    b = _one(8, 1, [2], [8], 101)
+    r = P.replay(_cat(a, b, a), P.TierSpec(block_size=4, gpu_tokens=24, cpu_tokens=16, disk_tokens=None))
+    gpu, cpu, disk = r.tiers
+    assert gpu.hit_tokens == 8 and cpu.hit_tokens == 0 and disk.hit_tokens == 4
+    assert r.hit_tokens == 12
+
+
+def test_cpu_store_is_all_or_nothing() -> None:
+    """Rule (vLLM 0.33, CPUOffloadingManager.prepare_store, vllm/v1/kv_offload/cpu/manager.py: None when the
+    chunks to evict exceed the evictable ones, the offer's own keys protected; the connector does not advance the
+    request's stored index, so it never stores them; only the chunks the CPU tier stored cascade to the tiers
+    behind it, TieringOffloadingManager.complete_store): a CPU tier of 2 chunks cannot take A's 4, so it stores
+    none of them and the disk tier gets none (kvdash stored the first 2 and cascaded all 4, so the last A hit the
+    disk); B's 2 fit.  Stores: B's 2 only; 2 failures (both A's)."""
     a = _one(16, 1, [1], [16], 100)
     b = _one(8, 1, [2], [8], 101)
     r = P.replay(_cat(a, b, a), P.TierSpec(block_size=4, gpu_tokens=24, cpu_tokens=8, disk_tokens=None))
     gpu, cpu, disk = r.tiers
-    assert gpu.hit_tokens == 8 and cpu.hit_tokens == 0 and disk.hit_tokens == 4
-    assert r.hit_tokens == 12
+    assert (gpu.hit_tokens, cpu.hit_tokens, disk.hit_tokens) == (8, 0, 0)
+    assert (cpu.stored_units, cpu.store_failures, disk.stored_units) == (2, 2, 2)
+    arc = P.replay(_cat(a, b, a), P.TierSpec(block_size=4, gpu_tokens=24, cpu_tokens=8, disk_tokens=None,
+                                             cpu_policy="arc"))
+    assert (arc.tiers[1].stored_units, arc.tiers[1].store_failures, arc.tiers[2].stored_units) == (2, 2, 2)
+    # a prompt that fits with outputs that do not: the prompt's chunks are stored, then each output chunk alone
+    c = _one(8, 12, [3], [8], 102)  # 2 prompt chunks, 20 tokens: 5 full chunks in all
+    r = P.replay(c, P.TierSpec(block_size=4, gpu_tokens=40, cpu_tokens=8, disk_tokens=None))
+    assert (r.tiers[1].stored_units, r.tiers[1].evictions, r.tiers[1].store_failures, r.tiers[2].stored_units) == (
+        5, 3, 0, 5)
 
 
 def test_arc_keeps_reused_chunks_through_a_scan() -> None:
@@ -411,4 +436,6 @@ def test_hostile_trial_of_the_prefix_replay(tmp_path: Path, capsys: pytest.Captu
         assert code == 2 and words in err and len(err.strip().splitlines()) == 1, (extra, err)
     code, out, _ = run([*base, "--offload", "cpu:10GiB", "--json"], capsys)
     cpu = json.loads(out)["result"]["tiers"][1]
+    # one figure for the GPU pool: whole blocks, as its tier's capacity (the setup gave the token slots, 4 more)
+    assert json.loads(out)["setup"]["gpu_pool_tokens"] == json.loads(out)["result"]["tiers"][0]["capacity_tokens"]
     assert cpu["evictions"] == 0 and cpu["occupancy_peak"] == cpu["units_stored"] == 128  # 2,048 / 16

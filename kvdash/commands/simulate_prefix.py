@@ -129,7 +129,7 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
     links = {"cpu": cpu_link, "disk": dlink}
     assumptions = prefix_assumptions(rules, spec, sized, cpu_link, dlink, w, conc)
     setup = {"model": arch.name, "kv_dtype": kv_dtype, "block_size": B, "tp": tp, "budget_bytes": per_rank_bytes,
-             "bytes_per_token_per_rank": bytes_per_token, "gpu_pool_tokens": capacity, "workload": w.name,
+             "bytes_per_token_per_rank": bytes_per_token, "gpu_pool_tokens": capacity // B * B, "workload": w.name,
              "workload_note": w.note, "requests": len(w), "prompt_tokens": w.prompt_tokens, "rules": rules,
              "cpu_policy": cpu_policy if rules == "vllm" else "lru", "concurrency": conc,
              "tiers_sized": {k: {"size_bytes": v.size_bytes, "chunk_bytes": v.chunk_bytes, "chunks": v.chunks,
@@ -243,6 +243,11 @@ def _print(setup: dict[str, Any], result: Any, links: dict[str, Any], swept: str
                      if data["skipped_too_large"] else "")
                   + (f"; {data['waits']:,} admissions waited for a finish" if data["waits"] else ""),
                   markup=False, highlight=False)
+    for t in data["tiers"]:
+        if t.get("store_failures"):
+            console.print(f"{t['tier']} tier: {t['store_failures']:,} requests' chunks not stored: their prompt "
+                          "alone has more chunks than the tier (vLLM 0.33 stores a request's new chunks all or "
+                          "nothing, and the tiers behind it receive none)", markup=False, highlight=False)
     if points:
         chart = Table(title=f"Hit rate against {swept} tier capacity (tokens), % of prompt tokens")
         names = list(points[0]["tiers"])

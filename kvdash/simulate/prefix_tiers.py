@@ -24,6 +24,7 @@ class TierStats:
     stored_units: int = 0
     loaded_units: int = 0
     evictions: int = 0
+    store_failures: int = 0  # vLLM's CPU tier: requests whose chunks it could not store (all or nothing)
     occupancy_sum: float = 0.0
     occupancy_peak: int = 0
     samples: int = 0
@@ -40,6 +41,7 @@ class TierStats:
             "hit_requests": self.hit_requests, "hit_requests_rate": self.hit_requests / requests if requests else 0.0,
             "bytes_loaded": self.loaded_units * self.unit_bytes, "bytes_stored": self.stored_units * self.unit_bytes,
             "units_loaded": self.loaded_units, "units_stored": self.stored_units, "evictions": self.evictions,
+            "store_failures": self.store_failures,
             "occupancy_mean": self.occupancy_sum / self.samples if self.samples else 0.0,
             "occupancy_peak": self.occupancy_peak, "occupancy_series": self.series,
             "transfer_p50_s": _pct(t, 50), "transfer_p99_s": _pct(t, 99), "transfers": len(t)}

@@ -576,13 +576,13 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: KeyCache) -> Replay:
                     cpu.store(cl[start + hc:start + hc + hd], set(cl))
                 else:
                     cpu.store(ca[start + hc:start + hc + hd], ca)
-            # every full chunk computed is stored to the CPU tier and cascaded to the disk tier
+            # every full chunk computed is offered to the CPU tier, each offer stored whole or not at all, and
+            # what the CPU tier stores is cascaded to the disk tier (_store_computed)
+            stored = _store_computed(cpu, cl if isinstance(cpu, ArcTier) else ca, w.prompt[i] // ct)
             if isinstance(cpu, ArcTier):
-                ins = set(cpu.store(cl, set(cl)))
-            else:
-                cpu.store(ca, ca)
-            if disk is not None:
-                disk.store(ca)
+                ins = set(stored)
+            if disk is not None and len(stored):
+                disk.store(np.asarray(stored, dtype=np.int64))
         if h or loaded:
             hit_requests += 1
         hit_tokens += hit_blocks * B
@@ -608,6 +608,34 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: KeyCache) -> Replay:
     gstats.evictions = pool.evictions
     return Replay("vllm", len(w), w.prompt_tokens, hit_tokens, hit_requests, skipped, waits, tiers, spec.concurrency,
                   per_request, per_load)
+
+
+def _store_computed(cpu: DenseLru | ArcTier, keys: Any, prompt_chunks: int) -> Any:
+    """Offer a request's full chunks (``keys``: its prompt's ``prompt_chunks``, then those ending in its output)
+    to the CPU tier as vLLM 0.33 does; returns the keys stored (the ones the disk tier receives).
+
+    A store is all or nothing: ``CPUOffloadingManager.prepare_store`` (vllm/v1/kv_offload/cpu/manager.py)
+    returns None when the chunks it must evict exceed the evictable ones, the offer's own keys being protected,
+    so an offer fits iff its distinct keys are at most the tier's chunks; the connector then counts an
+    ALLOCATION_FAILURE and does not advance the request's stored index (offloading/scheduler.py,
+    ``_build_store_jobs``), so every later offer of that request holds the failed keys again and fails too.  The
+    prompt's chunks are offered together (its prefill, one step), each output chunk alone as it fills, and the
+    secondary tiers receive only the chunks the CPU tier stored (``TieringOffloadingManager.complete_store``,
+    tiering/manager.py).  Where the whole request fits, its chunks are offered at once (the replay has no steps:
+    its chunks stay protected while they are stored, where vLLM's later offers protect only their own)."""
+    def offer(ks: Any) -> Any:
+        return cpu.store(ks, set(ks)) if isinstance(cpu, ArcTier) else cpu.store(ks, ks)
+
+    cap = cpu.capacity
+    arc = isinstance(cpu, ArcTier)
+    if cap is None or len(keys) <= cap:
+        return offer(keys)
+    head = keys[:prompt_chunks]
+    if len(set(head) if arc else np.unique(head)) > cap:
+        cpu.stats.store_failures += 1
+        return [] if arc else np.zeros(0, dtype=np.int64)
+    parts = [offer(head), *(offer(keys[j:j + 1]) for j in range(prompt_chunks, len(keys)))]
+    return [k for part in parts for k in part] if arc else np.concatenate(parts)
 
 
 # --- specs ----------------------------------------------------------------------------------------
