@@ -86,3 +86,29 @@ def test_assumptions_name_what_was_asked_and_what_is_stored() -> None:
     assert any(a.startswith("KV dtype: fp8 asked, stored as bf16 (2 byte(s) per element)") for a in r["assumptions"])
     plain = _calc("kimi-k2.5", "bf16")["assumptions"]
     assert any(a.startswith("KV dtype: bf16, 2 byte(s) per element; scales: per tensor") for a in plain)
+
+
+def test_auto_is_the_model_dtype_of_a_float16_checkpoint(capsys: pytest.CaptureFixture[str]) -> None:
+    """Rule (vLLM 0.33 ``_resolve_auto_dtype``, vllm/config/model.py): ``--dtype auto`` keeps a float16 config's
+    float16 on Ampere and later, so ``--kv-cache-dtype auto`` stores fp16 (aya-23-8b's config.json says float16:
+    kvdash said bf16, the same 2 bytes); the model types vLLM refuses in float16 (_FLOAT16_NOT_SUPPORTED_MODELS:
+    gemma2, gemma3, gemma3_text, glm4) run bf16; bfloat16, float32 (cast down) and no dtype give bf16."""
+    configs = Path(__file__).resolve().parent / "data" / "configs"
+    aya = load_config(configs / "aya-23-8b" / "config.json")
+    assert aya.facts["torch_dtype"] == "float16" and resolve_auto_kv_dtype(aya) == ("fp16", "")
+    import json
+
+    from tests.cli_run import run
+
+    code, out, err = run(["calc", "--model", str(configs / "aya-23-8b"), "--kv-dtype", "auto", "--json"], capsys)
+    d = json.loads(out)
+    assert code in (0, None) and d["inputs"]["kv_dtype_stored"] == "fp16", err
+    assert d["bytes_per_token"] == 32 * 2 * 8 * 128 * 2  # 32 layers, K and V, 8 KV heads x 128, 2 B: as bf16's
+    gemma = load_config(configs / "gemma-2-9b" / "config.json")
+    for dtype, stored in (("float16", "bf16"), ("bfloat16", "bf16")):
+        assert resolve_auto_kv_dtype(dataclasses.replace(gemma, facts={**gemma.facts, "torch_dtype": dtype}))[0] \
+            == stored
+    llama = load_config(MODELS / "llama-3.1-8b" / "config.json")
+    for dtype in ("bfloat16", "float32", ""):
+        assert resolve_auto_kv_dtype(dataclasses.replace(llama, facts={**llama.facts, "torch_dtype": dtype}))[0] \
+            == "bf16"

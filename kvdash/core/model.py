@@ -125,8 +125,13 @@ def from_hf_config(
     quant = cfg.get("quantization_config")
     if not isinstance(quant, dict) and nested:
         quant = cfg["text_config"].get("quantization_config")
+    raw_cfg = cfg
     cfg = modeltypes.aliases(_text_config(cfg))
+    dtypes = [c.get(k) for c in (raw_cfg, raw_cfg.get("text_config")) if isinstance(c, dict)
+              for k in ("dtype", "torch_dtype")]
     facts: dict[str, Any] = {
+        # the checkpoint's dtype (transformers 5 names it dtype), which vLLM's --dtype auto serves
+        "torch_dtype": next((str(d) for d in dtypes if isinstance(d, str)), ""),
         "architectures": tuple(str(a) for a in archs) if isinstance(archs, list) else (),
         "nested_text_config": nested,
         # the top-level model_type and the vision tower's integer fields (None: no vision_config), for SGLang's

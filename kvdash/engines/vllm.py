@@ -501,9 +501,25 @@ def is_sparse_mla(arch: Architecture) -> bool:
 MODELOPT_KV = {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}  # MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP, vllm/utils/torch_utils.py
 
 
+# model types vLLM 0.33 refuses to run in float16 (_FLOAT16_NOT_SUPPORTED_MODELS, vllm/config/model.py): --dtype
+# auto serves their float16 checkpoints in bf16
+FLOAT16_NOT_SUPPORTED = frozenset({"gemma2", "gemma3", "gemma3_text", "glm4"})
+
+
 def resolve_auto_kv_dtype(arch: Architecture) -> tuple[str, str]:
-    """:func:`declared_kv_dtype` of the checkpoint's ``quantization_config`` (config.json's, kept as a fact)."""
-    return declared_kv_dtype(arch.facts.get("quantization_config") or {})
+    """:func:`declared_kv_dtype` of the checkpoint's ``quantization_config`` (config.json's, kept as a fact); where
+    it declares no KV scheme, the model dtype: ``--dtype auto`` (``_resolve_auto_dtype``, vllm/config/model.py)
+    serves a float16 checkpoint in fp16 on Ampere and later (bfloat16 first among the supported, float16 kept
+    where the config says so and the model type allows it), everything else in bf16 (float32 is cast down)."""
+    dtype, why = declared_kv_dtype(arch.facts.get("quantization_config") or {})
+    return (model_dtype(arch), "") if not why and dtype == "bf16" else (dtype, why)
+
+
+def model_dtype(arch: Architecture) -> str:
+    """The dtype ``--dtype auto`` serves the model in (:func:`resolve_auto_kv_dtype`): fp16 for a float16
+    checkpoint whose model type vLLM runs in float16, else bf16."""
+    fp16 = arch.facts.get("torch_dtype") == "float16" and arch.model_type not in FLOAT16_NOT_SUPPORTED
+    return "fp16" if fp16 else "bf16"
 
 
 def declared_kv_dtype(q: dict[str, Any]) -> tuple[str, str]:
@@ -517,7 +533,7 @@ def declared_kv_dtype(q: dict[str, Any]) -> tuple[str, str]:
     or ``"FP8"`` is ``fp8_e4m3``, a 4-bit float one ``nvfp4``, anything else stays ``auto``.  A
     compressed-tensors checkpoint that declares a ``kv_cache_scheme`` makes ``auto`` ``fp8`` in
     ``Attention.__init__`` (``vllm/model_executor/layers/attention/attention.py``).  ``auto`` otherwise is
-    the model dtype, bf16 here (the same 2 bytes for an fp16 checkpoint)."""
+    the model dtype, bf16 here (:func:`resolve_auto_kv_dtype` reads an fp16 checkpoint's)."""
     method = str(q.get("quant_method", ""))
     if method.startswith("modelopt"):
         inner: dict[str, Any] = q["quantization"] if isinstance(q.get("quantization"), dict) else q
@@ -550,8 +566,8 @@ def declared_kv_dtype(q: dict[str, Any]) -> tuple[str, str]:
 def stored_kv_dtype(arch: Architecture, dtype: str) -> tuple[str, str]:
     """The dtype vLLM 0.33 stores this model's KV cache in when ``--kv-cache-dtype`` is ``dtype``, and, when it is
     not ``dtype``, why (else ``""``).  A quantized dtype asked of a model whose attention ignores it
-    (:data:`KV_DTYPE_IGNORED`) is stored in the model dtype, bf16 (what the harness and ``--dtype auto`` give a
-    bfloat16 checkpoint); ``fp8`` asked of sparse MLA is stored as ``fp8_ds_mla`` (:data:`SPARSE_FP8`), and
+    (:data:`KV_DTYPE_IGNORED`) is stored in the model dtype (:func:`model_dtype`: bf16, or fp16 for a float16
+    checkpoint); ``fp8`` asked of sparse MLA is stored as ``fp8_ds_mla`` (:data:`SPARSE_FP8`), and
     another quantized dtype there is refused (FlashMLA's sparse kernel takes ``fp8`` and ``fp8_ds_mla``; which
     backend serves the others is not mirrored)."""
     auto_why = ""
@@ -563,7 +579,7 @@ def stored_kv_dtype(arch: Architecture, dtype: str) -> tuple[str, str]:
     kv = get_dtype(dtype)
     why = KV_DTYPE_IGNORED.get(arch.model_type, "")
     if kv.quantized and why:
-        return "bf16", why
+        return model_dtype(arch), why
     if kv.quantized and is_sparse_mla(arch):
         if kv.name in ("fp8", "fp8_ds_mla"):
             return "fp8_ds_mla", "" if kv.name == "fp8_ds_mla" else SPARSE_FP8
