@@ -577,3 +577,22 @@ async def test_live_app_draws_simulation():
         assert app.simulation.step_no == 500
         assert "simulated paged" in app.simulation.status()
         assert app._drawn["map-wide"][0] == tuple(app.simulation.cells())  # the map shows the simulation's cells
+
+
+def test_simulate_prose_has_no_trailing_spaces_at_80_columns(capsys, monkeypatch, tmp_path):
+    """rich's Console.print wraps prose and leaves a space at the end of each wrapped line: `simulate` at 80 columns
+    ended 22 of its 93 lines in one, the prefix replay 22 of 65.  Both print through commands.common.Prose now: no
+    line ends in a space and none passes 80 columns."""
+    from tests.cli_run import run
+
+    monkeypatch.setenv("COLUMNS", "80")
+    trace = tmp_path / "two.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 2048, "output_length": 10, "hash_ids": [1,2,3,4]}\n' * 2)
+    for args in (["simulate", "--requests", "50"],
+                 ["simulate", "--model", "llama-3.1-8b", "--hash-trace", str(trace), "--offload", "cpu:100MiB,disk:inf",
+                  "--time", "--gpu", "h100-80gb", "--capacities", "1k,2k,inf"]):
+        code, out, err = run(args, capsys)
+        assert code in (0, None), err
+        lines = out.splitlines()
+        assert len(lines) > 40 and all(len(x) <= 80 and x == x.rstrip() for x in lines), [
+            x for x in lines if len(x) > 80 or x != x.rstrip()]

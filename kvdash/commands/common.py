@@ -326,3 +326,18 @@ def end_signalled(app) -> None:  # type: ignore[no-untyped-def]
 
         print(f"kvdash: error: interrupted by {signal.Signals(app.signalled).name}", file=sys.stderr)
         raise typer.Exit(128 + app.signalled)
+
+
+class Prose:
+    """rich's ``Console.print`` for prose (markup, wrapping at the terminal's width) without the spaces rich leaves
+    at the end of each wrapped line (`simulate` at 80 columns ended 22 of its lines in one)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console()
+
+    def print(self, *objects: object, **kwargs: object) -> None:
+        with self.console.capture() as captured:
+            self.console.print(*objects, **kwargs)  # type: ignore[arg-type]
+        sys.stdout.write("\n".join(line.rstrip() for line in captured.get().split("\n")))

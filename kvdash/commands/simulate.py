@@ -354,6 +354,8 @@ def simulate(
     results = []
     from rich.console import Console
 
+    from kvdash.commands.common import Prose
+
     err = Console(stderr=True)
     for p in chosen:
         if err.is_terminal and not as_json:
@@ -406,7 +408,7 @@ def simulate(
         return
     from kvdash.render.table import Table, print_tables
 
-    console = Console()
+    console = Prose()
     for line in budget_lines:
         console.print(line, markup=False, highlight=False)
     console.print(f"[bold]{arch.name}[/bold], {kv_dtype}, block {block_size}, TP {tp}: {capacity:,} token slots "

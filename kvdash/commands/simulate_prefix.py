@@ -169,9 +169,9 @@ def _timer(timing: PrefillTiming, arch: Any, tp: int, gpu: str | None, kv_dtype:
 
 
 def _print_prefill(p: Any, timing: PrefillTiming | None) -> None:
-    from rich.console import Console
+    from kvdash.commands.common import Prose
 
-    console = Console()
+    console = Prose()
     def secs(x: float) -> str:  # a short replay's seconds in ms (it printed "0.0 s ... 0.0 s saved (39.9 %)")
         return f"{x:,.1f} s" if x >= 10 else f"{x:.3g} s" if x >= 1 else f"{x * 1e3:.3g} ms"
 
@@ -203,11 +203,10 @@ def _seconds(x: float | None) -> str:
 
 def _print(setup: dict[str, Any], result: Any, links: dict[str, Any], swept: str, points: list[dict[str, Any]],
            budget_lines: list[str]) -> None:
-    from rich.console import Console
-
+    from kvdash.commands.common import Prose
     from kvdash.render.table import Table, print_tables
 
-    console = Console()
+    console = Prose()
     for line in budget_lines:
         console.print(line, markup=False, highlight=False)
     data = result.to_json(links)
