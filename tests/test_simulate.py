@@ -341,6 +341,10 @@ class TestCommand:
         trace = tmp_path / "t.csv"
         trace.write_text("prompt,output\n100,50\n20,300\n")
         code, out, _ = run(["simulate", "--trace", str(trace), "--requests", "50", "--json"], capsys)
+        # two rows run as 50 requests: the name says they were repeated (it gave the file's name alone)
+        assert 0 == code and json.loads(out)["setup"]["workload"] == (
+            "trace t.csv (2 rows, repeated in order to 50 requests)")
+        code, out, _ = run(["simulate", "--trace", str(trace), "--requests", "2", "--json"], capsys)
         assert 0 == code and json.loads(out)["setup"]["workload"] == "trace t.csv"
 
     @pytest.mark.parametrize("args,field", [

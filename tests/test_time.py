@@ -1183,3 +1183,23 @@ def test_time_refusals_and_figures_of_a_hostile_trial(tmp_path, capsys):
     slo = ["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--slo", "ttft=2s", "--json"]
     code, out, _ = run([*slo, "--max-model-len", "100"], capsys)
     assert json.loads(out)["slo"]["mean_request_tokens"] <= 100  # clipped at 100, not 8,192
+
+
+def test_calc_slo_reads_the_weight_figure_and_the_header_says_what_is_windowed(capsys, tmp_path):
+    """A hostile trial of the windowed time features (a helper), each mended: calc --slo ignored --weights, so a
+    model whose parameters kvdash cannot count (Jamba, Qwen3-Next, Gemma 3) was refused with a line asking for the
+    --weights it had been given (simulate --time read it); Mistral-7B-v0.1, whose 32 layers all slide, was said to
+    slide 'on some layers'; a 3-row --trace ran as 2,000 requests under the file's name alone."""
+    code, out, err = run(["calc", "--model", "tests/data/configs/jamba-1.5-mini", "--weights", "104GB", "--tp", "2",
+                          "--gpu", "h100-80gb", "--slo", "ttft=1s,tpot=40ms", "--json"], capsys)
+    assert code in (0, None), err
+    slo = json.loads(out)["slo"]
+    assert slo["max_concurrency"] > 0 and "taken from the weight figure (--weights)" in slo["parameters"]
+    code, out, err = run(["simulate", "--model", "tests/data/configs/mistral-7b-v0.1", "--gpu", "h100-80gb", "--time",
+                          "--requests", "20", "--concurrency", "4"], capsys)
+    assert code in (0, None) and "sliding window 4,096 tokens on every attention layer" in " ".join(out.split()), err
+    trace = tmp_path / "t3.csv"
+    trace.write_text("100,50\r\n\r\n200,80\r\n300,20\r\n")
+    code, out, err = run(["simulate", "--model", "gpt-oss-120b", "--gpu", "h200", "--time", "--trace", str(trace),
+                          "--concurrency", "2", "--requests", "12"], capsys)
+    assert code in (0, None) and "trace t3.csv (3 rows, repeated in order to 12 requests)" in " ".join(out.split())

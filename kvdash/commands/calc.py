@@ -236,7 +236,7 @@ def calc(
 
         with working(f"searching the load that meets {slo} (a timed simulation)"):
             result["slo"] = calc_slo(result, arch, model, str(config) if config else None, gpu, tp, kv_dtype, slo,
-                                     weight_format, max_model_len)
+                                     weight_format, max_model_len, weights)
     if as_json:
         if brief:
             warn("--brief has no effect with --json (the JSON document starts with its summary)")

@@ -124,7 +124,7 @@ def simulate(
     from kvdash.engines.vllm import rank_shapes
     from kvdash.simulate.engine import PAPER_FIG2, POLICIES
     from kvdash.simulate.engine import simulate as run
-    from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace
+    from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace, trace_name
     from kvdash.units import parse_size
 
     if not 1 <= max_requests <= HARD_MAX_REQUESTS:
@@ -338,7 +338,7 @@ def simulate(
     w = PRESETS[workload]
     if trace is not None:
         prompts, outputs = read_trace(str(trace), requests, max_bytes)
-        w = replace(w, name=f"trace {trace.name}", prompt=Lengths("trace", values=prompts),
+        w = replace(w, name=trace_name(trace.name, len(prompts), requests), prompt=Lengths("trace", values=prompts),
                     output=Lengths("trace", values=outputs), synthetic=False, note=f"lengths from {trace.name}")
     if prompt or output:  # say which lengths are the user's: a preset's name alone would claim them all
         given_lengths = ", ".join(f"{flag} {spec}" for flag, spec in (("--prompt", prompt), ("--output", output))

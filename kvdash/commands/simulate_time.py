@@ -54,7 +54,7 @@ def main(o: dict[str, Any]) -> None:
     from kvdash.engines.vllm import stored_kv_dtype, timed_compute
     from kvdash.simulate.lengths import parse_lengths_spec
     from kvdash.simulate.timed import Pool
-    from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace
+    from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace, trace_name
 
     arch, shape, tp = o["arch"], o["shape"], o["tp"]
     if not o["gpu"]:
@@ -67,9 +67,7 @@ def main(o: dict[str, Any]) -> None:
     cfg = model_config(o["model"], str(o["config"]) if o["config"] else None)
     from kvdash.units import parse_size
 
-    if o["weights"]:  # the time model reads the weight figure where it cannot count parameters (hybrids)
-        arch = replace(arch, weight_bytes=parse_size(o["weights"], "--weights", allow_zero=True), weights_known=True,
-                       weight_basis="--weights")
+    arch = with_weight_figure(arch, o["weights"])
     mc = timed_compute(cfg, arch, tp, o["weight_format"], o["kv_dtype"])  # auto: experts and attention too
     wf, wf_basis = timed_weight_format(cfg, o["weight_format"], mc)
     stored = stored_kv_dtype(arch, o["kv_dtype"])[0]  # the cache vLLM keeps (auto: the checkpoint's)
@@ -93,7 +91,7 @@ def main(o: dict[str, Any]) -> None:
         raise InputError("--workload", o["workload"], "expected one of: " + ", ".join(PRESETS))
     if o["trace"] is not None:
         prompts, outputs = read_trace(str(o["trace"]), o["requests"], 2**28)
-        w = replace(w, name=f"trace {o['trace'].name}", prompt=Lengths("trace", values=prompts),
+        w = replace(w, name=trace_name(o["trace"].name, len(prompts), o["requests"]), prompt=Lengths("trace", values=prompts),
                     output=Lengths("trace", values=outputs), synthetic=False)
     if o["prompt"]:
         w = replace(w, prompt=parse_lengths_spec(o["prompt"], "--prompt"), synthetic=False)
@@ -168,7 +166,8 @@ def main(o: dict[str, Any]) -> None:
         print("\n".join(wrap(text, terminal_width())))
 
     experts = (f" (experts {mc.expert_format})" if mc.expert_format and mc.expert_format != wf else "")
-    window = f", sliding window {mc.window:,} tokens on some layers" if mc.window else ""
+    window = (f", sliding window {mc.window:,} tokens on "
+              + ("some layers" if mc.kv_full_bytes else "every attention layer")) if mc.window else ""
     say(f"{arch.name} on {tp} x {gpu.key}, {wf} weights{experts}, {stored} KV{window}: "
         f"{pool.blocks:,} blocks of {shape.block_size} tokens; {info['workload']}, {len(prompt):,} requests, "
         f"{info['arrival']}; max_num_seqs {seqs:,}, max_num_batched_tokens {batched:,}")
@@ -218,12 +217,26 @@ CALC_SLO_REQUESTS = 1000  # calc's short simulation: 1,000 ShareGPT-shaped reque
 CALC_SLO_MAX_LEN = 8192  # ... clipped at this many tokens (or the model's context, if shorter)
 
 
+def with_weight_figure(arch: Any, weights: str | None) -> Any:
+    """``arch`` with ``--weights`` as its weight figure, which the time model reads every step where it cannot count
+    the parameters from config.json (hybrids, Gemma 3: :func:`kvdash.core.steptime.model_compute`)."""
+    if not weights:
+        return arch
+    from dataclasses import replace
+
+    from kvdash.units import parse_size
+
+    return replace(arch, weight_bytes=parse_size(weights, "--weights", allow_zero=True), weights_known=True,
+                   weight_basis="--weights")
+
+
 def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, gpu_key: str | None, tp: int,
-             kv_dtype: str, slo_text: str, weight_format: str = "auto", max_model_len: int | None = None
-             ) -> dict[str, Any]:
+             kv_dtype: str, slo_text: str, weight_format: str = "auto", max_model_len: int | None = None,
+             weights: str | None = None) -> dict[str, Any]:
     """``kvdash calc --slo``: :func:`slo_search` over calc's own pool (its budget per rank, blocks and
     block rule) with 1,000 ShareGPT-shaped requests (kvdash's synthetic preset, seed 0), clipped at
-    :data:`CALC_SLO_MAX_LEN` tokens, the model's context or ``--max-model-len``, the shortest."""
+    :data:`CALC_SLO_MAX_LEN` tokens, the model's context or ``--max-model-len``, the shortest; ``--weights`` is the
+    weight figure the step times read where the parameters are not counted (it ignored it and refused them)."""
     from dataclasses import replace
 
     from kvdash.core.gpus import get_gpu
@@ -243,6 +256,7 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     perf = gpu_perf(gpu.key)
     p = result["pool"]
     cfg = model_config(model, config)
+    arch = with_weight_figure(arch, weights)
     mc = timed_compute(cfg, arch, tp, weight_format, kv_dtype)  # auto: the checkpoint's experts and attention too
     weight_format, wf_basis = timed_weight_format(cfg, weight_format, mc)
     pool = Pool(int(result["whole_pool_blocks"]), int(p["block_size"]), int(p["full_groups"]), int(p["window_groups"]),
@@ -268,6 +282,8 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
         out["pool_note"] = (f"the pool is calc's (weights: {result['budget'].get('weights_basis') or 'as calc counts them'}"
                             f"); the step times read {weight_format} weights"
                             + (f" ({wf_basis})" if wf_basis else " (--weights sizes the pool for that checkpoint)"))
+    if not mc.counted:  # the weight figure read every step (hybrids, Gemma 3): said, as simulate --time says it
+        out["parameters"] = mc.basis[0]
     out.pop("at_max_concurrency", None)
     return out
 
@@ -293,4 +309,6 @@ def calc_slo_lines(s: dict[str, Any]) -> list[str]:
                         "kvdash simulate --time --slo with more --requests searches further")
     if "pool_note" in s:
         line += f"; {s['pool_note']}"
+    if "parameters" in s:
+        line += f"; parameters: {s['parameters']}"
     return [line] + ([f"GPU: {s['gpu_extrapolated']}"] if "gpu_extrapolated" in s else [])

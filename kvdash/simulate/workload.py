@@ -72,6 +72,14 @@ def _shown(line: str) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def trace_name(name: str, rows: int, requests: int | None) -> str:
+    """A trace workload's name: the file's, and how its rows were repeated where fewer than the requests run (the
+    values are taken in order, cycled: a 3-row trace ran as 2,000 requests under its name alone)."""
+    if requests is None or rows >= requests:
+        return f"trace {name}"
+    return f"trace {name} ({rows:,} rows, repeated in order to {requests:,} requests)"
+
+
 def read_trace(path: str, limit: int | None = None,
                max_bytes: int = safeio.STREAM_CAP) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """A CSV of ``prompt,output`` lengths (a header line is allowed), streamed by :mod:`kvdash.safeio`
