@@ -439,3 +439,31 @@ def test_hostile_trial_of_the_prefix_replay(tmp_path: Path, capsys: pytest.Captu
     # one figure for the GPU pool: whole blocks, as its tier's capacity (the setup gave the token slots, 4 more)
     assert json.loads(out)["setup"]["gpu_pool_tokens"] == json.loads(out)["result"]["tiers"][0]["capacity_tokens"]
     assert cpu["evictions"] == 0 and cpu["occupancy_peak"] == cpu["units_stored"] == 128  # 2,048 / 16
+
+
+def test_cpu_offers_follow_the_prefill_steps() -> None:
+    """Rule (vLLM 0.33 _build_store_jobs, offloading/scheduler.py: each step offers the chunks computed so far and
+    not stored): a prompt of 16 tokens (4 chunks of 4) prefilled 8 tokens a step is offered 2 chunks at a time, so
+    a CPU tier of 2 chunks stores both offers (the second evicting the first) and the disk tier receives all 4;
+    prefilled in one step (0) or 12 tokens a step (3 chunks first) the first offer is refused, and every later one,
+    which holds the refused chunks again (a review found the prompt offered whole)."""
+    a = _one(16, 1, [1], [16], 100)
+
+    def tiers(step: int) -> tuple[int, int, int]:
+        r = P.replay(a, P.TierSpec(block_size=4, gpu_tokens=24, cpu_tokens=8, disk_tokens=None,
+                                   prefill_step_tokens=step))
+        return r.tiers[1].stored_units, r.tiers[1].store_failures, r.tiers[2].stored_units
+
+    assert tiers(8) == (4, 0, 4) and tiers(4) == (4, 0, 4)
+    assert tiers(0) == (0, 1, 0) and tiers(12) == (0, 1, 0)
+    # ARC observes a refused offer's ghosts (vLLM's prepare_store calls on_store_miss before the allocation): keys
+    # 1 and 2, evicted to B1 by 3 and 4, come back in a refused offer of 4 keys: the target moves from 0 to 2
+    # (1 a ghost hit: + max(1, |B2| / |B1|)), nothing is stored
+    from kvdash.simulate.prefix_tiers import ArcTier, TierStats
+
+    tier = ArcTier(2, TierStats("cpu", 4, 2))
+    tier.store([1, 2], {1, 2})
+    tier.store([3, 4], {3, 4})
+    assert list(tier.b1) == [1, 2] and tier.target == 0
+    assert P._store_computed(tier, [1, 2, 5, 6], 16, 4, 0) == [] and tier.stats.store_failures == 1
+    assert tier.target == 2 and len(tier) == 2 and 1 not in tier

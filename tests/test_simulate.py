@@ -600,3 +600,11 @@ def test_simulate_prose_has_no_trailing_spaces_at_80_columns(capsys, monkeypatch
         lines = out.splitlines()
         assert len(lines) > 40 and all(len(x) <= 80 and x == x.rstrip() for x in lines), [
             x for x in lines if len(x) > 80 or x != x.rstrip()]
+    # on a colour terminal a line ends in reset codes after the space (a review: 10 lines kept theirs)
+    import re
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    code, out, err = run(["simulate", "--requests", "50"], capsys)
+    assert code in (0, None) and "\x1b[" in out, err
+    plain = [re.sub(r"\x1b\[[0-9;]*m", "", x) for x in out.splitlines()]
+    assert all(x == x.rstrip() for x in plain), [x for x in plain if x != x.rstrip()]

@@ -529,14 +529,15 @@ def test_event_simulator_gives_the_reference_schedule():
 
 
 def test_event_simulator_gives_the_reference_schedule_for_sliding_windows():
-    """Rule: sliding-window pools and models run event by event too (timed_fast: a young decoder, whose window
-    blocks still grow or whose window context is below the window, is held one by one; an old one holds capw blocks
-    a window group and reads W tokens of window context), with the reference's segments and features to 1e-12:
-    gpt-oss-120b's compute with windows of 4 to 200 tokens, 0 to 2 full and window groups (a pool of window groups
-    only too), state blocks, pages of different sizes (full_ratio / window_ratio 1 or 2, MiMo-V2-Flash's kind),
-    blocks of 4 and 16 tokens, closed loop and Poisson, pools tight enough to preempt; a fifth of the workloads
-    with a dense model's compute (no window read) over a windowed pool.  Before, these ran only step by step:
-    gpt-oss-120b's calc --slo on one H200 took 48 s, now 7 s, the same answer."""
+    """Rule: sliding-window pools and models run event by event too (timed_fast._Young: the young decoders, whose
+    window blocks still grow or whose window context is below the window, in buckets by offset; an old one holds
+    capw blocks a window group and reads W tokens of window context), with the reference's segments and features to
+    1e-12: gpt-oss-120b's compute with windows of 1 to 200 tokens (a third of the workloads with a model window
+    other than the pool's), 0 to 2 full and window groups (a pool of window groups only too), state blocks, pages of
+    different sizes (full_ratio / window_ratio 1 or 2, MiMo-V2-Flash's kind), blocks of 1, 4 and 16 tokens, closed
+    loop and Poisson, pools tight enough to preempt; a fifth of the workloads with a dense model's compute (no
+    window read) over a windowed pool.  Before, these ran only step by step: gpt-oss-120b's calc --slo on one H200
+    took 45-48 s, now 5.0-5.3 s, the same answer."""
     cfg = _cfg("gpt-oss-120b")
     gpt = model_compute(cfg, from_hf_config(cfg, "gpt-oss-120b"), 1, "bf16", "mxfp4")
     dense, _, _ = _llama8b()
@@ -548,13 +549,13 @@ def test_event_simulator_gives_the_reference_schedule_for_sliding_windows():
         P, OUT = rng.integers(1, 300, n), rng.integers(1, 200, n)
         if seed % 3 == 0:
             P[rng.integers(0, n)] = 1
-        W = int(rng.choice([4, 16, 17, 33, 64, 128, 200]))
-        mc = replace(gpt, window=W) if seed % 5 else dense
+        W = int(rng.choice([1, 2, 3, 4, 16, 17, 33, 64, 128, 200]))
+        mc = (replace(gpt, window=W if seed % 3 else int(rng.integers(1, 250)))) if seed % 5 else dense
         fg = int(rng.integers(0, 3))
         wg = int(rng.integers(1 if fg == 0 else 0, 3))
         state = int(rng.integers(0, 2))
         fr, wr = (1, 1) if seed % 4 else (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
-        bs = int(rng.choice([4, 16]))
+        bs = int(rng.choice([1, 4, 16]))
         one = f.request_blocks(int((P + OUT).max()), bs, fg, wg, W, fr, wr) + state
         pool = Pool(int(rng.integers(1, 10)) * one, bs, fg, wg, W if wg else 0, state, fr, wr)
         seqs = int(rng.integers(1, 40))
@@ -1106,6 +1107,12 @@ def test_moe_layer_freq_as_a_per_layer_list(capsys):
     assert not _has_dense_mlp_layers({**moe, "moe_layer_freq": [1, 1, 1]})
     assert _has_dense_mlp_layers({**moe, "moe_layer_freq": 2})
     assert not _has_dense_mlp_layers({**moe, "moe_layer_freq": 1})
+    # one reading of moe_layer_freq for the parameter count too (modeltypes._moe took layer % freq, a TypeError on
+    # a list): DeepSeek's step, MiMo's list
+    from kvdash.core.modeltypes import moe_by_freq
+
+    assert [moe_by_freq(2, i) for i in range(4)] == [True, False, True, False]
+    assert [moe_by_freq([0, 1, 1], i) for i in range(3)] == [False, True, True] and moe_by_freq(None, 7)
     code, out, err = run(["simulate", "--model", str(DATA.parent / "configs/mimo-v2-flash"), "--gpu", "h200", "--tp",
                           "8", "--weights", "310GB", "--time", "--requests", "40", "--concurrency", "8", "--json"],
                          capsys)
@@ -1198,8 +1205,26 @@ def test_calc_slo_reads_the_weight_figure_and_the_header_says_what_is_windowed(c
     code, out, err = run(["simulate", "--model", "tests/data/configs/mistral-7b-v0.1", "--gpu", "h100-80gb", "--time",
                           "--requests", "20", "--concurrency", "4"], capsys)
     assert code in (0, None) and "sliding window 4,096 tokens on every attention layer" in " ".join(out.split()), err
+    code, out, err = run(["simulate", "--model", "tests/data/configs/llama-4-scout-17b-16e-instruct", "--gpu", "h200",
+                          "--tp", "4", "--weights", "218GB", "--time", "--requests", "8", "--concurrency", "2"], capsys)
+    assert code in (0, None) and "chunked attention of 8,192 tokens on some layers" in " ".join(out.split()), err
     trace = tmp_path / "t3.csv"
     trace.write_text("100,50\r\n\r\n200,80\r\n300,20\r\n")
     code, out, err = run(["simulate", "--model", "gpt-oss-120b", "--gpu", "h200", "--time", "--trace", str(trace),
                           "--concurrency", "2", "--requests", "12"], capsys)
     assert code in (0, None) and "trace t3.csv (3 rows, repeated in order to 12 requests)" in " ".join(out.split())
+
+
+def test_calc_slo_pool_keeps_the_page_ratios(capsys):
+    """A review: calc --slo rebuilt its pool without the page ratios, so MiMo-V2-Flash's full layers (2 x 16 tokens a
+    block at TP 4: vLLM's unify_kv_cache_spec_page_size) took twice the blocks: KV room 3,963 requests of the mean
+    length where calc's own pool holds 4,938 (its blocks // f.request_blocks(486 tokens) with the ratios)."""
+    code, out, err = run(["calc", "--model", "tests/data/configs/mimo-v2-flash", "--gpu", "h200", "--tp", "4",
+                          "--weights", "310GB", "--slo", "ttft=2s,tpot=100ms", "--json"], capsys)
+    assert code in (0, None), err
+    d = json.loads(out)
+    st = d["pool"]["stages"][0]
+    assert st["full_ratio"] == 2
+    per = f.request_blocks(d["slo"]["mean_request_tokens"], st["block_size"], st["full_groups"], st["window_groups"],
+                           st["window"], st["full_ratio"], st["window_ratio"]) + st["state_blocks"]
+    assert d["slo"]["kv_capacity_requests"] == d["whole_pool_blocks"] // per == 4938

@@ -5,6 +5,7 @@ type cannot drift between commands; its default comes from :mod:`kvdash.defaults
 it in ``--help``; an option whose default is None states it in its help text).
 """
 
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -340,4 +341,8 @@ class Prose:
     def print(self, *objects: object, **kwargs: object) -> None:
         with self.console.capture() as captured:
             self.console.print(*objects, **kwargs)  # type: ignore[arg-type]
-        sys.stdout.write("\n".join(line.rstrip() for line in captured.get().split("\n")))
+        # a colour terminal's line ends in its reset codes, after the space
+        sys.stdout.write("\n".join(_TRAILING.sub(r"\1", line) for line in captured.get().split("\n")))
+
+
+_TRAILING = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$")  # spaces before a line's closing escape codes

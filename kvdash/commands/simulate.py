@@ -315,7 +315,8 @@ def simulate(
                    prefix_workload=prefix_workload, rules=rules, offload=offload, cpu_policy=cpu_policy,
                    blocks_per_chunk=blocks_per_chunk, link=link, disk_link=disk_link, capacities=capacities,
                    concurrency=concurrency, requests=limit_requests, seed=seed,
-                   max_bytes=max_bytes, as_json=as_json, timing=timing)
+                   max_bytes=max_bytes, as_json=as_json, timing=timing,
+                   prefill_step_tokens=max_batched_tokens or caps.max_num_batched_tokens)
         return
     if max_len > arch.max_context:
         raise InputError("--max-reserved", max_len, f"at most the model's context length ({arch.max_context:,})")

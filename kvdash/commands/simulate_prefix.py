@@ -27,7 +27,7 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
                prefix_workload: str | None, rules: str, offload: str | None, cpu_policy: str, blocks_per_chunk: int,
                link: str | None, disk_link: str, capacities: str | None, concurrency: int | None,
                requests: int | None, seed: int, max_bytes: int, as_json: bool,
-               timing: PrefillTiming | None = None) -> None:
+               timing: PrefillTiming | None = None, prefill_step_tokens: int = 0) -> None:
     from kvdash.core import tiers as T
     from kvdash.simulate import prefixcache as P
     from kvdash.simulate.prefix_assumptions import prefix_assumptions
@@ -108,7 +108,7 @@ def run_prefix(*, arch: Any, kv_dtype: str, block_size: int, tp: int, gpu: str |
     spec = P.TierSpec(rules=rules, block_size=B, gpu_tokens=gpu_tokens, cpu_tokens=cpu_tokens,
                       disk_tokens=disk_tokens, blocks_per_chunk=blocks_per_chunk, cpu_policy=cpu_policy,
                       bytes_per_token=all_ranks, cpu_link_bps=cpu_link.bytes_per_s, disk_link_bps=dlink.bytes_per_s,
-                      ranks=tp, concurrency=conc)
+                      ranks=tp, concurrency=conc, prefill_step_tokens=prefill_step_tokens)
     if spec.gpu_tokens is not None and rules == "vllm" and spec.gpu_tokens < B:
         raise InputError("--budget", per_rank_bytes, "the pool holds no whole block")
     timer = _timer(timing, arch, tp, gpu, kv_dtype) if timing is not None else None
@@ -244,9 +244,10 @@ def _print(setup: dict[str, Any], result: Any, links: dict[str, Any], swept: str
                   markup=False, highlight=False)
     for t in data["tiers"]:
         if t.get("store_failures"):
-            console.print(f"{t['tier']} tier: {t['store_failures']:,} requests' chunks not stored: their prompt "
-                          "alone has more chunks than the tier (vLLM 0.33 stores a request's new chunks all or "
-                          "nothing, and the tiers behind it receive none)", markup=False, highlight=False)
+            console.print(f"{t['tier']} tier: {t['store_failures']:,} requests not stored from an offer on: it "
+                          "held more chunks than the tier (vLLM 0.33 stores an offer all or nothing and offers the "
+                          "refused chunks again with the next ones; the tiers behind it receive none)",
+                          markup=False, highlight=False)
     if points:
         chart = Table(title=f"Hit rate against {swept} tier capacity (tokens), % of prompt tokens")
         names = list(points[0]["tiers"])

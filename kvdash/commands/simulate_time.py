@@ -160,13 +160,17 @@ def main(o: dict[str, Any]) -> None:
             out["slo"] = search
         print(json.dumps(out, indent=2))
         return
-    from kvdash.render.table import Table, print_tables, terminal_width, wrap
+    from kvdash.commands.common import Prose
+    from kvdash.render.table import Table, print_tables
+
+    prose = Prose()
 
     def say(text: str) -> None:  # a line of prose, wrapped at the terminal's width (no trailing spaces)
-        print("\n".join(wrap(text, terminal_width())))
+        prose.print(text, markup=False, highlight=False)
 
     experts = (f" (experts {mc.expert_format})" if mc.expert_format and mc.expert_format != wf else "")
-    window = (f", sliding window {mc.window:,} tokens on "
+    local = "chunked attention of" if any(layer.kind == "chunked" for layer in arch.layers) else "sliding window"
+    window = (f", {local} {mc.window:,} tokens on "
               + ("some layers" if mc.kv_full_bytes else "every attention layer")) if mc.window else ""
     say(f"{arch.name} on {tp} x {gpu.key}, {wf} weights{experts}, {stored} KV{window}: "
         f"{pool.blocks:,} blocks of {shape.block_size} tokens; {info['workload']}, {len(prompt):,} requests, "
@@ -259,8 +263,12 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     arch = with_weight_figure(arch, weights)
     mc = timed_compute(cfg, arch, tp, weight_format, kv_dtype)  # auto: the checkpoint's experts and attention too
     weight_format, wf_basis = timed_weight_format(cfg, weight_format, mc)
+    # the page ratios too: MiMo-V2-Flash's full layers hold 2 x 16 tokens a block at TP 1-4 (the search had counted
+    # 52 blocks for 825 tokens where calc's table says 26)
+    shape = stages[0] if isinstance(stages, list) and isinstance(stages[0], dict) else {}
     pool = Pool(int(result["whole_pool_blocks"]), int(p["block_size"]), int(p["full_groups"]), int(p["window_groups"]),
-                int(p["window"] or 0), int(p["state_blocks_per_request"] or 0))
+                int(p["window"] or 0), int(p["state_blocks_per_request"] or 0), int(shape.get("full_ratio", 1)),
+                int(shape.get("window_ratio", 1)))
     # calc's own engine caps (its --max-num-seqs / --max-batched-tokens, else vLLM 0.33's defaults for the GPU)
     seqs, batched = int(result["engine"]["max_num_seqs"]), int(result["engine"]["max_num_batched_tokens"])
     w = replace(PRESETS["sharegpt"], requests=CALC_SLO_REQUESTS, arrival="closed", concurrency=1, clip=True)

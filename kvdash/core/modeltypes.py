@@ -570,6 +570,15 @@ GATED_MLP = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen
 PLAIN_MLP = {"opt", "starcoder2", "falcon"}
 
 
+def moe_by_freq(freq: Any, layer: int) -> bool:
+    """Whether ``moe_layer_freq`` makes decoder layer ``layer`` a MoE one: DeepSeek's step (every ``freq``-th layer,
+    ``layer % freq == 0``; absent: every layer) or MiMo-V2-Flash's list, one entry a layer (1 MoE, 0 dense)."""
+    if isinstance(freq, list):
+        return bool(freq[layer]) if layer < len(freq) else True
+    step = freq if isinstance(freq, int) and not isinstance(freq, bool) and freq > 0 else 1
+    return layer % step == 0
+
+
 def _moe(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tuple[int, int, int] | None:
     """(routed experts, expert width, shared-expert width) of a MoE layer, ``None`` for a dense one."""
     if model_type == "mixtral":
@@ -586,7 +595,7 @@ def _moe(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tup
         return experts, cfg["intermediate_size"], cfg.get("shared_intermediate_size") or 0
     if model_type in ("deepseek_v2", "deepseek_v3", "kimi_k2", "glm4_moe", "glm4_moe_lite"):
         if not cfg.get("n_routed_experts") or layer < (cfg.get("first_k_dense_replace") or 0) \
-                or layer % (cfg.get("moe_layer_freq") or 1):
+                or not moe_by_freq(cfg.get("moe_layer_freq"), layer):
             return None
         width = cfg["moe_intermediate_size"]
         return cfg["n_routed_experts"], width, (cfg.get("n_shared_experts") or 0) * width

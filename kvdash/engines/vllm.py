@@ -897,13 +897,17 @@ def _has_dense_mlp_layers(text: dict[str, Any]) -> bool:
     or Llama 4's interleave_moe_layer_step above 1; MiMo-V2-Flash's moe_layer_freq is a list, a 0 per dense layer)."""
     if not _has_experts(text):
         return True
+    from kvdash.core.modeltypes import moe_by_freq
+
     if text.get("first_k_dense_replace") or text.get("mlp_only_layers"):
         return True
-    for key in ("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step"):
+    for key in ("decoder_sparse_step", "interleave_moe_layer_step"):
         v = text.get(key)
-        if isinstance(v, list) and not all(v) or isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1:
             return True
-    return False
+    layers = text.get("num_hidden_layers")
+    n = layers if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0 else 2
+    return "moe_layer_freq" in text and not all(moe_by_freq(text["moe_layer_freq"], i) for i in range(n))
 
 
 def _has_shared_experts(text: dict[str, Any]) -> bool:
@@ -997,8 +1001,9 @@ def timed_compute(cfg: dict[str, Any], arch: Architecture, tp: int, weights: str
                   scales: str = "tensor") -> ModelCompute:
     """The time model's per-rank figures (:func:`kvdash.core.steptime.model_compute`) over the KV cache vLLM 0.33
     stores for ``--kv-cache-dtype kv_dtype`` (:func:`stored_kv_dtype`): ``auto`` as the checkpoint declares it, a
-    quantized dtype the model's attention ignores as bf16, any spelling as its canonical name; so the KV bytes a
-    step reads and the attention's FLOP rate (fp8 over an fp8 cache) follow the cache the pool was sized for."""
+    quantized dtype the model's attention ignores as the model dtype (:func:`model_dtype`), any spelling as its
+    canonical name; so the KV bytes a step reads and the attention's FLOP rate (fp8 over an fp8 cache) follow the
+    cache the pool was sized for."""
     from kvdash.core.steptime import model_compute
 
     kv = stored_kv_dtype(arch, kv_dtype)[0]

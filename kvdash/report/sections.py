@@ -52,7 +52,7 @@ def _prefix_cache(spec: GridSpec, df: pl.DataFrame) -> dict[str, Any] | None:
     curve, curve_rows, tier_rows = [], [], []
     if pc.capacities:
         curve = prefix_curve(pc, first["block_size"], first["bytes_per_token"], first["block_bytes"], first["tp"],
-                             first["kv_token_slots"])
+                             first["kv_token_slots"], first.get("max_batched_tokens") or 0)
         for pt in curve:
             cap = "unbounded" if pt["capacity_tokens"] is None else f"{pt['capacity_tokens']:,}"
             curve_rows.append([cap, *(f"{100 * t['hit_rate']:.2f}" for t in pt["tiers"].values()),

@@ -21,7 +21,11 @@ def prefix_assumptions(rules: str, spec: Any, sized: dict[str, Any], cpu_link: A
             out.append(f"vLLM native offloading: CPU tier of {c.chunks:,} chunks of {c.chunk_bytes:,} B "
                        f"({c.chunk_tokens} tokens each) = {c.tokens:,} tokens from {c.size_bytes:,} B "
                        "(cpu_bytes // round_up(bytes per block x ranks x blocks per chunk, 4,096); "
-                       f"vllm/v1/kv_offload/cpu/spec.py); every full chunk stored; {spec.cpu_policy.upper()} "
+                       f"vllm/v1/kv_offload/cpu/spec.py); every full chunk offered, the prompt's "
+                       + (f"{spec.prefill_step_tokens:,} tokens a step (max_num_batched_tokens, the request alone "
+                          "in its prefill steps)" if spec.prefill_step_tokens else "at once")
+                       + ", each output chunk as it fills; an offer larger than the tier is not stored, nor any "
+                       f"later one of that request (prepare_store: all or nothing); {spec.cpu_policy.upper()} "
                        "eviction, tails first")
         if spec.disk_tokens != 0:
             out.append("disk tier: vLLM's filesystem tier receives every chunk stored to the CPU tier and is read "

@@ -266,10 +266,16 @@ class ArcTier:
         self.stats.evictions += 1
         return True
 
-    def store(self, keys: list[int], protected: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    def on_store_miss(self, keys: list[int]) -> list[int]:
+        """The offered keys not held, whose ghost hits adapt the target (``on_store_miss``, which vLLM's
+        ``prepare_store`` calls before it knows whether the store fits): returned in order."""
         misses = [k for k in keys if k not in self]
-        for k in reversed(misses):  # on_store_miss: ghost hits adapt the target
+        for k in reversed(misses):
             self._ghost(k)
+        return misses
+
+    def store(self, keys: list[int], protected: set[int] | frozenset[int] = frozenset()) -> list[int]:
+        misses = self.on_store_miss(keys)
         inserted = []
         for k in misses:
             if self.capacity is not None and len(self) >= self.capacity and not self._evict_one(protected):

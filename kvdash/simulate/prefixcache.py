@@ -330,6 +330,9 @@ class TierSpec:
     ranks: int = 1  # each rank moves its share over its own GPU link (bytes / ranks / bandwidth); a disk is shared
     concurrency: int = 1
     series_points: int = 100
+    # vLLM rules: max_num_batched_tokens, the prompt tokens one prefill step computes (a request alone in its steps),
+    # whose full chunks the CPU tier is offered together (0: the whole prompt in one offer)
+    prefill_step_tokens: int = 0
 
 
 KeyCache = dict[tuple[str, int, bool], Any]  # block keys by (form, block size, with outputs), kept across replays
@@ -578,7 +581,8 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: KeyCache) -> Replay:
                     cpu.store(ca[start + hc:start + hc + hd], ca)
             # every full chunk computed is offered to the CPU tier, each offer stored whole or not at all, and
             # what the CPU tier stores is cascaded to the disk tier (_store_computed)
-            stored = _store_computed(cpu, cl if isinstance(cpu, ArcTier) else ca, w.prompt[i] // ct)
+            stored = _store_computed(cpu, cl if isinstance(cpu, ArcTier) else ca, w.prompt[i], ct,
+                                     spec.prefill_step_tokens)
             if isinstance(cpu, ArcTier):
                 ins = set(stored)
             if disk is not None and len(stored):
@@ -610,19 +614,21 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: KeyCache) -> Replay:
                   per_request, per_load)
 
 
-def _store_computed(cpu: DenseLru | ArcTier, keys: Any, prompt_chunks: int) -> Any:
-    """Offer a request's full chunks (``keys``: its prompt's ``prompt_chunks``, then those ending in its output)
-    to the CPU tier as vLLM 0.33 does; returns the keys stored (the ones the disk tier receives).
+def _store_computed(cpu: DenseLru | ArcTier, keys: Any, prompt: int, ct: int, step: int) -> Any:
+    """Offer a request's full chunks (``keys``: those of its ``prompt`` tokens, then those ending in its output; ``ct``
+    tokens a chunk) to the CPU tier as vLLM 0.33 does; returns the keys stored (the ones the disk tier receives).
 
-    A store is all or nothing: ``CPUOffloadingManager.prepare_store`` (vllm/v1/kv_offload/cpu/manager.py)
-    returns None when the chunks it must evict exceed the evictable ones, the offer's own keys being protected,
-    so an offer fits iff its distinct keys are at most the tier's chunks; the connector then counts an
-    ALLOCATION_FAILURE and does not advance the request's stored index (offloading/scheduler.py,
-    ``_build_store_jobs``), so every later offer of that request holds the failed keys again and fails too.  The
-    prompt's chunks are offered together (its prefill, one step), each output chunk alone as it fills, and the
-    secondary tiers receive only the chunks the CPU tier stored (``TieringOffloadingManager.complete_store``,
-    tiering/manager.py).  Where the whole request fits, its chunks are offered at once (the replay has no steps:
-    its chunks stay protected while they are stored, where vLLM's later offers protect only their own)."""
+    vLLM offers at each step the chunks computed so far and not yet stored (``_build_store_jobs``,
+    offloading/scheduler.py): the prompt a prefill step (``step`` tokens, ``max_num_batched_tokens``, the request
+    alone in its steps; 0: the whole prompt at once), then each output chunk as it fills.  An offer is all or
+    nothing: ``CPUOffloadingManager.prepare_store`` (vllm/v1/kv_offload/cpu/manager.py) returns None when the
+    chunks it must evict exceed the evictable ones, the offer's own keys being protected, so an offer fits iff its
+    distinct keys are at most the tier's chunks; the connector then counts an ALLOCATION_FAILURE and does not
+    advance the request's stored index, so every later offer holds the failed keys again and fails too (ARC still
+    learns from each key's ghost: ``on_store_miss`` runs first).  Only the chunks the CPU tier stored reach the
+    tiers behind it (``TieringOffloadingManager.complete_store``, tiering/manager.py).  Where the whole request
+    fits, one offer of every chunk stores the same (its earlier offers' chunks are the most recent, so no later
+    offer evicts them)."""
     def offer(ks: Any) -> Any:
         return cpu.store(ks, set(ks)) if isinstance(cpu, ArcTier) else cpu.store(ks, ks)
 
@@ -630,12 +636,27 @@ def _store_computed(cpu: DenseLru | ArcTier, keys: Any, prompt_chunks: int) -> A
     arc = isinstance(cpu, ArcTier)
     if cap is None or len(keys) <= cap:
         return offer(keys)
-    head = keys[:prompt_chunks]
-    if len(set(head) if arc else np.unique(head)) > cap:
-        cpu.stats.store_failures += 1
-        return [] if arc else np.zeros(0, dtype=np.int64)
-    parts = [offer(head), *(offer(keys[j:j + 1]) for j in range(prompt_chunks, len(keys)))]
-    return [k for part in parts for k in part] if arc else np.concatenate(parts)
+    head = prompt // ct
+    bounds = sorted({min(s + step, prompt) // ct for s in range(0, prompt, step)} if step > 0 else {head})
+    bounds += range(head + 1, len(keys) + 1)
+    parts: list[Any] = []
+    done = 0
+    for b in bounds:
+        if b <= done:
+            continue
+        if len(set(keys[done:b]) if arc else np.unique(keys[done:b])) > cap:  # this offer and every later one fail
+            cpu.stats.store_failures += 1
+            if isinstance(cpu, ArcTier):  # each key observed once, in the offer that first holds it
+                seen = done
+                for later in (x for x in bounds if x > done):
+                    cpu.on_store_miss(keys[seen:later])
+                    seen = later
+            break
+        parts.append(offer(keys[done:b]))
+        done = b
+    if arc:
+        return [k for part in parts for k in part]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 # --- specs ----------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,3 +40,18 @@ class Schedule:
         """Seconds at the end of each segment (index 0: time 0) under constants ``c``."""
         v = np.array(c.vector() + (1.0,))
         return self.cum @ v
+
+
+def most_steps(need: Callable[[int], int], free: int, k_max: int) -> int:
+    """The most decode steps, at most ``k_max``, whose blocks ``need(k)`` (growing with ``k``, ``need(0) == 0``)
+    ``free`` holds: a bisection (both timed simulators)."""
+    if need(k_max) <= free:
+        return k_max
+    lo, hi = 0, k_max  # need(lo) <= free < need(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if need(mid) <= free:
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -44,7 +44,7 @@ import numpy as np
 from kvdash.core import formulas as f
 from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, lm_head_seconds, prefill_chunk_seconds
 from kvdash.errors import InputError
-from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule
+from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule, most_steps
 
 __all__ = ["NFEAT", "Pool", "Schedule", "TimedResult", "simulate_reference", "simulate_timed", "summarize"]
 
@@ -382,16 +382,7 @@ def _fit_blocks(pool: Pool, computed: np.ndarray, held: np.ndarray, free: int, k
     def need(k: int) -> int:
         return int((pool.request_blocks(computed + k) - held).clip(min=0).sum())
 
-    if need(k_max) <= free:
-        return k_max
-    lo, hi = 0, k_max  # need(lo) <= free < need(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if need(mid) <= free:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return most_steps(need, free, k_max)
 
 
 def _window_sum(ctx: np.ndarray, k: int, W: int) -> float:

@@ -43,7 +43,7 @@ import numpy as np
 
 from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, lm_head_seconds, prefill_chunk_seconds
 from kvdash.errors import InputError
-from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule
+from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule, most_steps
 
 # the largest max_num_batched_tokens whose step sizes are tabulated up front (8 floats a size: 4 MiB)
 TABLE_TOKENS = 65_536
@@ -325,7 +325,8 @@ def simulate_events(prompt: np.ndarray, output: np.ndarray, pool: Any, mc: Model
         # max_num_seqs run, the budget lasts and the pool holds the first chunk), each in one pass: the step's
         # features (a chunk of one token that completes the known tokens is a decode token: its last prompt token,
         # or a 1-token prompt; every other adds prefill_chunk_seconds: causal_pairs(p0, q), mc.kv_read_bytes(p0),
-        # no window, the LM head once; summed in px0 / px1), then what the step did: a request samples when its
+        # the LM head once, inlined where there is no window, the function itself where there is; summed in px0 /
+        # px1), then what the step did: a request samples when its
         # last known token is computed.  A request that finishes here frees its blocks (and, closed loop, sends
         # the next request) after the admissions: the scheduler saw the pool before the step ran.
         running_pref, npref = pref, len(pref)
@@ -500,16 +501,7 @@ def _fit_young(k_max: int, c: int, T: int, free: int, B: int, fg: int, phases: l
     def need(k: int) -> int:
         return (_crossings(k, c, T, B, fg, phases) if fg else 0) + yg.window_blocks(k)
 
-    if need(k_max) <= free:
-        return k_max
-    lo, hi = 0, k_max  # need(lo) <= free < need(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if need(mid) <= free:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return most_steps(need, free, k_max)
 
 
 def _steps_before(gap: float, k: int, base_s: float, S: int, c: int, per_full: float, per_win: float,

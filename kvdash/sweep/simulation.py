@@ -102,9 +102,11 @@ def prefix_columns(spec: GridSpec) -> list[tuple[str, str, str]]:
     return list(PREFIX_COLUMNS) if spec.prefix_cache is not None else []
 
 
-def tier_spec(pc: Any, slots: int, block_size: int, bytes_per_token: int, block_bytes: int, tp: int) -> Any:
+def tier_spec(pc: Any, slots: int, block_size: int, bytes_per_token: int, block_bytes: int, tp: int,
+              max_batched: int = 0) -> Any:
     """The replay's tiers at one point: vLLM rules, the point's pool as the GPU prefix cache and the CPU/disk
-    tiers as vLLM sizes them; LMCache rules, its tiers sized with the point's bytes per token."""
+    tiers as vLLM sizes them, the prompt offered to the CPU tier ``max_batched`` tokens a step; LMCache rules, its
+    tiers sized with the point's bytes per token."""
     from kvdash.core import tiers as T
     from kvdash.simulate.prefixcache import TierSpec
 
@@ -119,7 +121,7 @@ def tier_spec(pc: Any, slots: int, block_size: int, bytes_per_token: int, block_
     return TierSpec(rules=pc.rules, block_size=block_size, gpu_tokens=slots // block_size * block_size
                     if pc.rules == "vllm" else 0, cpu_tokens=tokens["cpu"], disk_tokens=tokens["disk"],
                     cpu_policy=pc.cpu_policy, bytes_per_token=bytes_per_token * tp, concurrency=pc.concurrency,
-                    ranks=tp)
+                    ranks=tp, prefill_step_tokens=max_batched)
 
 
 def add_prefix_cache(spec: GridSpec, frame: pl.DataFrame) -> pl.DataFrame:
@@ -134,9 +136,10 @@ def add_prefix_cache(spec: GridSpec, frame: pl.DataFrame) -> pl.DataFrame:
     done: dict[tuple[int, ...], Any] = {}
     ceiling: dict[int, float] = {}
     rows: dict[str, list[Any]] = {name: [] for name, _, _ in PREFIX_COLUMNS}
-    for r in frame.select("kv_token_slots", "block_size", "bytes_per_token", "block_bytes", "tp", "pp").iter_rows(
-            named=True):
-        key = (r["kv_token_slots"], r["block_size"], r["bytes_per_token"], r["block_bytes"], r["tp"])
+    for r in frame.select("kv_token_slots", "block_size", "bytes_per_token", "block_bytes", "tp", "pp",
+                          "max_batched_tokens").iter_rows(named=True):
+        key = (r["kv_token_slots"], r["block_size"], r["bytes_per_token"], r["block_bytes"], r["tp"],
+               r["max_batched_tokens"] or 0)
         if r["pp"] != 1:
             res = None
         else:
@@ -167,13 +170,13 @@ def add_prefix_cache(spec: GridSpec, frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def prefix_curve(pc: Any, block_size: int, bytes_per_token: int, block_bytes: int, tp: int,
-                 slots: int) -> list[dict[str, Any]]:
+                 slots: int, max_batched: int = 0) -> list[dict[str, Any]]:
     """Hit rate against the capacity of the outermost tier (``capacities``), per tier, at one point."""
     from dataclasses import replace
 
     from kvdash.simulate.prefixcache import replay
 
-    base = tier_spec(pc, slots, block_size, bytes_per_token, block_bytes, tp)
+    base = tier_spec(pc, slots, block_size, bytes_per_token, block_bytes, tp, max_batched)
     swept = "disk" if "disk" in pc.offload else "cpu" if "cpu" in pc.offload else "gpu"
     keys: dict[tuple[int, bool], list[list[int]]] = {}
     out = []
