@@ -112,3 +112,35 @@ def test_auto_is_the_model_dtype_of_a_float16_checkpoint(capsys: pytest.CaptureF
     for dtype in ("bfloat16", "float32", ""):
         assert resolve_auto_kv_dtype(dataclasses.replace(llama, facts={**llama.facts, "torch_dtype": dtype}))[0] \
             == "bf16"
+
+
+def test_weight_format_auto_names_a_float16_checkpoints_dtype(capsys: pytest.CaptureFixture[str],
+                                                             tmp_path: Path) -> None:
+    """The reading of the whole diff: --weight-format auto said "the model dtype: bf16" for a float16 checkpoint
+    whose KV cache auto now calls fp16; both come from one served_dtype (the same 2 bytes, the same rate), and fp16
+    experts take bf16's measured fused-MoE kernel (an H200's bf16 entry of kvdash/data/moe_kernels.json)."""
+    import json
+
+    from kvdash.core.steptime import moe_kernel
+    from kvdash.engines.vllm import checkpoint_formats
+    from tests.cli_run import run
+
+    configs = Path(__file__).resolve().parent / "data" / "configs"
+    aya = json.loads((configs / "aya-23-8b" / "config.json").read_text())
+    assert checkpoint_formats(aya)[0] == "fp16" and "the model dtype: fp16" in checkpoint_formats(aya)[3]
+    assert checkpoint_formats({**aya, "model_type": "gemma2"})[0] == "bf16"  # vLLM refuses gemma2 in float16
+    code, out, err = run(["simulate", "--model", str(configs / "aya-23-8b"), "--gpu", "h100-80gb", "--time",
+                          "--requests", "20", "--concurrency", "4", "--json"], capsys)
+    assert code in (0, None) and json.loads(out)["setup"]["weight_format"] == "fp16", err
+    assert moe_kernel("h200", "fp16") == moe_kernel("h200", "bf16") is not None
+    # a model whose parameters are not counted (Jamba: the --weights figure at 2 B a parameter) reads fp16 as such,
+    # not "bf16 ... not applied"
+    jamba = json.loads((configs / "jamba-1.5-mini" / "config.json").read_text())
+    folder = tmp_path / "jamba-fp16"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**jamba, "torch_dtype": "float16"}))
+    code, out, err = run(["simulate", "--model", str(folder), "--gpu", "h200", "--tp", "2", "--weights", "104GB",
+                          "--time", "--requests", "20", "--concurrency", "4", "--json"], capsys)
+    setup = json.loads(out)["setup"]
+    assert code in (0, None) and setup["weight_format"] == "fp16", err
+    assert "not applied" not in setup["weight_format_basis"]

@@ -456,6 +456,14 @@ def test_cpu_offers_follow_the_prefill_steps() -> None:
 
     assert tiers(8) == (4, 0, 4) and tiers(4) == (4, 0, 4)
     assert tiers(0) == (0, 1, 0) and tiers(12) == (0, 1, 0)
+    # chunks loaded from a tier are not offered again (next_stored_chunk_idx jumps past a load's chunks): A's 4
+    # chunks, evicted from the GPU by B (whose 6 the 4-chunk tier refuses), are loaded for A2 (A's prompt and 8 more
+    # tokens), whose offer is its 2 new chunks: stored, evicting 2 (offered whole, 6 keys, it was refused)
+    b, a2 = _one(24, 1, [2], [24], 101), _one(24, 1, [1, 5], [16, 24], 102)
+    r = P.replay(_cat(a, b, a2), P.TierSpec(block_size=4, gpu_tokens=32, cpu_tokens=16, disk_tokens=None))
+    cpu = r.tiers[1]
+    assert (cpu.hit_tokens, cpu.loaded_units, cpu.stored_units, cpu.evictions, cpu.store_failures) == (16, 4, 6, 2, 1)
+    assert r.tiers[2].stored_units == 6
     # ARC observes a refused offer's ghosts (vLLM's prepare_store calls on_store_miss before the allocation): keys
     # 1 and 2, evicted to B1 by 3 and 4, come back in a refused offer of 4 keys: the target moves from 0 to 2
     # (1 a ghost hit: + max(1, |B2| / |B1|)), nothing is stored

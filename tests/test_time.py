@@ -481,6 +481,24 @@ def test_hybrid_model_simulated_from_its_weight_figure(capsys):
     assert d["results"][0]["tpot_ms"]["mean"] > 0 and d["setup"]["pool_blocks"] > 0
 
 
+def _random_lengths(rng, seed: int, n_max: int = 60, prompt_max: int = 300, one_token_prompt: bool = True):
+    """A random workload's prompt and output lengths (a 1-token prompt in every third seed), for _same_schedule."""
+    n = int(rng.integers(1, n_max))
+    P, OUT = rng.integers(1, prompt_max, n), rng.integers(1, 200, n)
+    if one_token_prompt and seed % 3 == 0:
+        P[rng.integers(0, n)] = 1
+    return P, OUT
+
+
+def _random_caps(rng, seed: int, n: int, batched_max: int = 400, gap_s: float = 0.01):
+    """max_num_seqs, max_num_batched_tokens and the arrivals (a closed loop in odd seeds, Poisson in even ones)."""
+    seqs = int(rng.integers(1, 40))
+    mbt = int(rng.integers(seqs, batched_max))
+    kw = {"concurrency": int(rng.integers(1, 40))} if seed % 2 else {
+        "arrivals_s": np.cumsum(rng.exponential(gap_s, n))}
+    return seqs, mbt, kw
+
+
 def _same_schedule(P, OUT, pool, mc, g, c, seqs: int, mbt: int, kw: dict, seed: int):
     """Both simulators on one workload: the same steps, preemptions, peak and token-steps, first token, finish and
     arrival at the same segments, features to 1e-12; the reference's schedule."""
@@ -512,17 +530,11 @@ def test_event_simulator_gives_the_reference_schedule():
     for seed in range(80):
         mc = mc8 if seed % 4 >= 2 else mc16
         rng = np.random.default_rng(seed)
-        n = int(rng.integers(1, 60))
-        P, OUT = rng.integers(1, 300, n), rng.integers(1, 200, n)
-        if seed % 3 == 0:
-            P[rng.integers(0, n)] = 1
+        P, OUT = _random_lengths(rng, seed)
         groups, state = int(rng.integers(1, 3)), int(rng.integers(0, 2))
         blocks = int(rng.integers(1, 12)) * groups * int(f.cdiv(int((P + OUT).max()), 16)) + state
         pool = Pool(blocks, 16, groups, 0, 0, state)
-        seqs = int(rng.integers(1, 40))
-        mbt = int(rng.integers(seqs, 400))
-        kw = {"concurrency": int(rng.integers(1, 40))} if seed % 2 else {
-            "arrivals_s": np.cumsum(rng.exponential(0.01, n))}
+        seqs, mbt, kw = _random_caps(rng, seed, len(P))
         a = _same_schedule(P, OUT, pool, mc, g, c, seqs, mbt, kw, seed)
         preempting += a.preemptions > 0
     assert preempting >= 20  # the preemption rule is exercised, not only the quiet path
@@ -545,10 +557,7 @@ def test_event_simulator_gives_the_reference_schedule_for_sliding_windows():
     preempting = young_growth = 0
     for seed in range(150):
         rng = np.random.default_rng(2000 + seed)
-        n = int(rng.integers(1, 60))
-        P, OUT = rng.integers(1, 300, n), rng.integers(1, 200, n)
-        if seed % 3 == 0:
-            P[rng.integers(0, n)] = 1
+        P, OUT = _random_lengths(rng, seed)
         W = int(rng.choice([1, 2, 3, 4, 16, 17, 33, 64, 128, 200]))
         mc = (replace(gpt, window=W if seed % 3 else int(rng.integers(1, 250)))) if seed % 5 else dense
         fg = int(rng.integers(0, 3))
@@ -558,10 +567,7 @@ def test_event_simulator_gives_the_reference_schedule_for_sliding_windows():
         bs = int(rng.choice([1, 4, 16]))
         one = f.request_blocks(int((P + OUT).max()), bs, fg, wg, W, fr, wr) + state
         pool = Pool(int(rng.integers(1, 10)) * one, bs, fg, wg, W if wg else 0, state, fr, wr)
-        seqs = int(rng.integers(1, 40))
-        mbt = int(rng.integers(seqs, 400))
-        kw = {"concurrency": int(rng.integers(1, 40))} if seed % 2 else {
-            "arrivals_s": np.cumsum(rng.exponential(0.01, n))}
+        seqs, mbt, kw = _random_caps(rng, seed, len(P))
         a = _same_schedule(P, OUT, pool, mc, g, c, seqs, mbt, kw, seed)
         preempting += a.preemptions > 0
         young_growth += wg > 0 and bool((P < W).any())
@@ -581,15 +587,11 @@ def test_event_simulator_gives_the_reference_schedule_for_moe_models():
     idle = 0
     for seed in range(40):
         rng = np.random.default_rng(1000 + seed)
-        n = int(rng.integers(1, 80))
-        P, OUT = rng.integers(1, 400, n), rng.integers(1, 200, n)
-        OUT[rng.integers(0, n)] = 1
+        P, OUT = _random_lengths(rng, seed, n_max=80, prompt_max=400, one_token_prompt=False)
+        OUT[rng.integers(0, len(P))] = 1
         blocks = int(rng.integers(1, 8)) * int(f.cdiv(int((P + OUT).max()), 16))
         pool = Pool(blocks, 16, 1, 0, 0, 0)
-        seqs = int(rng.integers(1, 40))
-        mbt = int(rng.integers(seqs, 500))
-        kw = {"concurrency": int(rng.integers(1, 40))} if seed % 2 else {
-            "arrivals_s": np.cumsum(rng.exponential(0.05, n))}
+        seqs, mbt, kw = _random_caps(rng, seed, len(P), batched_max=500, gap_s=0.05)
         a = _same_schedule(P, OUT, pool, mc, g, c, seqs, mbt, kw, seed)
         # an idle segment adds seconds only (features 0-4 unchanged)
         idle += int((np.diff(a.cum, axis=0)[:, :5] == 0).all(1).sum())

@@ -172,6 +172,7 @@ def _print_prefill(p: Any, timing: PrefillTiming | None) -> None:
     from kvdash.commands.common import Prose
 
     console = Prose()
+
     def secs(x: float) -> str:  # a short replay's seconds in ms (it printed "0.0 s ... 0.0 s saved (39.9 %)")
         return f"{x:,.1f} s" if x >= 10 else f"{x:.3g} s" if x >= 1 else f"{x * 1e3:.3g} ms"
 

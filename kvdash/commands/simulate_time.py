@@ -211,7 +211,7 @@ def timed_weight_format(cfg: dict[str, Any], asked: str, mc: Any) -> tuple[str, 
     if asked != "auto":
         return asked, ""
     fmt, basis = checkpoint_weight_format(cfg)
-    if not mc.counted and fmt != "bf16":
+    if not mc.counted and fmt not in ("bf16", "fp16"):  # fp16: 2 B a parameter too, as timed_compute reads it
         return "bf16", (f"{basis}; not applied: the parameters are not counted from config.json, so the weight "
                         "figure is read at 2 B a parameter")
     return fmt, basis

@@ -96,6 +96,13 @@ def _layer_kinds(cfg: dict[str, Any], n_layers: int, where: str) -> list[str]:
 LENGTH_FIELDS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
 
 
+def config_dtype(cfg: dict[str, Any]) -> str:
+    """The checkpoint's dtype as config.json names it (``dtype`` in transformers 5, ``torch_dtype`` before; the
+    top level first, then ``text_config``), ``""`` where it names none."""
+    dtypes = [c.get(k) for c in (cfg, cfg.get("text_config")) if isinstance(c, dict) for k in ("dtype", "torch_dtype")]
+    return next((str(d) for d in dtypes if isinstance(d, str)), "")
+
+
 def from_hf_config(
     cfg: dict[str, Any],
     name: str,
@@ -125,13 +132,11 @@ def from_hf_config(
     quant = cfg.get("quantization_config")
     if not isinstance(quant, dict) and nested:
         quant = cfg["text_config"].get("quantization_config")
-    raw_cfg = cfg
+    torch_dtype = config_dtype(cfg)
     cfg = modeltypes.aliases(_text_config(cfg))
-    dtypes = [c.get(k) for c in (raw_cfg, raw_cfg.get("text_config")) if isinstance(c, dict)
-              for k in ("dtype", "torch_dtype")]
     facts: dict[str, Any] = {
-        # the checkpoint's dtype (transformers 5 names it dtype), which vLLM's --dtype auto serves
-        "torch_dtype": next((str(d) for d in dtypes if isinstance(d, str)), ""),
+        # the checkpoint's dtype, which vLLM's --dtype auto serves (kvdash.engines.vllm.model_dtype)
+        "torch_dtype": torch_dtype,
         "architectures": tuple(str(a) for a in archs) if isinstance(archs, list) else (),
         "nested_text_config": nested,
         # the top-level model_type and the vision tower's integer fields (None: no vision_config), for SGLang's

@@ -482,9 +482,11 @@ class MoeKernel:
 @cache
 def moe_kernel(gpu_key: str, expert_format: str) -> MoeKernel | None:
     """The measured fused-MoE kernel model of ``kvdash/data/moe_kernels.json`` for this GPU and expert format,
-    or None (the roofline at ``c_mem`` / ``c_flop`` then stands for the experts)."""
+    or None (the roofline at ``c_mem`` / ``c_flop`` then stands for the experts).  fp16 experts take bf16's: the
+    same 2 bytes and the same tensor-core rate (:data:`GEMM_RATE`; --weight-format auto reads a float16
+    checkpoint as fp16)."""
     doc = json.loads((DATA / "moe_kernels.json").read_text(encoding="utf-8"))
-    entry = doc["gpus"].get(gpu_key, {}).get(expert_format)
+    entry = doc["gpus"].get(gpu_key, {}).get("bf16" if expert_format == "fp16" else expert_format)
     if entry is None:
         return None
     return MoeKernel(entry["a_s"], entry["b"], entry["c"], entry["points"], doc["source"])

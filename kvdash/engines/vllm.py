@@ -516,10 +516,13 @@ def resolve_auto_kv_dtype(arch: Architecture) -> tuple[str, str]:
 
 
 def model_dtype(arch: Architecture) -> str:
-    """The dtype ``--dtype auto`` serves the model in (:func:`resolve_auto_kv_dtype`): fp16 for a float16
-    checkpoint whose model type vLLM runs in float16, else bf16."""
-    fp16 = arch.facts.get("torch_dtype") == "float16" and arch.model_type not in FLOAT16_NOT_SUPPORTED
-    return "fp16" if fp16 else "bf16"
+    """The dtype ``--dtype auto`` serves the model in (:func:`resolve_auto_kv_dtype`): :func:`served_dtype`."""
+    return served_dtype(str(arch.facts.get("torch_dtype") or ""), arch.model_type)
+
+
+def served_dtype(torch_dtype: str, model_type: str) -> str:
+    """fp16 for a float16 checkpoint whose model type vLLM 0.33 runs in float16, else bf16."""
+    return "fp16" if torch_dtype == "float16" and model_type not in FLOAT16_NOT_SUPPORTED else "bf16"
 
 
 def declared_kv_dtype(q: dict[str, Any]) -> tuple[str, str]:
@@ -935,7 +938,11 @@ def checkpoint_formats(cfg: dict[str, Any]) -> tuple[str, str | None, str | None
     if not method and cfg.get("model_type") == "gpt_oss":  # every gpt-oss release: MXFP4 experts (a preset's
         method = "mxfp4"  # config keeps no quantization_config; model_compute reads its experts as MXFP4 too)
     if not method:
-        return "bf16", None, None, "auto: no quantization_config in config.json (the model dtype: bf16)"
+        from kvdash.core.model import config_dtype
+
+        text = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
+        dtype = served_dtype(config_dtype(cfg), str(text.get("model_type") or cfg.get("model_type") or ""))
+        return dtype, None, None, f"auto: no quantization_config in config.json (the model dtype: {dtype})"
     q = q if isinstance(q, dict) else {}
     inner: dict[str, Any] = q["quantization"] if isinstance(q.get("quantization"), dict) else {}  # ModelOpt's nest
     if method == "mxfp4":

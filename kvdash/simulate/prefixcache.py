@@ -582,7 +582,7 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: KeyCache) -> Replay:
             # every full chunk computed is offered to the CPU tier, each offer stored whole or not at all, and
             # what the CPU tier stores is cascaded to the disk tier (_store_computed)
             stored = _store_computed(cpu, cl if isinstance(cpu, ArcTier) else ca, w.prompt[i], ct,
-                                     spec.prefill_step_tokens)
+                                     spec.prefill_step_tokens, hit_blocks * B, start + hc + hd if hc or hd else 0)
             if isinstance(cpu, ArcTier):
                 ins = set(stored)
             if disk is not None and len(stored):
@@ -614,13 +614,16 @@ def _replay_vllm(w: Workload, spec: TierSpec, cache: KeyCache) -> Replay:
                   per_request, per_load)
 
 
-def _store_computed(cpu: DenseLru | ArcTier, keys: Any, prompt: int, ct: int, step: int) -> Any:
+def _store_computed(cpu: DenseLru | ArcTier, keys: Any, prompt: int, ct: int, step: int, cached: int = 0,
+                    loaded_to: int = 0) -> Any:
     """Offer a request's full chunks (``keys``: those of its ``prompt`` tokens, then those ending in its output; ``ct``
     tokens a chunk) to the CPU tier as vLLM 0.33 does; returns the keys stored (the ones the disk tier receives).
 
     vLLM offers at each step the chunks computed so far and not yet stored (``_build_store_jobs``,
     offloading/scheduler.py): the prompt a prefill step (``step`` tokens, ``max_num_batched_tokens``, the request
-    alone in its steps; 0: the whole prompt at once), then each output chunk as it fills.  An offer is all or
+    alone in its steps; 0: the whole prompt at once) from its ``cached`` tokens on, then each output chunk as it
+    fills; the chunks before ``loaded_to`` were loaded from a tier and are not offered (``next_stored_chunk_idx``
+    jumps past a load's chunks), a GPU-only hit's are.  An offer is all or
     nothing: ``CPUOffloadingManager.prepare_store`` (vllm/v1/kv_offload/cpu/manager.py) returns None when the
     chunks it must evict exceed the evictable ones, the offer's own keys being protected, so an offer fits iff its
     distinct keys are at most the tier's chunks; the connector then counts an ALLOCATION_FAILURE and does not
@@ -637,10 +640,11 @@ def _store_computed(cpu: DenseLru | ArcTier, keys: Any, prompt: int, ct: int, st
     if cap is None or len(keys) <= cap:
         return offer(keys)
     head = prompt // ct
-    bounds = sorted({min(s + step, prompt) // ct for s in range(0, prompt, step)} if step > 0 else {head})
+    bounds = sorted({min(s + step, prompt) // ct for s in range(cached, prompt, step)} | {head} if step > 0
+                    else {head})
     bounds += range(head + 1, len(keys) + 1)
     parts: list[Any] = []
-    done = 0
+    done = loaded_to
     for b in bounds:
         if b <= done:
             continue

@@ -42,15 +42,16 @@ class Schedule:
         return self.cum @ v
 
 
-def most_steps(need: Callable[[int], int], free: int, k_max: int) -> int:
-    """The most decode steps, at most ``k_max``, whose blocks ``need(k)`` (growing with ``k``, ``need(0) == 0``)
-    ``free`` holds: a bisection (both timed simulators)."""
-    if need(k_max) <= free:
+def last_true(ok: Callable[[int], bool], k_max: int) -> int:
+    """The largest ``k`` in ``0 .. k_max`` with ``ok(k)``, for an ``ok`` true up to some ``k`` and false after it
+    (``ok(0)`` taken as true): a bisection.  Both timed simulators ask it the most decode steps whose blocks the
+    pool holds and the steps that start before the next arrival."""
+    if ok(k_max):
         return k_max
-    lo, hi = 0, k_max  # need(lo) <= free < need(hi)
+    lo, hi = 0, k_max  # ok(lo), not ok(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if need(mid) <= free:
+        if ok(mid):
             lo = mid
         else:
             hi = mid

@@ -44,7 +44,7 @@ import numpy as np
 from kvdash.core import formulas as f
 from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, lm_head_seconds, prefill_chunk_seconds
 from kvdash.errors import InputError
-from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule, most_steps
+from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule, last_true
 
 __all__ = ["NFEAT", "Pool", "Schedule", "TimedResult", "simulate_reference", "simulate_timed", "summarize"]
 
@@ -382,7 +382,7 @@ def _fit_blocks(pool: Pool, computed: np.ndarray, held: np.ndarray, free: int, k
     def need(k: int) -> int:
         return int((pool.request_blocks(computed + k) - held).clip(min=0).sum())
 
-    return most_steps(need, free, k_max)
+    return last_true(lambda k: need(k) <= free, k_max)
 
 
 def _window_sum(ctx: np.ndarray, k: int, W: int) -> float:
@@ -419,17 +419,8 @@ def _steps_before(gap: float, k: int, base_s: float, ctx: np.ndarray, W: int, co
         win = _window_sum(ctx, m, W) if per_win else 0.0
         return base_s * m + per_full * full + per_win * win
 
-    # the number of steps m with start time < gap: start of step m is elapsed(m)
-    if elapsed(k - 1) < gap:
-        return k
-    lo, hi = 0, k - 1  # elapsed(lo) < gap <= elapsed(hi)   (elapsed(0) = 0 < gap)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if elapsed(mid) < gap:
-            lo = mid
-        else:
-            hi = mid
-    return lo + 1
+    # the number of steps m with start time < gap: step m starts at elapsed(m) (elapsed(0) = 0 < gap)
+    return last_true(lambda m: elapsed(m) < gap, k - 1) + 1
 
 
 def _finish(fin: np.ndarray, running: list[int], held: np.ndarray, free: int, finish_seg: np.ndarray, seg: int,

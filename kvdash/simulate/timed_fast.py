@@ -43,7 +43,7 @@ import numpy as np
 
 from kvdash.core.steptime import Constants, GPUPerf, ModelCompute, features, lm_head_seconds, prefill_chunk_seconds
 from kvdash.errors import InputError
-from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule, most_steps
+from kvdash.simulate.schedule import ASYNC_STEPS, NFEAT, Schedule, last_true
 
 # the largest max_num_batched_tokens whose step sizes are tabulated up front (8 floats a size: 4 MiB)
 TABLE_TOKENS = 65_536
@@ -501,7 +501,7 @@ def _fit_young(k_max: int, c: int, T: int, free: int, B: int, fg: int, phases: l
     def need(k: int) -> int:
         return (_crossings(k, c, T, B, fg, phases) if fg else 0) + yg.window_blocks(k)
 
-    return most_steps(need, free, k_max)
+    return last_true(lambda k: need(k) <= free, k_max)
 
 
 def _steps_before(gap: float, k: int, base_s: float, S: int, c: int, per_full: float, per_win: float,
@@ -513,16 +513,7 @@ def _steps_before(gap: float, k: int, base_s: float, S: int, c: int, per_full: f
         win = float(yg.window_context(c, m)) if yg is not None and per_win else 0.0
         return base_s * m + per_full * full + per_win * win
 
-    if elapsed(k - 1) < gap:
-        return k
-    lo, hi = 0, k - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if elapsed(mid) < gap:
-            lo = mid
-        else:
-            hi = mid
-    return lo + 1
+    return last_true(lambda m: elapsed(m) < gap, k - 1) + 1
 
 
 class _Young:
@@ -611,11 +602,7 @@ class _Young:
         if not self.bn:
             return 0
         Bw, T = self.Bw, self.T
-        rounds, part = divmod(k, Bw)
-        add = self.bn * rounds
-        ph = self.wphases
-        for j in range(T, T + part):
-            add += ph[-j % Bw]
+        add = _crossings(k, self.bn, T, Bw, 1, self.wphases)  # as if none aged
         if k > 1:
             bb, Lw = self.bb, self.Lw
             for o in _between(bb, Lw - T - k + 2, Lw - T):
