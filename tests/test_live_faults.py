@@ -538,3 +538,22 @@ async def test_a_poll_that_lands_while_the_app_closes_draws_nothing():
         app.apply(DemoSource(seed=8).read(), None)  # must not raise
         assert "gpus" not in app._drawn
         assert app._drawn  # the panels still there were drawn
+
+
+async def test_a_poll_handed_over_while_the_app_shuts_down_draws_nothing():
+    """Regression (CI at 9c814ba, the hang case above, once): a GPU poll that a worker thread handed to
+    the UI loop while run_test's exit was removing the widgets ended in NoMatches('#procs-box') raised
+    from the worker.  The guard read App.is_mounted, a method and so always true; the app's is_running
+    turns False before its widgets go.  After the app has shut down, apply and apply_engine keep the
+    figures and draw nothing."""
+    from kvdash.tui.app import LiveApp
+
+    source = DemoSource(seed=7)
+    app = LiveApp(source, LiveConfig(), interval=3600, autopoll=False, clock=Clock(),
+                  engine_url="http://127.0.0.1:9/metrics")
+    async with app.run_test(size=(120, 40)):
+        pass
+    snap, polls = source.read(), app.polls
+    app.apply(snap, None)
+    app.apply_engine(EngineReading(url="http://127.0.0.1:9/metrics", error="refused"))
+    assert app.snapshot is snap and app.polls == polls + 1 and app.engine_error == "refused"

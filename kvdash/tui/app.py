@@ -390,7 +390,9 @@ class LiveApp(App[None]):
         widget.update(render(), layout=layout)
 
     def refresh_view(self) -> None:
-        if not self.is_mounted:
+        # App.is_mounted is a method (always truthy); is_running turns False as the app starts to shut
+        # down, before its widgets go, so a poll handed over by a worker thread then draws nothing
+        if not self.is_running:
             return
         self._status()
         snap = self.snapshot

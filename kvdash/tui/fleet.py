@@ -118,7 +118,7 @@ class FleetApp(LiveApp):
 
     def refresh_view(self) -> None:
         snap = self.snapshot
-        if snap is None or not self.is_mounted:
+        if snap is None or not self.is_running:  # see LiveApp.refresh_view
             return
         problem = self.query_one("#problem", Static)
         kept = "showing the last good reading; " if self.fleet is not None else "no reading yet; "
