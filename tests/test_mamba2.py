@@ -76,8 +76,23 @@ def test_block_alignment_on_the_model_class_page():
     is (22,272 + 8 x 896 x 64) x 2 = 962,048 B, larger than the padded page: MambaSpec.page_size_bytes asserts and
     vLLM does not start.  Block 64 (1,835,008 B) holds it: planned, 540 blocks, as vLLM 0.33's code gave."""
     for block in ("auto", 16, 32):
-        with pytest.raises(InputError, match="page_size_bytes"):
+        with pytest.raises(InputError, match="page_size_bytes") as refused:
             _zamba(block=block)
+        # the value as the user gave it: auto (the default, unseen) is not shown as a typed 16
+        assert block == refused.value.value and "attention page of 16 tokens" in str(refused.value) or block != "auto"
     with pytest.raises(InputError, match="page_size_bytes"):
         _zamba(kv="fp8", block=64)  # fp8 attention page 917,504 B < 962,048 B
     assert 540 == _zamba(block=64)["vllm_view"]["num_gpu_blocks"]
+
+
+@pytest.mark.parametrize("command", [["calc"], ["simulate"], ["simulate", "--time"]])
+def test_a_refused_automatic_block_is_named_auto(command, capsys):
+    """No --block-size typed: Zamba2-7B's automatic block (16 tokens, see above) is refused as 'auto', not as
+    though 16 had been typed (it said "--block-size: 16 is not allowed"); a typed 16 is still shown as 16."""
+    from tests.cli_run import run
+
+    code, _, err = run([*command, "--model", str(ZAMBA2.parent)], capsys)
+    assert 2 == code and err.startswith("kvdash: error: --block-size: 'auto' is not allowed; vLLM 0.33 refuses")
+    assert "attention page of 16 tokens" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run([*command, "--model", str(ZAMBA2.parent), "--block-size", "16"], capsys)
+    assert 2 == code and err.startswith("kvdash: error: --block-size: 16 is not allowed")

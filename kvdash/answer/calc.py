@@ -27,7 +27,7 @@ from kvdash.core.point import fdiv, point_metrics, shape_inputs, workload_inputs
 from kvdash.core.pool import PoolShape, layer_token_bytes
 from kvdash.engines import vllm_view
 from kvdash.engines.base import Caps
-from kvdash.engines.vllm import HYBRID_RAISE_NOTE, max_concurrent_batches, starts, stored_kv_dtype
+from kvdash.engines.vllm import HYBRID_RAISE_NOTE, max_concurrent_batches, refused_auto_block, starts, stored_kv_dtype
 from kvdash.engines.vllm import RULES as VLLM
 from kvdash.errors import InputError
 from kvdash.units import GiB
@@ -472,7 +472,11 @@ def calculate(inp: CalcInput) -> dict[str, Any]:
     inp = replace(inp, max_batched_tokens=caps.max_num_batched_tokens, max_num_seqs=caps.max_num_seqs)
     block_auto = inp.block_size == "auto"  # the engine's choice (the default): the dtype variants re-resolve it
     requested, block_reason = resolve_block_size(inp)
-    shapes = rules_of(inp).pool(inp.arch, inp.kv_dtype, inp.kv_scales, inp.tp, inp.pp, requested, inp.prefix_caching)
+    try:
+        shapes = rules_of(inp).pool(inp.arch, inp.kv_dtype, inp.kv_scales, inp.tp, inp.pp, requested,
+                                    inp.prefix_caching)
+    except InputError as exc:
+        raise refused_auto_block(exc, block_auto) from None
     if shapes[0].block_size != requested:  # the figures of the raise replace auto's general note of it
         block_reason = block_reason.replace(HYBRID_RAISE_NOTE, "") + (
             f"; raised from {requested} to {shapes[0].block_size} so one attention page "

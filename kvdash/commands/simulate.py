@@ -121,7 +121,7 @@ def simulate(
     max_len: int | None = pick_alias(max_reserved, max_len_old, "--max-reserved", "--max-len")  # type: ignore[assignment]
     from kvdash.answer.budget import BudgetSpec, resolve_budget
     from kvdash.core.model import load_config, resolve_model
-    from kvdash.engines.vllm import rank_shapes
+    from kvdash.engines.vllm import rank_shapes, refused_auto_block
     from kvdash.simulate.engine import PAPER_FIG2, POLICIES
     from kvdash.simulate.engine import simulate as run
     from kvdash.simulate.workload import PRESETS, Lengths, draw_requests, read_trace, trace_name
@@ -199,7 +199,10 @@ def simulate(
     block_size = block_size_of(size, arch, kv_dtype, gpu)  # auto (the default): vLLM 0.33's choice on the GPU
     if not 1 <= block_size <= max_len:
         raise InputError("--block-size", _short(block_size), f"expected 1 to --max-reserved ({max_len:,}) tokens")
-    shape = rank_shapes(arch, kv_dtype, "tensor", tp, 1, block_size)[0]
+    try:
+        shape = rank_shapes(arch, kv_dtype, "tensor", tp, 1, block_size)[0]
+    except InputError as exc:
+        raise refused_auto_block(exc, size == "auto") from None
     prefix_replay = hash_trace is not None or prefix_workload is not None
     from kvdash.engines import registry
 

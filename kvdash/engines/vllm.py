@@ -377,6 +377,15 @@ def aligned_block_size(arch: Architecture, dtype: str, scales: str, tp: int, req
     return used, page
 
 
+def refused_auto_block(exc: InputError, auto: bool) -> InputError:
+    """A refusal of the block size as the user sees it: with ``--block-size auto`` (the default, vLLM's own
+    choice) it names 'auto', not the number kvdash resolved it to as though that had been typed (the
+    message says how many tokens it came to); any other refusal unchanged."""
+    if auto and exc.field.endswith("--block-size"):
+        return InputError(exc.field, "auto", exc.allowed, exc.hint)
+    return exc
+
+
 def stage_layers(n_layers: int, pp: int) -> list[range]:
     """Layer ranges per pipeline stage, as vLLM's ``get_pp_indices`` splits them: equal shares,
     the remainder going one each to the stages before the last."""

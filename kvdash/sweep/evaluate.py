@@ -24,7 +24,7 @@ from kvdash.core.model import Architecture
 from kvdash.core.point import capacity_metrics, request_metrics, shape_inputs
 from kvdash.core.pool import PoolShape, check_positive
 from kvdash.engines import vllm as vllm_rules
-from kvdash.engines.vllm import auto_block_size, rank_shapes
+from kvdash.engines.vllm import auto_block_size, rank_shapes, refused_auto_block
 from kvdash.engines.vllm_reserve import auto_reserve
 from kvdash.errors import InputError
 from kvdash.sweep.columns import GPUS_PER_NODE, RESULT_COLUMNS
@@ -331,6 +331,7 @@ def expand(spec: GridSpec, max_points: int = DEFAULT_MAX_POINTS, jobs: int = 1, 
                 by_base[base] = {**shape_inputs(stage), "_max_context": arch.max_context,
                                  "_kv128k_over_weights": kv128 / weights_rank if weights_rank else None}
         except InputError as exc:
+            exc = refused_auto_block(exc, p["block_size"] == "auto")
             raise InputError(f"{spec.path}: {point_label(p)}: {exc.field}", exc.value, exc.allowed,
                              exc.hint or "add an exclude: rule for it") from exc
         # outside hybrids only the block size itself differs between the block sizes of a base
