@@ -22,6 +22,7 @@ from kvdash.sources.engine import (
     EngineReading,
     _Checker,
     fetch,
+    from_snapshot,
     parse_prometheus,
     reading_from_samples,
 )
@@ -170,8 +171,6 @@ class TestEngineAware:
         default, 0.92, so the gap is the reserve alone."""
         demo = DemoSource(seed=7)
         snap = demo.read()
-        from kvdash.sources.engine import from_snapshot
-
         eng = analyze(snap, LiveConfig(), from_snapshot(snap.extra))["engine"]
         reserve = eng["reconciling_reserve_bytes"]
         assert 2_837_216 == eng["engine_tokens"] == demo.num_gpu_blocks * 16
@@ -337,6 +336,8 @@ def bad_record(kind: str) -> str:
         rec["extra"]["engine"]["kv_usage"] = "high"
     if kind == "negative":
         rec["gpus"][2]["total_bytes"] = -10
+    if kind == "reason-list":
+        rec["extra"]["engine"]["waiting_by_reason"] = {"capacity": [3]}
     return json.dumps(rec)
 
 
@@ -347,6 +348,8 @@ def bad_record(kind: str) -> str:
     ("name-number", "line 2, gpus[1].name: 12345 is not allowed; expected a string"),
     ("usage-high", "line 2, extra.engine.kv_usage: 'high' is not allowed; expected a finite number from 0 to 1"),
     ("negative", "line 2, gpus[2].total_bytes: -10 is not allowed; expected a whole number from 0"),
+    # the trial's line: TypeError from _Checker.count in the poll worker, a 600-line traceback, exit 0
+    ("reason-list", "line 2, extra.engine.waiting_by_reason.capacity: [3] is not allowed; expected a whole number"),
 ])
 def test_replay_wrong_types_exit_2_naming_line_field_value(kind, where, tmp_path, capsys):
     """Regression: valid JSON of the wrong shape gave a traceback with --once (and negative sizes
@@ -524,6 +527,27 @@ def test_replay_any_json_value_is_a_snapshot_or_one_named_error(field, value):
     assert g.power_w is None or math.isfinite(g.power_w)
 
 
+@given(field=st.sampled_from(["kv_usage", "running", "waiting", "num_gpu_blocks", "block_size", "total_tokens",
+                              "prefix_queries", "waiting_by_reason", "offload", "kind", "error"]), value=JSON)
+def test_any_json_engine_value_is_a_reading_or_one_named_error(field, value):
+    """Property: whatever JSON value a recorded engine field holds, the line is refused naming that field, or the
+    reading it gives is built without an exception (from_snapshot runs in the poll worker: a list among the
+    waiting_by_reason counts raised TypeError there, the dashboard died with a worker traceback and exit 0)."""
+    from kvdash.sources.replay import _Bad, snapshot_from_record
+
+    rec = json.loads(GOOD_LINE)
+    rec["extra"]["engine"][field] = value
+    try:
+        snap = snapshot_from_record(rec)
+    except _Bad as bad:
+        assert bad.field.startswith(f"extra.engine.{field}")
+        return
+    reading = from_snapshot(snap.extra)
+    assert reading is not None and all(type(n) is int for n in reading.waiting_by_reason.values())
+    # and straight from a demo's extra, unchecked: the bad figure is dropped with a reason, never raised
+    assert from_snapshot(rec["extra"]) is not None
+
+
 async def test_a_poll_that_lands_while_the_app_closes_draws_nothing():
     """Regression (a fresh-clone CI under load): a GPU poll's result came back after the app had begun to close
     and its panels were gone; drawing it raised NoMatches ('#gpus') out of the worker and failed the run.  A
@@ -557,3 +581,20 @@ async def test_a_poll_handed_over_while_the_app_shuts_down_draws_nothing():
     app.apply(snap, None)
     app.apply_engine(EngineReading(url="http://127.0.0.1:9/metrics", error="refused"))
     assert app.snapshot is snap and app.polls == polls + 1 and app.engine_error == "refused"
+
+
+def test_a_dashboard_textual_ended_on_an_error_exits_with_its_code():
+    """textual ends an app on an unhandled error with return_code 1 after printing it; `kvdash live` and the fleet
+    view exited 0 after such a crash (the trial's replay line above).  end_signalled passes the code on."""
+    import typer
+
+    from kvdash.commands.common import end_signalled
+
+    class Ended:
+        signalled, return_code = 0, 1
+
+    with pytest.raises(typer.Exit) as ended:
+        end_signalled(Ended())
+    assert 1 == ended.value.exit_code
+    Ended.return_code = 0
+    end_signalled(Ended())  # a clean end: nothing raised

@@ -321,12 +321,15 @@ def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | 
 
 
 def end_signalled(app) -> None:  # type: ignore[no-untyped-def]
-    """After the dashboard ended on SIGTERM or SIGHUP (the terminal already restored): one line, exit 128 + N."""
+    """After the dashboard ended on SIGTERM or SIGHUP (the terminal already restored): one line, exit 128 + N; after
+    one textual ended on an error (return_code 1), that code, not 0."""
     if app.signalled:
         import signal
 
         print(f"kvdash: error: interrupted by {signal.Signals(app.signalled).name}", file=sys.stderr)
         raise typer.Exit(128 + app.signalled)
+    if app.return_code:  # textual ended the app on an error it printed: not a success
+        raise typer.Exit(app.return_code)
 
 
 class Prose:

@@ -106,9 +106,12 @@ class _Checker:
             return None
         return value
 
-    def count(self, name: str, value: float | str | None, low: int = 0) -> int | None:
+    def count(self, name: str, value: object, low: int = 0) -> int | None:
         """A count: a whole number from ``low`` up to 2^53."""
         if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int | float):  # a list, an object, true
+            self.invalid[name] = f"{str(value)[:20]!r} is not a number"
             return None
         if isinstance(value, str):
             text = value

@@ -134,6 +134,13 @@ def snapshot_from_record(data: Any) -> Snapshot:
             _int(f"extra.engine.{name}", e.get(name), low=1 if name == "block_size" else 0)
         _str("extra.engine.kind", e.get("kind"))
         _str("extra.engine.served_model", e.get("served_model"))
+        if e.get("waiting_by_reason") is not None:  # the queue by reason: counts (a list crashed the dashboard)
+            for k, v in _dict("extra.engine.waiting_by_reason", e["waiting_by_reason"]).items():
+                _int(f"extra.engine.waiting_by_reason.{k}", v, high=2**53)
+        if e.get("offload") is not None:  # the offloading tier's settings: numbers or text
+            for k, v in _dict("extra.engine.offload", e["offload"]).items():
+                if v is not None and not isinstance(v, str):
+                    _float(f"extra.engine.offload.{k}", v, -1e18, 1e18)
     return Snapshot(time=t or 0.0, source=_str("source", data.get("source")),
                     gpus=tuple(_gpu(f"gpus[{i}]", g) for i, g in enumerate(_list("gpus", data.get("gpus")))),
                     driver=_str("driver", data.get("driver")), error=_str("error", data.get("error")), extra=extra)

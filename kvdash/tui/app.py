@@ -274,12 +274,13 @@ class LiveApp(App[None]):
                 for _ in range(self.sim_steps_per_poll):
                     self.simulation.step()
             snap = self.source.read()
+            engine = None if self.engine_fetch else from_snapshot(snap.extra)  # in the try: it reads the source's data
         except ReplayLineError as exc:
             self.call_from_thread(self.skip_frame, str(exc))
         except Exception as exc:  # noqa: BLE001 - a failing source must not end the dashboard
             self.call_from_thread(self.gpu_failed, f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc))
         else:
-            self.call_from_thread(self.apply, snap, None if self.engine_fetch else from_snapshot(snap.extra))
+            self.call_from_thread(self.apply, snap, engine)
         self.call_from_thread(self.rearm)
 
     def rearm(self) -> None:
