@@ -102,17 +102,52 @@ async def test_expanded_hosts_stay_open_across_polls_and_config_changes():
 
 
 async def test_prometheus_error_is_a_panel_message_and_the_last_fleet_stays():
+    """The last good fleet stays on screen with its age (a helper's trial: it said "showing the last good reading"
+    however old): good at t=100, the poll fails at t=105."""
     src = StaticFleet(4, 8)
-    app = FleetApp(src, LiveConfig(), autopoll=False)
+    clock = [100.0]
+    app = FleetApp(src, LiveConfig(), autopoll=False, clock=lambda: clock[0])
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         src.fail = "Prometheus at http://127.0.0.1:9 is unreachable (Connection refused)"
+        clock[0] = 105.0
         app.apply(*app.read_once())
         await pilot.pause()
         problem = app.query_one("#problem")
         assert problem.display and problem.region.height == 2
-        assert "unreachable" in str(problem.render()) and "showing the last good reading" in str(problem.render())
+        assert "unreachable" in str(problem.render())
+        assert "showing the last good reading 5 s ago; polling goes on" in str(problem.render())
         assert len(app.query_one("#fleet").root.children) == 4
+
+
+async def test_s_writes_the_fleet_whole_or_says_why_not(tmp_path):
+    """A helper's trial: s in the fleet view with its folder gone ended the app in a FileNotFoundError traceback
+    (live's s catches OSError; the fleet's did not), and it wrote over a file of the same name.  Now: the file is
+    named after the fleet's own poll, written whole beside an existing one, and a folder that is gone is a
+    notification and a note."""
+    import json
+
+    src = StaticFleet(2, 2)
+    folder = tmp_path / "snaps"
+    folder.mkdir()
+    app = FleetApp(src, LiveConfig(), autopoll=False, snapshot_dir=folder)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        stamp = int(app.fleet.get("time") or app.snapshot.time)  # FleetSource stamps its fleet; this source not
+        (folder / f"kvdash-fleet-{stamp}-1.json").write_text("another's\n")
+        await pilot.press("s")
+        await pilot.pause()
+        assert "another's\n" == (folder / f"kvdash-fleet-{stamp}-1.json").read_text()
+        assert 2 == len(json.loads((folder / f"kvdash-fleet-{stamp}-2.json").read_text())["hosts"])
+        assert app.message == f"wrote kvdash-fleet-{stamp}-2.json"
+        (folder / f"kvdash-fleet-{stamp}-1.json").unlink()
+        (folder / f"kvdash-fleet-{stamp}-2.json").unlink()
+        folder.rmdir()
+        await pilot.press("s")
+        await pilot.pause()
+        assert app.is_running and app.message.startswith("snapshot not written: ")
+        assert any(n.title == "snapshot not written" for n in app._notifications)
+    assert app.return_code in (None, 0)
 
 
 async def test_unreachable_from_the_start_is_a_panel_message():
@@ -193,3 +228,13 @@ async def test_fleet_view_shows_windowed_rates_over_the_last_readings():
         await pilot.press("m")
         await pilot.pause()
         assert app.fleet["engines"][0]["window"]["readings"] == n
+
+
+def test_the_fleet_view_checks_and_uses_snapshot_dir(tmp_path, capsys):
+    """--snapshot-dir was dropped on the way to the fleet view (s wrote to the working folder) and not checked: a
+    folder that does not exist is refused before the dashboard starts, as in live's single-host view."""
+    from tests.cli_run import run
+
+    code, _, err = run(["live", "--prometheus", "http://127.0.0.1:9", "--snapshot-dir", str(tmp_path / "gone")],
+                       capsys)
+    assert 2 == code and err.startswith("kvdash: error: --snapshot-dir: ") and "expected an existing folder" in err

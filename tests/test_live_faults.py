@@ -598,3 +598,93 @@ def test_a_dashboard_textual_ended_on_an_error_exits_with_its_code():
     assert 1 == ended.value.exit_code
     Ended.return_code = 0
     end_signalled(Ended())  # a clean end: nothing raised
+
+
+class _HangingDemo(DemoSource):
+    """A demo whose third read hangs until released (a wedged NVML call)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        super().__init__(seed=7)
+        self.reads, self.release = 0, threading.Event()
+
+    def read(self):  # type: ignore[no-untyped-def]
+        self.reads += 1
+        if self.reads == 3:
+            self.release.wait(30)
+        return super().read()
+
+
+async def test_a_hung_gpu_read_keeps_the_engine_current_and_says_how_old(monkeypatch):
+    """A helper's trial: a GPU read that hung froze the engine's figures with the GPU's (the engine answered 30 times,
+    the screen kept its second reading: the engine's were drawn only by the next GPU poll) and the status line
+    said "ok".  Now an engine reading redraws while the GPU poll is late (later than LATE_AFTER_S, here 0.5 s, or two
+    intervals), and the status line says the GPU has no new reading, with the age of its last."""
+    import kvdash.tui.app as live_app
+    from kvdash.tui.app import LiveApp
+
+    monkeypatch.setattr(live_app, "LATE_AFTER_S", 0.5, raising=False)
+    answers = [0]
+
+    def engine() -> EngineReading:
+        answers[0] += 1
+        return EngineReading(url="http://127.0.0.1:9/metrics", kind="vllm", kv_usage=0.5, running=answers[0],
+                             waiting=0, num_gpu_blocks=10_000, block_size=16, total_tokens=160_000, used_tokens=80_000)
+
+    source = _HangingDemo()
+    app = LiveApp(source, LiveConfig(model="llama-3.1-8b", tp=1), interval=0.1, engine=engine,
+                  engine_url="http://127.0.0.1:9/metrics")
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(60):  # the GPU read hangs from the third; wait for the status line to say so
+                await pilot.pause(0.1)
+                if "no new reading" in str(app.query_one("#status").render()):
+                    break
+            await pilot.pause(0.3)
+            status = str(app.query_one("#status").render())
+            assert "GPU (demo (seed 7)): no new reading; last good reading" in status and 3 == source.reads
+            shown = app.kv["engine"]["reading"]["running"]
+            assert shown >= answers[0] - 3 and shown > 5  # drawn as they come (it stayed at 2)
+    finally:
+        source.release.set()
+
+
+async def test_a_hanging_engine_scrape_says_how_old_its_figures_are(monkeypatch):
+    """A helper's trial: while a scrape hung (up to --engine-timeout, at most 60 s) the last good engine figures
+    stayed on screen with the status line "ok"; the age appeared only once the scrape failed.  Now, later than
+    LATE_AFTER_S (here 0.5 s) or two intervals, the line says the engine has not answered and how old its figures
+    are."""
+    import threading
+
+    import kvdash.tui.app as live_app
+    from kvdash.tui.app import LiveApp
+
+    monkeypatch.setattr(live_app, "LATE_AFTER_S", 0.5, raising=False)
+    release, answers = threading.Event(), [0]
+
+    def engine() -> EngineReading:
+        answers[0] += 1
+        if answers[0] > 1:
+            release.wait(30)
+        return EngineReading(url="http://127.0.0.1:9/metrics", kind="vllm", kv_usage=0.4213, running=1, waiting=0,
+                             num_gpu_blocks=10_000, block_size=16, total_tokens=160_000, used_tokens=67_408)
+
+    app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=0.1, engine=engine, engine_url="http://127.0.0.1:9/metrics")
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(60):
+                await pilot.pause(0.1)
+                if "no answer yet" in str(app.query_one("#status").render()):
+                    break
+            status = str(app.query_one("#status").render())
+            assert "engine http://127.0.0.1:9/metrics: no answer yet; last good reading" in status
+            assert app.engine_error == "" and app.engine.kv_usage == pytest.approx(0.4213)
+            release.set()
+            for _ in range(40):  # it answers: the line goes
+                await pilot.pause(0.1)
+                if "no answer yet" not in str(app.query_one("#status").render()):
+                    break
+            assert "no answer yet" not in str(app.query_one("#status").render())
+    finally:
+        release.set()

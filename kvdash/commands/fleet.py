@@ -3,13 +3,15 @@
 import json
 import sys
 import textwrap
+from pathlib import Path
 
 import typer
 
 from kvdash.errors import InputError
 
 
-def run_fleet(url: str, cfg, once: bool, as_json: bool, interval: float) -> None:  # type: ignore[no-untyped-def]
+def run_fleet(url: str, cfg, once: bool, as_json: bool, interval: float,  # type: ignore[no-untyped-def]
+              snapshot_dir: Path | None = None) -> None:
     from dataclasses import replace
 
     from kvdash.fleet.source import FleetSource
@@ -47,6 +49,6 @@ def run_fleet(url: str, cfg, once: bool, as_json: bool, interval: float) -> None
     from kvdash.commands.common import end_signalled
     from kvdash.tui.fleet import FleetApp
 
-    app = FleetApp(source, cfg, interval=interval)
+    app = FleetApp(source, cfg, interval=interval, snapshot_dir=snapshot_dir)  # the s key writes there
     app.run()
     end_signalled(app)

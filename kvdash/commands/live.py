@@ -140,7 +140,9 @@ def live(
                              "(the fleet view draws no block map)")
         from kvdash.commands.fleet import run_fleet
 
-        return run_fleet(prometheus, cfg, once, as_json, interval)
+        if not (once or as_json):
+            check_snapshot_dir(snapshot_dir)
+        return run_fleet(prometheus, cfg, once, as_json, interval, snapshot_dir)
     if not (once or as_json):
         check_snapshot_dir(snapshot_dir)
     source = _source(demo, replay, seed, gpus, max_bytes, json_out=as_json, engine=engine)

@@ -61,6 +61,9 @@ BLOCK_SIZES = (8, 16, 32, 64, 128)
 KV_DTYPES = ("bf16", "fp8", "fp16", "int8", "fp32")
 LENGTHS = (128, 256, 512, 825, 1024, 2048, 4096, 8192, 16384, 32768)
 HISTORY = 120
+# a reading polled on its own is late (and its age shown in the status line) when it is older than this or two
+# intervals: a GPU read or an engine scrape that hangs leaves old figures on the screen
+LATE_AFTER_S = 3.0
 
 
 class ModelCommands(Provider):
@@ -218,6 +221,8 @@ class LiveApp(App[None]):
             self.poll()
             if self.engine_fetch is not None:
                 self._engine_thread.start()
+            # the ages of late readings keep counting while a read hangs (nothing else redraws then)
+            self.set_interval(1.0, self._tick)
         else:
             self.apply(*self.read_once())
         self.call_after_refresh(self.refresh_view)  # again once the panels have their real sizes
@@ -284,7 +289,8 @@ class LiveApp(App[None]):
         self.call_from_thread(self.rearm)
 
     def rearm(self) -> None:
-        self.set_timer(self.interval, self.poll)
+        if self.is_running:  # a poll that came back while the app shut down arms nothing on it
+            self.set_timer(self.interval, self.poll)
 
     def _engine_loop(self) -> None:
         """The engine's poller: one thread for the app's life, one scrape at a time, each bounded by
@@ -324,7 +330,7 @@ class LiveApp(App[None]):
 
     def gpu_failed(self, text: str) -> None:
         self.gpu_error = text
-        self.refresh_view()
+        self.recompute()  # the engine's readings that came since are drawn too
 
     def note(self, text: str) -> None:
         self.message = text
@@ -355,12 +361,13 @@ class LiveApp(App[None]):
 
     def apply_engine(self, reading: EngineReading) -> None:
         """Keep the engine's reading; redraw now only when its state changed (an error came or went)
-        or no GPU poll is coming (paused, or before the first): otherwise the next GPU poll draws it,
-        so one screen update per interval serves both sources."""
+        or no GPU poll is coming (paused, before the first, or late: :meth:`late`): otherwise the next GPU
+        poll draws it, so one screen update per interval serves both sources."""
         self.engine_polls += 1
         was = (self.engine_error, bool(self.engine and self.engine.invalid))
         self._engine(reading)
-        if was != (self.engine_error, bool(reading.invalid)) or self.paused or self.snapshot is None:
+        if was != (self.engine_error, bool(reading.invalid)) or self.paused or self.snapshot is None \
+                or self.late(self.gpu_good_at):  # a GPU read that hangs must not freeze the engine's figures
             self.recompute()
 
     def recompute(self) -> None:
@@ -509,6 +516,17 @@ class LiveApp(App[None]):
             return "no good reading yet"
         return f"last good reading {self.clock() - since:.0f} s ago"
 
+    def late(self, since: float | None) -> bool:
+        """Whether a source polled on its own (autopoll, not paused) has had no good reading for longer than
+        :data:`LATE_AFTER_S` or two intervals: its figures on screen are old, which the status line says."""
+        return (self.autopoll and not self.paused and since is not None
+                and self.clock() - since > max(LATE_AFTER_S, 2 * self.interval))
+
+    def _tick(self) -> None:
+        """Once a second while polling: the status line again, so the age of a late reading keeps counting."""
+        if self.is_running:
+            self._status()
+
     def _status(self) -> None:
         snap = self.snapshot
         state = "paused" if self.paused else f"every {self.interval:g} s"
@@ -523,11 +541,15 @@ class LiveApp(App[None]):
         if self.gpu_error:
             out.append(f" GPU ({self.source.name}): {self.gpu_error}; {self._age(self.gpu_good_at)}\n",
                        style="bold red")
+        elif self.late(self.gpu_good_at):  # a read that hangs: the figures above are this old
+            out.append(f" GPU ({self.source.name}): no new reading; {self._age(self.gpu_good_at)}\n", style="yellow")
         if snap is not None and snap.error:
             out.append(f" GPU ({self.source.name}): {snap.error}\n", style="yellow")
+        url = self.engine.url if self.engine else self.engine_url
         if self.engine_error:
-            url = self.engine.url if self.engine else self.engine_url
             out.append(f" engine {url}: {self.engine_error}; {self._age(self.engine_good_at)}\n", style="bold red")
+        elif self.engine_fetch is not None and self.late(self.engine_good_at):  # a scrape under way, not answered
+            out.append(f" engine {url}: no answer yet; {self._age(self.engine_good_at)}\n", style="yellow")
         bad = self.engine.invalid if self.engine else {}
         if bad and not self.engine_error:
             out.append(" engine figures n/a: " + "; ".join(f"{k} {v}" for k, v in bad.items()) + "\n",

@@ -30,7 +30,7 @@ from kvdash.render.fleet_view import (
 )
 from kvdash.sources.base import Snapshot
 from kvdash.sources.engine import WINDOW, EngineReading, windowed
-from kvdash.tui.app import HelpScreen, LiveApp
+from kvdash.tui.app import HelpScreen, LiveApp, _exclusive_write
 
 FLEET_HELP = """[b]kvdash live --prometheus[/b]: hosts, GPUs and engines from Prometheus
 
@@ -120,17 +120,27 @@ class FleetApp(LiveApp):
         snap = self.snapshot
         if snap is None or not self.is_running:  # see LiveApp.refresh_view
             return
-        problem = self.query_one("#problem", Static)
-        kept = "showing the last good reading; " if self.fleet is not None else "no reading yet; "
-        odd = problem_lines(self.fleet, 2) if self.fleet is not None and not snap.error else []
-        problem.set_class(bool(snap.error or odd), "shown")
-        problem.update(Text(f"{snap.error}\n{kept}polling goes on") if snap.error else Text("\n".join(odd)))
+        self._problem(snap)
         fleet = self.fleet
         if fleet is not None:
             self.query_one("#totals", Static).update(totals_text(fleet))
             self._fill_tree(fleet)
             self._fill_details()
         self._status(snap)
+
+    def _problem(self, snap: Snapshot) -> None:
+        """The problem panel: the poll's error, with the age of the fleet kept on screen, or the fleet's odd
+        hosts."""
+        problem = self.query_one("#problem", Static)
+        kept = f"showing the {self._age(self.gpu_good_at)}; " if self.fleet is not None else "no reading yet; "
+        odd = problem_lines(self.fleet, 2) if self.fleet is not None and not snap.error else []
+        problem.set_class(bool(snap.error or odd), "shown")
+        problem.update(Text(f"{snap.error}\n{kept}polling goes on") if snap.error else Text("\n".join(odd)))
+
+    def _tick(self) -> None:
+        """Once a second: the kept fleet's age counts on (LiveApp._tick)."""
+        if self.is_running and self.snapshot is not None and self.snapshot.error:
+            self._problem(self.snapshot)
 
     def _remember(self) -> None:
         """The fleet's engine counters of this poll, per engine (instance and engine label), the last
@@ -163,6 +173,7 @@ class FleetApp(LiveApp):
             self.refresh_view()
             return
         self.snapshot = snap
+        self.gpu_good_at = self.clock()  # the fleet's last good poll (its age shown while polls fail)
         self.recompute(remember=True)
 
     def read_once(self) -> tuple[Snapshot, None]:
@@ -258,7 +269,21 @@ class FleetApp(LiveApp):
         if self.fleet is None:
             return
         self.snapshots_written += 1
-        path = self.snapshot_dir / f"kvdash-fleet-{int(self.snapshot.time if self.snapshot else 0)}-" \
-                                   f"{self.snapshots_written}.json"
-        path.write_text(json.dumps(self.fleet, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        # named after the fleet's own poll (a failed poll keeps it on screen under a later time)
+        stamp = int(self.fleet.get("time") or (self.snapshot.time if self.snapshot else 0))
+        text = json.dumps(self.fleet, indent=2, sort_keys=True) + "\n"
+        n = self.snapshots_written
+        while True:
+            path = self.snapshot_dir / f"kvdash-fleet-{stamp}-{n}.json"
+            try:
+                _exclusive_write(path, text)  # whole or not at all, never over another file
+            except FileExistsError:
+                n += 1
+                continue
+            except OSError as exc:  # a folder gone, a full disk: said, not a crash (live's s does the same)
+                self.notify(f"{self.snapshot_dir}: {exc.strerror or exc}", title="snapshot not written",
+                            severity="error", timeout=8)
+                self.note(f"snapshot not written: {exc.strerror or exc}")
+                return
+            break
         self.note(f"wrote {path.name}")
