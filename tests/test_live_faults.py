@@ -688,3 +688,30 @@ async def test_a_hanging_engine_scrape_says_how_old_its_figures_are(monkeypatch)
             assert "no answer yet" not in str(app.query_one("#status").render())
     finally:
         release.set()
+
+
+async def test_the_simulation_is_stepped_and_drawn_under_one_lock():
+    """A helper's trial (--simulate): the poll thread stepped the VisualSimulation while the UI thread drew its cells:
+    RuntimeError "dictionary changed size during iteration" in cells() within 3.3 s at a 1 us switch interval.  Each
+    step and each drawing now holds the app's one simulation lock (checked on every call, not by chance)."""
+    from kvdash.simulate.visual import VisualSimulation
+    from kvdash.tui.app import LiveApp
+
+    sim = VisualSimulation("paged", block_size=16, seed=7)
+    app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=0.05, simulation=sim, sim_steps_per_poll=5)
+    unlocked: list[str] = []
+    calls: set[str] = set()
+    for name in ("step", "cells", "status"):
+        def held(*a, _f=getattr(sim, name), _n=name, **k):  # type: ignore[no-untyped-def]
+            calls.add(_n)
+            if not app._sim_lock.locked():
+                unlocked.append(_n)
+            return _f(*a, **k)
+
+        setattr(sim, name, held)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(30):
+            await pilot.pause(0.05)
+            app.refresh_view()
+        assert app.polls >= 3
+    assert [] == unlocked and {"step", "cells", "status"} == calls

@@ -184,6 +184,7 @@ class LiveApp(App[None]):
         self.engine_error = ""
         self.engine_good_at: float | None = None
         self._drawn: dict[str, Any] = {}  # what each panel shows now, to skip redrawing unchanged panels
+        self._sim_lock = threading.Lock()  # the simulation steps in the poll thread and is drawn in the UI's
         self._engine_stop = threading.Event()
         self._engine_thread = threading.Thread(target=self._engine_loop, name="kvdash-engine", daemon=True)
 
@@ -276,8 +277,9 @@ class LiveApp(App[None]):
             return
         try:
             if self.simulation is not None:
-                for _ in range(self.sim_steps_per_poll):
-                    self.simulation.step()
+                with self._sim_lock:  # the UI thread draws its cells (a dict changed size during iteration)
+                    for _ in range(self.sim_steps_per_poll):
+                        self.simulation.step()
             snap = self.source.read()
             engine = None if self.engine_fetch else from_snapshot(snap.extra)  # in the try: it reads the source's data
         except ReplayLineError as exc:
@@ -468,9 +470,10 @@ class LiveApp(App[None]):
                      shape=(engine_blocks(eng) is not None, width))
         if self.simulation is not None:
             sim = self.simulation
-            cells = sim.cells()
+            with self._sim_lock:  # not while the poll thread steps it
+                cells, status = list(sim.cells()), sim.status()
             self._update(widget, (tuple(cells), width), lambda: Group(
-                Text(f"Block map of a simulation ({sim.status()}; its own {sim.blocks}-block pool of {sim.B} "
+                Text(f"Block map of a simulation ({status}; its own {sim.blocks}-block pool of {sim.B} "
                      f"slots per block, not this GPU's; b and z do not change it):", style="bold"),
                 block_map_text(cells, width),
                 Text.from_markup("[green]█[/] tokens  [yellow]█[/] block tail / never-used reservation  "
