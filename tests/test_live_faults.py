@@ -715,3 +715,50 @@ async def test_the_simulation_is_stepped_and_drawn_under_one_lock():
             app.refresh_view()
         assert app.polls >= 3
     assert [] == unlocked and {"step", "cells", "status"} == calls
+
+
+QUIT_DURING_A_HUNG_READ = """
+import sys, threading, time
+from kvdash.live.analysis import LiveConfig
+from kvdash.sources.demo import DemoSource
+from kvdash.tui.app import LiveApp
+
+class Wedged(DemoSource):
+    def __init__(self):
+        super().__init__(seed=7)
+        self.n, self.stuck = 0, threading.Event()
+    def read(self):
+        self.n += 1
+        if self.n == 3:
+            self.stuck.set()
+            time.sleep(60)  # a GPU fallen off the bus: nvmlDeviceGetMemoryInfo does not return
+        return super().read()
+
+src = Wedged()
+app = LiveApp(src, LiveConfig(), interval=0.2)
+def quitter():
+    src.stuck.wait(30)
+    time.sleep(0.5)
+    app.call_from_thread(app.action_quit)  # what q runs
+threading.Thread(target=quitter, daemon=True).start()
+app.run(headless=True, size=(120, 40))
+print("read in flight:", app.read_in_flight)
+"""
+
+
+def test_q_during_a_hung_gpu_read_ends_the_process_at_once(tmp_path):
+    """A helper's trial: q (or SIGTERM) during a GPU read that hung kept the process until the read returned (20 s;
+    asyncio.run joins the textual worker's thread at exit), and nvmlShutdown then ran under the hung call.  The read
+    now runs on a daemon thread the worker waits on and leaves when textual cancels it: the process ends within
+    seconds of q (not the read's 60 s), and says a read was in flight (live.py does not close the source then)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "quit.py"
+    script.write_text(QUIT_DURING_A_HUNG_READ)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=50,
+                          cwd=Path(__file__).resolve().parent.parent)
+    took = time.monotonic() - started
+    assert 0 == done.returncode, done.stderr[-2000:]
+    assert "read in flight: True" in done.stdout and took < 20  # about 2 s here; the read alone lasts 60

@@ -195,7 +195,8 @@ def live(
     try:
         app.run()
     finally:
-        source.close()
+        if not app.read_in_flight:  # never shut NVML down under a read that hangs: the process' exit frees it
+            source.close()
     end_signalled(app)
 
 

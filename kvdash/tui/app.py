@@ -35,6 +35,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import ContentSwitcher, Footer, Static
+from textual.worker import get_current_worker
 
 from kvdash.core.dtypes import DTYPES
 from kvdash.core.model import preset_names
@@ -184,6 +185,7 @@ class LiveApp(App[None]):
         self.engine_error = ""
         self.engine_good_at: float | None = None
         self._drawn: dict[str, Any] = {}  # what each panel shows now, to skip redrawing unchanged panels
+        self.read_in_flight = False  # a GPU read under way (the source is not closed under it: NVML's shutdown)
         self._sim_lock = threading.Lock()  # the simulation steps in the poll thread and is drawn in the UI's
         self._engine_stop = threading.Event()
         self._engine_thread = threading.Thread(target=self._engine_loop, name="kvdash-engine", daemon=True)
@@ -271,17 +273,34 @@ class LiveApp(App[None]):
 
     @work(thread=True, exclusive=True, group="poll")
     def poll(self) -> None:
-        """The GPU source only: never waits for the engine."""
+        """The GPU source only: never waits for the engine.  The read itself runs on a daemon thread of its own
+        while this worker waits for it, so that a read that hangs (a wedged NVML call) does not hold the process
+        once the app ends: asyncio.run joins the workers' threads at exit (q then took 20 s), and textual cancels
+        this one first, which stops waiting."""
         if self.paused:
             self.call_from_thread(self.rearm)
             return
+        worker = get_current_worker()
+        done, result = threading.Event(), []
+        self.read_in_flight = True
+
+        def read() -> None:
+            try:
+                result.append(self._read_source())
+            except BaseException as exc:  # noqa: BLE001 - handed to the worker below
+                result.append(exc)
+            finally:
+                self.read_in_flight = False
+                done.set()
+
+        threading.Thread(target=read, name="kvdash-gpu-read", daemon=True).start()
+        while not done.wait(0.1):
+            if worker.is_cancelled:  # the app is ending: the hung read is left behind (a daemon thread)
+                return
         try:
-            if self.simulation is not None:
-                with self._sim_lock:  # the UI thread draws its cells (a dict changed size during iteration)
-                    for _ in range(self.sim_steps_per_poll):
-                        self.simulation.step()
-            snap = self.source.read()
-            engine = None if self.engine_fetch else from_snapshot(snap.extra)  # in the try: it reads the source's data
+            if isinstance(result[0], BaseException):
+                raise result[0]
+            snap, engine = result[0]
         except ReplayLineError as exc:
             self.call_from_thread(self.skip_frame, str(exc))
         except Exception as exc:  # noqa: BLE001 - a failing source must not end the dashboard
@@ -289,6 +308,16 @@ class LiveApp(App[None]):
         else:
             self.call_from_thread(self.apply, snap, engine)
         self.call_from_thread(self.rearm)
+
+    def _read_source(self) -> tuple[Snapshot, EngineReading | None]:
+        """One GPU reading (after the simulation's steps) and the engine figures it carries (a demo's or a replay's;
+        None when the engine is scraped on its own thread)."""
+        if self.simulation is not None:
+            with self._sim_lock:  # the UI thread draws its cells (a dict changed size during iteration)
+                for _ in range(self.sim_steps_per_poll):
+                    self.simulation.step()
+        snap = self.source.read()
+        return snap, None if self.engine_fetch else from_snapshot(snap.extra)
 
     def rearm(self) -> None:
         if self.is_running:  # a poll that came back while the app shut down arms nothing on it
