@@ -570,3 +570,17 @@ async def test_block_key_never_changes_the_engines_line(tmp_path):
         assert details.startswith(f"Engine now: {used:,} of its 177,326 blocks of 16 used")
         assert f"kvdash's pool {app.kv['pool_blocks']:,} blocks of 32" in details
         await pilot.press("q")
+
+
+def test_an_attention_free_model_is_analysed_live(capsys):
+    """A helper's trial: `kvdash live --demo --once --model <a Mamba config>` ended in ZeroDivisionError (token slots
+    divided by the pool's attention groups, of which a Mamba pool has none) and `kvdash exporter` counted only refresh
+    errors for it.  mamba-130m on the demo's eight H200s at TP 8: a block is one state group of all 24 layers, each
+    layer's state 58,368 B / 8 ranks = 7,296 B, so 175,104 B; 763,301 of them; no traceback, exit 0."""
+    from tests.cli_run import run
+
+    code, out, err = run(["live", "--demo", "--once", "--json", "--model", "tests/data/configs/mamba-130m"], capsys)
+    assert 0 == code and "Traceback" not in err
+    kv = json.loads(out)["kv_pool"]
+    assert kv["ok"] and 8 == kv["tp"] and 763_301 == kv["pool_blocks"] and 24 * 58_368 // 8 == kv["block_bytes"]
+    assert kv["token_slots"] == 763_301 * kv["block_size"]  # blocks x block size, as core.point counts them

@@ -192,7 +192,8 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "tight_gpu": tight.gpu,
         "budget_bytes": budget,
         "pool_blocks": tight.pool_blocks,
-        "token_slots": tight.pool_blocks // shape.attention_groups * shape.block_size,
+        # an attention-free pool (Mamba) has no attention group: its blocks hold states, as core.point counts them
+        "token_slots": tight.pool_blocks // f.imax(shape.attention_groups, 1) * shape.block_size,
         "state_bytes_per_request": shape.state_bytes,  # fixed, whatever the request's length
         "paged_requests": paged,
         "max_num_seqs": caps.max_num_seqs,
@@ -203,7 +204,8 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "ratio": (paged / contiguous) if contiguous else None,
         "blocks_per_group": per_group,
         "headroom_blocks": headroom_blocks,
-        "headroom_tokens_per_request": (headroom_blocks // max(paged, 1)) * shape.block_size // shape.attention_groups
+        "headroom_tokens_per_request": (headroom_blocks // max(paged, 1)) * shape.block_size
+        // f.imax(shape.attention_groups, 1)
         if paged else 0,
         "weights_per_rank_bytes": f.weights_per_rank(weights, cfg.tp),
         "gpu_util": cfg.gpu_util,
