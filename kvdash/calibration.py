@@ -61,12 +61,29 @@ def load_entries(path: Path) -> list[dict[str, Any]]:
             continue
         try:
             entry = json.loads(line)
-            int(entry["reserve_bytes"])
-        except (ValueError, KeyError, TypeError):
+            well_formed = _well_formed(entry)
+        except (ValueError, RecursionError):  # RecursionError: a line nested too deeply
+            well_formed = False
+        if not well_formed:
             raise InputError(f"{path}: line {i}", line,
-                             "a JSON object with reserve_bytes, as kvdash calibrate writes") from None
+                             "a JSON object with reserve_bytes (whole bytes), model and gpu text, tp and pp whole "
+                             "numbers from 1, as kvdash calibrate writes") from None
         out.append(entry)
     return out
+
+
+def _whole(v: Any, low: int | None = None) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int) and (low is None or v >= low)
+
+
+def _well_formed(entry: Any) -> bool:
+    """Whether a calibration line holds what the reserve rules read, each of the right type (an Infinity, a null tp or
+    a tp of "x" ended calc in a traceback: OverflowError, TypeError, ValueError)."""
+    if not isinstance(entry, dict) or not _whole(entry.get("reserve_bytes")):
+        return False
+    if any(k in entry and not _whole(entry[k], 1) for k in ("tp", "pp")):
+        return False
+    return all(entry.get(k) is None or isinstance(entry[k], str) for k in ("model", "gpu"))
 
 
 def append_entry(path: Path, entry: dict[str, Any]) -> None:

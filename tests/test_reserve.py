@@ -545,3 +545,20 @@ def test_simulate_explicit_budget_says_no_reserve(capsys):
     code, out, _ = run(["simulate", "--budget", "12GiB", "--requests", "50", "--json"], capsys)
     assert 0 == code and ["KV budget 12,884,901,888 B per rank: a declared KV budget: no runtime reserve taken "
                           "off"] == json.loads(out)["setup"]["budget_notes"]
+
+
+@pytest.mark.parametrize("line", [
+    '{"reserve_bytes": Infinity}',  # OverflowError in int()
+    '{"reserve_bytes": 1, "model": "Llama-3.1-8B", "tp": null}',  # TypeError in calibration_matches
+    '{"reserve_bytes": 1, "model": "Llama-3.1-8B", "tp": "x"}',  # ValueError there
+    '{"reserve_bytes": true}', '{"reserve_bytes": 1, "pp": 0}', '{"reserve_bytes": 1, "gpu": 80}',
+    "[" * 100_000,  # RecursionError in json.loads
+])
+def test_a_bad_calibration_line_is_one_line_naming_it(line, calib, capsys):
+    """A helper's trial: the calibration file (read by every GPU-derived budget, --reserve auto being the default)
+    ended calc in a traceback on lines of the wrong types.  Each is now refused in one line naming the file and line,
+    exit 2."""
+    calib.write_text('{"reserve_bytes": 5, "model": "Llama-3.1-8B", "tp": 1, "pp": 1}\n' + line + "\n")
+    code, _, err = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--brief"], capsys)
+    assert 2 == code and 1 == len(err.strip().splitlines()) and "Traceback" not in err
+    assert err.startswith(f"kvdash: error: {calib}: line 2: ") and "as kvdash calibrate writes" in err
