@@ -420,6 +420,10 @@ def test_hostile_trial_of_the_prefix_replay(tmp_path: Path, capsys: pytest.Captu
     big.write_text('{"timestamp": 0, "input_length": 1000, "output_length": 2147483647, "hash_ids": [1,2]}\n')
     code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--hash-trace", str(big)], capsys)
     assert code == 2 and "is not allowed; expected a whole number of tokens from 0 to 67,108,864" in err
+    deep = tmp_path / "deep.jsonl"  # a helper's trial: RecursionError in json.loads, a traceback and exit 1
+    deep.write_text("[" * 100_000 + "\n")
+    code, _, err = run(["simulate", "--model", "llama-3.1-8b", "--hash-trace", str(deep)], capsys)
+    assert code == 2 and f"{deep}:1' is not allowed; each line must be one JSON object" in err
     gen = ["simulate", "--model", "llama-3.1-8b", "--prefix-workload"]
     code, _, err = run([*gen, "multi-turn:20,100000,10,10,10"], capsys)
     assert code == 2 and "the last turn would reach about 2,000,010 tokens" in err

@@ -119,8 +119,8 @@ def read_mooncake(path: str, limit: int | None = None, max_bytes: int = safeio.S
             line = line.lstrip("\ufeff")  # a UTF-8 byte-order mark some editors write
         try:
             rec = json.loads(line)
-        except ValueError as exc:
-            raise InputError(field_, where, "each line must be one JSON object") from exc
+        except (ValueError, RecursionError):  # RecursionError: a line nested too deeply
+            raise InputError(field_, where, "each line must be one JSON object") from None
         keys = ("timestamp", "input_length", "output_length", "hash_ids")
         if not isinstance(rec, dict) or not set(keys) <= rec.keys():
             missing = [k for k in keys if k not in rec] if isinstance(rec, dict) else list(keys)
