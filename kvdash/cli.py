@@ -12,7 +12,7 @@ import sys
 import typer
 
 from kvdash import __version__
-from kvdash.errors import InputError, Interrupted, one_line, shorten_words, signal_code, signal_name
+from kvdash.errors import InputError, Interrupted, Terminated, one_line, shorten_words, signal_code, signal_name
 
 app = typer.Typer(
     name="kvdash",
@@ -97,8 +97,12 @@ def main(argv: list[str] | None = None) -> None:
     from kvdash.commands.common import flush_notes
 
     flush_notes(show=False)  # none left from an earlier in-process run
+    from kvdash.interrupts import taken_signal, terminate_like_interrupt
+
+    taken_signal()  # none left from an earlier in-process run
     try:
-        code = app(args=args, prog_name="kvdash", standalone_mode=False)
+        with terminate_like_interrupt():  # SIGTERM and SIGHUP: one line and 128 + N, as Ctrl-C's
+            code = app(args=args, prog_name="kvdash", standalone_mode=False)
     except BrokenPipeError:  # `kvdash ... | head`: the reader left; that is not an error
         _quiet_pipe()
         raise SystemExit(0) from None
@@ -144,6 +148,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(0) from None
     code = code if isinstance(code, int) else 0
     if code == 130:  # typer turns a KeyboardInterrupt inside a command into a silent Exit(130): say it
+        signum = taken_signal()  # SIGTERM or SIGHUP raised as one (Terminated): its name and 128 + N
+        if signum:
+            fail(f"interrupted by {signal_name(Terminated(signum))}", 128 + signum)
         print("kvdash: error: interrupted", file=sys.stderr)
     if argv is None and args[0] in FAST_EXIT:
         _exit_now(code)

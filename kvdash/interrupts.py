@@ -1,9 +1,12 @@
-"""A Ctrl-C in an exception's chain: shared by the console script's entry (:mod:`kvdash.launch`) and
-:func:`kvdash.cli.main`.  Imports nothing, so the entry stays light and neither imports the other."""
+"""A Ctrl-C in an exception's chain, and SIGTERM / SIGHUP raised as one: shared by the console script's entry
+(:mod:`kvdash.launch`), :func:`kvdash.cli.main` and the sweep.  Imports nothing of kvdash's, so the entry stays
+light and neither imports the other."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 # the checkpoints of the deferred interrupts in force (kvdash.report.outdir.deferred_interrupt), innermost last
 _CHECKPOINTS: list[Callable[[], None]] = []
@@ -37,3 +40,59 @@ def from_interrupt(exc: BaseException) -> KeyboardInterrupt | None:
         seen.add(id(e))
         e = e.__cause__ or e.__context__
     return None
+
+
+CAUGHT = ("SIGINT", "SIGTERM", "SIGHUP")  # the signals every command turns into one line
+
+
+def _signals() -> list[int]:
+    """The :data:`CAUGHT` signals this platform has, less those the process was started ignoring: ``nohup``
+    ignores SIGHUP, and a non-interactive shell's ``&`` SIGINT, so that the run outlives its terminal; a handler
+    put over them would end a ``nohup kvdash sweep`` when the terminal closes (Python itself leaves an ignored
+    SIGINT ignored)."""
+    return [s for s in (getattr(signal, name) for name in CAUGHT if hasattr(signal, name))
+            if signal.getsignal(s) is not signal.SIG_IGN]
+
+
+_TAKEN: list[int] = []  # the signals terminate_like_interrupt's handler raised, last last
+
+
+def taken_signal() -> int:
+    """The SIGTERM or SIGHUP the handler last raised as an interruption (0: none), forgotten once read: click turns
+    the KeyboardInterrupt a command does not catch into a bare exit 130, and :func:`kvdash.cli.main` names the
+    signal and its code from this."""
+    signum = _TAKEN[-1] if _TAKEN else 0
+    _TAKEN.clear()
+    return signum
+
+
+def _raise_for(signum: int) -> None:
+    from kvdash.errors import Terminated
+
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+@contextmanager
+def terminate_like_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`~kvdash.errors.Terminated` (a KeyboardInterrupt) as Ctrl-C does, so a
+    command they end says so in one line (exit 128 + the signal's number) and a sweep cleans up its work folder
+    first; :func:`kvdash.cli.main` runs every command inside it (``simulate`` ended silently on SIGTERM, exit 143).
+    A command may put its own handlers over it (the exporter's SIGTERM, the dashboard's loop handlers)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        _TAKEN.append(signum)
+        _raise_for(signum)
+
+    previous = {s: signal.signal(s, handler) for s in _signals() if s != signal.SIGINT}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from kvdash import __version__
 from kvdash.errors import InputError
+from kvdash.interrupts import _raise_for, _signals, terminate_like_interrupt  # noqa: F401 - the sweep imports it here
 
 MANIFEST = "kvdash-manifest.json"
 MANIFEST_CAP = 2**20
@@ -273,47 +274,6 @@ def exchange(a: Path, b: Path) -> bool:
     if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
         return False  # the kernel or file system cannot exchange
     raise OSError(err, os.strerror(err), str(b))
-
-
-CAUGHT = ("SIGINT", "SIGTERM", "SIGHUP")  # the signals a sweep turns into one line and a clean exit
-
-
-def _signals() -> list[int]:
-    """The :data:`CAUGHT` signals this platform has, less those the process was started ignoring: ``nohup``
-    ignores SIGHUP, and a non-interactive shell's ``&`` SIGINT, so that the run outlives its terminal; a handler
-    put over them would end a ``nohup kvdash sweep`` when the terminal closes (Python itself leaves an ignored
-    SIGINT ignored)."""
-    return [s for s in (getattr(signal, name) for name in CAUGHT if hasattr(signal, name))
-            if signal.getsignal(s) is not signal.SIG_IGN]
-
-
-def _raise_for(signum: int) -> None:
-    from kvdash.errors import Terminated
-
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise Terminated(signum)
-
-
-@contextmanager
-def terminate_like_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise :class:`~kvdash.errors.Terminated` (a KeyboardInterrupt) as Ctrl-C does, so a
-    sweep they end cleans up its work folder and says so in one line (exit 128 + the signal's number)."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        _raise_for(signum)
-
-    previous = {s: signal.signal(s, handler) for s in _signals() if s != signal.SIGINT}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 @contextmanager
