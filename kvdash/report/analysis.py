@@ -143,9 +143,9 @@ def _decision(spec: GridSpec, df: pl.DataFrame, labels: Labels, picks: _Picks | 
             text += (f", {num(m if not float(m).is_integer() else int(m))}{unit} inside the gate '{g.name}' "
                      f"({g.metric} {bounds_text(g)})")
         ties = [r for r in top[1:] if r[o.metric] == best[o.metric]]
-        if ties:
-            text += "; " + ", ".join(labels.differing(r, best) for r in ties[:3]) + \
-                    (f" and {len(ties) - 3} more" if len(ties) > 3 else "") + " tie"
+        if ties:  # each tie by what differs from the best, one apart from the next (a label may hold commas)
+            text += "; tied: " + " / ".join(labels.differing(r, best) for r in ties[:3]) + \
+                    (f" / {len(ties) - 3} more" if len(ties) > 3 else "")
         second = next((r for r in top[1:] if r[o.metric] != best[o.metric]), None)
         a = best[o.metric]
         if second is not None:
