@@ -362,3 +362,15 @@ def test_ties_are_told_apart():
 
     md = (Path(__file__).resolve().parent.parent / "reports" / "planning" / "report.md").read_text(encoding="utf-8")
     assert "; tied: block 64 / qwen3-8b / qwen3-8b, block 64 / 4 more." in md and " tie." not in md
+
+
+def test_dry_run_fits_80_columns(monkeypatch, capsys):
+    """A helper's trial: `sweep --dry-run` printed each point on one line of about 135 characters (the header 98).
+    At 80 columns every line fits: a point's fields wrap, the rest of it indented under its id."""
+    from tests.cli_run import run
+
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(["sweep", "sweeps/planning.yaml", "--dry-run"], capsys)
+    lines = out.splitlines()
+    assert 0 == code and max(map(len, lines)) <= 80 and not any(x.endswith(" ") for x in lines)
+    assert 10 == sum(x.startswith("  id=") for x in lines) and any(x.startswith("    ") for x in lines)

@@ -166,17 +166,25 @@ class _null:
 
 
 def _dry_run(spec, max_points: int) -> None:  # type: ignore[no-untyped-def]
+    import textwrap
+
+    from kvdash.render.table import terminal_width
     from kvdash.sweep.evaluate import expand
 
-    print(f"{spec.size():,} points before exclusions ({' x '.join(str(len(next(iter(f.values())))) for f in spec.factors)}"
-          f" over {', '.join('+'.join(f) for f in spec.factors)})")
+    width = terminal_width()  # every line within the terminal (a point's line was about 135 characters)
+    print(textwrap.fill(f"{spec.size():,} points before exclusions "
+                        f"({' x '.join(str(len(next(iter(f.values())))) for f in spec.factors)} over "
+                        f"{', '.join('+'.join(f) for f in spec.factors)})", width=width, subsequent_indent="  ",
+                        break_long_words=False, break_on_hyphens=False))
     if spec.size() > max_points:
         raise InputError(str(spec.path), f"{spec.size():,} points", f"the limit is {max_points:,}; raise it with --max-points")
     frame = expand(spec, max_points).frame
     print(f"{frame.height:,} points after exclusions; the first {min(10, frame.height)}:")
     cols = ["id", "model", "workload", "kv_dtype", "block_size", "tp", "pp", "gpu", "budget_bytes"]
-    for row in frame.select(cols).head(10).iter_rows(named=True):
-        print("  " + "  ".join(f"{k}={v}" for k, v in row.items() if v is not None))
+    for row in frame.select(cols).head(10).iter_rows(named=True):  # a point's fields wrapped, the rest indented
+        print(textwrap.fill("  ".join(f"{k}={v}" for k, v in row.items() if v is not None), width=width,
+                            initial_indent="  ", subsequent_indent="    ", break_long_words=False,
+                            break_on_hyphens=False))
 
 
 def _gates(spec, frame) -> list[str]:  # type: ignore[no-untyped-def]
