@@ -584,3 +584,16 @@ def test_an_attention_free_model_is_analysed_live(capsys):
     kv = json.loads(out)["kv_pool"]
     assert kv["ok"] and 8 == kv["tp"] and 763_301 == kv["pool_blocks"] and 24 * 58_368 // 8 == kv["block_bytes"]
     assert kv["token_slots"] == 763_301 * kv["block_size"]  # blocks x block size, as core.point counts them
+
+
+def test_once_text_has_no_trailing_spaces(monkeypatch, capsys):
+    """A helper's trial: `kvdash live --demo --once` at 80 columns ended 7 lines in a space (rich's wrapped prose: the
+    reserve paragraph, the memory legend); printed through commands.common.Prose now, as simulate's prose is.  Every
+    line also fits the 80 columns (in characters)."""
+    from tests.cli_run import run
+
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(["live", "--demo", "--once"], capsys)
+    lines = out.splitlines()
+    assert 0 == code and len(lines) > 40 and not [x for x in lines if x.endswith(" ")]
+    assert max(map(len, lines)) <= 80

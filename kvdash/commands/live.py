@@ -168,13 +168,12 @@ def live(
         if as_json:
             print(json.dumps({"snapshot": snap.to_json(), "kv_pool": kv}, indent=2, sort_keys=True, default=str))
         else:
-            from rich.console import Console
-
+            from kvdash.commands.common import Prose
             from kvdash.render.live_view import once_view
 
-            console = Console()
-            for part in once_view(snap, kv, console.width):
-                console.print(part)
+            prose = Prose()  # rich's wrapped lines without their trailing spaces
+            for part in once_view(snap, kv, prose.console.width):
+                prose.print(part)
         if not snap.gpus and (reading is None or bool(reading.error)):
             print(f"kvdash: {NO_GPU.format(why=snap.error or 'the source lists no GPU')}", file=sys.stderr)
             raise typer.Exit(1)
