@@ -435,3 +435,22 @@ def test_comparison_counts_held_back_memory_as_vllms_figure_does(capsys):
     assert "vLLM 0.33 keeps 17.32 GiB" in v["comparison"]
     readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
     assert "SGLang keeps 15.92 GiB per rank out of the KV cache ..., vLLM 0.33 keeps 17.32 GiB" in readme
+
+
+@pytest.mark.parametrize("tp", [2, 16])
+def test_budget_line_holds_for_the_figures_read_across_ranks(tp, capsys):
+    """A helper's trial: above one rank the budget line printed the bytes free but SGLang reads each as a MIN over
+    the ranks through a float32 (read_free), so the equation as printed missed by 512 B (TP 2) to 623 B (TP 16,
+    Llama-3.1-8B on an H200: 148,677,328,272 free after the weights, read as 148,677,328,896).  It now prints the
+    figures read, the bytes free beside them, and holds to the byte the budget is floored to."""
+    import re
+
+    from tests.cli_run import run
+
+    code, out, _ = run(["calc", "--engine-rules", "sglang", "--gpu", "h200", "--model", "llama-3.1-8b", "--tp", str(tp),
+                        "--json"], capsys)
+    line = json.loads(out)["sglang_view"]["lines"][1]
+    budget, after, before = (int(x.replace(",", "")) for x in re.findall(r"\d[\d,]{4,}", line)[:3])
+    frac = float(re.search(r"\(1 - ([\d.]+)\)", line).group(1))
+    assert 0 == code and 0 <= after - before * (1 - frac) - budget < 1
+    assert f"(each the MIN over {tp} ranks through a float32: " in line

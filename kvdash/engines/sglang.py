@@ -580,8 +580,13 @@ def plan(arch: Architecture, gpu_mib: float, tp: int, kv_dtype: str, free_before
              f"round(({gpu_mib:,.0f} MiB - {f.reserved_mib:,.0f} MiB reserved) / {gpu_mib:,.0f} MiB, 3)"
              + (f" x {f.vlm_factor:.6f} (adjust_mem_fraction_for_vlm)" if f.vlm_factor != 1.0 else "") + ", "
              f"GPU tier {f.tier} (arg_groups/memory_hook.py handle_gpu_memory_settings)"),
-             f"budget {available:,} B = free after weights {free_after:,} - free before weights {free_before:,} x "
-             f"(1 - {f.value})" + (f" - {mm.reservation_mib:,} MiB multimodal" if mm else "")
+             f"budget {available:,} B = free after weights {read_free(free_after, tp):,.0f} - free before weights "
+             f"{read_free(free_before, tp):,.0f} x (1 - {f.value})"
+             # above one rank the equation holds for the figures SGLang reads, not the bytes free
+             + (f" (each the MIN over {tp} ranks through a float32: {free_after:,} and {free_before:,} B free)"
+                if tp > 1 and (read_free(free_after, tp), read_free(free_before, tp)) != (free_after, free_before)
+                else "")
+             + (f" - {mm.reservation_mib:,} MiB multimodal" if mm else "")
              # a state pool comes off the same rest before the KV pool is sized (_handle_max_mamba_cache)
              + (f" - {mamba_slots + 1:,} state slots x {per_req:,} B (the mamba pool, below)" if mamba_slots else "")
              + " (mem_cache/kv_cache_configurator.py _profile_available_bytes)"]
