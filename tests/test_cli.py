@@ -143,3 +143,17 @@ def test_workload_inputs_never_drops_lengths():
     assert workload_inputs((5,) * 8)["k"] == 8
     with pytest.raises(ValueError, match="at most 8"):
         workload_inputs((5,) * 9)
+
+
+def test_refusals_show_what_was_typed_and_the_whole_rule(tmp_path, capsys):
+    """A helper's trial: three refusals misled.  --budget beside --gpu echoed the bytes it was converted to
+    (12884901888) where 12GiB was typed; a --trace refused beside a prefix replay showed PosixPath('...'); and
+    --rates 0.1:1:1 was refused under a rule it met (N = 1 asks for one rate, so A must equal B: unsaid)."""
+    code, _, err = run(["calc", "--budget", "12GiB", "--gpu", "h100-80gb"], capsys)
+    assert 2 == code and err.startswith("kvdash: error: --budget: '12GiB' is not allowed; give either --budget or")
+    trace = tmp_path / "t.csv"
+    trace.write_text("prompt,output\n100,50\n")
+    code, _, err = run(["simulate", "--prefix-workload", "multi-turn:2,2,100,100,100", "--trace", str(trace)], capsys)
+    assert 2 == code and err.startswith(f"kvdash: error: --trace: '{trace}' is not allowed") and "PosixPath" not in err
+    code, _, err = run(["simulate", "--rates", "0.1:1:1"], capsys)
+    assert 2 == code and "N = 1 only with A = B" in err

@@ -299,6 +299,8 @@ def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | 
     from kvdash.units import parse_fraction, parse_size
 
     parse_budget(budget)
+    if budget is not None and (gpu is not None or gpu_memory is not None):  # as typed (the budget code has bytes)
+        raise InputError("--budget", budget, "give either --budget or --gpu/--gpu-memory, not both")
     if gpu_util is not None:
         parse_fraction(gpu_util, "--gpu-util")
     if util_policy not in ("vllm", "trtllm"):

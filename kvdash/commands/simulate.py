@@ -157,8 +157,9 @@ def simulate(
         for name, option in names:
             value = locals_now[name]
             if given(ctx, name) and value != defaults_of[name]:
-                # a flag is shown as typed (it read `--clip: True`)
-                raise InputError(option, option if value is True else value, why)
+                # a flag is shown as typed (it read `--clip: True`), a path as text (`PosixPath('t.csv')`)
+                raise InputError(option, option if value is True else str(value) if isinstance(value, Path) else value,
+                                 why)
 
     if trace is not None:  # the trace gives every length: a preset or a length spec beside it was dropped silently
         refuse_given((("prompt", "--prompt"), ("output", "--output"), ("workload", "--workload")),

@@ -28,7 +28,8 @@ MAX_RATES = 200
 def parse_rates(text: str, field: str = "--rates") -> list[float]:
     """``A:B:N``: N rates evenly spaced from A to B (A <= B, both positive; N from 1 to 200)."""
     parts = str(text).split(":")
-    allowed = f"expected A:B:N, N rates from A to B requests per step (0 < A <= B, 1 <= N <= {MAX_RATES})"
+    allowed = (f"expected A:B:N, N rates from A to B requests per step (0 < A <= B, 1 <= N <= {MAX_RATES}; "
+               "N = 1 only with A = B)")
     if len(parts) != 3:
         raise InputError(field, text, allowed)
     try:
