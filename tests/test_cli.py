@@ -157,3 +157,28 @@ def test_refusals_show_what_was_typed_and_the_whole_rule(tmp_path, capsys):
     assert 2 == code and err.startswith(f"kvdash: error: --trace: '{trace}' is not allowed") and "PosixPath" not in err
     code, _, err = run(["simulate", "--rates", "0.1:1:1"], capsys)
     assert 2 == code and "N = 1 only with A = B" in err
+
+
+CASES = {  # case: (the file's text, the command, the words of its refusal)
+    "empty grid": ("", ["sweep", "{path}", "--dry-run"], "'an empty file' is not allowed; a grid names at least"),
+    "comments only": ("# a grid\n", ["sweep", "{path}", "--dry-run"], "'an empty file' is not allowed"),
+    "no workloads": ("workloads: {}\n", ["sweep", "{path}", "--dry-run"], "expected at least one workload"),
+    "trace swapped": ("output,prompt\n50,100\n", ["simulate", "--trace", "{path}"], "read by position"),
+    "trace timestamp": ("timestamp,input_length,output_length\n0,100,50\n", ["simulate", "--trace", "{path}"],
+                        "read by position"),
+    "fp8_ds_mla on mamba": ("", ["calc", "--model", "tests/data/configs/mamba-130m", "--budget", "20GiB",
+                                 "--kv-dtype", "fp8_ds_mla"], "fp8_ds_mla applies to MLA models only"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_once_accepted_silently_is_refused(case, tmp_path, capsys):
+    """A helper's trial: four inputs ran as though they were right.  An empty grid file wrote the tutorial's report;
+    workloads: {} was replaced by the default workload (models: [] is refused); a trace whose header names the output
+    first was read by position, lengths swapped (a Mooncake-style timestamp column first, too); fp8_ds_mla was
+    accepted for an attention-free model, which every other model without MLA refuses.  Each is one line, exit 2."""
+    text, command, words = CASES[case]
+    path = tmp_path / "in"
+    path.write_text(text)
+    code, _, err = run([a.format(path=path) for a in command], capsys)
+    assert 2 == code and words in err and 1 == len(err.strip().splitlines()), err

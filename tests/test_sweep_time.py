@@ -474,7 +474,8 @@ def test_ctrl_c_stops_a_grid_between_its_timed_runs(tmp_path):
     """Ctrl-C during a grid's evaluation is noted and raised at a checkpoint (a KeyboardInterrupt inside polars
     panics its Rust side); the only checkpoint was after the whole grid, so gpt-oss-120b's SLO search (one point,
     about 40 s here) held a Ctrl-C to its end. Each timed run now checks (kvdash.interrupts.checkpoint): the run
-    stops within seconds, one line, exit 130, no report."""
+    stops within seconds, one line, exit 130, no report.  (Since the event simulator runs windowed models that one
+    point takes about 2 s, so the sweep had ended before the signal: the grid is now 18 points, about 30 s.)"""
     import signal
     import subprocess
     import time
@@ -482,7 +483,8 @@ def test_ctrl_c_stops_a_grid_between_its_timed_runs(tmp_path):
     from tests.cli_run import KVDASH, started_with
 
     grid = _grid(tmp_path, "title: oss\nmodels: [gpt-oss-120b]\nworkloads:\n  chat: {length: 499, max_reserved: 4096}\n"
-                           "grid:\n  gpu: [h100-80gb]\nsimulate:\n  workload: sharegpt\n  requests: 1000\n  time:\n"
+                           "grid:\n  gpu: [h100-80gb, h200, b200]\n  kv_dtype: [bf16, fp8]\n  tp: [1, 2, 4]\n"
+                           "simulate:\n  workload: sharegpt\n  requests: 4000\n  time:\n"
                            "    slo: ttft=2s,tpot=50ms\n")
     out = tmp_path / "out"
     proc = subprocess.Popen([*KVDASH, "sweep", str(grid), "--out", str(out), "-q", "-j", "1"],

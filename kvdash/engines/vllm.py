@@ -650,6 +650,8 @@ def rank_shapes(arch: Architecture, dtype: str = "bf16", scales: str = "tensor",
     check_scale_mode(scales)
     check_sparse_block(arch, block_size)
     dtype = stored_kv_dtype(arch, dtype)[0]
+    if get_dtype(dtype).name == "fp8_ds_mla" and not arch.use_mla:  # an attention-free model too (no layer asks)
+        raise InputError("--kv-dtype", dtype, "fp8_ds_mla applies to MLA models only")
     check_parallel(arch, tp, pp)
     used, page = aligned_block_size(arch, dtype, scales, tp, block_size, prefix_caching)
     checkpoints = takes_prefill_checkpoint(arch, prefix_caching)

@@ -80,6 +80,20 @@ def trace_name(name: str, rows: int, requests: int | None) -> str:
     return f"trace {name} ({rows:,} rows, repeated in order to {requests:,} requests)"
 
 
+_OUTPUT_WORDS = ("output", "completion", "response", "generated", "decode")
+_PROMPT_WORDS = ("prompt", "input", "context", "prefill")
+
+
+def _check_header(path: str, line: str, parts: list[str]) -> None:
+    """A header is read past, the columns being taken by position (prompt, then output); one that names them the
+    other way round is refused, not read with the two swapped (a helper's trial: `output,prompt` ran silently)."""
+    first, second = (p.lower() for p in (parts + ["", ""])[:2])
+    if any(w in first for w in _OUTPUT_WORDS) or any(w in second for w in _PROMPT_WORDS):
+        raise InputError("--trace", f"{path}:1: {_shown(line)}",
+                         "the columns are read by position, the prompt length first, then the output length: put "
+                         "them in that order")
+
+
 def read_trace(path: str, limit: int | None = None,
                max_bytes: int = safeio.STREAM_CAP) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """A CSV of ``prompt,output`` lengths (a header line is allowed), streamed by :mod:`kvdash.safeio`
@@ -95,6 +109,7 @@ def read_trace(path: str, limit: int | None = None,
             continue
         if len(parts) < 2 or not all(p.isascii() and p.isdigit() and len(p) <= 18 for p in parts[:2]):
             if number == 1 and not any(p.isdigit() for p in parts):
+                _check_header(path, line, parts)
                 continue  # header
             raise InputError("--trace", f"{path}:{number}: {_shown(line)}", "each line must start 'prompt,output', two "
                                                                    "positive integers (further fields are ignored)")

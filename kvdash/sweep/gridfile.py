@@ -69,7 +69,7 @@ class _Tree:
         self.written: dict[Path_, str] = {}  # a boolean's or null's text as the file writes it (yes, on, ~, ...)
         node = safeyaml.compose(text, name)  # bounded: depth, aliases, duplicate keys, huge integers
         self.loader = safeyaml.BoundedLoader("", name)
-        self.data = self._build(node, ()) if node is not None else {}
+        self.data = self._build(node, ()) if node is not None else None  # None: an empty document
 
     def _build(self, node: yaml.Node, path: Path_) -> Any:
         self.marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
@@ -383,6 +383,9 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
         text = safeio.read_text(path, "grid file")  # a regular file of at most 16 MiB, UTF-8, no NUL
     tree = _Tree(text, name)
     c = Checker(tree)
+    if tree.data is None:  # an empty file (or comments alone): a mistake, not a request for every default
+        raise c.fail((), "an empty file", "a grid names at least one key (models:, workloads:, grid: ...; see "
+                                          "sweeps/tutorial.yaml); {} asks for every default")
     top = c.mapping(tree.data, (), TOP_KEYS)
 
     # models
@@ -418,6 +421,9 @@ def parse_grid(path: Path, text: str | None = None) -> GridSpec:
 
     # workloads
     workloads: dict[str, Workload] = {}
+    if "workloads" in top and top["workloads"] == {}:  # as models: [] is refused (left out: the default workload)
+        raise c.fail(("workloads",), {}, "expected at least one workload (leave workloads: out for the default, "
+                                         f"{DEFAULT_WORKLOAD.name})")
     for wname, wl in c.mapping(top.get("workloads", {}), ("workloads",)).items():
         p = ("workloads", wname)
         wl = c.mapping(c.renamed(c.mapping(wl, p), p, OLD_WORKLOAD_KEYS), p, WORKLOAD_KEYS)
