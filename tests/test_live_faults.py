@@ -762,3 +762,32 @@ def test_q_during_a_hung_gpu_read_ends_the_process_at_once(tmp_path):
     took = time.monotonic() - started
     assert 0 == done.returncode, done.stderr[-2000:]
     assert "read in flight: True" in done.stdout and took < 20  # about 2 s here; the read alone lasts 60
+
+
+def test_a_host_name_lookup_that_hangs_keeps_the_deadline(monkeypatch):
+    """A helper's trial: a name server that did not answer held fetch(url, timeout=1) for 15 s (asyncio looks names up
+    in the loop's default executor, which asyncio.run joins), its elapsed_s said 1.00, and the dashboard's process
+    waited for the lookup after q.  The lookup now runs on a daemon thread of its own (sources.engine.resolve): the
+    fetch fails at its deadline, and a name that resolves still reads the engine."""
+    import socket
+    import threading
+
+    real, release = socket.getaddrinfo, threading.Event()
+
+    def lookup(host, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if host == "engine.slow-dns.test":
+            release.wait(30)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    started = time.monotonic()
+    try:
+        reading = fetch("engine.slow-dns.test:8000", timeout=0.5)
+        took = time.monotonic() - started
+    finally:
+        release.set()
+    assert took < 5 and reading.elapsed_s < 5 and "timed out: no complete answer within 0.5 s" in reading.error
+    with FaultServer("good") as srv:  # a name (localhost), not an address: looked up, then read
+        good = fetch(srv.url.replace("127.0.0.1", "localhost"), timeout=5)
+    assert "" == good.error and good.kv_usage == pytest.approx(0.4213)

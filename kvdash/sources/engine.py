@@ -88,6 +88,47 @@ async def _get(url: str) -> bytes:
     return body
 
 
+async def resolve(host: str, port: int) -> list[str]:
+    """The addresses of ``host`` (a numeric one as it is), looked up on a daemon thread of its own.
+
+    asyncio's own lookup runs ``getaddrinfo`` in the loop's default executor, which ``asyncio.run`` joins when it
+    ends and the interpreter joins at exit: a name server that does not answer (resolv.conf's timeout x attempts)
+    held a fetch past its deadline (15 s against --engine-timeout 1, its elapsed_s saying 1.00) and the process
+    after q.  Here the deadline cancels the wait and the lookup is left to finish on its own."""
+    import ipaddress
+    import socket
+    import threading
+
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    loop = asyncio.get_running_loop()
+    found: asyncio.Future[list[str]] = loop.create_future()
+
+    def land(result: list[str] | None, error: BaseException | None) -> None:
+        if not found.done():
+            if error is not None:
+                found.set_exception(error)
+            else:
+                found.set_result(result or [])
+
+    def look_up() -> None:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            result: list[str] | None = list(dict.fromkeys(str(info[4][0]) for info in infos))
+            error: BaseException | None = None
+        except (OSError, UnicodeError) as exc:  # gaierror; the IDNA codec
+            result, error = None, exc
+        try:
+            loop.call_soon_threadsafe(land, result, error)
+        except RuntimeError:  # the loop has closed: the deadline passed long ago
+            pass
+
+    threading.Thread(target=look_up, name="kvdash-resolve", daemon=True).start()
+    return await found
+
+
 async def http_get(url: str, accept: str, max_bytes: int) -> tuple[int, bytes]:
     """``(status, body)`` of an HTTP/1.0 GET, at most ``max_bytes`` of body; :class:`EngineFault` on any
     failure.  No deadline of its own: callers wrap it (with the parse) in one ``asyncio.wait_for``."""
@@ -105,7 +146,16 @@ async def http_get(url: str, accept: str, max_bytes: int) -> tuple[int, bytes]:
 
         ssl = ssl_mod.create_default_context()
     try:
-        reader, writer = await asyncio.open_connection(parts.hostname, port, ssl=ssl, limit=MAX_HEADER_BYTES)
+        failed: OSError = OSError(f"no address for {parts.hostname}")
+        for address in await resolve(parts.hostname, port):  # the resolver's order, as open_connection tries them
+            try:
+                reader, writer = await asyncio.open_connection(
+                    address, port, ssl=ssl, server_hostname=parts.hostname if ssl else None, limit=MAX_HEADER_BYTES)
+                break
+            except OSError as exc:
+                failed = exc
+        else:
+            raise failed
     except OSError as exc:
         raise EngineFault(f"unreachable ({exc.strerror or exc})") from exc
     except UnicodeError as exc:  # the resolver's IDNA codec
