@@ -208,3 +208,35 @@ def test_without_nvml_says_how_to_run_the_demo(capsys, monkeypatch):
     monkeypatch.setattr(nvml, "NVMLSource", unavailable)
     code, _, err = run(["exporter", "--port", str(free_port())], capsys)
     assert code == 1 and "kvdash exporter --demo" in err and err.count("\n") == 1
+
+
+def test_a_failing_gpu_source_is_logged_once_per_new_error():
+    """A helper's trial: the exporter counted its failed GPU readings (kvdash_refresh_errors_total) and said nothing, so
+    a model it could not analyse (mamba-130m's ZeroDivisionError, since mended) looked like a working exporter with
+    no KV series.  It now logs one line on stderr per new error, none while the same error repeats, and one when the
+    readings resume."""
+
+    class Flaky(DemoSource):
+        fail = "NVML: GPU is lost"
+
+        def read(self):  # type: ignore[no-untyped-def]
+            if self.fail:
+                raise RuntimeError(self.fail)
+            return super().read()
+
+    lines: list[str] = []
+    source = Flaky(seed=7)
+    state = ExporterState(source, LiveConfig(tp=8), [], hostname="h", log=lines.append)
+    state.refresh_gpus()
+    state.refresh_gpus()  # the same error: not said again
+    source.fail = "NVML: Unknown Error"
+    state.refresh_gpus()
+    source.fail = ""
+    state.refresh_gpus()
+    state.refresh_gpus()
+    assert 3 == state.errors and 2 == state.refreshes and [
+        "kvdash exporter: GPU reading failed: NVML: GPU is lost (kvdash_refresh_errors_total counts them; the last "
+        "good figures stay published, kvdash_reading_age_seconds growing)",
+        "kvdash exporter: GPU reading failed: NVML: Unknown Error (kvdash_refresh_errors_total counts them; the last "
+        "good figures stay published, kvdash_reading_age_seconds growing)",
+        "kvdash exporter: GPU readings resumed"] == lines

@@ -14,6 +14,7 @@ for counters, ``kvdash_info`` for static labels.  The README has a table of ever
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,13 +45,18 @@ class EngineSlot:
     good_at: float | None = None
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 class ExporterState:
     """Last readings of the GPUs and engines, refreshed by background threads."""
 
     def __init__(self, source: Source, config: LiveConfig, engines: list[str], interval: float = 5.0,
                  engine_timeout: float = 2.0, hostname: str | None = None, demo: bool = False,
                  fetch_engine: Callable[[str, float], EngineReading] = fetch,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] | None = None) -> None:
+        self.log = log or _stderr  # a change of the GPU readings' state, one line (a daemon's log)
         self.source = source
         self.config = config
         self.interval = interval
@@ -82,11 +88,18 @@ class ExporterState:
                 except InputError as exc:
                     analyses[n] = {"ok": False, "notes": [str(exc)]}
         except Exception as exc:  # noqa: BLE001 - a failing source must not stop the exporter
+            text = str(exc) or type(exc).__name__
             with self.lock:
                 self.errors += 1
-                self.last_error = str(exc)
+                said, self.last_error = self.last_error, text
+            if text != said:  # said once per new error, not every interval (it said nothing: mamba's ZeroDivision)
+                self.log(f"kvdash exporter: GPU reading failed: {text} (kvdash_refresh_errors_total counts them; "
+                         "the last good figures stay published, kvdash_reading_age_seconds growing)")
             return
+        if self.last_error:
+            self.log("kvdash exporter: GPU readings resumed")
         with self.lock:
+            self.last_error = ""
             self.snapshot, self.snapshot_at, self.analyses = snap, self.clock(), analyses
             self.refreshes += 1
             if self.demo:
