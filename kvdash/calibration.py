@@ -87,9 +87,15 @@ def _well_formed(entry: Any) -> bool:
 
 
 def append_entry(path: Path, entry: dict[str, Any]) -> None:
+    """One line appended; a file whose last line has no newline (an editor's save, a cut copy) gets one first, so the
+    entry is not glued to it (a helper's trial: two entries on one line, and every later command refused the file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as fh:  # one line per write: appends from two runs never interleave
-        fh.write(json.dumps(entry, sort_keys=True) + "\n")
+    with path.open("a+b") as fh:  # one write per line: appends from two runs never interleave
+        ends_open = False
+        if fh.seek(0, 2) > 0:
+            fh.seek(-1, 2)
+            ends_open = fh.read(1) != b"\n"
+        fh.write((("\n" if ends_open else "") + json.dumps(entry, sort_keys=True) + "\n").encode("utf-8"))
 
 
 def find_entry(arch: Architecture, gpu: str | None, tp: int, pp: int,

@@ -562,3 +562,16 @@ def test_a_bad_calibration_line_is_one_line_naming_it(line, calib, capsys):
     code, _, err = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--brief"], capsys)
     assert 2 == code and 1 == len(err.strip().splitlines()) and "Traceback" not in err
     assert err.startswith(f"kvdash: error: {calib}: line 2: ") and "as kvdash calibrate writes" in err
+
+
+def test_an_entry_is_never_glued_to_a_last_line_without_newline(calib):
+    """A helper's trial: the calibration file's last line had lost its newline (an editor, a cut copy); calibrate
+    appended its entry to that line, and every GPU-derived command then refused the file.  append_entry ends an open
+    last line first: three entries, three lines."""
+    from kvdash.calibration import append_entry, load_entries
+
+    calib.write_text('{"reserve_bytes": 1, "model": "m", "tp": 1, "pp": 1}')
+    append_entry(calib, {"reserve_bytes": 2, "model": "m", "tp": 1, "pp": 1})
+    append_entry(calib, {"reserve_bytes": 3, "model": "m", "tp": 1, "pp": 1})
+    assert [1, 2, 3] == [e["reserve_bytes"] for e in load_entries(calib)]
+    assert 3 == len(calib.read_text().splitlines()) and calib.read_text().endswith("}\n")
