@@ -791,3 +791,53 @@ def test_a_host_name_lookup_that_hangs_keeps_the_deadline(monkeypatch):
     with FaultServer("good") as srv:  # a name (localhost), not an address: looked up, then read
         good = fetch(srv.url.replace("127.0.0.1", "localhost"), timeout=5)
     assert "" == good.error and good.kv_usage == pytest.approx(0.4213)
+
+
+def test_a_followed_replay_waits_for_a_line_being_written_and_reads_lines_appended():
+    """A helper's trial: replaying a file still being recorded, a line caught half-written was refused as a bad line and
+    its remainder as another (the valid snapshot lost, every later line number off by one), and lines appended after
+    the end were never read.  Following (the dashboard), a last line without its newline that is not yet JSON is
+    waited for, and the end is left as soon as lines come; without following (--once) nothing changes."""
+    import tempfile
+
+    demo = DemoSource(seed=7)
+    one, two, three = demo.read().dumps(), demo.read().dumps(), demo.read().dumps()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "rec.jsonl"
+        path.write_text(one + "\n" + two[:3000])
+        s = ReplaySource(path)
+        s.follow = True
+        first, held = s.read(), s.read()
+        assert held.time == first.time and "(end, 1 snapshots; line 2 not complete)" in held.source and s.ended
+        with path.open("a") as fh:
+            fh.write(two[3000:] + "\n" + three)  # line 2 completed; line 3 whole but without its newline
+        second, third = s.read(), s.read()
+        assert (second.time, third.time) == (json.loads(two)["time"], json.loads(three)["time"]) and not s.ended
+        assert 3 == s.line and "end, 3 snapshots" in s.read().source
+        s.close()
+
+
+async def test_the_dashboard_says_a_replay_has_ended(tmp_path):
+    """A helper's trial: at a replay's end the dashboard kept its last frame as though live (the top bar 'replay
+    r.jsonl | every 0.5 s', the status 'ok', the memory history growing from the repeated frame).  The top bar now
+    names the end, the status line says so in yellow, and a repeated frame adds no history."""
+    from kvdash.tui.app import LiveApp
+
+    path = tmp_path / "rec.jsonl"
+    demo = DemoSource(seed=7)
+    path.write_text(demo.read().dumps() + "\n" + demo.read().dumps() + "\n")
+    source = ReplaySource(path)
+    source.follow = True
+    app = LiveApp(source, LiveConfig(), interval=0.05)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(60):
+                await pilot.pause(0.05)
+                if app.polls >= 6:
+                    break
+            top, status = str(app.query_one("#top").render()), str(app.query_one("#status").render())
+            assert "replay rec.jsonl (end, 2 snapshots)" in top
+            assert "replay rec.jsonl: at its end, its last snapshot shown" in status
+            assert all(2 == len(h) for h in app.history.values())
+    finally:
+        source.close()

@@ -49,7 +49,8 @@ NO_GPU = "no GPU readings: {why}. To see the dashboard without a GPU, run: kvdas
 
 
 def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int,  # type: ignore[no-untyped-def]
-            max_bytes: int | None = None, json_out: bool = False, engine: Optional[str] = None):
+            max_bytes: int | None = None, json_out: bool = False, engine: Optional[str] = None,
+            follow: bool = False):
     from kvdash.sources.base import SourceUnavailable
 
     if demo and replay:
@@ -63,7 +64,9 @@ def _source(demo: bool, replay: Optional[Path], seed: int, gpus: int,  # type: i
         if replay:
             from kvdash.sources.replay import ReplaySource
 
-            return ReplaySource(replay, *([max_bytes] if max_bytes else []))
+            source = ReplaySource(replay, *([max_bytes] if max_bytes else []))
+            source.follow = follow  # the dashboard reads lines appended while it replays
+            return source
         from kvdash.sources.nvml import NVMLSource
 
         return NVMLSource()
@@ -145,7 +148,7 @@ def live(
         return run_fleet(prometheus, cfg, once, as_json, interval, snapshot_dir)
     if not (once or as_json):
         check_snapshot_dir(snapshot_dir)
-    source = _source(demo, replay, seed, gpus, max_bytes, json_out=as_json, engine=engine)
+    source = _source(demo, replay, seed, gpus, max_bytes, json_out=as_json, engine=engine, follow=not (once or as_json))
     engine_fetch = (lambda: fetch(engine, timeout=engine_timeout)) if engine else None
     if once or as_json:
         from kvdash.sources.base import SourceUnavailable

@@ -155,7 +155,11 @@ class ReplaySource:
         self.line = 0  # number of the last line read
         self.frames = 0
         self.last: Snapshot | None = None
-        self.ended = False
+        self.ended = False  # the last read found no new line: the last snapshot is shown again, marked as the end
+        # follow (the dashboard): a last line still being written (no newline, not yet JSON) is waited for, and lines
+        # appended later are read, as `tail -f` would; without it (--once) such a line is a bad line
+        self.follow = False
+        self.incomplete = 0  # the number of a last line waited for (0: none)
 
     def _open(self) -> IO[bytes]:
         """The one place the file is opened (binary, read line by line): a regular file of at most
@@ -166,11 +170,17 @@ class ReplaySource:
         """The next valid line as a snapshot; None at the end; ReplayLineError for a bad line."""
         while True:
             try:
+                start = self.fh.tell()
                 raw = self.fh.readline(MAX_LINE_BYTES + 1)
             except OSError as exc:
                 raise SourceUnavailable(f"reading failed ({exc.strerror or type(exc).__name__})") from exc
             if not raw:
                 return None
+            if self.follow and len(raw) <= MAX_LINE_BYTES and not raw.endswith(b"\n") and not _json_object(raw):
+                self.fh.seek(start)  # being written: read it whole at a later poll
+                self.incomplete = self.line + 1
+                return None
+            self.incomplete = 0
             self.line += 1
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
                 while raw and not raw.endswith(b"\n"):  # skip the rest of the long line, bounded reads
@@ -190,21 +200,31 @@ class ReplaySource:
                 raise ReplayLineError(self.line, bad.field, bad.value, bad.allowed) from None
 
     def read(self) -> Snapshot:
-        """The next snapshot; at the end, the last one again marked as the end."""
-        if self.ended:
-            snap = None
-        else:
-            snap = self._next()  # may raise ReplayLineError: the caller skips the frame
+        """The next snapshot; at the end, the last one again marked as the end (following, each read looks for
+        lines appended since)."""
+        snap = None if self.ended and not self.follow else self._next()  # ReplayLineError: the caller skips it
         if snap is None:
             self.ended = True
             last = self.last
             if last is None:
+                if self.follow and self.incomplete:
+                    raise SourceUnavailable(f"line {self.incomplete} is not complete yet")
                 raise SourceUnavailable("the file holds no snapshot (record one with kvdash record)")
-            return Snapshot(time=last.time, source=f"{self.name} (end, {self.frames} snapshots)", gpus=last.gpus,
-                            driver=last.driver, error=last.error, extra=last.extra)
+            waiting = f"; line {self.incomplete} not complete" if self.incomplete else ""
+            return Snapshot(time=last.time, source=f"{self.name} (end, {self.frames} snapshots{waiting})",
+                            gpus=last.gpus, driver=last.driver, error=last.error, extra=last.extra)
+        self.ended = False
         self.frames += 1
         self.last = snap
         return snap
 
     def close(self) -> None:
         self.fh.close()
+
+
+def _json_object(raw: bytes) -> bool:
+    """Whether a line without its newline is already a whole JSON object (a file's last line may lack the newline)."""
+    try:
+        return isinstance(json.loads(raw), dict)
+    except (ValueError, RecursionError):
+        return False

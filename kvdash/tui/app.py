@@ -369,13 +369,14 @@ class LiveApp(App[None]):
 
     def apply(self, snap: Snapshot, engine: EngineReading | None) -> None:
         self.polls += 1
+        repeated = self.snapshot is not None and snap.time == self.snapshot.time  # a replay's end, shown again
         self.snapshot = snap
         self.gpu_error = ""
         self.gpu_good_at = self.clock()
         if engine is not None or self.engine_fetch is None:
             self._engine(engine)
         for g in snap.gpus:
-            if g.used_bytes is not None:
+            if g.used_bytes is not None and not repeated:  # the memory history holds readings, not repeats
                 self.history.setdefault(g.index, deque(maxlen=HISTORY)).append(float(g.used_bytes))
         self.recompute()
 
@@ -562,7 +563,9 @@ class LiveApp(App[None]):
     def _status(self) -> None:
         snap = self.snapshot
         state = "paused" if self.paused else f"every {self.interval:g} s"
-        top = Text(f" kvdash live | {self.source.name} | {state}", style="bold")
+        # the snapshot's own source name: a replay at its end says so ("replay r.jsonl (end, 15 snapshots)")
+        top = Text(f" kvdash live | {snap.source if snap is not None and snap.source else self.source.name} | {state}",
+                   style="bold")
         if self.engine_fetch is not None:
             top.append(f" | engine {self.engine_url}")
         top.append("  (v: details)" if not self.details else "  (v: overview; arrows scroll)", style="dim")
@@ -577,6 +580,9 @@ class LiveApp(App[None]):
             out.append(f" GPU ({self.source.name}): no new reading; {self._age(self.gpu_good_at)}\n", style="yellow")
         if snap is not None and snap.error:
             out.append(f" GPU ({self.source.name}): {snap.error}\n", style="yellow")
+        if getattr(self.source, "ended", False):  # a replay past its last line: not live figures
+            out.append(f" {self.source.name}: at its end, its last snapshot shown (lines appended are read as they "
+                       "come)\n", style="yellow")
         url = self.engine.url if self.engine else self.engine_url
         if self.engine_error:
             out.append(f" engine {url}: {self.engine_error}; {self._age(self.engine_good_at)}\n", style="bold red")
