@@ -240,3 +240,20 @@ def test_a_failing_gpu_source_is_logged_once_per_new_error():
         "kvdash exporter: GPU reading failed: NVML: Unknown Error (kvdash_refresh_errors_total counts them; the last "
         "good figures stay published, kvdash_reading_age_seconds growing)",
         "kvdash exporter: GPU readings resumed"] == lines
+
+
+def test_the_exporter_stops_on_sigterm_in_one_line():
+    """A helper's trial: SIGTERM, SIGHUP or Ctrl-C ended the exporter with nothing said.  A service, it stops with one
+    line naming the signal and exit 0 (a service manager's success), its port closed."""
+    import signal
+    import subprocess
+
+    from tests.cli_run import KVDASH, started_with
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        proc = subprocess.Popen([*KVDASH, "exporter", "--demo", "--host", "127.0.0.1", "--port", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=started_with)
+        assert proc.stdout is not None and "serving http://127.0.0.1:" in proc.stdout.readline()
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+        assert 0 == proc.returncode and f"kvdash exporter: stopped by {signal.Signals(sig).name}\n" == err

@@ -111,16 +111,25 @@ def exporter(
     print(f"kvdash exporter: serving http://{shown}:{server.server_port}/metrics "
           f"({reserve_label(cfg)}; readings every {interval:g} s{', demo' if demo else ''})", flush=True)
     done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    stopped_by: list[str] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        stopped_by.append(signal.Signals(signum).name)
+        done.set()
+
+    for name in ("SIGTERM", "SIGHUP"):  # a service's stop: said in one line, exit 0 (a service manager's success)
+        if hasattr(signal, name) and signal.getsignal(getattr(signal, name)) is not signal.SIG_IGN:
+            signal.signal(getattr(signal, name), stop)
     try:
         while not done.wait(0.5):
             pass
     except KeyboardInterrupt:
-        pass
+        stopped_by.append("SIGINT")
     finally:
         server.shutdown()
         server.server_close()
         state.stop()
+    print(f"kvdash exporter: stopped by {stopped_by[0] if stopped_by else 'a signal'}", file=sys.stderr, flush=True)
 
 
 def exporter_lengths(values: list[str]) -> tuple[int, ...]:
