@@ -62,9 +62,10 @@ def test_demo_figures_exact(capsys):
     TP 8: 1.89 GiB + 2.10 GiB + 26.88 MiB x 80 layers = 2,029,372,047 + 2,254,857,830 + 2,254,857,830 =
     6,539,087,707 B) -> budget 114,505,346,781 B; // 655,360 B per block (2 x 80 layers x 8/8 KV heads x 128 x
     2 B x 16 tokens) = 174,721 blocks (174,721 x 655,360 = 114,505,154,560, remainder 192,221 < one block) =
-    2,795,536 token slots. --length 2048 --length 8192 implies --max-reserved 8192 (the longest length asked
-    about). 2,048-token requests take 128 blocks: 174,721 // 128 = 1,365 paged; contiguous, each reserves 8,192
-    slots (512 blocks): 174,721 // 512 = 341; 8,192-token requests take 512 blocks paged too: 341."""
+    2,795,536 token slots. Each length takes its own reservation (no --max-reserved): 2,048 for 2,048 tokens,
+    8,192 for 8,192.  2,048-token requests take 128 blocks: 174,721 // 128 = 1,365 paged, and as many contiguous
+    (each reserves 2,048 slots, 128 blocks; it was 341 while 8,192 was reserved for every length); 8,192-token
+    requests take 512 blocks paged: 174,721 // 512 = 341, contiguous the same."""
     code, out, _ = run(["exporter", "--demo", "--once", "--length", "2048", "--length", "8192"], capsys)
     fams = families(out)
     assert value(fams, "kvdash_gpu_memory_total_bytes", gpu="0") == 150_754_820_096
@@ -74,8 +75,9 @@ def test_demo_figures_exact(capsys):
     assert value(fams, "kvdash_kv_pool_token_slots") == 2_795_536
     assert value(fams, "kvdash_kv_block_bytes") == 655_360
     assert value(fams, "kvdash_kv_requests_fit", length="2048", layout="paged") == 1_365
-    assert value(fams, "kvdash_kv_requests_fit", length="2048", layout="contiguous") == 341
+    assert value(fams, "kvdash_kv_requests_fit", length="2048", layout="contiguous") == 1_365
     assert value(fams, "kvdash_kv_requests_fit", length="8192", layout="paged") == 341
+    assert value(fams, "kvdash_kv_requests_fit", length="8192", layout="contiguous") == 341
     assert value(fams, "kvdash_gpu_kv_pool_bytes", gpu="7") == 174_721 * 655_360
     assert value(fams, "kvdash_gpu_weights_bytes", gpu="7") == 17_650_000_000
     # the demo engine's own pool, also at vLLM's default 0.92: (138,694,434,488 - 17,650,000,000 - 4.5 GiB
@@ -257,3 +259,26 @@ def test_the_exporter_stops_on_sigterm_in_one_line():
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
         assert 0 == proc.returncode and f"kvdash exporter: stopped by {signal.Signals(sig).name}\n" == err
+
+
+def test_each_length_is_published_on_its_own_and_each_engine_once(capsys):
+    """A helper's trial: adding --length 4096 changed the 825-token contiguous figure under the same labels (1,365 ->
+    682: the reservation silently became 4,096 for every length), and an engine given twice published every series
+    twice with the same labels.  Without --max-reserved each length now takes its own reservation (published as
+    kvdash_kv_contiguous_reserved_tokens), and an engine given twice is refused."""
+    from tests.cli_run import run
+
+    def page(*args: str) -> dict[tuple[str, ...], float]:
+        code, out, _ = run(["exporter", "--demo", "--once", *args], capsys)
+        assert 0 == code
+        return {(s.name, *sorted(s.labels.items())): s.value for f in text_string_to_metric_families(out)
+                for s in f.samples if s.name.startswith(("kvdash_kv_requests_fit", "kvdash_kv_contiguous"))}
+
+    alone, both = page("--length", "825"), page("--length", "825", "--length", "4096")
+    assert alone.items() <= both.items() and 1365 == alone[("kvdash_kv_requests_fit", ("layout", "contiguous"),
+                                                             ("length", "825"))]
+    assert 2048 == both[("kvdash_kv_contiguous_reserved_tokens", ("length", "825"))]
+    assert 4096 == both[("kvdash_kv_contiguous_reserved_tokens", ("length", "4096"))]
+    code, _, err = run(["exporter", "--demo", "--once", "--engine", "127.0.0.1:9", "--engine",
+                        "http://127.0.0.1:9/metrics"], capsys)
+    assert 2 == code and "each engine once (it is given twice)" in err

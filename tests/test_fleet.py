@@ -252,9 +252,9 @@ def test_exporter_series_in_prometheus(prom):
     fit = {(r["metric"]["length"], r["metric"]["layout"]): float(r["value"][1])
            for r in prom.query("kvdash_kv_requests_fit")["data"]["result"]}
     # the exporter at the defaults (0.92, reserve auto): pool 174,721 blocks; paged 2,048-token requests take
-    # 128 blocks -> 174,721 // 128 = 1,365; --length 2048 --length 8192 implies --max-reserved 8192: contiguous
-    # 512 blocks each -> 174,721 // 512 = 341 for either length
-    assert fit == {("2048", "paged"): 1365.0, ("2048", "contiguous"): 341.0, ("8192", "paged"): 341.0,
+    # 128 blocks -> 174,721 // 128 = 1,365; each length takes its own reservation (2,048 and 8,192 tokens:
+    # 128 and 512 blocks): contiguous 1,365 and 174,721 // 512 = 341
+    assert fit == {("2048", "paged"): 1365.0, ("2048", "contiguous"): 1365.0, ("8192", "paged"): 341.0,
                    ("8192", "contiguous"): 341.0}
 
 

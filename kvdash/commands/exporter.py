@@ -76,8 +76,14 @@ def exporter(
     check_engine_timeout(engine_timeout)
     from kvdash.netaddr import check_url
 
+    seen: set[str] = set()
     for address in engine or []:
         check_url("--engine", address, "a vLLM or SGLang server, e.g. localhost:8000")
+        from kvdash.sources.engine import metrics_url
+
+        if metrics_url(address) in seen:  # its every series twice, with the same labels
+            raise InputError("--engine", address, "each engine once (it is given twice)")
+        seen.add(metrics_url(address))
     if not 0 <= port <= 65535:
         raise InputError("--port", port, "expected 0 to 65535")
     check_demo_gpus(gpus)
@@ -87,7 +93,8 @@ def exporter(
     cfg = replace(cfg, arch=cfg.architecture())  # read the preset once, not on every scrape
     source = _source(demo, seed, gpus)
     state = ExporterState(source, cfg, list(engine or []), interval=interval, engine_timeout=engine_timeout,
-                          hostname=hostname or ("demo-host" if demo else None), demo=demo)
+                          hostname=hostname or ("demo-host" if demo else None), demo=demo,
+                          reserve_per_length=max_reserved is None)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(KvdashCollector(state))
     if once:

@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from kvdash import __version__
+from kvdash import defaults as D
 from kvdash.errors import InputError
 from kvdash.live.analysis import LiveConfig, analyze, compare_engine
 from kvdash.sources.base import Snapshot, Source
@@ -55,7 +56,11 @@ class ExporterState:
     def __init__(self, source: Source, config: LiveConfig, engines: list[str], interval: float = 5.0,
                  engine_timeout: float = 2.0, hostname: str | None = None, demo: bool = False,
                  fetch_engine: Callable[[str, float], EngineReading] = fetch,
-                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] | None = None,
+                 reserve_per_length: bool = False) -> None:
+        # no --max-reserved: each length is analysed with its own contiguous reservation (the default one `kvdash
+        # live --length N` takes), so a length's series do not change when another --length is added
+        self.reserve_per_length = reserve_per_length
         self.log = log or _stderr  # a change of the GPU readings' state, one line (a daemon's log)
         self.source = source
         self.config = config
@@ -83,8 +88,11 @@ class ExporterState:
             snap = self.source.read()
             analyses = {}
             for n in self.config.lengths:
+                own = {"max_reserved": D.reservation(self.config.architecture().max_context, n)} \
+                    if self.reserve_per_length else {}
                 try:
-                    analyses[n] = analyze(snap, replace(self.config, lengths=(n,)), self._engine_for_budget(snap))
+                    analyses[n] = analyze(snap, replace(self.config, lengths=(n,), **own),
+                                          self._engine_for_budget(snap))
                 except InputError as exc:
                     analyses[n] = {"ok": False, "notes": [str(exc)]}
         except Exception as exc:  # noqa: BLE001 - a failing source must not stop the exporter
@@ -243,11 +251,15 @@ class KvdashCollector(Collector):
             yield fam
         fit = GaugeMetricFamily("kvdash_kv_requests_fit", "Requests of one length that fit in the analytical pool.",
                                 labels=["length", "layout"])
+        reserved = GaugeMetricFamily("kvdash_kv_contiguous_reserved_tokens", "Tokens a contiguous request of one "
+                                     "length reserves (the contiguous layout's figure).", labels=["length"])
         for n, a in sorted(analyses.items()):
             if a.get("ok"):
                 fit.add_metric([str(n), "paged"], float(a["paged_requests"]))
                 fit.add_metric([str(n), "contiguous"], float(a["contiguous_requests"]))
+                reserved.add_metric([str(n)], float(a["max_reserved"]))
         yield fit
+        yield reserved
         weights = GaugeMetricFamily("kvdash_gpu_weights_bytes", "Analytical weight shard on each rank's GPU.",
                                     labels=["hostname", "gpu", "uuid"])
         pool = GaugeMetricFamily("kvdash_gpu_kv_pool_bytes",
