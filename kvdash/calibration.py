@@ -53,6 +53,9 @@ def load_entries(path: Path) -> list[dict[str, Any]]:
             data = fh.read(MAX_BYTES + 1)
     except FileNotFoundError:
         return []
+    except OSError as exc:  # a folder, no permission: the variable's (or the default path's) fault, in one line
+        raise InputError(ENV, str(path), f"a readable calibration file (JSON lines, as kvdash calibrate writes): "
+                                         f"{exc.strerror or exc}") from None
     if len(data) > MAX_BYTES:
         raise InputError(ENV, str(path), f"a calibration file of at most {MAX_BYTES:,} bytes")
     out = []
@@ -66,8 +69,8 @@ def load_entries(path: Path) -> list[dict[str, Any]]:
             well_formed = False
         if not well_formed:
             raise InputError(f"{path}: line {i}", line,
-                             "a JSON object with reserve_bytes (whole bytes), model and gpu text, tp and pp whole "
-                             "numbers from 1, as kvdash calibrate writes") from None
+                             "a JSON object with reserve_bytes (whole bytes from 0), model and gpu text, tp and pp "
+                             "whole numbers from 1, as kvdash calibrate writes") from None
         out.append(entry)
     return out
 
@@ -79,7 +82,7 @@ def _whole(v: Any, low: int | None = None) -> bool:
 def _well_formed(entry: Any) -> bool:
     """Whether a calibration line holds what the reserve rules read, each of the right type (an Infinity, a null tp or
     a tp of "x" ended calc in a traceback: OverflowError, TypeError, ValueError)."""
-    if not isinstance(entry, dict) or not _whole(entry.get("reserve_bytes")):
+    if not isinstance(entry, dict) or not _whole(entry.get("reserve_bytes"), 0):  # -5 was blamed on --reserve
         return False
     if any(k in entry and not _whole(entry[k], 1) for k in ("tp", "pp")):
         return False

@@ -282,3 +282,20 @@ def test_each_length_is_published_on_its_own_and_each_engine_once(capsys):
     code, _, err = run(["exporter", "--demo", "--once", "--engine", "127.0.0.1:9", "--engine",
                         "http://127.0.0.1:9/metrics"], capsys)
     assert 2 == code and "each engine once (it is given twice)" in err
+
+
+def test_a_host_it_cannot_listen_on_is_the_hosts_fault(capsys):
+    """A helper's trial: --host 999.1.1.1 was refused as '--port: 0 is not allowed'.  A name that does not resolve or an
+    address not on this machine names --host; a port in use still names --port."""
+    import socket
+
+    from tests.cli_run import run
+
+    code, _, err = run(["exporter", "--demo", "--host", "999.1.1.1", "--port", "0"], capsys)
+    assert 2 == code and err.startswith("kvdash: error: --host: '999.1.1.1' is not allowed; cannot listen on")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = run(["exporter", "--demo", "--host", "127.0.0.1", "--port", str(port)], capsys)
+    assert 2 == code and err.startswith(f"kvdash: error: --port: {port} is not allowed; cannot listen on")

@@ -597,3 +597,15 @@ def test_once_text_has_no_trailing_spaces(monkeypatch, capsys):
     lines = out.splitlines()
     assert 0 == code and len(lines) > 40 and not [x for x in lines if x.endswith(" ")]
     assert max(map(len, lines)) <= 80
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--length", "0"], "--length: 0 is not allowed; expected 1 to the model's context, 131,072 tokens"),
+    (["--length", "99999999999"], "--length: 99999999999 is not allowed; expected 1 to the model's context"),
+    (["--length", "4000", "--max-reserved", "2048"], "--length: 4000 is not allowed; expected at most --max-reserved"),
+])
+def test_a_bad_length_is_named_with_its_own_bound(args, words, capsys):
+    """A helper's trial: --length 0 said 'expected 1 to --max-reserved=2048' though 131,072 is accepted (the derived
+    reservation follows the lengths), and --length 99999999999 was blamed on --max-reserved, never typed."""
+    code, _, err = run(["live", "--demo", "--once", *args], capsys)
+    assert 2 == code and words in err

@@ -552,6 +552,7 @@ def test_simulate_explicit_budget_says_no_reserve(capsys):
     '{"reserve_bytes": 1, "model": "Llama-3.1-8B", "tp": null}',  # TypeError in calibration_matches
     '{"reserve_bytes": 1, "model": "Llama-3.1-8B", "tp": "x"}',  # ValueError there
     '{"reserve_bytes": true}', '{"reserve_bytes": 1, "pp": 0}', '{"reserve_bytes": 1, "gpu": 80}',
+    '{"reserve_bytes": -5, "model": "Llama-3.1-8B", "tp": 1}',  # blamed on --reserve, never typed
     "[" * 100_000,  # RecursionError in json.loads
 ])
 def test_a_bad_calibration_line_is_one_line_naming_it(line, calib, capsys):
@@ -575,3 +576,12 @@ def test_an_entry_is_never_glued_to_a_last_line_without_newline(calib):
     append_entry(calib, {"reserve_bytes": 3, "model": "m", "tp": 1, "pp": 1})
     assert [1, 2, 3] == [e["reserve_bytes"] for e in load_entries(calib)]
     assert 3 == len(calib.read_text().splitlines()) and calib.read_text().endswith("}\n")
+
+
+def test_a_calibration_path_that_is_a_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    """A helper's trial: KVDASH_CALIBRATION naming a folder gave 'kvdash: error: /path: Is a directory', without the
+    variable or what it should name."""
+    monkeypatch.setenv("KVDASH_CALIBRATION", str(tmp_path))
+    code, _, err = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb"], capsys)
+    assert 2 == code and err.startswith(f"kvdash: error: KVDASH_CALIBRATION: '{tmp_path}' is not allowed; a readable "
+                                        "calibration file") and "Is a directory" in err

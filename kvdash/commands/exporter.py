@@ -110,7 +110,14 @@ def exporter(
         server, _ = serve(port, host, registry)  # each request bounded in time, concurrent ones capped
     except OSError as exc:
         source.close()
-        raise InputError("--port", port, f"cannot listen on {host}:{port} ({exc.strerror or exc})") from exc
+        import errno
+        import socket
+
+        # a name that does not resolve, or an address not on this machine, is the host's fault; a port in use or
+        # privileged the port's
+        field, value = ("--host", host) if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL \
+            else ("--port", port)
+        raise InputError(field, value, f"cannot listen on {host}:{port} ({exc.strerror or exc})") from exc
     state.start()
     shown = f"[{host}]" if ":" in host else host
     from kvdash.exporter.collector import reserve_label

@@ -55,10 +55,13 @@ class LiveConfig:
         problem = group_size_problem(len(self.lengths))
         if problem:
             raise InputError(option, ",".join(map(str, self.lengths)), problem)
-        for n in self.lengths:
-            if n <= 0 or n > self.max_reserved:
-                raise InputError(option, n, f"expected 1 to --max-reserved={self.max_reserved}")
         arch = self.architecture()
+        for n in self.lengths:  # the length's own bound first (a derived --max-reserved follows the lengths)
+            if n <= 0 or n > arch.max_context:
+                raise InputError(option, n, f"expected 1 to the model's context, {arch.max_context:,} tokens for "
+                                            f"{arch.name}")
+            if n > self.max_reserved:
+                raise InputError(option, n, f"expected at most --max-reserved={self.max_reserved}")
         shape = rank_shapes(arch, self.kv_dtype, "tensor", self.tp, 1, self.block_size)[0]
         if self.engine_rules == "sglang":
             check_sglang_pool(arch, self, shape)
