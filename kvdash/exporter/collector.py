@@ -88,10 +88,10 @@ class ExporterState:
             snap = self.source.read()
             analyses = {}
             for n in self.config.lengths:
-                own = {"max_reserved": D.reservation(self.config.architecture().max_context, n)} \
-                    if self.reserve_per_length else {}
+                reserved = D.reservation(self.config.architecture().max_context, n) if self.reserve_per_length \
+                    else self.config.max_reserved
                 try:
-                    analyses[n] = analyze(snap, replace(self.config, lengths=(n,), **own),
+                    analyses[n] = analyze(snap, replace(self.config, lengths=(n,), max_reserved=reserved),
                                           self._engine_for_budget(snap))
                 except InputError as exc:
                     analyses[n] = {"ok": False, "notes": [str(exc)]}
