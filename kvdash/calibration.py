@@ -153,11 +153,13 @@ def measure(reading: EngineReading, arch: Architecture, total: int, gpu: str, tp
                                                   f"{reading.error})")
     if not reading.kind.startswith("vllm") or not reading.num_gpu_blocks or not reading.block_size \
             or not reading.gpu_memory_utilization:
-        missing = [k for k in ("num_gpu_blocks", "block_size", "gpu_memory_utilization") if not getattr(reading, k)]
+        # each figure the page lacks, or holds but kvdash dropped (a negative count, two engines disagreeing)
+        lacking = [f"{k}: {reading.invalid[k]}" if k in reading.invalid else f"{k}: missing"
+                   for k in ("num_gpu_blocks", "block_size", "gpu_memory_utilization") if not getattr(reading, k)]
         raise InputError("--engine", reading.url, "a vLLM engine exporting vllm:cache_config_info with num_gpu_blocks, "
                          "block_size and gpu_memory_utilization"
                          + (f" (this one is {reading.kind or 'not vLLM'})" if not reading.kind.startswith("vllm")
-                            else f" (missing: {', '.join(missing)})"))
+                            else f" ({'; '.join(lacking)})"))
     if weights is None and not arch.weights_known:
         raise InputError("--weights", None, f"the weight bytes of {arch.name} (weights {arch.weight_basis})")
     weight_bytes = arch.weight_bytes if weights is None else weights
@@ -169,8 +171,13 @@ def measure(reading: EngineReading, arch: Architecture, total: int, gpu: str, tp
     terms = measured_reserve(total, reading.gpu_memory_utilization, f.weights_per_rank(weight_bytes, tp * pp),
                              reading.num_gpu_blocks, shape.block_bytes)
     if terms["reserve_bytes"] < 0:
-        raise InputError("--weights", weight_bytes, f"a weight figure that leaves room for the engine's pool: the "
-                         f"reserve comes out negative ({terms['reserve_bytes']:,} B); check --model, --tp, the GPU")
+        why = (f"the reserve comes out negative ({terms['reserve_bytes']:,} B: the engine's {reading.num_gpu_blocks:,} "
+               f"blocks of {shape.block_bytes:,} B and the weights do not fit the GPU's share)")
+        if weights is None:  # the weights are the model's own count: the page or the setup is at fault, not a flag
+            raise InputError("--engine", reading.url, f"a pool this GPU can hold: {why}; check --model, --tp, the GPU "
+                                                      "(or give --weights)")
+        raise InputError("--weights", weight_bytes, f"a weight figure that leaves room for the engine's pool: {why}; "
+                         "check --model, --tp, the GPU")
     return {
         "model": arch.name, "served_model": reading.served_model, "gpu": gpu, "gpu_memory_bytes": total,
         "tp": tp, "pp": pp, "vllm_version": vllm_version, "max_num_batched_tokens": max_batched_tokens,

@@ -585,3 +585,26 @@ def test_a_calibration_path_that_is_a_folder_is_one_line(tmp_path, monkeypatch, 
     code, _, err = run(["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb"], capsys)
     assert 2 == code and err.startswith(f"kvdash: error: KVDASH_CALIBRATION: '{tmp_path}' is not allowed; a readable "
                                         "calibration file") and "Is a directory" in err
+
+
+def test_calibrate_says_which_engine_figure_is_wrong():
+    """A helper's trial: a page whose num_gpu_blocks was negative said '(missing: num_gpu_blocks)' though it was there,
+    and one whose pool could not fit the GPU blamed --weights, which was not given.  The refusal now gives each figure's
+    own reason, and a negative reserve without --weights names the engine.  Llama-3.1-70B at TP 8 on an H100 80GB:
+    9,000,000,000 blocks of 655,360 B cannot fit."""
+    from kvdash.calibration import measure
+    from kvdash.core.model import load_preset
+    from kvdash.errors import InputError
+    from kvdash.sources.engine import EngineReading
+
+    arch, url = load_preset("llama-3.1-70b"), "http://127.0.0.1:9/metrics"
+    bad = EngineReading(url=url, kind="vllm", block_size=16, gpu_memory_utilization="0.9",
+                        invalid={"num_gpu_blocks": "-5 is outside 0 to 2^53"})
+    with pytest.raises(InputError, match=r"\(num_gpu_blocks: -5 is outside 0 to 2\^53\)"):
+        measure(bad, arch, 85_520_809_984, "h100-80gb", tp=8)
+    huge = EngineReading(url=url, kind="vllm", block_size=16, gpu_memory_utilization="0.9",
+                         num_gpu_blocks=9_000_000_000)
+    with pytest.raises(InputError, match=r"^--engine: .* a pool this GPU can hold: the reserve comes out negative"):
+        measure(huge, arch, 85_520_809_984, "h100-80gb", tp=8)
+    with pytest.raises(InputError, match=r"^--weights: 141200000000 is not allowed"):
+        measure(huge, arch, 85_520_809_984, "h100-80gb", tp=8, weights=141_200_000_000)
