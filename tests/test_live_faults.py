@@ -505,8 +505,9 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.
                     | st.dictionaries(st.text(max_size=3), kids, max_size=3), max_leaves=6)
 
 
-@given(field=st.sampled_from(["index", "name", "total_bytes", "used_bytes", "utilization_percent", "temperature_c",
-                              "power_w", "processes", "lost", "memory_api"]), value=JSON)
+@given(field=st.sampled_from(["index", "name", "total_bytes", "used_bytes", "free_bytes", "reserved_bytes",
+                              "utilization_percent", "temperature_c", "power_w", "processes", "lost", "memory_api"]),
+       value=JSON)
 def test_replay_any_json_value_is_a_snapshot_or_one_named_error(field, value):
     """Property: whatever JSON value a GPU field holds, a line is either a snapshot whose fields have
     their types (ints are ints, not bools; sizes not negative) or a ReplayLineError naming that field,
@@ -518,13 +519,17 @@ def test_replay_any_json_value_is_a_snapshot_or_one_named_error(field, value):
     try:
         snap = snapshot_from_record(rec)
     except _Bad as bad:
-        # a total below the recorded used bytes is named at used_bytes ("expected at most total_bytes")
-        assert bad.field.startswith(f"gpus[0].{field}") or (field, bad.field) == ("total_bytes", "gpus[0].used_bytes")
+        # a total below a recorded figure is named at that figure ("expected at most total_bytes")
+        assert bad.field.startswith(f"gpus[0].{field}") or field == "total_bytes" and bad.field.startswith(
+            ("gpus[0].used_bytes", "gpus[0].free_bytes", "gpus[0].reserved_bytes", "gpus[0].processes["))
         return
     g = snap.gpus[0]
     assert isinstance(g.index, int) and not isinstance(g.index, bool) and isinstance(g.name, str)
     assert g.total_bytes is None or (type(g.total_bytes) is int and g.total_bytes >= 0)
     assert g.power_w is None or math.isfinite(g.power_w)
+    if g.total_bytes is not None and not g.unified_memory:  # every figure within the GPU's memory
+        assert all(v is None or v <= g.total_bytes for v in (g.used_bytes, g.free_bytes, g.reserved_bytes,
+                                                              *(p.used_bytes for p in g.processes)))
 
 
 @given(field=st.sampled_from(["kv_usage", "running", "waiting", "num_gpu_blocks", "block_size", "total_tokens",

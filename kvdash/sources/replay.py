@@ -97,8 +97,15 @@ def _gpu(where: str, g: Any) -> GPUReading:
                                     used_bytes=_int(f"{pw}.used_bytes", p.get("used_bytes"))))
     total = _int(f"{where}.total_bytes", g.get("total_bytes"))
     used = _int(f"{where}.used_bytes", g.get("used_bytes"))
-    if total is not None and used is not None and used > total:
-        raise _Bad(f"{where}.used_bytes", used, f"expected at most total_bytes ({total:,})")
+    if total is not None and not _bool(f"{where}.unified_memory", g.get("unified_memory")):
+        # a GPU's own memory bounds every figure of it (a free 931 GiB on a 140 GiB GPU was shown); a unified-memory
+        # device's figures are the system's and are left as read
+        for field_, value in ((f"{where}.used_bytes", used),
+                              (f"{where}.free_bytes", _int(f"{where}.free_bytes", g.get("free_bytes"))),
+                              (f"{where}.reserved_bytes", _int(f"{where}.reserved_bytes", g.get("reserved_bytes"))),
+                              *((f"{where}.processes[{k}].used_bytes", p.used_bytes) for k, p in enumerate(procs))):
+            if value is not None and value > total:
+                raise _Bad(field_, value, f"expected at most total_bytes ({total:,})")
     return GPUReading(
         index=_int(f"{where}.index", g.get("index"), high=4096, optional=False) or 0,
         name=_str(f"{where}.name", g.get("name")), uuid=_str(f"{where}.uuid", g.get("uuid")),
