@@ -336,6 +336,10 @@ def bad_record(kind: str) -> str:
         rec["extra"]["engine"]["kv_usage"] = "high"
     if kind == "negative":
         rec["gpus"][2]["total_bytes"] = -10
+    if kind == "free-huge":
+        rec["gpus"][0]["free_bytes"] = 10**12
+    if kind == "process-huge":
+        rec["gpus"][0]["processes"][0]["used_bytes"] = 999_999_999_999_999
     if kind == "reason-list":
         rec["extra"]["engine"]["waiting_by_reason"] = {"capacity": [3]}
     return json.dumps(rec)
@@ -348,6 +352,9 @@ def bad_record(kind: str) -> str:
     ("name-number", "line 2, gpus[1].name: 12345 is not allowed; expected a string"),
     ("usage-high", "line 2, extra.engine.kv_usage: 'high' is not allowed; expected a finite number from 0 to 1"),
     ("negative", "line 2, gpus[2].total_bytes: -10 is not allowed; expected a whole number from 0"),
+    # a helper's trial: 931.3 GiB free and a 931,322.6 GiB process shown on a 140 GiB H200
+    ("free-huge", "line 2, gpus[0].free_bytes: 1000000000000 is not allowed; expected at most total_bytes"),
+    ("process-huge", "line 2, gpus[0].processes[0].used_bytes: 999999999999999 is not allowed; expected at most"),
     # the trial's line: TypeError from _Checker.count in the poll worker, a 600-line traceback, exit 0
     ("reason-list", "line 2, extra.engine.waiting_by_reason.capacity: [3] is not allowed; expected a whole number"),
 ])
