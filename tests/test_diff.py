@@ -76,15 +76,16 @@ def test_changed_default_matches_points(tmp_path):
 
 def test_gate_flip_first_with_before_after(tmp_path, capsys):
     """Budget 12 -> 10 GiB: the bf16 tutorial point goes 47 -> 39 paged requests (-8, -17.0 %) and its
-    40-request gate flips pass -> FAIL; the flip is listed before the changed points."""
+    40-request gate flips pass -> FAIL; the flip is listed before the changed points.  The budget, in each row's
+    label (the points are matched by model and dtype), reads before -> after (a helper's trial: HEAD's alone)."""
     bg, b = sweep(tmp_path, "b", GRID.replace("BUDGET", "12GiB"))
     hg, h = sweep(tmp_path, "h", GRID.replace("BUDGET", "10GiB"))
     code, out, _ = run(["diff", str(b), str(h), "--grid", str(hg), "--base-grid", str(bg)], capsys)
     assert 0 == code
     assert "| budget (KV bytes/rank) | every point | 12,884,901,888 B (12.00 GiB) | 10,737,418,240 B (10.00 GiB) |" \
         in out
-    flip = "| chat 40 | tutorial-gqa-80l | bf16 | 10.00 | pass (47) | **FAIL** (39) |"
-    change = "| tutorial-gqa-80l | bf16 | 10.00 | 47 -> 39 (-8, -17.0 %) |"
+    flip = "| chat 40 | tutorial-gqa-80l | bf16 | 12.00 -> 10.00 | pass (47) | **FAIL** (39) |"
+    change = "| tutorial-gqa-80l | bf16 | 12.00 -> 10.00 | 47 -> 39 (-8, -17.0 %) |"
     assert flip in out and change in out and out.index(flip) < out.index(change)
     assert out.index("### Gates") < out.index("### Changed points")
 
@@ -183,3 +184,27 @@ def test_any_results_pair_gives_bounded_markdown_or_one_error(tmp_path_factory, 
     event("diff written")
     assert len(out) < max_chars
     assert_tables_keep_columns(out)
+
+
+def test_a_small_max_chars_keeps_what_fits_and_names_its_limit(tmp_path, capsys):
+    """A helper's trial: --max-chars 2000 printed 837 characters, left out the 2-row grid table and every changed row,
+    and each note said '65,536 characters'.  The reserves kept for later tables now shrink with the limit, and a
+    note names the limit in force."""
+    bg, b = sweep(tmp_path, "b", GRID.replace("BUDGET", "12GiB"))
+    hg, h = sweep(tmp_path, "h", GRID.replace("BUDGET", "10GiB"))
+    code, out, _ = run(["diff", str(b), str(h), "--max-chars", "2000"], capsys)
+    assert 0 == code and len(out) < 2000 and "**What changed in the grid**" in out
+    assert "| budget (KV bytes/rank) | every point |" in out and "GitHub's comment limit" not in out
+    assert "12.00 -> 10.00" in out  # at least one changed point shown
+    code, out, _ = run(["diff", str(b), str(h), "--max-chars", "2000", "--limit", "200"], capsys)
+    assert all("2,000 characters (--max-chars)" in line for line in out.splitlines() if "to stay under" in line)
+
+
+def test_a_side_without_a_dimension_column_is_named(tmp_path, capsys):
+    """A helper's trial: HEAD's results.csv without its block_size column was blamed on BASE ('16 rows share their
+    dimension values'); the side lacking the column is named."""
+    _, b = sweep(tmp_path, "b", GRID.replace("BUDGET", "12GiB"))
+    pl.read_csv(b / "results.csv", infer_schema=False).drop("kv_dtype").write_csv(tmp_path / "head.csv")
+    code, _, err = run(["diff", str(b), str(tmp_path / "head.csv")], capsys)
+    assert 2 == code and err.startswith(f"kvdash: error: HEAD: '{tmp_path / 'head.csv'}' is not allowed; has no "
+                                        "kv_dtype column")

@@ -220,6 +220,9 @@ class _Out:
         self.size = 0
         self.max_chars = max_chars
         self.cut = 0  # rows left out
+        # what a note says it stays under: GitHub's limit, or --max-chars as given
+        self.limit_text = (f"{GITHUB_LIMIT:,} characters (GitHub's comment limit)" if max_chars >= GITHUB_LIMIT - 1
+                           else f"{max_chars:,} characters (--max-chars)")
 
     def room(self, text: str, reserve: int) -> bool:
         return self.size + len(text) + 1 + reserve <= self.max_chars
@@ -235,11 +238,14 @@ class _Out:
         head = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         opening = ([f"<details><summary>{fold}</summary>", ""] if fold else []) + head
         closing = ["", "</details>", ""] if fold else [""]
-        need = sum(len(x) + 1 for x in opening + closing) + 200
+        # what is kept back for the tables after this one, in proportion under a small --max-chars (a reserve of
+        # 6,000 left a 2,000-character limit without its 2-row table)
+        reserve, margin = min(reserve, self.max_chars // 10), min(200, self.max_chars // 40)
+        need = sum(len(x) + 1 for x in opening + closing) + margin
         if not self.room("", need + reserve):
             self.cut += total
-            self.add(f"*{md(fold or 'A table')}: {total:,} rows left out to stay under {GITHUB_LIMIT:,} "
-                     "characters; results.csv has every point.*", "")
+            self.add(f"*{md(fold or 'A table')}: {total:,} rows left out to stay under {self.limit_text}; "
+                     "results.csv has every point.*", "")
             return
         self.add(*opening)
         shown = 0
@@ -247,13 +253,13 @@ class _Out:
             if shown >= limit:
                 break
             line = "| " + " | ".join(row) + " |"
-            if not self.room(line, reserve + 200 + sum(len(x) + 1 for x in closing)):
+            if not self.room(line, reserve + margin + sum(len(x) + 1 for x in closing)):
                 break
             self.add(line)
             shown += 1
         if shown < total:
             self.cut += total - shown
-            why = f"--limit {limit}" if shown >= limit else f"to stay under {GITHUB_LIMIT:,} characters"
+            why = f"--limit {limit}" if shown >= limit else f"to stay under {self.limit_text}"
             self.add("", f"*{total - shown:,} more rows not shown ({why}); results.csv has every point.*")
         self.add(*closing)
 
@@ -398,6 +404,12 @@ def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_gri
     base.grid = base.grid or head.grid
     head.grid = head.grid or base.grid
 
+    for side, path_, frame, other in (("HEAD", head_path, head.frame, base.frame),
+                                      ("BASE", base_path, base.frame, head.frame)):
+        lost = [c for c in DIMENSIONS if c in other.columns and c not in frame.columns and len(_distinct(other, c)) > 1]
+        if lost:  # the points cannot be matched: the side without the column is at fault, not the other's rows
+            raise InputError(side, str(path_), f"has no {', '.join(lost)} column, by which the other side's points "
+                             "differ; a kvdash results.csv holds every dimension")
     key, swept = choose_key(base.frame, head.frame)
     _duplicates(base.frame, key, "BASE", base_path)
     _duplicates(head.frame, key, "HEAD", head_path)
@@ -447,12 +459,19 @@ def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_gri
                 "compared: pass the grid files with --grid and --base-grid.*", "")
 
     def lab(row: dict[str, Any], suffix: str = "") -> list[str]:
+        def cell(c: str, v: Any) -> str:
+            return _fmt(c, v) if c == "budget_bytes" else ("-" if v in (None, "") else md(v, CELL_CHARS))
+
         cells = []
         for c in label:
             v = row.get(c + suffix) if c not in on else row.get(c)
             if v is None and suffix:
                 v = row.get(c)
-            cells.append(_fmt(c, v) if c == "budget_bytes" else ("-" if v in (None, "") else md(v, CELL_CHARS)))
+            before = row.get(c) if suffix and c not in on else None
+            # a label the points are not matched by may differ between the sides (an explicit budget changed in
+            # the grid): before -> after, as the other figures (it showed HEAD's alone)
+            cells.append(f"{cell(c, before)} -> {cell(c, v)}" if before is not None and str(before) != str(v)
+                         else cell(c, v))
         return cells
 
     label_names = [NAMES.get(c, c) for c in label]
@@ -519,7 +538,7 @@ def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_gri
                   for r in ordered.head(limit).iter_rows(named=True) for c in others if r[c] != r[f"{c}__h"]]
         if detail:
             out.table([*label_names, "column", "BASE", "HEAD"], detail, len(detail), 10 * limit, reserve=2_000,
-                      fold=f"Every other changed value of the first {min(limit, changed.height):,} changed points")
+                      fold="Every other changed value, point by point (the changed points above, in their order)")
 
     for title_, frame in (("Added points", added), ("Removed points", removed)):
         if frame.height:
