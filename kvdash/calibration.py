@@ -28,7 +28,7 @@ from kvdash.answer.budget import BudgetSpec
 from kvdash.core.model import Architecture
 from kvdash.engines.vllm_reserve import MEASURED_GRAPHS, ReserveTerm, auto_reserve, calibration_matches
 from kvdash.errors import InputError
-from kvdash.units import parse_fraction, parse_size, scale_floor
+from kvdash.units import human_bytes, parse_fraction, parse_size, scale_floor
 
 if TYPE_CHECKING:
     from kvdash.sources.engine import EngineReading
@@ -216,7 +216,7 @@ def entry_text(entry: dict[str, Any]) -> str:
     """The entry's arithmetic in one line: ``floor(total x util) - weights/rank - blocks x block = reserve``."""
     return (f"reserve per rank = floor({entry['gpu_memory_bytes']:,} x {entry['gpu_memory_utilization']}) - "
             f"{entry['weights_per_rank_bytes']:,} - {entry['num_gpu_blocks']:,} x {entry['block_bytes']:,} = "
-            f"{entry['reserve_bytes']:,} B ({entry['reserve_bytes'] / 2**30:.2f} GiB)")
+            f"{entry['reserve_bytes']:,} B ({human_bytes(entry['reserve_bytes'])})")  # as calc shows it (126.27 KiB)
 
 
 def with_reserve(spec: BudgetSpec, reserve: tuple[int, str, tuple[ReserveTerm, ...]]) -> BudgetSpec:

@@ -608,3 +608,13 @@ def test_calibrate_says_which_engine_figure_is_wrong():
         measure(huge, arch, 85_520_809_984, "h100-80gb", tp=8)
     with pytest.raises(InputError, match=r"^--weights: 141200000000 is not allowed"):
         measure(huge, arch, 85_520_809_984, "h100-80gb", tp=8, weights=141_200_000_000)
+
+
+def test_the_calibration_line_shows_a_small_reserve_as_calc_does():
+    """A helper's trial: calibrate printed the reserve as '129,305 B (0.00 GiB)' where calc shows the same reserve as
+    126.27 KiB (129,305 / 1,024 = 126.27); one human_bytes serves both."""
+    from kvdash.calibration import entry_text
+
+    entry = {"gpu_memory_bytes": 85_520_809_984, "gpu_memory_utilization": "0.9", "weights_per_rank_bytes": 1,
+             "num_gpu_blocks": 1, "block_bytes": 1, "reserve_bytes": 129_305}
+    assert entry_text(entry).endswith("= 129,305 B (126.27 KiB)")
