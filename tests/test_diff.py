@@ -208,3 +208,13 @@ def test_a_side_without_a_dimension_column_is_named(tmp_path, capsys):
     code, _, err = run(["diff", str(b), str(tmp_path / "head.csv")], capsys)
     assert 2 == code and err.startswith(f"kvdash: error: HEAD: '{tmp_path / 'head.csv'}' is not allowed; has no "
                                         "kv_dtype column")
+
+
+def test_two_values_side_by_side_have_as_many_decimals(tmp_path, capsys):
+    """A helper's trial: vLLM's max concurrency read '19.1875' beside '16' (16.0 printed as a whole number); the two
+    values of a column shown side by side now carry as many decimals each (16.0000)."""
+    _, b = sweep(tmp_path, "b", GRID.replace("BUDGET", "12GiB"))
+    _, h = sweep(tmp_path, "h", GRID.replace("BUDGET", "10GiB"))
+    code, out, _ = run(["diff", str(b), str(h)], capsys)
+    line = next(x for x in out.splitlines() if "| tutorial-gqa-80l | bf16 |" in x and "vllm_max_concurrency" in x)
+    assert 0 == code and line.endswith("| vllm_max_concurrency | 19.1953 | 16.0000 |")

@@ -188,6 +188,19 @@ def _fmt(col: str, v: str | None) -> str:
     return f"{x:,.4f}".rstrip("0").rstrip(".")
 
 
+def _pair(col: str, old: str | None, new: str | None) -> tuple[str, str]:
+    """Two values of one column as shown side by side, with as many decimals each (a helper's trial read '2.3906 ->
+    4' for vLLM's max concurrency 2.390625 -> 4.0)."""
+    a, b = _fmt(col, old), _fmt(col, new)
+    x, y = _num(old), _num(new)
+    if col in ("budget_bytes", "request_capacity_ratio") or x is None or y is None:
+        return a, b
+    places = [len(t.split(".")[1]) if "." in t else 0 for t in (a, b)]
+    if len(set(places)) > 1:
+        return f"{x:,.{max(places)}f}", f"{y:,.{max(places)}f}"
+    return a, b
+
+
 def _delta(col: str, old: str | None, new: str | None) -> str:
     a, b = _num(old), _num(new)
     if a is None or b is None:
@@ -204,7 +217,8 @@ def _delta(col: str, old: str | None, new: str | None) -> str:
     else:
         dd = f"{d:+,.4f}".rstrip("0").rstrip(".")
     rel = f", {100 * d / a:+.1f} %" if a else ""
-    return f"{_fmt(col, old)} -> {_fmt(col, new)} ({dd}{rel})"
+    shown_old, shown_new = _pair(col, old, new)
+    return f"{shown_old} -> {shown_new} ({dd}{rel})"
 
 
 def _values(vals: Iterable[str]) -> str:
@@ -534,7 +548,7 @@ def diff_results(base_path: Path, head_path: Path, limit: int = 200, *, base_gri
                   reserve=3_000)
         # dimensions are in the header or the row label already
         others = [c for c in common if c not in metrics and c not in (*DIMENSIONS, *WORKLOAD_COLUMNS)]
-        detail = [[*lab(r, "__h"), md(c, 40), _fmt(c, r[c]), _fmt(c, r[f"{c}__h"])]
+        detail = [[*lab(r, "__h"), md(c, 40), *_pair(c, r[c], r[f"{c}__h"])]
                   for r in ordered.head(limit).iter_rows(named=True) for c in others if r[c] != r[f"{c}__h"]]
         if detail:
             out.table([*label_names, "column", "BASE", "HEAD"], detail, len(detail), 10 * limit, reserve=2_000,
