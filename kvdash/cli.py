@@ -12,7 +12,7 @@ import sys
 import typer
 
 from kvdash import __version__
-from kvdash.errors import InputError, Interrupted, Terminated, one_line, shorten_words, signal_code, signal_name
+from kvdash.errors import InputError, Interrupted, Terminated, interrupted_text, one_line, shorten_words, signal_code
 
 app = typer.Typer(
     name="kvdash",
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         stop = from_interrupt(exc)
         if stop is None:
             raise
-        fail("interrupted" if signal_code(stop) == 130 else f"interrupted by {signal_name(stop)}", signal_code(stop))
+        fail(interrupted_text(stop), signal_code(stop))
     except OSError as exc:  # a folder that cannot be written, a full disk: one line, not a traceback
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         fail(f"{where}{exc.strerror or exc}")
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     if code == 130:  # typer turns a KeyboardInterrupt inside a command into a silent Exit(130): say it
         signum = taken_signal()  # SIGTERM or SIGHUP raised as one (Terminated): its name and 128 + N
         if signum:
-            fail(f"interrupted by {signal_name(Terminated(signum))}", 128 + signum)
+            fail(interrupted_text(Terminated(signum)), 128 + signum)
         print("kvdash: error: interrupted", file=sys.stderr)
     if argv is None and args[0] in FAST_EXIT:
         _exit_now(code)

@@ -66,6 +66,12 @@ def signal_name(exc: BaseException) -> str:
         return f"signal {getattr(exc, 'signum', 2)}"
 
 
+def interrupted_text(exc: BaseException) -> str:
+    """What an interruption is called in its one line: 'interrupted' for Ctrl-C, 'interrupted by SIGTERM' for a
+    signal raised as one (:class:`Terminated`); the CLI, the sweep and the dashboard all say it so."""
+    return "interrupted" if signal_code(exc) == 130 else f"interrupted by {signal_name(exc)}"
+
+
 SHOWN_CHARS = 80
 FIELD_CHARS = 240  # the longest unbroken run (a path, a key) an error line keeps whole
 # characters that end a line for a terminal or for str.splitlines(): shown escaped (\n, \x1e, \u2028)

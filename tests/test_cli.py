@@ -182,3 +182,14 @@ def test_bad_input_once_accepted_silently_is_refused(case, tmp_path, capsys):
     path.write_text(text)
     code, _, err = run([a.format(path=path) for a in command], capsys)
     assert 2 == code and words in err and 1 == len(err.strip().splitlines()), err
+
+
+@pytest.mark.parametrize("header", ["prompt,output", "prompt_tokens,completion_tokens", "input,output", "ISL,OSL",
+                                    "prompt,response_len_without_prompt"])
+def test_a_trace_header_in_the_right_order_is_read(header, tmp_path, capsys):
+    """The header check refuses a header naming the output first or the prompt second; one that names both words in a
+    column (a review: prompt,response_len_without_prompt was refused) or neither is read by position."""
+    path = tmp_path / "t.csv"
+    path.write_text(f"{header}\n100,50\n")
+    code, _, err = run(["simulate", "--trace", str(path), "--requests", "10"], capsys)
+    assert 0 == code, err

@@ -238,3 +238,14 @@ def test_the_fleet_view_checks_and_uses_snapshot_dir(tmp_path, capsys):
     code, _, err = run(["live", "--prometheus", "http://127.0.0.1:9", "--snapshot-dir", str(tmp_path / "gone")],
                        capsys)
     assert 2 == code and err.startswith("kvdash: error: --snapshot-dir: ") and "expected an existing folder" in err
+    seen: list[object] = []  # and the folder given reaches the fleet view (a review: only the refusal was tested)
+
+    def run_app(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(self.snapshot_dir)
+
+    import pytest
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(FleetApp, "run", run_app)
+        code, _, err = run(["live", "--prometheus", "http://127.0.0.1:9", "--snapshot-dir", str(tmp_path)], capsys)
+    assert 0 == code and [tmp_path] == seen, err

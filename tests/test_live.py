@@ -606,6 +606,9 @@ def test_once_text_has_no_trailing_spaces(monkeypatch, capsys):
 ])
 def test_a_bad_length_is_named_with_its_own_bound(args, words, capsys):
     """A helper's trial: --length 0 said 'expected 1 to --max-reserved=2048' though 131,072 is accepted (the derived
-    reservation follows the lengths), and --length 99999999999 was blamed on --max-reserved, never typed."""
+    reservation follows the lengths), and --length 99999999999 was blamed on --max-reserved, never typed.  The
+    exporter's lengths are each a --length (a review: two of them named --group, which it has not)."""
     code, _, err = run(["live", "--demo", "--once", *args], capsys)
     assert 2 == code and words in err
+    code, _, err = run(["exporter", "--demo", "--once", "--length", "825", *args], capsys)
+    assert 2 == code and words in err and "--group" not in err

@@ -853,3 +853,45 @@ async def test_the_dashboard_says_a_replay_has_ended(tmp_path):
             assert all(2 == len(h) for h in app.history.values())
     finally:
         source.close()
+
+
+def test_a_newline_written_after_its_line_is_not_a_line(tmp_path):
+    """A review: following a replay, a whole JSON line read before its newline came (a writer's long line and its
+    newline in two writes) left the newline to count as a line of its own, every later number one too high.  Line 3
+    stays line 3, and a bad line 4 is named line 4."""
+    demo = DemoSource(seed=7)
+    path = tmp_path / "rec.jsonl"
+    path.write_text(demo.read().dumps() + "\n" + demo.read().dumps())  # line 2 without its newline yet
+    s = ReplaySource(path)
+    s.follow = True
+    s.read(), s.read()
+    with path.open("a") as fh:
+        fh.write("\n" + demo.read().dumps() + "\n" + '{"gpus": []}\n')
+    s.read()
+    assert 3 == s.line
+    with pytest.raises(ReplayLineError, match="^line 4, time"):
+        s.read()
+    s.close()
+
+
+async def test_a_replay_playing_is_named_as_a_replay(tmp_path):
+    """A review: the top bar took every frame's recorded source ('demo (seed 7)', or 'nvml' for a recording of real
+    GPUs), passing a replay off as live readings; only its end is named from the frame."""
+    from kvdash.tui.app import LiveApp
+
+    demo = DemoSource(seed=7)
+    path = tmp_path / "rec.jsonl"
+    path.write_text("".join(demo.read().dumps() + "\n" for _ in range(200)))
+    source = ReplaySource(path)
+    source.follow = True
+    app = LiveApp(source, LiveConfig(), interval=0.05)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(60):
+                await pilot.pause(0.05)
+                if app.polls >= 3:
+                    break
+            top = str(app.query_one("#top").render())
+            assert not source.ended and " kvdash live | replay rec.jsonl | " in top and "demo" not in top
+    finally:
+        source.close()

@@ -85,7 +85,9 @@ def test_block_alignment_on_the_model_class_page():
     assert 540 == _zamba(block=64)["vllm_view"]["num_gpu_blocks"]
 
 
-@pytest.mark.parametrize("command", [["calc"], ["simulate"], ["simulate", "--time"]])
+@pytest.mark.parametrize("command", [["calc"], ["simulate"], ["simulate", "--time"],
+                                     ["live", "--demo", "--once", "--tp", "1"],
+                                     ["exporter", "--demo", "--once", "--tp", "1"]])
 def test_a_refused_automatic_block_is_named_auto(command, capsys):
     """No --block-size typed: Zamba2-7B's automatic block (16 tokens, see above) is refused as 'auto', not as
     though 16 had been typed (it said "--block-size: 16 is not allowed"); a typed 16 is still shown as 16."""

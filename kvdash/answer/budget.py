@@ -52,13 +52,16 @@ class BudgetSpec:
     reserve_terms: tuple[ReserveTerm, ...] = ()
 
 
+BOTH_BUDGETS = "give either --budget or --gpu/--gpu-memory, not both"
+
+
 def resolve_budget(spec: BudgetSpec, arch: Architecture, tp: int, pp: int, strict: bool = True) -> dict[str, Any]:
     """Per-rank KV budget in bytes, with every term that produced it.
 
     With ``strict=False`` a derived budget that leaves nothing for the KV cache is returned as 0
     (``fits`` false) instead of raising, so a sweep can show that a point does not fit."""
     if spec.bytes is not None and (spec.gpu is not None or spec.gpu_memory is not None):
-        raise InputError("--budget", spec.bytes, "give either --budget or --gpu/--gpu-memory, not both")
+        raise InputError("--budget", spec.bytes, BOTH_BUDGETS)  # the commands refuse it first, as typed
     if spec.gpu is None and spec.gpu_memory is None:
         value = DEFAULT_BUDGET if spec.bytes is None else spec.bytes
         check_positive("--budget", value)

@@ -300,7 +300,9 @@ def check_budget_options(budget: str | None, gpu: str | None, gpu_memory: str | 
 
     parse_budget(budget)
     if budget is not None and (gpu is not None or gpu_memory is not None):  # as typed (the budget code has bytes)
-        raise InputError("--budget", budget, "give either --budget or --gpu/--gpu-memory, not both")
+        from kvdash.answer.budget import BOTH_BUDGETS
+
+        raise InputError("--budget", budget, BOTH_BUDGETS)
     if gpu_util is not None:
         parse_fraction(gpu_util, "--gpu-util")
     if util_policy not in ("vllm", "trtllm"):
@@ -326,9 +328,9 @@ def end_signalled(app) -> None:  # type: ignore[no-untyped-def]
     """After the dashboard ended on SIGTERM or SIGHUP (the terminal already restored): one line, exit 128 + N; after
     one textual ended on an error (return_code 1), that code, not 0."""
     if app.signalled:
-        import signal
+        from kvdash.errors import Terminated, interrupted_text
 
-        print(f"kvdash: error: interrupted by {signal.Signals(app.signalled).name}", file=sys.stderr)
+        print(f"kvdash: error: {interrupted_text(Terminated(app.signalled))}", file=sys.stderr)
         raise typer.Exit(128 + app.signalled)
     if app.return_code:  # textual ended the app on an error it printed: not a success
         raise typer.Exit(app.return_code)

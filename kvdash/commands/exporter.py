@@ -89,7 +89,8 @@ def exporter(
     check_demo_gpus(gpus)
     cfg = live_config(model, config, kv_dtype, block_size, tp, gpu_util, weights, reserve, budget, budget_mode,
                       exporter_lengths(length or []), max_reserved, engine_rules,
-                      ctx.get_parameter_source("block_size").name != "DEFAULT")  # type: ignore[union-attr]
+                      ctx.get_parameter_source("block_size").name != "DEFAULT",  # type: ignore[union-attr]
+                      lengths_field="--length")
     cfg = replace(cfg, arch=cfg.architecture())  # read the preset once, not on every scrape
     source = _source(demo, seed, gpus)
     state = ExporterState(source, cfg, list(engine or []), interval=interval, engine_timeout=engine_timeout,
@@ -118,12 +119,6 @@ def exporter(
         field, value = ("--host", host) if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL \
             else ("--port", port)
         raise InputError(field, value, f"cannot listen on {host}:{port} ({exc.strerror or exc})") from exc
-    state.start()
-    shown = f"[{host}]" if ":" in host else host
-    from kvdash.exporter.collector import reserve_label
-
-    print(f"kvdash exporter: serving http://{shown}:{server.server_port}/metrics "
-          f"({reserve_label(cfg)}; readings every {interval:g} s{', demo' if demo else ''})", flush=True)
     done = threading.Event()
     stopped_by: list[str] = []
 
@@ -131,9 +126,18 @@ def exporter(
         stopped_by.append(signal.Signals(signum).name)
         done.set()
 
-    for name in ("SIGTERM", "SIGHUP"):  # a service's stop: said in one line, exit 0 (a service manager's success)
-        if hasattr(signal, name) and signal.getsignal(getattr(signal, name)) is not signal.SIG_IGN:
-            signal.signal(getattr(signal, name), stop)
+    from kvdash.interrupts import _signals
+
+    # a service's stop, said in one line, exit 0 (a service manager's success); installed before the banner, so a
+    # stop sent as soon as it is read is this one (a signal the process started ignoring stays ignored)
+    for signum in (s for s in _signals() if s != signal.SIGINT):
+        signal.signal(signum, stop)
+    state.start()
+    shown = f"[{host}]" if ":" in host else host
+    from kvdash.exporter.collector import reserve_label
+
+    print(f"kvdash exporter: serving http://{shown}:{server.server_port}/metrics "
+          f"({reserve_label(cfg)}; readings every {interval:g} s{', demo' if demo else ''})", flush=True)
     try:
         while not done.wait(0.5):
             pass

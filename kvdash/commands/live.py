@@ -215,7 +215,7 @@ def live_lengths(length: Optional[str], group: Optional[str]) -> tuple[int, ...]
 def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: str, tp: int,  # type: ignore[no-untyped-def]
                 gpu_util: Optional[str], weights: Optional[str], reserve: str, budget: Optional[str],
                 budget_mode: Optional[str], lengths: tuple[int, ...], max_reserved: Optional[int],
-                engine_rules: str = "vllm", block_size_given: bool = True):
+                engine_rules: str = "vllm", block_size_given: bool = True, lengths_field: str = ""):
     """live's and exporter's analytical-pool options as a LiveConfig, validated the same way for both
     (``engine_rules`` sglang: the exporter's pool by SGLang 0.5.23's rules, its page size 1 unless given)."""
     from kvdash.core.model import load_config
@@ -264,7 +264,15 @@ def live_config(model: str, config: Optional[Path], kv_dtype: str, block_size: s
         from kvdash.live.analysis import with_auto_reserve
 
         cfg = with_auto_reserve(cfg)
-    cfg.validate()
+    try:
+        cfg.validate()
+    except InputError as exc:
+        from kvdash.engines.vllm import refused_auto_block
+
+        exc = refused_auto_block(exc, size == "auto")  # vLLM's own block named 'auto', as calc names it
+        if lengths_field and exc.field == "--group":  # the exporter's lengths are each a --length
+            exc = InputError(lengths_field, exc.value, exc.allowed, exc.hint)
+        raise exc from None
     return cfg
 
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from kvdash.errors import InputError, Interrupted, signal_code, signal_name
+from kvdash.errors import InputError, Interrupted, interrupted_text, signal_code
 
 if TYPE_CHECKING:
     import threading
@@ -51,7 +51,7 @@ def sweep(
         with terminate_like_interrupt():
             frame, written = _run(spec, target, max_points, csv, parquet, quiet, force, workers, use_ray)
     except KeyboardInterrupt as exc:  # signals are held back while the report is swapped in: nothing changed
-        how = "interrupted" if signal_code(exc) == 130 else f"interrupted by {signal_name(exc)}"
+        how = interrupted_text(exc)
         raise Interrupted(f"{how}; the previous report is unchanged", signal_code(exc)) from None
     except OSError as exc:  # a full or read-only disk: name the folder the user gave, not the hidden work path
         raise InputError("--out", str(target), f"the report cannot be written there ({exc.strerror or exc}); "

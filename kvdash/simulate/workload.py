@@ -88,7 +88,11 @@ def _check_header(path: str, line: str, parts: list[str]) -> None:
     """A header is read past, the columns being taken by position (prompt, then output); one that names them the
     other way round is refused, not read with the two swapped (a helper's trial: `output,prompt` ran silently)."""
     first, second = (p.lower() for p in (parts + ["", ""])[:2])
-    if any(w in first for w in _OUTPUT_WORDS) or any(w in second for w in _PROMPT_WORDS):
+
+    def names(text: str, words: tuple[str, ...], other: tuple[str, ...]) -> bool:  # one kind, not both
+        return any(w in text for w in words) and not any(w in text for w in other)
+
+    if names(first, _OUTPUT_WORDS, _PROMPT_WORDS) or names(second, _PROMPT_WORDS, _OUTPUT_WORDS):
         raise InputError("--trace", f"{path}:1: {_shown(line)}",
                          "the columns are read by position, the prompt length first, then the output length: put "
                          "them in that order")

@@ -167,6 +167,7 @@ class ReplaySource:
         # appended later are read, as `tail -f` would; without it (--once) such a line is a bad line
         self.follow = False
         self.incomplete = 0  # the number of a last line waited for (0: none)
+        self._open_line = False  # the last line read was whole JSON without its newline: a newline alone comes next
 
     def _open(self) -> IO[bytes]:
         """The one place the file is opened (binary, read line by line): a regular file of at most
@@ -188,6 +189,10 @@ class ReplaySource:
                 self.incomplete = self.line + 1
                 return None
             self.incomplete = 0
+            if self._open_line and raw in (b"\n", b"\r\n"):  # the newline of the line read before: not a line
+                self._open_line = False
+                continue
+            self._open_line = not raw.endswith(b"\n")
             self.line += 1
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
                 while raw and not raw.endswith(b"\n"):  # skip the rest of the long line, bounded reads

@@ -563,8 +563,10 @@ class LiveApp(App[None]):
     def _status(self) -> None:
         snap = self.snapshot
         state = "paused" if self.paused else f"every {self.interval:g} s"
-        # the snapshot's own source name: a replay at its end says so ("replay r.jsonl (end, 15 snapshots)")
-        top = Text(f" kvdash live | {snap.source if snap is not None and snap.source else self.source.name} | {state}",
+        # a replay at its end says so ("replay r.jsonl (end, 15 snapshots)"); before it, the source's own name (a
+        # frame's recorded source, e.g. nvml, would pass a replay off as live readings)
+        ended = snap is not None and getattr(self.source, "ended", False)
+        top = Text(f" kvdash live | {snap.source if ended and snap is not None else self.source.name} | {state}",
                    style="bold")
         if self.engine_fetch is not None:
             top.append(f" | engine {self.engine_url}")
@@ -580,7 +582,7 @@ class LiveApp(App[None]):
             out.append(f" GPU ({self.source.name}): no new reading; {self._age(self.gpu_good_at)}\n", style="yellow")
         if snap is not None and snap.error:
             out.append(f" GPU ({self.source.name}): {snap.error}\n", style="yellow")
-        if getattr(self.source, "ended", False):  # a replay past its last line: not live figures
+        if getattr(self.source, "ended", False) and getattr(self.source, "last", None) is not None:  # past its end
             out.append(f" {self.source.name}: at its end, its last snapshot shown (lines appended are read as they "
                        "come)\n", style="yellow")
         url = self.engine.url if self.engine else self.engine_url
@@ -685,11 +687,15 @@ class LiveApp(App[None]):
         try:
             paths = write_snapshot(self.snapshot_dir, self.snapshot, self.kv, self.settings(), self.snapshots_written)
         except OSError as exc:
-            self.notify(f"{self.snapshot_dir}: {exc.strerror or exc}", title="snapshot not written",
-                        severity="error", timeout=8)
-            self.note(f"snapshot not written: {exc.strerror or exc}")
+            self.not_written(exc)
             return
         self.note("wrote " + ", ".join(p.name for p in paths))
+
+    def not_written(self, exc: OSError) -> None:
+        """A snapshot the folder would not take (gone, full, read-only): a notification and a note, not a crash."""
+        self.notify(f"{self.snapshot_dir}: {exc.strerror or exc}", title="snapshot not written", severity="error",
+                    timeout=8)
+        self.note(f"snapshot not written: {exc.strerror or exc}")
 
     def action_calibrate(self) -> None:
         """Append what ``kvdash calibrate`` would record for the attached engine to the calibration
@@ -803,15 +809,20 @@ def write_snapshot(folder: Path, snap: Snapshot, kv: dict[str, Any], settings: d
                     lines += ["", md(eng[key])]
     text = "\n".join(lines) + "\n"
     js = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
-    n = count
+    js_path = write_new(folder, f"kvdash-snapshot-{stamp}", count, ".json", js)
+    md_path = js_path.with_suffix(".md")
+    md_path.unlink(missing_ok=True)  # an orphan of an earlier failed write: the JSON name is ours now
+    _exclusive_write(md_path, text)
+    return [js_path, md_path]
+
+
+def write_new(folder: Path, stem: str, n: int, suffix: str, text: str) -> Path:
+    """``text`` written whole to ``folder/<stem>-<n><suffix>``, n counting up past any file already there (live's and
+    the fleet view's snapshots)."""
     while True:
-        stem = folder / f"kvdash-snapshot-{stamp}-{n}"
+        path = folder / f"{stem}-{n}{suffix}"
         try:
-            _exclusive_write(stem.with_suffix(".json"), js)
+            _exclusive_write(path, text)
+            return path
         except FileExistsError:
             n += 1
-            continue
-        md_path = stem.with_suffix(".md")
-        md_path.unlink(missing_ok=True)  # an orphan of an earlier failed write: the JSON name is ours now
-        _exclusive_write(md_path, text)
-        return [stem.with_suffix(".json"), md_path]

@@ -30,7 +30,7 @@ from kvdash.render.fleet_view import (
 )
 from kvdash.sources.base import Snapshot
 from kvdash.sources.engine import WINDOW, EngineReading, windowed
-from kvdash.tui.app import HelpScreen, LiveApp, _exclusive_write
+from kvdash.tui.app import HelpScreen, LiveApp, write_new
 
 FLEET_HELP = """[b]kvdash live --prometheus[/b]: hosts, GPUs and engines from Prometheus
 
@@ -272,18 +272,9 @@ class FleetApp(LiveApp):
         # named after the fleet's own poll (a failed poll keeps it on screen under a later time)
         stamp = int(self.fleet.get("time") or (self.snapshot.time if self.snapshot else 0))
         text = json.dumps(self.fleet, indent=2, sort_keys=True) + "\n"
-        n = self.snapshots_written
-        while True:
-            path = self.snapshot_dir / f"kvdash-fleet-{stamp}-{n}.json"
-            try:
-                _exclusive_write(path, text)  # whole or not at all, never over another file
-            except FileExistsError:
-                n += 1
-                continue
-            except OSError as exc:  # a folder gone, a full disk: said, not a crash (live's s does the same)
-                self.notify(f"{self.snapshot_dir}: {exc.strerror or exc}", title="snapshot not written",
-                            severity="error", timeout=8)
-                self.note(f"snapshot not written: {exc.strerror or exc}")
-                return
-            break
+        try:  # whole or not at all, never over another file
+            path = write_new(self.snapshot_dir, f"kvdash-fleet-{stamp}", self.snapshots_written, ".json", text)
+        except OSError as exc:  # a folder gone, a full disk: said, not a crash
+            self.not_written(exc)
+            return
         self.note(f"wrote {path.name}")
