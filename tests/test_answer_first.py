@@ -74,7 +74,7 @@ class TestReserveBasisFirst:
         line of the metrics page and in kvdash_info's labels."""
         code, out, _ = run(["exporter", "--demo", "--once"], capsys)
         first, _, info = out.splitlines()[:3]
-        assert 0 == code and "reserve auto 6.09 GiB (published)" in first
+        assert 0 == code and "reserve auto 6.09 GiB (published, extrapolated)" in first
         assert 'reserve_bytes="6539087707"' in info
         code, out, _ = run(["exporter", "--demo", "--once", "--reserve", "0"], capsys)
         assert "UPPER BOUND: --reserve 0" in out.splitlines()[0]
@@ -84,7 +84,7 @@ class TestReserveBasisFirst:
 
         kv = doc(["live", "--demo"], capsys)["kv_pool"]
         first = kv_summary(kv).plain.splitlines()[0]
-        assert first == "KV pool Llama-3.1-70B bf16 B=16 TP 8, reserve auto 6.09 GiB (published)"
+        assert first == "KV pool Llama-3.1-70B bf16 B=16 TP 8, reserve auto 6.09 GiB (published, extrapolated)"
 
 
 # --- 3. the first line answers the question asked ----------------------------------------------------------

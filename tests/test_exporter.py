@@ -86,7 +86,7 @@ def test_demo_figures_exact(capsys):
     assert value(fams, "kvdash_engine_kv_pool_tokens", engine="demo") == 2_837_216
     assert value(fams, "kvdash_engine_pool_difference_tokens", engine="demo") == 2_837_216 - 2_795_536
     # the reserve basis, on the first line of the page and in kvdash_info
-    assert "reserve auto 6.09 GiB (published)" in out.splitlines()[0]
+    assert "reserve auto 6.09 GiB (published, extrapolated)" in out.splitlines()[0]
 
 
 def test_old_figures_reachable_with_explicit_flags(capsys):

@@ -291,13 +291,16 @@ def test_sweep_default_reserve_is_auto_on_gpu_budgets(tmp_path, capsys):
 def test_live_auto_and_upper_bound(calib, capsys):
     """live --demo (Llama-3.1-70B, TP 8): auto, the default, takes 1.89 + 2.10 GiB + 26.88 MiB x 80 layers
     = 2,029,372,047 + 2,254,857,830 + 2,254,857,830 (.40) = 6,539,087,707 B per rank; with --reserve 0 the
-    budget is marked an upper bound with that estimate."""
+    budget is marked an upper bound with that estimate.  The demo's GPUs are H200s and the terms were measured on an
+    H100: extrapolated, as calc says for --gpu h200 (a helper's trial: live and the exporter said '(published)')."""
     code, out, _ = run(["live", "--demo", "--json"], capsys)
     kv = json.loads(out)["kv_pool"]
     assert 0 == code
     assert 6_539_087_707 == kv["reserve_bytes"]
     assert "published terms" in kv["reserve_basis"] and kv["auto_reserve_estimate_bytes"] is None
-    assert "reserve auto 6.09 GiB (published)" == kv["reserve_text"]
+    assert "reserve auto 6.09 GiB (published, extrapolated)" == kv["reserve_text"]
+    code, out, _ = run(["calc", "--model", "llama-3.1-70b", "--tp", "8", "--gpu", "h200", "--json"], capsys)
+    assert "--reserve auto: published terms, extrapolated" in json.loads(out)["summary"]  # the same words
     code, out, _ = run(["live", "--demo", "--json", "--reserve", "0"], capsys)
     kv0 = json.loads(out)["kv_pool"]
     assert kv0["reserve_basis"].startswith("0 B") and 6_539_087_707 == kv0["auto_reserve_estimate_bytes"]

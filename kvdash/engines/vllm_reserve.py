@@ -171,6 +171,12 @@ def cuda_graph_term(model_type: str, layers: int, pp: int, other_gpu: bool, cont
                        f"from the {CUDA_GRAPH_SOURCE}{context}", other_gpu or own is None or not layers or scaled)
 
 
+def off_measured_gpu(gpu: str | None) -> bool:
+    """Whether the published terms, measured on an H100, are applied to another GPU (a preset key such as ``h200`` or
+    an NVML name such as ``NVIDIA H200``): they are then labelled extrapolated."""
+    return gpu is not None and gpu != "" and "H100" not in gpu.upper().replace(" ", "")
+
+
 def auto_reserve(model_type: str, tp: int, pp: int, max_batched_tokens: int = MEASURED_BATCHED_TOKENS,
                  gpu: str | None = None, calibration: dict[str, Any] | None = None,
                  *, layers: int, graphs: int = MEASURED_GRAPHS) -> dict[str, Any]:
@@ -193,7 +199,7 @@ def auto_reserve(model_type: str, tp: int, pp: int, max_batched_tokens: int = ME
             f"{calibration.get('vllm_version', '?')}, max_num_batched_tokens "
             f"{calibration.get('max_num_batched_tokens', '?')}", False)
         return {"bytes": term.bytes, "basis": "calibration entry", "terms": [term.as_dict()]}
-    other_gpu = gpu is not None and "H100" not in gpu.upper().replace(" ", "")
+    other_gpu = off_measured_gpu(gpu)
     other_tokens = max_batched_tokens != MEASURED_BATCHED_TOKENS
     context = (f"; measured on {MEASURED_GPU}" + (f", applied to {gpu}" if other_gpu else "")
                + f" at max_num_batched_tokens {MEASURED_BATCHED_TOKENS}"

@@ -196,7 +196,8 @@ class KvdashCollector(Collector):
         cfg = st.config
         arch = cfg.architecture()
         host = st.hostname
-        reserve = reserve_label(cfg)
+        # the analysis's wording once a GPU is read (published terms off an H100: extrapolated), else the banner's
+        reserve = (v["analyses"].get(cfg.lengths[0]) or {}).get("reserve_text") or reserve_label(cfg)
         info = InfoMetricFamily("kvdash", f"kvdash build and the configuration its KV figures are for; {reserve}.")
         info.add_metric([], {"version": __version__, "model": arch.name, "kv_dtype": cfg.kv_dtype,
                              "block_size": str(cfg.block_size), "tp": str(cfg.tp), "budget_mode": cfg.budget_mode,

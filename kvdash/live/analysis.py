@@ -215,7 +215,7 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
         "reserve_bytes": cfg.reserve,
         "auto_reserve_estimate_bytes": auto_estimate,  # what --reserve auto takes when the reserve is 0 B
         "reserve_basis": reserve_basis,
-        "reserve_text": reserve_short(cfg, reserve_basis),
+        "reserve_text": reserve_short(cfg, reserve_basis, gpu0.name if gpu0 else ""),
         "notes": notes,
     }
     if cfg.engine_rules == "sglang" and cfg.budget_mode == "vllm":
@@ -284,8 +284,9 @@ def check_sglang_pool(arch: Architecture, cfg: LiveConfig, shape: Any) -> None:
                                                      "full-attention or MLA layers; this model's is not")
 
 
-def reserve_short(cfg: LiveConfig, basis: str) -> str:
-    """The reserve basis in a few words, for the first line of live's KV panel and the exporter's banner."""
+def reserve_short(cfg: LiveConfig, basis: str, gpu_name: str = "") -> str:
+    """The reserve basis in a few words, for the first line of live's KV panel and the exporter's banner; with the
+    GPU read (``gpu_name``), published terms applied off the H100 they were measured on say so, as calc does."""
     from kvdash.units import human_bytes
 
     if cfg.budget_mode == "explicit":
@@ -297,7 +298,10 @@ def reserve_short(cfg: LiveConfig, basis: str) -> str:
     if basis.startswith("--reserve auto: calibration"):
         return f"reserve auto {human_bytes(cfg.reserve)} (calibrated)"
     if basis.startswith("--reserve auto"):
-        return f"reserve auto {human_bytes(cfg.reserve)} (published)"
+        from kvdash.engines.vllm_reserve import off_measured_gpu
+
+        how = "published, extrapolated" if off_measured_gpu(gpu_name or None) else "published"
+        return f"reserve auto {human_bytes(cfg.reserve)} ({how})"
     if cfg.reserve:
         return f"reserve {human_bytes(cfg.reserve)} (given)"
     return "UPPER BOUND: --reserve 0"
