@@ -1186,9 +1186,11 @@ def test_time_refusals_and_figures_of_a_hostile_trial(tmp_path, capsys):
         assert code == 2 and f"{extra[0]}: '{extra[1]}' is not allowed; not read with --trace" in err
     code, out, err = run([*base, "--rate", "1e9", "--requests", "100"], capsys)
     assert "a burst rather than a steady rate" in " ".join(out.split()) and "in flight on average" not in out
-    code, out, _ = run([*base, "--rate", "1e-9", "--requests", "5", "--json"], capsys)
+    # a very slow rate still answers (1e-8: 5 requests over about 5 x 10^8 s; 1e-9's 5 x 10^9 s is refused now, the
+    # arrival clock past 10^9 s losing the steps' microseconds: test_a_trials_three_time_findings)
+    code, out, _ = run([*base, "--rate", "1e-8", "--requests", "5", "--json"], capsys)
     res = json.loads(out)["results"][0]
-    assert 0 < res["requests_per_s"] < 1e-8 and 0 < res["tokens_per_s"]
+    assert 0 < res["requests_per_s"] < 1e-7 and 0 < res["tokens_per_s"] and res["tpot_ms"]["p50"] > 1
     slo = ["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--slo", "ttft=2s", "--json"]
     code, out, _ = run([*slo, "--max-model-len", "100"], capsys)
     assert json.loads(out)["slo"]["mean_request_tokens"] <= 100  # clipped at 100, not 8,192
@@ -1230,3 +1232,26 @@ def test_calc_slo_pool_keeps_the_page_ratios(capsys):
     per = f.request_blocks(d["slo"]["mean_request_tokens"], st["block_size"], st["full_groups"], st["window_groups"],
                            st["window"], st["full_ratio"], st["window_ratio"]) + st["state_blocks"]
     assert d["slo"]["kv_capacity_requests"] == d["whole_pool_blocks"] // per == 4938
+
+
+def test_a_trials_three_time_findings(capsys):
+    """A helper's trial of --time: (1) --rate 1e-30 ran, every TPOT 0.0 and E2E equal to TTFT (arrivals near 10^32 s
+    leave no digits for a step's microseconds): a rate whose arrivals span past 10^9 s is refused; (2) an SLO search
+    on gemma-3-27b (A100, 600 requests) said max_num_seqs binds where at most 195 ran and the pool preempted 6,816
+    times: KV binds; (3) --weights sized the budget while the text named only the counted weights."""
+    from tests.cli_run import run
+
+    base = ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--time", "--requests", "200"]
+    code, _, err = run([*base, "--rate", "1e-30"], capsys)
+    assert 2 == code and "--rate: '1e-30' is not allowed; at least 2e-07 requests/s for 200 requests" in err
+    code, out, _ = run([*base, "--rate", "1e-6", "--json"], capsys)
+    assert 0 == code and json.loads(out)["results"][0]["tpot_ms"]["p50"] > 1  # still accepted, and milliseconds
+    code, out, _ = run(["simulate", "--model", "tests/data/configs/gemma-3-27b-it", "--gpu", "a100-80gb", "--weights",
+                        "55GB", "--time", "--slo", "e2e=170s", "--requests", "600", "--json"], capsys)
+    slo = json.loads(out)["slo"]
+    assert 0 == code and "kv" == slo["binds"]
+    code, out, _ = run([*base, "--rate", "3", "--weights", "10GB", "--json"], capsys)
+    setup = json.loads(out)["setup"]
+    assert 0 == code and 10_000_000_000 == setup["budget_weights_per_rank_bytes"]
+    assert setup["weights_budget"].startswith("--weights 10,000,000,000 B per rank sizes the KV budget; each step "
+                                              f"reads the counted {setup['weights_per_rank_bytes']:,} B per rank")

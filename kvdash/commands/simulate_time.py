@@ -118,6 +118,12 @@ def main(o: dict[str, Any]) -> None:
              "tp": tp, "kv_requests": kv_requests}
     conc = o["concurrency"]
     rate = o["rate"]
+    if not conc and rate and len(prompt) / rate > MAX_ARRIVAL_SPAN_S:
+        # the arrival clock is a double: past 10^9 s a step's microseconds round away (a helper's trial: at 1e-30
+        # requests/s every TPOT was 0.0 and E2E equalled TTFT)
+        raise InputError("--rate", f"{rate:g}", f"at least {len(prompt) / MAX_ARRIVAL_SPAN_S:.3g} requests/s for "
+                                                f"{len(prompt):,} requests with --time: their arrivals would span "
+                                                f"past 10^9 s, where the steps' microseconds are lost to rounding")
     res = run_point(setup, prompt, output, concurrency=conc or 0, rate=0.0 if conc else rate, seed=o["seed"])
     search = None
     if slo:
@@ -142,6 +148,12 @@ def main(o: dict[str, Any]) -> None:
     if mc.moe_layers:  # the routed experts' own format (gpt-oss's MXFP4, Kimi-K2.5's int4) beside the dense one
         info["expert_weight_format"] = mc.expert_format
     info["weights_per_rank_bytes"] = int(mc.weights_per_rank)
+    if o["weights"] and mc.counted:  # two figures: say which serves what (a helper's trial: --weights went unsaid)
+        from kvdash.core import formulas as f
+
+        info["budget_weights_per_rank_bytes"] = int(f.weights_per_rank(weights, tp))
+        info["weights_budget"] = (f"--weights {info['budget_weights_per_rank_bytes']:,} B per rank sizes the KV budget; "
+                                  f"each step reads the counted {int(mc.weights_per_rank):,} B per rank")
     if wf_basis:
         info["weight_format_basis"] = wf_basis
     if not mc.counted:
@@ -195,7 +207,8 @@ def main(o: dict[str, Any]) -> None:
     if search is not None:
         say(slo_sentence(search, len(prompt), mean_len))
     say(f"constants: {consts.fitted_on}; measured error: {info['measured_error']}")
-    for key, label in (("weight_format_basis", "weights"), ("routed_experts", "routed experts"),
+    for key, label in (("weights_budget", "weights"), ("weight_format_basis", "weights"),
+                       ("routed_experts", "routed experts"),
                        ("parameters", "parameters"),
                        ("gpu_extrapolated", "GPU"), ("short_run", "note"), ("all_reduces", "all-reduces")):
         if key in info:
@@ -217,6 +230,7 @@ def timed_weight_format(cfg: dict[str, Any], asked: str, mc: Any) -> tuple[str, 
     return fmt, basis
 
 
+MAX_ARRIVAL_SPAN_S = 1e9  # seconds of Poisson arrivals the timed simulation keeps to the microsecond (2^-52 x 1e9)
 CALC_SLO_REQUESTS = 1000  # calc's short simulation: 1,000 ShareGPT-shaped requests
 CALC_SLO_MAX_LEN = 8192  # ... clipped at this many tokens (or the model's context, if shorter)
 
