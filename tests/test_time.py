@@ -1255,3 +1255,13 @@ def test_a_trials_three_time_findings(capsys):
     assert 0 == code and 10_000_000_000 == setup["budget_weights_per_rank_bytes"]
     assert setup["weights_budget"].startswith("--weights 10,000,000,000 B per rank sizes the KV budget; each step "
                                               f"reads the counted {setup['weights_per_rank_bytes']:,} B per rank")
+
+
+def test_a_model_given_by_its_dimensions_is_told_what_the_time_model_lacks(capsys):
+    """A helper's trial: calc --layers 32 --kv-heads 8 --head-dim 128 --weights 16GB --slo was refused asking for the
+    --weights it had; what it lacks is the hidden size (the all-reduces and activations), which only a config gives."""
+    from tests.cli_run import run
+
+    code, _, err = run(["calc", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--gpu", "h100-80gb",
+                        "--weights", "16GB", "--slo", "ttft=2s", "--brief"], capsys)
+    assert 2 == code and "needs the model's hidden size besides its weight figure" in err and "(--weights)" not in err

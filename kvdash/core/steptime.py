@@ -347,6 +347,12 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
     fallback = ""
     if parts is None:
         if not (arch.weights_known and arch.weight_bytes and arch.hidden_size):
+            # say what is lacking: a weight figure given beside a model without a hidden size (--layers ... alone)
+            # was asked for again (a helper's trial)
+            if arch.weights_known and arch.weight_bytes:
+                raise InputError("--model", arch.name, "the time model needs the model's hidden size besides its "
+                                 "weight figure, which a model given by its dimensions alone lacks: give its "
+                                 "config.json (--model PATH)")
             raise InputError("--model", arch.name, "the time model needs a config kvdash can count parameters of "
                              "(a supported model_type with its MLP and expert sizes) or a weight figure (--weights)")
         # hybrids and other types kvdash does not count: every weight read each step, one FLOP pair per weight

@@ -57,10 +57,10 @@ def poisson_short_note(requests: int, res: Any, rate: float) -> str | None:
     if requests >= SHORT_RUN * held:
         return None
     if held >= requests:  # Little's law over the offered rate past the trace's own size (1e9 requests/s: 2.8e9)
-        return (f"{requests:,} requests at {rate:g} requests/s arrive faster than they finish: all of them are in "
+        return (f"{requests:,} requests at {rate:,g} requests/s arrive faster than they finish: all of them are in "
                 f"flight at once, a burst rather than a steady rate, and these figures are the burst's (--slo searches "
                 f"the rate the engine sustains)")
-    return (f"{requests:,} requests at {rate:g} requests/s with about {held:,.0f} in flight on average (Little's law: "
+    return (f"{requests:,} requests at {rate:,g} requests/s with about {held:,.0f} in flight on average (Little's law: "
             f"rate x mean E2E): the start and the final drain weigh in these figures, and requests/s counts the drain; "
             f"about {math.ceil(SHORT_RUN * held):,} or more approach the steady state")
 
