@@ -536,3 +536,16 @@ def test_one_token_outputs_under_a_tpot_slo_name_the_grid_key(tmp_path, capsys):
     code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and ":10:10: simulate.time.slo: 'ttft=2s,tpot=50ms' is not allowed" in err
     assert "workload cls's outputs are all 1 token" in err
+
+
+def test_a_grid_rate_whose_arrivals_outrun_the_clock_is_refused(tmp_path, capsys):
+    """A grid's time rates go through the same arrivals as simulate's --rate: at 1e-30 requests/s the point's
+    normalized latency read 0.19 ms a token (the steps rounded away past 10^9 s of arrivals); it is one line, exit 2,
+    and no report is written."""
+    text = ("title: t\nmodels: [llama-3.1-8b]\nworkloads:\n  chat: {length: 499, max_reserved: 4096}\n"
+            "grid:\n  gpu: [h100-80gb]\nsimulate:\n  workload: sharegpt\n  requests: 200\n"
+            "  time: {rates: \"1e-30:1e-30:1\"}\n")
+    out = tmp_path / "out"
+    code, _, err = run(["sweep", str(_grid(tmp_path, text)), "--out", str(out), "-q"], capsys)
+    assert 2 == code and "--rate: '1e-30' is not allowed; at least 2e-07 requests/s for 200 requests" in err
+    assert not out.exists()

@@ -110,8 +110,17 @@ def slo_text(slo: dict[str, float]) -> str:
     return ",".join(f"{k}={v * 1000:g}ms" if v < 1 else f"{k}={v:g}s" for k, v in slo.items())
 
 
+MAX_ARRIVAL_SPAN_S = 1e9  # seconds of Poisson arrivals the timed simulation keeps to the microsecond (2^-52 x 1e9)
+
+
 def arrivals(rate: float, n: int, seed: int = 0) -> np.ndarray:
-    """Poisson arrival times (seconds) of ``n`` requests at ``rate`` per second: the same draw for every policy."""
+    """Poisson arrival times (seconds) of ``n`` requests at ``rate`` per second: the same draw for every policy.  The
+    clock is a double: arrivals spanning past 10^9 s would round a step's microseconds away (at 1e-30 requests/s every
+    TPOT read 0.0 and E2E equalled TTFT), so such a rate is refused, from simulate's --rate and a grid's rates alike."""
+    if n / rate > MAX_ARRIVAL_SPAN_S:
+        raise InputError("--rate", f"{rate:g}", f"at least {n / MAX_ARRIVAL_SPAN_S:.3g} requests/s for {n:,} requests "
+                                                "with --time: their arrivals would span past 10^9 s, where the steps' "
+                                                "microseconds are lost to rounding")
     rng = np.random.default_rng(seed + 1)
     return np.cumsum(rng.exponential(1 / rate, size=n))
 
