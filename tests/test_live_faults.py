@@ -829,15 +829,14 @@ def test_a_followed_replay_waits_for_a_line_being_written_and_reads_lines_append
         s.close()
 
 
-async def test_the_dashboard_says_a_replay_has_ended(tmp_path):
-    """A helper's trial: at a replay's end the dashboard kept its last frame as though live (the top bar 'replay
-    r.jsonl | every 0.5 s', the status 'ok', the memory history growing from the repeated frame).  The top bar now
-    names the end, the status line says so in yellow, and a repeated frame adds no history."""
+async def _play_followed(tmp_path: Path, frames: int, polls: int) -> tuple[str, str, dict[int, object], bool]:
+    """A recording of ``frames`` demo snapshots played by the dashboard, following, for ``polls`` polls at 0.05 s:
+    (top bar, status line, memory history, whether the replay is at its end)."""
     from kvdash.tui.app import LiveApp
 
-    path = tmp_path / "rec.jsonl"
     demo = DemoSource(seed=7)
-    path.write_text(demo.read().dumps() + "\n" + demo.read().dumps() + "\n")
+    path = tmp_path / "rec.jsonl"
+    path.write_text("".join(demo.read().dumps() + "\n" for _ in range(frames)))
     source = ReplaySource(path)
     source.follow = True
     app = LiveApp(source, LiveConfig(), interval=0.05)
@@ -845,14 +844,22 @@ async def test_the_dashboard_says_a_replay_has_ended(tmp_path):
         async with app.run_test(size=(120, 40)) as pilot:
             for _ in range(60):
                 await pilot.pause(0.05)
-                if app.polls >= 6:
+                if app.polls >= polls:
                     break
-            top, status = str(app.query_one("#top").render()), str(app.query_one("#status").render())
-            assert "replay rec.jsonl (end, 2 snapshots)" in top
-            assert "replay rec.jsonl: at its end, its last snapshot shown" in status
-            assert all(2 == len(h) for h in app.history.values())
+            return (str(app.query_one("#top").render()), str(app.query_one("#status").render()),
+                    dict(app.history), source.ended)
     finally:
         source.close()
+
+
+async def test_the_dashboard_says_a_replay_has_ended(tmp_path):
+    """A helper's trial: at a replay's end the dashboard kept its last frame as though live (the top bar 'replay
+    r.jsonl | every 0.5 s', the status 'ok', the memory history growing from the repeated frame).  The top bar now
+    names the end, the status line says so in yellow, and a repeated frame adds no history."""
+    top, status, history, ended = await _play_followed(tmp_path, frames=2, polls=6)
+    assert ended and "replay rec.jsonl (end, 2 snapshots)" in top
+    assert "replay rec.jsonl: at its end, its last snapshot shown" in status
+    assert history and all(2 == len(h) for h in history.values())
 
 
 def test_a_newline_written_after_its_line_is_not_a_line(tmp_path):
@@ -877,21 +884,6 @@ def test_a_newline_written_after_its_line_is_not_a_line(tmp_path):
 async def test_a_replay_playing_is_named_as_a_replay(tmp_path):
     """A review: the top bar took every frame's recorded source ('demo (seed 7)', or 'nvml' for a recording of real
     GPUs), passing a replay off as live readings; only its end is named from the frame."""
-    from kvdash.tui.app import LiveApp
-
-    demo = DemoSource(seed=7)
-    path = tmp_path / "rec.jsonl"
-    path.write_text("".join(demo.read().dumps() + "\n" for _ in range(200)))
-    source = ReplaySource(path)
-    source.follow = True
-    app = LiveApp(source, LiveConfig(), interval=0.05)
-    try:
-        async with app.run_test(size=(120, 40)) as pilot:
-            for _ in range(60):
-                await pilot.pause(0.05)
-                if app.polls >= 3:
-                    break
-            top = str(app.query_one("#top").render())
-            assert not source.ended and " kvdash live | replay rec.jsonl | " in top and "demo" not in top
-    finally:
-        source.close()
+    top, status, _, ended = await _play_followed(tmp_path, frames=200, polls=3)
+    assert not ended and " kvdash live | replay rec.jsonl | " in top and "demo" not in top
+    assert "at its end" not in status
