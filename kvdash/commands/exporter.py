@@ -75,12 +75,11 @@ def exporter(
     check_interval(interval)
     check_engine_timeout(engine_timeout)
     from kvdash.netaddr import check_url
+    from kvdash.sources.engine import metrics_url
 
     seen: set[str] = set()
     for address in engine or []:
         check_url("--engine", address, "a vLLM or SGLang server, e.g. localhost:8000")
-        from kvdash.sources.engine import metrics_url
-
         if metrics_url(address) in seen:  # its every series twice, with the same labels
             raise InputError("--engine", address, "each engine once (it is given twice)")
         seen.add(metrics_url(address))

@@ -97,27 +97,27 @@ def _gpu(where: str, g: Any) -> GPUReading:
                                     used_bytes=_int(f"{pw}.used_bytes", p.get("used_bytes"))))
     total = _int(f"{where}.total_bytes", g.get("total_bytes"))
     used = _int(f"{where}.used_bytes", g.get("used_bytes"))
-    if total is not None and not _bool(f"{where}.unified_memory", g.get("unified_memory")):
+    free = _int(f"{where}.free_bytes", g.get("free_bytes"))
+    reserved = _int(f"{where}.reserved_bytes", g.get("reserved_bytes"))
+    unified = _bool(f"{where}.unified_memory", g.get("unified_memory"))
+    if total is not None and not unified:
         # a GPU's own memory bounds every figure of it (a free 931 GiB on a 140 GiB GPU was shown); a unified-memory
         # device's figures are the system's and are left as read
-        for field_, value in ((f"{where}.used_bytes", used),
-                              (f"{where}.free_bytes", _int(f"{where}.free_bytes", g.get("free_bytes"))),
-                              (f"{where}.reserved_bytes", _int(f"{where}.reserved_bytes", g.get("reserved_bytes"))),
+        for field_, value in ((f"{where}.used_bytes", used), (f"{where}.free_bytes", free),
+                              (f"{where}.reserved_bytes", reserved),
                               *((f"{where}.processes[{k}].used_bytes", p.used_bytes) for k, p in enumerate(procs))):
             if value is not None and value > total:
                 raise _Bad(field_, value, f"expected at most total_bytes ({total:,})")
     return GPUReading(
         index=_int(f"{where}.index", g.get("index"), high=4096, optional=False) or 0,
         name=_str(f"{where}.name", g.get("name")), uuid=_str(f"{where}.uuid", g.get("uuid")),
-        total_bytes=total, used_bytes=used, free_bytes=_int(f"{where}.free_bytes", g.get("free_bytes")),
-        reserved_bytes=_int(f"{where}.reserved_bytes", g.get("reserved_bytes")),
+        total_bytes=total, used_bytes=used, free_bytes=free, reserved_bytes=reserved,
         utilization_percent=_int(f"{where}.utilization_percent", g.get("utilization_percent"), high=100),
         temperature_c=_int(f"{where}.temperature_c", g.get("temperature_c"), low=-60, high=200),
         power_w=_float(f"{where}.power_w", g.get("power_w")),
         power_limit_w=_float(f"{where}.power_limit_w", g.get("power_limit_w")),
         processes=tuple(procs), processes_note=_str(f"{where}.processes_note", g.get("processes_note")),
-        lost=_bool(f"{where}.lost", g.get("lost")), unified_memory=_bool(f"{where}.unified_memory",
-                                                                         g.get("unified_memory")),
+        lost=_bool(f"{where}.lost", g.get("lost")), unified_memory=unified,
         memory_api=_str(f"{where}.memory_api", g.get("memory_api")),
     )
 

@@ -264,12 +264,8 @@ class LiveApp(App[None]):
     # --- polling -------------------------------------------------------------------------------
     def read_once(self) -> tuple[Snapshot, EngineReading | None]:
         """One GPU reading (and the engine's, synchronously: only without autopoll, in tests)."""
-        if self.simulation is not None and not self.paused:
-            for _ in range(self.sim_steps_per_poll):
-                self.simulation.step()
-        snap = self.source.read()
-        engine = self.engine_fetch() if self.engine_fetch else from_snapshot(snap.extra)
-        return snap, engine
+        snap, engine = self._read_source(step=not self.paused)
+        return snap, self.engine_fetch() if self.engine_fetch else engine
 
     @work(thread=True, exclusive=True, group="poll")
     def poll(self) -> None:
@@ -309,10 +305,10 @@ class LiveApp(App[None]):
             self.call_from_thread(self.apply, snap, engine)
         self.call_from_thread(self.rearm)
 
-    def _read_source(self) -> tuple[Snapshot, EngineReading | None]:
-        """One GPU reading (after the simulation's steps) and the engine figures it carries (a demo's or a replay's;
-        None when the engine is scraped on its own thread)."""
-        if self.simulation is not None:
+    def _read_source(self, step: bool = True) -> tuple[Snapshot, EngineReading | None]:
+        """One GPU reading (after the simulation's steps, where ``step``) and the engine figures it carries (a demo's
+        or a replay's; None when the engine is scraped on its own thread).  The poll thread and read_once's both."""
+        if self.simulation is not None and step:
             with self._sim_lock:  # the UI thread draws its cells (a dict changed size during iteration)
                 for _ in range(self.sim_steps_per_poll):
                     self.simulation.step()
