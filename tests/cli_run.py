@@ -49,6 +49,27 @@ def start_big_sweep(tmp_path: Path, out: Path, ignored: tuple[int, ...] = ()) ->
     pytest.fail("no work folder appeared")
 
 
+def wait_caught(proc: subprocess.Popen, sig: int, timeout: float = 60.0) -> None:
+    """Wait until ``proc`` has a handler installed for ``sig`` (Linux: the signal's bit in ``SigCgt`` of
+    ``/proc/PID/status``), so a signal sent next reaches kvdash's handler, not the default action a process has
+    while Python imports; fails the test if the process ends first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    status = Path(f"/proc/{proc.pid}/status")
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"the command ended before it could be signalled: {proc.communicate()}")
+        try:
+            caught = next(int(line.split()[1], 16) for line in status.read_text().splitlines()
+                          if line.startswith("SigCgt:"))
+        except (OSError, StopIteration):
+            caught = 0
+        if caught >> (sig - 1) & 1:
+            return
+        time.sleep(0.01)
+    proc.kill()
+    pytest.fail(f"no handler for {signal.Signals(sig).name} within {timeout:g} s")
+
+
 def started_with(ignored: tuple[int, ...] = ()) -> None:
     """In a child before it runs kvdash: SIGINT, SIGTERM and SIGHUP at their default, as an interactive shell
     starts a command (this suite may itself run under ``nohup`` or a background ``&``, which ignore SIGHUP or

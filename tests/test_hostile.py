@@ -306,11 +306,11 @@ def test_every_command_ends_on_sigterm_and_sighup_in_one_line(sig):
     nothing said, where Ctrl-C says `kvdash: error: interrupted` and a sweep names the signal; only sweep and live
     caught them.  kvdash.cli.main now runs every command with SIGTERM and SIGHUP raised as an interruption: one
     line naming the signal, exit 128 + N."""
-    from tests.cli_run import KVDASH, started_with
+    from tests.cli_run import KVDASH, started_with, wait_caught
 
     proc = subprocess.Popen([*KVDASH, "simulate", "--requests", "1000000", "--rate", "0.5"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=started_with)
-    time.sleep(4)  # past the imports (about 0.5 s), well inside the simulation
+    wait_caught(proc, sig)  # kvdash's handler is in place (about 0.5 s of imports); the simulation takes about 18 s
     assert proc.poll() is None
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)

@@ -7,6 +7,7 @@ import json
 import math
 import time
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -494,6 +495,27 @@ async def test_status_line_does_not_repeat_length():
         await pilot.pause()
         (length,) = app.config.lengths  # l moved to the next length
         assert 825 != length and 1 == str(app.query_one("#status").render()).count(f"length {length}")
+
+
+async def test_a_note_stays_in_sight_beside_three_faults():
+    """A helper's trial: with a GPU error, a snapshot error and an engine error on the status box at once, the note
+    of the key just pressed (here a block size) was cut off: the box held 3 lines, errors first.  It holds 5 now,
+    the note still last."""
+    from kvdash.tui.app import LiveApp
+
+    app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=3600, autopoll=False,
+                  engine_url="http://127.0.0.1:9/metrics")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        app.gpu_error, app.engine_error = "NVML: GPU is lost", "connection refused"
+        app.snapshot = replace(app.snapshot, error="process list unavailable")
+        await pilot.press("b")
+        await pilot.pause()
+        box = app.query_one("#status")
+        shown = str(box.render())
+        assert 4 == len(shown.splitlines()) <= box.size.height  # each line under 80 columns: none wraps
+        assert "GPU is lost" in shown and "process list unavailable" in shown and "connection refused" in shown
+        assert shown.rstrip().endswith(app.message) and app.message.startswith("block")
 
 
 def test_json_without_nvml_prints_json(capsys, monkeypatch):

@@ -131,7 +131,7 @@ class LiveApp(App[None]):
     LiveApp.wide #kv, LiveApp.wide #stack, LiveApp.wide #map, LiveApp.wide #usage { display: none; }
     LiveApp.short #stack, LiveApp.short #map, LiveApp.short #usage { display: none; }
     #details { height: 1fr; padding: 0 1; }
-    #status { height: auto; max-height: 3; }
+    #status { height: auto; max-height: 5; }
     """
     COMMANDS = App.COMMANDS | {ModelCommands}
     BINDINGS = [
