@@ -1191,6 +1191,11 @@ def test_time_refusals_and_figures_of_a_hostile_trial(tmp_path, capsys):
     code, out, _ = run([*base, "--rate", "1e-8", "--requests", "5", "--json"], capsys)
     res = json.loads(out)["results"][0]
     assert 0 < res["requests_per_s"] < 1e-7 and 0 < res["tokens_per_s"] and res["tpot_ms"]["p50"] > 1
+    # a README audit (a helper): at 1e-6 requests/s, 10 requests over 10,882,350 s are 9.189e-07 a second, which
+    # round(x, 6) had made 1e-06 (9 % high, one significant digit): four significant digits below 10^-3
+    code, out, _ = run([*base, "--rate", "1e-6", "--requests", "10", "--json"], capsys)
+    res = json.loads(out)["results"][0]
+    assert res["requests_per_s"] == float(f"{10 / res['makespan_s']:.4g}") == 9.189e-07
     slo = ["calc", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--slo", "ttft=2s", "--json"]
     code, out, _ = run([*slo, "--max-model-len", "100"], capsys)
     assert json.loads(out)["slo"]["mean_request_tokens"] <= 100  # clipped at 100, not 8,192

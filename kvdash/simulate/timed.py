@@ -106,10 +106,9 @@ class TimedResult:
 
 
 def _rounded(x: float, digits: int) -> float:
-    """``round(x, digits)``, but a positive rate too small for that (1e-9 requests/s gives 1.4e-9 tokens/s) keeps
-    four significant digits rather than reading 0.0."""
-    got = round(x, digits)
-    return got if got or not x else float(f"{x:.4g}")
+    """``round(x, digits)``, but a rate too small to keep four significant digits that way keeps four: 1e-9
+    requests/s gives 1.4e-9 tokens/s, not 0.0, and 9.189e-07 requests/s is not rounded up to 1e-06."""
+    return float(f"{x:.4g}") if x and abs(x) < 10.0 ** (3 - digits) else round(x, digits)
 
 
 def _stats(values_s: np.ndarray) -> dict[str, float]:
