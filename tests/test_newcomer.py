@@ -215,7 +215,7 @@ class TestDerivedLabelled:
         # (the line said "256 derived as hidden_size 2,304 / num_attention_heads 8")
         path.write_text('{"model_type": "gemma3_text"}')
         code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
-        assert 0 == code and "head_dim 256: transformers' default for model_type gemma3_text (config.json has no " \
+        assert 0 == code and "head_dim 256: transformers' Gemma3TextConfig default (config.json has no " \
             "head_dim; hidden_size 2,304 / num_attention_heads 8 would give 288)" in json.loads(out)["architecture"][
             "derived"]
 
@@ -238,7 +238,7 @@ class TestDerivedLabelled:
         code, out, _ = run(["calc", "--model", "tests/data/configs/gemma-3-4b-it", "--json"], capsys)
         derived = json.loads(out)["architecture"]["derived"]
         assert 0 == code and "text_config.vocab_size 262,208: transformers' Gemma3TextConfig default" in derived
-        assert "KV heads 4: transformers' default for model_type gemma3_text (config.json names no KV heads)" \
+        assert "KV heads 4: transformers' Gemma3TextConfig default (config.json names no KV heads)" \
             in derived
         assert not any("Gemma3Config default" in line for line in derived)
 

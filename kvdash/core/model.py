@@ -279,6 +279,16 @@ DEFAULTED_FIELDS = ("num_hidden_layers", "num_attention_heads", "hidden_size", "
                     "intermediate_size", "vocab_size", "sliding_window")
 
 
+def class_name(kind: Any) -> str:
+    """transformers' config class for a ``model_type`` (``Gemma3TextConfig``), by which its defaults are named."""
+    try:
+        from transformers import CONFIG_MAPPING
+
+        return str(CONFIG_MAPPING[str(kind)].__name__)
+    except Exception:  # noqa: BLE001 - normalise() already imported it; a name only
+        return f"config class for model_type {kind!s}"
+
+
 def library_defaults(raw: Any, cfg: dict[str, Any]) -> list[str]:
     """Each field kvdash reads that ``raw`` (config.json as written) leaves out and transformers' config class
     filled in, named with the class: ``hidden_size 4,096: transformers' LlamaConfig default``."""
@@ -289,14 +299,6 @@ def library_defaults(raw: Any, cfg: dict[str, Any]) -> list[str]:
     model_type = raw.get("model_type")
     if model_type in modeltypes.RAW_TYPES:
         return []
-    def class_name(kind: Any) -> str:
-        try:
-            from transformers import CONFIG_MAPPING
-
-            return str(CONFIG_MAPPING[str(kind)].__name__)
-        except Exception:  # noqa: BLE001 - normalise() already imported it; a name only
-            return "config class"
-
     out = []
     for written, read, where in ((raw, cfg, ""), (raw.get("text_config"), cfg.get("text_config"), "text_config.")):
         if not isinstance(written, dict) or not isinstance(read, dict):
@@ -321,7 +323,7 @@ def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int, hidden: 
     if text.get("head_dim") is None and text.get("attention_head_dim") is None and not text.get("kv_lora_rank"):
         hidden = text.get("hidden_size") or hidden
         if hidden and heads and hidden // heads != head_dim:  # the model class's own default (Gemma 3: 256)
-            out.append(f"head_dim {head_dim}: transformers' default for model_type {text.get('model_type')!s} "
+            out.append(f"head_dim {head_dim}: transformers' {class_name(text.get('model_type'))} default "
                        f"(config.json has no head_dim; hidden_size {hidden:,} / num_attention_heads {heads} would "
                        f"give {hidden // heads:,})")
         else:
@@ -346,7 +348,7 @@ def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int, hidden: 
             out.append(f"KV heads {kv_heads} derived from num_attention_heads (config.json names no KV heads: "
                        "multi-head attention)")
         else:  # the class's own default (Gemma3TextConfig: 4 KV heads)
-            out.append(f"KV heads {kv_heads}: transformers' default for model_type {text.get('model_type')!s} "
+            out.append(f"KV heads {kv_heads}: transformers' {class_name(text.get('model_type'))} default "
                        "(config.json names no KV heads)")
     return out
 
