@@ -344,6 +344,15 @@ class TestCommands:
         code, out, _ = run(["sweep", str(grid(tmp_path, text)), "--out", str(tmp_path / "r"), "--check"], capsys)
         assert 0 == code and "gates: the 1 gate passed" in out  # one gate: singular, not "all 1"
 
+    def test_check_summary_wraps_at_80_columns(self, tmp_path, capsys, monkeypatch):
+        """A helper's README audit: examples/grid.yaml's summary with its reserve's basis was one 87-character line
+        ("gates: the 1 gate passed (reserve auto, 4.89 GiB to 6.09 GiB per rank, published terms)")."""
+        monkeypatch.setenv("COLUMNS", "80")
+        code, out, _ = run(["sweep", "examples/grid.yaml", "--out", str(tmp_path / "r"), "--check"], capsys)
+        assert 0 == code and "gates: the 1 gate passed (reserve auto, 4.89 GiB to 6.09 GiB per rank, published\n" \
+            "  terms)" in out
+        assert max(len(line) for line in out.splitlines()) <= 80
+
     def test_claims_command(self, capsys):
         code, out, _ = run(["claims", "--json"], capsys)
         ids = {c["id"] for c in json.loads(out)}

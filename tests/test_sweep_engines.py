@@ -243,3 +243,14 @@ def test_a_grid_every_point_of_which_sglang_refuses_is_one_line(tmp_path, capsys
     assert 2 == code and 1 == err.count("\n")
     assert "grid.engine" in err and "no_buffer only supports page_size=1" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_refused_point_with_a_declared_budget_names_no_gpu(tmp_path, capsys):
+    """A helper's README audit: a point with a declared budget (no GPU) was named "... TP 1 PP 1 on None" in the
+    refusal of a grid SGLang's rules refuse whole (its pool is derived from a GPU)."""
+    grid = tmp_path / "sg.yaml"
+    grid.write_text("models: [llama-3.1-8b]\nworkloads:\n  w: {length: 2048}\ndefaults: {budget: 40GiB}\n"
+                    "grid:\n  engine: [sglang]\n")
+    code, _, err = run(["sweep", grid, "--out", tmp_path / "out", "-q"], capsys)
+    assert 2 == code and "e.g. llama-3.1-8b bf16 TP 1 PP 1: SGLang's pool is derived from a GPU" in err
+    assert "None" not in err

@@ -70,10 +70,15 @@ def sweep(
                 print(line, file=sys.stderr)
             raise typer.Exit(1)
         if not quiet:
+            import textwrap
+
+            from kvdash.render.table import terminal_width
+
             n = len(spec.gates)
-            print(("gates: none in this grid" if not n else "gates: the 1 gate passed" if n == 1 else
-                   f"gates: all {n} passed")
-                  + f" ({_reserve(spec, frame)})")
+            # within the terminal: the reserve's basis made it 87 characters (a helper's README audit)
+            print(textwrap.fill(("gates: none in this grid" if not n else "gates: the 1 gate passed" if n == 1 else
+                                 f"gates: all {n} passed") + f" ({_reserve(spec, frame)})", width=terminal_width(),
+                                subsequent_indent="  ", break_long_words=False, break_on_hyphens=False))
 
 
 def _run(spec, target: Path, max_points: int, csv: bool, parquet: bool, quiet: bool,  # type: ignore[no-untyped-def]

@@ -239,7 +239,9 @@ def add_engines(spec: GridSpec, frame: pl.DataFrame) -> tuple[pl.DataFrame, list
         more = f" (and {len(refusals) - 1:,} more setups)" if len(refusals) > 1 else ""
         raise InputError("grid.engine", ", ".join(spec.engines),
                          f"an engine whose rules plan at least one point: SGLang's rules refuse every point, e.g. "
-                         f"{r['model']} {r['kv_dtype']} TP {r['tp']} PP {r['pp']} on {r['gpu']}: {r['reason']}{more}")
+                         f"{r['model']} {r['kv_dtype']} TP {r['tp']} PP {r['pp']}"
+                         # a point with a declared budget has no GPU: it read "on None" (a helper's README audit)
+                         + (f" on {r['gpu']}" if r.get("gpu") else "") + f": {r['reason']}{more}")
     return _held_back(spec, out.drop("_src", "_rank")), refusals
 
 
