@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
             message = f"{hint}: {message}"
         ctx = getattr(exc, "ctx", None)
         where = getattr(ctx, "command_path", "") or "kvdash"
+        if ctx is None and args[0] in _command_names():  # click raises a missing option value without its context
+            where = f"kvdash {args[0]}"
         fail(shorten_words(" ".join(message.split())) + f" (see {where} --help)", getattr(exc, "exit_code", 2) or 2)
     except Interrupted as exc:  # a command says what the interruption left (sweep: the old report)
         fail(str(exc), exc.code)
@@ -155,6 +157,14 @@ def main(argv: list[str] | None = None) -> None:
     if argv is None and args[0] in FAST_EXIT:
         _exit_now(code)
     raise SystemExit(code)
+
+
+def _command_names() -> set[str]:
+    """The subcommands' names (``calc``, ``sweep``, ...), as typed."""
+    import typer
+
+    group = typer.main.get_command(app)
+    return set(getattr(group, "commands", {}))
 
 
 FAST_EXIT = {"sweep"}  # commands whose process ends at once when they are done (see _exit_now)

@@ -169,6 +169,10 @@ class TestPipesAndUsage:
     def test_bad_option_points_to_the_command_help(self, capsys):
         code, _, err = run(["calc", "--bogus"], capsys)
         assert 2 == code and "(see kvdash calc --help)" in err
+        # an option without its value: click raises it without a context, and the line pointed to `kvdash --help`
+        code, _, err = run(["simulate", "--requests"], capsys)
+        assert 2 == code and "kvdash: error: Option '--requests' requires an argument. (see kvdash simulate --help)\n" \
+            == err
 
 
 def test_unit_hint_sizes_are_what_they_say():
