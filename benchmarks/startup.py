@@ -24,7 +24,13 @@ def command_for(name: str) -> list[str] | None:
 
 
 def main() -> None:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 21
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Start-up time of kvdash commands beside nvitop's, interleaved.")
+    ap.add_argument("rounds", nargs="?", type=int, default=21, help="rounds, each running every command once")
+    rounds = ap.parse_args().rounds
+    if rounds < 1:
+        ap.error(f"rounds {rounds}: at least 1")
     kvdash = command_for("kvdash") or [sys.executable, "-m", "kvdash.cli"]
     cases: dict[str, list[str]] = {
         "python -c pass (floor)": [sys.executable, "-c", "pass"],
