@@ -909,3 +909,38 @@ async def test_a_replay_playing_is_named_as_a_replay(tmp_path):
     top, status, _, ended = await _play_followed(tmp_path, frames=200, polls=3)
     assert not ended and " kvdash live | replay rec.jsonl | " in top and "demo" not in top
     assert "at its end" not in status
+
+
+def test_without_nvml_the_engine_is_shown_beside_why_kvdash_has_no_pool(capsys, monkeypatch):
+    """A helper's README audit: on a machine without NVML, `live --engine URL --once` printed the empty GPU tables
+    and the NVML error but not the engine the README says it still shows (only --json had it); the dashboard the
+    same.  Now the engine's own figures (vllm_v1.prom: 42.1 % of 90,513 blocks, 12 running, 3 waiting) and why
+    kvdash has no pool to compare them with."""
+    import kvdash.sources.nvml as nvml_mod
+    from tests.test_live import fake_nvml
+
+    monkeypatch.setattr(nvml_mod, "_load", lambda: fake_nvml(init="LibraryNotFound"))
+    with FaultServer("good") as srv:
+        code, out, _ = run(["live", "--engine", srv.url, "--once"], capsys)
+    text = " ".join(out.split())
+    assert 0 == code and "engine KV usage 42.1% (38,134 of 90,513 blocks of 16)" in text
+    assert "running | waiting | preemptions 12 | 3 | 5" in text
+    assert "kvdash has no pool to compare with (TP 8 needs 8 GPUs with memory readings; 0 are readable): give " \
+           "--budget SIZE or --gpu, or --budget-mode engine" in text
+
+
+def test_pools_of_two_models_are_not_set_side_by_side(capsys):
+    """A helper's README audit: with the demo engine serving Llama-3.1-70B and kvdash analysing Qwen3-32B, the
+    note said the pools are not comparable while the row above compared them ("2,837,216 vs 3,792,208 tokens
+    (-954,992)", --json difference_tokens -954992, the exporter's kvdash_engine_pool_difference_tokens).  The
+    README: a different model is said plainly and the pools are not compared."""
+    code, out, _ = run(["live", "--demo", "-m", "qwen3-32b", "--once"], capsys)
+    assert 0 == code and "engine pool vs kvdash" not in out and "their pools are not comparable" in out
+    code, out, _ = run(["live", "--demo", "-m", "qwen3-32b", "--json"], capsys)
+    eng = json.loads(out)["kv_pool"]["engine"]
+    assert eng["model_differs"] and "difference_tokens" not in eng and "kvdash_tokens" not in eng
+    assert 177_326 == eng["engine_own_blocks"]  # the engine's own pool stays (its usage line)
+    code, out, _ = run(["exporter", "--demo", "--once", "-m", "qwen3-32b"], capsys)
+    assert 0 == code and "kvdash_engine_pool_difference_tokens{" not in out
+    code, out, _ = run(["exporter", "--demo", "--once"], capsys)  # the served model: compared
+    assert "kvdash_engine_pool_difference_tokens{" in out

@@ -387,7 +387,9 @@ class KvdashCollector(Collector):
                 except ValueError:
                     pass
             if kv.get("ok"):
-                _set(diff, labels, compare_engine(good, kv).get("difference_tokens"))
+                # the served model against kvdash's (a different one: no difference published, as live compares none)
+                _set(diff, labels, compare_engine(good, kv, str(kv.get("model", "")), self.state.config.model)
+                     .get("difference_tokens"))
         yield from (up, age, bs, tokens, blocks, used, usage, running, waiting, evictable, kind_usage, asleep,
                     queries, hits, ext_q, ext_h, preempt, hit_ratio, by_reason, offload, offload_size, off_bytes,
                     off_seconds, off_xfer_tokens, off_hits, off_queries, off_capacity, diff)

@@ -355,6 +355,17 @@ def _engine_dtype(cache_dtype: str) -> str:
     return engine_kv_dtype(cache_dtype)
 
 
+def _own_blocks(row: dict[str, Any], engine: EngineReading) -> None:
+    """The engine's own pool blocks, block size and used blocks where it states them, whatever kvdash's ``b`` says."""
+    if engine.num_gpu_blocks is not None and engine.block_size:
+        row["engine_own_blocks"] = engine.num_gpu_blocks
+        row["engine_block_size"] = engine.block_size
+        if engine.used_tokens is not None:
+            row["engine_used_own_blocks"] = -(-engine.used_tokens // engine.block_size)
+        elif engine.kv_usage is not None:
+            row["engine_used_own_blocks"] = int(engine.kv_usage * engine.num_gpu_blocks)
+
+
 def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = "", preset: str = "",
                    measured: dict[str, Any] | None = None) -> dict[str, Any]:
     """The engine's own pool beside kvdash's, with the difference explained: a different served
@@ -385,11 +396,14 @@ def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = 
     if engine.kind == "lmcache":
         row["explain"] = "LMCache's own page: its tier only, no KV pool of its own"
         return row
-    if "token_slots" not in kv:
-        row["explain"] = "kvdash has no pool to compare with (" + "; ".join(kv.get("notes", [])) + \
+    if "token_slots" not in kv or model_differs:
+        # no pool of kvdash's, or a pool of another model: the engine's own figures, no comparison (the pools of two
+        # models were still set side by side, "2,837,216 vs 3,792,208 tokens (-954,992)", under the note saying
+        # they are not comparable: a helper's README audit)
+        row["explain"] = "a different model (above): the pools are not compared" if model_differs else \
+            "kvdash has no pool to compare with (" + "; ".join(kv.get("notes", [])) + \
             "): give --budget SIZE or --gpu, or --budget-mode engine"
-        if engine.num_gpu_blocks is not None and engine.block_size:
-            row["engine_own_blocks"], row["engine_block_size"] = engine.num_gpu_blocks, engine.block_size
+        _own_blocks(row, engine)
         return row
     if engine.total_tokens is None:
         why = engine.invalid.get("num_gpu_blocks") or engine.invalid.get("total_tokens")
@@ -408,17 +422,9 @@ def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = 
     elif engine.kv_usage is not None:
         row["used_blocks"] = int(engine.kv_usage * engine_blocks)
     row["engine_blocks"] = engine_blocks  # in kvdash's blocks, for the bar beside kvdash's pool
-    if engine.num_gpu_blocks is not None and engine.block_size:  # the engine's own, whatever kvdash's b says
-        row["engine_own_blocks"] = engine.num_gpu_blocks
-        row["engine_block_size"] = engine.block_size
-        if engine.used_tokens is not None:
-            row["engine_used_own_blocks"] = -(-engine.used_tokens // engine.block_size)
-        elif engine.kv_usage is not None:
-            row["engine_used_own_blocks"] = int(engine.kv_usage * engine.num_gpu_blocks)
+    _own_blocks(row, engine)
     reasons: list[str] = []
-    if model_differs:
-        reasons.append("a different model (above)")
-    elif engine.block_size and engine.block_size not in (1, bs):
+    if engine.block_size and engine.block_size not in (1, bs):
         reasons.append(f"the engine uses block size {engine.block_size}, kvdash {bs} (press b or give --block-size "
                    f"{engine.block_size})")
     elif diff != 0 and kv.get("budget_mode") == "vllm":

@@ -402,13 +402,25 @@ def measured_note(kv: dict[str, Any]) -> str:
 
 
 def _kv_problems(kv: dict[str, Any]) -> Text:
-    """Why there is no KV pool to show: the analysis' notes, and a failing engine's status."""
+    """Why there is no KV pool to show (the analysis' notes), and the engine's own figures where one answers (a
+    machine without NVML watching a remote engine: they were left out, only its failures shown), with why kvdash
+    has nothing to compare them with."""
     out = Text()
     for note in kv.get("notes", []):
         out.append(note + "\n", style="yellow")
     eng = kv.get("engine")
     if eng and eng["reading"].get("error"):
         out.append(eng["status"] + "\n", style="red")
+    elif eng:
+        rows = engine_rows(eng)
+        label_w = max(len(label) for label, _, _ in rows)
+        for label, value, style in rows:
+            out.append(label.ljust(label_w) + "  ", style="bold" if label == "engine" else "")
+            out.append(value + "\n", style=style)
+        for line, style in ((eng.get("model_note"), "yellow"),
+                            (None if eng.get("model_note") else eng.get("explain"), "dim")):
+            if line:
+                out.append(line + "\n", style=style)
     return out
 
 
@@ -453,7 +465,7 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
     if eng:
         if eng.get("model_note"):
             out.append(eng["model_note"] + "\n", style="yellow")
-        if eng.get("explain"):
+        if eng.get("explain") and not eng.get("model_note"):  # the note says why a different model is not compared
             out.append(eng["explain"] + "\n", style="dim")
         if measured_note(kv):
             out.append(measured_note(kv) + "\n", style="dim")
