@@ -191,6 +191,20 @@ def test_a_stale_exporter_reading_is_left_out_of_totals():
     fleet = build_fleet({"engines": series}, LiveConfig())
     assert fleet["engines"][0]["state"] == "stale" and fleet["engines"][0]["reading_age_s"] == 409.0
     assert fleet["totals"]["engines"] == 0 and fleet["totals"]["running"] == 0
+    # as the text says it (a helper's audit: the --once row and the host's line read as live, the host counting the
+    # stale engine's usage and running requests)
+    from kvdash.render.fleet_view import host_line, host_usage, once_tables
+
+    (h,) = fleet["hosts"]
+    assert host_usage(h) is None and host_line(h).plain.endswith("no GPU series            1 eng down/stale")
+    from io import StringIO
+
+    from rich.console import Console
+
+    buf = StringIO()
+    for table in once_tables(fleet)[0]:
+        Console(file=buf, width=200).print(table)
+    assert "STALE 409 s old" in buf.getvalue() and "0 (+1 down/stale)" in buf.getvalue()
 
 
 def test_an_engine_of_another_model_is_not_comparable():

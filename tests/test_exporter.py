@@ -256,6 +256,8 @@ def test_the_exporter_stops_on_sigterm_in_one_line():
         proc = subprocess.Popen([*KVDASH, "exporter", "--demo", "--host", "127.0.0.1", "--port", "0"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=started_with)
         assert proc.stdout is not None and "serving http://127.0.0.1:" in proc.stdout.readline()
+        # a helper's audit: one 117-character line whose "(published)" kvdash_info labelled "(published, extrapolated)"
+        assert "  reserve auto 6.09 GiB (published, extrapolated); readings every 5 s, demo\n" == proc.stdout.readline()
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
         assert 0 == proc.returncode and f"kvdash exporter: stopped by {signal.Signals(sig).name}\n" == err

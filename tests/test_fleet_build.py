@@ -79,7 +79,16 @@ def test_too_few_gpus_for_tp_is_noted():
     ranks, with a note) is kept, and the note travels with the engine."""
     fleet = build_fleet({"dcgm_memory": dcgm("n", "n:9400", 4), "engines": vllm("n:8000")}, LiveConfig(tp=8))
     (e,) = fleet["engines"]
-    assert "TP 8 needs 8 GPUs with memory readings; 4 are readable" in e["kvdash_notes"]
+    assert "TP 8 needs 8 GPUs with memory readings; 4 are readable: the pool is the smallest of these 4, the other " \
+        "ranks taken to be alike" in e["kvdash_notes"]
+    # the --once footer does not call that pool n/a (it said "kvdash pool n/a: TP 8 needs 8 ..." under the pool)
+    from kvdash.render.fleet_view import once_tables
+
+    assert e["kvdash_ok"] and e["kvdash_tokens"] > 0
+    footer = once_tables(fleet)[1]
+    assert "kvdash pool n/a" not in footer and "\nkvdash: TP 8 needs 8 GPUs with memory readings; 4 are" in footer
+    none = build_fleet({"engines": vllm("n:8000")}, LiveConfig(tp=8))  # no GPU series: no pool, said n/a
+    assert "\nkvdash pool n/a: TP 8 needs 8 GPUs with memory readings; 0 are readable" in once_tables(none)[1]
 
 
 def test_no_gpu_series_means_no_kvdash_pool():

@@ -944,3 +944,21 @@ def test_pools_of_two_models_are_not_set_side_by_side(capsys):
     assert 0 == code and "kvdash_engine_pool_difference_tokens{" not in out
     code, out, _ = run(["exporter", "--demo", "--once"], capsys)  # the served model: compared
     assert "kvdash_engine_pool_difference_tokens{" in out
+
+
+async def test_the_process_list_keeps_rows_where_the_summary_wraps():
+    """A helper's README audit: from 36 rows the memory layout and block maps join the overview, but at 80 columns
+    (the KV summary's lines wrap) they left the process list no row at 80x36 to 80x38 and 100x36, not even its
+    "... N more" line the README promises.  The overview now drops them there, as on a shorter terminal, and takes
+    them back when a resize leaves room (80x50)."""
+    from kvdash.tui.app import LiveApp
+
+    app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=3600, autopoll=False)
+    async with app.run_test(size=(80, 37)) as pilot:
+        for size, cramped in (((80, 37), True), ((80, 50), False), ((80, 38), True), ((100, 36), True)):
+            await pilot.resize_terminal(*size)
+            for _ in range(3):
+                await pilot.pause()
+            assert cramped == app.has_class("cramped") == (not app.query_one("#map").display), size
+            assert app.query_one("#procs-box").size.height >= 3, size
+            assert "GPU     pid" in str(app.query_one("#procs").render())

@@ -135,8 +135,11 @@ def exporter(
     shown = f"[{host}]" if ":" in host else host
     from kvdash.exporter.collector import reserve_label
 
-    print(f"kvdash exporter: serving http://{shown}:{server.server_port}/metrics "
-          f"({reserve_label(cfg)}; readings every {interval:g} s{', demo' if demo else ''})", flush=True)
+    # two lines within 80 columns (one was 117), the reserve as kvdash_info labels it: start() has read the GPUs once
+    # (it said "(published)" where the label said "(published, extrapolated)")
+    print(f"kvdash exporter: serving http://{shown}:{server.server_port}/metrics\n"
+          f"  {reserve_label(cfg, state.view()['analyses'])}; readings every {interval:g} s{', demo' if demo else ''}",
+          flush=True)
     try:
         while not done.wait(0.5):
             pass

@@ -175,11 +175,13 @@ def _set(family: GaugeMetricFamily, labels: list[str], value: float | int | None
         family.add_metric(labels, float(value))
 
 
-def reserve_label(cfg: Any) -> str:
-    """The reserve basis of the exporter's KV figures, in a few words (kvdash_info's ``reserve`` label)."""
+def reserve_label(cfg: Any, analyses: dict[int, Any] | None = None) -> str:
+    """The reserve basis of the exporter's KV figures, in a few words (kvdash_info's ``reserve`` label and the start
+    line): the analysis's wording once a GPU is read (published terms off an H100: extrapolated), else the
+    configuration's."""
     from kvdash.live.analysis import reserve_short
 
-    return reserve_short(cfg, cfg.reserve_basis)
+    return (analyses or {}).get(cfg.lengths[0], {}).get("reserve_text") or reserve_short(cfg, cfg.reserve_basis)
 
 
 class KvdashCollector(Collector):
@@ -196,8 +198,7 @@ class KvdashCollector(Collector):
         cfg = st.config
         arch = cfg.architecture()
         host = st.hostname
-        # the analysis's wording once a GPU is read (published terms off an H100: extrapolated), else the banner's
-        reserve = (v["analyses"].get(cfg.lengths[0]) or {}).get("reserve_text") or reserve_label(cfg)
+        reserve = reserve_label(cfg, v["analyses"])
         info = InfoMetricFamily("kvdash", f"kvdash build and the configuration its KV figures are for; {reserve}.")
         info.add_metric([], {"version": __version__, "model": arch.name, "kv_dtype": cfg.kv_dtype,
                              "block_size": str(cfg.block_size), "tp": str(cfg.tp), "budget_mode": cfg.budget_mode,

@@ -106,7 +106,10 @@ def analyze(snapshot: Snapshot, cfg: LiveConfig, engine: EngineReading | None = 
     ranks: list[RankPool] = []
     notes: list[str] = []
     if len(ranks_gpus) < cfg.tp and cfg.budget_mode == "vllm":
-        notes.append(f"TP {cfg.tp} needs {cfg.tp} GPUs with memory readings; {len(ranks_gpus)} are readable")
+        # the pool of the readable ranks stands, said as such (beside it, a bare "needs 8" read as if it were n/a)
+        notes.append(f"TP {cfg.tp} needs {cfg.tp} GPUs with memory readings; {len(ranks_gpus)} are readable"
+                     + (f": the pool is the smallest of these {len(ranks_gpus)}, the other ranks taken to be alike"
+                        if ranks_gpus else ""))
     for g in ranks_gpus if cfg.budget_mode == "vllm" and cfg.engine_rules == "sglang" else []:
         # --engine-rules sglang: SGLang 0.5.23's budget on this GPU (its mem_fraction_static default)
         from kvdash.engines import sglang

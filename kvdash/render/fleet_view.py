@@ -25,9 +25,21 @@ def _signed(x: int | None) -> str:
     return "n/a" if x is None else f"{x:+,}"
 
 
+def _live(engines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The engines whose reading is live: one an exporter reports down, or whose reading is stale, counts in no
+    total (its last figures are not the engine's now)."""
+    return [e for e in engines if e.get("state", "up") == "up"]
+
+
+def _state_text(e: dict[str, Any]) -> str:
+    """``DOWN 41 s old`` for an engine whose reading is not live, else empty."""
+    state, age = e.get("state", "up"), e.get("reading_age_s")
+    return "" if state == "up" else f"{state.upper()}{f' {age:,.0f} s old' if age is not None else ''}"
+
+
 def host_usage(h: dict[str, Any]) -> float | None:
-    """The host's engines' KV usage, weighted by their pools (None without a pool)."""
-    pools = [(e["pool_tokens"], e["usage"]) for e in h["engines"] if e["pool_tokens"] and e["usage"] is not None]
+    """The host's live engines' KV usage, weighted by their pools (None without a pool)."""
+    pools = [(e["pool_tokens"], e["usage"]) for e in _live(h["engines"]) if e["pool_tokens"] and e["usage"] is not None]
     total = sum(p for p, _ in pools)
     return sum(p * u for p, u in pools) / total if total else None
 
@@ -41,11 +53,13 @@ def host_line(h: dict[str, Any]) -> Text:
         out.append(f"{len(h['gpus']):>2} GPU {gib_text(h['used_bytes'], 0):>5}/{gib_text(h['total_bytes'], 0):>5} GiB ")
     else:
         out.append(f"{'no GPU series':<22} ", style="dim")
-    engines = h["engines"]
+    engines = _live(h["engines"])  # a down or stale engine's last figures counted in the host's (a helper's audit)
     if engines:
         run = sum(e["running"] or 0 for e in engines)
         wait = sum(e["waiting"] or 0 for e in engines)
         out.append(f"{len(engines)} eng {_pct(host_usage(h)):>6} r{run} w{wait}")
+    if len(engines) < len(h["engines"]):
+        out.append(f"  {len(h['engines']) - len(engines)} eng down/stale", style="red")
     if h["down_targets"]:
         out.append(f"  {len(h['down_targets'])} down", style="red")
     return out
@@ -67,8 +81,7 @@ def engine_line(e: dict[str, Any]) -> Text:
     out = Text(f"{e['kind']:<6} :{where}{' #' + e['engine'] if e['engine'] else ''} ", style="cyan")
     state = e.get("state", "up")
     if state != "up":
-        age = e.get("reading_age_s")
-        out.append(f"{state.upper()}{f' {age:,.0f} s old' if age is not None else ''} ", style="bold red")
+        out.append(_state_text(e) + " ", style="bold red")
     out.append(f"{_pct(e['usage']):>6} r{e['running'] if e['running'] is not None else '-'} "
                f"w{e['waiting'] if e['waiting'] is not None else '-'} pool {_n(e['pool_tokens'])}",
                style="dim" if state != "up" else "")
@@ -173,7 +186,10 @@ def once_tables(fleet: dict[str, Any]) -> tuple[list[Table], str]:
         hosts.add_column(col, just, wrap=col in ("host", "down targets (up == 0)"))  # type: ignore[arg-type]
     for h in fleet["hosts"]:
         mem = f"{gib_text(h['used_bytes'], 0)}/{gib_text(h['total_bytes'], 0)}" if h["gpus"] else "n/a"
-        hosts.add_row(h["host"], h["status"], str(len(h["gpus"])), mem, str(len(h["engines"])),
+        live = len(_live(h["engines"]))
+        gone = len(h["engines"]) - live
+        hosts.add_row(h["host"], h["status"], str(len(h["gpus"])), mem, f"{live}" + (f" (+{gone} down/stale)" if gone
+                                                                                     else ""),
                       _pct(host_usage(h)), ", ".join(f"{t['job']} {t['instance']}" for t in h["down_targets"]))
     c = fleet["config"]
     engines = Table(title=f"Engines: their own KV pool beside kvdash's for {c['model']}, {c['kv_dtype']}, "
@@ -182,13 +198,18 @@ def once_tables(fleet: dict[str, Any]) -> tuple[list[Table], str]:
         engines.add_column(col, "left" if col in ("host", "engine") else "right", wrap=col in ("host", "engine"))
     for e in fleet["engines"]:
         port = e["instance"].rsplit(":", 1)[-1] if ":" in e["instance"] else e["instance"]
-        engines.add_row(e["host"], f"{e['kind']} :{port}{' #' + e['engine'] if e['engine'] else ''}",
+        state = _state_text(e)  # a down or stale engine's row is its last reading, said so (it read as live)
+        engines.add_row(e["host"], f"{e['kind']} :{port}{' #' + e['engine'] if e['engine'] else ''}"
+                        + (f" {state}" if state else ""),
                         _pct(e["usage"]), f"{_n(e['running'])}/{_n(e['waiting'])}", _n(e["pool_tokens"]),
                         _n(e.get("kvdash_tokens")), _signed(e.get("difference_tokens")))
-    notes = sorted({n for e in fleet["engines"] for n in e["kvdash_notes"]})
     footer = totals_text(fleet).plain
-    if notes:
-        footer += "\nkvdash pool n/a: " + "; ".join(notes)
+    # "n/a" only for engines kvdash has no pool for; a note beside a pool shown (too few GPUs read for the TP) is not
+    # one (a helper's audit: "kvdash pool n/a: TP 8 needs 8 GPUs ..." under a row showing kvdash's pool)
+    for label, ok in (("kvdash pool n/a", False), ("kvdash", True)):
+        notes = sorted({n for e in fleet["engines"] if bool(e.get("kvdash_ok")) is ok for n in e["kvdash_notes"]})
+        if notes:
+            footer += f"\n{label}: " + "; ".join(notes)
     for line in problem_lines(fleet):
         footer += "\n" + line
     footer += "\nAssumptions: " + "; ".join(fleet.get("assumptions", [])) + "."

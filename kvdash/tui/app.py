@@ -130,6 +130,7 @@ class LiveApp(App[None]):
     LiveApp.wide #ov-right { display: block; }
     LiveApp.wide #kv, LiveApp.wide #stack, LiveApp.wide #map, LiveApp.wide #usage { display: none; }
     LiveApp.short #stack, LiveApp.short #map, LiveApp.short #usage { display: none; }
+    LiveApp.cramped #stack, LiveApp.cramped #map, LiveApp.cramped #usage { display: none; }
     #details { height: 1fr; padding: 0 1; }
     #status { height: auto; max-height: 5; }
     """
@@ -260,6 +261,23 @@ class LiveApp(App[None]):
     def _resized(self, width: int, height: int) -> None:
         self.set_class(width >= 160, "wide")
         self.set_class(height < 36 and width < 160, "short")
+        self.remove_class("cramped")  # measured again at this size once laid out
+        self.call_after_refresh(self._check_room)
+
+    def _check_room(self) -> None:
+        """From 36 rows the memory layout and block maps join the overview, but where the KV summary's lines wrap
+        (80 columns) they left the process list no row, not even its "... N more" line (80x36 to 80x38, and 100x36:
+        a helper's README audit): then the overview drops them as a shorter terminal does ("cramped"), until the
+        next resize measures again."""
+        if not self.is_running or self.details or self.has_class("wide") or self.has_class("short"):
+            return
+        laid = sum(self.query_one(w).outer_size.height for w in ("#top", "#views", "#status", Footer))
+        if laid != self.size.height:  # the layout is still the old size's (a resize just came): measure after the next
+            self.call_after_refresh(self._check_room)
+            return
+        if self.query_one("#procs-box").size.height < 3:  # the header, a process and "... N more"
+            self.add_class("cramped")
+            self.refresh_view()
 
     # --- polling -------------------------------------------------------------------------------
     def read_once(self) -> tuple[Snapshot, EngineReading | None]:
@@ -435,7 +453,7 @@ class LiveApp(App[None]):
         if snap is None:
             return
         wide = self.has_class("wide")
-        short = self.has_class("short")
+        short = self.has_class("short") or self.has_class("cramped")
         sizes = (self.size.width, self.size.height, wide, short, self.details)
         left_w = max(20, (self.size.width // 2 if wide else self.size.width) - 2)
         right_w = max(20, self.size.width - self.size.width // 2 - 4) if wide else left_w
