@@ -100,6 +100,12 @@ def pow2_output_reservation(prompt: Any, final: Any, max_reserved: Any) -> Any:
 
     >>> pow2_output_reservation(40, 65, 2048), pow2_output_reservation(1000, 2100, 2048)
     (72, 2048)
+
+    An output of one token reserves one slot past the prompt (2^0), and so does none (the output counted as at
+    least 1: 2^0 = 1, where next_pow2(0) would give 2):
+
+    >>> pow2_output_reservation(40, 41, 2048), pow2_output_reservation(40, 40, 2048)
+    (41, 41)
     """
     return imin(prompt + next_pow2(imax(final - prompt, 1)), max_reserved)
 
@@ -177,6 +183,12 @@ def request_blocks(
     52
     >>> request_blocks(2048, 16, 1, 5, 128, full_ratio=2)  # MiMo-V2-Flash: 2,048 / 32 + 5 x 9
     109
+
+    A window kind with the double page instead: 2,048 / 16 full blocks + 5 x min(2,048 / 32, ceil(127 / 32) + 1)
+    = 128 + 5 x 5:
+
+    >>> request_blocks(2048, 16, 1, 5, 128, window_ratio=2)
+    153
     """
     return (full_groups * cdiv(n, block_size * full_ratio)
             + window_groups * window_blocks(n, window, block_size * window_ratio))

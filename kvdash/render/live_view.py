@@ -401,6 +401,14 @@ def measured_note(kv: dict[str, Any]) -> str:
             + (f"; {m['simulated']}" if m.get("simulated") else ""))
 
 
+def _append_rows(out: Text, rows: list[tuple[str, str, str]]) -> None:
+    """``label .... value`` lines, the labels padded to the longest."""
+    label_w = max(len(label) for label, _, _ in rows)
+    for label, value, style in rows:
+        out.append(label.ljust(label_w) + "  ", style="bold" if label == "engine" else "")
+        out.append(value + "\n", style=style)
+
+
 def _kv_problems(kv: dict[str, Any]) -> Text:
     """Why there is no KV pool to show (the analysis' notes), and the engine's own figures where one answers (a
     machine without NVML watching a remote engine: they were left out, only its failures shown), with why kvdash
@@ -412,11 +420,7 @@ def _kv_problems(kv: dict[str, Any]) -> Text:
     if eng and eng["reading"].get("error"):
         out.append(eng["status"] + "\n", style="red")
     elif eng:
-        rows = engine_rows(eng)
-        label_w = max(len(label) for label, _, _ in rows)
-        for label, value, style in rows:
-            out.append(label.ljust(label_w) + "  ", style="bold" if label == "engine" else "")
-            out.append(value + "\n", style=style)
+        _append_rows(out, engine_rows(eng))
         for line, style in ((eng.get("model_note"), "yellow"),
                             (None if eng.get("model_note") else eng.get("explain"), "dim")):
             if line:
@@ -458,10 +462,7 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
     if eng:
         rows += engine_rows(eng)
         rows += measured_rows(kv)
-    label_w = max(len(label) for label, _, _ in rows)
-    for label, value, style in rows:
-        out.append(label.ljust(label_w) + "  ", style="bold" if label == "engine" else "")
-        out.append(value + "\n", style=style)
+    _append_rows(out, rows)
     if eng:
         if eng.get("model_note"):
             out.append(eng["model_note"] + "\n", style="yellow")
