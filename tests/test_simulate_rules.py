@@ -899,3 +899,21 @@ class TestCapacity:
         capacity_sweep(w, ["paged", "max"], 64, 4, 16, [1.0, 2.0, 3.0], bound=2.0, progress=lambda: calls.append(1))
         assert 6 == len(calls)
 
+
+
+class TestTraceWords:
+    """A refused trace line is shown as the file has it, at most 40 characters; a trace's workload name says when
+    its rows were repeated.  Rules of kvdash/simulate/workload.py a mutation run found unguarded (2026-12-07)."""
+
+    def test_a_line_of_40_characters_is_shown_whole_and_41_cut_to_40(self):
+        from kvdash.simulate.workload import _shown
+
+        forty, forty_one = "x" * 40, "y" * 41
+        assert forty == _shown(f"  {forty}\n")  # stripped, then whole: 40 <= 40
+        assert "y" * 37 + "..." == _shown(forty_one) and 40 == len(_shown(forty_one))  # 37 kept + 3 dots
+
+    def test_a_trace_as_long_as_the_run_is_named_alone(self):
+        from kvdash.simulate.workload import trace_name
+
+        assert "trace t.csv" == trace_name("t.csv", 3, 3) == trace_name("t.csv", 4, 3) == trace_name("t.csv", 3, None)
+        assert "trace t.csv (3 rows, repeated in order to 4 requests)" == trace_name("t.csv", 3, 4)
