@@ -87,6 +87,9 @@ def test_too_few_gpus_for_tp_is_noted():
     assert e["kvdash_ok"] and e["kvdash_tokens"] > 0
     footer = once_tables(fleet)[1]
     assert "kvdash pool n/a" not in footer and "\nkvdash: TP 8 needs 8 GPUs with memory readings; 4 are" in footer
+    other = build_fleet({"dcgm_memory": dcgm("n", "n:9400", 4), "engines": vllm("n:8000")},
+                        LiveConfig(tp=8, model="qwen3-32b"))  # another model served: kvdash's pool exists, not n/a
+    assert "kvdash pool n/a" not in once_tables(other)[1] and "\nkvdash: TP 8 needs" in once_tables(other)[1]
     none = build_fleet({"engines": vllm("n:8000")}, LiveConfig(tp=8))  # no GPU series: no pool, said n/a
     assert "\nkvdash pool n/a: TP 8 needs 8 GPUs with memory readings; 0 are readable" in once_tables(none)[1]
 

@@ -246,6 +246,16 @@ class TestDerivedLabelled:
             in derived
         assert not any("Gemma3Config default" in line for line in derived)
 
+    def test_a_text_config_without_its_model_type_names_the_class_that_reads_it(self, tmp_path, capsys):
+        """A review of the class naming: a text_config that names no model_type read "transformers' config class
+        for model_type None default"; Gemma3Config reads it with Gemma3TextConfig (its sub_configs)."""
+        path = tmp_path / "config.json"
+        path.write_text('{"model_type": "gemma3", "text_config": {}}')
+        code, out, _ = run(["calc", "--config", str(path), "--json"], capsys)
+        derived = json.loads(out)["architecture"]["derived"]
+        assert 0 == code and "KV heads 4: transformers' Gemma3TextConfig default (config.json names no KV heads)" \
+            in derived and not any("None" in line for line in derived)
+
     def test_json_names_the_kv_dtype_stored_under_auto(self, capsys):
         """--kv-dtype auto on NVIDIA's MiniMax-M2.5-NVFP4 (its ModelOpt config declares an 8-bit float KV scheme):
         vLLM 0.33 stores fp8_e4m3, and bytes_per_token counts 62 layers x 2 x 8 KV heads x 128 x 1 B = 126,976; the

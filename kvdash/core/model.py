@@ -289,6 +289,22 @@ def class_name(kind: Any) -> str:
         return f"config class for model_type {kind!s}"
 
 
+def text_class_name(cfg: dict[str, Any]) -> str:
+    """The config class whose defaults fill the text model's fields: its own ``model_type``'s, or, for a
+    ``text_config`` that names none, the class the outer config reads it with (Gemma3Config: Gemma3TextConfig)."""
+    inner = cfg.get("text_config")
+    if not isinstance(inner, dict):
+        return class_name(cfg.get("model_type"))
+    if inner.get("model_type"):
+        return class_name(inner["model_type"])
+    try:
+        from transformers import CONFIG_MAPPING
+
+        return str(CONFIG_MAPPING[str(cfg.get("model_type"))].sub_configs["text_config"].__name__)
+    except Exception:  # noqa: BLE001 - a name only
+        return class_name(cfg.get("model_type"))
+
+
 def library_defaults(raw: Any, cfg: dict[str, Any]) -> list[str]:
     """Each field kvdash reads that ``raw`` (config.json as written) leaves out and transformers' config class
     filled in, named with the class: ``hidden_size 4,096: transformers' LlamaConfig default``."""
@@ -323,7 +339,7 @@ def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int, hidden: 
     if text.get("head_dim") is None and text.get("attention_head_dim") is None and not text.get("kv_lora_rank"):
         hidden = text.get("hidden_size") or hidden
         if hidden and heads and hidden // heads != head_dim:  # the model class's own default (Gemma 3: 256)
-            out.append(f"head_dim {head_dim}: transformers' {class_name(text.get('model_type'))} default "
+            out.append(f"head_dim {head_dim}: transformers' {text_class_name(cfg)} default "
                        f"(config.json has no head_dim; hidden_size {hidden:,} / num_attention_heads {heads} would "
                        f"give {hidden // heads:,})")
         else:
@@ -348,7 +364,7 @@ def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int, hidden: 
             out.append(f"KV heads {kv_heads} derived from num_attention_heads (config.json names no KV heads: "
                        "multi-head attention)")
         else:  # the class's own default (Gemma3TextConfig: 4 KV heads)
-            out.append(f"KV heads {kv_heads}: transformers' {class_name(text.get('model_type'))} default "
+            out.append(f"KV heads {kv_heads}: transformers' {text_class_name(cfg)} default "
                        "(config.json names no KV heads)")
     return out
 

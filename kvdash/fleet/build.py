@@ -375,6 +375,7 @@ def build_fleet(results: dict[str, list[Series]], cfg: LiveConfig) -> dict[str, 
                 "running": pool.running, "waiting": pool.waiting,
                 "cache_dtype": reading.cache_dtype, "gpu_memory_utilization": reading.gpu_memory_utilization,
                 "kvdash_ok": bool(kv.get("ok")) and comparable,
+                "kvdash_pool": bool(kv.get("ok")),  # a pool of kvdash's model, compared or not (another model served)
                 "kvdash_notes": list(kv.get("notes", [])) + ([] if comparable else [
                     f"not comparable: the engine serves {served}, kvdash's pool is for {model_name} (choose the "
                     "served model with m or --model)"]),

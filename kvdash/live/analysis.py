@@ -403,9 +403,9 @@ def compare_engine(engine: EngineReading, kv: dict[str, Any], model_name: str = 
         # no pool of kvdash's, or a pool of another model: the engine's own figures, no comparison (the pools of two
         # models were still set side by side, "2,837,216 vs 3,792,208 tokens (-954,992)", under the note saying
         # they are not comparable: a helper's README audit)
-        row["explain"] = "a different model (above): the pools are not compared" if model_differs else \
-            "kvdash has no pool to compare with (" + "; ".join(kv.get("notes", [])) + \
-            "): give --budget SIZE or --gpu, or --budget-mode engine"
+        if "token_slots" not in kv:  # (a different model alone: model_note says why nothing is compared)
+            row["explain"] = "kvdash has no pool to compare with (" + "; ".join(kv.get("notes", [])) + \
+                "): give --budget SIZE or --gpu, or --budget-mode engine"
         _own_blocks(row, engine)
         return row
     if engine.total_tokens is None:

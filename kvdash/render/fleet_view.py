@@ -207,7 +207,8 @@ def once_tables(fleet: dict[str, Any]) -> tuple[list[Table], str]:
     # "n/a" only for engines kvdash has no pool for; a note beside a pool shown (too few GPUs read for the TP) is not
     # one (a helper's audit: "kvdash pool n/a: TP 8 needs 8 GPUs ..." under a row showing kvdash's pool)
     for label, ok in (("kvdash pool n/a", False), ("kvdash", True)):
-        notes = sorted({n for e in fleet["engines"] if bool(e.get("kvdash_ok")) is ok for n in e["kvdash_notes"]})
+        notes = sorted({n for e in fleet["engines"] if bool(e.get("kvdash_pool", e.get("kvdash_ok"))) is ok
+                        for n in e["kvdash_notes"]})
         if notes:
             footer += f"\n{label}: " + "; ".join(notes)
     for line in problem_lines(fleet):

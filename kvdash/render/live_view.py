@@ -421,8 +421,7 @@ def _kv_problems(kv: dict[str, Any]) -> Text:
         out.append(eng["status"] + "\n", style="red")
     elif eng:
         _append_rows(out, engine_rows(eng))
-        for line, style in ((eng.get("model_note"), "yellow"),
-                            (None if eng.get("model_note") else eng.get("explain"), "dim")):
+        for line, style in ((eng.get("model_note"), "yellow"), (eng.get("explain"), "dim")):
             if line:
                 out.append(line + "\n", style=style)
     return out
@@ -466,7 +465,7 @@ def kv_table(kv: dict[str, Any], width: int = 100) -> Text:
     if eng:
         if eng.get("model_note"):
             out.append(eng["model_note"] + "\n", style="yellow")
-        if eng.get("explain") and not eng.get("model_note"):  # the note says why a different model is not compared
+        if eng.get("explain"):
             out.append(eng["explain"] + "\n", style="dim")
         if measured_note(kv):
             out.append(measured_note(kv) + "\n", style="dim")

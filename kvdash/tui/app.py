@@ -62,6 +62,9 @@ BLOCK_SIZES = (8, 16, 32, 64, 128)
 KV_DTYPES = ("bf16", "fp8", "fp16", "int8", "fp32")
 LENGTHS = (128, 256, 512, 825, 1024, 2048, 4096, 8192, 16384, 32768)
 HISTORY = 120
+# the overview's room is measured this long after a resize or a redraw: once its layout follows them (a check right
+# after the next refresh could still see the layout before a width change or the class just removed)
+ROOM_CHECK_S = 0.05
 # a reading polled on its own is late (and its age shown in the status line) when it is older than this or two
 # intervals: a GPU read or an engine scrape that hangs leaves old figures on the screen
 LATE_AFTER_S = 3.0
@@ -230,6 +233,7 @@ class LiveApp(App[None]):
         else:
             self.apply(*self.read_once())
         self.call_after_refresh(self.refresh_view)  # again once the panels have their real sizes
+        self.set_interval(ROOM_CHECK_S, self._room_tick)
 
     signalled = 0  # the signal (SIGTERM, SIGHUP) that ended the app, 0 if none
 
@@ -257,20 +261,35 @@ class LiveApp(App[None]):
     def on_resize(self, event: Any) -> None:
         self._resized(event.size.width, event.size.height)
         self.refresh_view()
+        self.call_after_refresh(self.refresh_view)  # again at the size the app has taken by then
 
     def _resized(self, width: int, height: int) -> None:
         self.set_class(width >= 160, "wide")
         self.set_class(height < 36 and width < 160, "short")
         self.remove_class("cramped")  # measured again at this size once laid out
-        self.call_after_refresh(self._check_room)
+        self._room_due = time.monotonic()
+
+    _room_due: float | None = None  # when a redraw or resize asked for the room to be measured
+
+    def _room_tick(self) -> None:
+        """The interval set at mount: measure the room once ROOM_CHECK_S has passed since it was asked for (a
+        timer set from refresh_view itself would run outside the app's context where the engine thread's readings
+        redraw it: textual's active_app is not set there)."""
+        due = self._room_due
+        if due is not None and time.monotonic() - due >= ROOM_CHECK_S:
+            self._room_due = None
+            self._check_room()
 
     def _check_room(self) -> None:
         """From 36 rows the memory layout and block maps join the overview, but where the KV summary's lines wrap
-        (80 columns) they left the process list no row, not even its "... N more" line (80x36 to 80x38, and 100x36:
-        a helper's README audit): then the overview drops them as a shorter terminal does ("cramped"), until the
-        next resize measures again."""
+        (80 columns) they left the process list no row, not even its "... N more" line (80x36 to 80x38, 100x36 and
+        100x37: a helper's README audit): then the overview drops them as a shorter terminal does ("cramped") until
+        the next resize.  Measured after each resize and each redraw of the overview (a first reading that comes
+        late, an engine's lines, a status box that grows take rows too)."""
         if not self.is_running or self.details or self.has_class("wide") or self.has_class("short"):
             return
+        if getattr(self, "_drawn_at", None) != (self.size.width, self.size.height):
+            return  # the panels were drawn for another size: the redraw at this one checks again
         laid = sum(self.query_one(w).outer_size.height for w in ("#top", "#views", "#status", Footer))
         if laid != self.size.height:  # the layout is still the old size's (a resize just came): measure after the next
             self.call_after_refresh(self._check_room)
@@ -493,6 +512,9 @@ class LiveApp(App[None]):
                                                                                 width=left_w),
                      shape=(procs_rows, min(procs_rows, 1 + sum(max(1, len(x.processes)) for x in snap.gpus)),
                             sizes))
+        self._drawn_at = (self.size.width, self.size.height)
+        if not short and not wide:  # whatever grew since the last resize (a first reading, an engine, the status)
+            self._room_due = time.monotonic()
 
     def _draw_stack(self, widget: str, g: Any, width: int) -> None:
         kv = self.kv
