@@ -62,3 +62,36 @@ def test_max_num_seqs_tail_only_past_the_cap() -> None:
     e = {"max_num_seqs": 1024}
     assert seqs_tail(1024, e) == ""
     assert seqs_tail(1025, e) == ", but vLLM runs at most 1,024 at once (its max_num_seqs)"
+
+
+def test_cache_layers_beside_decoder_layers_are_counted_as_the_config_builds_them() -> None:
+    """The model line's layer count where cache layers and decoder layers differ (layer_count; a mutation run of
+    2026-12-07 found these sentences unguarded by this file).  Falcon-H1-7B: 44 decoder layers, each an attention and
+    a Mamba mixer, so 88 cache layers, 44 of them state; Zamba2-7B: 81 decoder layers (all Mamba), 13 with a shared
+    attention beside, 94 = 81 + 13 cache layers; Gemma 3n: 35 decoder layers, the last 35 - 20 = 15 reuse KV;
+    Nemotron-H-56B: 118 blocks, 118 - 64 = 54 MLP or MoE; a plain model: its layers once."""
+    from kvdash.answer.text import layer_count
+
+    def count(name: str) -> str:
+        return layer_count(load_config(CONFIGS / name / "config.json"))
+
+    assert "88 cache layers in 44 decoder layers (each runs an attention and a state mixer side by side)" == \
+        count("falcon-h1-7b")
+    assert "94 cache layers in 81 decoder layers (13 of them run an attention beside their state mixer)" == \
+        count("zamba2-7b")
+    assert count("gemma-3n-e4b-text").startswith("20 cache layers of 35 decoder layers (the last 15 reuse")
+    assert "64 cache layers of 118 decoder layers (the other 54 are MLP or MoE blocks (hybrid_override_pattern " \
+           "'-' / 'E'), which hold no cache)" == count("nemotron-h-56b-base-8k")
+    assert "80 layers" == layer_count(load_preset("llama-3.1-70b"))
+
+
+def test_kv_heads_and_head_dim_are_given_per_kind_only_where_the_kinds_differ() -> None:
+    """kv_geometry: MiMo-V2-Flash's full layers have 4 KV heads, its sliding ones 8 (both head_dim 192, V 128): one
+    clause per kind; Gemma 3's full and sliding layers share 4 KV heads and head_dim 256: one clause, no kinds named;
+    a uniform model: one clause."""
+    from kvdash.answer.text import kv_geometry
+
+    assert "full layers 4 KV heads, head_dim 192 (V 128); sliding layers 8 KV heads, head_dim 192 (V 128)" == \
+        kv_geometry(load_config(CONFIGS / "mimo-v2-flash" / "config.json"))
+    assert "4 KV heads, head_dim 256" == kv_geometry(load_config(CONFIGS / "gemma-3-4b-it" / "config.json"))
+    assert "8 KV heads, head_dim 128" == kv_geometry(load_preset("llama-3.1-70b"))
