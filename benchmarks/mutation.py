@@ -218,7 +218,7 @@ def load_equivalent() -> dict[str, str]:
 
 def make_copy(root: Path) -> Path:
     dest = root / "repo"
-    for name in ("kvdash", "tests", "templates", "sweeps", "reports", "benchmarks", "conformance"):  # rules data
+    for name in ("kvdash", "tests", "templates", "sweeps", "reports", "benchmarks", "conformance", "examples"):  # data
         if (REPO / name).exists():
             shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copy(REPO / "pyproject.toml", dest / "pyproject.toml")

@@ -165,6 +165,14 @@ class TestNotApplicable:
         assert (v.verdict, v.points, v.holding, v.computed) == ("not computable", 0, 0, "-")
         assert v.note == "capacity arithmetic cannot settle a throughput claim; a benchmark"
 
+    def test_a_time_claim_without_the_grids_time_columns(self):
+        """A claim judged on a grid's ``simulate: time:`` columns, on a grid without them: not computable, 0 points,
+        0 holding, and the note names the column (a mutation run of 2026-12-07 found the counts unguarded)."""
+        c = _claim(kind="time", metric="time_paged_rate_met_up_to", settle="a simulate: time: block")
+        v = judge(_frame([1.0]), c)
+        assert (v.verdict, v.points, v.holding, v.computed) == ("not computable", 0, 0, "-")
+        assert v.note == "needs the simulator in seconds (time_paged_rate_met_up_to); a simulate: time: block"
+
     def test_missing_column(self):
         """applies_to names gpu, a column the results lack: not applicable, 0 points."""
         v = judge(_frame([70.0]), _claim(applies_to={"gpu": ["h100-80gb"]}))
