@@ -62,8 +62,9 @@ TARGETS: dict[str, list[str]] = {
                               "tests/test_kv_dtype_auto.py", *CORE_TESTS],
     "kvdash/answer/inputs.py": ["tests/test_calc_rules.py", *CORE_TESTS],
     "kvdash/core/pool.py": ["tests/test_calc_rules.py", *CORE_TESTS],
+    # with the checkpoint-format and CUDA-graph rules' own tests (the time model's, issue 28)
     "kvdash/engines/vllm.py": ["tests/test_calc_rules.py", "tests/test_engines.py", "tests/test_vllm_rules.py",
-                               *CORE_TESTS],
+                               *CORE_TESTS, "tests/test_kv_dtype_auto.py", "tests/test_time.py"],
     "kvdash/engines/vllm_view.py": ["tests/test_calc_rules.py", "tests/test_engines.py", "tests/test_answer_first.py",
                                     *CORE_TESTS],
     "kvdash/core/model.py": CORE_TESTS,

@@ -385,3 +385,63 @@ class TestAgainstVllmCode:
                 vllm.check_max_model_len(got["derived"] + 1, arch.derived_max_len, False)
             quoted = got["refusal_above"].split("Value error, ", 1)[1].rstrip(".")
             assert f'"{quoted}"' in str(exc.value), name
+
+
+class TestCheckpointFormatRules:
+    """--weight-format auto's reading of a checkpoint's quantization_config (vllm.checkpoint_formats and its parts):
+    the rules a mutation run of 2026-12-07 found unguarded, each worked by hand."""
+
+    @staticmethod
+    def attention_ignored(n_listed: int, layers: int) -> bool:
+        q = {"ignore": [f"model.layers.{i}.self_attn" for i in range(n_listed)]}
+        return "attention" in vllm._ignored_parts(q, layers)
+
+    def test_a_part_is_ignored_when_more_than_half_its_layers_are_listed(self):
+        """NVIDIA's NVFP4 releases list self_attn layer by layer: a part counts as left unquantized when its layers
+        listed are more than half the model's (an MTP or first dense layer alone is not the model's part).  3 of 6
+        is half: not; 4 of 6: yes; 3 of 8 (38 %): not (3 x 2 = 6 < 8)."""
+        assert not self.attention_ignored(3, 6)  # 3 x 2 = 6, not more than 6
+        assert self.attention_ignored(4, 6)  # 8 > 6
+        assert not self.attention_ignored(3, 8)  # 6 < 8 (a rule at a third would say yes: 9 > 8)
+
+    def test_compressed_tensors_nvfp4_and_mixed_groups(self):
+        """A compressed-tensors group of 4-bit float weights in groups of 16 is NVFP4; 4-bit floats in groups of 32
+        are not a format the time model has; two groups of different schemes are not one format."""
+        def group(kind: str, bits: int, size: int) -> dict:
+            return {"targets": ["Linear"], "weights": {"type": kind, "num_bits": bits, "group_size": size},
+                    "input_activations": {"type": kind, "num_bits": bits}}
+
+        fmt = vllm._compressed_tensors_format
+        assert ("nvfp4", "4-bit float weights in groups of 16 (NVFP4)") == fmt({"config_groups": {"g": group("float", 4,
+                                                                                                             16)}})
+        assert "" == fmt({"config_groups": {"g": group("float", 4, 32)}})[0]
+        assert "" == fmt({"config_groups": {"g": group("float", 4, 15)}})[0]
+        assert ("", "groups of different schemes") == fmt({"config_groups": {"a": group("float", 4, 16),
+                                                                             "b": group("float", 8, 0)}})
+
+    def test_dense_mlp_layers_of_a_moe_model(self):
+        """A MoE model has dense MLP layers where a MoE step above 1 skips layers (decoder_sparse_step 2: every
+        other layer dense; 1: none), or moe_layer_freq marks a layer dense among num_hidden_layers (2 when the file
+        gives no usable count)."""
+        dense = vllm._has_dense_mlp_layers
+        assert not dense({"num_experts": 8, "decoder_sparse_step": 1})
+        assert dense({"num_experts": 8, "decoder_sparse_step": 2})
+        assert dense({"num_experts": 8, "interleave_moe_layer_step": 2})
+        assert dense({"num_experts": 8, "moe_layer_freq": [0, 1], "num_hidden_layers": 0})  # 0: read as 2 layers
+        assert not dense({"num_experts": 8, "moe_layer_freq": [1, 0], "num_hidden_layers": 1})  # layer 0 alone: MoE
+        # a count that is not an int is read as 2 layers: layers 0 and 1 are MoE, the third is not looked at
+        assert not dense({"num_experts": 8, "moe_layer_freq": [1, 1, 0], "num_hidden_layers": "3"})
+        assert dense({"num_experts": 8, "moe_layer_freq": [1, 1, 0], "num_hidden_layers": 3})
+
+    def test_dense_mlps_left_unquantized_but_not_the_shared_experts_is_said(self):
+        """One figure times the dense MLPs and the shared experts together: a checkpoint whose ignore list keeps the
+        dense MLPs bf16 (a pattern over every layer's mlp.gate_proj) but quantizes the shared experts cannot be told
+        as one format: bf16, said so."""
+        cfg = {"model_type": "deepseek_v3", "n_routed_experts": 8, "first_k_dense_replace": 1, "n_shared_experts": 1,
+               "num_hidden_layers": 2,
+               "quantization_config": {"quant_method": "fp8", "ignore": [r"re:.*mlp\.gate_proj"]}}
+        dense, experts, attention, words = vllm.checkpoint_formats(cfg)
+        assert ("bf16", None, None) == (dense, experts, attention)
+        assert words == ("auto: the checkpoint's quantization_config (quant_method fp8) leaves the dense MLPs "
+                         "unquantized but not the other, which one dense format cannot say; bf16 is assumed; give "
+                         "--weight-format")

@@ -344,6 +344,14 @@ def aligned_block_size(arch: Architecture, dtype: str, scales: str, tp: int, req
     >>> mamba = Layer("mamba", state_family="mamba1", state=(8192, 16, 4))
     >>> aligned_block_size(Architecture("jamba", (attn, mamba), 32, 4096), "bf16", "tensor", 1, 16)
     (80, 311296)
+
+    State layers of two sizes are paged at the larger (an attention-free stack: the requested block, that page):
+
+    >>> from kvdash.core.pool import layer_state_bytes
+    >>> small = Layer("mamba", state_family="mamba1", state=(4096, 16, 4))
+    >>> aligned_block_size(Architecture("mamba", (small, mamba), 32, 4096), "bf16", "tensor", 1, 16) == (
+    ...     16, layer_state_bytes(mamba, 1)) and layer_state_bytes(small, 1) < layer_state_bytes(mamba, 1)
+    True
     """
     states = arch.state_layers
     if not states:
