@@ -230,3 +230,33 @@ class TestPrefix:
 def test_next_pow2(n, expected):
     """Smallest power of two >= n, at and around the powers."""
     assert f.next_pow2(n) == expected
+
+
+class TestPointRulesFoundByMutation:
+    """kvdash/core/point.py's rules a mutation run of 2026-12-07 found unguarded by these files, worked by hand."""
+
+    def test_a_fixed_part_of_each_block_is_added_to_its_bytes(self):
+        """fixed_block_bytes (a sparse-MLA indexer's or a state page's share of every block) adds to the block:
+        16 x 100 x 2 = 3,200 + 800 = 4,000 B; 32,000 B hold 8 blocks."""
+        m = metrics(32_000, (16,), fixed_block_bytes=800)
+        assert (4_000, 8) == (m["block_bytes"], m["whole_pool_blocks"])
+
+    def test_a_window_kind_without_a_page_ratio_takes_one(self):
+        """A window group of 32 tokens beside the full one, no window_ratio given (a model whose layers share one
+        page size): 100 tokens hold ceil(100 / 16) = 7 full blocks + min(7, ceil(31 / 16) + 1) = 3 window blocks."""
+        m = metrics(10**6, (100,), window_groups=1, window=32, window_token_bytes=100)
+        assert 10 == m["paged_blocks"]
+
+    def test_an_attention_free_pool_counts_its_blocks_and_bytes_without_dividing_by_zero(self):
+        """mamba-130m: no attention group (kv_groups 0) and 0 KV bytes a token; a block is its state page,
+        1,400,832 B.  10^9 B hold 713 blocks (713 x 1,400,832 = 998,793,216), block-backed slots 713 x 16 = 11,408
+        (the groups counted as at least 1), and the token-slot figure divides by at least 1 B: 10^9."""
+        from kvdash.core.model import load_config
+        from kvdash.core.point import shape_inputs
+        from kvdash.engines.vllm import rank_shapes
+
+        arch = load_config("tests/data/configs/mamba-130m/config.json")
+        shape = rank_shapes(arch, "bf16", "tensor", 1, 1, 16)[0]
+        m = metrics(10**9, (100,), **shape_inputs(shape))
+        assert (0, 0, 1_400_832) == (m["kv_groups"], m["bytes_per_token"], m["block_bytes"])
+        assert (713, 11_408, 10**9) == (m["whole_pool_blocks"], m["block_backed_token_slots"], m["kv_token_slots"])
