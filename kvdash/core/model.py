@@ -319,8 +319,9 @@ def library_defaults(raw: Any, cfg: dict[str, Any]) -> list[str]:
     for written, read, where in ((raw, cfg, ""), (raw.get("text_config"), cfg.get("text_config"), "text_config.")):
         if not isinstance(written, dict) or not isinstance(read, dict):
             continue
-        # text_config's defaults are its own class's (Gemma3TextConfig's, not Gemma3Config's)
-        cls = class_name(read.get("model_type") or written.get("model_type") if where else model_type)
+        # text_config's defaults are its own class's (Gemma3TextConfig's, not Gemma3Config's): the one rule the
+        # derived head_dim and KV-head lines name it by
+        cls = text_class_name(raw) if where else class_name(model_type)
         for key in DEFAULTED_FIELDS:
             value = read.get(key)
             if key not in written and isinstance(value, int) and not isinstance(value, bool) and value:
