@@ -45,6 +45,8 @@ import re
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -229,8 +231,9 @@ def ranks(row: dict[str, str]) -> int:
     return moe_gpus // tp if moe_gpus > tp * dp else dp
 
 
-def setup(row: dict[str, str]) -> dict[str, Any]:
-    """Everything kvdash needs for one row (raises ValueError when it cannot model the row)."""
+def setup(row: dict[str, str], link_scale: float = 1.0) -> dict[str, Any]:
+    """Everything kvdash needs for one row (raises ValueError when it cannot model the row); ``link_scale``
+    multiplies the GPU's NVLink bandwidth (a reading of ``steptime_readings.py``; 1: the spec figure)."""
     name = MODELS[row["model_path"]]
     if name not in _cfg_cache:
         cfg = json.loads((DATA / "models" / name / "config.json").read_text())
@@ -244,6 +247,8 @@ def setup(row: dict[str, str]) -> dict[str, Any]:
     mc = model_compute(cfg, arch, tp, dense, experts, kv, dp=dp, attention_weights=attention)
     gkey = GPUS[row["system"]]
     gpu = gpu_perf(gkey)
+    if link_scale != 1.0:
+        gpu = replace(gpu, link_bytes_per_s=gpu.link_bytes_per_s * link_scale)
     block = 64 if arch.use_mla else 16
     shape = rank_shapes(arch, kv, "tensor", tp, 1, block)[0]
     total = get_gpu(gkey).memory_bytes
@@ -493,11 +498,12 @@ def request_features(sched: Any, OUT: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return cum[sched.first_seg] - arrived, (cum[sched.finish_seg] - cum[sched.first_seg]) / (OUT - 1)[:, None]
 
 
-def simulate_row(row: dict[str, str], per_user: int, spread: float = 1.0) -> dict[str, Any]:
+def simulate_row(row: dict[str, str], per_user: int, spread: float = 1.0, link_scale: float = 1.0
+                 ) -> dict[str, Any]:
     """The row's closed loop simulated with the users' phases spread over ``spread`` of a request
     (:data:`SPREAD_GRID`): the TTFT and TPOT features of the steady rounds, the first round's TTFT features
     (every user's request arriving at once), the pool's full-length capacity and the preemptions."""
-    s = setup(row)
+    s = setup(row, link_scale)
     per_rank = rank_users(row, s["dp"])
     n = per_rank * per_user
     isl, osl = int(row["isl"]), int(row["osl"])
@@ -719,7 +725,7 @@ def simulate_all(rows: list[dict[str, str]], per_user: int, spread: float, jobs:
 
 
 def cliff_counts(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, dict[str, Any]],
-                 coef: np.ndarray) -> tuple[int, int, int]:
+                 coef: np.ndarray, predict_s: Callable[..., float] = predict) -> tuple[int, int, int]:
     """(cliffs measured, predicted at the same step, predicted where none was measured) over the concurrency
     series of these rows (one series: a model, GPU, engine version, precision, parallelism and ISL / OSL)."""
     series: dict[tuple[str, ...], list[tuple[int, float, float]]] = defaultdict(list)
@@ -728,7 +734,7 @@ def cliff_counts(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[st
         key = tuple(r[k] for k in ("model_path", "system", "backend_version", "gemm_quant_mode", "tp_size",
                                    "attention_dp_size", "moe_ep_size", "isl", "osl"))
         series[key].append((users(r), float(r["silicon_ttft_ms"]),
-                            predict(sims[i]["ttft_f"], coef, True) * 1000))
+                            predict_s(sims[i]["ttft_f"], coef, True) * 1000))
     measured = hit = false = 0
     for pts in series.values():
         m = cliffs([(c, t) for c, t, _ in pts])
@@ -785,10 +791,12 @@ def check_counts(ap: argparse.ArgumentParser, per_user: int, jobs: int) -> None:
         ap.error(f"--jobs {jobs}: at least 1")
 
 
-def errors(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray) -> tuple[float, ...]:
-    """(TPOT MAPE %, TPOT mean signed %, TTFT MAPE %, TTFT median signed %) of these rows."""
-    pt = [predict(sims[i]["tpot_f"], coef) * 1000 for i in ids]
-    pf = [predict(sims[i]["ttft_f"], coef, True) * 1000 for i in ids]
+def errors(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray,
+           predict_s: Callable[..., float] = predict) -> tuple[float, ...]:
+    """(TPOT MAPE %, TPOT mean signed %, TTFT MAPE %, TTFT median signed %) of these rows (``predict_s``: seconds
+    from a row's features and the constants, :func:`predict` or a reading's own)."""
+    pt = [predict_s(sims[i]["tpot_f"], coef) * 1000 for i in ids]
+    pf = [predict_s(sims[i]["ttft_f"], coef, True) * 1000 for i in ids]
     mt = [float(by_id[i]["silicon_tpot_ms"]) for i in ids]
     mf = [float(by_id[i]["silicon_ttft_ms"]) for i in ids]
     return (mape(pt, mt), 100 * float(np.mean(np.array(pt) / mt - 1)), mape(pf, mf),

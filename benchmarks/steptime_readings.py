@@ -18,11 +18,20 @@ has drained, with all N requests at once (``CreditIssuingStrategy._execute_phase
 once, 20 requests each of exactly ISL / OSL tokens, every request measured), refits the constants on the
 calibration rows and reports both sets.
 
-Both print their errors beside the time model's (``steptime_fit.py``'s cache and choices); neither changes what
+``link-by-generation``: the time model counts each tensor-parallel all-reduce's bytes at the GPU's spec NVLink
+bandwidth (coefficient 1, fitted at 1.02 when freed) on every GPU.  This reading gives Hopper (H100, H200) and
+Blackwell (B200, B300) a coefficient each, as it gives their compute: every row simulated again with the links at
+half their bandwidth, so a row's link seconds at spec are the difference of the two fixed features (the schedule
+does not depend on time and the link seconds are inversely proportional to the bandwidth; ``link_seconds``), then
+the constants refitted on the calibration rows with the link seconds in two columns of their own, each at least 1
+(no GPU beats its spec).
+
+All three print their errors beside the time model's (``steptime_fit.py``'s cache and choices); none changes what
 kvdash ships.  Usage::
 
     .venv/bin/python benchmarks/steptime_readings.py dp-lockstep --cache /tmp/steptime_cache.json
     .venv/bin/python benchmarks/steptime_readings.py aiperf --cache /tmp/steptime_cache.json
+    .venv/bin/python benchmarks/steptime_readings.py link-by-generation --cache /tmp/steptime_cache.json
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import argparse
 import csv
 import os
 import sys
+from collections.abc import Callable
 from multiprocessing import Pool as Processes
 from pathlib import Path
 from typing import Any
@@ -165,9 +175,80 @@ def _aiperf_job(row: dict[str, str]) -> tuple[str, dict[str, Any] | None]:
         return row["id"], None
 
 
-def summary(label: str, ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray) -> str:
-    e = sf.errors(ids, by_id, sims, coef)
-    meas, hit, false = sf.cliff_counts(ids, by_id, sims, coef)
+LINK_SCALE = 0.5  # the second simulation's NVLink bandwidth, a share of the spec figure
+
+
+def _half_link_job(job: tuple[dict[str, str], int, float]) -> tuple[str, dict[str, Any] | None]:
+    row, per_user, spread = job
+    try:
+        return row["id"], sf.simulate_row(row, per_user, spread, link_scale=LINK_SCALE)
+    except Exception:  # a row the time model cannot simulate (steptime_fit skips it too)
+        return row["id"], None
+
+
+def link_seconds(spec: np.ndarray, scaled: np.ndarray, scale: float = LINK_SCALE) -> float:
+    """A row's link seconds at the spec bandwidth from its raw features (memory s, compute s, 1, layers,
+    all-reduces, fixed s) simulated at spec and at ``scale`` of it: the links are the only fixed seconds that
+    move, by 1 / scale, so link = (fixed(scaled) - fixed(spec)) / (1 / scale - 1)."""
+    return float(scaled[5] - spec[5]) / (1 / scale - 1)
+
+
+def with_links(sims: dict[str, dict[str, Any]], scaled: dict[str, dict[str, Any]], by_id: dict[str, dict[str, str]],
+               in_step: float) -> dict[str, dict[str, Any]]:
+    """Each row's features for the link-by-generation fit: steptime_fit's seven (compute by GPU generation; the
+    TTFT mixed ``in_step`` in step) with the link seconds taken out of the fixed seconds and put in a Hopper and a
+    Blackwell column before it, nine in all: memory s, Hopper compute s, 1, layers, all-reduces, Blackwell compute
+    s, Hopper link s, Blackwell link s, fixed s."""
+    out: dict[str, dict[str, Any]] = {}
+    for i, s in sims.items():
+        if i not in scaled:
+            continue
+        bw = sf.blackwell(by_id[i])
+        got: dict[str, Any] = {"preemptions": s["preemptions"], "capacity": s["capacity"]}
+        for key in ("tpot_f", "ttft_f", "ttft_burst_f"):
+            spec, half = np.asarray(s[key], dtype=float), np.asarray(scaled[i][key], dtype=float)
+            link = link_seconds(spec, half)
+            g = sf.by_generation(spec, by_id[i])
+            got[key] = np.array([*g[:6], 0.0 if bw else link, link if bw else 0.0, g[6] - link])
+        got["ttft_f"] = (1 - in_step) * got["ttft_f"] + in_step * got.pop("ttft_burst_f")
+        out[i] = got
+    return out
+
+
+LINK_FLOOR = np.array([1.0, 1.0, 0, 0, 0, 1.0, 1.0, 1.0, 0])  # c_mem, both c_flop and both links at least 1
+
+
+def fit_links(sims: dict[str, dict[str, Any]], by_id: dict[str, dict[str, str]], cal: list[str]) -> np.ndarray:
+    """steptime_fit.fit with the two link columns of :func:`with_links`: nine constants (c_mem, c_flop, c_step,
+    c_layer, c_allreduce, c_flop on Blackwell, the Hopper and Blackwell link coefficients, c_request), the same
+    weights and physical floors."""
+    A, b = [], []
+    for i in cal:
+        r, s = by_id[i], sims[i]
+        ttft_w = 0.0 if s["preemptions"] else sf.TTFT_WEIGHT
+        for f, m, w, req in ((s["tpot_f"], float(r["silicon_tpot_ms"]) / 1000, 1.0, 0.0),
+                             (s["ttft_f"], float(r["silicon_ttft_ms"]) / 1000, ttft_w, 1.0)):
+            A.append(w * np.append(f[:8], req) / m)
+            b.append(w * (1 - f[8] / m))
+    A_, b_ = np.asarray(A), np.asarray(b)
+    return sf.nnls(A_, b_ - A_ @ LINK_FLOOR) + LINK_FLOOR
+
+
+def link_predict(f: np.ndarray, c: np.ndarray, ttft: bool = False) -> float:
+    """Seconds from :func:`with_links`' nine features and :func:`fit_links`' nine constants."""
+    return float(f[:8] @ c[:8] + f[8] + (c[8] if ttft else 0.0))
+
+
+def link_summary(label: str, ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, dict[str, Any]],
+                 coef: np.ndarray) -> str:
+    """:func:`summary`'s line for the link-by-generation fit (its nine features and constants)."""
+    return summary(label, ids, by_id, sims, coef, link_predict)
+
+
+def summary(label: str, ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray,
+            predict_s: Callable[..., float] = sf.predict) -> str:
+    e = sf.errors(ids, by_id, sims, coef, predict_s)
+    meas, hit, false = sf.cliff_counts(ids, by_id, sims, coef, predict_s)
     return f"| {label} | {len(ids)} | {e[0]:.1f} | {e[1]:+.1f} | {e[2]:.1f} | {e[3]:+.1f} | {hit} of {meas} ({false}) |"
 
 
@@ -177,7 +258,7 @@ HEAD = ["| rows | count | TPOT MAPE % | TPOT bias % | TTFT MAPE % | TTFT median 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("reading", choices=("dp-lockstep", "aiperf"))
+    ap.add_argument("reading", choices=("dp-lockstep", "aiperf", "link-by-generation"))
     ap.add_argument("--cache", default="", help="steptime_fit.py's --cache file (its simulations of every row)")
     ap.add_argument("--spread", type=float, default=0.4, help="the phase spread steptime_fit.py chose")
     ap.add_argument("--in-step", type=float, default=1 / 6, help="the share in step steptime_fit.py chose")
@@ -206,6 +287,23 @@ def main() -> int:
         print(summary("validation DP rows, ranks in lockstep", dp_rows, by_id, lock, coef))
         print(summary("validation, the time model", val, by_id, base, coef))
         print(summary("validation, DP ranks in lockstep", val, by_id, lock, coef))
+        return 0
+    if args.reading == "link-by-generation":
+        with Processes(args.jobs) as pool:
+            half = {i: h for i, h in pool.map(_half_link_job, [(by_id[i], args.requests_per_user, args.spread)
+                                                                 for i in base], chunksize=8) if h is not None}
+        raw = {i: dict(s) for i, s in sf.simulations(rows, args.requests_per_user, args.spread, args.cache).items()}
+        linked = with_links(raw, half, by_id, args.in_step)
+        coef_l = fit_links(linked, by_id, [i for i in cal if i in linked])
+        print(link_summary("calibration, links by GPU generation", [i for i in cal if i in linked], by_id, linked,
+                           coef_l))
+        print(summary("validation, the time model", val, by_id, base, coef))
+        print(link_summary("validation, links by GPU generation", [i for i in val if i in linked], by_id, linked,
+                           coef_l))
+        print(f"\nlinks by GPU generation: c_mem {coef_l[0]:.4g}, c_flop {coef_l[1]:.4g} (Blackwell {coef_l[5]:.4g}), "
+              f"c_layer {coef_l[3] * 1e6:.4g} us, c_allreduce {coef_l[4] * 1e6:.4g} us, c_request "
+              f"{coef_l[8] * 1e3:.4g} ms, link coefficient Hopper {coef_l[6]:.4g}, Blackwell {coef_l[7]:.4g} "
+              f"(achieved {100 / coef_l[7]:.0f} % of the spec NVLink bandwidth)")
         return 0
     with Processes(args.jobs) as pool:
         got_a = dict(pool.map(_aiperf_job, rows, chunksize=4))

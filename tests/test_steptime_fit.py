@@ -548,3 +548,73 @@ def test_twin_table_counts_the_dp_rows_ids_and_copies():
     assert "and 25 more repeat another row's TPOT and TTFT" in lines[0]
     assert lines[4] == "| 88 | 4.6 / 1.5 | 10.4 / 5.3 | 100.0 / 100.0 | 100.0 / 100.0 |"
     assert lines[6].startswith("Every validation row with those 88 read as their twins: TPOT MAPE 100.0 %")
+
+
+def test_link_seconds_are_the_fixed_seconds_that_move_with_the_bandwidth():
+    """Rule (steptime_readings.link_seconds, the link-by-generation reading): the simulator's schedule does not
+    depend on time, and a tensor-parallel all-reduce's link seconds are its bytes over the NVLink bandwidth, so
+    simulating a row again at half and at a quarter of the bandwidth moves only the fixed seconds, by 1x and 3x
+    its link seconds: both estimates agree, every other feature stays to the last bit.  Llama-3.1-70B fp8 TP 2
+    on H100, 8,192 / 1,024 tokens, 4 users: a request's TTFT spans 4 steps (8,192 max_num_batched_tokens a step:
+    its prompt in one, async scheduling's wait around it) that carry its 8,192 prompt tokens and the other 3 users'
+    decode tokens, 3 x 4 = 12: 8,204 tokens through 160 all-reduces (2 of the 80 layers), each moving 2 x (2 - 1)
+    / 2 x 8,192 x 2 B a token over 450 GB/s: 160 x 8,204 x 16,384 / 450e9 = 47.79 ms; at TP 1 (on an H200) there
+    are none."""
+    import csv
+
+    import numpy as np
+
+    from benchmarks import steptime_fit as sf
+    from benchmarks.steptime_readings import link_seconds
+
+    with (sf.DATA / "silicon_vllm_agg.csv").open() as fh:
+        row = next(r for r in csv.DictReader(fh) if r["model_path"] == "meta-llama/Llama-3.1-70B"
+                   and r["system"] == "h100_sxm" and r["tp_size"] == "2" and r["isl"] == "8192"
+                   and r["osl"] == "1024" and sf.users(r) == 4)
+    spec, half, quarter = (sf.simulate_row(row, 2, 0.4, link_scale=k) for k in (1.0, 0.5, 0.25))
+    for key in ("tpot_f", "ttft_f", "ttft_burst_f"):
+        a, b, c = (np.asarray(s[key]) for s in (spec, half, quarter))
+        assert (a[:5] == b[:5]).all() and (a[:5] == c[:5]).all()
+        link = link_seconds(a, b)
+        assert link > 0 and link == pytest.approx(link_seconds(a, c, 0.25), rel=1e-9)
+    assert link_seconds(np.asarray(spec["ttft_f"]), np.asarray(half["ttft_f"])) == pytest.approx(
+        160 * 8_204 * 16_384 / 450e9, rel=1e-12)
+    one = {**row, "system": "h200_sxm", "tp_size": "1", "moe_tp_size": "1"}  # 72.7 GB of weights: not one H100
+    a, b = (np.asarray(sf.simulate_row(one, 2, 0.4, link_scale=k)["ttft_f"]) for k in (1.0, 0.5))
+    assert link_seconds(a, b) == 0.0
+
+
+def test_the_link_fit_recovers_the_constants_that_made_the_rows():
+    """Rule (steptime_readings.with_links, fit_links): rows made by link_predict from known constants (c_mem 1.3,
+    c_flop 1.2, c_step 0, c_layer 50 us, c_allreduce 10 us, Blackwell c_flop 1.6, Hopper link 1.1, Blackwell link
+    3, c_request 15 ms) give those constants back; a Hopper row's link seconds go to the Hopper column and the
+    fixed seconds lose them, a Blackwell row's to the Blackwell column."""
+    import numpy as np
+
+    from benchmarks.steptime_readings import fit_links, link_predict, with_links
+
+    rng = np.random.default_rng(1)
+    truth = np.array([1.3, 1.2, 0.0, 50e-6, 10e-6, 1.6, 1.1, 3.0, 0.015])
+    by_id, raw, half = {}, {}, {}
+    for k in range(40):
+        system = ("h100_sxm", "b200_sxm")[k % 2]
+        feats = {}
+        for key in ("tpot_f", "ttft_f", "ttft_burst_f"):
+            f = np.array([rng.uniform(1e-3, 2e-2), rng.uniform(1e-3, 3e-2), rng.integers(1, 9), rng.integers(80, 900),
+                          rng.integers(0, 400), 0.0])
+            link = rng.uniform(0, 5e-3)
+            feats[key] = (f, link)
+        i = f"row{k}"
+        raw[i] = {"preemptions": 0, "capacity": 1,
+                  **{key: np.append(f[:5], f[5] + link) for key, (f, link) in feats.items()}}
+        half[i] = {key: np.append(f[:5], f[5] + 2 * link) for key, (f, link) in feats.items()}
+        by_id[i] = {"system": system}
+    linked = with_links(raw, half, by_id, 0.0)
+    h, b = linked["row0"]["tpot_f"], linked["row1"]["tpot_f"]
+    assert h[7] == 0.0 and h[6] == pytest.approx(raw["row0"]["tpot_f"][5]) and h[8] == pytest.approx(0.0)
+    assert b[6] == 0.0 and b[7] > 0.0 and b[1] == 0.0 and b[5] > 0.0
+    for i, s in linked.items():
+        by_id[i]["silicon_tpot_ms"] = str(1000 * link_predict(s["tpot_f"], truth))
+        by_id[i]["silicon_ttft_ms"] = str(1000 * link_predict(s["ttft_f"], truth, True))
+    got = fit_links(linked, by_id, list(linked))
+    assert got == pytest.approx(truth, rel=1e-6, abs=1e-9)
