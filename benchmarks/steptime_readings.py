@@ -269,7 +269,9 @@ def main() -> int:
     sf.check_counts(ap, args.requests_per_user, args.jobs)
     rows = list(csv.DictReader((sf.DATA / "silicon_vllm_agg.csv").open()))
     by_id = {r["id"]: r for r in rows}
-    base = {i: dict(s) for i, s in sf.simulations(rows, args.requests_per_user, args.spread, args.cache).items()}
+    simulated = sf.simulations(rows, args.requests_per_user, args.spread, args.cache)
+    raw = {i: dict(s) for i, s in simulated.items()}  # the features as simulated (the fit splits base's in place)
+    base = {i: dict(s) for i, s in simulated.items()}
     coef = sf.fit_on_calibration(base, by_id, args.in_step)
     cal = [i for i in base if by_id[i]["model_path"] in sf.CALIBRATION]
     val = [i for i in base if by_id[i]["model_path"] in sf.VALIDATION]
@@ -292,7 +294,6 @@ def main() -> int:
         with Processes(args.jobs) as pool:
             half = {i: h for i, h in pool.map(_half_link_job, [(by_id[i], args.requests_per_user, args.spread)
                                                                  for i in base], chunksize=8) if h is not None}
-        raw = {i: dict(s) for i, s in sf.simulations(rows, args.requests_per_user, args.spread, args.cache).items()}
         linked = with_links(raw, half, by_id, args.in_step)
         coef_l = fit_links(linked, by_id, [i for i in cal if i in linked])
         print(link_summary("calibration, links by GPU generation", [i for i in cal if i in linked], by_id, linked,
