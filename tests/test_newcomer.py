@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -307,6 +308,23 @@ class TestDerivedLabelled:
             "gemma-3-27b-it")
         assert "layer pattern" not in model_line("gemma-3-1b-it")
         assert "every 4th layer full (no RoPE), the rest chunked" in model_line("llama-4-scout-17b-16e-instruct")
+
+    def test_a_text_config_without_its_model_type_still_names_the_default_layer_pattern(self, tmp_path, capsys):
+        """Gemma 3 27B with its text_config's model_type left out: transformers reads the text_config as
+        Gemma3TextConfig all the same (Gemma3Config.sub_configs), so the layer mix still rests on that class's
+        default sliding_window_pattern 6 (62 layers: 10 full + 52 sliding) and the derived line says so, as
+        for the published file (the line keyed on text_config's model_type and was left out); Llama 4 Scout's
+        likewise (Llama4TextConfig's no_rope_layer_interval 4)."""
+        for name, said in (("gemma-3-27b-it", "every 6th layer full, the rest sliding (transformers' Gemma3TextConfig"),
+                           ("llama-4-scout-17b-16e-instruct", "every 4th layer full (no RoPE), the rest chunked")):
+            cfg = json.loads((Path("tests/data/configs") / name / "config.json").read_text())
+            del cfg["text_config"]["model_type"]
+            folder = tmp_path / name
+            folder.mkdir()
+            (folder / "config.json").write_text(json.dumps(cfg))
+            code, out, err = run(["calc", "--model", str(folder), "--json"], capsys)
+            assert 0 == code, err
+            assert said in " ".join(json.loads(out)["architecture"]["derived"])
 
     def test_sparse_mla_names_its_indexer(self, capsys):
         """DeepSeek-V3.2: 61 x (576 x 2 + 132) = 78,324 B a token; the 'how' said layers x latent x bytes (70,272)

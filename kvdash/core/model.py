@@ -305,6 +305,23 @@ def text_class_name(cfg: dict[str, Any]) -> str:
         return class_name(cfg.get("model_type"))
 
 
+def text_model_type(cfg: dict[str, Any]) -> Any:
+    """The text model's ``model_type``: its ``text_config``'s own, or, for a ``text_config`` that names none, the
+    type of the class the outer config reads it with (Gemma3Config: ``gemma3_text``, as :func:`text_class_name`
+    names the class); the config's own without a ``text_config``."""
+    inner = cfg.get("text_config")
+    if not isinstance(inner, dict):
+        return cfg.get("model_type")
+    if inner.get("model_type"):
+        return inner["model_type"]
+    try:
+        from transformers import CONFIG_MAPPING
+
+        return str(CONFIG_MAPPING[str(cfg.get("model_type"))].sub_configs["text_config"].model_type)
+    except Exception:  # noqa: BLE001 - a type the library does not know: none to name
+        return None
+
+
 def library_defaults(raw: Any, cfg: dict[str, Any]) -> list[str]:
     """Each field kvdash reads that ``raw`` (config.json as written) leaves out and transformers' config class
     filled in, named with the class: ``hidden_size 4,096: transformers' LlamaConfig default``."""
@@ -347,7 +364,7 @@ def derived_figures(cfg: Any, heads: int, head_dim: int, kv_heads: int, hidden: 
             out.append(f"head_dim {head_dim} derived as hidden_size {hidden:,} / "
                        f"num_attention_heads {heads} (config.json has no head_dim)"
                        if hidden else f"head_dim {head_dim} (config.json has neither head_dim nor hidden_size)")
-    kind = text.get("model_type")
+    kind = text_model_type(cfg)  # a text_config without its model_type: the type the outer config reads it as
     if kind == "gemma3_text" and text.get("sliding_window") and text.get("layer_types") is None \
             and text.get("sliding_window_pattern") is None:  # the layer mix rests on the class's default
         out.append("layer pattern: every 6th layer full, the rest sliding (transformers' Gemma3TextConfig default "
