@@ -205,6 +205,22 @@ def test_a_stale_exporter_reading_is_left_out_of_totals():
     for table in once_tables(fleet)[0]:
         Console(file=buf, width=200).print(table)
     assert "STALE 409 s old" in buf.getvalue() and "0 (+1 down/stale)" in buf.getvalue()
+    # the fleet tree's line ends at the engine's pool: kvdash's beside it (in `v`) ran it past 80 columns (86
+    # characters, the tree's guide and scroll bar taking 4 more), and it is out of every total
+    from kvdash.render.fleet_view import engine_line
+
+    line = engine_line(fleet["engines"][0]).plain
+    assert "kvdash" not in line and len(line) <= 76, line
+    assert line == "exporter :8000 #0 STALE 409 s old  42.0% r12 w4 pool 2,837,216", line  # the engine's port
+    from tests.promfixture import fleet_results
+
+    results = fleet_results(1, 8)  # a host of 8 H200s (DCGM) whose engine Prometheus reads through its exporter
+    results["engines"] = [Series({**s.labels, "hostname": "gpu-node-001"}, s.value)
+                          for s in exporter_series(PAGES / "vllm-0.33.0-tp1.prom")]
+    (live,) = build_fleet(results, LiveConfig(model="llama-3.1-8b", tp=1))["engines"]
+    line = engine_line(live).plain  # up, compared with kvdash's pool on the host's GPU: within 76 columns
+    assert line == f"exporter :8000 #0  42.0% r12 w4 pool 2,837,216 kvdash {live['kvdash_tokens']:,} " \
+                   f"({live['difference_tokens']:+,})" and len(line) <= 76, line
 
 
 def test_an_engine_of_another_model_is_not_comparable():

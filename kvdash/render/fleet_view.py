@@ -75,16 +75,29 @@ def gpu_line(g: dict[str, Any]) -> Text:
     return out
 
 
+def _port(address: str) -> str:
+    """``8000`` of ``10.0.0.5:8000`` or ``http://localhost:8000/``; the address itself when it names no port."""
+    rest = address.split("://", 1)[-1].split("/", 1)[0]
+    return rest.rsplit(":", 1)[-1] if ":" in rest else rest
+
+
 def engine_line(e: dict[str, Any]) -> Text:
-    """``vllm :8000 #0 42.1% r12 w3 pool 1,448,208 kvdash 1,234,567 (+213,641)``."""
-    where = e["instance"].rsplit(":", 1)[-1] if ":" in e["instance"] else e["instance"]
-    out = Text(f"{e['kind']:<6} :{where}{' #' + e['engine'] if e['engine'] else ''} ", style="cyan")
+    """``vllm :8000 #0 42.1% r12 w3 pool 1,448,208 kvdash 1,234,567 (+213,641)``; a DOWN or STALE engine's line
+    ends at its pool (``vllm :8000 #0 STALE 409 s old 42.1% r12 w3 pool 1,448,208``).  An engine read through
+    ``kvdash exporter`` is named by its own port and pool (``exporter :8000 #0``), not the exporter's."""
+    if e["kind"] == "exporter":  # read through kvdash exporter: the engine's own port (its URL is the engine label)
+        where, tag = _port(e["engine"]), str(e.get("rank") or "")  # and its pool; the exporter's address is in `v`
+    else:
+        where, tag = _port(e["instance"]), e["engine"]
+    out = Text(f"{e['kind']:<6} :{where}{' #' + tag if tag else ''} ", style="cyan")
     state = e.get("state", "up")
     if state != "up":
         out.append(_state_text(e) + " ", style="bold red")
     out.append(f"{_pct(e['usage']):>6} r{e['running'] if e['running'] is not None else '-'} "
                f"w{e['waiting'] if e['waiting'] is not None else '-'} pool {_n(e['pool_tokens'])}",
                style="dim" if state != "up" else "")
+    if state != "up":  # out of every total: its pool beside kvdash's is in `v`, and the line fits 80 columns
+        return out
     if not e.get("comparable", True):
         if e.get("own_kvdash_tokens") is not None:  # against the pool of the model it serves
             out.append(f" own model {_n(e['own_kvdash_tokens'])} ({_signed(e.get('own_difference_tokens'))})",

@@ -44,10 +44,12 @@ FLEET_HELP = """[b]kvdash live --prometheus[/b]: hosts, GPUs and engines from Pr
 [b]p[/b]      pause / resume polling  [b]s[/b]  write the fleet as JSON
 [b]?[/b] / [b]h[/b]  this help          [b]q[/b] / [b]ctrl+c[/b]  quit
 
-Engine lines: one per pool (a vLLM engine, an SGLang DP rank): KV usage, running
-(r) and waiting (w) requests, the pool in tokens, kvdash's analytical pool for the
-host's GPUs and the difference; DOWN / STALE engines are out of the totals, and
-an engine of another model than kvdash's is "not comparable"."""
+Engine lines: one per pool (a vLLM engine, an SGLang DP rank): KV usage,
+running (r) and waiting (w) requests, the pool in tokens, kvdash's
+analytical pool for the host's GPUs and the difference; DOWN / STALE
+engines are out of the totals (their line ends at the pool), an engine
+of another model than kvdash's is "not comparable", and one read through
+kvdash exporter is "exporter :PORT", its port."""
 
 
 class FleetHelp(HelpScreen):
