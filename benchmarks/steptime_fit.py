@@ -724,25 +724,69 @@ def simulate_all(rows: list[dict[str, str]], per_user: int, spread: float, jobs:
     return sims, skipped
 
 
+SERIES_KEY = ("model_path", "system", "backend_version", "gemm_quant_mode", "tp_size", "attention_dp_size",
+              "moe_ep_size", "isl", "osl")
+
+
+def cliff_series(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, dict[str, Any]],
+                 coef: np.ndarray, predict_s: Callable[..., float] = predict
+                 ) -> dict[tuple[str, ...], list[tuple[int, float, float, str]]]:
+    """The concurrency series of these rows (one series: a model, GPU, engine version, precision, parallelism and
+    ISL / OSL): (users, measured TTFT ms, kvdash TTFT ms, row id) of each row."""
+    series: dict[tuple[str, ...], list[tuple[int, float, float, str]]] = defaultdict(list)
+    for i in ids:
+        r = by_id[i]
+        series[tuple(r[k] for k in SERIES_KEY)].append(
+            (users(r), float(r["silicon_ttft_ms"]), predict_s(sims[i]["ttft_f"], coef, True) * 1000, i))
+    return series
+
+
 def cliff_counts(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, dict[str, Any]],
                  coef: np.ndarray, predict_s: Callable[..., float] = predict) -> tuple[int, int, int]:
     """(cliffs measured, predicted at the same step, predicted where none was measured) over the concurrency
-    series of these rows (one series: a model, GPU, engine version, precision, parallelism and ISL / OSL)."""
-    series: dict[tuple[str, ...], list[tuple[int, float, float]]] = defaultdict(list)
-    for i in ids:
-        r = by_id[i]
-        key = tuple(r[k] for k in ("model_path", "system", "backend_version", "gemm_quant_mode", "tp_size",
-                                   "attention_dp_size", "moe_ep_size", "isl", "osl"))
-        series[key].append((users(r), float(r["silicon_ttft_ms"]),
-                            predict_s(sims[i]["ttft_f"], coef, True) * 1000))
+    series of these rows (:func:`cliff_series`)."""
     measured = hit = false = 0
-    for pts in series.values():
-        m = cliffs([(c, t) for c, t, _ in pts])
-        p = cliffs([(c, t) for c, _, t in pts])
+    for pts in cliff_series(ids, by_id, sims, coef, predict_s).values():
+        m = cliffs([(c, t) for c, t, _, _ in pts])
+        p = cliffs([(c, t) for c, _, t, _ in pts])
         measured += len(m)
         hit += len(m & p)
         false += len(p - m)
     return measured, hit, false
+
+
+def cliff_table(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, dict[str, Any]],
+                coef: np.ndarray) -> list[str]:
+    """Every concurrency series with a cliff, measured or predicted: the step of each (its users), the TTFT of the
+    step before it and at it, measured and kvdash's, and the room kvdash's pool gives (requests at full length,
+    every attention data-parallel rank): a cliff at fewer users than that room is not the pool's as kvdash sizes
+    it."""
+    out = ["| set | series (model, GPU, weights, TP / attention DP / EP, ISL / OSL, vLLM) | users | measured TTFT ms "
+           "| kvdash TTFT ms | kvdash room | cliff |", "|---|---|---:|---:|---:|---:|---|"]
+    for key, pts in sorted(cliff_series(ids, by_id, sims, coef).items()):
+        m = cliffs([(c, t) for c, t, _, _ in pts])
+        p = cliffs([(c, t) for c, _, t, _ in pts])
+        steps = sorted(m | p)
+        if not steps:
+            continue
+        by_users: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
+        for c, t, k, i in pts:
+            by_users[c].append((t, k, i))
+        order = sorted(by_users)
+        model, system, version, quant, tp, dp, ep, isl, osl = key
+        r0 = by_id[pts[0][3]]
+        label = "calibration" if model in CALIBRATION else "validation"
+        name = (f"{model.split('/')[-1]}, {system.split('_')[0].upper()}, {quant or r0['precision'] or 'not given'}, "
+                f"{tp} / {dp or 1} / {ep or 1}, {int(isl):,} / {int(osl):,}, {version or 'not given'}")
+        mean = {u: (float(np.mean([x[0] for x in v])), float(np.mean([x[1] for x in v]))) for u, v in by_users.items()}
+        for c in steps:
+            before = order[order.index(c) - 1]
+            room = sims[by_users[c][0][2]]["capacity"] * setup(by_id[by_users[c][0][2]])["dp"]
+            verdict = ("predicted at the same step" if c in m and c in p else "missed" if c in m
+                       else "false (none measured)")
+            out.append(f"| {label} | {name} | {before} -> {c} | {mean[before][0]:,.0f} -> {mean[c][0]:,.0f} | "
+                       f"{mean[before][1]:,.0f} -> {mean[c][1]:,.0f} | {room:,} | {verdict} |")
+    return out
 
 
 def pair_rank(t: tuple[float, float, float, float, int, int, int]) -> tuple[float, ...]:
@@ -1038,6 +1082,11 @@ def main() -> None:
                        "(named after the largest errors were seen: a reading, not the headline):", ""]
                     + doubted_table([i for i in sims if by_id[i]["model_path"] in VALIDATION], by_id, sims, coef)
                     + (["", *floor_lines] if below or waited else [])
+                    + ["", "Every capacity cliff (a TTFT jump of 5x or more between consecutive concurrencies), "
+                       "measured or predicted, with the room kvdash's pool gives at full length (`cliff_table`): a "
+                       "measured cliff at fewer users than that room is one kvdash's pool does not explain as sized "
+                       "(the runs' --kv-cache-dtype and memory settings are not in the data):", ""]
+                    + cliff_table(list(sims), by_id, sims, coef)
                     + ["", "The data's own repeatability: configurations (model, GPU, formats, parallelism, lengths, "
                        "concurrency) measured under two engine versions, and how far the two runs' figures differ "
                        "(|a - b| / ((a + b) / 2), a version's repeated rows averaged; `version_pairs`, no kvdash "

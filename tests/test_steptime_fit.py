@@ -618,3 +618,36 @@ def test_the_link_fit_recovers_the_constants_that_made_the_rows():
         by_id[i]["silicon_ttft_ms"] = str(1000 * link_predict(s["ttft_f"], truth, True))
     got = fit_links(linked, by_id, list(linked))
     assert got == pytest.approx(truth, rel=1e-6, abs=1e-9)
+
+
+def test_cliff_table_names_each_step_with_kvdash_room():
+    """Rule (steptime_fit.cliff_table): a series' cliff is a TTFT jump of 5x or more between consecutive user
+    counts; each measured or predicted one is a row with the step, the TTFT before and at it (measured, kvdash's;
+    repeated rows of one user count averaged) and the room kvdash's pool gives.  Llama-3.1-70B fp8 on one H200,
+    8,192 / 1,024 tokens (room 38 full requests): measured 3,000 and 3,200 ms at 32 users (mean 3,100) -> 40,000 at
+    64 (12.9x, a cliff); kvdash 2,500 -> 9,000 (3.6x, none): missed.  At 16 -> 32 kvdash jumps 400 -> 2,500 (6.25x)
+    where the measured 2,000 -> 3,100 does not: a false cliff."""
+    import csv
+
+    import numpy as np
+
+    from benchmarks import steptime_fit as sf
+
+    with (sf.DATA / "silicon_vllm_agg.csv").open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["model_path"] == "meta-llama/Llama-3.1-70B"
+                and r["system"] == "h200_sxm" and r["tp_size"] == "1" and r["isl"] == "8192"
+                and r["osl"] == "1024" and sf.users(r) in (16, 32, 64)]
+    assert sorted(sf.users(r) for r in rows) == [16, 32, 64]
+    pick = {16: (2_000, [400]), 32: (3_000, [2_500]), 64: (40_000, [9_000])}
+    by_id, sims = {}, {}
+    for r in rows:
+        u = sf.users(r)
+        by_id[r["id"]] = {**r, "silicon_ttft_ms": str(pick[u][0])}
+        sims[r["id"]] = {"ttft_f": np.array([0, 0, 0, 0, 0, 0, pick[u][1][0] / 1000]), "capacity": 38}
+    at32 = next(r["id"] for r in rows if sf.users(r) == 32)
+    by_id["twin"] = {**by_id[at32], "id": "twin", "silicon_ttft_ms": "3200"}  # a repeat at 32 users
+    sims["twin"] = dict(sims[at32])
+    table = sf.cliff_table(list(by_id), by_id, sims, np.zeros(7))
+    name = "| calibration | Llama-3.1-70B, H200, fp8, 1 / 1 / 1, 8,192 / 1,024, not given |"
+    assert table[2:] == [f"{name} 16 -> 32 | 2,000 -> 3,100 | 400 -> 2,500 | 38 | false (none measured) |",
+                         f"{name} 32 -> 64 | 3,100 -> 40,000 | 2,500 -> 9,000 | 38 | missed |"]
