@@ -110,6 +110,17 @@ def test_gpu_without_figures_is_refused():
         gpu_perf("l4")
 
 
+def test_an_unknown_gpu_is_refused_with_the_presets_the_time_model_can_use():
+    """gpu_perf of a name that is no preset: one InputError naming it and listing the presets with bandwidth and
+    FLOP/s figures (H100, H200, B200 among them; L4, which has none, not), never a TypeError from the message."""
+    with pytest.raises(InputError) as caught:
+        gpu_perf("h900")
+    text = str(caught.value)
+    assert "'h900'" in text and "expected a GPU preset with bandwidth and FLOP/s figures: " in text
+    listed = text.split("FLOP/s figures: ", 1)[1].split(", ")
+    assert {"b200", "h100-80gb", "h200"} <= set(listed) and "l4" not in listed
+
+
 # --- the simulator in seconds --------------------------------------------------------------------
 
 def _llama8b(blocks: int | None = None):
@@ -864,6 +875,15 @@ def test_blackwell_gpus_take_their_own_c_flop():
     mc, _, _ = _llama8b()
     x = features(mc, gpu_perf("b200"), 512, 0, 0, 0)
     assert step_seconds(x, c.on("b200")) - step_seconds(x, c) == pytest.approx(x[1] * (2.0 - 1.0))
+    # what the constants say of themselves: c_flop 1.25 on a Blackwell GPU reached 100 / 1.25 = 80 % of the
+    # datasheet; taken back to another GPU, the Hopper figure and the text before the Blackwell clause come back
+    named = Constants(1.0, 1.0, 0.0, 0.0, 0.0, fitted_on="fit X", c_flop_blackwell=1.25)
+    on_b200 = named.on("b200")
+    assert on_b200.fitted_on == ("fit X; c_flop 1.25 on a Blackwell GPU (its calibration rows reached 80 % of the "
+                                 "datasheet FLOP/s)")
+    back = on_b200.on("h200")
+    assert (back.c_flop, back.fitted_on, back.c_flop_blackwell) == (1.0, "fit X", 1.25)
+    assert on_b200.on("b300") == on_b200
 
 
 def test_slo_input_errors_say_what_is_wrong(capsys):
