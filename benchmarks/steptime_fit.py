@@ -45,7 +45,6 @@ import re
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -549,8 +548,10 @@ def nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def predict(f: np.ndarray, c: np.ndarray, ttft: bool = False) -> float:
     """Seconds from a row's split features (:func:`by_generation`) and the constants ``c`` (c_mem, c_flop, c_step,
-    c_layer, c_allreduce, c_flop_blackwell, c_request)."""
-    return float(f[:6] @ c[:6] + f[6] + (c[6] if ttft else 0.0))
+    c_layer, c_allreduce, c_flop_blackwell, c_request): every feature but the last (the fixed seconds) times its
+    constant, the fixed seconds, and the last constant (c_request) on a TTFT.  A reading with more feature columns
+    before the fixed seconds (``steptime_readings.py``) has as many more constants before c_request."""
+    return float(f[:-1] @ c[:-1] + f[-1] + (c[-1] if ttft else 0.0))
 
 
 def blackwell(row: dict[str, str]) -> bool:
@@ -674,8 +675,11 @@ def mix_ttft(sims: dict[str, dict[str, Any]], in_step: float) -> None:
         s["ttft_f"] = (1 - in_step) * s["ttft_steady_f"] + in_step * s["ttft_burst_f"]
 
 
-def fit(sims: dict[str, dict[str, Any]], by_id: dict[str, dict[str, str]], cal: list[str]) -> np.ndarray:
-    """The constants: non-negative least squares of the calibration rows' relative TPOT and TTFT errors."""
+def fit(sims: dict[str, dict[str, Any]], by_id: dict[str, dict[str, str]], cal: list[str],
+        floor: np.ndarray | None = None) -> np.ndarray:
+    """The constants: non-negative least squares of the calibration rows' relative TPOT and TTFT errors, each at
+    least its ``floor`` (default: c_mem and both c_flop at least 1, see below; a reading with more feature columns
+    gives one a column, c_request last)."""
     A, b = [], []
     for i in cal:
         r, s = by_id[i], sims[i]
@@ -684,13 +688,14 @@ def fit(sims: dict[str, dict[str, Any]], by_id: dict[str, dict[str, str]], cal: 
         ttft_w = 0.0 if s["preemptions"] else TTFT_WEIGHT
         for f, m, w, req in ((s["tpot_f"], float(r["silicon_tpot_ms"]) / 1000, 1.0, 0.0),
                              (s["ttft_f"], float(r["silicon_ttft_ms"]) / 1000, ttft_w, 1.0)):
-            A.append(w * np.append(f[:6], req) / m)
-            b.append(w * (1 - f[6] / m))
+            A.append(w * np.append(f[:-1], req) / m)
+            b.append(w * (1 - f[-1] / m))
     # (ttft weight 0.5: the benchmark's TTFT depends on how clients start, which the data does not say)
     A_, b_ = np.asarray(A), np.asarray(b)
     # physical bounds: no GPU beats its spec bandwidth or FLOP/s, so c_mem >= 1 and c_flop >= 1 (fitted as
     # 1 + a non-negative excess)
-    floor = np.array([1.0, 1.0, 0, 0, 0, 1.0, 0]) if PHYSICAL else np.zeros(7)
+    if floor is None:
+        floor = np.array([1.0, 1.0, 0, 0, 0, 1.0, 0]) if PHYSICAL else np.zeros(7)
     return nnls(A_, b_ - A_ @ floor) + floor
 
 
@@ -729,24 +734,23 @@ SERIES_KEY = ("model_path", "system", "backend_version", "gemm_quant_mode", "tp_
 
 
 def cliff_series(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, dict[str, Any]],
-                 coef: np.ndarray, predict_s: Callable[..., float] = predict
-                 ) -> dict[tuple[str, ...], list[tuple[int, float, float, str]]]:
+                 coef: np.ndarray) -> dict[tuple[str, ...], list[tuple[int, float, float, str]]]:
     """The concurrency series of these rows (one series: a model, GPU, engine version, precision, parallelism and
     ISL / OSL): (users, measured TTFT ms, kvdash TTFT ms, row id) of each row."""
     series: dict[tuple[str, ...], list[tuple[int, float, float, str]]] = defaultdict(list)
     for i in ids:
         r = by_id[i]
         series[tuple(r[k] for k in SERIES_KEY)].append(
-            (users(r), float(r["silicon_ttft_ms"]), predict_s(sims[i]["ttft_f"], coef, True) * 1000, i))
+            (users(r), float(r["silicon_ttft_ms"]), predict(sims[i]["ttft_f"], coef, True) * 1000, i))
     return series
 
 
 def cliff_counts(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, dict[str, Any]],
-                 coef: np.ndarray, predict_s: Callable[..., float] = predict) -> tuple[int, int, int]:
+                 coef: np.ndarray) -> tuple[int, int, int]:
     """(cliffs measured, predicted at the same step, predicted where none was measured) over the concurrency
     series of these rows (:func:`cliff_series`)."""
     measured = hit = false = 0
-    for pts in cliff_series(ids, by_id, sims, coef, predict_s).values():
+    for pts in cliff_series(ids, by_id, sims, coef).values():
         m = cliffs([(c, t) for c, t, _, _ in pts])
         p = cliffs([(c, t) for c, _, t, _ in pts])
         measured += len(m)
@@ -835,12 +839,10 @@ def check_counts(ap: argparse.ArgumentParser, per_user: int, jobs: int) -> None:
         ap.error(f"--jobs {jobs}: at least 1")
 
 
-def errors(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray,
-           predict_s: Callable[..., float] = predict) -> tuple[float, ...]:
-    """(TPOT MAPE %, TPOT mean signed %, TTFT MAPE %, TTFT median signed %) of these rows (``predict_s``: seconds
-    from a row's features and the constants, :func:`predict` or a reading's own)."""
-    pt = [predict_s(sims[i]["tpot_f"], coef) * 1000 for i in ids]
-    pf = [predict_s(sims[i]["ttft_f"], coef, True) * 1000 for i in ids]
+def errors(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray) -> tuple[float, ...]:
+    """(TPOT MAPE %, TPOT mean signed %, TTFT MAPE %, TTFT median signed %) of these rows."""
+    pt = [predict(sims[i]["tpot_f"], coef) * 1000 for i in ids]
+    pf = [predict(sims[i]["ttft_f"], coef, True) * 1000 for i in ids]
     mt = [float(by_id[i]["silicon_tpot_ms"]) for i in ids]
     mf = [float(by_id[i]["silicon_ttft_ms"]) for i in ids]
     return (mape(pt, mt), 100 * float(np.mean(np.array(pt) / mt - 1)), mape(pf, mf),

@@ -40,7 +40,6 @@ import argparse
 import csv
 import os
 import sys
-from collections.abc import Callable
 from multiprocessing import Pool as Processes
 from pathlib import Path
 from typing import Any
@@ -219,36 +218,15 @@ LINK_FLOOR = np.array([1.0, 1.0, 0, 0, 0, 1.0, 1.0, 1.0, 0])  # c_mem, both c_fl
 
 
 def fit_links(sims: dict[str, dict[str, Any]], by_id: dict[str, dict[str, str]], cal: list[str]) -> np.ndarray:
-    """steptime_fit.fit with the two link columns of :func:`with_links`: nine constants (c_mem, c_flop, c_step,
-    c_layer, c_allreduce, c_flop on Blackwell, the Hopper and Blackwell link coefficients, c_request), the same
-    weights and physical floors."""
-    A, b = [], []
-    for i in cal:
-        r, s = by_id[i], sims[i]
-        ttft_w = 0.0 if s["preemptions"] else sf.TTFT_WEIGHT
-        for f, m, w, req in ((s["tpot_f"], float(r["silicon_tpot_ms"]) / 1000, 1.0, 0.0),
-                             (s["ttft_f"], float(r["silicon_ttft_ms"]) / 1000, ttft_w, 1.0)):
-            A.append(w * np.append(f[:8], req) / m)
-            b.append(w * (1 - f[8] / m))
-    A_, b_ = np.asarray(A), np.asarray(b)
-    return sf.nnls(A_, b_ - A_ @ LINK_FLOOR) + LINK_FLOOR
+    """steptime_fit.fit on :func:`with_links`' nine features: nine constants (c_mem, c_flop, c_step, c_layer,
+    c_allreduce, c_flop on Blackwell, the Hopper and Blackwell link coefficients, c_request), the same weights and
+    physical floors, the links' at 1 too; steptime_fit.predict reads them."""
+    return sf.fit(sims, by_id, cal, LINK_FLOOR)
 
 
-def link_predict(f: np.ndarray, c: np.ndarray, ttft: bool = False) -> float:
-    """Seconds from :func:`with_links`' nine features and :func:`fit_links`' nine constants."""
-    return float(f[:8] @ c[:8] + f[8] + (c[8] if ttft else 0.0))
-
-
-def link_summary(label: str, ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str, dict[str, Any]],
-                 coef: np.ndarray) -> str:
-    """:func:`summary`'s line for the link-by-generation fit (its nine features and constants)."""
-    return summary(label, ids, by_id, sims, coef, link_predict)
-
-
-def summary(label: str, ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray,
-            predict_s: Callable[..., float] = sf.predict) -> str:
-    e = sf.errors(ids, by_id, sims, coef, predict_s)
-    meas, hit, false = sf.cliff_counts(ids, by_id, sims, coef, predict_s)
+def summary(label: str, ids: list[str], by_id: dict[str, dict[str, str]], sims: dict, coef: np.ndarray) -> str:
+    e = sf.errors(ids, by_id, sims, coef)
+    meas, hit, false = sf.cliff_counts(ids, by_id, sims, coef)
     return f"| {label} | {len(ids)} | {e[0]:.1f} | {e[1]:+.1f} | {e[2]:.1f} | {e[3]:+.1f} | {hit} of {meas} ({false}) |"
 
 
@@ -296,11 +274,9 @@ def main() -> int:
                                                                  for i in base], chunksize=8) if h is not None}
         linked = with_links(raw, half, by_id, args.in_step)
         coef_l = fit_links(linked, by_id, [i for i in cal if i in linked])
-        print(link_summary("calibration, links by GPU generation", [i for i in cal if i in linked], by_id, linked,
-                           coef_l))
+        print(summary("calibration, links by GPU generation", [i for i in cal if i in linked], by_id, linked, coef_l))
         print(summary("validation, the time model", val, by_id, base, coef))
-        print(link_summary("validation, links by GPU generation", [i for i in val if i in linked], by_id, linked,
-                           coef_l))
+        print(summary("validation, links by GPU generation", [i for i in val if i in linked], by_id, linked, coef_l))
         print(f"\nlinks by GPU generation: c_mem {coef_l[0]:.4g}, c_flop {coef_l[1]:.4g} (Blackwell {coef_l[5]:.4g}), "
               f"c_layer {coef_l[3] * 1e6:.4g} us, c_allreduce {coef_l[4] * 1e6:.4g} us, c_request "
               f"{coef_l[8] * 1e3:.4g} ms, link coefficient Hopper {coef_l[6]:.4g}, Blackwell {coef_l[7]:.4g} "

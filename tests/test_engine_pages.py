@@ -221,6 +221,10 @@ def test_a_stale_exporter_reading_is_left_out_of_totals():
     line = engine_line(live).plain  # up, compared with kvdash's pool on the host's GPU: within 76 columns
     assert line == f"exporter :8000 #0  42.0% r12 w4 pool 2,837,216 kvdash {live['kvdash_tokens']:,} " \
                    f"({live['difference_tokens']:+,})" and len(line) <= 76, line
+    # --once names it alike (it said "exporter :9847 #localhost:8000": the exporter's port, then the engine's URL)
+    buf = StringIO()
+    Console(file=buf, width=200).print(once_tables({**fleet, "engines": [live]})[0][1])
+    assert "exporter :8000 #0" in buf.getvalue() and "9847" not in buf.getvalue()
 
 
 def test_an_engine_of_another_model_is_not_comparable():

@@ -309,6 +309,18 @@ class TestDerivedLabelled:
         assert "layer pattern" not in model_line("gemma-3-1b-it")
         assert "every 4th layer full (no RoPE), the rest chunked" in model_line("llama-4-scout-17b-16e-instruct")
 
+    def test_a_model_without_cache_layers_is_refused_by_what_it_lacks(self, tmp_path, capsys):
+        """Nemotron-H 56B with its hybrid_override_pattern made of MLP blocks only ("-" x 118): no layer holds KV or
+        state.  It was refused as '--pp: 1 is not allowed; at most the number of layers (0)', naming an option the
+        user never gave; now the config.json field and what is missing."""
+        cfg = json.loads((Path("tests/data/configs") / "nemotron-h-56b-base-8k" / "config.json").read_text())
+        cfg["hybrid_override_pattern"] = "-" * len(cfg["hybrid_override_pattern"])
+        (tmp_path / "config.json").write_text(json.dumps(cfg))
+        code, out, err = run(["calc", "--model", str(tmp_path)], capsys)
+        assert 2 == code and not out and len(err.strip().splitlines()) == 1
+        assert "config.json: num_hidden_layers: 118 is not allowed; no layer holds KV cache or state" in err
+        assert "--pp" not in err
+
     def test_a_text_config_without_its_model_type_still_names_the_default_layer_pattern(self, tmp_path, capsys):
         """Gemma 3 27B with its text_config's model_type left out: transformers reads the text_config as
         Gemma3TextConfig all the same (Gemma3Config.sub_configs), so the layer mix still rests on that class's

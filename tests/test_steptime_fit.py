@@ -585,13 +585,14 @@ def test_link_seconds_are_the_fixed_seconds_that_move_with_the_bandwidth():
 
 
 def test_the_link_fit_recovers_the_constants_that_made_the_rows():
-    """Rule (steptime_readings.with_links, fit_links): rows made by link_predict from known constants (c_mem 1.3,
-    c_flop 1.2, c_step 0, c_layer 50 us, c_allreduce 10 us, Blackwell c_flop 1.6, Hopper link 1.1, Blackwell link
-    3, c_request 15 ms) give those constants back; a Hopper row's link seconds go to the Hopper column and the
-    fixed seconds lose them, a Blackwell row's to the Blackwell column."""
+    """Rule (steptime_readings.with_links, fit_links): rows made by steptime_fit.predict from known constants
+    (c_mem 1.3, c_flop 1.2, c_step 0, c_layer 50 us, c_allreduce 10 us, Blackwell c_flop 1.6, Hopper link 1.1,
+    Blackwell link 3, c_request 15 ms) give those constants back; a Hopper row's link seconds go to the Hopper
+    column and the fixed seconds lose them, a Blackwell row's to the Blackwell column."""
     import numpy as np
 
-    from benchmarks.steptime_readings import fit_links, link_predict, with_links
+    from benchmarks.steptime_fit import predict
+    from benchmarks.steptime_readings import fit_links, with_links
 
     rng = np.random.default_rng(1)
     truth = np.array([1.3, 1.2, 0.0, 50e-6, 10e-6, 1.6, 1.1, 3.0, 0.015])
@@ -614,8 +615,8 @@ def test_the_link_fit_recovers_the_constants_that_made_the_rows():
     assert h[7] == 0.0 and h[6] == pytest.approx(raw["row0"]["tpot_f"][5]) and h[8] == pytest.approx(0.0)
     assert b[6] == 0.0 and b[7] > 0.0 and b[1] == 0.0 and b[5] > 0.0
     for i, s in linked.items():
-        by_id[i]["silicon_tpot_ms"] = str(1000 * link_predict(s["tpot_f"], truth))
-        by_id[i]["silicon_ttft_ms"] = str(1000 * link_predict(s["ttft_f"], truth, True))
+        by_id[i]["silicon_tpot_ms"] = str(1000 * predict(s["tpot_f"], truth))
+        by_id[i]["silicon_ttft_ms"] = str(1000 * predict(s["ttft_f"], truth, True))
     got = fit_links(linked, by_id, list(linked))
     assert got == pytest.approx(truth, rel=1e-6, abs=1e-9)
 

@@ -232,6 +232,10 @@ def from_hf_config(
                 built.append(Layer(kind, kv_heads=kv_heads, head_dim=head_dim, head_dim_v=head_dim_v,
                                    window=window if kind == "sliding" else 0))
         layers = tuple(built)
+    if not layers:  # e.g. a Nemotron-H hybrid_override_pattern of MLP blocks only ("-"): an engine keeps no KV
+        raise InputError(f"{where}: num_hidden_layers", n_layers,
+                         "no layer holds KV cache or state (the layer pattern names only MLP or other cache-free "
+                         "blocks): nothing for an engine to size")
     if kv_heads_check := [layer.kv_heads for layer in layers if layer.kind in ("full", "sliding", "chunked")]:
         if kv_heads_check[0] > heads:
             raise InputError(f"{where}: num_key_value_heads", kv_heads_check[0],

@@ -75,21 +75,45 @@ def gpu_line(g: dict[str, Any]) -> Text:
     return out
 
 
-def _port(address: str) -> str:
-    """``8000`` of ``10.0.0.5:8000`` or ``http://localhost:8000/``; the address itself when it names no port."""
-    rest = address.split("://", 1)[-1].split("/", 1)[0]
-    return rest.rsplit(":", 1)[-1] if ":" in rest else rest
+LOOPBACK = ("localhost", "::1")
+
+
+def engine_where(e: dict[str, Any]) -> tuple[str, str]:
+    """Where an engine line says the engine is, and its tag: ``(":8000", "0")`` for the vLLM engine 0 at
+    Prometheus' ``instance`` ``10.0.0.5:8000``; an engine read through ``kvdash exporter`` by its own address (the
+    exporter's ``engine`` label, the URL it reads) and its pool, not by the exporter's: ``":8000"`` for one on the
+    exporter's own host, else the address without its scheme (``"10.0.0.6:8000"``); the exporter's address is in
+    ``v``.
+
+    >>> engine_where({"kind": "vllm", "instance": "10.0.0.5:8000", "engine": "0"})
+    (':8000', '0')
+    >>> [engine_where({"kind": "exporter", "instance": "h:9847", "engine": url, "rank": "0"})[0]
+    ...  for url in ("localhost:8000", "http://127.0.0.1:8001/", "[::1]:8002", "http://10.0.0.6:8000",
+    ...              "https://gw.example/vllm", "http://[::1]", "not a url")]
+    [':8000', ':8001', ':8002', '10.0.0.6:8000', 'gw.example/vllm', ':80', 'not a url']
+    """
+    if e["kind"] != "exporter":
+        where = e["instance"].rsplit(":", 1)[-1] if ":" in e["instance"] else e["instance"]
+        return f":{where}", e["engine"]
+    label, tag = e["engine"], str(e.get("rank") or "")
+    from kvdash.netaddr import split_http_url
+
+    try:
+        parts = split_http_url(label)
+    except ValueError:
+        return label, tag
+    host = parts.hostname or ""
+    if host in LOOPBACK or host.startswith("127."):
+        return f":{parts.port or (443 if parts.scheme == 'https' else 80)}", tag
+    return (parts.netloc + parts.path).rstrip("/"), tag
 
 
 def engine_line(e: dict[str, Any]) -> Text:
     """``vllm :8000 #0 42.1% r12 w3 pool 1,448,208 kvdash 1,234,567 (+213,641)``; a DOWN or STALE engine's line
-    ends at its pool (``vllm :8000 #0 STALE 409 s old 42.1% r12 w3 pool 1,448,208``).  An engine read through
-    ``kvdash exporter`` is named by its own port and pool (``exporter :8000 #0``), not the exporter's."""
-    if e["kind"] == "exporter":  # read through kvdash exporter: the engine's own port (its URL is the engine label)
-        where, tag = _port(e["engine"]), str(e.get("rank") or "")  # and its pool; the exporter's address is in `v`
-    else:
-        where, tag = _port(e["instance"]), e["engine"]
-    out = Text(f"{e['kind']:<6} :{where}{' #' + tag if tag else ''} ", style="cyan")
+    ends at its pool (``vllm :8000 #0 STALE 409 s old 42.1% r12 w3 pool 1,448,208``); where the engine is:
+    :func:`engine_where`."""
+    where, tag = engine_where(e)
+    out = Text(f"{e['kind']:<6} {where}{' #' + tag if tag else ''} ", style="cyan")
     state = e.get("state", "up")
     if state != "up":
         out.append(_state_text(e) + " ", style="bold red")
@@ -210,9 +234,9 @@ def once_tables(fleet: dict[str, Any]) -> tuple[list[Table], str]:
     for col in ("host", "engine", "KV use", "run/wait", "engine", "kvdash", "diff"):
         engines.add_column(col, "left" if col in ("host", "engine") else "right", wrap=col in ("host", "engine"))
     for e in fleet["engines"]:
-        port = e["instance"].rsplit(":", 1)[-1] if ":" in e["instance"] else e["instance"]
+        where, tag = engine_where(e)
         state = _state_text(e)  # a down or stale engine's row is its last reading, said so (it read as live)
-        engines.add_row(e["host"], f"{e['kind']} :{port}{' #' + e['engine'] if e['engine'] else ''}"
+        engines.add_row(e["host"], f"{e['kind']} {where}{' #' + tag if tag else ''}"
                         + (f" {state}" if state else ""),
                         _pct(e["usage"]), f"{_n(e['running'])}/{_n(e['waiting'])}", _n(e["pool_tokens"]),
                         _n(e.get("kvdash_tokens")), _signed(e.get("difference_tokens")))
