@@ -293,26 +293,10 @@ def class_name(kind: Any) -> str:
         return f"config class for model_type {kind!s}"
 
 
-def text_class_name(cfg: dict[str, Any]) -> str:
-    """The config class whose defaults fill the text model's fields: its own ``model_type``'s, or, for a
-    ``text_config`` that names none, the class the outer config reads it with (Gemma3Config: Gemma3TextConfig)."""
-    inner = cfg.get("text_config")
-    if not isinstance(inner, dict):
-        return class_name(cfg.get("model_type"))
-    if inner.get("model_type"):
-        return class_name(inner["model_type"])
-    try:
-        from transformers import CONFIG_MAPPING
-
-        return str(CONFIG_MAPPING[str(cfg.get("model_type"))].sub_configs["text_config"].__name__)
-    except Exception:  # noqa: BLE001 - a name only
-        return class_name(cfg.get("model_type"))
-
-
 def text_model_type(cfg: dict[str, Any]) -> Any:
     """The text model's ``model_type``: its ``text_config``'s own, or, for a ``text_config`` that names none, the
-    type of the class the outer config reads it with (Gemma3Config: ``gemma3_text``, as :func:`text_class_name`
-    names the class); the config's own without a ``text_config``."""
+    type of the class the outer config reads it with (Gemma3Config: ``gemma3_text``); the config's own without a
+    ``text_config``; None where the library does not know the outer type."""
     inner = cfg.get("text_config")
     if not isinstance(inner, dict):
         return cfg.get("model_type")
@@ -324,6 +308,13 @@ def text_model_type(cfg: dict[str, Any]) -> Any:
         return str(CONFIG_MAPPING[str(cfg.get("model_type"))].sub_configs["text_config"].model_type)
     except Exception:  # noqa: BLE001 - a type the library does not know: none to name
         return None
+
+
+def text_class_name(cfg: dict[str, Any]) -> str:
+    """The config class whose defaults fill the text model's fields: that of :func:`text_model_type` (Gemma3Config's
+    text_config: Gemma3TextConfig), else the outer config's class."""
+    kind = text_model_type(cfg)
+    return class_name(kind if kind is not None else cfg.get("model_type"))
 
 
 def library_defaults(raw: Any, cfg: dict[str, Any]) -> list[str]:
