@@ -1290,3 +1290,39 @@ def test_a_model_given_by_its_dimensions_is_told_what_the_time_model_lacks(capsy
     code, _, err = run(["calc", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--gpu", "h100-80gb",
                         "--weights", "16GB", "--slo", "ttft=2s", "--brief"], capsys)
     assert 2 == code and "needs the model's hidden size besides its weight figure" in err and "(--weights)" not in err
+
+
+def test_decode_reads_full_window_and_state_bytes_and_prefill_pairs_by_layer_kind():
+    """Rules of the step model's per-token terms, each worked by hand (found untested by mutation):
+
+    - gpt-oss-120b (18 full + 18 sliding layers of window 128, 8 KV heads x head_dim 64, bf16: 2 x 8 x 64 x 2 =
+      2,048 B a layer, 36,864 B for each kind): a decode token after 1,000 reads 36,864 x 1,000 + 36,864 x 128 =
+      41,582,592 B.  Its query-key pair FLOPs: 2 x 18 layers x 64 query heads x (64 + 64) = 294,912 per kind.  A
+      prefill chunk of 50 after 100 tokens: full pairs 50 x 100 + 50 x 51 / 2 = 6,275, window pairs (queries 1-28
+      see at most 128) 28 x 100 + 28 x 29 / 2 + 22 x 128 = 6,022: 294,912 x (6,275 + 6,022) = 3,626,532,864 FLOPs,
+      and it reads the 100 prior tokens' KV, 36,864 x 100 x 2 = 7,372,800 B.
+    - Jamba-1.5-mini (28 Mamba-1 layers of d_inner 8,192, d_state 16, d_conv 4: (8,192 x 3 + 8,192 x 16) x 2 B =
+      311,296 B each, 8,716,288 a request; 4 attention layers of 2 x 8 x 128 x 2 B = 16,384 B a token): a decode
+      token after 10 reads 16,384 x 10 and its state read and written back, 2 x 8,716,288: 17,596,416 B.
+    - DeepSeek-V2-Lite's MLA (27 layers, 16 heads): decode attends absorbed, over (512 + 64) + 512 = 1,088 dims a
+      head (2 x 27 x 16 x 1,088 = 940,032 FLOPs a pair), prefill un-absorbed over qk_nope 128 + qk_rope 64 + v 128
+      = 320 (276,480)."""
+    from kvdash.core.steptime import causal_pairs, prefill_chunk_seconds
+
+    def published(name: str) -> dict:
+        return json.loads(Path(f"tests/data/configs/{name}/config.json").read_text())
+
+    oss = model_compute(_cfg("gpt-oss-120b"), from_hf_config(_cfg("gpt-oss-120b"), "g"), 1, "bf16")
+    assert (oss.kv_full_bytes, oss.kv_window_bytes, oss.window, oss.state_bytes) == (36_864, 36_864, 128, 0)
+    assert oss.kv_read_bytes(1_000) == 41_582_592 and oss.kv_read_bytes(100) == 7_372_800
+    assert oss.attn_pair_flops() == oss.attn_pair_flops(True) == (294_912, 294_912)
+    assert (causal_pairs(100, 50), causal_pairs(100, 50, window=128)) == (6_275, 6_022)
+    assert causal_pairs(200, 4, window=128) == 4 * 128  # every query past the window: 512
+    mem, comp = prefill_chunk_seconds(oss, 100, 50, oss.attn_pair_flops(True), 1.0, 1.0, lm_head_s=0.0)
+    assert (mem, comp) == (7_372_800, 3_626_532_864)
+    jamba = model_compute(published("jamba-1.5-mini"),
+                          from_hf_config(published("jamba-1.5-mini"), "j", weight_bytes=10**9), 1, "bf16")
+    assert (jamba.state_bytes, jamba.kv_full_bytes) == (8_716_288, 16_384)
+    assert jamba.kv_read_bytes(10) == 17_596_416
+    lite = model_compute(published("deepseek-v2-lite"), from_hf_config(published("deepseek-v2-lite"), "d"), 1, "bf16")
+    assert lite.attn_pair_flops() == (940_032, 0) and lite.attn_pair_flops(True) == (276_480, 0)
