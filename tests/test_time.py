@@ -1326,3 +1326,20 @@ def test_decode_reads_full_window_and_state_bytes_and_prefill_pairs_by_layer_kin
     assert jamba.kv_read_bytes(10) == 17_596_416
     lite = model_compute(published("deepseek-v2-lite"), from_hf_config(published("deepseek-v2-lite"), "d"), 1, "bf16")
     assert lite.attn_pair_flops() == (940_032, 0) and lite.attn_pair_flops(True) == (276_480, 0)
+
+
+def test_a_model_counted_from_its_weight_figure_reads_all_of_it_every_step():
+    """Rule (model_compute's fallback, for types whose parameters kvdash does not count, e.g. Jamba): a weight
+    figure of 1,000,000,000 B is 500,000,000 parameters at 2 B, every one read and multiplied each step, nothing
+    else: at TP 2, 250,000,000 parameters and 500,000,000 B a rank, resident and read; no experts, no LM head of
+    its own.  A weight format outside the table is one InputError listing the formats."""
+    cfg = json.loads(Path("tests/data/configs/jamba-1.5-mini/config.json").read_text())
+    arch = from_hf_config(cfg, "j", weight_bytes=10**9)
+    mc = model_compute(cfg, arch, 2, "bf16")
+    assert (mc.dense_params, mc.dense_weight_bytes, mc.weights_per_rank) == (250_000_000, 500_000_000, 500_000_000)
+    assert (mc.moe_layers, mc.experts, mc.top_k, mc.lm_head_params, mc.expert_bytes) == (0, 0, 0, 0, 0)
+    assert not mc.counted and "500,000,000 taken from the weight figure" in mc.basis[0]
+    with pytest.raises(InputError) as caught:
+        model_compute(cfg, arch, 2, "int8")
+    assert str(caught.value) == ("--weight-format: 'int8' is not allowed; expected one of: bf16, fp16, fp8, nvfp4, "
+                                 "mxfp4, int4_wo")
