@@ -1343,3 +1343,39 @@ def test_a_model_counted_from_its_weight_figure_reads_all_of_it_every_step():
         model_compute(cfg, arch, 2, "int8")
     assert str(caught.value) == ("--weight-format: 'int8' is not allowed; expected one of: bf16, fp16, fp8, nvfp4, "
                                  "mxfp4, int4_wo")
+
+
+def test_a_moe_models_dense_terms_and_resident_weights_worked_by_hand():
+    """Rule (model_compute's dense terms), Qwen1.5-MoE-A2.7B at TP 2, weights fp8 (1 B a parameter), worked from
+    its config.json: 24 layers of hidden 2,048; attention 4 x 2,048 x 2,048 = 16,777,216 a layer (16 KV heads of
+    128), 402,653,184 in all; a shared expert 3 x 2,048 x 5,632 a layer, 830,472,192; the router 60 x 2,048 a layer,
+    2,949,120, stored bf16 (2 B); 60 routed experts of 3 x 2,048 x 1,408 = 8,650,752 each (1,440 in all); the LM
+    head 151,936 x 2,048 = 311,164,928, bf16, and an untied embedding as large.
+
+    - parameters a token runs, per rank: (402,653,184 + 830,472,192 + 2,949,120 + 311,164,928) / 2 = 773,619,712,
+      all at the fp8 rate; with the attention kept bf16, 201,326,592 at bf16 and 572,293,120 at fp8;
+    - bytes read every step, per rank: (402,653,184 + 830,472,192 + 2,949,120 x 2) / 2 + 311,164,928 x 2 / 2 =
+      930,676,736 (bf16 attention: 402,653,184 / 2 more, 1,132,003,328);
+    - resident per rank: (311,164,928 x 2 x 2 + 402,653,184 + 836,370,432 + 1,440 x 8,650,752) / 2 = 7,470,383,104;
+    - 8 query heads a rank, one expert 4,325,376 B and parameters a rank."""
+    cfg = json.loads(Path("tests/data/configs/qwen1.5-moe-a2.7b/config.json").read_text())
+    arch = from_hf_config(cfg, "q")
+    mc = model_compute(cfg, arch, 2, "fp8")
+    assert (mc.dense_params, mc.dense_weight_bytes, mc.weights_per_rank) == (773_619_712, 930_676_736, 7_470_383_104)
+    assert mc.dense_rates == (("fp8", 773_619_712),) and mc.lm_head_params == 155_582_464
+    assert [a.q_heads for a in mc.attention] == [8] and (mc.expert_bytes, mc.expert_params) == (4_325_376, 4_325_376)
+    split = model_compute(cfg, arch, 2, "fp8", attention_weights="bf16")
+    assert split.dense_rates == (("bf16", 201_326_592), ("fp8", 572_293_120))
+    assert split.dense_weight_bytes == 1_132_003_328
+
+
+def test_mla_prefill_dims_fall_back_to_decode_where_the_config_lacks_them():
+    """Rule (model_compute, MLA): prefill runs un-absorbed at qk_nope + qk_rope and v_head_dim per head when
+    config.json names both; without v_head_dim it counts prefill at the decode dims (DeepSeek-V2-Lite: 940,032
+    FLOPs a pair either way), and without qk_nope_head_dim at qk_rope 64 + v 128 = 192 (2 x 27 x 16 x 192 =
+    165,888).  (Its parameters are not counted without those fields: a weight figure stands in.)"""
+    base = json.loads(Path("tests/data/configs/deepseek-v2-lite/config.json").read_text())
+    for drop, prefill in (("v_head_dim", 940_032), ("qk_nope_head_dim", 165_888)):
+        cfg = {k: v for k, v in base.items() if k != drop}
+        mc = model_compute(cfg, from_hf_config(cfg, "d", weight_bytes=31_000_000_000), 1, "bf16")  # not counted
+        assert (mc.attn_pair_flops(), mc.attn_pair_flops(True)) == ((940_032, 0), (prefill, 0)), drop
