@@ -1379,3 +1379,17 @@ def test_mla_prefill_dims_fall_back_to_decode_where_the_config_lacks_them():
         cfg = {k: v for k, v in base.items() if k != drop}
         mc = model_compute(cfg, from_hf_config(cfg, "d", weight_bytes=31_000_000_000), 1, "bf16")  # not counted
         assert (mc.attn_pair_flops(), mc.attn_pair_flops(True)) == ((940_032, 0), (prefill, 0)), drop
+
+
+def test_expert_parallel_ranks_hold_their_share_and_minimax_norm_reduces_start_at_tp_2():
+    """Rules (model_compute): with attention data parallelism the routed experts spread over all tp x dp GPUs.
+    Qwen1.5-MoE-A2.7B fp8 at TP 2 x DP 2: the 1,440 experts' 12,457,082,880 B over 4 GPUs, 3,114,270,720 a rank,
+    beside half the rest, (14,940,766,208 - 12,457,082,880) / 2 = 1,241,841,664: 4,356,112,384 resident; one
+    expert 8,650,752 / 4 = 2,162,688 B a rank.  MiniMax-M2.5's QK norm all-reduces across the TP ranks once a layer
+    (NORM_REDUCES): 62 a step at TP 2, none at TP 1."""
+    cfg = json.loads(Path("tests/data/configs/qwen1.5-moe-a2.7b/config.json").read_text())
+    mc = model_compute(cfg, from_hf_config(cfg, "q"), 2, "fp8", dp=2)
+    assert (mc.weights_per_rank, mc.expert_bytes) == (4_356_112_384, 2_162_688)
+    mm = json.loads(Path("tests/data/configs/minimax-m2.5/config.json").read_text())
+    arch = from_hf_config(mm, "m")
+    assert [model_compute(mm, arch, tp, "fp8").norm_reduces for tp in (1, 2)] == [0, 62]
