@@ -20,6 +20,7 @@ from kvdash.core.steptime import (
     gpu_perf,
     lm_head_seconds,
     model_compute,
+    moe_layer_terms,
     prefill_chunk_seconds,
     step_seconds,
 )
@@ -1393,3 +1394,23 @@ def test_expert_parallel_ranks_hold_their_share_and_minimax_norm_reduces_start_a
     mm = json.loads(Path("tests/data/configs/minimax-m2.5/config.json").read_text())
     arch = from_hf_config(mm, "m")
     assert [model_compute(mm, arch, tp, "fp8").norm_reduces for tp in (1, 2)] == [0, 62]
+
+
+def test_step_features_count_prefill_kv_window_pairs_and_every_dp_ranks_tokens():
+    """Rules (features, moe_layer_terms), each as a difference of two steps on an H200 (4.8 TB/s, bf16 989 TFLOP/s):
+    a prefill chunk's 7,372,800 B of prior KV add 7,372,800 / 4.8e12 s to the memory term; 6,022 window pairs of
+    gpt-oss-120b (294,912 FLOPs each at bf16, its KV being bf16) add 294,912 x 6,022 / 989e12 s to the compute
+    term.  With attention data parallelism each MoE layer's experts see every rank's tokens: Qwen1.5-MoE-A2.7B fp8
+    at TP 2 x DP 2, a step of 3 tokens a rank touches 60 x (1 - (1 - 4 / 60) ^ (3 x 2)) of its 60 experts."""
+    g = gpu_perf("h200")
+    oss = model_compute(_cfg("gpt-oss-120b"), from_hf_config(_cfg("gpt-oss-120b"), "g"), 1, "bf16")
+    base = features(oss, g, 64, 10**6, 0, 0)
+    more_kv = features(oss, g, 64, 10**6, 0, 0, prefill_kv_bytes=7_372_800)
+    windowed = features(oss, g, 64, 10**6, 0, 6_022)
+    assert more_kv[0] - base[0] == pytest.approx(7_372_800 / 4.8e12, rel=1e-9)
+    assert windowed[1] - base[1] == pytest.approx(294_912 * 6_022 / 989e12, rel=1e-9)
+    cfg = json.loads(Path("tests/data/configs/qwen1.5-moe-a2.7b/config.json").read_text())
+    mc = model_compute(cfg, from_hf_config(cfg, "q"), 2, "fp8", dp=2)
+    assert mc.touched_experts(6) == pytest.approx(60 * (1 - (1 - 4 / 60) ** 6))
+    mem, _ = moe_layer_terms(mc, g, 3)
+    assert mem == pytest.approx((mc.touched_experts(6) * 2_162_688 + mc.act_bytes / 24 * 3) / 4.8e12, rel=1e-12)
