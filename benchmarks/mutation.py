@@ -88,7 +88,8 @@ TARGETS: dict[str, list[str]] = {
     "kvdash/report/build.py": REPORT_TESTS,
     "kvdash/simulate/capacity.py": SIMULATE_TESTS,
     # the time model (issue 28): the step model's terms and the SLO search, against the time tests worked by hand
-    "kvdash/core/steptime.py": ["tests/test_time.py", "tests/test_steptime_fit.py", "tests/test_kv_dtype_auto.py"],
+    "kvdash/core/steptime.py": ["tests/test_time.py", "tests/test_steptime_fit.py", "tests/test_kv_dtype_auto.py",
+                                "tests/test_prefill_saved.py"],
     "kvdash/simulate/slo.py": ["tests/test_time.py", "tests/test_sweep_time.py"],
 }
 GOLDEN = "tests/test_reports_current.py"
