@@ -1414,3 +1414,19 @@ def test_step_features_count_prefill_kv_window_pairs_and_every_dp_ranks_tokens()
     assert mc.touched_experts(6) == pytest.approx(60 * (1 - (1 - 4 / 60) ** 6))
     mem, _ = moe_layer_terms(mc, g, 3)
     assert mem == pytest.approx((mc.touched_experts(6) * 2_162_688 + mc.act_bytes / 24 * 3) / 4.8e12, rel=1e-12)
+
+
+def test_attention_dp_adds_two_collectives_a_moe_layer_over_the_links():
+    """Rule (features, links): Qwen1.5-MoE-A2.7B fp8 at TP 2 x attention DP 4 on an H200 (NVLink 450 GB/s a
+    direction), a step of 10 tokens a rank: 2 all-reduces a layer (48) of 2 x (2 - 1) / 2 x 10 x 2,048 x 2 B each,
+    and 2 collectives a MoE layer (48) each bringing the other 3 ranks' 10 tokens of 2,048 x 2 B:
+    (48 x 40,960 + 48 x 3 x 40,960) B = 7,864,320 B over 450e9 B/s; 96 collectives in the latency count.  The link
+    seconds are the fixed seconds that a GPU without links does not have."""
+    from dataclasses import replace
+
+    cfg = json.loads(Path("tests/data/configs/qwen1.5-moe-a2.7b/config.json").read_text())
+    mc = model_compute(cfg, from_hf_config(cfg, "q"), 2, "fp8", dp=4)
+    g = gpu_perf("h200")
+    with_links, without = features(mc, g, 10, 0, 0, 0), features(mc, replace(g, link_bytes_per_s=0.0), 10, 0, 0, 0)
+    assert with_links[5] - without[5] == pytest.approx(7_864_320 / 450e9, rel=1e-12)
+    assert with_links[4] == without[4] == 96
