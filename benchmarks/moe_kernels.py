@@ -69,7 +69,7 @@ def one_layer(h: int, inter: int, experts: int, k: int, tp: int, fmt: str, rate:
         name="moe", tp=tp, layers=1, hidden=h, dense_weight_bytes=0.0, dense_params=0.0, moe_layers=1,
         experts=experts, top_k=k, expert_bytes=params * WEIGHT_BYTES[fmt] / tp, expert_params=params / tp,
         gemm=rate, attention=(), kv_full_bytes=0, kv_window_bytes=0, window=0, state_bytes=0,
-        act_bytes=expert_act_bytes(h, k, params, tp), expert_format=fmt)
+        act_bytes=expert_act_bytes(h, k, params, tp), expert_format=fmt, dp=1)  # one rank's tokens
 
 
 def points(base: Path, folder: str, key: str, source: str = f"vllm/{VERSION}",

@@ -242,7 +242,7 @@ class ModelCompute:
 
     def kv_read_bytes(self, context: Any) -> Any:
         """Bytes of KV one decode token with ``context`` tokens before it reads on this rank."""
-        return (self.kv_full_bytes * context + self.kv_window_bytes * f.imin(context, self.window or 1)
+        return (self.kv_full_bytes * context + self.kv_window_bytes * f.imin(context, self.window)
                 + 2 * self.state_bytes)
 
     def touched_experts(self, tokens: float) -> float:
