@@ -323,7 +323,7 @@ def _moe_shape(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) 
     return experts, width, shared, int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 1)
 
 
-def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights: str = "bf16",
+def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int, weights: str = "bf16",
                   experts_weights: str | None = None, kv_dtype: str = "bf16", scales: str = "tensor",
                   dp: int = 1, attention_weights: str | None = None) -> ModelCompute:
     """The per-rank figures of a model from its ``config.json`` (``text_config`` for multimodal ones)
@@ -358,7 +358,7 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int = 1, weights:
         # hybrids and other types kvdash does not count: every weight read each step, one FLOP pair per weight
         # byte pair (bf16); a MoE among them is overstated (all experts read)
         n = arch.weight_bytes // 2
-        parts = {"embedding": 0, "lm_head": 0, "attention": 0, "dense_mlp": n, "shared": 0, "router": 0,
+        parts = {"embedding": 0, "attention": 0, "dense_mlp": n, "shared": 0, "router": 0,
                  "experts_total": 0, "expert_params": 0, "moe_layers": 0, "experts": 0, "top_k": 0,
                  "hidden": arch.hidden_size, "vocab": 0}
         if weights not in ("bf16", "fp16") or experts_weights not in (None, "bf16", "fp16"):  # fp16: 2 B, as bf16
