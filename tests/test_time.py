@@ -1430,3 +1430,13 @@ def test_attention_dp_adds_two_collectives_a_moe_layer_over_the_links():
     with_links, without = features(mc, g, 10, 0, 0, 0), features(mc, replace(g, link_bytes_per_s=0.0), 10, 0, 0, 0)
     assert with_links[5] - without[5] == pytest.approx(7_864_320 / 450e9, rel=1e-12)
     assert with_links[4] == without[4] == 96
+
+
+def test_query_heads_split_over_the_tp_ranks_down_to_one():
+    """Rule (model_compute): each TP rank runs num_attention_heads / tp query heads.  Gemma-2B (8 heads of 256, one
+    KV head, 18 layers): 8 a rank at TP 1, 2 x 18 x 8 x (256 + 256) = 147,456 FLOPs a query-key pair; 1 a rank at
+    TP 8, 18,432."""
+    cfg = json.loads(Path("tests/data/configs/gemma-2b/config.json").read_text())
+    arch = from_hf_config(cfg, "g")
+    got = [model_compute(cfg, arch, tp, "bf16") for tp in (1, 8)]
+    assert [(m.attention[0].q_heads, m.attn_pair_flops()[0]) for m in got] == [(8, 147_456), (1, 18_432)]
