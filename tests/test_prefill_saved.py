@@ -16,7 +16,7 @@ from tests.cli_run import run
 MC = ModelCompute(name="toy", tp=1, layers=1, hidden=1, dense_weight_bytes=1000.0, dense_params=10.0, moe_layers=0,
                   experts=0, top_k=0, expert_bytes=0.0, expert_params=0.0, gemm="bf16",
                   attention=(AttentionKind(count=1, q_heads=1, qk_dim=1, v_dim=1, window=0),), kv_full_bytes=2,
-                  kv_window_bytes=0, window=0, state_bytes=0)
+                  kv_window_bytes=0, window=0, state_bytes=0, dense_rates=(("bf16", 10.0),))
 GPU = GPUPerf(key="toy", hbm_bytes_per_s=1000.0, flops={"bf16": 100.0}, link_bytes_per_s=0.0, source="test")
 C = Constants(c_mem=1.0, c_flop=1.0, c_step=0.5, c_layer=0.0, c_allreduce=0.0, c_request=0.25)
 

@@ -1391,6 +1391,9 @@ def test_expert_parallel_ranks_hold_their_share_and_minimax_norm_reduces_start_a
     cfg = json.loads(Path("tests/data/configs/qwen1.5-moe-a2.7b/config.json").read_text())
     mc = model_compute(cfg, from_hf_config(cfg, "q"), 2, "fp8", dp=2)
     assert (mc.weights_per_rank, mc.expert_bytes) == (4_356_112_384, 2_162_688)
+    # in bf16 (2 B a parameter, the router and LM head as before): the experts' 24,914,165,760 B over 4 GPUs beside
+    # half of 3,716,808,704: 6,228,541,440 + 1,858,404,352
+    assert model_compute(cfg, from_hf_config(cfg, "q"), 2, "bf16", dp=2).weights_per_rank == 8_086_945_792
     mm = json.loads(Path("tests/data/configs/minimax-m2.5/config.json").read_text())
     arch = from_hf_config(mm, "m")
     assert [model_compute(mm, arch, tp, "fp8").norm_reduces for tp in (1, 2)] == [0, 62]

@@ -224,8 +224,8 @@ class ModelCompute:
     layer_units: float = 0.0  # the per-layer fixed work in dense-layer equivalents (0: one per layer; see KERNELS)
     # the same where a measured kernel model times the routed experts (0: one per layer; see MLP_KERNELS)
     kernel_units: float = 0.0
-    # the dense linear parameters by the rate their GEMMs run at, ((kind, params per rank), ...); () : all of
-    # dense_params at ``gemm``
+    # the dense linear parameters by the rate their GEMMs run at, ((kind, params per rank), ...), summing to
+    # dense_params: the compute term reads these (() : none, as a rank of routed experts alone)
     dense_rates: tuple[tuple[str, float], ...] = ()
     act_bytes: float = 0.0  # MLP activation bytes written and read back per token on this rank (see model_compute)
     expert_format: str = ""  # the routed experts' weight format (WEIGHT_BYTES key); "" : no routed experts
@@ -515,12 +515,8 @@ def features(mc: ModelCompute, gpu: GPUPerf, tokens: float, decode_kv_bytes: flo
     mem = (mc.dense_weight_bytes + decode_kv_bytes + prefill_kv_bytes) / gpu.hbm_bytes_per_s + mc.moe_layers * moe_mem
     full, win = mc.attn_pair_flops()
     attn = full * pairs_full + win * pairs_window
-    if mc.dense_rates:
-        comp = (mc.moe_layers * moe_cmp
-                + sum(2 * p * tokens / gpu.rate(kind) for kind, p in mc.dense_rates) + attn / gpu.rate(mc.attn_rate))
-    else:
-        comp = (2 * mc.dense_params * tokens / gpu.rate(mc.gemm) + mc.moe_layers * moe_cmp
-                + attn / gpu.rate(mc.attn_rate))
+    comp = (mc.moe_layers * moe_cmp
+            + sum(2 * p * tokens / gpu.rate(kind) for kind, p in mc.dense_rates) + attn / gpu.rate(mc.attn_rate))
     reduces = 2 * mc.layers if mc.tp > 1 else 0
     link = 0.0
     if mc.tp > 1 and gpu.link_bytes_per_s:
