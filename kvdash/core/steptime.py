@@ -311,18 +311,6 @@ def prefill_chunk_seconds(mc: ModelCompute, prior: int, chunk: int, pair_flops: 
             (full_pp * causal_pairs(prior, chunk) + win_pp * pw) / flops_per_s - (chunk - 1) * lm_head_s)
 
 
-def _moe_shape(cfg: dict[str, Any], model_type: str, layer: int, n_layers: int) -> tuple[int, int, int, int] | None:
-    """(routed experts, width, shared width, experts per token) of a MoE layer (None: dense), from the
-    same rules :func:`kvdash.core.modeltypes.estimate_parameters` counts weights with."""
-    from kvdash.core.modeltypes import _moe
-
-    moe = _moe(cfg, model_type, layer, n_layers)
-    if moe is None:
-        return None
-    experts, width, shared = moe
-    return experts, width, shared, int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 1)
-
-
 def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int, weights: str = "bf16",
                   experts_weights: str | None = None, kv_dtype: str = "bf16", scales: str = "tensor",
                   dp: int = 1, attention_weights: str | None = None) -> ModelCompute:
@@ -467,9 +455,10 @@ def expert_act_bytes(hidden: int, top_k: int, expert_params: float, tp: int) -> 
 
 def moe_layer_terms(mc: ModelCompute, gpu: GPUPerf, tokens: Any) -> tuple[Any, Any]:
     """The routed experts of one MoE layer on this rank for a step of ``tokens`` tokens, at the spec figures:
-    (seconds to read the experts the tokens touch and move their activations, seconds of their GEMM FLOPs)."""
+    (seconds to read the experts the tokens touch and move their activations, seconds of their GEMM FLOPs); for a
+    model with MoE layers only (:func:`features` asks it only then)."""
     mem = (mc.touched_experts(tokens * mc.dp) * mc.expert_bytes
-           + mc.act_bytes / max(mc.moe_layers, 1) * tokens) / gpu.hbm_bytes_per_s
+           + mc.act_bytes / mc.moe_layers * tokens) / gpu.hbm_bytes_per_s
     return mem, 2 * mc.top_k * mc.expert_params * tokens / gpu.rate(mc.gemm)
 
 
