@@ -49,7 +49,8 @@ running (r) and waiting (w) requests, the pool in tokens, kvdash's
 analytical pool for the host's GPUs and the difference; DOWN / STALE
 engines are out of the totals (their line ends at the pool), an engine
 of another model than kvdash's is "not comparable", and one read through
-kvdash exporter is "exporter :PORT", its port."""
+kvdash exporter is named by its own address ("exporter :8000"; the
+exporter's is in v)."""
 
 
 class FleetHelp(HelpScreen):
