@@ -45,12 +45,11 @@ FLEET_HELP = """[b]kvdash live --prometheus[/b]: hosts, GPUs and engines from Pr
 [b]?[/b] / [b]h[/b]  this help          [b]q[/b] / [b]ctrl+c[/b]  quit
 
 Engine lines: one per pool (a vLLM engine, an SGLang DP rank): KV usage,
-running (r) and waiting (w) requests, the pool in tokens, kvdash's
-analytical pool for the host's GPUs and the difference; DOWN / STALE
-engines are out of the totals (their line ends at the pool), an engine
-of another model than kvdash's is "not comparable", and one read through
-kvdash exporter is named by its own address ("exporter :8000"; the
-exporter's is in v)."""
+running (r) and waiting (w) requests, the pool in tokens, kvdash's pool
+for the host's GPUs and the difference; DOWN / STALE engines are out of
+the totals (the line ends at the pool), another model's is "not
+comparable", and one read through kvdash exporter is named by its own
+address ("exporter :8000")."""
 
 
 class FleetHelp(HelpScreen):
