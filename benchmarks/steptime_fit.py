@@ -667,6 +667,12 @@ def fit_on_calibration(sims: dict[str, dict[str, Any]], by_id: dict[str, dict[st
     return fit(sims, by_id, [i for i in sims if by_id[i]["model_path"] in CALIBRATION])
 
 
+def room(row: dict[str, str], sim: dict[str, Any]) -> int:
+    """Requests at full length (isl + osl) the pools of every attention data-parallel rank hold: the simulated
+    rank's room times the ranks."""
+    return int(sim["capacity"]) * setup(row)["dp"]
+
+
 def mix_ttft(sims: dict[str, dict[str, Any]], in_step: float) -> None:
     """Each row's TTFT features: ``in_step`` of the round in step (the users' requests arriving together) and
     the rest out of step (the steady rounds)."""
@@ -785,11 +791,11 @@ def cliff_table(ids: list[str], by_id: dict[str, dict[str, str]], sims: dict[str
         mean = {u: (float(np.mean([x[0] for x in v])), float(np.mean([x[1] for x in v]))) for u, v in by_users.items()}
         for c in steps:
             before = order[order.index(c) - 1]
-            room = sims[by_users[c][0][2]]["capacity"] * setup(by_id[by_users[c][0][2]])["dp"]
+            held = room(by_id[by_users[c][0][2]], sims[by_users[c][0][2]])
             verdict = ("predicted at the same step" if c in m and c in p else "missed" if c in m
                        else "false (none measured)")
             out.append(f"| {label} | {name} | {before} -> {c} | {mean[before][0]:,.0f} -> {mean[c][0]:,.0f} | "
-                       f"{mean[before][1]:,.0f} -> {mean[c][1]:,.0f} | {room:,} | {verdict} |")
+                       f"{mean[before][1]:,.0f} -> {mean[c][1]:,.0f} | {held:,} | {verdict} |")
     return out
 
 
@@ -1065,7 +1071,7 @@ def main() -> None:
             r, s = by_id[i], sims[i]
             floor_lines.append(
                 f"| {r['id']} | {'calibration' if r['model_path'] in CALIBRATION else 'validation'} | "
-                f"{users(r)} | {in_flight(r):.1f} | {s['capacity'] * setup(r)['dp']:,} | "
+                f"{users(r)} | {in_flight(r):.1f} | {room(r, s):,} | "
                 f"{batch_caps(r)[0]:,} | {float(r['silicon_ttft_ms']):,.0f} | "
                 f"{predict(s['ttft_f'], coef, True) * 1000:,.0f} |")
     t = totals["cmp"]

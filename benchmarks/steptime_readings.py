@@ -209,8 +209,8 @@ def with_links(sims: dict[str, dict[str, Any]], scaled: dict[str, dict[str, Any]
             link = link_seconds(spec, half)
             g = sf.by_generation(spec, by_id[i])
             got[key] = np.array([*g[:6], 0.0 if bw else link, link if bw else 0.0, g[6] - link])
-        got["ttft_f"] = (1 - in_step) * got["ttft_f"] + in_step * got.pop("ttft_burst_f")
         out[i] = got
+    sf.mix_ttft(out, in_step)
     return out
 
 
