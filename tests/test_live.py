@@ -171,6 +171,41 @@ class TestDemoAndReplay:
         assert err.startswith(f"kvdash: error: --replay: '{bad}' is not allowed; line 1, line: 'not json")
         assert "expected one JSON object per line" in err
 
+    @pytest.mark.parametrize("args,expected", [
+        (["live", "--replay", "REC", "--once", "--seed", "8"],
+         "--seed: 8 is not allowed; seeds --demo or --simulate only: give one of them too"),
+        (["live", "--replay", "REC", "--once", "--gpus", "4"],
+         "--gpus: 4 is not allowed; shapes the --demo GPUs only: give --demo too"),
+        (["live", "--replay", "REC", "--json", "--engine-timeout", "3"],
+         "--engine-timeout: 3.0 is not allowed; bounds each read of --engine only: give --engine too"),
+        (["live", "--replay", "REC", "--once", "--interval", "2"],
+         "--interval: 2.0 is not allowed; read by the dashboard only, not with --once or --json"),
+        (["live", "--demo", "--json", "--snapshot-dir", "."],
+         "--snapshot-dir: '.' is not allowed; read by the dashboard only, not with --once or --json"),
+        (["record", "--out", "OUT", "--seed", "3"], "--seed: 3 is not allowed; seeds --demo only: give --demo too"),
+        (["exporter", "--once", "--gpus", "3"], "--gpus: 3 is not allowed; shapes the --demo GPUs only"),
+        (["exporter", "--once", "--demo", "--engine-timeout", "4"], "--engine-timeout: 4.0 is not allowed"),
+    ])
+    def test_an_option_this_run_does_not_read_is_refused(self, tmp_path, capsys, args, expected):
+        """``live --replay r --seed 8`` showed seed 7's recording and said nothing: an option the run does not
+        read is one line, exit 2 (typed at its default it changes nothing, and runs)."""
+        rec = tmp_path / "rec.jsonl"
+        assert 0 == run(["record", "--demo", "--count", "1", "--interval", "0.1", "--out", str(rec)], capsys)[0]
+        args = [str(rec) if a == "REC" else str(tmp_path / "out.jsonl") if a == "OUT" else a for a in args]
+        code, out, err = run(args, capsys)
+        assert (2, "") == (code, out) and err.startswith(f"kvdash: error: {expected}"), err
+        assert 1 == len(err.strip().splitlines()) and not (tmp_path / "out.jsonl").exists()
+        at_default = [a for a in args[:-1]] + [{"8": "7", "4": "8", "3": "7"}.get(args[-1], args[-1])]
+        if args[-2] in ("--seed", "--gpus") and args[0] == "live":
+            assert 0 == run(at_default, capsys)[0]  # the default typed out: read as not given
+
+    def test_seed_and_gpus_are_read_where_they_shape_a_run(self, tmp_path, capsys):
+        code, out, _ = run(["live", "--demo", "--once", "--seed", "9", "--gpus", "2"], capsys)
+        assert 0 == code and out.startswith("demo (seed 9)")
+        # the fleet view's --once reads --interval as its reading deadline (tests/test_hostile.py), so it is allowed
+        code, _, err = run(["live", "--prometheus", "http://127.0.0.1:9", "--once", "--interval", "0.5"], capsys)
+        assert 1 == code and "not allowed" not in err
+
 
 # --- engine metrics --------------------------------------------------------------------------
 

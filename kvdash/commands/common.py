@@ -160,6 +160,18 @@ def given(ctx: typer.Context, name: str) -> bool:
     return source is not None and source.name != "DEFAULT"
 
 
+def refuse_unread(ctx: typer.Context, names: tuple[str, ...], why: str) -> None:
+    """One line for the first of ``names`` (parameter names, in that order) given on the command line that this
+    run does not read: ``--seed 8`` beside ``--replay`` was dropped silently.  Its default typed out is harmless (it
+    would change nothing); a flag is shown as typed (not ``--clip: True``), a path as text (not ``PosixPath(...)``)."""
+    params = {p.name: p for p in ctx.command.params}
+    for name in names:
+        value = ctx.params.get(name)
+        if given(ctx, name) and value != params[name].default:
+            option = max(params[name].opts, key=len)
+            raise InputError(option, option if value is True else str(value) if isinstance(value, Path) else value, why)
+
+
 def check_engine_timeout(seconds: float) -> float:
     if not 0.1 <= seconds <= 60:
         raise InputError("--engine-timeout", seconds, "expected 0.1 to 60 seconds")

@@ -69,11 +69,12 @@ def exporter(
     """Publish GPU memory, kvdash's analytical KV pool and the engines' pools for Prometheus."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from kvdash.commands.live import live_config
+    from kvdash.commands.live import live_config, refuse_demo_unread
     from kvdash.exporter.collector import ExporterState, KvdashCollector
 
     check_interval(interval)
     check_engine_timeout(engine_timeout)
+    refuse_demo_unread(ctx, demo, engine)
     from kvdash.netaddr import check_url
     from kvdash.sources.engine import metrics_url
 

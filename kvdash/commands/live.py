@@ -41,6 +41,7 @@ from kvdash.commands.common import (
     parse_budget,
     parse_lengths,
     parse_max_file_size,
+    refuse_unread,
 )
 from kvdash.errors import InputError
 
@@ -126,6 +127,10 @@ def live(
     if simulate is not None and (once or as_json):
         raise InputError("--simulate", simulate, "the simulated block map is drawn in the dashboard; give it without "
                          "--once or --json")
+    refuse_demo_unread(ctx, demo, engine, simulate is not None)
+    if once or as_json:  # (the fleet view's --once reads --interval as its deadline)
+        refuse_unread(ctx, ("snapshot_dir",) if prometheus else ("interval", "snapshot_dir"),
+                      "read by the dashboard only, not with --once or --json")
     max_bytes = parse_max_file_size(max_file_size)
     cfg = live_config(model, config, kv_dtype, block_size, tp, gpu_util, weights, reserve, budget, budget_mode,
                       live_lengths(length, group), max_reserved, engine_rules,
@@ -200,6 +205,19 @@ def live(
         if not app.read_in_flight:  # never shut NVML down under a read that hangs: the process' exit frees it
             source.close()
     end_signalled(app)
+
+
+def refuse_demo_unread(ctx: typer.Context, demo: bool, engine: object, seeded: bool = False) -> None:
+    """live's, record's and exporter's options that shape the demo or an engine's scrape, refused where no demo
+    or engine is read (``--replay r --seed 8`` showed seed 7's recording); ``seeded``: a simulated block map
+    draws from --seed too."""
+    if not demo:
+        refuse_unread(ctx, ("gpus",), "shapes the --demo GPUs only: give --demo too")
+        if not seeded:
+            refuse_unread(ctx, ("seed",), "seeds --demo or --simulate only: give one of them too"
+                          if "simulate" in ctx.params else "seeds --demo only: give --demo too")
+    if not engine:
+        refuse_unread(ctx, ("engine_timeout",), "bounds each read of --engine only: give --engine too")
 
 
 def live_lengths(length: Optional[str], group: Optional[str]) -> tuple[int, ...]:
@@ -308,6 +326,7 @@ def check_snapshot_dir(path: Path) -> None:
 
 
 def record(
+    ctx: typer.Context,
     out: Annotated[Path, Opt(help="JSON-lines file to write (appended).")],
     interval: IntervalOpt = D.INTERVAL,
     count: Annotated[int, Opt(help="Number of snapshots.")] = 10,
@@ -322,6 +341,7 @@ def record(
     check_interval(interval)
     check_engine_timeout(engine_timeout)
     check_demo_gpus(gpus)
+    refuse_demo_unread(ctx, demo, engine)
     if count < 1:
         raise InputError("--count", count, "expected a positive integer")
     import os

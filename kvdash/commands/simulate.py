@@ -146,24 +146,11 @@ def simulate(
     if trace_every < 0:
         raise InputError("--trace-every", trace_every, "expected 0 (no trace) or a positive number of steps")
     max_bytes = parse_max_file_size(max_file_size)  # checked even without --trace
-    from kvdash.commands.common import given
-
-    defaults_of = {p.name: p.default for p in ctx.command.params}
-    locals_now = dict(locals())  # the options as given
-
-    def refuse_given(names: tuple[tuple[str, str], ...], why: str) -> None:
-        """One line for the first option given that this run does not read (its default typed out is harmless:
-        it would change nothing)."""
-        for name, option in names:
-            value = locals_now[name]
-            if given(ctx, name) and value != defaults_of[name]:
-                # a flag is shown as typed (it read `--clip: True`), a path as text (`PosixPath('t.csv')`)
-                raise InputError(option, option if value is True else str(value) if isinstance(value, Path) else value,
-                                 why)
+    from kvdash.commands.common import given, refuse_unread
 
     if trace is not None:  # the trace gives every length: a preset or a length spec beside it was dropped silently
-        refuse_given((("prompt", "--prompt"), ("output", "--output"), ("workload", "--workload")),
-                     "not read with --trace (the trace gives every prompt and output length): give one or the other")
+        refuse_unread(ctx, ("prompt", "output", "workload"),
+                      "not read with --trace (the trace gives every prompt and output length): give one or the other")
     size = parse_block_size(block_size)
     if max_len is not None and max_len < 2:
         raise InputError("--max-reserved", max_len, "expected at least 2")
@@ -213,36 +200,28 @@ def simulate(
                                                      "--slo, --hash-trace or --prefix-workload)")
     if prefix_replay and slo:
         raise InputError("--slo", slo, "answers a length workload (--workload/--prompt/--output), not a prefix replay")
-    tier_options = (("offload", "--offload"), ("cpu_policy", "--cpu-policy"), ("blocks_per_chunk", "--blocks-per-chunk"),
-                    ("link", "--link"), ("disk_link", "--disk-link"), ("capacities", "--capacities"),
-                    ("rules", "--rules"))
+    tier_options = ("offload", "cpu_policy", "blocks_per_chunk", "link", "disk_link", "capacities", "rules")
     if not prefix_replay:
-        refuse_given(tier_options, "applies to a prefix replay (--hash-trace or --prefix-workload) only")
+        refuse_unread(ctx, tier_options, "applies to a prefix replay (--hash-trace or --prefix-workload) only")
     else:
-        refuse_given((("trace", "--trace"), ("rate", "--rate"), ("policies", "--policies"), ("prefix", "--prefix"),
-                      ("workload", "--workload"), ("prompt", "--prompt"), ("output", "--output"),
-                      ("watermark", "--watermark"), ("allocator", "--allocator"), ("clip", "--clip"),
-                      ("max_reserved", "--max-reserved"), ("rates", "--rates"), ("latency_bound", "--latency-bound"),
-                      ("trace_every", "--trace-every")),
-                     "not read by a prefix replay (--hash-trace, --prefix-workload): it replays the trace's or "
-                     "the generator's requests through the prefix cache")
+        refuse_unread(ctx, ("trace", "rate", "policies", "prefix", "workload", "prompt", "output", "watermark",
+                            "allocator", "clip", "max_reserved", "rates", "latency_bound", "trace_every"),
+                      "not read by a prefix replay (--hash-trace, --prefix-workload): it replays the trace's or "
+                      "the generator's requests through the prefix cache")
         if hash_trace is not None:
-            refuse_given((("seed", "--seed"),), "not read by --hash-trace (a trace draws nothing)")
+            refuse_unread(ctx, ("seed",), "not read by --hash-trace (a trace draws nothing)")
         if not time_model:  # (--max-batched-tokens still sizes --reserve auto's terms on a GPU)
-            refuse_given((("weight_format", "--weight-format"),), "times the prefill of a prefix replay with --time "
-                                                                  "only")
+            refuse_unread(ctx, ("weight_format",), "times the prefill of a prefix replay with --time only")
         if not offload:
-            refuse_given((("cpu_policy", "--cpu-policy"), ("blocks_per_chunk", "--blocks-per-chunk")),
-                         "shapes an --offload tier: give --offload too")
+            refuse_unread(ctx, ("cpu_policy", "blocks_per_chunk"),
+                          "shapes an --offload tier: give --offload too")
     if (time_model or slo) and not prefix_replay:
         from kvdash.commands.common import warn
         from kvdash.commands.simulate_time import main as timed_main
 
-        refuse_given((("prefix", "--prefix"), ("watermark", "--watermark"), ("rates", "--rates"),
-                      ("latency_bound", "--latency-bound"), ("trace_every", "--trace-every"),
-                      ("allocator", "--allocator")),
-                     "not read by --time / --slo (the timed run is paged under vLLM 0.33's scheduler at its own "
-                     "rules): give it without --time and --slo")
+        refuse_unread(ctx, ("prefix", "watermark", "rates", "latency_bound", "trace_every", "allocator"),
+                      "not read by --time / --slo (the timed run is paged under vLLM 0.33's scheduler at its own "
+                      "rules): give it without --time and --slo")
         if given(ctx, "policies") and time_model:
             warn(f"--policies {policies} has no effect with --time: the timed simulation runs paged (vLLM's "
                  "scheduler) only; the Orca policies in seconds are a grid's (simulate: time: policies)")
