@@ -90,13 +90,14 @@ TARGETS: dict[str, list[str]] = {
     # the time model (issue 28): the step model's terms and the SLO search, against the time tests worked by hand
     "kvdash/core/steptime.py": ["tests/test_time.py", "tests/test_steptime_fit.py", "tests/test_kv_dtype_auto.py",
                                 "tests/test_prefill_saved.py"],
-    "kvdash/simulate/slo.py": ["tests/test_time.py", "tests/test_sweep_time.py"],
+    # the SLO search's rules on a scripted engine first (under a second), then the real simulator's
+    "kvdash/simulate/slo.py": ["tests/test_slo_rules.py", "tests/test_time.py", "tests/test_sweep_time.py"],
 }
 GOLDEN = "tests/test_reports_current.py"
 # Test files that need none of the pytest plugins (hypothesis, textual snapshots, syrupy, asyncio): when a
 # target's tests are all here, the plugins are not loaded (pytest starts in 0.5 s instead of 2 s).
 LEAN = {"tests/test_simulate_rules.py", "tests/test_claims_rules.py", "tests/test_calc_rules.py",
-        "tests/test_engines.py"}
+        "tests/test_engines.py", "tests/test_slo_rules.py"}
 NO_PLUGINS = ["-p", "no:hypothesispytest", "-p", "no:textual-snapshot", "-p", "no:syrupy", "-p", "no:asyncio",
               "-W", "ignore::pytest.PytestConfigWarning"]  # the asyncio_* ini keys are unknown without it
 SWAP_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.FloorDiv, ast.FloorDiv: ast.Mult}
