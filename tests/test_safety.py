@@ -450,7 +450,7 @@ def test_planning_with_a_shared_prefix_never_divides_by_zero(capsys):
     52 // 16 = 3 whole prefix blocks are stored once, so in the tutorial's 2,457 blocks a request of L tokens
     owns cdiv(L, 16) - 3 and floor(2,454 / (cdiv(L, 16) - 3)) >= 1,048 needs cdiv(L, 16) - 3 <= 2, L <= 80:
     the longest uniform length is 80 (without sharing at 60 tokens only 614 fit)."""
-    code, out, err = run(["calc", "--json", "--target", "1048", "--window", "44653", "--prefix", "52"], capsys)
+    code, out, err = run(["calc", "--json", "--target", "1048", "--prefix", "52"], capsys)
     assert 0 == code, err
     assert 80 == json.loads(out)["planning"]["longest_uniform_tokens"]
 

@@ -45,6 +45,7 @@ from kvdash.commands.common import (  # noqa: F401 - check_budget_options and wa
     parse_lengths,
     parse_on_off,
     pick_alias,
+    refuse_unread,
     warn,
 )
 from kvdash.errors import InputError
@@ -151,7 +152,16 @@ def calc(
     if engine_rules != "vllm" and slo is not None:  # the time model runs vLLM's scheduler over vLLM's pool
         raise InputError("--slo", slo, f"times vLLM 0.33's scheduler over vLLM's pool, not --engine-rules "
                                        f"{engine_rules}'s: use --engine-rules vllm (the default)")
+    if slo is None:
+        refuse_unread(ctx, ("weight_format",), "times the --slo search only: give --slo too")
+    if config is not None:
+        refuse_unread(ctx, ("model",), "give --model or --config, not both (the config.json is read)")
+    if brief and not as_json and offload is not None:
+        raise InputError("--offload", offload, "its tiers are shown in the full output and with --json, not with "
+                                               "--brief: drop --brief")
     if any(v is not None for v in (layers, kv_heads, head_dim)):
+        refuse_unread(ctx, ("safetensors_index",), "weighs a --model or --config checkpoint; with --layers, "
+                                                   "--kv-heads and --head-dim give --weights SIZE")
         if given(ctx, "model") or config:
             raise InputError("--layers", layers, "give either --model/--config or --layers/--kv-heads/--head-dim")
         # the same builder a grid file's explicit model uses; its field names become option names
@@ -164,6 +174,9 @@ def calc(
             option = CONFIG_OPTIONS.get(key, "--" + key.replace("_", "-"))
             raise InputError(option, exc.value, exc.allowed, exc.hint) from exc
     else:
+        refuse_unread(ctx, ("head_dim_v", "attention_heads", "window", "max_context"),
+                      "describes an explicit architecture only (--layers, --kv-heads, --head-dim); --model and "
+                      "--config give their own")
         try:
             arch = resolve_model(model, config, safetensors_index)
         except InputError as exc:
@@ -213,6 +226,12 @@ def calc(
     result = calculate(replace(inp, budget=spec))
     pool = result["pool"]
     if offload is not None:
+        from kvdash.core.tiers import parse_offload
+
+        if offload_rules == "lmcache":
+            refuse_unread(ctx, ("blocks_per_chunk",), "LMCache's rules use 256-token chunks: drop --blocks-per-chunk")
+        if "disk" not in parse_offload(offload):
+            refuse_unread(ctx, ("disk_link",), "times a disk tier only: give --offload cpu:SIZE,disk:SIZE")
         result["offload_tiers"] = _offload(offload, offload_rules, blocks_per_chunk, link, disk_link, gpu, tp, pp,
                                            pool, used)
     elif offload_rules != "vllm" or blocks_per_chunk != 1 or link is not None or disk_link != "nvme-gen4":

@@ -30,6 +30,7 @@ from kvdash.commands.common import (
     WeightsOpt,
     check_engine_timeout,
     given,
+    refuse_unread,
 )
 from kvdash.errors import InputError
 
@@ -70,6 +71,12 @@ def calibrate(
 
     check_url("--engine", engine, "a vLLM server, e.g. localhost:8000")
     # every option checked before the engine is read
+    if config is not None:
+        refuse_unread(ctx, ("model",), "give --model or --config, not both (the config.json is read)")
+    if gpu_memory is not None:
+        refuse_unread(ctx, ("gpu",), "a preset's memory, which --gpu-memory replaces: give one or the other")
+    if dry_run:
+        refuse_unread(ctx, ("calibration_file",), "not written with --dry-run (the entry is printed, not saved)")
     arch = resolve_model(model, config, None) if model or config else None
     total_given = parse_size(gpu_memory, "--gpu-memory") if gpu_memory is not None else None
     preset = get_gpu(gpu) if gpu is not None and gpu_memory is None else None

@@ -33,6 +33,7 @@ from kvdash.commands.common import (
     check_interval,
     note,
     parse_length,
+    refuse_unread,
 )
 from kvdash.errors import InputError
 
@@ -75,6 +76,9 @@ def exporter(
     check_interval(interval)
     check_engine_timeout(engine_timeout)
     refuse_demo_unread(ctx, demo, engine)
+    if once:
+        refuse_unread(ctx, ("host", "port", "interval"), "read by the server only, not with --once (it prints the "
+                                                        "metrics page once)")
     from kvdash.netaddr import check_url
     from kvdash.sources.engine import metrics_url
 

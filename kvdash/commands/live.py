@@ -128,6 +128,8 @@ def live(
         raise InputError("--simulate", simulate, "the simulated block map is drawn in the dashboard; give it without "
                          "--once or --json")
     refuse_demo_unread(ctx, demo, engine, simulate is not None)
+    if replay is None:
+        refuse_unread(ctx, ("max_file_size",), "bounds the file --replay reads only")
     if once or as_json:  # (the fleet view's --once reads --interval as its deadline)
         refuse_unread(ctx, ("snapshot_dir",) if prometheus else ("interval", "snapshot_dir"),
                       "read by the dashboard only, not with --once or --json")
@@ -208,9 +210,18 @@ def live(
 
 
 def refuse_demo_unread(ctx: typer.Context, demo: bool, engine: object, seeded: bool = False) -> None:
-    """live's, record's and exporter's options that shape the demo or an engine's scrape, refused where no demo
-    or engine is read (``--replay r --seed 8`` showed seed 7's recording); ``seeded``: a simulated block map
+    """live's, record's and exporter's options that shape the demo, an engine's scrape or the pool's budget, refused
+    where nothing reads them (``--replay r --seed 8`` showed seed 7's recording); ``seeded``: a simulated block map
     draws from --seed too."""
+    if "budget_mode" in ctx.params:  # live and exporter: --budget is the explicit mode's, --gpu-util the vllm mode's
+        mode = ctx.params["budget_mode"] or ("explicit" if ctx.params["budget"] else "vllm")
+        if mode != "explicit":
+            refuse_unread(ctx, ("budget",), f"a declared budget is read by --budget-mode explicit (the default with "
+                                            f"--budget), not {mode}: drop one or the other")
+        if mode != "vllm":
+            refuse_unread(ctx, ("gpu_util",), "sizes a budget derived from the GPUs (--budget-mode vllm) only, not "
+                                              + ("a declared --budget" if mode == "explicit" else
+                                                 f"--budget-mode {mode}'s"))
     if not demo:
         refuse_unread(ctx, ("gpus",), "shapes the --demo GPUs only: give --demo too")
         if not seeded:

@@ -148,6 +148,8 @@ def simulate(
     max_bytes = parse_max_file_size(max_file_size)  # checked even without --trace
     from kvdash.commands.common import given, refuse_unread
 
+    if config is not None:
+        refuse_unread(ctx, ("model",), "give --model or --config, not both (the config.json is read)")
     if trace is not None:  # the trace gives every length: a preset or a length spec beside it was dropped silently
         refuse_unread(ctx, ("prompt", "output", "workload"),
                       "not read with --trace (the trace gives every prompt and output length): give one or the other")
@@ -215,6 +217,10 @@ def simulate(
         if not offload:
             refuse_unread(ctx, ("cpu_policy", "blocks_per_chunk"),
                           "shapes an --offload tier: give --offload too")
+    if trace is None and hash_trace is None:
+        refuse_unread(ctx, ("max_file_size",), "bounds the file --trace or --hash-trace reads only")
+    if trace is not None and concurrency is not None and not (slo or rates):
+        refuse_unread(ctx, ("seed",), "not read by a --trace in a closed loop (--concurrency): nothing is drawn")
     if (time_model or slo) and not prefix_replay:
         from kvdash.commands.common import warn
         from kvdash.commands.simulate_time import main as timed_main
@@ -228,6 +234,15 @@ def simulate(
 
         timed_main(locals())
         return
+    if not prefix_replay:  # the length simulation (the timed one returned above)
+        refuse_unread(ctx, ("weight_format",), "times the timed simulation only (--time, --slo)")
+        if rates is None:
+            refuse_unread(ctx, ("latency_bound",), "bounds a --rates sweep only: give --rates A:B:N")
+        if not as_json:
+            refuse_unread(ctx, ("trace_every",), "keeps a per-step trace in --json only: give --json")
+        if gpu is None or engine_rules == "sglang":
+            refuse_unread(ctx, ("max_batched_tokens",), "sizes vLLM's runtime reserve on a GPU (--gpu) and the "
+                                                        "timed run's batches (--time) only")
     if max_num_seqs is not None:  # read by the timed length simulation only (returned above)
         raise InputError("--max-num-seqs", max_num_seqs, "caps only the timed simulation of a length workload "
                                                          "(--time, with or without --slo); " + (

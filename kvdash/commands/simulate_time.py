@@ -90,7 +90,7 @@ def main(o: dict[str, Any]) -> None:
     if w is None:
         raise InputError("--workload", o["workload"], "expected one of: " + ", ".join(PRESETS))
     if o["trace"] is not None:
-        prompts, outputs = read_trace(str(o["trace"]), o["requests"], 2**28)
+        prompts, outputs = read_trace(str(o["trace"]), o["requests"], o["max_bytes"])
         w = replace(w, name=trace_name(o["trace"].name, len(prompts), o["requests"]), prompt=Lengths("trace", values=prompts),
                     output=Lengths("trace", values=outputs), synthetic=False)
     if o["prompt"]:

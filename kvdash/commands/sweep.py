@@ -15,6 +15,7 @@ Opt = typer.Option
 
 
 def sweep(
+    ctx: typer.Context,
     grid: Annotated[Path, typer.Argument(metavar="GRID", help="The grid file (YAML).")],
     out: Annotated[Optional[Path], Opt(help="Output folder (default: reports/<grid name>/).")] = None,
     dry_run: Annotated[bool, Opt("--dry-run", help="Print the point count and the first points; write nothing.")] = False,
@@ -41,6 +42,10 @@ def sweep(
     workers = check_jobs(jobs)
     spec = parse_grid(grid)
     if dry_run:
+        from kvdash.commands.common import refuse_unread
+
+        refuse_unread(ctx, ("out", "check", "csv", "parquet", "quiet", "force", "jobs", "use_ray"),
+                      "not read with --dry-run (it evaluates nothing and writes nothing): drop one or the other")
         _dry_run(spec, max_points)
         return
     target = out or Path("reports") / grid.stem
