@@ -34,7 +34,7 @@ def scripted(monkeypatch, by_users, by_rate=lambda r, n: result(tpot_p90_ms=1e9)
     requests/s; by default no rate meets the SLO); returns the calls made, (users, rate, requests)."""
     calls: list[tuple[int, float, int]] = []
 
-    def run_point(setup, prompt, output, concurrency=0, rate=0.0, seed=0, policy="paged"):
+    def run_point(setup, prompt, output, concurrency=0, rate=0.0, *, seed, policy="paged"):
         calls.append((concurrency, rate, len(prompt)))
         return by_users(concurrency) if concurrency else by_rate(rate, len(prompt))
 
@@ -85,8 +85,8 @@ def test_slo_text_reads_back_as_parse_slo_wrote_it():
 
 
 def test_rate_words_and_rate_text():
-    assert [slo.rate_words(r) for r in (12345.6, 1000.0, 999.4, 23.04, 1.0, 0.8414)] == \
-        ["12,346", "1,000", "999.4", "23.04", "1", "0.841"]
+    assert [slo.rate_words(r) for r in (12345.6, 1000.0, 999.4, 23.04, 1.2345, 1.0, 0.8414)] == \
+        ["12,346", "1,000", "999.4", "23.04", "1.234", "1", "0.841"]
     found = {"max_rate_per_s": 61.4, "rate_requests": 2000}
     assert slo.rate_text(found, 500) == ("61.4 requests/s (judged over 2,000 requests: the 500 given repeated 4.0 "
                                          "times, to at least 10 x those in flight)")
@@ -99,15 +99,16 @@ def test_rate_words_and_rate_text():
 
 def test_arrivals_span_at_most_a_billion_seconds():
     # 1,000 requests at 1e-6 requests/s span 1e9 s: kept; a slower rate is refused in one line
-    assert len(slo.arrivals(1e-6, 1000)) == 1000
+    assert len(slo.arrivals(1e-6, 1000, 0)) == 1000
     with pytest.raises(InputError, match=r"at least 1e-06 requests/s for 1,000 requests"):
-        slo.arrivals(0.99e-6, 1000)
+        slo.arrivals(0.99e-6, 1000, 0)
 
 
 def test_meets_is_at_or_under_the_bound_at_p90():
     res = result(tpot_p90_ms=50.0, ttft_p90_ms=2000.0)
     assert slo.meets(res, {"tpot": 0.05, "ttft": 2.0})
     assert not slo.meets(res, {"tpot": 0.0499})
+    assert not slo.meets(result(tpot_p90_ms=50.02), {"tpot": 0.05})  # seconds to ms: x 1,000 exactly
 
 
 def test_no_tpot_to_judge_over_one_token_outputs():
@@ -115,6 +116,7 @@ def test_no_tpot_to_judge_over_one_token_outputs():
     assert not slo.no_tpot_to_judge({"tpot": 0.05}, np.array([1, 2]))
     assert not slo.no_tpot_to_judge({"ttft": 1.0}, np.array([1, 1]))
     assert not slo.no_tpot_to_judge({"tpot": 0.05}, np.array([], dtype=np.int64))
+    assert slo.no_tpot_to_judge({"tpot": 0.05}, np.array([1]))  # one request of one token
 
 
 # --- the concurrency search and its binding limit --------------------------------------------------------------------
@@ -124,7 +126,7 @@ def test_users_double_then_bisect_to_the_last_that_meets(monkeypatch):
     is wider than max(1, lo // 64): 48 meets, 56 not, 52 not, 50 meets, 51 not: 50 users.  51 > the pool's 45
     mean-length requests, no preemption: the KV cache binds."""
     calls = scripted(monkeypatch, by_users=lambda c: result(tpot_p90_ms=float(c), requests_per_s=0.0))
-    out = slo.slo_search({**SETUP, "kv_requests": 45}, *trace(), {"tpot": 0.05})
+    out = slo.slo_search({**SETUP, "kv_requests": 45}, *trace(), {"tpot": 0.05}, 0)
     users = [c for c, _, _ in calls if c]
     assert users[:12] == [1, 2, 4, 8, 16, 32, 64, 48, 56, 52, 50, 51]
     assert [n for c, _, n in calls if c][:3] == [100, 100, 100]  # 10 x users requests, at least the trace's 100
@@ -136,7 +138,7 @@ def test_users_double_then_bisect_to_the_last_that_meets(monkeypatch):
 
 def test_each_closed_loop_runs_ten_requests_a_user(monkeypatch):
     calls = scripted(monkeypatch, by_users=lambda c: result(tpot_p90_ms=float(c), requests_per_s=0.0))
-    slo.slo_search(SETUP, *trace(), {"tpot": 0.05})
+    slo.slo_search(SETUP, *trace(), {"tpot": 0.05}, 0)
     assert {c: n for c, _, n in calls if c}[32] == 320 and {c: n for c, _, n in calls if c}[16] == 160
 
 
@@ -146,10 +148,22 @@ def test_the_bisection_stops_within_a_64th_of_the_users(monkeypatch):
     992 // 64 = 15), 1,000 (met); 1,008 - 1,000 = 8 <= 1,000 // 64 = 15: 1,000 users, within 1/64 of the boundary
     (the exact 1,000 here; 1,007 would have been found as 1,000 too)."""
     calls = scripted(monkeypatch, by_users=lambda c: result(tpot_p90_ms=c / 10, requests_per_s=0.0))
-    out = slo.slo_search({**SETUP, "max_num_seqs": 4096, "kv_requests": 4096}, *trace(2000), {"tpot": 0.1})
+    out = slo.slo_search({**SETUP, "max_num_seqs": 4096, "kv_requests": 4096}, *trace(2000), {"tpot": 0.1}, 0)
     assert [c for c, _, _ in calls if c][10:] == [1024, 768, 896, 960, 992, 1008, 1000]
     assert out["max_concurrency"] == 1000 and out["binds"] == "compute"
     assert out["binding_limit"] == "compute (step time grows with the batch)"
+
+
+@pytest.mark.parametrize("bound_ms,found", [(254, 254), (258, 256)])
+def test_the_bisection_stops_at_a_64th_of_the_users_met(monkeypatch, bound_ms, found):
+    """TPOT p90 = the users in ms.  Against 254 ms: 128 met, 256 not; 192, 224, 240, 248, 252 met (each bracket
+    wider than 3 = 252 // 64), 254 met; 256 - 254 = 2 <= 3: 254 (a 63rd, 252 // 63 = 4, would stop at 252).  Against
+    258 ms: 256 met, 512 not; 384, 320, 288, 272, 264, 260 not; 260 - 256 = 4 <= 256 // 64 = 4: 256 (a 65th, 3,
+    would go on to 258)."""
+    scripted(monkeypatch, by_users=lambda c: result(tpot_p90_ms=float(c), requests_per_s=0.0))
+    out = slo.slo_search({**SETUP, "max_num_seqs": 4096, "kv_requests": 4096}, *trace(1000), {"tpot": bound_ms / 1e3},
+                         0)
+    assert out["max_concurrency"] == found
 
 
 @pytest.mark.parametrize("setup,above,binds,words", [
@@ -171,7 +185,7 @@ def test_which_limit_binds_just_above_the_answer(monkeypatch, setup, above, bind
     """TPOT p90 = users in ms against 50 ms: 50 users meet, 51 do not; the limit named is the one at 51."""
     scripted(monkeypatch, by_users=lambda c: result(tpot_p90_ms=float(c), requests_per_s=0.0,
                                                     **(above if c == 51 else {})))
-    out = slo.slo_search({**SETUP, **setup}, *trace(), {"tpot": 0.05})
+    out = slo.slo_search({**SETUP, **setup}, *trace(), {"tpot": 0.05}, 0)
     assert (out["max_concurrency"], out["binds"], out["binding_limit"]) == (50, binds, words)
 
 
@@ -179,19 +193,19 @@ def test_the_first_preempting_concurrency_is_named(monkeypatch):
     """Preemption from 32 users of those simulated (32, 48, 50, 51, 52, 56, 64 preempt): 'from 32 users'."""
     scripted(monkeypatch, by_users=lambda c: result(tpot_p90_ms=float(c), requests_per_s=0.0,
                                                     preemptions=int(c >= 32), peak_running=c))
-    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05})
+    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05}, 0)
     assert out["binding_limit"].startswith("KV cache (the pool preempts from 32 users of those simulated; at 51")
 
 
 def test_not_even_one_user_and_no_limit_up_to_the_trace(monkeypatch):
     scripted(monkeypatch, by_users=lambda c: result(tpot_p90_ms=60.0, requests_per_s=0.0))
-    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05})
+    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05}, 0)
     assert (out["max_concurrency"], out["binds"], out["max_rate_per_s"], out["at_max_concurrency"]) == \
         (0, "compute", None, None)
     assert out["binding_limit"] == "compute: not even one user alone meets it (the step time itself)"
     # every concurrency up to the trace's 20 requests meets it: 1, 2, 4, 8, 16, 20, and no limit is named
     calls = scripted(monkeypatch, by_users=lambda c: result(tpot_p90_ms=1.0, requests_per_s=0.0))
-    out = slo.slo_search(SETUP, *trace(20), {"tpot": 0.05})
+    out = slo.slo_search(SETUP, *trace(20), {"tpot": 0.05}, 0)
     assert [c for c, _, _ in calls if c] == [1, 2, 4, 8, 16, 20]
     assert (out["max_concurrency"], out["binds"]) == (20, "none")
     assert out["binding_limit"] == "none up to 20 users (the search's limit: as many users as requests)"
@@ -199,7 +213,7 @@ def test_not_even_one_user_and_no_limit_up_to_the_trace(monkeypatch):
 
 def test_one_token_outputs_have_no_tpot_to_search():
     with pytest.raises(InputError, match="TPOT needs outputs of at least 2 tokens"):
-        slo.slo_search(SETUP, np.full(5, 10), np.full(5, 1), {"tpot": 0.05})
+        slo.slo_search(SETUP, np.full(5, 10), np.full(5, 1), {"tpot": 0.05}, 0)
 
 
 # --- the Poisson rate search ------------------------------------------------------------------------------------------
@@ -220,7 +234,7 @@ def test_the_rate_doubles_from_twice_the_closed_loops_then_bisects(monkeypatch):
     by_users, by_rate = steady(37.3)
     calls = scripted(monkeypatch, by_users=lambda c: result(tpot_p90_ms=1.0 if c <= 4 else 100.0,
                                                             requests_per_s=2.5), by_rate=by_rate)
-    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05})
+    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05}, 0)
     rates = [(r, n) for c, r, n in calls if not c]
     assert [r for r, _ in rates] == [5, 5, 10, 10, 20, 20, 40, 30, 30, 35, 35, 37.5, 36.25, 36.25, 36.875, 36.875,
                                      37.1875, 37.1875]
@@ -236,7 +250,7 @@ def test_a_rate_needing_more_than_its_first_run_runs_half_again_what_it_needs(mo
     calls = scripted(monkeypatch, by_users=lambda c: result(tpot_p90_ms=1.0 if c <= 4 else 100.0,
                                                             requests_per_s=2.5),
                      by_rate=lambda r, n: result(tpot_p90_ms=1.0 if r <= 5 else 100.0, e2e_mean_ms=10_000.0))
-    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05})
+    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05}, 0)
     assert [(r, n) for c, r, n in calls if not c][:3] == [(5, 100), (5, 750), (5, 1500)]
     assert out["rate_requests"] == 1500
 
@@ -247,7 +261,7 @@ def test_a_rate_whose_queue_outgrows_the_trace_cap_is_not_sustained(monkeypatch)
     not, and bisection (15, 12.5, 11.25, 10.625, 10.3125, 10.15625 all need more than 100) leaves 10."""
     by_users, by_rate = steady(1000.0)
     scripted(monkeypatch, by_users=by_users, by_rate=by_rate)
-    out = slo.slo_search({**SETUP, "max_num_seqs": 5}, *trace(50), {"tpot": 0.05})
+    out = slo.slo_search({**SETUP, "max_num_seqs": 5}, *trace(50), {"tpot": 0.05}, 0)
     assert (out["max_rate_per_s"], out["rate_requests"]) == (10.0, 200)
 
 
@@ -258,7 +272,7 @@ def test_a_queue_that_grows_with_the_trace_is_not_sustained(monkeypatch):
         return result(e2e_mean_ms=1000.0 if r <= 12 else 10.0 * n)
 
     scripted(monkeypatch, by_users=lambda c: result(requests_per_s=2.5), by_rate=by_rate)
-    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05})
+    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05}, 0)
     # 5, 10 met; 20 grows; bisection of 10-20: 15 grows, 12.5 grows, 11.25 met, 11.875 met, 12.1875 grows,
     # 12.03125 grows; 12.03125 - 11.875 = 0.156 <= 11.875 / 64 = 0.186: 11.875
     assert out["max_rate_per_s"] == 11.875
@@ -277,7 +291,7 @@ def test_growth_of_exactly_fifteen_percent_is_still_steady(monkeypatch, growth, 
         return result(e2e_mean_ms=1000.0 * (growth if again else 1.0))
 
     scripted(monkeypatch, by_users=lambda c: result(requests_per_s=0.0625), by_rate=by_rate)
-    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05})
+    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05}, 0)
     assert (out["rate_met_up_to"], out["max_rate_per_s"]) == (met_up_to, None)
 
 
@@ -285,7 +299,7 @@ def test_every_rate_tried_meets_it(monkeypatch):
     """From 2 x 0.05 = 0.1 requests/s, six doublings all meet (0.1 ... 3.2): 'no limit found' up to 3.2."""
     by_users, by_rate = steady(1000.0)
     calls = scripted(monkeypatch, by_users=lambda c: result(requests_per_s=0.05), by_rate=by_rate)
-    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05})
+    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05}, 0)
     assert [r for c, r, _ in calls if not c] == [0.1, 0.1, 0.2, 0.2, 0.4, 0.4, 0.8, 0.8, 1.6, 1.6, 3.2, 3.2]
     assert (out["rate_met_up_to"], out["max_rate_per_s"]) == (3.2, None)
 
@@ -294,14 +308,25 @@ def test_no_rate_meets_it(monkeypatch):
     """Even 2 x 2.5 = 5 requests/s fails: bisection from 0 (2.5, 1.25, ... all fail) finds none: None, not 0."""
     scripted(monkeypatch, by_users=lambda c: result(requests_per_s=2.5),
              by_rate=lambda r, n: result(tpot_p90_ms=100.0))
-    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05})
+    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05}, 0)
     assert (out["max_rate_per_s"], out["rate_met_up_to"], out["rate_requests"]) == (None, None, None)
+
+
+def test_the_rate_bisection_halves_at_most_twenty_times(monkeypatch):
+    """From 2 x 500,000 = 1e6 requests/s, which fails, the bisection starts from 0 and halves 20 times at most: the
+    20th mid is 1e6 / 2^20 = 0.9537 requests/s, within a 1.43 requests/s limit (1.5 x that), and the answer; a
+    19th halving would have found none, a 21st 1.4305."""
+    by_users, by_rate = steady(1.5e6 / 2**20)
+    calls = scripted(monkeypatch, by_users=lambda c: result(requests_per_s=5e5), by_rate=by_rate)
+    out = slo.slo_search(SETUP, *trace(), {"tpot": 0.05}, 0)
+    assert out["max_rate_per_s"] == round(1e6 / 2**20, 4) == 0.9537
+    assert len({r for c, r, _ in calls if not c}) == 21  # the ceiling, then 20 mids
 
 
 def test_the_first_ceiling_is_at_least_a_thousandth_request_a_second(monkeypatch):
     calls = scripted(monkeypatch, by_users=lambda c: result(requests_per_s=0.0),
                      by_rate=lambda r, n: result(tpot_p90_ms=100.0))
-    slo.slo_search(SETUP, *trace(), {"tpot": 0.05})
+    slo.slo_search(SETUP, *trace(), {"tpot": 0.05}, 0)
     assert [r for c, r, _ in calls if not c][0] == 1e-3
 
 
@@ -313,6 +338,11 @@ def test_normalized_latency_is_the_mean_of_e2e_per_output_token():
     sched = SimpleNamespace(times=lambda consts: np.array([0.0, 1.0, 3.0, 6.0]), finish_seg=np.array([2, 3]),
                             closed=True, arrival_seg=np.array([-1, 1]))
     assert slo.normalized_latency(sched, SimpleNamespace(c_request=0.5), np.array([5, 11])) == 0.6
+    # a request sent at the end of step 0 (0.25 s) arrives then, not at 0; one output token: the E2E itself;
+    # (3 - 0 + 0.5) / 7 = 0.5, (6 - 0.25 + 0.5) / 1 = 6.25, (1 - 0 + 0.5) / 3 = 0.5: 7.25 / 3 = 2.41666... to 6 places
+    sched = SimpleNamespace(times=lambda consts: np.array([0.25, 1.0, 3.0, 6.0]), finish_seg=np.array([2, 3, 1]),
+                            closed=True, arrival_seg=np.array([-1, 0, -1]))
+    assert slo.normalized_latency(sched, SimpleNamespace(c_request=0.5), np.array([7, 1, 3])) == 2.416667
     # Poisson arrivals at 0.5 s and 2 s: (3 - 0.5 + 0.5) / 5 and (6 - 2 + 0.5) / 9: (0.6 + 0.5) / 2
     sched = SimpleNamespace(times=lambda consts: np.array([0.0, 1.0, 3.0, 6.0]), finish_seg=np.array([2, 3]),
                             closed=False, arrival_s=np.array([0.5, 2.0]))
@@ -320,7 +350,7 @@ def test_normalized_latency_is_the_mean_of_e2e_per_output_token():
 
 
 def curve_of(monkeypatch, latency):
-    monkeypatch.setattr(slo, "schedule", lambda setup, p, o, rate=0.0, seed=0, policy="paged": rate)
+    monkeypatch.setattr(slo, "schedule", lambda setup, p, o, rate=0.0, *, seed, policy="paged": rate)
     monkeypatch.setattr(slo, "normalized_latency", lambda rate, consts, output: latency(rate))
 
 

@@ -357,14 +357,14 @@ def test_slo_search_finds_a_boundary():
     setup = {"pool": pool, "mc": mc, "gpu": g, "consts": c, "max_num_seqs": 256, "max_batched": 8192, "tp": 1,
              "kv_requests": 100}
     P, OUT = np.full(200, 200), np.full(200, 100)
-    one = run_point(setup, P, OUT, concurrency=1).tpot_ms["p90"]
-    many = run_point(setup, P, OUT, concurrency=64).tpot_ms["p90"]
+    one = run_point(setup, P, OUT, concurrency=1, seed=0).tpot_ms["p90"]
+    many = run_point(setup, P, OUT, concurrency=64, seed=0).tpot_ms["p90"]
     bound = (one + many) / 2 / 1000
-    out = slo_search(setup, P, OUT, {"tpot": bound})
+    out = slo_search(setup, P, OUT, {"tpot": bound}, 0)
     k = out["max_concurrency"]
     assert 1 <= k < 64
-    assert meets(run_point(setup, P, OUT, concurrency=k), {"tpot": bound})
-    assert not meets(run_point(setup, P, OUT, concurrency=k + 1), {"tpot": bound})
+    assert meets(run_point(setup, P, OUT, concurrency=k, seed=0), {"tpot": bound})
+    assert not meets(run_point(setup, P, OUT, concurrency=k + 1, seed=0), {"tpot": bound})
     assert out["max_rate_per_s"] > 0
 
 
@@ -1169,8 +1169,8 @@ def test_a_rate_that_breaks_the_slo_is_not_lengthened(capsys, monkeypatch):
     runs: list[tuple[float, int, bool]] = []
     real = slo.run_point
 
-    def counted(setup, prompt, output, concurrency=0, rate=0.0, seed=0, policy="paged"):
-        res = real(setup, prompt, output, concurrency, rate, seed, policy)
+    def counted(setup, prompt, output, concurrency=0, rate=0.0, *, seed, policy="paged"):
+        res = real(setup, prompt, output, concurrency, rate, seed=seed, policy=policy)
         if rate:
             runs.append((rate, len(prompt), slo.meets(res, {"ttft": 1.0})))
         return res

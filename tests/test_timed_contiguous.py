@@ -96,7 +96,7 @@ def test_normalized_latency_by_hand():
     TimedResult's mean E2E over 10."""
     P, OUT = np.full(1, 100), np.full(1, 10)
     s = _setup(slots=10**6)
-    sched = slo.schedule(s, P, OUT, concurrency=1, policy="oracle")
+    sched = slo.schedule(s, P, OUT, concurrency=1, seed=0, policy="oracle")
     res = summarize(sched, C, OUT, 1)
     # both rounded to 6 decimals
     assert slo.normalized_latency(sched, C, OUT) == pytest.approx(res.e2e_ms["mean"] / 1000 / 10, abs=1e-6)

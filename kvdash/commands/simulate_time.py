@@ -284,7 +284,7 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
     mean_len = int(round(float(reqs.final.mean())))
     setup = {"pool": pool, "mc": mc, "gpu": perf, "consts": fitted_constants(perf.key), "max_num_seqs": seqs,
              "max_batched": batched, "tp": tp, "kv_requests": pool.blocks // int(pool.request_blocks(mean_len))}
-    out = slo_search(setup, reqs.prompt, reqs.output, slo)
+    out = slo_search(setup, reqs.prompt, reqs.output, slo, 0)  # calc draws its workload from seed 0
     out["workload"] = (f"{CALC_SLO_REQUESTS:,} ShareGPT-shaped requests (synthetic: lognormal means 161 in, 338 out "
                        f"before clipping at {cap:,} tokens)")
     out["requests"] = CALC_SLO_REQUESTS

@@ -113,7 +113,7 @@ def slo_text(slo: dict[str, float]) -> str:
 MAX_ARRIVAL_SPAN_S = 1e9  # seconds of Poisson arrivals the timed simulation keeps to the microsecond (2^-52 x 1e9)
 
 
-def arrivals(rate: float, n: int, seed: int = 0) -> np.ndarray:
+def arrivals(rate: float, n: int, seed: int) -> np.ndarray:
     """Poisson arrival times (seconds) of ``n`` requests at ``rate`` per second: the same draw for every policy.  The
     clock is a double: arrivals spanning past 10^9 s would round a step's microseconds away (at 1e-30 requests/s every
     TPOT read 0.0 and E2E equalled TTFT), so such a rate is refused, from simulate's --rate and a grid's rates alike."""
@@ -126,7 +126,7 @@ def arrivals(rate: float, n: int, seed: int = 0) -> np.ndarray:
 
 
 def schedule(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, concurrency: int = 0,
-             rate: float = 0.0, seed: int = 0, policy: str = "paged") -> Any:
+             rate: float = 0.0, *, seed: int, policy: str = "paged") -> Any:
     """One run: paged through :func:`kvdash.simulate.timed.simulate_timed` (vLLM 0.33's scheduler), Orca's
     ``max``/``pow2``/``oracle`` through :mod:`kvdash.simulate.timed_contiguous` (the same scheduler, whole
     reservations)."""
@@ -142,14 +142,14 @@ def schedule(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, conc
 
 
 def run_point(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, concurrency: int = 0,
-              rate: float = 0.0, seed: int = 0, policy: str = "paged") -> Any:
+              rate: float = 0.0, *, seed: int, policy: str = "paged") -> Any:
     """A :class:`kvdash.simulate.timed.TimedResult` of one run."""
     from kvdash.interrupts import checkpoint
     from kvdash.simulate.timed import summarize
 
     checkpoint()  # a grid's Ctrl-C, noted while it is evaluated, stops it between runs (not after the point)
 
-    sched = schedule(setup, prompt, output, concurrency, rate, seed, policy)
+    sched = schedule(setup, prompt, output, concurrency, rate, seed=seed, policy=policy)
     res = summarize(sched, setup["consts"], output, setup["tp"], policy)
     res.extra = {"kv_capacity_requests": setup["kv_requests"],
                  "normalized_latency_s": normalized_latency(sched, setup["consts"], output)}
@@ -215,7 +215,7 @@ def no_tpot_to_judge(slo: dict[str, float], output: np.ndarray) -> bool:
 
 
 def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, slo: dict[str, float],
-               seed: int = 0, policy: str = "paged") -> dict[str, Any]:
+               seed: int, policy: str = "paged") -> dict[str, Any]:
     """The highest closed-loop concurrency and the highest Poisson rate whose p90 latencies meet ``slo``
     (doubling, then bisection), and which limit binds just above the concurrency found: ``binds`` is one of
     :data:`BINDS` (``binding_limit`` says it in words)."""
