@@ -212,8 +212,9 @@ def test_not_even_one_user_and_no_limit_up_to_the_trace(monkeypatch):
 
 
 def test_one_token_outputs_have_no_tpot_to_search():
-    with pytest.raises(InputError, match="TPOT needs outputs of at least 2 tokens"):
+    with pytest.raises(InputError, match="TPOT needs outputs of at least 2 tokens") as exc:
         slo.slo_search(SETUP, np.full(5, 10), np.full(5, 1), {"tpot": 0.05}, 0)
+    assert (exc.value.field, exc.value.value) == ("--slo", "tpot=50ms")  # the bound as typed, in ms
 
 
 # --- the Poisson rate search ------------------------------------------------------------------------------------------

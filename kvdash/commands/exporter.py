@@ -70,12 +70,12 @@ def exporter(
     """Publish GPU memory, kvdash's analytical KV pool and the engines' pools for Prometheus."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from kvdash.commands.live import live_config, refuse_demo_unread
+    from kvdash.commands.live import live_config, refuse_live_unread
     from kvdash.exporter.collector import ExporterState, KvdashCollector
 
     check_interval(interval)
     check_engine_timeout(engine_timeout)
-    refuse_demo_unread(ctx, demo, engine)
+    refuse_live_unread(ctx, demo, engine)
     if once:
         refuse_unread(ctx, ("host", "port", "interval"), "read by the server only, not with --once (it prints the "
                                                         "metrics page once)")

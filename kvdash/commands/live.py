@@ -127,7 +127,7 @@ def live(
     if simulate is not None and (once or as_json):
         raise InputError("--simulate", simulate, "the simulated block map is drawn in the dashboard; give it without "
                          "--once or --json")
-    refuse_demo_unread(ctx, demo, engine, simulate is not None)
+    refuse_live_unread(ctx, demo, engine, simulate is not None)
     if replay is None:
         refuse_unread(ctx, ("max_file_size",), "bounds the file --replay reads only")
     if once or as_json:  # (the fleet view's --once reads --interval as its deadline)
@@ -209,7 +209,7 @@ def live(
     end_signalled(app)
 
 
-def refuse_demo_unread(ctx: typer.Context, demo: bool, engine: object, seeded: bool = False) -> None:
+def refuse_live_unread(ctx: typer.Context, demo: bool, engine: object, seeded: bool = False) -> None:
     """live's, record's and exporter's options that shape the demo, an engine's scrape or the pool's budget, refused
     where nothing reads them (``--replay r --seed 8`` showed seed 7's recording); ``seeded``: a simulated block map
     draws from --seed too."""
@@ -352,7 +352,7 @@ def record(
     check_interval(interval)
     check_engine_timeout(engine_timeout)
     check_demo_gpus(gpus)
-    refuse_demo_unread(ctx, demo, engine)
+    refuse_live_unread(ctx, demo, engine)
     if count < 1:
         raise InputError("--count", count, "expected a positive integer")
     import os
