@@ -75,7 +75,8 @@ REFUSED = {  # case: (command, the refusal's start after "kvdash: error: ")
          "2", "--seed", "5"], "--seed: 5 is not allowed"),
     "sweep --check with --dry-run": (
         ["sweep", "sweeps/tutorial.yaml", "--dry-run", "--check"],
-        "--check: '--check' is not allowed; not read with --dry-run (it evaluates nothing and writes nothing)"),
+        "--check: '--check' is not allowed; not read with --dry-run (it prints the point count and the first "
+        "points, writing nothing; a simulate: block runs in this process)"),
     "sweep --jobs with --dry-run": (["sweep", "sweeps/tutorial.yaml", "--dry-run", "-j", "2"], "--jobs: 2"),
     "sweep --out with --dry-run": (["sweep", "sweeps/tutorial.yaml", "--dry-run", "--out", "OUT"], "--out: "),
     "live --budget with --budget-mode engine": (
@@ -153,6 +154,15 @@ def test_each_is_read_where_it_applies(tmp_path, capsys, monkeypatch):
     out("calc", "--budget", "40GiB", "--weight-format", "auto")
     out("simulate", "--budget", "40GiB", "--requests", "200", "--latency-bound", "2.0")
     out("sweep", "sweeps/tutorial.yaml", "--dry-run", "-j", "0")
+
+
+def test_an_unknown_budget_mode_is_named_before_the_options_it_would_ignore(capsys):
+    """A review: --budget-mode Explicit --budget 40GiB was refused as '--budget ... not Explicit' (the mode was
+    read before it was checked); the unknown mode itself is the error."""
+    for command in (["live", "--demo", "--once", "--budget-mode", "Explicit", "--budget", "40GiB"],
+                    ["exporter", "--demo", "--once", "--budget-mode", "xyz", "--gpu-util", "0.8"]):
+        code, _, err = run(command, capsys)
+        assert 2 == code and err.startswith("kvdash: error: --budget-mode: "), err
 
 
 def test_max_file_size_bounds_a_timed_trace(tmp_path, capsys):

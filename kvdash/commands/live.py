@@ -215,6 +215,8 @@ def refuse_live_unread(ctx: typer.Context, demo: bool, engine: object, seeded: b
     draws from --seed too."""
     if "budget_mode" in ctx.params:  # live and exporter: --budget is the explicit mode's, --gpu-util the vllm mode's
         mode = ctx.params["budget_mode"] or ("explicit" if ctx.params["budget"] else "vllm")
+        if mode not in ("explicit", "vllm", "engine"):
+            return  # an unknown mode is refused as such by LiveConfig.validate, naming --budget-mode
         if mode != "explicit":
             refuse_unread(ctx, ("budget",), f"a declared budget is read by --budget-mode explicit (the default with "
                                             f"--budget), not {mode}: drop one or the other")

@@ -45,7 +45,8 @@ def sweep(
         from kvdash.commands.common import refuse_unread
 
         refuse_unread(ctx, ("out", "check", "csv", "parquet", "quiet", "force", "jobs", "use_ray"),
-                      "not read with --dry-run (it evaluates nothing and writes nothing): drop one or the other")
+                      "not read with --dry-run (it prints the point count and the first points, writing "
+                      "nothing; a simulate: block runs in this process): drop one or the other")
         _dry_run(spec, max_points)
         return
     target = out or Path("reports") / grid.stem
