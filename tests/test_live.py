@@ -190,7 +190,7 @@ class TestDemoAndReplay:
         """``live --replay r --seed 8`` showed seed 7's recording and said nothing: an option the run does not
         read is one line, exit 2 (typed at its default it changes nothing, and runs)."""
         rec = tmp_path / "rec.jsonl"
-        assert 0 == run(["record", "--demo", "--count", "1", "--interval", "0.1", "--out", str(rec)], capsys)[0]
+        assert 0 == run(["record", "--demo", "--count", "1", "--out", str(rec)], capsys)[0]
         args = [str(rec) if a == "REC" else str(tmp_path / "out.jsonl") if a == "OUT" else a for a in args]
         code, out, err = run(args, capsys)
         assert (2, "") == (code, out) and err.startswith(f"kvdash: error: {expected}"), err

@@ -482,7 +482,7 @@ def test_record_refuses_a_fifo(tmp_path, capsys):
     """`kvdash record --out PIPE` would block opening a FIFO for writing; it is refused at once."""
     pipe = tmp_path / "pipe"
     os.mkfifo(pipe)
-    code, _, err = run(["record", "--demo", "--out", pipe, "--count", "1", "--interval", "0.1"], capsys)
+    code, _, err = run(["record", "--demo", "--out", pipe, "--count", "1"], capsys)
     one_line_error(code, err, "--out", "regular file")
 
 

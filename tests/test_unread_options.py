@@ -98,6 +98,9 @@ REFUSED = {  # case: (command, the refusal's start after "kvdash: error: ")
         ["exporter", "--demo", "--once", "--port", "9999"],
         "--port: 9999 is not allowed; read by the server only, not with --once (it prints the metrics page once)"),
     "exporter --host with --once": (["exporter", "--demo", "--once", "--host", "0.0.0.0"], "--host: '0.0.0.0'"),
+    "record --interval with one reading": (
+        ["record", "--demo", "--count", "1", "--interval", "30", "--out", "OUT"],
+        "--interval: 30.0 is not allowed; the time between readings; --count 1 takes one reading"),
     "calibrate --model with --config": (
         ["calibrate", "--engine", "localhost:8000", "--config", CONFIG, "-m", "llama-3.1-8b"],
         "--model: 'llama-3.1-8b' is not allowed; give --model or --config, not both"),

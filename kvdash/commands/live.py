@@ -355,6 +355,8 @@ def record(
     check_engine_timeout(engine_timeout)
     check_demo_gpus(gpus)
     refuse_live_unread(ctx, demo, engine)
+    if count == 1:
+        refuse_unread(ctx, ("interval",), "the time between readings; --count 1 takes one reading")
     if count < 1:
         raise InputError("--count", count, "expected a positive integer")
     import os
