@@ -266,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", type=Path, help="a file of mutant keys (as --list prints them, one a line): run "
                     "only those, e.g. the survivors of a full run after new tests")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "mutation.md")
+    ap.add_argument("--timeout", type=float, default=0.0, help="seconds a mutant's tests may run before it counts as "
+                    "looping (killed); default: 5 x the unmutated run, at least 30.  Keep it well above a survivor's "
+                    "run under -j, or a slow survivor counts as killed")
     args = ap.parse_args(argv)
     files = args.files or list(TARGETS)
     for f in files:
@@ -307,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             if base != "survived":
                 print(f"{f}: the unmutated tests fail; fix them first", file=sys.stderr)
                 return 1
-            timeout = max(30.0, 5 * dt)
+            timeout = args.timeout or max(30.0, 5 * dt)
             todo = [m for m in ms if m.key not in equivalent]
 
             def one(m: Mutant, timeout: float = timeout, tests: list[str] = tests) -> tuple[Mutant, str]:
