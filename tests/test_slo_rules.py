@@ -256,6 +256,34 @@ def test_a_rate_needing_more_than_its_first_run_runs_half_again_what_it_needs(mo
     assert out["rate_requests"] == 1500
 
 
+@pytest.mark.parametrize("limit,found", [(20.2, 20.0), (0.7, 0.6953)])
+def test_the_rate_bisection_stops_within_a_64th_of_the_rate_met(monkeypatch, limit, found):
+    """Bisection stops once the bracket is at most r_lo / 64 wide.  Limit 20.2: 5, 10, 20 met, 40 not; 30, 25, 22.5,
+    21.25, 20.625, 20.3125 not; 20.3125 - 20 = 0.3125 = 20 / 64 exactly: 20 (one more halving would have met
+    20.15625).  Limit 0.7 (a rate under 1 request/s stops the same way): 0.5 met, 1 not; 0.75 not, 0.625, 0.6875
+    met, 0.71875, 0.703125 not, 0.6953125 met; 0.0078 <= 0.6953125 / 64 = 0.0109: 0.6953."""
+    scripted(monkeypatch, by_users=lambda c: result(requests_per_s=2.5 if limit > 1 else 0.25),
+             by_rate=steady(limit)[1])
+    assert slo.slo_search(SETUP, *trace(), {"tpot": 0.05}, 0)["max_rate_per_s"] == found
+
+
+def test_a_rate_needing_the_whole_trace_cap_runs_it(monkeypatch):
+    """max_num_seqs 5: at most 20 x 5 = 100 requests; 10 requests/s (in flight 10) needs exactly 100: the trace's 50,
+    then min(100, max(150, 100)) = 100, enough: met, then 200.  Needing the cap is not needing more than it."""
+    calls = scripted(monkeypatch, by_users=lambda c: result(requests_per_s=5.0), by_rate=steady(10.0)[1])
+    out = slo.slo_search({**SETUP, "max_num_seqs": 5}, *trace(50), {"tpot": 0.05}, 0)
+    assert [(r, n) for c, r, n in calls if not c][:3] == [(10, 50), (10, 100), (10, 200)]
+    assert out["rate_requests"] == 200
+
+
+def test_a_second_run_is_at_least_twice_the_first(monkeypatch):
+    """12 requests/s (in flight 12) needs 120 requests, more than the trace's 100: the next run is the larger of
+    120 + 60 and 2 x 100: 200, then 400."""
+    calls = scripted(monkeypatch, by_users=lambda c: result(requests_per_s=6.0), by_rate=steady(12.0)[1])
+    slo.slo_search(SETUP, *trace(), {"tpot": 0.05}, 0)
+    assert [(r, n) for c, r, n in calls if not c][:3] == [(12, 100), (12, 200), (12, 400)]
+
+
 def test_a_rate_whose_queue_outgrows_the_trace_cap_is_not_sustained(monkeypatch):
     """max_num_seqs 5: a rate is judged over at most 20 x 5 = 100 requests (the trace's 50 repeated); in flight =
     the rate, so a rate needing ceil(10 x rate) > 100 requests fails: 5 (50) and 10 (100) meet, 20 (200) does
@@ -359,13 +387,18 @@ def test_rate_curve_top_and_refinement(monkeypatch):
     """Latency = rate / 10 s/token against a 0.5 bound: rates 1, 2, 4 within (0.4), 8 past it: top 4; refined 3
     times between 4 and 8: 6 (0.6) out, 5 (0.5, at the bound) in, 5.5 out: 5."""
     curve_of(monkeypatch, lambda r: r / 10)
-    curve, top = slo.rate_curve(SETUP, *trace(), [1, 2, 4, 8, 16], 0.5)
+    curve, top = slo.rate_curve(SETUP, *trace(), [1, 2, 4, 8, 16], 0.5, 0)
     assert curve == [0.1, 0.2, 0.4, 0.8, 1.6] and top == 4
-    assert slo.rate_curve(SETUP, *trace(), [1, 2, 4, 8, 16], 0.5, refine=3)[1] == 5.0
-    assert slo.rate_curve(SETUP, *trace(), [1, 2, 4, 5], 0.5)[1] is None  # within it at every rate swept
-    assert slo.rate_curve(SETUP, *trace(), [6, 8], 0.5)[1] is None  # not even the lowest
+    assert slo.rate_curve(SETUP, *trace(), [1, 2, 4, 8, 16], 0.5, 0, refine=3)[1] == 5.0
+    assert slo.rate_curve(SETUP, *trace(), [1, 2, 4, 5], 0.5, 0)[1] is None  # within it at every rate swept
+    assert slo.rate_curve(SETUP, *trace(), [6, 8], 0.5, 0)[1] is None  # not even the lowest
     # refined from 0 where the lowest is past the bound: 3 (0.3) in, 4.5 (0.45) in, 5.25 out
-    assert slo.rate_curve(SETUP, *trace(), [6, 8], 0.5, refine=3)[1] == 4.5
+    assert slo.rate_curve(SETUP, *trace(), [6, 8], 0.5, 0, refine=3)[1] == 4.5
+    # 7 refinements against 0.53 between 4 and 8: 6 out, 5 in, 5.5 out, 5.25 in, 5.375, 5.3125 out, 5.28125 in:
+    # kept to 4 places (5.28125 exactly, half to even: 5.2812)
+    assert slo.rate_curve(SETUP, *trace(), [1, 2, 4, 8, 16], 0.53, 0, refine=7)[1] == 5.2812
+    # unrefined, the top is a swept rate as given (refinement rounds to 4 places; a swept rate is not rounded)
+    assert slo.rate_curve(SETUP, *trace(), [1.23456, 9], 0.5, 0)[1] == 1.23456
 
 
 def test_rates_per_second_are_refused_in_seconds():

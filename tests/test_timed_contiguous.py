@@ -108,7 +108,7 @@ def test_rate_curve_rises_and_paged_sustains_more_than_max():
     P, OUT = _requests(200)
     s = _setup(slots=20480)
     rates = [1.0, 4.0, 16.0, 64.0]
-    paged, top_p = slo.rate_curve(s, P, OUT, rates, 0.05, policy="paged")
-    mx, top_m = slo.rate_curve(s, P, OUT, rates, 0.05, policy="max")
+    paged, top_p = slo.rate_curve(s, P, OUT, rates, 0.05, 0, policy="paged")
+    mx, top_m = slo.rate_curve(s, P, OUT, rates, 0.05, 0, policy="max")
     assert mx == sorted(mx) and mx[-1] > mx[0]
     assert (top_p, top_m) == (16.0, 4.0)  # 0.011 vs 0.187 s/token at 16 requests/s

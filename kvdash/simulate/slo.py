@@ -298,7 +298,7 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
                 need = math.ceil(SHORT_RUN * in_flight(res, r))
                 if n >= need:
                     break
-                if n >= trace_cap or need > trace_cap:  # from an empty engine the requests in flight only grow
+                if need > trace_cap:  # from an empty engine the requests in flight only grow (n <= trace_cap < need)
                     return False
                 n = min(trace_cap, max(need + need // 2, 2 * n))
             longer = at(2 * n)
@@ -337,7 +337,7 @@ def slo_search(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, sl
 
 
 def rate_curve(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, rates: list[float], bound: float,
-               seed: int = 0, policy: str = "paged", refine: int = 0) -> tuple[list[float], float | None]:
+               seed: int, policy: str = "paged", refine: int = 0) -> tuple[list[float], float | None]:
     """Normalized latency (s/token) at each Poisson rate (requests/s; the same arrival draw scaled for every
     policy), and the highest rate of ``rates`` at and below which it stays within ``bound`` (None: not even the
     lowest, or within it at every swept rate: the rate is then beyond the sweep); ``refine`` bisection steps
@@ -357,7 +357,7 @@ def rate_curve(setup: dict[str, Any], prompt: np.ndarray, output: np.ndarray, ra
         k += 1
     if k == len(rates):
         return curve, None  # within the bound at every swept rate: its rate is beyond the sweep, not known
-    if refine and k < len(rates):
+    if refine:  # (k < len(rates) here: the rate of rates[k] broke the bound)
         lo, hi = (top or 0.0), rates[k]
         for _ in range(refine):
             mid = (lo + hi) / 2
