@@ -847,6 +847,24 @@ def test_gpt_oss_experts_default_to_its_checkpoints_mxfp4():
     assert explicit.expert_format == "bf16"
 
 
+def test_the_time_model_reads_a_published_config_as_the_engine_does():
+    """Gemma 3's published config.json leaves vocab_size out of its text_config; vLLM reads it through transformers,
+    whose Gemma3TextConfig gives 262,208 (calc's weight estimate read it so; the time model read the file as written,
+    found no vocab_size and fell back to --weights, "all read every step").  Counted now: embedding 262,208 x 5,376
+    = 1,409,630,208 (tied: no separate lm_head); 62 layers of attention 5,376 x 32 x 128 x 2 + 2 x 5,376 x 16 x 128
+    = 66,060,288 and MLP 3 x 5,376 x 21,504 = 346,816,512: 27,007,991,808 parameters.  A kvdash preset stays as
+    written (OPT-175B names no ffn_dim: OPTConfig's 3,072 would misstate its 49,152)."""
+    from kvdash.commands.simulate_time import model_config
+    from kvdash.core.model import load_config
+
+    path = "tests/data/configs/gemma-3-27b-it/config.json"
+    cfg = model_config("ignored", path)
+    assert cfg["text_config"]["vocab_size"] == 262208
+    mc = model_compute(cfg, load_config(path), 1, "bf16")
+    assert mc.dense_params == 1_409_630_208 + 62 * (66_060_288 + 346_816_512) == 27_007_991_808
+    assert "ffn_dim" not in model_config("opt-175b", None)
+
+
 def test_simulate_time_too_large_blames_the_gpu_not_weights_never_given(capsys):
     """Llama-3.1-405B's 811,800,000,000 B (405.9B x 2 B) on one H200: the time model counted the weights, the user
     gave no --weights, so the one line names --gpu and says where the figure came from (it named --weights and

@@ -28,18 +28,19 @@ def vllm_batch_defaults(memory_bytes: int, gpu_name: str, max_model_len: int = 1
 
 
 def model_config(model: str, config: str | None) -> dict[str, Any]:
-    """The config.json dictionary of a preset or a file, for the time model's parameter counts."""
-    if config:
-        return dict(json.loads(Path(config).read_text(encoding="utf-8")))
-    from kvdash.core.model import DATA
+    """The config.json dictionary of a preset or a file, for the time model's parameter counts, as the engine reads
+    it (:func:`kvdash.core.model.engine_config`)."""
+    from kvdash.core.model import DATA, engine_config
 
+    if config:
+        return engine_config(config)
     path = DATA / "models" / f"{model.lower()}.json"
     if not path.is_file():
         given = Path(model)
         if given.is_dir():  # a checkpoint's folder: its config.json, as resolve_model reads it
             given = given / "config.json"
-        return dict(json.loads(given.read_text(encoding="utf-8")))
-    return dict(json.loads(path.read_text(encoding="utf-8")))
+        return engine_config(given)
+    return engine_config(path)
 
 
 def main(o: dict[str, Any]) -> None:

@@ -431,6 +431,28 @@ def read_weight_bytes(path: str | Path) -> int:
 DATA = Path(__file__).resolve().parent.parent / "data"  # shipped inside the package
 
 
+def engine_config(path: str | Path) -> dict[str, Any]:
+    """A ``config.json`` as the engine reads it, for the time model's parameter counts (the KV figures and the weight
+    estimate already read it so, :func:`load_config`): a published file through ``transformers``' class for its
+    ``model_type``, the fields it leaves out filled with the class's defaults (Gemma 3's ``text_config`` names no
+    ``vocab_size``: Gemma3TextConfig's 262,208, which vLLM reads too); a kvdash preset (its ``_kvdash`` block) as
+    written, since the paper's OPT presets name only their KV fields and a class default would misstate the rest
+    (OPTConfig's ``ffn_dim`` 3,072 for OPT-175B's 49,152).  A file the library cannot read is returned as written
+    (the caller's reading already refused what it must)."""
+    import json
+
+    from kvdash.core import modeltypes
+
+    p = Path(path)
+    raw = json.loads(p.read_text(encoding="utf-8"))
+    if not isinstance(raw, dict) or "_kvdash" in raw:
+        return dict(raw) if isinstance(raw, dict) else {}
+    try:
+        return modeltypes.normalise(raw, str(p))
+    except InputError:
+        return dict(raw)
+
+
 def _preset_files() -> dict[str, Path]:
     return {entry.name[:-5]: entry for entry in (DATA / "models").iterdir() if entry.name.endswith(".json")}
 

@@ -258,10 +258,9 @@ def time_columns(ts: TimeSpec) -> list[tuple[str, str, str]]:
 def model_config_of(entry: Any, grid_dir: Any) -> dict[str, Any] | None:
     """The ``config.json`` a grid model was read from (a preset's shipped copy or the grid's ``config:``), for the
     time model's parameter counts; None for a model given by its dimensions only."""
-    import json
     from pathlib import Path
 
-    from kvdash.core.model import DATA
+    from kvdash.core.model import DATA, engine_config
 
     spec = entry.spec
     if "config" in spec:
@@ -272,7 +271,7 @@ def model_config_of(entry: Any, grid_dir: Any) -> dict[str, Any] | None:
         return None
     if not path.is_file():
         return None
-    return dict(json.loads(path.read_text(encoding="utf-8")))
+    return engine_config(path)
 
 
 def add_time(spec: Any, frame: Any, jobs: int = 1, use_ray: bool = False) -> Any:
