@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from kvdash.core.gpus import get_gpu
-from kvdash.core.model import from_hf_config
+from kvdash.core.model import engine_config, load_config
 from kvdash.core.steptime import Constants, gpu_perf, model_compute
 from kvdash.engines.vllm import declared_kv_dtype, rank_shapes
 from kvdash.engines.vllm_reserve import auto_reserve
@@ -235,8 +235,9 @@ def setup(row: dict[str, str], link_scale: float = 1.0) -> dict[str, Any]:
     multiplies the GPU's NVLink bandwidth (a reading of ``steptime_readings.py``; 1: the spec figure)."""
     name = MODELS[row["model_path"]]
     if name not in _cfg_cache:
-        cfg = json.loads((DATA / "models" / name / "config.json").read_text())
-        _cfg_cache[name] = (cfg, from_hf_config(cfg, name=name, source=f"tests/data/measured/models/{name}"))
+        # read as kvdash's commands read a --config (and the engine: through transformers' class for the type)
+        path = DATA / "models" / name / "config.json"
+        _cfg_cache[name] = (engine_config(path), load_config(path))
     cfg, arch = _cfg_cache[name]
     tp = int(row["tp_size"])
     dp = ranks(row)

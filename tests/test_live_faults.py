@@ -671,7 +671,7 @@ async def test_a_hung_gpu_read_keeps_the_engine_current_and_says_how_old(monkeyp
                   engine_url="http://127.0.0.1:9/metrics")
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            for _ in range(60):  # the GPU read hangs from the third; wait for the status line to say so
+            for _ in range(200):  # the GPU read hangs (30 s at most) from the third: wait for the line to say so
                 await pilot.pause(0.1)
                 if "no new reading" in str(app.query_one("#status").render()):
                     break
@@ -707,7 +707,7 @@ async def test_a_hanging_engine_scrape_says_how_old_its_figures_are(monkeypatch)
     app = LiveApp(DemoSource(seed=7), LiveConfig(), interval=0.1, engine=engine, engine_url="http://127.0.0.1:9/metrics")
     try:
         async with app.run_test(size=(120, 40)) as pilot:
-            for _ in range(60):
+            for _ in range(200):  # (20 s at most on a loaded machine; the scrape hangs 30 s)
                 await pilot.pause(0.1)
                 if "no answer yet" in str(app.query_one("#status").render()):
                     break
