@@ -1099,8 +1099,9 @@ def test_ignore_lists_name_decoder_parts_only(tmp_path, capsys):
     dense layer's model.layers.0.mlp) marked the whole model's part; a nested ModelOpt quantization's
     exclude_modules was not read; a MoE model without dense MLP layers (Llama 4, Qwen1.5-MoE) whose shared experts
     are ignored fell back to bf16 everywhere; Llama 4's feed_forward names matched nothing.  And auto's format on a
-    model whose parameters the time model cannot count (Gemma 3: the weight figure at 2 B a parameter) is read as
-    bf16, as before auto read checkpoints, not refused ('fp8' is not allowed)."""
+    model whose parameters the time model cannot count (a hybrid, Jamba: the weight figure at 2 B a parameter) is
+    read as bf16, as before auto read checkpoints, not refused ('fp8' is not allowed); Gemma 3, counted since the
+    time model reads config.json as the engine does (its class's vocab_size), takes its checkpoint's fp8."""
     from kvdash.engines.vllm import checkpoint_formats
 
     fp8 = {"targets": ["Linear"], "weights": {"type": "float", "num_bits": 8},
@@ -1122,18 +1123,19 @@ def test_ignore_lists_name_decoder_parts_only(tmp_path, capsys):
     llama4 = {"num_hidden_layers": 48, "num_local_experts": 16}  # no dense MLP layers: the shared experts decide
     assert ct(["re:.*shared_expert.*", "lm_head"], **llama4) == ("bf16", "fp8", "fp8")
     assert ct(["model.layers.0.feed_forward.shared_expert"], num_hidden_layers=1, num_local_experts=16)[0] == "bf16"
-    folder = tmp_path / "gemma-fp8"
-    folder.mkdir()
-    cfg = json.loads((DATA.parent / "configs/gemma-3-27b-it/config.json").read_text())
-    cfg["quantization_config"] = {"quant_method": "compressed-tensors", "ignore": ["lm_head"],
-                                  "config_groups": {"g": fp8}}
-    (folder / "config.json").write_text(json.dumps(cfg))
-    code, out, err = run(["simulate", "--model", str(folder), "--gpu", "h100-80gb", "--time", "--requests", "20",
-                          "--concurrency", "4", "--weights", "29GB", "--json"], capsys)
-    assert code in (0, None), err
-    setup = json.loads(out)["setup"]
-    assert setup["weight_format"] == "bf16" and "not applied: the parameters are not counted" in setup[
-        "weight_format_basis"]
+    for name, weights, tp, counted in (("jamba-1.5-mini", "104GB", "2", False), ("gemma-3-27b-it", "29GB", "1", True)):
+        folder = tmp_path / f"{name}-fp8"
+        folder.mkdir()
+        cfg = json.loads((DATA.parent / f"configs/{name}/config.json").read_text())
+        cfg["quantization_config"] = {"quant_method": "compressed-tensors", "ignore": ["lm_head"],
+                                      "config_groups": {"g": fp8}}
+        (folder / "config.json").write_text(json.dumps(cfg))
+        code, out, err = run(["simulate", "--model", str(folder), "--gpu", "h100-80gb", "--time", "--requests", "20",
+                              "--concurrency", "4", "--weights", weights, "--tp", tp, "--json"], capsys)
+        assert code in (0, None), err
+        setup = json.loads(out)["setup"]
+        assert setup["weight_format"] == ("fp8" if counted else "bf16"), name
+        assert ("not applied: the parameters are not counted" in setup["weight_format_basis"]) is not counted
 
 
 def test_moe_layer_freq_as_a_per_layer_list(capsys):
