@@ -270,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                     "looping (killed); default: 5 x the unmutated run, at least 30.  Keep it well above a survivor's "
                     "run under -j, or a slow survivor counts as killed")
     args = ap.parse_args(argv)
+    if args.timeout < 0:
+        ap.error(f"--timeout {args.timeout:g}: expected seconds above 0 (or 0: 5 x the unmutated run)")
     files = args.files or list(TARGETS)
     for f in files:
         if f not in TARGETS:
@@ -301,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = [f"# Mutation testing ({time.strftime('%Y-%m-%d')})", "",
                  "`python benchmarks/mutation.py" + (" " + " ".join(files) if args.files else "")
                  + (f" --limit {args.limit}" if args.limit else "") + (f" --only {args.only.name}" if args.only else "")
+                 + (f" --timeout {args.timeout:g}" if args.timeout else "")
                  + "`", "",
                  "| file | mutants | equivalent | killed | survived | score |", "|---|---:|---:|---:|---:|---:|"]
         survivors: list[str] = []
@@ -310,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
             if base != "survived":
                 print(f"{f}: the unmutated tests fail; fix them first", file=sys.stderr)
                 return 1
+            if args.timeout and args.timeout < 2 * dt:  # a survivor's run would end as a "timeout", counted killed
+                print(f"{f}: --timeout {args.timeout:g} s is under twice the unmutated run ({dt:.0f} s): a surviving "
+                      "mutant could count as killed", file=sys.stderr)
+                return 2
             timeout = args.timeout or max(30.0, 5 * dt)
             todo = [m for m in ms if m.key not in equivalent]
 

@@ -862,6 +862,9 @@ def test_the_time_model_reads_a_published_config_as_the_engine_does():
     assert cfg["text_config"]["vocab_size"] == 262208
     mc = model_compute(cfg, load_config(path), 1, "bf16")
     assert mc.dense_params == 1_409_630_208 + 62 * (66_060_288 + 346_816_512) == 27_007_991_808
+    # held once in memory at 2 B each: the tied LM head is the embedding (it was counted twice: 56,835,244,032 B,
+    # 2.8 GB of KV budget lost a rank), though read every step as the head
+    assert mc.weights_per_rank == 2 * 27_007_991_808
     assert "ffn_dim" not in model_config("opt-175b", None)
 
 

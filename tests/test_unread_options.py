@@ -62,11 +62,20 @@ REFUSED = {  # case: (command, the refusal's start after "kvdash: error: ")
         "--max-file-size: '1KiB' is not allowed; bounds the file --trace or --hash-trace reads only"),
     "simulate --max-batched-tokens on a declared budget": (
         ["simulate", "--budget", "40GiB", "--max-batched-tokens", "64"],
-        "--max-batched-tokens: 64 is not allowed; sizes vLLM's runtime reserve on a GPU (--gpu) and the timed "
-        "run's batches (--time) only"),
+        "--max-batched-tokens: 64 is not allowed; sizes vLLM's runtime reserve on a GPU (--gpu) under --reserve "
+        "auto and the timed run's batches (--time) only"),
     "simulate --max-batched-tokens under SGLang's rules": (
         ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--engine-rules", "sglang",
-         "--max-batched-tokens", "64"], "--max-batched-tokens: 64 is not allowed"),
+         "--max-batched-tokens", "64"],
+        "--max-batched-tokens: 64 is not allowed; none with --engine-rules sglang: SGLang's pool is sized by its "
+        "mem_fraction_static, not vLLM's runtime reserve"),
+    "simulate --max-batched-tokens beside an explicit --reserve": (
+        ["simulate", "--gpu", "h100-80gb", "--reserve", "2GiB", "--max-batched-tokens", "64"],
+        "--max-batched-tokens: 64 is not allowed; sizes vLLM's runtime reserve on a GPU (--gpu) under --reserve "
+        "auto and the timed run's batches (--time) only"),
+    "simulate --max-len (--max-reserved's old name) in a prefix replay": (
+        ["simulate", "--budget", "40GiB", "--prefix-workload", "multi-turn:4,3,100,50,50", "--max-len", "4096"],
+        "--max-len: 4096 is not allowed; not read by a prefix replay"),
     "simulate --seed with a trace in a closed loop": (
         ["simulate", "--budget", "40GiB", "--trace", TRACE, "--concurrency", "2", "--seed", "5"],
         "--seed: 5 is not allowed; not read by a --trace in a closed loop (--concurrency): nothing is drawn"),
@@ -149,12 +158,14 @@ def test_each_is_read_where_it_applies(tmp_path, capsys, monkeypatch):
     assert json.loads(out(*gpu))["setup"]["budget_notes"] != \
         json.loads(out(*gpu, "--max-batched-tokens", "64"))["setup"]["budget_notes"]
     trace = _args([TRACE], tmp_path)[0]
-    assert json.loads(out("simulate", "--budget", "40GiB", "--trace", trace, "--requests", "4", "--seed", "5",
-                          "--json"))["setup"]["seed"] == 5  # Poisson arrivals: drawn from the seed
+    poisson = ["simulate", "--budget", "40GiB", "--trace", trace, "--requests", "4", "--json"]
+    assert out(*poisson, "--seed", "5") != out(*poisson, "--seed", "6")  # Poisson arrivals: drawn from the seed
     assert out("live", "--demo", "--json", "--budget-mode", "explicit", "--budget", "40GiB") != \
         out("live", "--demo", "--json", "--budget-mode", "explicit", "--budget", "20GiB")
-    # typed at the default, each changes nothing and runs
+    # typed at the default, each changes nothing and runs (a size however it is written: 256 MiB is 268,435,456 B)
     out("calc", "--budget", "40GiB", "--weight-format", "auto")
+    out("live", "--demo", "--once", "--max-file-size", "268435456")
+    out("simulate", "--budget", "40GiB", "--requests", "200", "--max-file-size", "256 MiB")
     out("simulate", "--budget", "40GiB", "--requests", "200", "--latency-bound", "2.0")
     out("sweep", "sweeps/tutorial.yaml", "--dry-run", "-j", "0")
 

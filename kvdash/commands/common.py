@@ -167,7 +167,11 @@ def refuse_unread(ctx: typer.Context, names: tuple[str, ...], why: str) -> None:
     params = {p.name: p for p in ctx.command.params}
     for name in names:
         value = ctx.params.get(name)
-        if given(ctx, name) and value != params[name].default:
+        default = params[name].default
+        same = value == default
+        if name == "max_file_size" and not same:  # a size however written: "256 MiB" and 268435456 are the default
+            same = parse_max_file_size(str(value)) == parse_max_file_size(str(default))
+        if given(ctx, name) and not same:
             option = max(params[name].opts, key=len)
             raise InputError(option, option if value is True else str(value) if isinstance(value, Path) else value, why)
 

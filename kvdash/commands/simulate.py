@@ -207,7 +207,8 @@ def simulate(
         refuse_unread(ctx, tier_options, "applies to a prefix replay (--hash-trace or --prefix-workload) only")
     else:
         refuse_unread(ctx, ("trace", "rate", "policies", "prefix", "workload", "prompt", "output", "watermark",
-                            "allocator", "clip", "max_reserved", "rates", "latency_bound", "trace_every"),
+                            "allocator", "clip", "max_reserved", "max_len_old", "rates", "latency_bound",
+                            "trace_every"),
                       "not read by a prefix replay (--hash-trace, --prefix-workload): it replays the trace's or "
                       "the generator's requests through the prefix cache")
         if hash_trace is not None:
@@ -240,9 +241,12 @@ def simulate(
             refuse_unread(ctx, ("latency_bound",), "bounds a --rates sweep only: give --rates A:B:N")
         if not as_json:
             refuse_unread(ctx, ("trace_every",), "keeps a per-step trace in --json only: give --json")
-        if gpu is None or engine_rules == "sglang":
-            refuse_unread(ctx, ("max_batched_tokens",), "sizes vLLM's runtime reserve on a GPU (--gpu) and the "
-                                                        "timed run's batches (--time) only")
+        if engine_rules == "sglang":
+            refuse_unread(ctx, ("max_batched_tokens",), "none with --engine-rules sglang: SGLang's pool is sized by "
+                                                        "its mem_fraction_static, not vLLM's runtime reserve")
+        if gpu is None or reserve.strip().lower() != "auto":
+            refuse_unread(ctx, ("max_batched_tokens",), "sizes vLLM's runtime reserve on a GPU (--gpu) under "
+                                                        "--reserve auto and the timed run's batches (--time) only")
     if max_num_seqs is not None:  # read by the timed length simulation only (returned above)
         raise InputError("--max-num-seqs", max_num_seqs, "caps only the timed simulation of a length workload "
                                                          "(--time, with or without --slo); " + (

@@ -213,7 +213,7 @@ def main(o: dict[str, Any]) -> None:
 def timed_weight_format(cfg: dict[str, Any], asked: str, mc: Any) -> tuple[str, str]:
     """The dense weights' format the step times read and why (``""``: as asked): ``auto`` is the checkpoint's
     (:func:`kvdash.engines.vllm.checkpoint_weight_format`), read as bf16 where the time model cannot count the
-    model's parameters (hybrids, Gemma 3: the weight figure at 2 B a parameter; :func:`timed_compute`)."""
+    model's parameters (hybrids: the weight figure at 2 B a parameter; :func:`timed_compute`)."""
     from kvdash.engines.vllm import checkpoint_weight_format
 
     if asked != "auto":
@@ -231,7 +231,7 @@ CALC_SLO_MAX_LEN = 8192  # ... clipped at this many tokens (or the model's conte
 
 def with_weight_figure(arch: Any, weights: str | None) -> Any:
     """``arch`` with ``--weights`` as its weight figure, which the time model reads every step where it cannot count
-    the parameters from config.json (hybrids, Gemma 3: :func:`kvdash.core.steptime.model_compute`)."""
+    the parameters from config.json (hybrids: :func:`kvdash.core.steptime.model_compute`)."""
     if not weights:
         return arch
     from dataclasses import replace
@@ -298,7 +298,7 @@ def calc_slo(result: dict[str, Any], arch: Any, model: str, config: str | None, 
         out["pool_note"] = (f"the pool is calc's (weights: {result['budget'].get('weights_basis') or 'as calc counts them'}"
                             f"); the step times read {weight_format} weights"
                             + (f" ({wf_basis})" if wf_basis else " (--weights sizes the pool for that checkpoint)"))
-    if not mc.counted:  # the weight figure read every step (hybrids, Gemma 3): said, as simulate --time says it
+    if not mc.counted:  # the weight figure read every step (hybrids): said, as simulate --time says it
         out["parameters"] = mc.basis[0]
     out.pop("at_max_concurrency", None)
     return out

@@ -346,7 +346,7 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int, weights: str
         # hybrids and other types kvdash does not count: every weight read each step, one FLOP pair per weight
         # byte pair (bf16); a MoE among them is overstated (all experts read)
         n = arch.weight_bytes // 2
-        parts = {"embedding": 0, "attention": 0, "dense_mlp": n, "shared": 0, "router": 0,
+        parts = {"embedding": 0, "lm_head": 0, "attention": 0, "dense_mlp": n, "shared": 0, "router": 0,
                  "experts_total": 0, "expert_params": 0, "moe_layers": 0, "experts": 0, "top_k": 0,
                  "hidden": arch.hidden_size, "vocab": 0}
         if weights not in ("bf16", "fp16") or experts_weights not in (None, "bf16", "fp16"):  # fp16: 2 B, as bf16
@@ -397,7 +397,8 @@ def model_compute(cfg: dict[str, Any], arch: Architecture, tp: int, weights: str
     win_layers = [layer for layer in arch.layers if layer.kind in ("sliding", "chunked")]
     win = sum(layer_token_bytes(layer, kv_dtype, scales, tp) for layer in win_layers)
     state = sum(layer_state_bytes(layer, tp) for layer in arch.state_layers)
-    resident = (parts["embedding"] * 2 + lm_head * 2 + attn_bytes + mlp_bytes
+    # held once: a tied LM head is the embedding itself (parts' lm_head 0), though read every step as the head
+    resident = (parts["embedding"] * 2 + parts["lm_head"] * 2 + attn_bytes + mlp_bytes
                 + parts["experts_total"] * parts["expert_params"] * expert_b)
     n_layers = arch.decoder_layers or arch.num_layers
     units = float(n_layers)
