@@ -45,6 +45,7 @@ from kvdash.commands.common import (  # noqa: F401 - check_budget_options and wa
     parse_lengths,
     parse_on_off,
     pick_alias,
+    refuse_model_beside_config,
     refuse_unread,
     warn,
 )
@@ -155,7 +156,7 @@ def calc(
     if slo is None:
         refuse_unread(ctx, ("weight_format",), "times the --slo search only: give --slo too")
     if config is not None:
-        refuse_unread(ctx, ("model",), "give --model or --config, not both (the config.json is read)")
+        refuse_model_beside_config(ctx)
     if brief and not as_json and offload is not None:
         raise InputError("--offload", offload, "its tiers are shown in the full output and with --json, not with "
                                                "--brief: drop --brief")
@@ -226,14 +227,8 @@ def calc(
     result = calculate(replace(inp, budget=spec))
     pool = result["pool"]
     if offload is not None:
-        from kvdash.core.tiers import parse_offload
-
-        if offload_rules == "lmcache":
-            refuse_unread(ctx, ("blocks_per_chunk",), "LMCache's rules use 256-token chunks: drop --blocks-per-chunk")
-        if "disk" not in parse_offload(offload):
-            refuse_unread(ctx, ("disk_link",), "times a disk tier only: give --offload cpu:SIZE,disk:SIZE")
-        result["offload_tiers"] = _offload(offload, offload_rules, blocks_per_chunk, link, disk_link, gpu, tp, pp,
-                                           pool, used)
+        result["offload_tiers"] = _offload(ctx, offload, offload_rules, blocks_per_chunk, link, disk_link, gpu, tp,
+                                           pp, pool, used)
     elif offload_rules != "vllm" or blocks_per_chunk != 1 or link is not None or disk_link != "nvme-gen4":
         raise InputError("--offload", None, "--offload-rules, --blocks-per-chunk, --link and --disk-link need "
                                             "--offload cpu:SIZE")
@@ -423,12 +418,14 @@ def sglang_lines(s: dict, brief: bool = False) -> list[str]:
     return out
 
 
-def _offload(text: str, rules: str, blocks_per_chunk: int, link: str | None, disk_link: str, gpu: str | None, tp: int,
-             pp: int, pool: dict, used: int) -> dict:
+def _offload(ctx: typer.Context, text: str, rules: str, blocks_per_chunk: int, link: str | None, disk_link: str,
+             gpu: str | None, tp: int, pp: int, pool: dict, used: int) -> dict:
     from kvdash.core import tiers as T
 
     if rules not in ("vllm", "lmcache"):
         raise InputError("--offload-rules", rules, "expected vllm or lmcache")
+    if rules == "lmcache":
+        refuse_unread(ctx, ("blocks_per_chunk",), "LMCache's rules use 256-token chunks: drop --blocks-per-chunk")
     if not 1 <= blocks_per_chunk <= 4096:
         raise InputError("--blocks-per-chunk", blocks_per_chunk, "expected 1 to 4096")
     if pp != 1:
@@ -436,6 +433,8 @@ def _offload(text: str, rules: str, blocks_per_chunk: int, link: str | None, dis
     if pool["full_groups"] != 1 or pool["window_groups"] or pool["state_groups"]:
         raise InputError("--offload", text, "tier sizing handles one full-attention KV-cache group")
     sizes = T.parse_offload(text)
+    if "disk" not in sizes:
+        refuse_unread(ctx, ("disk_link",), "times a disk tier only: give --offload cpu:SIZE,disk:SIZE")
     host = T.parse_link(link, "--link") if link else T.gpu_host_link(gpu)
     return T.offload_view(sizes, pool["block_bytes"], tp, pool["block_size"], used, host,
                           T.parse_link(disk_link, "--disk-link"), rules, blocks_per_chunk)

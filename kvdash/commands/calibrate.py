@@ -30,6 +30,7 @@ from kvdash.commands.common import (
     WeightsOpt,
     check_engine_timeout,
     given,
+    refuse_model_beside_config,
     refuse_unread,
 )
 from kvdash.errors import InputError
@@ -72,7 +73,7 @@ def calibrate(
     check_url("--engine", engine, "a vLLM server, e.g. localhost:8000")
     # every option checked before the engine is read
     if config is not None:
-        refuse_unread(ctx, ("model",), "give --model or --config, not both (the config.json is read)")
+        refuse_model_beside_config(ctx)
     if gpu_memory is not None:
         refuse_unread(ctx, ("gpu",), "a preset's memory, which --gpu-memory replaces: give one or the other")
     if dry_run:

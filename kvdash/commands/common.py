@@ -176,6 +176,12 @@ def refuse_unread(ctx: typer.Context, names: tuple[str, ...], why: str) -> None:
             raise InputError(option, option if value is True else str(value) if isinstance(value, Path) else value, why)
 
 
+def refuse_model_beside_config(ctx: typer.Context) -> None:
+    """``--model`` beside ``--config``: the config.json is read (calc, simulate, calibrate; live and exporter keep
+    the name, which they compare with the engine's served model)."""
+    refuse_unread(ctx, ("model",), "give --model or --config, not both (the config.json is read)")
+
+
 def check_engine_timeout(seconds: float) -> float:
     if not 0.1 <= seconds <= 60:
         raise InputError("--engine-timeout", seconds, "expected 0.1 to 60 seconds")

@@ -146,10 +146,10 @@ def simulate(
     if trace_every < 0:
         raise InputError("--trace-every", trace_every, "expected 0 (no trace) or a positive number of steps")
     max_bytes = parse_max_file_size(max_file_size)  # checked even without --trace
-    from kvdash.commands.common import given, refuse_unread
+    from kvdash.commands.common import given, refuse_model_beside_config, refuse_unread
 
     if config is not None:
-        refuse_unread(ctx, ("model",), "give --model or --config, not both (the config.json is read)")
+        refuse_model_beside_config(ctx)
     if trace is not None:  # the trace gives every length: a preset or a length spec beside it was dropped silently
         refuse_unread(ctx, ("prompt", "output", "workload"),
                       "not read with --trace (the trace gives every prompt and output length): give one or the other")

@@ -439,12 +439,10 @@ def engine_config(path: str | Path) -> dict[str, Any]:
     written, since the paper's OPT presets name only their KV fields and a class default would misstate the rest
     (OPTConfig's ``ffn_dim`` 3,072 for OPT-175B's 49,152).  A file the library cannot read is returned as written
     (the caller's reading already refused what it must)."""
-    import json
-
     from kvdash.core import modeltypes
 
     p = Path(path)
-    raw = json.loads(p.read_text(encoding="utf-8"))
+    raw = _read_json(p, "--config")
     if not isinstance(raw, dict) or "_kvdash" in raw:
         return dict(raw) if isinstance(raw, dict) else {}
     try:
